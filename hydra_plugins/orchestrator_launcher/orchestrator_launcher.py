@@ -1,0 +1,79 @@
+"""The project's Hydra launcher: submit one job per cell and return without waiting.
+
+hydra-submitit-launcher blocks until every job ends, which ties a user's login shell to a
+two-week sweep. This launcher resolves each of the sweeper's override lists into a cell,
+refuses the cells no hardware can hold (naming them and why), and hands the rest to
+`orchestrator.launch.submit_sweep`, which records everything in the DB and submits. With
+`wait=true` it then follows the jobs with a progress bar and collects their results.
+
+Selected by the project's config (`override hydra/launcher: orchestrator`); Hydra finds it
+because it lives in the `hydra_plugins` namespace package.
+"""
+import logging
+import sys
+from dataclasses import dataclass
+from typing import Optional, Sequence
+
+from hydra.core.config_store import ConfigStore
+from hydra.core.hydra_config import HydraConfig
+from hydra.core.utils import JobReturn, JobStatus
+from hydra.plugins.launcher import Launcher
+from hydra.types import HydraContext, TaskFunction
+from omegaconf import DictConfig, OmegaConf, open_dict
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class OrchestratorLauncherConf:
+    _target_: str = "hydra_plugins.orchestrator_launcher.orchestrator_launcher.OrchestratorLauncher"
+
+
+ConfigStore.instance().store(group="hydra/launcher", name="orchestrator", node=OrchestratorLauncherConf,
+                             provider="orchestrator")
+
+
+class OrchestratorLauncher(Launcher):
+    def __init__(self) -> None:
+        self.config: Optional[DictConfig] = None
+        self.hydra_context: Optional[HydraContext] = None
+
+    def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> None:
+        self.config = config
+        self.hydra_context = hydra_context
+
+    def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
+        from orchestrator.cell import Cell, CellError
+        from orchestrator.launch import Options, submit_sweep
+        from orchestrator import console
+
+        assert self.config is not None and self.hydra_context is not None
+        cells, refused, options = [], [], None
+        for idx, overrides in enumerate(job_overrides):
+            sweep_config = self.hydra_context.config_loader.load_sweep_config(self.config, list(overrides))
+            with open_dict(sweep_config):
+                sweep_config.hydra.job.num = initial_job_idx + idx
+            HydraConfig.instance().set_config(sweep_config)  # ${hydra:...} resolves per cell
+            try:
+                cell = Cell.from_config(sweep_config, tuple(overrides))
+            except CellError as exc:
+                refused.append((" ".join(overrides), str(exc)))
+                continue
+            if options is None:
+                options = Options.from_config(cell.config)
+            if cell.id not in {c.id for c in cells}:  # two spellings of one cell (tf, tensorflow)
+                cells.append(cell)
+
+        if options is None:
+            console.print_refused(refused)
+            raise SystemExit(f"no cell of this sweep can be placed ({len(refused)} refused); nothing was submitted")
+        if options.dry_run:
+            console.print_cells(cells, refused)
+            return [JobReturn(overrides=list(o), status=JobStatus.COMPLETED) for o in job_overrides]
+        report = submit_sweep(cells, options, argv=["python", "-m", "orchestrator", *sys.argv[1:]],
+                              refused=refused)
+        console.print_submit_report(report, options)
+        if options.wait and report.submitted:
+            console.follow_and_collect(report.sweep_id, options)
+        return [JobReturn(overrides=list(o), status=JobStatus.COMPLETED, _return_value=None)
+                for o in job_overrides]

@@ -1,0 +1,125 @@
+"""A cell: one resolved grid point of a sweep, and its stable identity.
+
+Hydra's sweeper expands `-m framework=caffe,tf gpus=1,2` into composed configs; this module
+turns one composed config into the benchmark settings that define a measurement, and hashes
+exactly those settings. Paths, times, cluster options and sweep controls (repeats, wait,
+force) are *not* part of the identity, so typing the same sweep twice names the same cells
+and a rerun finds the runs it already has.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+#: The keys a cell's id hashes, in the order they are shown.
+SETTINGS = (
+    "framework", "model", "dataset", "like", "hardware", "gpus", "threads",
+    "batch_size", "scaling", "iterations", "warmup", "seed", "precision",
+)
+DATASET_SHAPES = ("mnist", "cifar10", "imagenet")
+PRECISIONS = ("fp32", "fp16", "bf16")
+SCALINGS = ("strong", "weak")
+
+
+class CellError(ValueError):
+    """A grid point that cannot be a cell (bad value, or no hardware can place it)."""
+
+
+def cell_id(settings: dict[str, Any]) -> str:
+    """A short, stable hash of the benchmark settings (canonical JSON, sorted keys)."""
+    canonical = json.dumps({k: settings[k] for k in SETTINGS}, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()[:12]
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One grid point: its settings (what is measured) and the config it came from."""
+
+    settings: dict[str, Any]
+    config: dict[str, Any] = field(repr=False, compare=False)
+    overrides: tuple[str, ...] = ()
+
+    @property
+    def id(self) -> str:
+        return cell_id(self.settings)
+
+    @property
+    def label(self) -> str:
+        s = self.settings
+        return f"{s['framework']}/{s['model']}/{s['dataset']} gpus={s['gpus']} bs={s['batch_size']}"
+
+    @classmethod
+    def from_config(cls, cfg: DictConfig, overrides: tuple[str, ...] = ()) -> "Cell":
+        """Resolves a composed config into a cell; raises CellError naming what is wrong."""
+        plain = OmegaConf.to_container(cfg, resolve=True)
+        plain.pop("hydra", None)
+        return cls(settings=resolve_settings(plain), config=plain, overrides=tuple(overrides))
+
+
+def resolve_settings(cfg: dict[str, Any]) -> dict[str, Any]:
+    """The resolved benchmark settings of a plain config dict (defaults filled in, checked)."""
+    model, dataset, hardware = cfg["model"], cfg["dataset"], cfg["hardware"]
+    where = f"{cfg['framework']['name']}/{model['name']}/{dataset['name']}"
+
+    like = dataset.get("like") or (model["native"] if dataset["name"] == "synthetic" else None)
+    shape = like if dataset["name"] == "synthetic" else dataset["name"]
+    if shape not in DATASET_SHAPES:
+        raise CellError(f"{where}: dataset.like={like!r} is not one of {', '.join(DATASET_SHAPES)}")
+
+    gpus = _int(cfg["gpus"], "gpus", where, minimum=0)
+    threads = cfg.get("threads")
+    if threads is None:
+        threads = hardware.get("cpus") or os.cpu_count() or 1
+    threads = _int(threads, "threads", where, minimum=1)
+
+    batch_size = cfg.get("batch_size")
+    if batch_size is None:
+        batch_size = model["batch_size"][shape]
+    batch_size = _int(batch_size, "batch_size", where, minimum=1)
+
+    if cfg["scaling"] not in SCALINGS:
+        raise CellError(f"{where}: scaling={cfg['scaling']!r} must be one of {', '.join(SCALINGS)}")
+    if cfg["precision"] not in PRECISIONS:
+        raise CellError(f"{where}: precision={cfg['precision']!r} must be one of {', '.join(PRECISIONS)}")
+
+    _check_placement(where, gpus, hardware)
+    return {
+        "framework": cfg["framework"]["name"],
+        "model": model["name"],
+        "dataset": dataset["name"],
+        "like": like,
+        "hardware": hardware["name"],
+        "gpus": gpus,
+        "threads": threads,
+        "batch_size": batch_size,
+        "scaling": cfg["scaling"],
+        "iterations": _int(cfg["iterations"], "iterations", where, minimum=1),
+        "warmup": _int(cfg["warmup"], "warmup", where, minimum=0),
+        "seed": _int(cfg["seed"], "seed", where, minimum=0),
+        "precision": cfg["precision"],
+    }
+
+
+def _check_placement(where: str, gpus: int, hardware: dict[str, Any]) -> None:
+    """Refuses a cell its hardware cannot hold, before anything is submitted."""
+    per_node = hardware.get("gpus_per_node")
+    if gpus and per_node is not None:
+        if not hardware.get("gpu_type") or per_node == 0:
+            raise CellError(
+                f"{where}: gpus={gpus} but hardware={hardware['name']} has no GPUs; "
+                f"use gpus=0 or a GPU hardware")
+        if gpus > per_node:
+            raise CellError(
+                f"{where}: gpus={gpus} but hardware={hardware['name']} nodes hold {per_node}; "
+                f"use gpus<={per_node}")
+
+
+def _int(value: Any, name: str, where: str, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise CellError(f"{where}: {name}={value!r} must be an integer >= {minimum}")
+    return value

@@ -1,0 +1,224 @@
+"""The job: what runs where a cell is scheduled (a Slurm node, or this machine).
+
+For each repeat of its cell, the job makes the run directory, writes the resolved config,
+starts the monitor, runs the trainer in its framework's environment with the event stream and
+logs going to files, stops the monitor, computes the metrics over the trainer's measured window,
+and writes `result.json` atomically (temporary file, then rename). A job never touches the
+database: many jobs run at once on many nodes, and SQLite on a shared filesystem must have one
+writer, the collector on the login node.
+
+`run_cell` is the function submitit pickles; it takes a `JobSpec`, a plain picklable record of
+everything the job needs, so the job never reads back the sweep's config or the DB.
+"""
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import socket
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator
+
+import yaml
+
+from orchestrator import metrics
+from orchestrator.monitor import Monitor, default_samplers
+from orchestrator.runtime import REPO, EnvironmentError_, make_runtime
+
+RESULT_SCHEMA = 1
+
+
+@dataclass
+class RunSpec:
+    """One run of a cell: which repeat, which attempt, and where it writes."""
+
+    uid: str
+    repeat: int
+    attempt: int
+    run_dir: str
+
+
+@dataclass
+class JobSpec:
+    """Everything a job needs, resolved on the login node."""
+
+    sweep_id: str
+    cell_id: str
+    settings: dict[str, Any]
+    config: dict[str, Any]
+    runs: list[RunSpec]
+    runtime: dict[str, Any]          # kind, cache, images, binary
+    data_dir: str | None = None
+    monitor_period_s: float = 0.1
+    executor: str = "local"
+    lock: str | None = None          # a node-wide lock file: one timed cell at a time
+    time_limit_s: float | None = None  # for all repeats, counted once the job holds the node
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def run_cell(spec: JobSpec) -> list[str]:
+    """Runs every repeat of one cell; returns the paths of the result files written."""
+    with _exclusive(spec.lock):
+        deadline = time.monotonic() + spec.time_limit_s if spec.time_limit_s else None
+        return [str(run_once(spec, run, deadline)) for run in spec.runs]
+
+
+@contextlib.contextmanager
+def _exclusive(lock_path: str | None) -> Iterator[None]:
+    """Waits for the node-wide lock, so local jobs measure one at a time (as --exclusive)."""
+    if not lock_path:
+        yield
+        return
+    Path(lock_path).parent.mkdir(parents=True, exist_ok=True)
+    with open(lock_path, "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released by the kernel even if the job is killed
+        yield
+
+
+def trainer_args(settings: dict[str, Any], data_dir: str | None) -> list[str]:
+    """The trainer protocol's command line for a cell's settings (docs/protocol.md)."""
+    args = ["--model", settings["model"], "--dataset", settings["dataset"]]
+    if settings.get("like"):
+        args += ["--like", settings["like"]]
+    if data_dir:
+        args += ["--data-dir", str(data_dir)]
+    for key in ("batch_size", "scaling", "iterations", "warmup", "gpus", "threads", "precision", "seed"):
+        args += ["--" + key.replace("_", "-"), str(settings[key])]
+    return args
+
+
+def _job_id() -> str | None:
+    try:
+        import submitit
+
+        return str(submitit.JobEnvironment().job_id)
+    except Exception:  # not under submitit: a foreground run
+        return None
+
+
+class TimeLimit(Exception):
+    """The cell's time limit ran out while its trainer was running."""
+
+
+def run_once(spec: JobSpec, run: RunSpec, deadline: float | None = None) -> Path:
+    """One run: trainer + monitor, then metrics over the measured window, then result.json."""
+    run_dir = Path(run.run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "config.yaml").write_text(yaml.safe_dump(spec.config, sort_keys=False))
+    paths = {"run_dir": str(run_dir), "events": str(run_dir / "events.jsonl"),
+             "stderr": str(run_dir / "trainer.log"), "samples": str(run_dir / "samples.jsonl"),
+             "setup": str(run_dir / "setup.log")}
+    result: dict[str, Any] = {
+        "schema": RESULT_SCHEMA, "run_uid": run.uid, "sweep_id": spec.sweep_id,
+        "cell_id": spec.cell_id, "repeat": run.repeat, "attempt": run.attempt,
+        "cell": spec.settings, "node": socket.gethostname(), "job_id": _job_id(),
+        "executor": spec.executor, "started_at": time.time(), "paths": paths,
+        "runtime": {"kind": spec.runtime.get("kind")},
+    }
+    _write_json(run_dir / "job.json", {k: result[k] for k in ("run_uid", "node", "job_id", "started_at")}
+                | {"pid": os.getpid()})
+    try:
+        result.update(_measure(spec, run_dir, paths, deadline))
+    except TimeLimit as exc:
+        result.update(state="failed", error={"class": "timeout", "message": str(exc)})
+    except EnvironmentError_ as exc:
+        result.update(state="failed", error={"class": "env", "message": str(exc)})
+    except Exception as exc:  # the job's own failure must still leave a result behind
+        result.update(state="failed", error={"class": "crash", "message": f"job: {type(exc).__name__}: {exc}"})
+    result["ended_at"] = time.time()
+    path = run_dir / "result.json"
+    _write_json(path, result)
+    return path
+
+
+def _measure(spec: JobSpec, run_dir: Path, paths: dict[str, str], deadline: float | None) -> dict[str, Any]:
+    runtime = make_runtime(spec.runtime["kind"], spec.settings["framework"],
+                           cache=spec.runtime.get("cache"), images=spec.runtime.get("images"),
+                           binary=spec.runtime.get("binary", "apptainer"))
+    with open(paths["setup"], "a") as setup_log:
+        def log(line: str) -> None:
+            setup_log.write(line + "\n")
+            setup_log.flush()
+            print(line, flush=True)  # the job's own log shows the progress line too
+
+        runtime.ensure(log)
+    argv, env = runtime.command(trainer_args(spec.settings, spec.data_dir), gpus=spec.settings["gpus"],
+                                binds=[spec.data_dir] if spec.data_dir else [])
+    monitor = Monitor(default_samplers(), spec.monitor_period_s, Path(paths["samples"]))
+    with open(paths["events"], "wb") as out, open(paths["stderr"], "wb") as err:
+        proc = subprocess.Popen(argv, stdout=out, stderr=err, env={**os.environ, **env},
+                                cwd=str(REPO), stdin=subprocess.DEVNULL)
+        monitor.start(proc.pid)
+        try:
+            returncode = proc.wait(timeout=None if deadline is None else max(1.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            raise TimeLimit(f"the trainer was still running when the cell's time limit "
+                            f"({spec.time_limit_s:.0f} s) ran out; raise hardware.time_min or lower "
+                            f"iterations") from None
+        finally:
+            if proc.poll() is None:  # the job itself was interrupted: leave no orphan trainer
+                proc.kill()
+                proc.wait()
+            samples = monitor.stop()
+    events, bad_lines = read_events(Path(paths["events"]))
+    outcome: dict[str, Any] = {"returncode": returncode, "monitor": monitor.describe(),
+                               "environment": runtime.identity(), "argv": argv}
+    start = next((e for e in events if e.get("event") == "run_start"), None)
+    if start:
+        outcome["trainer"] = {k: v for k, v in start.items() if k not in ("event", "t")}
+    error = next((e for e in events if e.get("event") == "error"), None)
+    if error:
+        outcome.update(state="failed", error={"class": error.get("class", "crash"),
+                                              "message": error.get("message", "")})
+        return outcome
+    if returncode != 0 or not any(e.get("event") == "run_end" for e in events):
+        outcome.update(state="failed", error={
+            "class": "crash",
+            "message": f"trainer exited with status {returncode} without an error event"
+                       f"{f' ({bad_lines} unreadable output lines)' if bad_lines else ''}; "
+                       f"last lines of {paths['stderr']}: {_tail(Path(paths['stderr']))}"})
+        return outcome
+    outcome.update(state="done", error=None, window=metrics.measured_window(events),
+                   metrics=metrics.compute(events, samples))
+    return outcome
+
+
+def read_events(path: Path) -> tuple[list[dict[str, Any]], int]:
+    """The trainer's events; a line that is not a JSON object is counted, not fatal."""
+    events, bad = [], 0
+    if not path.exists():
+        return events, bad
+    for line in path.read_text(errors="replace").splitlines():
+        if not line.strip():
+            continue
+        try:
+            event = json.loads(line)
+        except ValueError:
+            bad += 1
+            continue
+        if isinstance(event, dict) and "event" in event:
+            events.append(event)
+        else:
+            bad += 1
+    return events, bad
+
+
+def _tail(path: Path, lines: int = 5) -> str:
+    if not path.exists():
+        return "(no log)"
+    text = path.read_text(errors="replace").strip().splitlines()[-lines:]
+    return " | ".join(text)[-800:] or "(empty)"
+
+
+def _write_json(path: Path, data: dict[str, Any]) -> None:
+    """Atomic write: a reader sees the old file or the whole new one, never half of it."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with open(tmp, "w") as f:
+        json.dump(data, f, indent=1, default=str)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)

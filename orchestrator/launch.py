@@ -1,0 +1,189 @@
+"""Submitting a sweep: record it, skip what is done, hand one job per cell to the executor.
+
+This is the body of the project's Hydra launcher (hydra_plugins/orchestrator_launcher), kept
+out of the plugin so it reads without Hydra's API around it. It does not wait for the jobs:
+the sweep, its cells, its runs and their job ids are in the DB before it returns, and any later
+shell follows them with `orchestrator status`. It does not care which executor it is given.
+"""
+from __future__ import annotations
+
+import secrets
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from orchestrator import db
+from orchestrator.cell import Cell
+from orchestrator.executors import make_executor
+from orchestrator.job import JobSpec, RunSpec, run_cell
+
+#: Run states that mean "this repeat is measured or being measured": a new sweep skips them.
+IN_FLIGHT = ("submitted", "running")
+
+
+@dataclass
+class Options:
+    """The sweep-wide settings of the first composed config (paths, cluster, controls)."""
+
+    db_url: str
+    runs: Path
+    data: Path
+    cache: Path
+    cluster: dict[str, Any]
+    runtime: dict[str, Any]
+    monitor_period_s: float
+    repeats: int
+    force: bool
+    wait: bool
+    dry_run: bool = False
+
+    @classmethod
+    def from_config(cls, cfg: dict[str, Any]) -> "Options":
+        paths = cfg["paths"]
+        cache = Path(paths["cache"]).expanduser().absolute()
+        repeats = cfg.get("repeats", 1)
+        if not isinstance(repeats, int) or repeats < 1:
+            raise ValueError(f"repeats={repeats!r} must be an integer >= 1")
+        return cls(
+            db_url=paths["db"],
+            runs=Path(paths["runs"]).expanduser().absolute(),
+            data=Path(paths["data"]).expanduser().absolute(),
+            cache=cache,
+            cluster=dict(cfg["cluster"]),
+            runtime={"kind": cfg.get("runtime", "venv"), "cache": str(cache),
+                     "images": str(Path(cfg["apptainer"]["images"]).expanduser().absolute()),
+                     "binary": cfg["apptainer"]["binary"]},
+            monitor_period_s=float(cfg["monitor"]["period_s"]),
+            repeats=repeats,
+            force=bool(cfg.get("force", False)),
+            wait=bool(cfg.get("wait", False)),
+            dry_run=bool(cfg.get("dry_run", False)),
+        )
+
+
+@dataclass
+class SubmitReport:
+    sweep_id: str
+    submitted: list[tuple[Cell, str, int]] = field(default_factory=list)  # cell, job id, runs
+    skipped: list[tuple[Cell, str]] = field(default_factory=list)
+    refused: list[tuple[str, str]] = field(default_factory=list)          # overrides, reason
+    failed: list[tuple[Cell, str]] = field(default_factory=list)          # submission errors
+
+
+def new_sweep_id() -> str:
+    return time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(2)
+
+
+def job_spec(cell: Cell, sweep_id: str, runs: list[db.Run], opts: Options) -> JobSpec:
+    hardware = cell.config["hardware"]
+    dataset = cell.config["dataset"]
+    data_dir = dataset.get("dir")
+    return JobSpec(
+        sweep_id=sweep_id,
+        cell_id=cell.id,
+        settings=cell.settings,
+        config=cell.config,
+        runs=[RunSpec(uid=r.uid, repeat=r.repeat, attempt=r.attempt, run_dir=r.run_dir) for r in runs],
+        runtime=opts.runtime,
+        data_dir=str(Path(data_dir).expanduser().absolute()) if data_dir else None,
+        monitor_period_s=opts.monitor_period_s,
+        executor=opts.cluster.get("executor", "local"),
+        lock=str(opts.cache / "local-node.lock") if opts.cluster.get("exclusive") and
+        opts.cluster.get("executor", "local") == "local" else None,
+        time_limit_s=60.0 * hardware["time_min"] if hardware.get("time_min") else None,
+    )
+
+
+def _record_cell(session: Session, sweep_id: str, cell: Cell) -> None:
+    if session.get(db.Cell, cell.id) is None:
+        session.add(db.Cell(id=cell.id, settings=cell.settings, created_at=time.time(),
+                            **{k: cell.settings[k] for k in cell.settings}))
+    if session.get(db.SweepCell, (sweep_id, cell.id)) is None:
+        session.add(db.SweepCell(sweep_id=sweep_id, cell_id=cell.id))
+
+
+def _plan_runs(session: Session, sweep_id: str, cell: Cell, opts: Options) -> tuple[list[db.Run], str]:
+    """The runs this sweep adds for a cell, or none and the reason it is skipped."""
+    existing = session.scalars(select(db.Run).where(db.Run.cell_id == cell.id)).all()
+    for run in existing:  # a submission interrupted before the executor took it never ran
+        if run.state == "pending" and not run.job_id:
+            run.state, run.state_detail = "cancelled", "submission interrupted before the job was handed over"
+    wanted, reasons = [], []
+    for repeat in range(opts.repeats):
+        mine = [r for r in existing if r.repeat == repeat]
+        done = [r for r in mine if r.state == "done"]
+        flying = [r for r in mine if r.state in IN_FLIGHT]
+        if flying and not opts.force:
+            reasons.append(f"repeat {repeat} in flight (run {flying[0].uid}, job {flying[0].job_id})")
+        elif done and not opts.force:
+            reasons.append(f"repeat {repeat} already done (run {done[0].uid})")
+        else:
+            attempt = 1 + max((r.attempt for r in mine), default=0)
+            wanted.append((repeat, attempt))
+    runs = []
+    for repeat, attempt in wanted:
+        name = str(repeat) if attempt == 1 else f"{repeat}.{attempt}"
+        run = db.Run(uid=f"{sweep_id}:{cell.id}:{repeat}:{attempt}", sweep_id=sweep_id, cell_id=cell.id,
+                     repeat=repeat, attempt=attempt, state="pending",
+                     executor=opts.cluster.get("executor", "local"),
+                     run_dir=str(opts.runs / sweep_id / cell.id / name))
+        session.add(run)
+        runs.append(run)
+    return runs, "; ".join(reasons)
+
+
+def submit_sweep(cells: list[Cell], opts: Options, argv: list[str] | None = None,
+                 refused: list[tuple[str, str]] | None = None,
+                 foreground: bool = False,
+                 progress: Callable[[str], None] = lambda line: None) -> SubmitReport:
+    """Records the sweep and submits one job per cell that still needs runs; returns at once."""
+    report = SubmitReport(sweep_id=new_sweep_id(), refused=list(refused or []))
+    factory = db.open_db(opts.db_url)
+    executor = None
+    with factory() as session:
+        session.add(db.Sweep(id=report.sweep_id, created_at=time.time(), argv=list(argv or sys.argv),
+                             overrides=[list(c.overrides) for c in cells], n_cells=len(cells)))
+        planned = []
+        for cell in cells:
+            _record_cell(session, report.sweep_id, cell)
+            runs, reason = _plan_runs(session, report.sweep_id, cell, opts)
+            if runs:
+                planned.append((cell, runs))
+            else:
+                report.skipped.append((cell, reason))
+        session.commit()  # the sweep and its pending runs exist before anything is submitted
+
+        for cell, runs in planned:
+            spec = job_spec(cell, report.sweep_id, runs, opts)
+            if foreground:
+                _mark(session, runs, "running", job_id=None)
+                run_cell(spec)
+                report.submitted.append((cell, "foreground", len(runs)))
+                continue
+            try:
+                if executor is None:
+                    executor = make_executor(opts.cluster, opts.runs / report.sweep_id / ".submitit")
+                job = executor.submit(run_cell, spec)
+            except Exception as exc:  # one cell's submission failing never stops the sweep
+                _mark(session, runs, "failed", job_id=None, error=("submit", f"{type(exc).__name__}: {exc}"))
+                report.failed.append((cell, str(exc)))
+                continue
+            _mark(session, runs, "submitted", job_id=str(job.job_id))  # committed per job
+            report.submitted.append((cell, str(job.job_id), len(runs)))
+            progress(f"submitted {cell.label} as job {job.job_id}")
+    return report
+
+
+def _mark(session: Session, runs: list[db.Run], state: str, job_id: str | None,
+          error: tuple[str, str] | None = None) -> None:
+    now = time.time()
+    for run in runs:
+        run.state, run.job_id, run.submitted_at = state, job_id, now
+        if error:
+            run.error_class, run.error_message = error
+    session.commit()

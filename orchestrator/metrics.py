@@ -1,0 +1,209 @@
+"""What a run measured: throughput and host load over the trainer's measured window.
+
+The window is the trainer's own: it opens at the `warmup_end` event and closes at `run_end`
+(docs/protocol.md). Throughput comes from the trainer's per-step timings (`dt`, taken with the
+device synchronised) of the steps after `warmup_end`, never from the process's wall time, which
+would also count interpreter start-up, imports, data loading and warm-up. Host samples are cut
+to the same window, so start-up and tear-down do not dilute the averages.
+
+Everything here is a pure function of the events and samples it is given, so the job can call
+it on the files it just wrote and the tests on hand-made streams.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Iterable, Optional
+
+import numpy as np
+
+#: Unit of every metric name the orchestrator knows (docs/protocol.md, result.json `metrics`).
+METRIC_UNITS = {
+    "images_per_sec": "img/s",
+    "images_per_sec_mean": "img/s",
+    "images_per_sec_median": "img/s",
+    "images_per_sec_std": "img/s",
+    "images_per_sec_mad": "img/s",
+    "step_time_mean": "s",
+    "step_time_median": "s",
+    "cpu_percent_avg": "%",
+    "cpu_percent_peak": "%",
+    "rss_peak_bytes": "B",
+    "host_cpu_percent_avg": "%",
+    "host_mem_used_peak_bytes": "B",
+    "gpu_mem_peak_bytes": "B",
+    "gpu_util_avg": "%",
+    "gpu_power_avg_w": "W",
+    "energy_j": "J",
+    "energy_per_image_j": "J/img",
+}
+
+#: For names not listed above (a sampler added later): the unit their suffix implies.
+_SUFFIX_UNITS = (("_bytes", "B"), ("_per_sec", "1/s"), ("_percent", "%"), ("_w", "W"), ("_j", "J"),
+                 ("_s", "s"))
+
+
+def unit_of(name: str) -> Optional[str]:
+    """The unit a metric is stored with; None when neither the table nor the name tells."""
+    if name in METRIC_UNITS:
+        return METRIC_UNITS[name]
+    for suffix, unit in _SUFFIX_UNITS:
+        if name.endswith(suffix):
+            return unit
+    return None
+
+
+class NoWindow(ValueError):
+    """The event stream has no measured window (the message says why)."""
+
+
+class Metrics(dict):
+    """A run's metrics (name -> number), ready to be result.json's `metrics` as it is.
+
+    It is a dict so the job can write it straight into the result file; `window` is the
+    measured window it was computed over (None if there was none) and `reason` says why
+    metrics are missing, when some are (None when nothing is missing).
+    """
+
+    def __init__(self, values: dict[str, float], window: Optional[dict[str, Any]] = None,
+                 reason: Optional[str] = None) -> None:
+        super().__init__(values)
+        self.window = window
+        self.reason = reason
+
+
+def measured_window(events: Iterable[dict[str, Any]]) -> dict[str, Any]:
+    """The measured window `{start, end, steps, images}` from `warmup_end` and `run_end`.
+
+    Raises NoWindow naming what is missing: no `warmup_end`, no `run_end` (the trainer stopped
+    early; its error, if it sent one, is quoted) or a window that closes before it opens.
+    """
+    warmup_end = run_end = error = None
+    for ev in events:
+        kind = ev.get("event")
+        if kind == "warmup_end" and warmup_end is None:
+            warmup_end = ev
+        elif kind == "run_end":
+            run_end = ev
+        elif kind == "error":
+            error = ev
+    if run_end is None:
+        why = "the trainer sent no run_end event"
+        if error is not None:
+            why += f" (it reported {error.get('class', 'an error')}: {error.get('message', '')})"
+        raise NoWindow(why)
+    if warmup_end is None:
+        raise NoWindow("the trainer sent run_end but no warmup_end event, so the window has no start")
+    if not (_number(warmup_end.get("t")) and _number(run_end.get("t"))):
+        raise NoWindow("warmup_end or run_end has no numeric time stamp 't'")
+    start, end = float(warmup_end["t"]), float(run_end["t"])
+    if end < start:
+        raise NoWindow(f"run_end (t={end}) comes before warmup_end (t={start})")
+    return {"start": start, "end": end, "steps": int(run_end.get("steps", 0)),
+            "images": int(run_end.get("images", 0))}
+
+
+def measured_steps(events: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The `step` events between `warmup_end` and `run_end`, in stream order."""
+    steps, inside = [], False
+    for ev in events:
+        kind = ev.get("event")
+        if kind == "warmup_end":
+            inside = True
+        elif kind == "run_end":
+            break
+        elif kind == "step" and inside:
+            steps.append(ev)
+    return steps
+
+
+def throughput(events: Iterable[dict[str, Any]]) -> dict[str, float]:
+    """Images/s and step times of the measured steps; empty if no measured step has a duration.
+
+    `images_per_sec` (the headline) is measured images over the sum of measured step times, so
+    a slow step weighs as much as the time it took; the mean, median, standard deviation
+    (population) and MAD describe the per-step rates images/dt.
+    """
+    steps = [s for s in measured_steps(events)
+             if _number(s.get("dt")) and s["dt"] > 0 and _number(s.get("images"))]
+    if not steps:
+        return {}
+    dt = np.array([float(s["dt"]) for s in steps])
+    images = np.array([float(s["images"]) for s in steps])
+    rates = images / dt
+    median_rate = float(np.median(rates))
+    return {
+        "images_per_sec": float(images.sum() / dt.sum()),
+        "images_per_sec_mean": float(rates.mean()),
+        "images_per_sec_median": median_rate,
+        "images_per_sec_std": float(rates.std()),
+        "images_per_sec_mad": float(np.median(np.abs(rates - median_rate))),
+        "step_time_mean": float(dt.mean()),
+        "step_time_median": float(np.median(dt)),
+    }
+
+
+def window_samples(samples: Iterable[dict[str, Any]], start: float, end: float) -> list[dict[str, Any]]:
+    """The samples stamped inside [start, end] (the same `time.time()` clock as the events)."""
+    return [s for s in samples if _number(s.get("t")) and start <= s["t"] <= end]
+
+
+def host_metrics(samples: Iterable[dict[str, Any]]) -> dict[str, float]:
+    """Trainer-process and whole-host load from the host sampler's samples (others ignored).
+
+    A figure is left out when no sample carries it, rather than reported as zero.
+    """
+    host = [s for s in samples if s.get("sampler") == "host"]
+
+    def values(key: str) -> list[float]:
+        return [float(s[key]) for s in host if _number(s.get(key))]
+
+    out: dict[str, float] = {}
+    for name, key, reduce in (
+        ("cpu_percent_avg", "proc_cpu_percent", _mean),
+        ("cpu_percent_peak", "proc_cpu_percent", max),
+        ("rss_peak_bytes", "proc_rss_bytes", max),
+        ("host_cpu_percent_avg", "host_cpu_percent", _mean),
+        ("host_mem_used_peak_bytes", "host_mem_used_bytes", max),
+    ):
+        vals = values(key)
+        if vals:
+            out[name] = float(reduce(vals))
+    return out
+
+
+def compute(events: Iterable[dict[str, Any]], samples: Iterable[dict[str, Any]] = ()) -> Metrics:
+    """All metrics of a run: throughput over the measured steps, host load within the window.
+
+    With no window (the trainer failed, or sent no measured step) the result holds no
+    throughput metrics and its `reason` says why; it never raises for a short or broken stream.
+    """
+    events = list(events)
+    try:
+        window = measured_window(events)
+    except NoWindow as exc:
+        return Metrics({}, None, f"no measured window: {exc}")
+    values: dict[str, float] = {}
+    reasons = []
+    rates = throughput(events)
+    if rates:
+        values.update(rates)
+    else:
+        reasons.append(f"no throughput: no step event with dt > 0 between warmup_end and run_end "
+                       f"(run_end reports {window['steps']} steps)")
+    inside = window_samples(samples, window["start"], window["end"])
+    host = host_metrics(inside)
+    if host:
+        values.update(host)
+    else:
+        reasons.append(f"no host metrics: no host sample within the {window['end'] - window['start']:.3f} s window")
+    values = {k: v for k, v in values.items() if math.isfinite(v)}
+    return Metrics(values, window, "; ".join(reasons) or None)
+
+
+def _number(value: Any) -> bool:
+    """A JSON number (bools are ints to Python, not numbers to the protocol)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _mean(values: list[float]) -> float:
+    return sum(values) / len(values)

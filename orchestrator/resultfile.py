@@ -1,0 +1,148 @@
+"""Reading a job's `result.json` (docs/protocol.md §3) and refusing one that is not well formed.
+
+The collector trusts nothing it reads: a file may be truncated by a full disk, edited by hand,
+or written by a job of another schema. `read_result` checks every field the database needs,
+with its type, and raises BadResult naming the first problem, so the collector can report the
+file and move on while the file stays where it is for someone to look at.
+"""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+#: The result.json layout this collector reads.
+RESULT_SCHEMA = 1
+RESULT_STATES = ("done", "failed")
+
+#: result["cell"] keys that become columns of `cells`, with their JSON types.
+CELL_COLUMNS: dict[str, tuple[type, ...]] = {
+    "framework": (str,), "model": (str,), "dataset": (str,), "like": (str, type(None)),
+    "hardware": (str,), "gpus": (int,), "threads": (int,), "batch_size": (int,),
+    "scaling": (str,), "iterations": (int,), "warmup": (int,), "seed": (int,), "precision": (str,),
+}
+
+
+class BadResult(ValueError):
+    """A result file that cannot be ingested; the message says what is wrong with it."""
+
+
+def read_result(path: Path) -> dict[str, Any]:
+    """The parsed, checked contents of one result.json; raises BadResult saying what is wrong."""
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise BadResult(f"cannot read: {exc.strerror or exc}") from None
+    if not raw.strip():
+        raise BadResult("empty file")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise BadResult("not JSON: not UTF-8 text") from None
+    try:
+        result = json.loads(text)
+    except json.JSONDecodeError as exc:
+        truncated = exc.pos >= len(text.rstrip())
+        raise BadResult(
+            f"{'truncated JSON' if truncated else 'not JSON'}: {exc.msg} at line {exc.lineno} column {exc.colno}"
+        ) from None
+    check_result(result)
+    return result
+
+
+def check_result(result: Any) -> None:
+    """Raises BadResult for the first field that is missing or of the wrong type."""
+    if not isinstance(result, dict):
+        raise BadResult(f"top level is a JSON {_json_type(result)}, expected an object")
+    if "schema" not in result:
+        raise BadResult("missing key 'schema' (not a result.json of this orchestrator?)")
+    if result["schema"] != RESULT_SCHEMA:
+        raise BadResult(f"schema {result['schema']!r} is not {RESULT_SCHEMA}, the one this collector reads; "
+                        f"collect it with the orchestrator version that wrote it")
+    _need(result, "run_uid", str)
+    _need(result, "sweep_id", str)
+    _need(result, "cell_id", str)
+    _need(result, "repeat", int)
+    _need(result, "attempt", int)
+    _need(result, "state", str)
+    if result["state"] not in RESULT_STATES:
+        raise BadResult(f"state {result['state']!r} is not one of {', '.join(RESULT_STATES)}")
+    expected = f"{result['sweep_id']}:{result['cell_id']}:{result['repeat']}:{result['attempt']}"
+    if result["run_uid"] != expected:
+        raise BadResult(f"run_uid {result['run_uid']!r} does not match sweep_id:cell_id:repeat:attempt ({expected!r})")
+
+    error = _need(result, "error", dict, type(None))
+    if error is not None:
+        _need(error, "class", str, where="error")
+        _need(error, "message", str, where="error")
+    cell = _need(result, "cell", dict)
+    for key, types in CELL_COLUMNS.items():
+        _need(cell, key, *types, where="cell")
+
+    for key in ("node", "job_id", "executor"):
+        _optional(result, key, str)
+    for key in ("started_at", "ended_at"):
+        _optional(result, key, int, float)
+    paths = _optional(result, "paths", dict) or {}
+    for key in ("run_dir", "events", "stdout", "stderr", "samples"):
+        _optional(paths, key, str, where="paths")
+    trainer = _optional(result, "trainer", dict) or {}
+    _optional(trainer, "params", int, where="trainer")
+    _optional(trainer, "version", str, where="trainer")
+    metrics = _optional(result, "metrics", dict) or {}
+    for name, value in metrics.items():
+        if not _is_number(value):
+            raise BadResult(f"metrics.{name} is {value!r}; metric values must be finite numbers")
+
+
+def _need(obj: dict[str, Any], key: str, *types: type, where: str = "") -> Any:
+    """obj[key], which must be present and of one of `types` (a bool is not an int here)."""
+    label = f"{where}.{key}" if where else key
+    if key not in obj:
+        raise BadResult(f"missing key '{label}'")
+    return _typed(obj[key], label, types)
+
+
+def _optional(obj: dict[str, Any], key: str, *types: type, where: str = "") -> Any:
+    """obj.get(key), which may be absent or null, else of one of `types`."""
+    value = obj.get(key)
+    if value is None:
+        return None
+    return _typed(value, f"{where}.{key}" if where else key, types)
+
+
+def _typed(value: Any, label: str, types: tuple[type, ...]) -> Any:
+    if isinstance(value, bool) and bool not in types:
+        ok = False
+    else:
+        ok = isinstance(value, types)
+    if isinstance(value, float) and not math.isfinite(value):
+        ok = False
+    if not ok:
+        wanted = " or ".join(_TYPE_NAMES.get(t, t.__name__) for t in types)
+        shown = "" if value is None else " " + _short(value)
+        raise BadResult(f"'{label}' is {_json_type(value)}{shown}, expected {wanted}")
+    return value
+
+
+def _is_number(value: Any) -> bool:
+    return (isinstance(value, (int, float)) and not isinstance(value, bool)
+            and math.isfinite(value))
+
+
+_TYPE_NAMES = {str: "a string", int: "an integer", float: "a number", dict: "an object",
+               list: "an array", type(None): "null", bool: "a boolean"}
+
+
+def _json_type(value: Any) -> str:
+    for t, name in ((bool, "a boolean"), (str, "a string"), (int, "an integer"), (float, "a number"),
+                    (dict, "an object"), (list, "an array"), (type(None), "null")):
+        if isinstance(value, t):
+            return name
+    return type(value).__name__
+
+
+def _short(value: Any) -> str:
+    text = json.dumps(value) if not isinstance(value, float) or math.isfinite(value) else str(value)
+    return text if len(text) <= 40 else text[:37] + "..."

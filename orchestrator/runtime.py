@@ -1,0 +1,199 @@
+"""Where a trainer runs: each framework in its own environment.
+
+Frameworks' dependencies conflict (MXNet 1.9 needs numpy < 1.24, CNTK needs Python 3.6), so a
+trainer never runs in the orchestrator's own interpreter. Two backends build the same command:
+
+- `VenvRuntime` (the local default): `containers/<framework>/env.yaml` names the interpreter and
+  the pinned requirements; the virtualenv is created on first use under the cache directory,
+  keyed by a hash of that recipe, with a visible progress line, and reused afterwards. A file
+  lock makes concurrent jobs wait for one creation instead of racing.
+- `ApptainerRuntime` (clusters): `apptainer exec [--nv] <image>.sif python -m trainers.<fw>`,
+  with the repository's `trainers/` bound into the image, so images hold only frameworks.
+
+Both give `ensure()` (make the environment ready or raise `EnvironmentError_` naming the way
+out) and `command()` (argv and environment variables for the trainer).
+"""
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Callable, Sequence
+
+import yaml
+
+REPO = Path(__file__).resolve().parent.parent
+CONTAINERS = REPO / "containers"
+
+
+class EnvironmentError_(RuntimeError):
+    """A trainer environment that cannot be made ready; the message says how to fix it."""
+
+
+def default_cache() -> Path:
+    return Path(os.environ.get("ORCHESTRATOR_CACHE", Path.home() / ".cache" / "orchestrator"))
+
+
+def _trainer_env(pythonpath: str) -> dict[str, str]:
+    return {"PYTHONPATH": pythonpath, "PYTHONUNBUFFERED": "1", "TF_CPP_MIN_LOG_LEVEL": "2",
+            "GLOG_minloglevel": "2"}
+
+
+class VenvRuntime:
+    """A per-framework virtualenv built from `containers/<framework>/env.yaml`."""
+
+    kind = "venv"
+
+    def __init__(self, framework: str, cache: Path | None = None, recipe_dir: Path | None = None):
+        self.framework = framework
+        self.recipe_dir = recipe_dir or CONTAINERS / framework
+        recipe_file = self.recipe_dir / "env.yaml"
+        if not recipe_file.is_file():
+            raise EnvironmentError_(
+                f"no venv recipe for framework {framework!r}: {recipe_file} is missing "
+                f"(frameworks with a recipe: {', '.join(available_recipes()) or 'none'})")
+        self.recipe = yaml.safe_load(recipe_file.read_text()) or {}
+        self.requirements = self.recipe_dir / self.recipe.get("requirements", "requirements.txt")
+        self.cache = Path(cache) if cache else default_cache()
+
+    @classmethod
+    def for_framework(cls, framework: str, cache: Path | None = None) -> "VenvRuntime":
+        return cls(framework, cache)
+
+    def interpreter(self) -> str:
+        """The first interpreter of the recipe's list that exists on this machine."""
+        candidates = self.recipe.get("python") or [sys.executable]
+        if isinstance(candidates, str):
+            candidates = [candidates]
+        for candidate in candidates:
+            found = shutil.which(os.path.expanduser(str(candidate)))
+            if found:
+                return found
+        raise EnvironmentError_(
+            f"{self.framework}: none of the interpreters {candidates} exists here; install one "
+            f"or list yours under `python:` in {self.recipe_dir / 'env.yaml'}")
+
+    @property
+    def env_dir(self) -> Path:
+        digest = hashlib.sha256()
+        digest.update((self.recipe_dir / "env.yaml").read_bytes())
+        digest.update(self.requirements.read_bytes())
+        return self.cache / "envs" / f"{self.framework}-{digest.hexdigest()[:12]}"
+
+    @property
+    def python(self) -> Path:
+        return self.env_dir / "bin" / "python"
+
+    def is_ready(self) -> bool:
+        return (self.env_dir / ".ready").exists()
+
+    def ensure(self, log: Callable[[str], None] = print) -> Path:
+        """Creates the environment if it is not there yet; returns its interpreter."""
+        if self.is_ready():
+            return self.python
+        self.env_dir.parent.mkdir(parents=True, exist_ok=True)
+        with open(f"{self.env_dir}.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # another job may be creating it right now
+            if self.is_ready():
+                return self.python
+            self._create(log)
+        return self.python
+
+    def _create(self, log: Callable[[str], None]) -> None:
+        interpreter = self.interpreter()
+        if self.env_dir.exists():  # a creation that was interrupted
+            shutil.rmtree(self.env_dir)
+        log(f"[runtime] creating the {self.framework} environment in {self.env_dir} "
+            f"with {interpreter} (first use only; this can take minutes)")
+        steps = [
+            [interpreter, "-m", "venv", str(self.env_dir)],
+            [str(self.python), "-m", "pip", "install", "--progress-bar", "off",
+             "-r", str(self.requirements)],
+        ]
+        for argv in steps:
+            done = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            if done.returncode != 0:
+                tail = "\n".join(done.stdout.strip().splitlines()[-15:])
+                raise EnvironmentError_(
+                    f"{self.framework}: creating the environment failed at `{' '.join(argv)}` "
+                    f"(exit {done.returncode}):\n{tail}\nFix the recipe in {self.recipe_dir} "
+                    f"or the network/proxy, then run again; the partial environment is rebuilt.")
+        freeze = subprocess.run([str(self.python), "-m", "pip", "freeze"], capture_output=True, text=True)
+        (self.env_dir / "requirements.lock").write_text(freeze.stdout)
+        (self.env_dir / ".ready").write_text(self.identity() + "\n")
+        log(f"[runtime] {self.framework} environment ready")
+
+    def identity(self) -> str:
+        """A hash of the installed package list: which environment a measurement ran in."""
+        lock = self.env_dir / "requirements.lock"
+        text = lock.read_text() if lock.exists() else ""
+        return "venv:sha256:" + hashlib.sha256(text.encode()).hexdigest()[:16]
+
+    def command(self, args: Sequence[str], gpus: int = 0, binds: Sequence[str] = ()) -> tuple[list[str], dict[str, str]]:
+        argv = [str(self.python), "-m", f"trainers.{self.framework}", *args]
+        return argv, _trainer_env(str(REPO))
+
+
+class ApptainerRuntime:
+    """A framework's Apptainer image, with the repository's trainers bound in."""
+
+    kind = "apptainer"
+    mount = "/opt/orchestrator"
+
+    def __init__(self, framework: str, images: Path, binary: str = "apptainer"):
+        self.framework = framework
+        self.images = Path(images)
+        self.binary = binary
+
+    @property
+    def image(self) -> Path:
+        return self.images / f"{self.framework}.sif"
+
+    def ensure(self, log: Callable[[str], None] = print) -> Path:
+        if shutil.which(self.binary) is None:
+            raise EnvironmentError_(
+                f"runtime=apptainer but `{self.binary}` is not on this node's PATH; "
+                f"load its module (e.g. `module load apptainer`) or use runtime=venv")
+        if not self.image.is_file():
+            raise EnvironmentError_(
+                f"no image {self.image}; build it with `apptainer build {self.image} "
+                f"{CONTAINERS / (self.framework + '.def')}` or set apptainer.images")
+        return self.image
+
+    def identity(self) -> str:
+        digest = hashlib.sha256()
+        with open(self.image, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                digest.update(block)
+        return "sif:sha256:" + digest.hexdigest()[:16]
+
+    def command(self, args: Sequence[str], gpus: int = 0, binds: Sequence[str] = ()) -> tuple[list[str], dict[str, str]]:
+        argv = [self.binary, "exec"]
+        if gpus:
+            argv.append("--nv")
+        argv += ["--bind", f"{REPO / 'trainers'}:{self.mount}/trainers"]
+        for path in binds:
+            argv += ["--bind", f"{path}:{path}"]
+        argv += ["--pwd", self.mount]
+        for key, value in _trainer_env(self.mount).items():
+            argv += ["--env", f"{key}={value}"]
+        argv += [str(self.image), "python3", "-m", f"trainers.{self.framework}", *args]
+        return argv, {}
+
+
+def available_recipes() -> list[str]:
+    return sorted(p.parent.name for p in CONTAINERS.glob("*/env.yaml"))
+
+
+def make_runtime(kind: str, framework: str, cache: Path | None = None, images: Path | None = None,
+                 binary: str = "apptainer"):
+    """The runtime named by config `runtime=`."""
+    if kind == "venv":
+        return VenvRuntime(framework, cache)
+    if kind == "apptainer":
+        return ApptainerRuntime(framework, images or default_cache() / "images", binary)
+    raise EnvironmentError_(f"runtime={kind!r} is not one of venv, apptainer")

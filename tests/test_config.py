@@ -1,0 +1,97 @@
+"""The config tree and cell identity: Hydra composes real configs from conf/."""
+import os
+import subprocess
+import sys
+
+import pytest
+from hydra import compose, initialize_config_dir
+
+from orchestrator.cell import Cell, CellError, cell_id
+
+from conftest import REPO
+
+
+def cell(*overrides):
+    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+        return Cell.from_config(compose("config", overrides=list(overrides)), tuple(overrides))
+
+
+def test_groups_have_the_documented_choices():
+    groups = {g: sorted(p.stem for p in (REPO / "conf" / g).glob("*.yaml"))
+              for g in ("framework", "model", "dataset", "hardware", "cluster")}
+    assert groups["framework"] == ["caffe", "cntk", "mxnet", "tensorflow", "tf", "torch"]
+    assert groups["model"] == ["alexnet", "googlenet", "lenet", "resnet50", "vgg16"]
+    assert groups["dataset"] == ["cifar10", "imagenet", "mnist", "synthetic"]
+    assert {"cpu12", "cpu20", "k20m", "p100"} <= set(groups["hardware"])
+    assert "local" in groups["cluster"]
+
+
+def test_tf_is_an_alias_of_tensorflow_and_names_the_same_cell():
+    a, b = cell("framework=tf"), cell("framework=tensorflow")
+    assert a.settings["framework"] == "tensorflow"
+    assert a.id == b.id
+
+
+def test_cell_id_is_stable_and_ignores_paths_and_sweep_controls(tmp_path):
+    base = cell("model=alexnet", "gpus=0")
+    again = cell("model=alexnet", "gpus=0", f"paths.runs={tmp_path}", f"paths.db=sqlite:///{tmp_path}/x.db",
+                 "repeats=3", "wait=true", "force=true")
+    assert base.id == again.id
+    assert cell("model=alexnet", "seed=1").id != base.id
+    assert cell("model=alexnet", "batch_size=8").id != base.id
+    assert base.id == cell_id(dict(base.settings))  # a pure function of the settings
+
+
+def test_defaults_resolve_per_model_and_dataset():
+    lenet = cell("model=lenet", "dataset=synthetic")
+    assert lenet.settings["like"] == "mnist" and lenet.settings["batch_size"] == 64
+    resnet = cell("model=resnet50", "dataset=synthetic")
+    assert resnet.settings["like"] == "imagenet" and resnet.settings["batch_size"] == 16
+    assert cell("model=lenet", "dataset=synthetic", "dataset.like=cifar10").settings["like"] == "cifar10"
+    assert cell("model=lenet", "dataset=mnist").settings["like"] is None
+    assert cell("hardware=cpu12").settings["threads"] == 12
+    assert cell("hardware=cpu12", "threads=3").settings["threads"] == 3
+    assert cell("hardware=local").settings["threads"] == os.cpu_count()
+
+
+@pytest.mark.parametrize("overrides, words", [
+    (("hardware=cpu12", "gpus=2"), "has no GPUs"),
+    (("hardware=k20m", "gpus=3"), "nodes hold 2"),
+    (("batch_size=0",), "batch_size=0"),
+    (("scaling=diagonal",), "scaling"),
+    (("precision=fp8",), "precision"),
+    (("dataset=synthetic", "dataset.like=svhn"), "dataset.like"),
+])
+def test_cells_that_cannot_be_placed_are_refused_with_the_reason(overrides, words):
+    with pytest.raises(CellError, match=words):
+        cell(*overrides)
+
+
+def test_gpu_cells_fit_gpu_hardware():
+    assert cell("hardware=p100", "gpus=2").settings["gpus"] == 2
+
+
+def run_cli(args, cwd, **env):
+    return subprocess.run([sys.executable, "-m", "orchestrator", *args], cwd=cwd, capture_output=True,
+                          text=True, env={**os.environ, **env}, timeout=120)
+
+
+def test_wrong_name_lists_the_choices_and_writes_nothing(tmp_path):
+    done = run_cli(["-m", "framework=nope", "model=lenet"], tmp_path,
+                   ORCHESTRATOR_DB=f"sqlite:///{tmp_path}/results.db", ORCHESTRATOR_RUNS=str(tmp_path / "runs"))
+    assert done.returncode != 0
+    assert "Could not find 'framework/nope'" in done.stderr
+    for choice in ("caffe", "cntk", "mxnet", "tensorflow", "tf", "torch"):
+        assert choice in done.stderr
+    assert list(tmp_path.iterdir()) == []  # no DB, no runs, no Hydra output dirs
+
+
+def test_the_readme_sweep_parses(tmp_path):
+    """`-m framework=caffe,tf,torch gpus=1,2` parses and expands to 6 cells (listed, not submitted)."""
+    done = run_cli(["-m", "framework=caffe,tf,torch", "gpus=1,2", "hardware=p100", "dry_run=true"], tmp_path,
+                   COLUMNS="200")
+    assert done.returncode == 0, done.stderr
+    assert "6 cells (dry run" in done.stdout
+    for name in ("caffe", "tensorflow", "torch"):
+        assert done.stdout.count(name) == 2
+    assert list(tmp_path.iterdir()) == []

@@ -1,0 +1,67 @@
+"""The four ways a run can fail, and how an exception is sorted into one of them.
+
+The orchestrator treats the classes differently (an `unsupported` cell is not retried, an
+`out_of_memory` one marks the batch size as too large, a `diverged` one is a numerical
+result, a `crash` is a bug to look at), so the sorting must not depend on each framework
+author's taste: it is done here, once. A framework only teaches it how its own
+out-of-memory errors look (`Trainer.is_out_of_memory`).
+"""
+import traceback
+
+UNSUPPORTED = "unsupported"
+OUT_OF_MEMORY = "out_of_memory"
+DIVERGED = "diverged"
+CRASH = "crash"
+
+# Non-zero exit statuses, distinct per class so that the class survives even when the
+# event stream is lost (2 is left to argparse's own usage errors).
+EXIT_CODES = {CRASH: 1, UNSUPPORTED: 3, OUT_OF_MEMORY: 4, DIVERGED: 5}
+
+
+class Unsupported(Exception):
+    """The configuration cannot run here: raise it for an impossible combination
+    (fp16 on a CPU, GPUs without CUDA, a batch that does not divide among the GPUs)."""
+
+
+class InvalidArgument(Unsupported):
+    """A command-line value that no run could satisfy (batch size 0, an unknown model)."""
+
+
+class DataError(Unsupported):
+    """A dataset file that is missing, truncated or not in the expected format.
+
+    It is bad input, not a bug in the trainer, so it ends as `unsupported` rather than
+    `crash`; the message names the file and the way out."""
+
+
+class Diverged(Exception):
+    """The loss became NaN or infinite."""
+
+
+def classify(exc, trainer=None):
+    """Return (class, message, traceback or None) for an exception that ended a run.
+
+    `trainer` is the framework's trainer object, asked through `is_out_of_memory(exc)`
+    whether the exception is its way of saying the device ran out of memory.
+    """
+    message = str(exc) or type(exc).__name__
+    if isinstance(exc, Unsupported):
+        return UNSUPPORTED, message, None
+    if isinstance(exc, Diverged):
+        return DIVERGED, message, None
+    tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    if isinstance(exc, MemoryError) or _trainer_says_oom(trainer, exc):
+        return OUT_OF_MEMORY, message, tb
+    if isinstance(exc, KeyboardInterrupt):
+        return CRASH, "interrupted", tb
+    return CRASH, "%s: %s" % (type(exc).__name__, message), tb
+
+
+def _trainer_says_oom(trainer, exc):
+    check = getattr(trainer, "is_out_of_memory", None)
+    if check is None:
+        return False
+    try:
+        return bool(check(exc))
+    except Exception:  # a broken check must not hide the original error
+        return False

@@ -1,0 +1,57 @@
+"""What each dataset holds and what input each model takes, for every framework alike.
+
+The networks keep their published architectures and change only in input size and class
+count. LeNet is a small-image network and runs at the dataset's own size. AlexNet,
+ResNet-50, GoogLeNet and VGG16 are ImageNet networks: they always see 224x224 images, so a
+dataset of smaller images (MNIST, CIFAR-10) is upsampled to 224x224 by nearest neighbour,
+once, while the batch pool is built and outside the timed step. Their first convolution
+takes the dataset's channel count (1 for MNIST) instead of repeating a channel three times.
+
+Keeping this table here means a ResNet-50 on CIFAR-10 computes the same thing in every
+framework, which is the point of comparing them.
+"""
+import collections
+
+import numpy as np
+
+DatasetSpec = collections.namedtuple("DatasetSpec", "shape classes")
+
+DATASETS = collections.OrderedDict([
+    ("mnist", DatasetSpec((1, 28, 28), 10)),
+    ("cifar10", DatasetSpec((3, 32, 32), 10)),
+    ("imagenet", DatasetSpec((3, 224, 224), 1000)),
+])
+
+# None: the dataset's native size; a number: the square input the network is published for.
+MODEL_INPUT_SIZE = collections.OrderedDict([
+    ("lenet", None),
+    ("alexnet", 224),
+    ("resnet50", 224),
+    ("googlenet", 224),
+    ("vgg16", 224),
+])
+
+MODELS = tuple(MODEL_INPUT_SIZE)
+
+
+def input_shape(model, like):
+    """The [C, H, W] a model receives when trained on (a dataset shaped like) `like`."""
+    channels, height, width = DATASETS[like].shape
+    size = MODEL_INPUT_SIZE[model]
+    if size is None:
+        return (channels, height, width)
+    return (channels, size, size)
+
+
+def resize_nearest(images, height, width):
+    """Nearest-neighbour resize of an NCHW array to height x width (any dtype).
+
+    Integer factors (28 -> 224 is 8x, 32 -> 224 is 7x) make this an exact pixel
+    repetition; other sizes pick the source pixel whose cell covers the target pixel.
+    """
+    n, c, h, w = images.shape
+    if (h, w) == (height, width):
+        return images
+    rows = (np.arange(height) * h) // height
+    cols = (np.arange(width) * w) // width
+    return np.ascontiguousarray(images[:, :, rows[:, None], cols[None, :]])
