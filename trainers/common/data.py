@@ -29,6 +29,8 @@ CIFAR10_DIR = "cifar-10-batches-bin"
 CIFAR10_BATCHES = ["data_batch_%d.bin" % i for i in range(1, 6)]
 CIFAR10_RECORD = 1 + 3 * 32 * 32
 _IDX_UBYTE = 0x08
+NO_IMAGENET_READER = ("reading ImageNet files is not supported yet; use --dataset synthetic "
+                      "--like imagenet for ImageNet-shaped input")
 
 
 class Dataset(object):
@@ -67,9 +69,7 @@ def load(dataset, data_dir):
     if dataset == "cifar10":
         return read_cifar10(data_dir)
     if dataset == "imagenet":
-        raise Unsupported(
-            "reading ImageNet files is not supported yet; use --dataset synthetic "
-            "--like imagenet for ImageNet-shaped input")
+        raise Unsupported(NO_IMAGENET_READER)
     raise Unsupported("no reader for dataset %r" % (dataset,))
 
 
@@ -160,12 +160,13 @@ def _read_bytes(path):
 def _parse_idx(raw, path, ndim):
     """An IDX array of unsigned bytes with `ndim` dimensions, checked against its header."""
     header = 4 + 4 * ndim
+    magic = bytes(bytearray([0, 0, _IDX_UBYTE, ndim]))
+    if raw[:4] != magic:
+        raise DataError("%s is not an IDX file of %d-dimensional unsigned bytes: it "
+                        "starts %r, not %r" % (path, ndim, raw[:4], magic))
     if len(raw) < header:
         raise DataError("%s is truncated: %d bytes, shorter than its %d-byte header"
                         % (path, len(raw), header))
-    if raw[0] != 0 or raw[1] != 0 or raw[2] != _IDX_UBYTE or raw[3] != ndim:
-        raise DataError("%s is not an IDX file of %d-dimensional unsigned bytes "
-                        "(magic %s)" % (path, ndim, raw[:4].hex()))
     dims = struct.unpack(">" + "I" * ndim, raw[4:header])
     expected = header + int(np.prod(dims))
     if len(raw) != expected:

@@ -7,7 +7,8 @@ interpreter: nothing is forked after a CUDA context exists, and each rank goes t
 same `run` loop as a single-process run.
 
 The parent keeps the event stream to itself. Rank 0's events are relayed unchanged (their
-`t` is rank 0's own), other ranks' events are dropped except errors, and when the run
+`t` is rank 0's own; its run_end only once every rank has ended well), other ranks'
+events are dropped except errors, and when the run
 fails the parent reports one error: a specific class (out_of_memory, diverged,
 unsupported) from any rank is preferred over a `crash`, which is often only the other
 ranks noticing that a peer has gone. Ranks still running after a peer failed are given a
@@ -60,7 +61,7 @@ class _Relay(object):
     def __init__(self, events):
         self.events = events
         self.errors = []  # (rank, record)
-        self.finished = False  # rank 0 sent run_end
+        self.run_end = None  # rank 0's, held back until every rank has ended well
         self.lock = threading.Lock()
 
     def read(self, rank, stream):
@@ -77,10 +78,10 @@ class _Relay(object):
             if kind == "error":
                 with self.lock:
                     self.errors.append((rank, record))
+            elif rank == 0 and kind == "run_end":
+                self.run_end = record
             elif rank == 0:
                 self.events.forward(record)
-                if kind == "run_end":
-                    self.finished = True
 
 
 def launch(module, argv, nprocs, events, grace_s=GRACE_S):
@@ -158,10 +159,11 @@ def _verdict(relay, codes):
             relay.events.emit("error", {"class": CRASH, "message": "rank %d ended (%s) "
                                         "without reporting an error" % (rank, how)})
             return EXIT_CODES[CRASH]
-    if not relay.finished:
+    if relay.run_end is None:
         relay.events.emit("error", {"class": CRASH,
                                     "message": "rank 0 ended without a run_end event"})
         return EXIT_CODES[CRASH]
+    relay.events.forward(relay.run_end)
     return 0
 
 

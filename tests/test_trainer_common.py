@@ -1,0 +1,281 @@
+"""trainers.common on its own: batch arithmetic, input sizing, the pool, events, error
+classes, argument checks, and the whole run loop and multi-process launcher driven by the
+numpy harness trainer (tests/numpy_trainer.py) in this interpreter, with no framework."""
+import io
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from trainers.common import data, errors, inputs, pool, scaling
+from trainers.common.events import Events
+from trainers.common.protocol import build_parser, resolve
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+# ------------------------------------------------------------------ batch arithmetic
+
+@pytest.mark.parametrize("batch,mode,gpus,expected", [
+    (64, "strong", 0, (64, 64, 1)),
+    (64, "weak", 0, (64, 64, 1)),
+    (64, "strong", 1, (64, 64, 1)),
+    (64, "strong", 4, (64, 16, 4)),
+    (64, "weak", 4, (256, 64, 4)),
+    (3, "weak", 2, (6, 3, 2)),
+])
+def test_split_batch(batch, mode, gpus, expected):
+    assert scaling.split_batch(batch, mode, gpus) == expected
+
+
+@pytest.mark.parametrize("batch,mode,gpus,exc", [
+    (0, "strong", 0, errors.InvalidArgument),
+    (-4, "weak", 1, errors.InvalidArgument),
+    (6, "strong", 4, errors.Unsupported),
+    (2, "strong", 4, errors.Unsupported),
+    (8, "strong", -1, errors.InvalidArgument),
+])
+def test_split_batch_refuses(batch, mode, gpus, exc):
+    with pytest.raises(exc):
+        scaling.split_batch(batch, mode, gpus)
+
+
+# ------------------------------------------------------------------ inputs
+
+def test_input_shapes():
+    assert inputs.input_shape("lenet", "mnist") == (1, 28, 28)
+    assert inputs.input_shape("lenet", "cifar10") == (3, 32, 32)
+    assert inputs.input_shape("resnet50", "mnist") == (1, 224, 224)
+    assert inputs.input_shape("vgg16", "cifar10") == (3, 224, 224)
+    assert inputs.input_shape("googlenet", "imagenet") == (3, 224, 224)
+    assert set(inputs.MODELS) == {"lenet", "alexnet", "resnet50", "googlenet", "vgg16"}
+
+
+def test_resize_nearest_repeats_pixels_at_integer_factors():
+    images = np.arange(2 * 3 * 4 * 4, dtype=np.uint8).reshape(2, 3, 4, 4)
+    out = inputs.resize_nearest(images, 28, 28)
+    assert out.shape == (2, 3, 28, 28) and out.dtype == np.uint8
+    assert np.array_equal(out, images.repeat(7, axis=2).repeat(7, axis=3))
+
+
+def test_resize_nearest_other_sizes_pick_covering_pixel():
+    images = np.arange(5 * 5, dtype=np.float32).reshape(1, 1, 5, 5)
+    out = inputs.resize_nearest(images, 7, 3)
+    assert out.shape == (1, 1, 7, 3)
+    assert out[0, 0, 6, 2] == images[0, 0, 4, 3]  # (6*5)//7 = 4, (2*5)//3 = 3
+    assert out[0, 0, 0, 0] == images[0, 0, 0, 0]
+
+
+# ------------------------------------------------------------------ pool
+
+def test_pool_batches_bounds():
+    assert pool.pool_batches(64, (1, 28, 28), steps=100) == 8
+    assert pool.pool_batches(64, (1, 28, 28), steps=3) == 3
+    # 256 ImageNet images are 154 MB as float32: three fit in 512 MiB
+    assert pool.pool_batches(256, (3, 224, 224), steps=100) == 3
+    assert pool.pool_batches(4096, (3, 224, 224), steps=100) == 1
+
+
+def test_ranks_get_disjoint_slices():
+    a = pool.batch_indices(0, 4, rank=0, world_size=2, n=100)
+    b = pool.batch_indices(0, 4, rank=1, world_size=2, n=100)
+    c = pool.batch_indices(1, 4, rank=0, world_size=2, n=100)
+    assert a.tolist() == [0, 1, 2, 3] and b.tolist() == [4, 5, 6, 7]
+    assert c.tolist() == [8, 9, 10, 11]
+    assert pool.batch_indices(3, 4, 0, 1, n=10).tolist() == [2, 3, 4, 5]  # wraps
+
+
+def test_build_pool_resizes_and_converts():
+    ds = data.synthetic("mnist", 10, seed=0)
+    seen = []
+
+    def to_batch(images, labels):
+        seen.append((images.shape, images.dtype, labels.dtype))
+        return ("converted", images, labels)
+
+    batches = pool.build_pool(ds, 3, 4, (1, 224, 224), to_batch)
+    assert len(batches) == 3 and batches[0][0] == "converted"
+    assert seen[0] == ((4, 1, 224, 224), np.float32, np.int64)
+    # batch 2 covers indices 8, 9, 0, 1 of a 10-image set, upsampled 8x
+    assert np.allclose(batches[2][1][:, :, ::8, ::8] * 255, ds.images[[8, 9, 0, 1]])
+    assert batches[2][2].tolist() == ds.labels[[8, 9, 0, 1]].tolist()
+
+
+# ------------------------------------------------------------------ events, errors
+
+def test_events_are_strict_json_lines():
+    stream = io.StringIO()
+    events = Events(stream)
+    events.emit("step", step=np.int64(3), dt=np.float32(0.5), loss=float("nan"))
+    events.emit("error", {"class": "crash", "message": "x"})
+    lines = stream.getvalue().splitlines()
+    first, second = json.loads(lines[0]), json.loads(lines[1])
+    assert first["event"] == "step" and first["step"] == 3 and first["dt"] == 0.5
+    assert first["loss"] == "nan" and isinstance(first["t"], float)
+    assert second["class"] == "crash"
+
+
+class _OomTrainer(object):
+    def is_out_of_memory(self, exc):
+        return "device ran dry" in str(exc)
+
+
+def test_classify():
+    assert errors.classify(errors.Unsupported("no fp16"))[:2] == ("unsupported", "no fp16")
+    assert errors.classify(errors.DataError("gone"))[0] == "unsupported"
+    assert errors.classify(errors.Diverged("nan"))[0] == "diverged"
+    assert errors.classify(MemoryError())[0] == "out_of_memory"
+    assert errors.classify(RuntimeError("device ran dry"), _OomTrainer())[0] == "out_of_memory"
+    cls, message, tb = errors.classify(RuntimeError("device ran dry"))
+    assert cls == "crash" and "RuntimeError" in message
+    try:
+        {}["missing"]
+    except KeyError as exc:
+        cls, _, tb = errors.classify(exc)
+    assert cls == "crash" and "Traceback" in tb and "KeyError" in tb
+
+
+# ------------------------------------------------------------------ argument checks
+
+def _resolve(*argv, **env):
+    return resolve(build_parser().parse_args(list(argv)), env)
+
+
+def test_resolve_weak_scaling_and_shapes():
+    cfg = _resolve("--model", "resnet50", "--dataset", "synthetic", "--like", "cifar10",
+                   "--batch-size", "8", "--scaling", "weak", "--gpus", "2", "--threads", "3")
+    assert (cfg.global_batch, cfg.per_device_batch, cfg.devices) == (16, 8, 2)
+    assert cfg.input_shape == (3, 224, 224) and cfg.classes == 10
+    assert (cfg.rank, cfg.world_size, cfg.threads, cfg.precision) == (0, 1, 3, "fp32")
+
+
+def test_resolve_reads_rank_from_the_launcher():
+    cfg = _resolve("--model", "lenet", "--dataset", "synthetic", "--like", "mnist",
+                   "--batch-size", "8", "--gpus", "2",
+                   TRAINER_RANK="1", TRAINER_WORLD_SIZE="2", TRAINER_LOCAL_RANK="1")
+    assert (cfg.rank, cfg.world_size, cfg.local_rank, cfg.per_device_batch) == (1, 2, 1, 4)
+
+
+@pytest.mark.parametrize("argv,match", [
+    (["--batch-size", "0"], "--batch-size must be at least 1"),
+    (["--batch-size", "4", "--iterations", "0"], "--iterations"),
+    (["--batch-size", "4", "--warmup", "-1"], "--warmup"),
+    (["--batch-size", "4", "--threads", "0"], "--threads"),
+    (["--batch-size", "five"], "invalid int"),
+    (["--batch-size", "4", "--precision", "fp8"], "invalid choice"),
+])
+def test_resolve_refuses_bad_input(argv, match):
+    base = ["--model", "lenet", "--dataset", "synthetic", "--like", "mnist"]
+    with pytest.raises(errors.InvalidArgument, match=match):
+        _resolve(*(base + argv))
+
+
+def test_resolve_dataset_rules(tmp_path):
+    with pytest.raises(errors.InvalidArgument, match="--like"):
+        _resolve("--model", "lenet", "--dataset", "synthetic", "--batch-size", "1")
+    with pytest.raises(errors.InvalidArgument, match="--data-dir"):
+        _resolve("--model", "lenet", "--dataset", "mnist", "--batch-size", "1")
+    with pytest.raises(errors.DataError, match="does not exist"):
+        _resolve("--model", "lenet", "--dataset", "mnist", "--batch-size", "1",
+                 "--data-dir", str(tmp_path / "nowhere"))
+    with pytest.raises(errors.Unsupported, match="--like imagenet"):
+        _resolve("--model", "lenet", "--dataset", "imagenet", "--batch-size", "1")
+    cfg = _resolve("--model", "alexnet", "--dataset", "mnist", "--batch-size", "1",
+                   "--data-dir", str(tmp_path))
+    assert cfg.like == "mnist" and cfg.input_shape == (1, 224, 224)
+
+
+# ------------------------------------------------------------------ the whole loop
+
+def harness(args, python=None, **env):
+    """Run the numpy harness trainer; return (exit status, events, stderr)."""
+    full_env = dict(os.environ)
+    full_env.update(env)
+    proc = subprocess.run([python or sys.executable, "-m", "tests.numpy_trainer"] + args,
+                          cwd=REPO, env=full_env, stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, universal_newlines=True, timeout=300)
+    events = [json.loads(line) for line in proc.stdout.splitlines()]
+    return proc.returncode, events, proc.stderr
+
+
+SMALL = ["--model", "lenet", "--dataset", "synthetic", "--like", "mnist",
+         "--iterations", "4", "--warmup", "2", "--threads", "1"]
+
+
+def test_harness_run_and_native_noise_goes_to_stderr():
+    rc, events, stderr = harness(SMALL + ["--batch-size", "8"], HARNESS_NOISE="1")
+    assert rc == 0
+    assert [e["event"] for e in events] == (
+        ["run_start", "step", "step", "warmup_end"] + ["step"] * 4 + ["run_end"])
+    assert "noise written to fd 1" in stderr and "noise printed by Python" in stderr
+    assert events[0]["framework"] == "numpy-harness" and events[0]["params"] == 7850
+    assert [e["step"] for e in events if e["event"] == "step"] == list(range(6))
+    assert events[-1]["images"] == 32 and events[3]["step"] == 2
+    stamps = [e["t"] for e in events]
+    assert stamps == sorted(stamps)
+
+
+def test_warmup_zero_opens_the_window_first():
+    argv = ["--model", "lenet", "--dataset", "synthetic", "--like", "cifar10",
+            "--iterations", "2", "--warmup", "0", "--batch-size", "2"]
+    rc, events, _ = harness(argv)
+    assert rc == 0
+    assert [e["event"] for e in events] == ["run_start", "warmup_end", "step", "step",
+                                            "run_end"]
+    assert events[1]["step"] == 0
+
+
+def test_divergence_is_caught_at_the_step_it_happens():
+    rc, events, _ = harness(SMALL + ["--batch-size", "8"], HARNESS_LR="1e6")
+    assert rc == errors.EXIT_CODES["diverged"]
+    assert events[-1]["event"] == "error" and events[-1]["class"] == "diverged"
+    assert all(isinstance(e["loss"], float) for e in events if e["event"] == "step")
+
+
+def test_memory_error_is_out_of_memory():
+    rc, events, _ = harness(SMALL + ["--batch-size", "8"], HARNESS_OOM_RANK="0")
+    assert rc == errors.EXIT_CODES["out_of_memory"]
+    assert events[-1]["class"] == "out_of_memory" and "traceback" in events[-1]
+    assert [e["event"] for e in events[:-1]] == ["run_start", "step"]
+
+
+def test_launcher_runs_one_process_per_device_and_relays_rank_0():
+    rc, events, _ = harness(SMALL + ["--batch-size", "8", "--gpus", "2", "--scaling",
+                                     "weak"], HARNESS_RANKS="per-device")
+    assert rc == 0
+    kinds = [e["event"] for e in events]
+    assert kinds == ["run_start", "step", "step", "warmup_end"] + ["step"] * 4 + ["run_end"]
+    start = events[0]
+    assert start["processes"] == 2 and start["batch_size"] == 16
+    assert start["per_device_batch"] == 8
+    assert all(e["images"] == 16 for e in events if e["event"] == "step")
+
+
+def test_launcher_reports_a_failing_rank():
+    rc, events, _ = harness(SMALL + ["--batch-size", "8", "--gpus", "2"],
+                            HARNESS_RANKS="per-device", HARNESS_OOM_RANK="1")
+    assert rc == errors.EXIT_CODES["out_of_memory"]
+    assert events[-1]["event"] == "error" and events[-1]["class"] == "out_of_memory"
+    assert events[-1]["message"].startswith("rank 1: ")
+    # rank 0 finished its steps, but the run did not end well: no run_end
+    assert "run_end" not in [e["event"] for e in events]
+
+
+@pytest.mark.skipif(not os.environ.get("PY36_PYTHON"),
+                    reason="set PY36_PYTHON to a Python 3.6 with numpy 1.19")
+def test_common_runs_on_python_36(tmp_path):
+    py36 = os.environ["PY36_PYTHON"]
+    version = subprocess.check_output([py36, "-c", "import sys, numpy; print("
+                                       "sys.version_info[:2], numpy.__version__)"],
+                                      universal_newlines=True)
+    assert version.startswith("(3, 6)")
+    subprocess.check_call([py36, "-m", "trainers.common.data", "mnist", str(tmp_path),
+                           "--n", "40", "--gz"], cwd=REPO)
+    argv = ["--model", "lenet", "--dataset", "mnist", "--data-dir", str(tmp_path),
+            "--iterations", "3", "--warmup", "1", "--batch-size", "4", "--gpus", "2"]
+    rc, events, _ = harness(argv, python=py36, HARNESS_RANKS="per-device")
+    assert rc == 0 and events[0]["python"].startswith("3.6")
+    assert events[-1] == dict(events[-1], event="run_end", steps=3, images=12)

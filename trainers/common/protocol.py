@@ -1,0 +1,234 @@
+"""The trainer's command line and main loop (docs/protocol.md, sections 1 and 2).
+
+`run(TheTrainer)` is all a framework's `__main__` calls. It claims stdout for events,
+parses and checks the arguments, works out the batches, reads the data, lets the framework
+build its model, prepares the batch pool, runs and times the warm-up and measured steps,
+and reports every failure as one `error` event of the right class. The framework code it
+calls is limited to the hooks of `trainers.common.trainer.Trainer`.
+"""
+import argparse
+import math
+import os
+import platform
+import sys
+
+from trainers.common import data as datasets
+from trainers.common.errors import (EXIT_CODES, Diverged, InvalidArgument, Unsupported,
+                                    classify)
+from trainers.common.events import Events
+from trainers.common.host import available_cpus
+from trainers.common.inputs import DATASETS, MODELS, input_shape
+from trainers.common.launch import launch, rank_from_env
+from trainers.common.pool import build_pool, pool_batches
+from trainers.common.scaling import SCALINGS, split_batch
+from trainers.common.timing import timed
+
+PRECISIONS = ("fp32", "fp16", "bf16")
+SYNTHETIC = "synthetic"
+
+__all__ = ["build_parser", "resolve", "Config", "run", "Events", "Unsupported"]
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that raises instead of exiting, so bad input ends as an `error` event."""
+
+    def error(self, message):
+        raise InvalidArgument(message)
+
+
+def build_parser():
+    """The trainer command line shared by every framework."""
+    parser = _Parser(prog="python -m trainers.<framework>",
+                     description="Train one model for a number of timed steps and "
+                                 "report JSON events on stdout (docs/protocol.md).")
+    parser.add_argument("--model", required=True, choices=MODELS)
+    parser.add_argument("--dataset", required=True, choices=list(DATASETS) + [SYNTHETIC])
+    parser.add_argument("--like", choices=list(DATASETS),
+                        help="for synthetic: the dataset whose shape it takes")
+    parser.add_argument("--data-dir", help="where the dataset's files are")
+    parser.add_argument("--batch-size", type=int, required=True,
+                        help="global under strong scaling, per GPU under weak")
+    parser.add_argument("--scaling", choices=SCALINGS, default="strong")
+    parser.add_argument("--iterations", type=int, default=100,
+                        help="measured steps, after warm-up")
+    parser.add_argument("--warmup", type=int, default=10,
+                        help="steps run and timed but not measured")
+    parser.add_argument("--gpus", type=int, default=0, help="0 = CPU")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="intra-op CPU threads (default: the CPUs this process may use)")
+    parser.add_argument("--precision", choices=PRECISIONS, default="fp32")
+    parser.add_argument("--seed", type=int, default=0)
+    return parser
+
+
+class Config(object):
+    """The resolved settings of one run, as every framework hook receives them.
+
+    Beyond the arguments: `global_batch` and `per_device_batch` (images per step, overall
+    and per device), `devices` (1 on CPU, else gpus), `rank`/`world_size`/`local_rank`
+    (this process's place in a multi-process run; 0/1/0 otherwise), `input_shape`
+    ([C, H, W] the model takes) and `classes`.
+    """
+
+    def __init__(self, **fields):
+        self.__dict__.update(fields)
+
+    def as_dict(self):
+        return dict(self.__dict__)
+
+    def __repr__(self):
+        return "Config(%s)" % ", ".join("%s=%r" % kv for kv in sorted(self.__dict__.items()))
+
+
+def resolve(args, environ=None):
+    """Check parsed arguments and derive the run's settings; raise InvalidArgument or
+    Unsupported with a message that says what to change."""
+    environ = os.environ if environ is None else environ
+    if args.iterations < 1:
+        raise InvalidArgument("--iterations must be at least 1, got %d" % args.iterations)
+    if args.warmup < 0:
+        raise InvalidArgument("--warmup must be 0 or more, got %d" % args.warmup)
+    threads = available_cpus() if args.threads is None else args.threads
+    if threads < 1:
+        raise InvalidArgument("--threads must be at least 1, got %d" % threads)
+    global_batch, per_device, devices = split_batch(args.batch_size, args.scaling, args.gpus)
+
+    if args.dataset == SYNTHETIC:
+        if args.like is None:
+            raise InvalidArgument("--dataset synthetic needs --like (%s): the dataset "
+                                  "whose shape it takes" % ", ".join(DATASETS))
+        like = args.like
+    else:
+        if args.like not in (None, args.dataset):
+            raise InvalidArgument("--like is for --dataset synthetic; --dataset %s has its "
+                                  "own shape" % args.dataset)
+        like = args.dataset
+        if args.dataset == "imagenet":
+            raise Unsupported(datasets.NO_IMAGENET_READER)
+        else:
+            if not args.data_dir:
+                raise InvalidArgument(
+                    "--dataset %s reads files: give --data-dir (or use --dataset "
+                    "synthetic --like %s)" % (args.dataset, args.dataset))
+            if not os.path.isdir(args.data_dir):
+                raise datasets.DataError("--data-dir %s does not exist" % args.data_dir)
+
+    place = rank_from_env(environ) or (0, 1, 0)
+    return Config(
+        model=args.model, dataset=args.dataset, like=like, data_dir=args.data_dir,
+        batch_size=args.batch_size, scaling=args.scaling, iterations=args.iterations,
+        warmup=args.warmup, gpus=args.gpus, threads=threads, precision=args.precision,
+        seed=args.seed, global_batch=global_batch, per_device_batch=per_device,
+        devices=devices, rank=place[0], world_size=place[1], local_rank=place[2],
+        input_shape=tuple(input_shape(args.model, like)), classes=DATASETS[like].classes)
+
+
+def run(trainer, argv=None, module=None):
+    """Run one benchmark with `trainer` (a Trainer instance, or a class or factory that
+    makes one; a factory lets the framework be imported after stdout is claimed, so even
+    its import-time prints go to stderr). Return the exit status for sys.exit.
+
+    `module` is what a multi-process run re-runs with `python -m`; by default the module
+    this process was started as.
+    """
+    events = Events.claim_stdout()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    obj = None
+    set_up = []
+    try:
+        cfg = resolve(build_parser().parse_args(argv))
+        obj = _instantiate(trainer)
+        obj.preflight(cfg)
+        processes = int(obj.processes(cfg))
+        if processes not in (1, cfg.devices):
+            raise ValueError("%s trainer asked for %d processes; it may ask for 1 or one "
+                             "per device (%d)" % (obj.framework, processes, cfg.devices))
+        if processes > 1 and rank_from_env(os.environ) is None:
+            return launch(module or _main_module(), argv, processes, events)
+        if processes != cfg.world_size:
+            raise ValueError("launched as %d ranks but the trainer asks for %d processes"
+                             % (cfg.world_size, processes))
+        _train(obj, cfg, events, set_up)
+        return 0
+    except SystemExit:  # --help
+        raise
+    except BaseException as exc:
+        cls, message, tb = classify(exc, obj)
+        fields = {"class": cls, "message": message}
+        if tb:
+            fields["traceback"] = tb
+        events.emit("error", fields)
+        return EXIT_CODES[cls]
+    finally:
+        if set_up:
+            try:
+                obj.teardown()
+            except Exception as exc:  # the run's outcome is already reported
+                sys.stderr.write("teardown failed: %r\n" % (exc,))
+        events.close()
+
+
+def _train(obj, cfg, events, set_up):
+    steps = cfg.warmup + cfg.iterations
+    n_batches = pool_batches(cfg.per_device_batch, cfg.input_shape, steps)
+    # read the data before building the model: a missing file should cost seconds
+    if cfg.dataset == SYNTHETIC:
+        dataset = datasets.synthetic(cfg.like, n_batches * cfg.per_device_batch,
+                                     seed=[cfg.seed, cfg.rank])
+        shard = (0, 1)  # already this rank's own
+    else:
+        dataset = datasets.load(cfg.dataset, cfg.data_dir)
+        shard = (cfg.rank, cfg.world_size)
+
+    info = obj.setup(cfg)
+    set_up.append(True)
+    _check_setup(info, obj)
+    pool = build_pool(dataset, n_batches, cfg.per_device_batch, cfg.input_shape,
+                      obj.to_batch, rank=shard[0], world_size=shard[1])
+    del dataset
+
+    events.emit("run_start", {
+        "framework": obj.framework, "version": info["version"], "build": info["build"],
+        "model": cfg.model, "params": int(info["params"]),
+        "input_shape": list(cfg.input_shape), "classes": cfg.classes,
+        "dataset": cfg.dataset, "like": cfg.like, "batch_size": cfg.global_batch,
+        "per_device_batch": cfg.per_device_batch, "gpus": cfg.gpus,
+        "devices": list(info["devices"]), "threads": cfg.threads,
+        "precision": cfg.precision, "seed": cfg.seed,
+        "python": platform.python_version(),
+        "scaling": cfg.scaling, "warmup": cfg.warmup, "iterations": cfg.iterations,
+        "processes": cfg.world_size, "pool_batches": len(pool),
+    })
+    for i in range(steps):
+        if i == cfg.warmup:
+            events.emit("warmup_end", step=cfg.warmup)
+        loss, dt = timed(obj.step, pool[i % len(pool)])
+        loss = float(loss)
+        if not math.isfinite(loss):
+            raise Diverged("loss became %r at step %d (%s)" % (
+                loss, i, "warm-up" if i < cfg.warmup else "measured"))
+        events.emit("step", step=i, dt=dt, images=cfg.global_batch, loss=loss)
+    events.emit("run_end", steps=cfg.iterations, images=cfg.iterations * cfg.global_batch)
+
+
+def _check_setup(info, obj):
+    missing = [k for k in ("params", "devices", "version", "build") if k not in info]
+    if missing:
+        raise ValueError("%s trainer's setup() did not report %s"
+                         % (obj.framework, ", ".join(missing)))
+
+
+def _instantiate(trainer):
+    if isinstance(trainer, type) or (callable(trainer) and not hasattr(trainer, "step")):
+        return trainer()
+    return trainer
+
+
+def _main_module():
+    spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+    name = getattr(spec, "name", None)
+    if not name:
+        raise RuntimeError("a multi-process run re-runs the trainer with python -m; start "
+                           "it that way (python -m trainers.<framework>)")
+    suffix = ".__main__"
+    return name[:-len(suffix)] if name.endswith(suffix) else name

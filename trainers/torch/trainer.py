@@ -1,0 +1,166 @@
+"""The PyTorch side of the protocol: device setup, model, and one training step.
+
+Cross-entropy loss and SGD with momentum 0.9 at learning rate 0.01 (the usual ImageNet
+starting rate; benchmark runs are too short for a schedule). fp16 and bf16 use
+torch.autocast, fp16 on a GPU with a gradient scaler as mixed-precision training does; on
+a CPU only bf16 is offered, since CPUs have no fast fp16 arithmetic and a slow emulation
+would say nothing about the framework. Several GPUs run DistributedDataParallel, one
+process per GPU (NCCL), which `trainers.common` launches; rank 0 reports.
+"""
+import os
+import re
+
+import torch
+import torch.nn.functional as F
+
+from trainers.common.errors import Unsupported
+from trainers.common.host import cpu_name
+from trainers.common.trainer import Trainer
+from trainers.torch.models import build, count_params
+
+LEARNING_RATE = 0.01
+MOMENTUM = 0.9
+AMP_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
+
+_interop_threads_set = []  # torch allows setting the inter-op pool size once per process
+
+
+class TorchTrainer(Trainer):
+    framework = "torch"
+
+    def __init__(self):
+        self.device = None
+        self.model = None
+        self.optimizer = None
+        self.scaler = None
+        self.amp_dtype = None
+        self.distributed = False
+
+    # ---------------------------------------------------------------- protocol hooks
+
+    def preflight(self, cfg):
+        if cfg.gpus > 0:
+            if not torch.cuda.is_available():
+                raise Unsupported(
+                    "--gpus %d needs CUDA, but this torch %s (CUDA %s) sees no CUDA device"
+                    % (cfg.gpus, torch.__version__, torch.version.cuda or "not built"))
+            visible = torch.cuda.device_count()
+            if cfg.gpus > visible:
+                raise Unsupported("--gpus %d, but only %d CUDA devices are visible"
+                                  % (cfg.gpus, visible))
+            if cfg.gpus > 1 and not _nccl_available():
+                raise Unsupported("--gpus %d needs NCCL, which this torch build lacks"
+                                  % cfg.gpus)
+        elif cfg.precision == "fp16":
+            raise Unsupported("fp16 on the CPU is not supported by this trainer (CPUs "
+                              "lack fast fp16 arithmetic); use bf16 or fp32")
+
+    def processes(self, cfg):
+        return cfg.gpus if cfg.gpus > 1 else 1
+
+    def setup(self, cfg):
+        torch.manual_seed(cfg.seed)
+        torch.set_num_threads(cfg.threads)
+        if not _interop_threads_set:
+            torch.set_num_interop_threads(cfg.threads)
+            _interop_threads_set.append(cfg.threads)
+
+        if cfg.gpus > 0:
+            self.device = torch.device("cuda", cfg.local_rank)
+            torch.cuda.set_device(self.device)
+            torch.backends.cudnn.benchmark = True  # autotuning happens during warm-up
+            devices = [torch.cuda.get_device_name(i) for i in range(cfg.gpus)]
+            if cfg.precision == "bf16" and not torch.cuda.is_bf16_supported():
+                raise Unsupported("bf16 is not supported on %s" % devices[cfg.local_rank])
+        else:
+            self.device = torch.device("cpu")
+            devices = [cpu_name()]
+
+        model = build(cfg.model, cfg.input_shape, cfg.classes)
+        params = count_params(model)
+        model = model.to(self.device).train()
+        if cfg.world_size > 1:
+            torch.distributed.init_process_group(
+                "nccl", init_method="env://", rank=cfg.rank, world_size=cfg.world_size)
+            self.distributed = True
+            model = torch.nn.parallel.DistributedDataParallel(
+                model, device_ids=[cfg.local_rank], output_device=cfg.local_rank)
+        self.model = model
+        self.optimizer = torch.optim.SGD(model.parameters(), lr=LEARNING_RATE,
+                                         momentum=MOMENTUM)
+        self.amp_dtype = AMP_DTYPES.get(cfg.precision)
+        if cfg.precision == "fp16":
+            self.scaler = torch.amp.GradScaler("cuda")
+        return {"params": params, "devices": devices, "version": torch.__version__,
+                "build": build_info()}
+
+    def to_batch(self, images, labels):
+        images, labels = torch.from_numpy(images), torch.from_numpy(labels)
+        if self.device.type == "cuda":  # pinned memory makes the timed copy a real DMA
+            images, labels = images.pin_memory(), labels.pin_memory()
+        return images, labels
+
+    def step(self, batch):
+        images = batch[0].to(self.device, non_blocking=True)
+        labels = batch[1].to(self.device, non_blocking=True)
+        self.optimizer.zero_grad(set_to_none=True)
+        if self.amp_dtype is None:
+            loss = F.cross_entropy(self.model(images), labels)
+        else:
+            with torch.autocast(self.device.type, dtype=self.amp_dtype):
+                loss = F.cross_entropy(self.model(images), labels)
+        if self.scaler is not None:
+            self.scaler.scale(loss).backward()
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+        else:
+            loss.backward()
+            self.optimizer.step()
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        return loss.item()
+
+    def is_out_of_memory(self, exc):
+        oom = getattr(torch.cuda, "OutOfMemoryError", None)
+        if oom is not None and isinstance(exc, oom):
+            return True
+        text = str(exc).lower()
+        return isinstance(exc, RuntimeError) and (
+            "out of memory" in text or "can't allocate memory" in text)
+
+    def teardown(self):
+        if self.distributed and torch.distributed.is_initialized():
+            torch.distributed.destroy_process_group()
+
+
+def _nccl_available():
+    dist = torch.distributed
+    return dist.is_available() and dist.is_nccl_available()
+
+
+def build_info():
+    """What this torch was built with and runs on, for run_start's `build`."""
+    cudnn = torch.backends.cudnn
+    info = {
+        "cuda": torch.version.cuda,
+        "cudnn": cudnn.version() if cudnn.is_available() else None,
+        "nccl": None,
+        "mkl": torch.backends.mkl.is_available(),
+        "mkldnn": torch.backends.mkldnn.is_available(),
+        "openmp": torch.backends.openmp.is_available(),
+        "intra_op_threads": torch.get_num_threads(),
+        "inter_op_threads": torch.get_num_interop_threads(),
+        "git_version": torch.version.git_version,
+    }
+    if torch.cuda.is_available() and _nccl_available():
+        info["nccl"] = ".".join(str(v) for v in torch.cuda.nccl.version())
+    config = torch.__config__.show()
+    for key in ("BLAS_INFO", "LAPACK_INFO", "CPU capability usage"):
+        match = re.search(re.escape(key) + r"[=:]\s*([^,\n]+)", config)
+        if match:
+            info[key.lower().replace(" ", "_")] = match.group(1).strip()
+    match = re.search(r"ATen parallel backend:\s*(.+)", torch.__config__.parallel_info())
+    if match:
+        info["parallel_backend"] = match.group(1).strip()
+    info["omp_num_threads"] = os.environ.get("OMP_NUM_THREADS")
+    return info
