@@ -87,19 +87,21 @@ def collect(session_factory: sessionmaker, runs_root: Path) -> CollectReport:
 
 def _land(session_factory: sessionmaker, path: Path, result: dict[str, Any]) -> bool:
     """One file, one transaction; True if this call landed it, False if it was already in."""
-    for attempt in (1, 2):
-        try:
-            with session_factory() as session, session.begin():
-                _ingest(session, path, result)
-            return True
-        except _AlreadyCollected:
-            return False
-        except IntegrityError:
-            # A concurrent collector inserted the same sweep, cell or run between our look and
-            # our insert; on the retry we find its rows.
-            if attempt == 2:
-                raise
-    raise AssertionError("unreachable")
+    try:
+        return _land_once(session_factory, path, result)
+    except IntegrityError:
+        # A concurrent collector inserted the same sweep, cell or run between our look and our
+        # insert; the retry finds its rows (and, most likely, the run already claimed).
+        return _land_once(session_factory, path, result)
+
+
+def _land_once(session_factory: sessionmaker, path: Path, result: dict[str, Any]) -> bool:
+    try:
+        with session_factory() as session, session.begin():
+            _ingest(session, path, result)
+    except _AlreadyCollected:
+        return False
+    return True
 
 
 def _ingest(session: Session, path: Path, result: dict[str, Any]) -> None:

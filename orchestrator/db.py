@@ -8,6 +8,8 @@ the `sqlite3` shell, or attach to a notebook; any SQLAlchemy URL works for a sha
 Concurrency: a launcher and one or more collectors may work on the same SQLite file at once.
 Each connection switches the file to WAL journaling (readers never block the writer) and waits
 up to `BUSY_TIMEOUT_S` for the write lock instead of failing at once with "database is locked".
+WAL needs every process on one host (it shares memory through the `-shm` file), which holds
+for the login node that launches and collects; jobs on compute nodes never open the database.
 
 Schema changes: `SCHEMA_VERSION` names the layout defined here. Until Alembic migrations exist,
 `open_db` only creates what is missing (`CREATE TABLE/VIEW IF NOT EXISTS`) and never alters an
@@ -33,7 +35,7 @@ from sqlalchemy import (
     event,
     inspect,
 )
-from sqlalchemy.engine import make_url
+from sqlalchemy.engine import Connection, Dialect, make_url
 from sqlalchemy.exc import OperationalError, ProgrammingError
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship, sessionmaker, validates
 from sqlalchemy.sql import column, table
@@ -196,9 +198,9 @@ _PIVOT = {
 results_view = table("results", *(column(name) for name in RESULTS_COLUMNS))
 
 
-def results_view_sql(engine: Engine) -> str:
-    """The view's SELECT, quoted for the engine's dialect (`repeat` is a keyword on some)."""
-    q = engine.dialect.identifier_preparer.quote
+def results_view_sql(dialect: Dialect) -> str:
+    """The view's SELECT, quoted for the dialect (`repeat` is a keyword on some databases)."""
+    q = dialect.identifier_preparer.quote
     pivot = ",\n           ".join(
         f"MAX(CASE WHEN name = '{metric}' THEN value END)"
         + (f" / {divisor}" if divisor else "") + f" AS {q(col)}"
@@ -246,7 +248,7 @@ def open_db(url: str, create: bool = True) -> sessionmaker:
     """
     path = sqlite_path(url)
     if not create and path is not None and not path.exists():
-        raise NoDatabase(f"no database file {path}")
+        raise NoDatabase(f"no {path} here")
     engine = create_engine(url)
     if engine.dialect.name == "sqlite":
         event.listen(engine, "connect", _sqlite_pragmas)
@@ -263,30 +265,44 @@ def _sqlite_pragmas(dbapi_connection: Any, connection_record: Any) -> None:
     cursor = dbapi_connection.cursor()
     cursor.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
     cursor.execute("PRAGMA journal_mode = WAL")
+    # In WAL mode NORMAL cannot corrupt the file; a commit lost to a power cut only leaves its
+    # run uncollected, and the next `collect` lands it again from its result.json.
+    cursor.execute("PRAGMA synchronous = NORMAL")
     cursor.execute("PRAGMA foreign_keys = ON")
     cursor.close()
 
 
 def _create_schema(engine: Engine) -> None:
-    """Creates what is missing; a second process creating the same tables at once is tolerated.
+    """Creates what is missing, safely when two processes open a fresh database together.
 
-    `create_all` checks then creates, so two processes opening a fresh file together can both
-    see a table missing; the loser's "already exists" error is retried once, when the check
-    finds everything in place.
+    `create_all` looks, then creates; two processes doing that at once can both find a table
+    missing. On SQLite the creator first takes the write lock (BEGIN IMMEDIATE), so the other
+    waits and then finds everything in place; elsewhere the loser's "already exists" error is
+    retried once.
     """
+    insp = inspect(engine)
+    if all(insp.has_table(t) for t in Base.metadata.tables) and "results" in insp.get_view_names():
+        return
+    if engine.dialect.name == "sqlite":
+        with engine.connect() as conn:
+            conn.exec_driver_sql("BEGIN IMMEDIATE")
+            Base.metadata.create_all(conn)
+            _create_results_view(conn)
+            conn.commit()
+        return
     for attempt in (1, 2):
         try:
-            Base.metadata.create_all(engine)
-            _create_results_view(engine)
+            with engine.begin() as conn:
+                Base.metadata.create_all(conn)
+                _create_results_view(conn)
             return
         except (OperationalError, ProgrammingError):
             if attempt == 2:
                 raise
 
 
-def _create_results_view(engine: Engine) -> None:
-    with engine.begin() as conn:
-        if engine.dialect.name == "sqlite":
-            conn.exec_driver_sql("CREATE VIEW IF NOT EXISTS results AS\n" + results_view_sql(engine))
-        elif "results" not in inspect(conn).get_view_names():
-            conn.exec_driver_sql("CREATE VIEW results AS\n" + results_view_sql(engine))
+def _create_results_view(conn: Connection) -> None:
+    if conn.dialect.name == "sqlite":
+        conn.exec_driver_sql("CREATE VIEW IF NOT EXISTS results AS\n" + results_view_sql(conn.dialect))
+    elif "results" not in inspect(conn).get_view_names():
+        conn.exec_driver_sql("CREATE VIEW results AS\n" + results_view_sql(conn.dialect))

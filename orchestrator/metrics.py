@@ -82,7 +82,7 @@ def measured_window(events: Iterable[dict[str, Any]]) -> dict[str, Any]:
         kind = ev.get("event")
         if kind == "warmup_end" and warmup_end is None:
             warmup_end = ev
-        elif kind == "run_end":
+        elif kind == "run_end" and run_end is None:
             run_end = ev
         elif kind == "error":
             error = ev

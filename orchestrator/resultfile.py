@@ -43,9 +43,10 @@ def read_result(path: Path) -> dict[str, Any]:
     try:
         result = json.loads(text)
     except json.JSONDecodeError as exc:
-        truncated = exc.pos >= len(text.rstrip())
+        # A prefix of valid JSON fails at its very end, or inside a string it never closes.
+        truncated = exc.pos >= len(text.rstrip()) or exc.msg.startswith("Unterminated string")
         raise BadResult(
-            f"{'truncated JSON' if truncated else 'not JSON'}: {exc.msg} at line {exc.lineno} column {exc.colno}"
+            f"{'truncated JSON' if truncated else 'not JSON'}: {exc.msg} (line {exc.lineno}, column {exc.colno})"
         ) from None
     check_result(result)
     return result
@@ -54,7 +55,7 @@ def read_result(path: Path) -> dict[str, Any]:
 def check_result(result: Any) -> None:
     """Raises BadResult for the first field that is missing or of the wrong type."""
     if not isinstance(result, dict):
-        raise BadResult(f"top level is a JSON {_json_type(result)}, expected an object")
+        raise BadResult(f"the top level is {_json_type(result)}, expected an object")
     if "schema" not in result:
         raise BadResult("missing key 'schema' (not a result.json of this orchestrator?)")
     if result["schema"] != RESULT_SCHEMA:

@@ -1,0 +1,134 @@
+"""`status`, `collect` and `results` end to end on real files and a real SQLite database."""
+import csv
+import io
+
+import pytest
+
+from orchestrator import db
+from orchestrator.cli import main
+from result_factory import make_result, write_result, write_text
+
+
+@pytest.fixture
+def env(tmp_path, monkeypatch):
+    """A working directory with a runs/ tree of four runs (one failed) in two sweeps, no DB yet."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("COLUMNS", "250")
+    monkeypatch.delenv("ORCHESTRATOR_DB", raising=False)
+    monkeypatch.delenv("ORCHESTRATOR_RUNS", raising=False)
+    runs = tmp_path / "runs"
+    write_result(runs, {**make_result(sweep="old", model="lenet"), "started_at": 1_000.0})
+    write_result(runs, {**make_result(sweep="new", model="lenet", metrics={"images_per_sec": 900.0,
+                                                                           "images_per_sec_std": 3.25}),
+                        "started_at": 2_000.0})
+    write_result(runs, {**make_result(sweep="new", model="alexnet", framework="tf"), "started_at": 2_000.0})
+    write_result(runs, {**make_result(sweep="new", model="vgg16", state="failed", error={
+        "class": "out_of_memory", "message": "CUDA out of memory.\nTried to allocate " + "9" * 300}),
+        "started_at": 2_000.0})
+    return tmp_path
+
+
+def test_collect_reports_counts_and_second_run_adds_nothing(env, capsys):
+    assert main(["collect"]) == 0
+    assert capsys.readouterr().out.strip() == "4 added, 0 already in the DB, 0 broken"
+    assert (env / "results.db").exists()
+    assert main(["collect"]) == 0
+    assert capsys.readouterr().out.strip() == "0 added, 4 already in the DB, 0 broken"
+
+
+def test_collect_with_a_broken_file_lands_the_rest_and_exits_1(env, capsys):
+    bad = write_text(env / "runs", "new/deadbeef/0/result.json", '{"schema": 1, "run_uid": ')
+    assert main(["collect"]) == 1
+    out = capsys.readouterr().out
+    assert out.startswith("4 added, 0 already in the DB, 1 broken")
+    assert "broken: runs/new/deadbeef/0/result.json: truncated JSON" in out
+    assert bad.exists()
+    assert main(["results", "--csv"]) == 0
+    assert len(list(csv.DictReader(io.StringIO(capsys.readouterr().out)))) == 4
+
+
+def test_status_counts_by_state_newest_first_and_lists_failures(env, capsys):
+    main(["collect"])
+    capsys.readouterr()
+    assert main(["status"]) == 0
+    out = capsys.readouterr().out
+    assert out.index("new") < out.index("old"), "newest sweep first"
+    new_row = next(line for line in out.splitlines() if "│ new " in line)
+    assert [c.strip() for c in new_row.strip("│ ").split("│")][2:5] == ["3", "2", "1"]  # cells, done, failed
+    assert "Failed or lost runs (1):" in out
+    assert "failed torch/vgg16/mnist" in out
+    assert "out_of_memory: CUDA out of memory. Tried to allocate 999" in out  # one line
+    assert "9" * 150 not in out  # truncated
+    assert str(env / "runs" / "new") in out and "trainer.log" in out
+
+    assert main(["status", "--sweep", "latest"]) == 0
+    out = capsys.readouterr().out
+    assert "│ new " in out and "│ old " not in out
+    assert main(["--db", "sqlite:///results.db", "status", "--sweep", "old"]) == 0
+    out = capsys.readouterr().out
+    assert "│ old " in out and "Failed or lost" not in out
+
+
+def test_status_of_an_unknown_sweep_names_the_known_ones(env, capsys):
+    main(["collect"])
+    capsys.readouterr()
+    assert main(["status", "--sweep", "nope"]) == 1
+    err = capsys.readouterr().err
+    assert "--sweep nope: no such sweep" in err and "new, old" in err
+
+
+def test_results_csv_with_where_filters(env, capsys):
+    main(["collect"])
+    capsys.readouterr()
+    assert main(["results", "--csv", "--where", "framework=torch", "--where", "model=lenet"]) == 0
+    rows = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
+    assert [(r["sweep"], r["framework"], r["model"]) for r in rows] == [("new", "torch", "lenet"), ("old", "torch", "lenet")]
+    assert list(rows[0]) == list(db.RESULTS_COLUMNS)
+    assert rows[0]["images_per_sec"] == "900.0" and rows[0]["images_per_sec_std"] == "3.25"
+    assert rows[0]["gpu_mem_peak_mb"] == ""
+
+    # a numeric column, alternatives with a comma, a state and a sweep
+    assert main(["results", "--csv", "--sweep", "latest", "--where", "gpus=0",
+                 "--where", "model=alexnet,vgg16", "--state", "done"]) == 0
+    rows = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
+    assert [(r["sweep"], r["model"], r["state"]) for r in rows] == [("new", "alexnet", "done")]
+
+
+def test_results_table_shows_rate_with_spread(env, capsys):
+    main(["collect"])
+    capsys.readouterr()
+    assert main(["results", "--sweep", "new"]) == 0
+    out = capsys.readouterr().out
+    assert "3 runs of sweep new" in out
+    assert "900.0 ± 3.2" in out
+    assert "failed (out_of_memory)" in out
+
+
+def test_results_bad_filters_say_what_to_do(env, capsys):
+    main(["collect"])
+    capsys.readouterr()
+    assert main(["results", "--where", "frmework=torch"]) == 1
+    assert "no column 'frmework'; columns are run, sweep" in capsys.readouterr().err
+    assert main(["results", "--where", "gpus=two"]) == 1
+    assert "gpus is a number" in capsys.readouterr().err
+    assert main(["results", "--state", "finished"]) == 1
+    assert "use one of pending" in capsys.readouterr().err
+    assert main(["results", "--where", "model=resnet50"]) == 1
+    assert "no runs match" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", [["status"], ["results"], ["results", "--csv"]])
+def test_missing_database_is_a_message_not_a_traceback(env, capsys, command):
+    assert main(command) == 1
+    captured = capsys.readouterr()
+    assert "no results.db here; run a sweep first: python -m orchestrator -m" in captured.err
+    assert "Traceback" not in captured.err and captured.out == ""
+    assert not (env / "results.db").exists(), "a read must not leave an empty database behind"
+
+
+def test_empty_database_and_missing_runs_dir(env, capsys):
+    db.open_db("sqlite:///results.db")  # tables, no runs
+    assert main(["status"]) == 1
+    assert "holds no runs yet; run a sweep first" in capsys.readouterr().err
+    assert main(["--runs", "elsewhere", "collect"]) == 1
+    assert "no runs directory elsewhere here" in capsys.readouterr().err

@@ -1,0 +1,202 @@
+"""The collector on real result files and real SQLite databases, including two at once."""
+import json
+import multiprocessing
+import shutil
+import sqlite3
+from pathlib import Path
+
+from sqlalchemy import func, select, update
+
+from orchestrator import db
+from orchestrator.collector import collect
+from orchestrator.db import Cell, Metric, Run, Sweep, SweepCell
+from result_factory import make_result, write_result, write_text
+
+
+def three_results(runs: Path):
+    """Two finished runs of different cells and one failed run, as jobs leave them."""
+    return [
+        write_result(runs, make_result(model="lenet")),
+        write_result(runs, make_result(model="alexnet", batch_size=128, metrics={"images_per_sec": 50.0})),
+        write_result(runs, make_result(model="vgg16", state="failed")),
+    ]
+
+
+def test_collect_lands_runs_metrics_and_view_rows(tmp_path):
+    runs = tmp_path / "runs"
+    paths = three_results(runs)
+    Session = db.open_db(f"sqlite:///{tmp_path / 'results.db'}")
+
+    report = collect(Session, runs)
+
+    assert (report.added, report.already, report.broken) == (3, 0, [])
+    with Session() as s:
+        lenet = s.scalar(select(Run).join(Cell).where(Cell.model == "lenet"))
+        assert lenet.state == "done" and lenet.collected_at is not None
+        assert (lenet.node, lenet.job_id, lenet.executor) == ("node01", "4242", "local")
+        assert (lenet.params, lenet.framework_version) == (61706, "2.3.1")
+        assert lenet.started_at == 1_700_000_000.0 and lenet.ended_at == 1_700_000_100.0
+        assert lenet.result_path == str(paths[0].resolve())
+        assert lenet.run_dir == str(paths[0].parent.resolve())
+        assert lenet.log_path == str(paths[0].parent.resolve() / "trainer.log")
+        metrics = {m.name: (m.value, m.unit) for m in lenet.metrics}
+        assert len(metrics) == 12
+        assert metrics["images_per_sec"] == (1000.0, "img/s")
+        assert metrics["rss_peak_bytes"] == (512 * 2**20, "B")
+        assert metrics["step_time_mean"] == (0.064, "s")
+
+        vgg = s.scalar(select(Run).join(Cell).where(Cell.model == "vgg16"))
+        assert vgg.state == "failed" and vgg.error_class == "out_of_memory"
+        assert vgg.error_message.startswith("CUDA out of memory.") and vgg.metrics == []
+        assert vgg.params is None
+
+        # the launcher never recorded this sweep: the collector made a minimal one, and linked its cells
+        sweep = s.get(Sweep, "sweep-a")
+        assert "created by the collector" in sweep.note
+        assert s.scalar(select(func.count()).select_from(SweepCell)) == 3
+        cell = s.get(Cell, lenet.cell_id)
+        assert cell.settings["model"] == "lenet" and cell.batch_size == 64 and cell.like is None
+
+    con = sqlite3.connect(tmp_path / "results.db")
+    rows = con.execute("select model, state, images_per_sec, peak_rss_mb from results order by model").fetchall()
+    assert rows == [("alexnet", "done", 50.0, None), ("lenet", "done", 1000.0, 512.0), ("vgg16", "failed", None, None)]
+
+
+def test_a_run_the_launcher_recorded_is_updated_in_place(tmp_path):
+    runs = tmp_path / "runs"
+    result = make_result(model="lenet")
+    write_result(runs, result)
+    Session = db.open_db(f"sqlite:///{tmp_path / 'results.db'}")
+    with Session.begin() as s:
+        s.add(Sweep(id="sweep-a", created_at=1.0, argv=["-m", "model=lenet"], overrides=[["model=lenet"]],
+                    n_cells=1, note=None))
+        s.add(Cell(id=result["cell_id"], settings=result["cell"], created_at=1.0, **result["cell"]))
+        s.flush()
+        s.add(SweepCell(sweep_id="sweep-a", cell_id=result["cell_id"]))
+        s.add(Run(uid=result["run_uid"], sweep_id="sweep-a", cell_id=result["cell_id"], repeat=0, attempt=1,
+                  state="running", state_detail="on node01", job_id="4242", submitted_at=5.0))
+
+    assert collect(Session, runs).added == 1
+
+    with Session() as s:
+        (run,) = s.scalars(select(Run)).all()
+        assert run.state == "done" and run.state_detail is None
+        assert run.submitted_at == 5.0 and run.collected_at is not None
+        assert s.get(Sweep, "sweep-a").argv == ["-m", "model=lenet"]  # the launcher's record kept
+        assert s.get(Sweep, "sweep-a").note is None
+
+
+def test_collecting_twice_adds_nothing_even_from_a_moved_tree(tmp_path):
+    runs = tmp_path / "runs"
+    three_results(runs)
+    Session = db.open_db(f"sqlite:///{tmp_path / 'results.db'}")
+    assert collect(Session, runs).added == 3
+
+    again = collect(Session, runs)
+    assert (again.added, again.already, again.broken) == (0, 3, [])
+    # the same runs copied elsewhere (e.g. rsynced off the cluster) are recognised by their uid
+    moved = tmp_path / "copy"
+    shutil.copytree(runs, moved)
+    third = collect(Session, moved)
+    assert (third.added, third.already) == (0, 3)
+    with Session() as s:
+        assert s.scalar(select(func.count()).select_from(Run)) == 3
+        assert s.scalar(select(func.count()).select_from(Metric)) == 12 + 1
+
+
+def test_recollecting_after_a_reset_replaces_metrics(tmp_path):
+    runs = tmp_path / "runs"
+    path = write_result(runs, make_result(metrics={"images_per_sec": 1.0}))
+    Session = db.open_db(f"sqlite:///{tmp_path / 'results.db'}")
+    collect(Session, runs)
+    fixed = json.loads(path.read_text())
+    fixed["metrics"] = {"images_per_sec": 2.0, "images_per_sec_std": 0.5}
+    path.write_text(json.dumps(fixed))
+    with Session.begin() as s:
+        s.execute(update(Run).values(collected_at=None))
+    assert collect(Session, runs).added == 1
+    with Session() as s:
+        assert dict(s.execute(select(Metric.name, Metric.value)).all()) == {
+            "images_per_sec": 2.0, "images_per_sec_std": 0.5}
+
+
+def test_broken_files_are_reported_left_in_place_and_do_not_stop_the_rest(tmp_path):
+    runs = tmp_path / "runs"
+    good = three_results(runs)
+    valid = json.dumps(make_result(model="googlenet"))
+    broken = {
+        write_text(runs, "sweep-a/x1/0/result.json", valid[: len(valid) // 2]): "truncated JSON",
+        write_text(runs, "sweep-a/x2/0/result.json", "Traceback (most recent call last):\n"): "not JSON",
+        write_text(runs, "sweep-a/x3/0/result.json", ""): "empty file",
+        write_text(runs, "sweep-a/x4/0/result.json",
+                   json.dumps({k: v for k, v in make_result(model="resnet50").items() if k != "cell"})):
+            "missing key 'cell'",
+        write_text(runs, "sweep-a/x5/0/result.json", json.dumps({**make_result(model="resnet50"), "schema": 2})):
+            "schema 2 is not 1",
+        write_text(runs, "sweep-a/x6/0/result.json", json.dumps({**make_result(model="resnet50"), "repeat": "0"})):
+            "'repeat' is a string \"0\", expected an integer",
+        write_text(runs, "sweep-a/x7/0/result.json",
+                   json.dumps(make_result(model="resnet50", metrics={"images_per_sec": float("nan")}))):
+            "metrics.images_per_sec is nan",
+        write_text(runs, "sweep-a/x8/0/result.json", json.dumps([1, 2])): "top level is an array, expected an object",
+        write_text(runs, "sweep-a/x9/0/result.json",
+                   json.dumps({**make_result(model="resnet50"), "run_uid": "other:uid:0:1"})):
+            "does not match sweep_id:cell_id:repeat:attempt",
+    }
+    before = {p: p.read_bytes() for p in broken}
+    # a job's temporary file, not yet renamed into place, is not a result
+    write_text(runs, "sweep-a/x10/0/result.json.tmp", valid[:10])
+
+    Session = db.open_db(f"sqlite:///{tmp_path / 'results.db'}")
+    report = collect(Session, runs)
+
+    assert report.added == len(good) and report.already == 0
+    reasons = dict(report.broken)
+    assert set(reasons) == set(broken), "every broken file reported, the .tmp file not"
+    for path, expected in broken.items():
+        assert expected in reasons[path], (path, reasons[path])
+        assert path.read_bytes() == before[path]  # left in place, untouched
+
+    # fixing one lands it on the next collection; nothing was lost
+    (runs / "sweep-a/x1/0/result.json").write_text(valid)
+    second = collect(Session, runs)
+    assert (second.added, second.already, len(second.broken)) == (1, 3, len(broken) - 1)
+
+
+def _collect_in_process(url: str, runs: str, start, queue) -> None:
+    """One collector process: open the (possibly fresh) DB, wait for the other, collect."""
+    Session = db.open_db(url)
+    start.wait(timeout=30)
+    report = collect(Session, Path(runs))
+    queue.put((report.added, report.already, [str(p) for p, _ in report.broken]))
+
+
+def test_two_collectors_at_once_land_each_run_exactly_once(tmp_path):
+    runs = tmp_path / "runs"
+    n = 24
+    for i in range(n):  # many runs of few cells, so both collectors race for the same sweep/cells
+        write_result(runs, make_result(model=("lenet", "alexnet", "vgg16")[i % 3], repeat=i // 3))
+    url = f"sqlite:///{tmp_path / 'results.db'}"  # not created yet: both processes create it at once
+
+    ctx = multiprocessing.get_context("spawn")
+    start, queue = ctx.Barrier(2), ctx.Queue()
+    procs = [ctx.Process(target=_collect_in_process, args=(url, str(runs), start, queue)) for _ in range(2)]
+    for p in procs:
+        p.start()
+    try:
+        outcomes = [queue.get(timeout=60) for _ in procs]
+    finally:
+        for p in procs:
+            p.join(timeout=10)
+            if p.is_alive():  # only on failure: do not leave a stuck collector behind
+                p.terminate()
+    assert [p.exitcode for p in procs] == [0, 0]
+
+    assert sum(added for added, _, _ in outcomes) == n
+    assert all(added + already == n and broken == [] for added, already, broken in outcomes)
+    con = sqlite3.connect(tmp_path / "results.db")
+    assert con.execute("select count(*), count(distinct uid), count(collected_at) from runs").fetchone() == (n, n, n)
+    assert con.execute("select count(*) from metrics").fetchone() == (n * 12,)
+    assert con.execute("select count(*) from sweeps").fetchone() == (1,)
+    assert con.execute("select count(*) from cells").fetchone() == (3,)
+    assert con.execute("select count(*) from results").fetchone() == (n,)

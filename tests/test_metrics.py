@@ -1,0 +1,149 @@
+"""Metric aggregation over hand-made trainer event streams and host samples."""
+import json
+
+import pytest
+
+from orchestrator.metrics import (
+    METRIC_UNITS, Metrics, NoWindow, compute, host_metrics, measured_steps, measured_window,
+    throughput, unit_of, window_samples,
+)
+
+T0 = 1_700_000_000.0
+
+
+def stream(warmup_dts=(5.0, 5.0), measured=((0.1, 64), (0.2, 64), (0.1, 64), (0.4, 64), (0.1, 64))):
+    """run_start, warm-up steps, warmup_end, measured steps, run_end, with consistent clocks."""
+    t = T0
+    events = [{"event": "run_start", "t": t, "framework": "torch", "params": 61706}]
+    step = 0
+    for dt in warmup_dts:
+        t += dt
+        events.append({"event": "step", "t": t, "step": step, "dt": dt, "images": 64, "loss": 2.3})
+        step += 1
+    events.append({"event": "warmup_end", "t": t, "step": len(warmup_dts)})
+    start = t
+    for dt, images in measured:
+        t += dt
+        events.append({"event": "step", "t": t, "step": step, "dt": dt, "images": images, "loss": 1.0})
+        step += 1
+    events.append({"event": "run_end", "t": t, "steps": len(measured), "images": sum(i for _, i in measured)})
+    return events, start, t
+
+
+def test_window_opens_at_warmup_end_and_closes_at_run_end():
+    events, start, end = stream()
+    assert measured_window(events) == {"start": start, "end": end, "steps": 5, "images": 320}
+
+
+def test_warmup_steps_are_excluded_from_throughput():
+    events, _, _ = stream(warmup_dts=(50.0, 50.0, 50.0))
+    assert [s["step"] for s in measured_steps(events)] == [3, 4, 5, 6, 7]
+    m = throughput(events)
+    # 320 images over 0.9 s of measured step time; the 150 s of warm-up would give ~2 img/s.
+    assert m["images_per_sec"] == pytest.approx(320 / 0.9)
+    assert m["step_time_mean"] == pytest.approx(0.18)
+    assert m["step_time_median"] == pytest.approx(0.1)
+
+
+def test_per_step_rate_statistics_on_known_numbers():
+    # rates: 640, 320, 640, 160, 640 -> median 640; |x - 640| = 0, 320, 0, 480, 0 -> MAD 0
+    events, _, _ = stream()
+    m = throughput(events)
+    assert m["images_per_sec_median"] == pytest.approx(640.0)
+    assert m["images_per_sec_mean"] == pytest.approx((640 + 320 + 640 + 160 + 640) / 5)
+    assert m["images_per_sec_mad"] == pytest.approx(0.0)
+    # rates 100, 200, 300, 400, 1000 -> median 300; deviations 200, 100, 0, 100, 700 -> MAD 100
+    events, _, _ = stream(measured=((1.0, 100), (1.0, 200), (1.0, 300), (1.0, 400), (1.0, 1000)))
+    m = throughput(events)
+    assert m["images_per_sec_median"] == pytest.approx(300.0)
+    assert m["images_per_sec_mad"] == pytest.approx(100.0)
+    assert m["images_per_sec_std"] == pytest.approx(316.22776601683796)  # population std
+    assert m["images_per_sec"] == pytest.approx(2000 / 5.0)
+
+
+def test_steps_after_warmup_end_in_stream_order_not_by_time_stamp():
+    # A coarse clock can stamp the first measured step with warmup_end's own time; it is still
+    # measured, because it comes after warmup_end in the stream. The warm-up step is not.
+    events = [
+        {"event": "step", "t": T0 + 1.0, "step": 0, "dt": 1.0, "images": 10},
+        {"event": "warmup_end", "t": T0 + 1.0, "step": 1},
+        {"event": "step", "t": T0 + 1.0, "step": 1, "dt": 0.5, "images": 10},
+        {"event": "step", "t": T0 + 1.5, "step": 2, "dt": 0.5, "images": 10},
+        {"event": "run_end", "t": T0 + 1.5, "steps": 2, "images": 20},
+    ]
+    assert [s["step"] for s in measured_steps(events)] == [1, 2]
+    assert throughput(events)["images_per_sec"] == pytest.approx(20.0)
+
+
+def test_samples_are_cut_to_the_window_and_other_samplers_ignored():
+    events, start, end = stream()
+    samples = [
+        {"t": start - 1.0, "sampler": "host", "proc_cpu_percent": 999.0, "proc_rss_bytes": 10**12,
+         "host_cpu_percent": 100.0, "host_mem_used_bytes": 10**12},  # start-up: outside
+        {"t": start + 0.1, "sampler": "host", "proc_cpu_percent": 100.0, "proc_rss_bytes": 1000,
+         "host_cpu_percent": 50.0, "host_mem_used_bytes": 5000},
+        {"t": start + 0.5, "sampler": "host", "proc_cpu_percent": 200.0, "proc_rss_bytes": 3000,
+         "host_cpu_percent": 70.0, "host_mem_used_bytes": 7000},
+        {"t": start + 0.6, "sampler": "nvml", "proc_cpu_percent": 5000.0, "gpu_mem_used_bytes": 1},
+        {"t": end + 2.0, "sampler": "host", "proc_cpu_percent": 999.0, "proc_rss_bytes": 10**12,
+         "host_cpu_percent": 100.0, "host_mem_used_bytes": 10**12},  # tear-down: outside
+    ]
+    inside = window_samples(samples, start, end)
+    assert [s["t"] for s in inside] == [start + 0.1, start + 0.5, start + 0.6]
+    assert host_metrics(inside) == {
+        "cpu_percent_avg": 150.0, "cpu_percent_peak": 200.0, "rss_peak_bytes": 3000.0,
+        "host_cpu_percent_avg": 60.0, "host_mem_used_peak_bytes": 7000.0,
+    }
+
+
+def test_compute_returns_all_metrics_as_a_json_ready_dict():
+    events, start, end = stream()
+    samples = [{"t": start + 0.2, "sampler": "host", "proc_cpu_percent": 120.0, "proc_rss_bytes": 2**20,
+                "host_cpu_percent": 40.0, "host_mem_used_bytes": 2**30}]
+    m = compute(events, samples)
+    assert isinstance(m, Metrics) and m.reason is None
+    assert m.window == {"start": start, "end": end, "steps": 5, "images": 320}
+    assert set(m) == {"images_per_sec", "images_per_sec_mean", "images_per_sec_median", "images_per_sec_std",
+                      "images_per_sec_mad", "step_time_mean", "step_time_median", "cpu_percent_avg",
+                      "cpu_percent_peak", "rss_peak_bytes", "host_cpu_percent_avg", "host_mem_used_peak_bytes"}
+    assert json.loads(json.dumps(m)) == dict(m)
+    assert all(unit_of(name) == METRIC_UNITS[name] for name in m)
+
+
+def test_no_run_end_gives_no_metrics_and_quotes_the_error():
+    events, _, _ = stream()
+    events = [e for e in events if e["event"] != "run_end"]
+    events.append({"event": "error", "t": T0 + 99, "class": "out_of_memory", "message": "CUDA out of memory"})
+    with pytest.raises(NoWindow, match="no run_end"):
+        measured_window(events)
+    m = compute(events, [])
+    assert dict(m) == {} and m.window is None
+    assert "no run_end" in m.reason and "out_of_memory: CUDA out of memory" in m.reason
+
+
+def test_no_warmup_end_is_no_window():
+    events, _, _ = stream()
+    events = [e for e in events if e["event"] != "warmup_end"]
+    m = compute(events, [])
+    assert dict(m) == {} and "no warmup_end" in m.reason
+
+
+def test_empty_window_has_no_throughput_and_says_why():
+    events, start, end = stream(measured=())
+    m = compute(events, [{"t": start, "sampler": "host", "proc_cpu_percent": 10.0}])
+    assert "images_per_sec" not in m
+    assert m["cpu_percent_avg"] == 10.0
+    assert "no throughput" in m.reason and "0 steps" in m.reason
+
+
+def test_missing_host_samples_are_reported_not_zero():
+    events, _, _ = stream()
+    m = compute(events, [])
+    assert "images_per_sec" in m and "cpu_percent_avg" not in m
+    assert "no host sample" in m.reason
+
+
+def test_unit_of_unknown_names_by_suffix():
+    assert unit_of("gpu_mem_peak_bytes") == "B"
+    assert unit_of("nvlink_rx_bytes") == "B"
+    assert unit_of("mystery") is None
