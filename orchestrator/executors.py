@@ -37,9 +37,15 @@ class DetachedLocalExecutor(submitit.LocalExecutor):
             SUBMITIT_EXECUTOR="local",
             SUBMITIT_LOCAL_WITH_SHELL="",
         )
-        process = subprocess.Popen(  # pylint: disable=consider-using-with
-            [sys.executable, "-m", "submitit.local._local", str(self.folder)],
-            env=env, start_new_session=True, stdin=subprocess.DEVNULL)
+        # The controller must not hold the submitter's stdout/stderr: a caller reading them to
+        # the end (a pipe, `$(...)`, a test) would otherwise wait for the whole job. Its own
+        # rare messages go to a log beside submitit's per-job logs.
+        self.folder.mkdir(parents=True, exist_ok=True)
+        with open(self.folder / "controller.log", "ab") as log:
+            process = subprocess.Popen(  # pylint: disable=consider-using-with
+                [sys.executable, "-m", "submitit.local._local", str(self.folder)],
+                env=env, start_new_session=True, stdin=subprocess.DEVNULL,
+                stdout=log, stderr=subprocess.STDOUT)
         return LocalJob(folder=self.folder, job_id=str(process.pid), process=process, tasks=[0])
 
 

@@ -182,8 +182,12 @@ def _measure(spec: JobSpec, run_dir: Path, paths: dict[str, str], deadline: floa
                        f"{f' ({bad_lines} unreadable output lines)' if bad_lines else ''}; "
                        f"last lines of {paths['stderr']}: {_tail(Path(paths['stderr']))}"})
         return outcome
-    outcome.update(state="done", error=None, window=metrics.measured_window(events),
-                   metrics=metrics.compute(events, samples))
+    measured = metrics.compute(events, samples)
+    if measured.window is None:  # a trainer that ends cleanly must still have measured something
+        outcome.update(state="failed", error={"class": "crash", "message": measured.reason})
+        return outcome
+    outcome.update(state="done", error=None, window=measured.window, metrics=dict(measured),
+                   notes=measured.reason)
     return outcome
 
 
