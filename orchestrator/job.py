@@ -126,7 +126,7 @@ def run_once(spec: JobSpec, run: RunSpec, deadline: float | None = None) -> Path
     except TimeLimit as exc:
         result.update(state="failed", error={"class": "timeout", "message": str(exc)})
     except EnvironmentError_ as exc:
-        result.update(state="failed", error={"class": "env", "message": str(exc)})
+        result.update(state="failed", error={"class": exc.error_class, "message": str(exc)})
     except Exception as exc:  # the job's own failure must still leave a result behind
         result.update(state="failed", error={"class": "crash", "message": f"job: {type(exc).__name__}: {exc}"})
     result["ended_at"] = time.time()

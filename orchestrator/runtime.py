@@ -3,8 +3,9 @@
 Frameworks' dependencies conflict (MXNet 1.9 needs numpy < 1.24, CNTK needs Python 3.6), so a
 trainer never runs in the orchestrator's own interpreter. Two backends build the same command:
 
-- `VenvRuntime` (the local default): `containers/<framework>/env.yaml` names the interpreter and
-  the pinned requirements; the virtualenv is created on first use under the cache directory,
+- `VenvRuntime` (the local default): `containers/<framework>/env.yaml` names the interpreter,
+  the pinned requirements, optional `post_install` scripts (a build from source, library
+  links) and optional `env` variables for the trainer; the virtualenv is created on first use under the cache directory,
   keyed by a hash of that recipe, with a visible progress line, and reused afterwards. A file
   lock makes concurrent jobs wait for one creation instead of racing.
 - `ApptainerRuntime` (clusters): `apptainer exec [--nv] <image>.sif python -m trainers.<fw>`,
@@ -31,7 +32,16 @@ CONTAINERS = REPO / "containers"
 
 
 class EnvironmentError_(RuntimeError):
-    """A trainer environment that cannot be made ready; the message says how to fix it."""
+    """A trainer environment that cannot be made ready; the message says how to fix it.
+
+    `error_class` is the run's failure class: `env` for a recipe or installation that failed
+    (fixable here), `unsupported` where this machine cannot hold the framework at all (no
+    interpreter of the version it needs).
+    """
+
+    def __init__(self, message: str, error_class: str = "env"):
+        super().__init__(message)
+        self.error_class = error_class
 
 
 def default_cache() -> Path:
@@ -75,14 +85,26 @@ class VenvRuntime:
                 return found
         raise EnvironmentError_(
             f"{self.framework}: none of the interpreters {candidates} exists here; install one "
-            f"or list yours under `python:` in {self.recipe_dir / 'env.yaml'}")
+            f"or list yours under `python:` in {self.recipe_dir / 'env.yaml'}", "unsupported")
 
     @property
     def env_dir(self) -> Path:
         digest = hashlib.sha256()
         digest.update((self.recipe_dir / "env.yaml").read_bytes())
         digest.update(self.requirements.read_bytes())
+        for script in self.post_install:
+            digest.update(script.read_bytes())
         return self.cache / "envs" / f"{self.framework}-{digest.hexdigest()[:12]}"
+
+    @property
+    def post_install(self) -> list[Path]:
+        """Scripts run after pip, in order, with ENV_DIR, PYTHON and RECIPE_DIR set."""
+        return [self.recipe_dir / name for name in self.recipe.get("post_install") or []]
+
+    def trainer_env(self) -> dict[str, str]:
+        """The recipe's `env` for the trainer, `{env_dir}` replaced by the environment's path."""
+        return {key: str(value).replace("{env_dir}", str(self.env_dir))
+                for key, value in (self.recipe.get("env") or {}).items()}
 
     @property
     def python(self) -> Path:
@@ -113,9 +135,13 @@ class VenvRuntime:
             [interpreter, "-m", "venv", str(self.env_dir)],
             [str(self.python), "-m", "pip", "install", "--progress-bar", "off",
              "-r", str(self.requirements)],
-        ]
+        ] + [["bash", str(script)] for script in self.post_install]
+        script_env = {**os.environ, "ENV_DIR": str(self.env_dir), "PYTHON": str(self.python),
+                      "RECIPE_DIR": str(self.recipe_dir)}
         for argv in steps:
-            done = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            log(f"[runtime] {self.framework}: {' '.join(argv[-3:])}")
+            done = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                  env=script_env)
             if done.returncode != 0:
                 tail = "\n".join(done.stdout.strip().splitlines()[-15:])
                 raise EnvironmentError_(
@@ -135,7 +161,7 @@ class VenvRuntime:
 
     def command(self, args: Sequence[str], gpus: int = 0, binds: Sequence[str] = ()) -> tuple[list[str], dict[str, str]]:
         argv = [str(self.python), "-m", f"trainers.{self.framework}", *args]
-        return argv, _trainer_env(str(REPO))
+        return argv, {**_trainer_env(str(REPO)), **self.trainer_env()}
 
 
 class ApptainerRuntime:

@@ -28,3 +28,23 @@ def torch_python() -> str:
     from orchestrator.runtime import VenvRuntime
 
     return str(VenvRuntime.for_framework("torch").ensure())
+
+
+def framework_python(framework: str) -> str:
+    """The interpreter of a framework's trainer environment (made on first use, as a job does).
+
+    Skips, naming the reason, where the framework has no trainer yet or this machine cannot
+    hold it (no interpreter of the version it needs); a recipe that fails to install fails.
+    """
+    from orchestrator.runtime import EnvironmentError_, VenvRuntime
+
+    if not (REPO / "trainers" / framework / "__main__.py").is_file():
+        pytest.skip(f"no trainers/{framework} yet")
+    if framework == "torch" and os.environ.get("TORCH_PYTHON"):
+        return os.environ["TORCH_PYTHON"]
+    try:
+        return str(VenvRuntime.for_framework(framework).ensure())
+    except EnvironmentError_ as exc:
+        if exc.error_class == "unsupported":
+            pytest.skip(f"{framework} cannot run here: {exc}")
+        raise
