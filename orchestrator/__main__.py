@@ -1,13 +1,13 @@
 """`python -m orchestrator` / `orchestrator`: subcommands for the DB, Hydra for everything else.
 
     python -m orchestrator -m framework=torch model=lenet,alexnet   # a sweep (Hydra)
-    orchestrator status | collect | results | data                  # the CLI (orchestrator/cli.py)
+    orchestrator status | collect | results | rerun | data                 # the CLI (orchestrator/cli.py)
 """
 from __future__ import annotations
 
 import sys
 
-SUBCOMMANDS = ("status", "collect", "results", "data")
+SUBCOMMANDS = ("status", "collect", "results", "rerun", "data")
 
 
 def main() -> int:

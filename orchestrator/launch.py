@@ -7,6 +7,7 @@ shell follows them with `orchestrator status`. It does not care which executor i
 """
 from __future__ import annotations
 
+import re
 import secrets
 import sys
 import time
@@ -19,11 +20,14 @@ from sqlalchemy.orm import Session
 
 from orchestrator import db
 from orchestrator.cell import Cell
-from orchestrator.executors import make_executor
+from orchestrator.executors import make_executor, resources, signature, submit_group
+from orchestrator.tracking import find_jobs_by_name
 from orchestrator.job import JobSpec, RunSpec, run_cell
 
 #: Run states that mean "this repeat is measured or being measured": a new sweep skips them.
 IN_FLIGHT = ("submitted", "running")
+#: A pending run's state_detail while its group is being handed to the executor.
+SUBMITTING = "submitting as"
 
 
 @dataclass
@@ -104,15 +108,12 @@ def _record_cell(session: Session, sweep_id: str, cell: Cell) -> None:
         session.add(db.Cell(id=cell.id, settings=cell.settings, created_at=time.time(),
                             **{k: cell.settings[k] for k in cell.settings}))
     if session.get(db.SweepCell, (sweep_id, cell.id)) is None:
-        session.add(db.SweepCell(sweep_id=sweep_id, cell_id=cell.id))
+        session.add(db.SweepCell(sweep_id=sweep_id, cell_id=cell.id, config=cell.config))
 
 
 def _plan_runs(session: Session, sweep_id: str, cell: Cell, opts: Options) -> tuple[list[db.Run], str]:
     """The runs this sweep adds for a cell, or none and the reason it is skipped."""
     existing = session.scalars(select(db.Run).where(db.Run.cell_id == cell.id)).all()
-    for run in existing:  # a submission interrupted before the executor took it never ran
-        if run.state == "pending" and not run.job_id:
-            run.state, run.state_detail = "cancelled", "submission interrupted before the job was handed over"
     wanted, reasons = [], []
     for repeat in range(opts.repeats):
         mine = [r for r in existing if r.repeat == repeat]
@@ -144,8 +145,8 @@ def submit_sweep(cells: list[Cell], opts: Options, argv: list[str] | None = None
     """Records the sweep and submits one job per cell that still needs runs; returns at once."""
     report = SubmitReport(sweep_id=new_sweep_id(), refused=list(refused or []))
     factory = db.open_db(opts.db_url)
-    executor = None
     with factory() as session:
+        adopt_interrupted(session, opts.cluster)
         session.add(db.Sweep(id=report.sweep_id, created_at=time.time(), argv=list(argv or sys.argv),
                              overrides=[list(c.overrides) for c in cells], n_cells=len(cells)))
         planned = []
@@ -157,26 +158,81 @@ def submit_sweep(cells: list[Cell], opts: Options, argv: list[str] | None = None
             else:
                 report.skipped.append((cell, reason))
         session.commit()  # the sweep and its pending runs exist before anything is submitted
+        submit_runs(session, report.sweep_id, planned, opts, report, foreground, progress)
+    return report
 
+
+def submit_runs(session: Session, sweep_id: str, planned: list[tuple[Cell, list[db.Run]]], opts: Options,
+                report: SubmitReport, foreground: bool = False,
+                progress: Callable[[str], None] = lambda line: None) -> None:
+    """Hands recorded runs to the executor: one submission per resource signature (an array on Slurm).
+
+    Before a group's submission its runs are marked with the group's job name and their index
+    in it, and committed; the job ids are committed right after. A submission killed between
+    the two is found again by name the next time (`adopt_interrupted`), never submitted twice.
+    """
+    if foreground:
         for cell, runs in planned:
-            spec = job_spec(cell, report.sweep_id, runs, opts)
-            if foreground:
-                _mark(session, runs, "running", job_id=None)
-                run_cell(spec)
-                report.submitted.append((cell, "foreground", len(runs)))
-                continue
-            try:
-                if executor is None:
-                    executor = make_executor(opts.cluster, opts.runs / report.sweep_id / ".submitit")
-                job = executor.submit(run_cell, spec)
-            except Exception as exc:  # one cell's submission failing never stops the sweep
+            _mark(session, runs, "running", job_id=None)
+            run_cell(job_spec(cell, sweep_id, runs, opts))
+            report.submitted.append((cell, "foreground", len(runs)))
+        return
+    groups: dict[str, tuple[dict[str, Any], list[tuple[Cell, list[db.Run]]]]] = {}
+    for cell, runs in planned:
+        params = resources(cell.config, opts.cluster)
+        groups.setdefault(signature(params), (params, []))[1].append((cell, runs))
+    executor = None
+    for params, members in groups.values():
+        name = f"orch-{sweep_id}-{secrets.token_hex(3)}"
+        for index, (cell, runs) in enumerate(members):
+            for run in runs:
+                run.state_detail = f"{SUBMITTING} {name}[{index}/{len(members)}]"
+        session.commit()
+        try:
+            if executor is None:
+                executor = make_executor(opts.cluster, opts.runs / sweep_id / ".submitit")
+            jobs = submit_group(executor, run_cell, [job_spec(c, sweep_id, r, opts) for c, r in members],
+                                params, name)
+        except Exception as exc:  # one group's submission failing never stops the sweep
+            for cell, runs in members:
                 _mark(session, runs, "failed", job_id=None, error=("submit", f"{type(exc).__name__}: {exc}"))
                 report.failed.append((cell, str(exc)))
-                continue
-            _mark(session, runs, "submitted", job_id=str(job.job_id))  # committed per job
+            continue
+        for (cell, runs), job in zip(members, jobs):
+            for run in runs:
+                run.state, run.job_id, run.submitted_at = "submitted", str(job.job_id), time.time()
+                run.state_detail = None
             report.submitted.append((cell, str(job.job_id), len(runs)))
             progress(f"submitted {cell.label} as job {job.job_id}")
-    return report
+        session.commit()
+
+
+def adopt_interrupted(session: Session, cluster: dict[str, Any]) -> None:
+    """Runs left `pending` by a submission killed mid-way: adopt the job the scheduler has, or cancel.
+
+    The name recorded before `sbatch` is looked up in the scheduler; a job found under it is
+    the run's job (task `index` of an array), so typing the sweep again does not submit it a
+    second time. A run whose submission never reached the scheduler is cancelled and planned
+    anew.
+    """
+    orphans = session.scalars(select(db.Run).where(db.Run.state == "pending", db.Run.job_id.is_(None))).all()
+    if not orphans:
+        return
+    marked = {}
+    for run in orphans:
+        match = re.fullmatch(rf"{SUBMITTING} (\S+)\[(\d+)/(\d+)\]", run.state_detail or "")
+        if match:
+            marked[run.uid] = (match.group(1), int(match.group(2)), int(match.group(3)))
+    found = find_jobs_by_name(cluster, {m[0] for m in marked.values()}) if marked else {}
+    for run in orphans:
+        name, index, size = marked.get(run.uid, (None, 0, 0))
+        if name in found:
+            run.state, run.submitted_at = "submitted", time.time()
+            run.job_id = found[name] if size == 1 else f"{found[name]}_{index}"
+            run.state_detail = f"adopted from interrupted submission {name}"
+        else:
+            run.state, run.state_detail = "cancelled", "submission interrupted before the job was handed over"
+    session.commit()
 
 
 def _mark(session: Session, runs: list[db.Run], state: str, job_id: str | None,

@@ -1,0 +1,96 @@
+"""Rerunning failed cells: their recorded resolved config, submitted again as a new attempt.
+
+`orchestrator rerun --failed` picks every (cell, repeat) whose latest attempt failed, was lost
+or cancelled, and that has no successful run anywhere; filters narrow it by sweep, failure
+class or cell setting. Each gets attempt n+1 in the sweep it failed in (run directory
+`<repeat>.<attempt>/`), submitted with the config that sweep recorded for the cell — so a
+rerun measures the same thing — with more time or memory if asked (neither is part of the
+cell's identity). Submission goes through the launcher's own `submit_runs`.
+"""
+from __future__ import annotations
+
+import copy
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from orchestrator import db
+from orchestrator.cell import Cell
+from orchestrator.launch import Options, SubmitReport, submit_runs
+
+RERUNNABLE = ("failed", "lost", "cancelled")
+
+
+@dataclass
+class Pick:
+    """One repeat to run again: the run that failed last and the config to submit."""
+
+    last: db.Run
+    cell: Cell
+    attempt: int
+
+
+def pick(session: Session, sweep_id: Optional[str] = None, classes: Optional[list[str]] = None,
+         where: Optional[dict[str, list[Any]]] = None, time_min: Optional[int] = None,
+         mem_gb: Optional[int] = None) -> tuple[list[Pick], list[str]]:
+    """The repeats to rerun, and the reasons some failed ones cannot be."""
+    runs = session.scalars(select(db.Run).order_by(db.Run.attempt)).all()
+    by_repeat: dict[tuple[str, int], list[db.Run]] = {}
+    for run in runs:
+        by_repeat.setdefault((run.cell_id, run.repeat), []).append(run)
+    picks, problems = [], []
+    for (cell_id, repeat), history in sorted(by_repeat.items()):
+        if any(r.state == "done" for r in history):
+            continue
+        last = max(history, key=lambda r: (r.attempt, r.submitted_at or 0.0, r.id))
+        if last.state not in RERUNNABLE:
+            continue  # still in flight
+        if sweep_id and last.sweep_id != sweep_id:
+            continue
+        if classes and (last.error_class or last.state) not in classes:
+            continue
+        cell_row = session.get(db.Cell, cell_id)
+        if where and not all(str(getattr(cell_row, k, None)) in {str(v) for v in vs} for k, vs in where.items()):
+            continue
+        link = session.get(db.SweepCell, (last.sweep_id, cell_id))
+        if link is None or not link.config:
+            problems.append(f"{last.uid}: no recorded config for this cell (sweep recorded before "
+                            f"rerun existed); type its sweep again instead")
+            continue
+        config = copy.deepcopy(link.config)
+        if time_min:
+            config["hardware"]["time_min"] = int(time_min)
+        if mem_gb:
+            config["hardware"]["mem_gb"] = int(mem_gb)
+        cell = Cell(settings=dict(cell_row.settings), config=config)
+        picks.append(Pick(last=last, cell=cell, attempt=1 + max(r.attempt for r in history)))
+    return picks, problems
+
+
+def submit(session: Session, picks: list[Pick]) -> list[SubmitReport]:
+    """Records attempt n+1 of every pick in its sweep and submits them, one report per sweep."""
+    by_sweep: dict[str, list[Pick]] = {}
+    for p in picks:
+        by_sweep.setdefault(p.last.sweep_id, []).append(p)
+    reports = []
+    for sweep_id, mine in by_sweep.items():
+        report = SubmitReport(sweep_id=sweep_id)
+        opts = Options.from_config(mine[0].cell.config)
+        planned: dict[str, tuple[Cell, list[db.Run]]] = {}
+        for p in mine:
+            run = db.Run(uid=f"{sweep_id}:{p.cell.id}:{p.last.repeat}:{p.attempt}", sweep_id=sweep_id,
+                         cell_id=p.cell.id, repeat=p.last.repeat, attempt=p.attempt, state="pending",
+                         executor=p.cell.config["cluster"].get("executor", "local"),
+                         run_dir=str(Path(opts.runs) / sweep_id / p.cell.id / f"{p.last.repeat}.{p.attempt}"),
+                         submitted_at=time.time())
+            session.add(run)
+            key = p.cell.id + repr(sorted(p.cell.config["hardware"].items()))
+            planned.setdefault(key, (p.cell, []))[1].append(run)
+        session.commit()
+        submit_runs(session, sweep_id, list(planned.values()), opts, report)
+        reports.append(report)
+    return reports

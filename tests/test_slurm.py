@@ -1,0 +1,174 @@
+"""Against the real single-node Slurm cluster of slurm/ (started by scripts/test.sh as root).
+
+Cells go through submitit's Slurm executor and a real sbatch to a real slurmctld; their fate is
+read back with sacct/squeue by `orchestrator status`. The cluster's GPUs are typed but fake
+(no device behind them), so GPU cells are checked for placement, not for training.
+"""
+import os
+import re
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO
+from test_sweep import orchestrator, rows, wait_until_final
+
+pytestmark = pytest.mark.slow
+
+#: the test cluster's node has only this machine's cores: ask for one CPU and 1 GB per cell
+SMALL = ["cluster=slurm", "hardware.cpus=1", "hardware.mem_gb=1", "iterations=3", "warmup=1"]
+
+
+@pytest.fixture(scope="module")
+def slurm_env():
+    """SLURM_CONF of the running test cluster, or a loud skip saying how to start it."""
+    state = Path(os.environ.get("SLURM_TEST_DIR", "/tmp/orchestrator-slurm"))
+    env = {**os.environ, "SLURM_CONF": str(state / "slurm.conf")}
+    if shutil.which("sbatch") is None or subprocess.run(
+            ["bash", str(REPO / "slurm" / "check.sh"), "-q"], env=env).returncode != 0:
+        pytest.skip("SLURM TESTS SKIPPED: the test cluster is not running; start it as root with "
+                    "`slurm/install.sh && slurm/start.sh` (scripts/test.sh does this when run as root)")
+    return env
+
+
+@pytest.fixture
+def workdir(tmp_path, torch_python, slurm_env):
+    env = {**slurm_env, "ORCHESTRATOR_DB": f"sqlite:///{tmp_path}/results.db",
+           "ORCHESTRATOR_RUNS": str(tmp_path / "runs"), "ORCHESTRATOR_DATA": str(tmp_path / "data"),
+           "COLUMNS": "200"}
+    yield tmp_path, env
+    # leave no job of this test behind, whatever happened
+    for (job_id,) in rows((tmp_path, env), "select distinct job_id from runs where job_id is not null") \
+            if (tmp_path / "results.db").exists() else []:
+        subprocess.run(["scancel", job_id.split("_")[0]], env=env)
+
+
+def sacct(workdir, *job_ids, fields="JobID,JobName,Partition,State,ReqTRES%60,TimelimitRaw"):
+    out = subprocess.run(["sacct", "-X", "-n", "-P", f"--format={fields}", "-j", ",".join(job_ids)],
+                         env=workdir[1], capture_output=True, text=True, check=True).stdout
+    return [dict(zip(fields.replace("%60", "").split(","), line.split("|"))) for line in out.splitlines()]
+
+
+def sacct_eventually(workdir, job_ids, want, timeout=60):
+    """sacct rows for these jobs once it lists `want` of them (accounting lags submission)."""
+    deadline = time.time() + timeout
+    while True:
+        got = sacct(workdir, *job_ids)
+        if len(got) >= want or time.time() > deadline:
+            return got
+        time.sleep(1)
+
+
+def test_cells_become_one_array_per_resource_signature_on_their_partition(workdir):
+    assert orchestrator(["data", "generate", "mnist", "-n", "200"], workdir).returncode == 0
+    launched = orchestrator(["-m", *SMALL, "model=lenet", "dataset=synthetic,mnist",
+                             "hardware=cpu12,k20m", "gpus=0,1", "batch_size=8"], workdir)
+    assert launched.returncode == 0, launched.stderr
+    # cpu12 with gpus=1 cannot be placed: refused by name, never submitted
+    assert "refused" in launched.stdout and "cpu12 has no GPUs" in launched.stdout, launched.stdout
+    jobs = dict(rows(workdir, "select c.hardware || ':' || c.gpus || ':' || c.dataset, r.job_id "
+                              "from runs r join cells c on c.id = r.cell_id"))
+    assert len(jobs) == 6, jobs  # cpu12 gpus=0, k20m gpus=0 and gpus=1, each × 2 datasets
+    # one array per signature: the two datasets of a (hardware, gpus) share its base job id
+    for hw in ("cpu12:0", "k20m:0", "k20m:1"):
+        ids = {jobs[f"{hw}:synthetic"], jobs[f"{hw}:mnist"]}
+        assert {i.split("_")[0] for i in ids} == {next(iter(ids)).split("_")[0]} and all("_" in i for i in ids), jobs
+    assert len({j.split("_")[0] for j in jobs.values()}) == 3
+
+    by_id = {r["JobID"]: r for r in sacct_eventually(workdir, list(jobs.values()), 6)}
+    assert by_id[jobs["cpu12:0:mnist"]]["Partition"] == "cpu"
+    assert by_id[jobs["k20m:1:mnist"]]["Partition"] == "k20m"
+    assert "gres/gpu:k20m=1" in by_id[jobs["k20m:1:mnist"]]["ReqTRES"], by_id
+    assert "gres/gpu" not in by_id[jobs["k20m:0:mnist"]]["ReqTRES"], by_id
+    script = next(Path(workdir[0], "runs").glob("*/.submitit/*submission.sh"))
+    assert "#SBATCH --exclusive" in script.read_text()
+
+    wait_until_final(workdir)
+    states = dict(rows(workdir, "select c.hardware || ':' || c.gpus || ':' || c.dataset, r.state || ':' || "
+                                "coalesce(r.error_class, '') from runs r join cells c on c.id = r.cell_id"))
+    assert states["cpu12:0:synthetic"] == "done:" and states["k20m:0:mnist"] == "done:", states
+    # the fake GPU has no device behind it: the trainer says so and the cell fails cleanly
+    assert states["k20m:1:synthetic"].startswith("failed:"), states
+    assert orchestrator(["collect"], workdir).returncode == 0
+    assert len(rows(workdir, "select * from results where images_per_sec > 0")) == 4
+
+
+def test_pending_reason_cancellation_and_status_from_a_later_shell(workdir):
+    launched = orchestrator(["-m", *SMALL, "model=lenet", "seed=1,2,3", "iterations=400",
+                             "cluster.array_parallelism=1"], workdir)
+    assert launched.returncode == 0, launched.stderr
+    job_ids = [j for (j,) in rows(workdir, "select job_id from runs order by job_id")]
+    assert len(job_ids) == 3
+    deadline = time.time() + 60
+    while True:  # the array runs one task at a time: the others wait, and Slurm says why
+        status = orchestrator(["status"], workdir)
+        if "JobArrayTaskLimit" in status.stdout or time.time() > deadline:
+            break
+        time.sleep(2)
+    assert re.search(r"\d submitted: PENDING \(JobArrayTaskLimit\)", status.stdout), status.stdout
+    subprocess.run(["scancel", job_ids[-1]], env=workdir[1], check=True)
+    status = orchestrator(["status"], workdir)
+    cancelled = rows(workdir, f"select state, error_class from runs where job_id = '{job_ids[-1]}'")
+    assert cancelled == [("failed", "cancelled")], (cancelled, status.stdout)
+    assert "cancelled" in status.stdout
+
+
+def test_timeout_then_rerun_with_more_time(workdir):
+    # ResNet-50 for 10,000 steps on one CPU cannot finish in a minute
+    launched = orchestrator(["-m", *SMALL, "model=resnet50", "batch_size=2", "iterations=10000",
+                             "hardware.time_min=1"], workdir)
+    assert launched.returncode == 0, launched.stderr
+    wait_until_final(workdir, timeout=400)
+    first = rows(workdir, "select state, error_class, attempt from runs")
+    assert first == [("failed", "timeout", 1)], first
+
+    dry = orchestrator(["rerun", "--failed", "--class", "timeout", "--time", "7", "--dry-run"], workdir)
+    assert dry.returncode == 0, dry.stderr
+    assert "would resubmit 1 repeat" in dry.stdout and "attempt 2" in dry.stdout, dry.stdout
+    assert rows(workdir, "select count(*) from runs") == [(1,)]  # a dry run submits nothing
+    assert "nothing to rerun" in orchestrator(["rerun", "--failed", "--class", "out_of_memory"], workdir).stdout
+
+    again = orchestrator(["rerun", "--failed", "--time", "7", "--where", "model=resnet50"], workdir)
+    assert again.returncode == 0, again.stdout + again.stderr
+    second = rows(workdir, "select attempt, state, job_id, run_dir from runs where attempt = 2")
+    assert len(second) == 1 and second[0][1] == "submitted" and second[0][3].endswith("/0.2"), second
+    (acct,) = sacct_eventually(workdir, [second[0][2]], 1)
+    assert acct["TimelimitRaw"] == "7", acct  # the rerun asked for the new time limit
+
+
+def test_an_interrupted_submission_is_adopted_not_submitted_twice(workdir, monkeypatch):
+    from hydra import compose, initialize_config_dir
+
+    from orchestrator.cell import Cell
+    from orchestrator.launch import Options, submit_sweep
+
+    tmp, env = workdir
+    for key in ("ORCHESTRATOR_DB", "ORCHESTRATOR_RUNS", "ORCHESTRATOR_DATA", "SLURM_CONF"):
+        monkeypatch.setenv(key, env[key])
+    overrides = [*SMALL, "model=lenet", "iterations=2000"]
+    cells = []
+    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base=None):
+        for seed in (1, 2):
+            cells.append(Cell.from_config(compose("config", overrides=overrides + [f"seed={seed}"])))
+
+    def interrupt(line):  # Ctrl-C lands after sbatch returned, before the job ids are committed
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        submit_sweep(cells, Options.from_config(cells[0].config), progress=interrupt)
+    left = rows(workdir, "select state, job_id, state_detail from runs")
+    assert len(left) == 2 and all(s == "pending" and j is None and d.startswith("submitting as") for s, j, d in left), left
+    name = left[0][2].split()[2].split("[")[0]
+    queued = subprocess.run(["squeue", "-h", "-r", "--name", name, "-o", "%i"], env=env,
+                            capture_output=True, text=True).stdout.split()
+    assert len(queued) == 2, queued  # the array did reach Slurm
+
+    retyped = orchestrator(["-m", *overrides, "seed=1,2"], workdir)
+    assert retyped.returncode == 0, retyped.stderr
+    assert "0 cells submitted" in retyped.stdout and retyped.stdout.count("in flight") >= 1, retyped.stdout
+    adopted = rows(workdir, "select job_id, state from runs where state != 'cancelled' order by job_id")
+    assert sorted(j for j, _ in adopted) == sorted(queued), (adopted, queued)
+    assert rows(workdir, "select count(*) from runs") == [(2,)]  # no second submission
