@@ -87,7 +87,7 @@ def resolve_settings(cfg: dict[str, Any]) -> dict[str, Any]:
     if cfg["precision"] not in PRECISIONS:
         raise CellError(f"{where}: precision={cfg['precision']!r} must be one of {', '.join(PRECISIONS)}")
 
-    _check_placement(where, gpus, hardware)
+    _check_placement(where, gpus, hardware, cfg["framework"])
     return {
         "framework": cfg["framework"]["name"],
         "model": model["name"],
@@ -105,7 +105,7 @@ def resolve_settings(cfg: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _check_placement(where: str, gpus: int, hardware: dict[str, Any]) -> None:
+def _check_placement(where: str, gpus: int, hardware: dict[str, Any], framework: dict[str, Any]) -> None:
     """Refuses a cell its hardware cannot hold, before anything is submitted."""
     per_node = hardware.get("gpus_per_node")
     if gpus and per_node is not None:
@@ -117,6 +117,13 @@ def _check_placement(where: str, gpus: int, hardware: dict[str, Any]) -> None:
             raise CellError(
                 f"{where}: gpus={gpus} but hardware={hardware['name']} nodes hold {per_node}; "
                 f"use gpus<={per_node}")
+    need, have = framework.get("min_gpu_capability"), hardware.get("gpu_capability")
+    if gpus and need is not None and have is not None and float(have) < float(need):
+        raise CellError(
+            f"{where}: {framework['name']}'s GPU build needs CUDA compute capability >= {need}, "
+            f"hardware={hardware['name']} has {have} (Kepler GPUs need a CUDA <= 11 image: build one "
+            f"from containers/{framework['name']}.def as its comments say and lower "
+            f"min_gpu_capability in conf/framework/{framework['name']}.yaml), or use gpus=0")
 
 
 def _int(value: Any, name: str, where: str, minimum: int) -> int:

@@ -57,6 +57,8 @@ def test_defaults_resolve_per_model_and_dataset():
 @pytest.mark.parametrize("overrides, words", [
     (("hardware=cpu12", "gpus=2"), "has no GPUs"),
     (("hardware=k20m", "gpus=3"), "nodes hold 2"),
+    (("hardware=k20m", "gpus=1"), r"compute capability >= 6.0, hardware=k20m has 3.5"),  # torch on Kepler
+    (("hardware=k20m", "gpus=1", "framework=tf"), "CUDA <= 11 image"),
     (("batch_size=0",), "batch_size=0"),
     (("scaling=diagonal",), "scaling"),
     (("precision=fp8",), "precision"),
@@ -69,6 +71,27 @@ def test_cells_that_cannot_be_placed_are_refused_with_the_reason(overrides, word
 
 def test_gpu_cells_fit_gpu_hardware():
     assert cell("hardware=p100", "gpus=2").settings["gpus"] == 2
+    # a site that builds an older image lowers the framework's floor and the cell is placed
+    assert cell("hardware=k20m", "gpus=1", "framework.min_gpu_capability=3.5").settings["gpus"] == 1
+
+
+def test_slurm_resources_of_a_cell():
+    from orchestrator.executors import resources, signature
+
+    gpu = cell("hardware=p100", "gpus=2", "cluster=slurm").config
+    params = resources(gpu, gpu["cluster"])
+    assert params["partition"] == "p100" and params["gres"] == "gpu:p100:2"
+    assert params["cpus_per_task"] == 16 and params["mem"] == "64G" and params["time"] == 120
+    assert params["exclusive"] is True and "account" not in params
+    site = dict(gpu["cluster"], gpu_request="gpus_per_node", exclusive=False, account="proj1",
+                sbatch={"reservation": "bench"})
+    params = resources(gpu, site)
+    assert params["gpus_per_node"] == "p100:2" and "gres" not in params and "exclusive" not in params
+    assert params["account"] == "proj1" and params["additional_parameters"] == {"reservation": "bench"}
+    cpu = cell("hardware=cpu12", "cluster=slurm").config
+    assert "gres" not in resources(cpu, cpu["cluster"])
+    assert signature(resources(cpu, cpu["cluster"])) != signature(resources(gpu, gpu["cluster"]))
+    assert resources(cell("hardware=p100", "gpus=2").config, {"executor": "local"}) == {}
 
 
 def run_cli(args, cwd, **env):

@@ -65,33 +65,33 @@ def sacct_eventually(workdir, job_ids, want, timeout=60):
 def test_cells_become_one_array_per_resource_signature_on_their_partition(workdir):
     assert orchestrator(["data", "generate", "mnist", "-n", "200"], workdir).returncode == 0
     launched = orchestrator(["-m", *SMALL, "model=lenet", "dataset=synthetic,mnist",
-                             "hardware=cpu12,k20m", "gpus=0,1", "batch_size=8"], workdir)
+                             "hardware=cpu12,p100", "gpus=0,1", "batch_size=8"], workdir)
     assert launched.returncode == 0, launched.stderr
     # cpu12 with gpus=1 cannot be placed: refused by name, never submitted
     assert "refused" in launched.stdout and "cpu12 has no GPUs" in launched.stdout, launched.stdout
     jobs = dict(rows(workdir, "select c.hardware || ':' || c.gpus || ':' || c.dataset, r.job_id "
                               "from runs r join cells c on c.id = r.cell_id"))
-    assert len(jobs) == 6, jobs  # cpu12 gpus=0, k20m gpus=0 and gpus=1, each × 2 datasets
+    assert len(jobs) == 6, jobs  # cpu12 gpus=0, p100 gpus=0 and gpus=1, each × 2 datasets
     # one array per signature: the two datasets of a (hardware, gpus) share its base job id
-    for hw in ("cpu12:0", "k20m:0", "k20m:1"):
+    for hw in ("cpu12:0", "p100:0", "p100:1"):
         ids = {jobs[f"{hw}:synthetic"], jobs[f"{hw}:mnist"]}
         assert {i.split("_")[0] for i in ids} == {next(iter(ids)).split("_")[0]} and all("_" in i for i in ids), jobs
     assert len({j.split("_")[0] for j in jobs.values()}) == 3
 
     by_id = {r["JobID"]: r for r in sacct_eventually(workdir, list(jobs.values()), 6)}
     assert by_id[jobs["cpu12:0:mnist"]]["Partition"] == "cpu"
-    assert by_id[jobs["k20m:1:mnist"]]["Partition"] == "k20m"
-    assert "gres/gpu:k20m=1" in by_id[jobs["k20m:1:mnist"]]["ReqTRES"], by_id
-    assert "gres/gpu" not in by_id[jobs["k20m:0:mnist"]]["ReqTRES"], by_id
+    assert by_id[jobs["p100:1:mnist"]]["Partition"] == "p100"
+    assert "gres/gpu:p100=1" in by_id[jobs["p100:1:mnist"]]["ReqTRES"], by_id
+    assert "gres/gpu" not in by_id[jobs["p100:0:mnist"]]["ReqTRES"], by_id
     script = next(Path(workdir[0], "runs").glob("*/.submitit/*submission.sh"))
     assert "#SBATCH --exclusive" in script.read_text()
 
     wait_until_final(workdir)
     states = dict(rows(workdir, "select c.hardware || ':' || c.gpus || ':' || c.dataset, r.state || ':' || "
                                 "coalesce(r.error_class, '') from runs r join cells c on c.id = r.cell_id"))
-    assert states["cpu12:0:synthetic"] == "done:" and states["k20m:0:mnist"] == "done:", states
+    assert states["cpu12:0:synthetic"] == "done:" and states["p100:0:mnist"] == "done:", states
     # the fake GPU has no device behind it: the trainer says so and the cell fails cleanly
-    assert states["k20m:1:synthetic"].startswith("failed:"), states
+    assert states["p100:1:synthetic"].startswith("failed:"), states
     assert orchestrator(["collect"], workdir).returncode == 0
     assert len(rows(workdir, "select * from results where images_per_sec > 0")) == 4
 
