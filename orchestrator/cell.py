@@ -124,6 +124,11 @@ def _check_placement(where: str, gpus: int, hardware: dict[str, Any], framework:
             f"hardware={hardware['name']} has {have} (Kepler GPUs need a CUDA <= 11 image: build one "
             f"from containers/{framework['name']}.def as its comments say and lower "
             f"min_gpu_capability in conf/framework/{framework['name']}.yaml), or use gpus=0")
+    most = framework.get("max_gpu_capability")
+    if gpus and most is not None and have is not None and float(have) > float(most):
+        raise CellError(
+            f"{where}: {framework['name']}'s last GPU build supports CUDA compute capability up to "
+            f"{most}, hardware={hardware['name']} has {have}; use gpus=0 or older GPU hardware")
 
 
 def _int(value: Any, name: str, where: str, minimum: int) -> int:
