@@ -1,0 +1,201 @@
+"""The TensorFlow side of the protocol: device setup, model, and one training step.
+
+Cross-entropy loss and SGD with momentum 0.9 at learning rate 0.01, as the PyTorch trainer.
+The step is one tf.function (a graph, not eager execution: TensorFlow's fast path) run
+under a tf.distribute strategy: the default one on the CPU, MirroredStrategy over the GPUs
+(one process, one replica per GPU, NCCL all-reduce). XLA is off by default, as in a plain
+tf.function; ORCH_TF_XLA=1 in the environment compiles the step with XLA (the protocol's
+arguments are the same for every framework, so this switch is an environment variable),
+and run_start's `build` records which it was.
+
+Under several GPUs the pool holds per-replica batches (`trainers.common` builds it for
+one process), and every replica trains on the same host batch: each step still processes
+the global batch of images, the inputs just repeat across replicas.
+
+fp16 and bf16 are Keras mixed precision (`mixed_float16` with loss scaling on a GPU,
+`mixed_bfloat16` on a CPU or an Ampere-or-newer GPU); fp16 on a CPU is refused as in the
+PyTorch trainer, since CPUs have no fast fp16 arithmetic.
+"""
+import os
+
+import tensorflow as tf
+
+from trainers.common.errors import Unsupported
+from trainers.common.host import cpu_name
+from trainers.common.trainer import Trainer
+from trainers.tensorflow.models import build, count_params, keras
+
+LEARNING_RATE = 0.01
+MOMENTUM = 0.9
+XLA_ENV = "ORCH_TF_XLA"
+POLICIES = {"fp32": "float32", "fp16": "mixed_float16", "bf16": "mixed_bfloat16"}
+
+
+def xla_requested(environ=None):
+    """Whether the environment asks for an XLA-compiled step (ORCH_TF_XLA=1/true/yes/on)."""
+    value = (os.environ if environ is None else environ).get(XLA_ENV, "")
+    return value.strip().lower() in ("1", "true", "yes", "on")
+
+
+class TensorFlowTrainer(Trainer):
+    framework = "tensorflow"
+
+    def __init__(self):
+        self.strategy = None
+        self.model = None
+        self.optimizer = None
+        self.train_step = None
+        self.on_gpu = False
+        self.xla = False
+
+    # ---------------------------------------------------------------- protocol hooks
+
+    def preflight(self, cfg):
+        if cfg.gpus > 0:
+            if not tf.test.is_built_with_cuda():
+                raise Unsupported(
+                    "--gpus %d needs CUDA, but this TensorFlow %s is a CPU-only build "
+                    "(tensorflow-cpu); install tensorflow[and-cuda] or use the CUDA image"
+                    % (cfg.gpus, tf.__version__))
+            visible = tf.config.list_physical_devices("GPU")
+            if cfg.gpus > len(visible):
+                raise Unsupported("--gpus %d needs CUDA devices, but only %d are visible to "
+                                  "TensorFlow %s" % (cfg.gpus, len(visible), tf.__version__))
+        elif cfg.precision == "fp16":
+            raise Unsupported("fp16 on the CPU is not supported by this trainer (CPUs "
+                              "lack fast fp16 arithmetic); use bf16 or fp32")
+
+    def setup(self, cfg):
+        # the thread pools and visible devices are fixed when TensorFlow's runtime starts,
+        # which is the first op: set them before anything runs
+        tf.config.threading.set_intra_op_parallelism_threads(cfg.threads)
+        tf.config.threading.set_inter_op_parallelism_threads(cfg.threads)
+        if cfg.gpus > 0:
+            gpus = tf.config.list_physical_devices("GPU")[:cfg.gpus]
+            tf.config.set_visible_devices(gpus, "GPU")
+            details = [tf.config.experimental.get_device_details(g) for g in gpus]
+            devices = [d.get("device_name", g.name) for d, g in zip(details, gpus)]
+            if cfg.precision == "bf16":
+                for name, d in zip(devices, details):
+                    if tuple(d.get("compute_capability") or (0, 0)) < (8, 0):
+                        raise Unsupported("bf16 is not supported on %s (compute capability "
+                                          "%s; bf16 needs 8.0 or newer)"
+                                          % (name, d.get("compute_capability")))
+            self.strategy = tf.distribute.MirroredStrategy(
+                devices=["/gpu:%d" % i for i in range(cfg.gpus)])
+            self.on_gpu = True
+        else:
+            tf.config.set_visible_devices([], "GPU")
+            devices = [cpu_name()]
+            self.strategy = tf.distribute.get_strategy()  # the default: this process's CPU
+        keras.utils.set_random_seed(cfg.seed)
+        keras.mixed_precision.set_global_policy(POLICIES[cfg.precision])
+        self.xla = xla_requested()
+
+        with self.strategy.scope():
+            model = build(cfg.model, cfg.input_shape, cfg.classes)
+            optimizer = keras.optimizers.SGD(learning_rate=LEARNING_RATE, momentum=MOMENTUM)
+            if cfg.precision == "fp16":
+                optimizer = _loss_scale_optimizer(optimizer)
+            optimizer.build(model.trainable_variables)  # slots now, not inside the graph
+        self.model, self.optimizer = model, optimizer
+        self.train_step = self._make_step(cfg.global_batch, cfg.precision == "fp16")
+        return {"params": count_params(model), "devices": devices, "version": tf.__version__,
+                "build": build_info(self.strategy, self.xla)}
+
+    def to_batch(self, images, labels):
+        # NCHW -> NHWC on the host, once per pooled batch; the tensors stay in host memory
+        # so that the copy to the GPU happens inside the timed step
+        with tf.device("/cpu:0"):
+            return (tf.constant(images.transpose(0, 2, 3, 1)),
+                    tf.constant(labels))
+
+    def step(self, batch):
+        loss = self.train_step(batch[0], batch[1])
+        if self.on_gpu:
+            tf.test.experimental.sync_devices()
+        return float(loss.numpy())
+
+    def is_out_of_memory(self, exc):
+        if isinstance(exc, tf.errors.ResourceExhaustedError):
+            return True
+        text = str(exc).lower()
+        return "out of memory" in text or "oom when allocating" in text
+
+    def teardown(self):
+        self.train_step = None
+        keras.backend.clear_session()
+
+    # ---------------------------------------------------------------- the step
+
+    def _make_step(self, global_batch, scale_loss):
+        model, optimizer, strategy = self.model, self.optimizer, self.strategy
+        variables = model.trainable_variables
+
+        def loss_and_grads(images, labels):
+            with tf.GradientTape() as tape:
+                logits = model(images, training=True)
+                per_example = tf.nn.sparse_softmax_cross_entropy_with_logits(
+                    labels=labels, logits=tf.cast(logits, tf.float32))
+                loss = tf.nn.compute_average_loss(per_example, global_batch_size=global_batch)
+                scaled = _scaled(optimizer, loss) if scale_loss else loss
+            grads = tape.gradient(scaled, variables)
+            if scale_loss and hasattr(optimizer, "get_unscaled_gradients"):  # Keras 2
+                grads = optimizer.get_unscaled_gradients(grads)
+            return loss, grads
+
+        replicas = strategy.num_replicas_in_sync
+        if self.xla and replicas > 1:
+            # the cross-replica update cannot sit inside an XLA cluster: compile the forward
+            # and backward pass, leave the all-reduce and update to the graph around it
+            loss_and_grads = tf.function(loss_and_grads, jit_compile=True)
+
+        def replica_step(images, labels):
+            loss, grads = loss_and_grads(images, labels)
+            optimizer.apply_gradients(zip(grads, variables))
+            return loss
+
+        def train_step(images, labels):
+            per_replica = strategy.run(replica_step, args=(images, labels))
+            return strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
+
+        return tf.function(train_step, jit_compile=bool(self.xla and replicas == 1),
+                           reduce_retracing=True)
+
+
+def _loss_scale_optimizer(optimizer):
+    cls = getattr(keras.optimizers, "LossScaleOptimizer", None)  # Keras 3
+    if cls is None:
+        cls = keras.mixed_precision.LossScaleOptimizer  # Keras 2 (TensorFlow <= 2.15)
+    return cls(optimizer)
+
+
+def _scaled(optimizer, loss):
+    scale = getattr(optimizer, "scale_loss", None) or optimizer.get_scaled_loss
+    return scale(loss)
+
+
+def build_info(strategy, xla):
+    """What this TensorFlow was built with and runs on, for run_start's `build`."""
+    raw = dict(tf.sysconfig.get_build_info())
+    info = {
+        "cuda": raw.get("cuda_version") if raw.get("is_cuda_build") else None,
+        "cudnn": raw.get("cudnn_version") if raw.get("is_cuda_build") else None,
+        "cuda_compute_capabilities": raw.get("cuda_compute_capabilities"),
+        "is_cuda_build": bool(raw.get("is_cuda_build")),
+        "is_rocm_build": bool(raw.get("is_rocm_build")),
+        "git_version": tf.version.GIT_VERSION,
+        "keras": getattr(keras, "__version__", None),
+        "xla": bool(xla),
+        "xla_env": XLA_ENV,
+        "graph": "tf.function",
+        "strategy": type(strategy).__name__,
+        "replicas": strategy.num_replicas_in_sync,
+        "mixed_precision_policy": keras.mixed_precision.global_policy().name,
+        "intra_op_threads": tf.config.threading.get_intra_op_parallelism_threads(),
+        "inter_op_threads": tf.config.threading.get_inter_op_parallelism_threads(),
+        # oneDNN (MKL-DNN) kernels are on by default in x86 Linux builds since TF 2.9
+        "onednn_opts": os.environ.get("TF_ENABLE_ONEDNN_OPTS", "default"),
+        "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
+    }
+    return info
