@@ -1,0 +1,250 @@
+"""The Caffe side of the protocol: device setup, the net and solver, one training step.
+
+The net (trainers/caffe/models.py) takes its batch through an Input layer: `step` copies the
+pooled batch into the `data` and `label` blobs (the host-to-device copy, on a GPU done by
+Caffe inside the forward pass) and runs `solver.step(1)`, one forward, backward and SGD
+update; reading the loss blob back makes the step end with the device synchronised. The
+solver is generated from the protocol's arguments: SGD with momentum 0.9 at learning rate
+0.01 and no weight decay, as the PyTorch trainer uses, fixed policy, seeded, no display, no
+snapshots, no test net.
+
+CPU threads: BVLC Caffe's own loops are single-threaded and its convolutions are im2col +
+BLAS GEMM, so `--threads` is OpenBLAS's thread count. OPENBLAS_NUM_THREADS (and
+OMP_NUM_THREADS, for an OpenMP OpenBLAS) are set before `caffe` is imported, and
+openblas_set_num_threads is called on the loaded library as well.
+
+Precision: Caffe trains in fp32 only (BVLC has no fp16 or bf16 solver): anything else is
+`unsupported`.
+
+GPUs: one GPU trains through pycaffe (set_mode_gpu, set_device). Several GPUs are what the
+`caffe train --gpu=0,1,...` tool does (NCCL, one solver thread per GPU); pycaffe has no
+such path, so with --gpus > 1 this trainer runs that tool instead (trainers/caffe/multigpu.py)
+and times the steps from its log. Both need a CUDA build of Caffe (containers/caffe.def); the
+venv's build is CPU-only, and asks for a GPU are refused as `unsupported` before anything
+runs.
+"""
+import ctypes
+import os
+import shutil
+import tempfile
+
+from trainers.common.errors import Unsupported
+from trainers.common.host import cpu_name
+from trainers.common.trainer import Trainer
+from trainers.caffe import models
+from trainers.caffe import multigpu
+
+LEARNING_RATE = 0.01
+MOMENTUM = 0.9
+# tests only: make Caffe fail a CHECK (and so abort) right after setup, as it does on bad
+# input or when an allocation fails, to exercise trainers/caffe/__main__.py's guard
+TEST_ABORT_ENV = "CAFFE_TRAINER_TEST_ABORT"
+
+
+class CaffeTrainer(Trainer):
+    framework = "caffe"
+
+    def __init__(self):
+        self.caffe = None
+        self.solver = None
+        self.net = None
+        self.workdir = None
+        self.multi = None  # multigpu.CaffeTool when --gpus > 1
+
+    # ---------------------------------------------------------------- protocol hooks
+
+    def preflight(self, cfg):
+        if cfg.precision != "fp32":
+            raise Unsupported("Caffe trains in fp32 only (BVLC Caffe has no %s solver); "
+                              "use --precision fp32" % cfg.precision)
+        set_threads_env(cfg.threads)
+        if cfg.gpus > 0:
+            caffe = _import_caffe()
+            if not built_with_cuda(caffe):
+                raise Unsupported(
+                    "--gpus %d needs a CUDA build of Caffe, but %s is CPU-only (build the "
+                    "GPU image from containers/caffe.def, or run with --gpus 0)"
+                    % (cfg.gpus, os.path.dirname(caffe.__file__)))
+        if cfg.gpus > 1:
+            multigpu.preflight(cfg)
+
+    def setup(self, cfg):
+        set_threads_env(cfg.threads)
+        caffe = self.caffe = _import_caffe()
+        set_blas_threads(cfg.threads)
+        self.workdir = tempfile.mkdtemp(prefix="caffe-trainer-")
+        netparam = models.build(cfg.model, cfg.input_shape, cfg.classes, cfg.per_device_batch)
+        solver = solver_param(caffe, cfg, os.path.join(self.workdir, "train.prototxt"))
+        if cfg.gpus > 0:
+            devices = multigpu.gpu_names(cfg.gpus)
+        else:
+            devices = [cpu_name()]
+        info = {"version": caffe.__version__, "build": build_info(caffe),
+                "devices": devices}
+
+        if cfg.gpus > 1:
+            # the parameter count from the same net in pycaffe (CPU, no training), then
+            # the caffe tool trains it on every GPU
+            caffe.set_mode_cpu()
+            info["params"] = models.count_params(models.instantiate(netparam))
+            self.multi = multigpu.CaffeTool(self.workdir, netparam, solver, cfg)
+            return info
+
+        caffe.set_random_seed(cfg.seed)
+        if cfg.gpus == 1:
+            caffe.set_mode_gpu()
+            caffe.set_device(cfg.local_rank)
+        else:
+            caffe.set_mode_cpu()
+        models.write(netparam, solver.train_net)
+        solver_path = os.path.join(self.workdir, "solver.prototxt")
+        with open(solver_path, "w") as f:
+            f.write(str(solver))
+        self.solver = caffe.SGDSolver(solver_path)
+        self.net = self.solver.net
+        info["params"] = models.count_params(self.net)
+        if os.environ.get(TEST_ABORT_ENV):
+            self.net.blobs[models.DATA].reshape(-1)  # Blob::Reshape: CHECK_GE(shape, 0)
+        return info
+
+    def to_batch(self, images, labels):
+        images = images.astype("float32", copy=False)
+        labels = labels.astype("float32")  # Caffe's labels are float blobs
+        if self.multi is not None:
+            self.multi.add_batch(images, labels)
+        return images, labels
+
+    def step(self, batch):
+        if self.multi is not None:
+            return self.multi.step()
+        blobs = self.net.blobs
+        blobs[models.DATA].data[...] = batch[0]
+        blobs[models.LABEL].data[...] = batch[1]
+        self.solver.step(1)
+        return float(blobs[models.LOSS].data.flat[0])  # on a GPU: a synchronising copy
+
+    def is_out_of_memory(self, exc):
+        # Caffe reports running out of memory by aborting the process (glog CHECK), which
+        # trainers/caffe/__main__.py recognises from the log; here only the tool's failures
+        return isinstance(exc, multigpu.ToolFailed) and exc.out_of_memory
+
+    def teardown(self):
+        if self.multi is not None:
+            self.multi.close()
+        self.solver = self.net = None
+        if self.workdir:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+
+
+def solver_param(caffe, cfg, train_net):
+    """The SolverParameter for this run (the PyTorch trainer's optimiser, in Caffe terms)."""
+    pb = caffe.proto.caffe_pb2
+    solver = pb.SolverParameter()
+    solver.train_net = train_net
+    solver.type = "SGD"
+    solver.base_lr = LEARNING_RATE
+    solver.momentum = MOMENTUM
+    solver.weight_decay = 0.0
+    solver.lr_policy = "fixed"
+    solver.max_iter = cfg.warmup + cfg.iterations
+    solver.display = 0
+    solver.snapshot = 0
+    solver.snapshot_after_train = False
+    solver.random_seed = cfg.seed
+    solver.solver_mode = pb.SolverParameter.GPU if cfg.gpus > 0 else pb.SolverParameter.CPU
+    if cfg.gpus == 1:
+        solver.device_id = cfg.local_rank
+    return solver
+
+
+# -------------------------------------------------------------------- environment
+
+def _import_caffe():
+    os.environ.setdefault("GLOG_minloglevel", "2")
+    import caffe
+    return caffe
+
+
+def set_threads_env(threads):
+    """OpenBLAS reads its thread count when it is loaded, i.e. on `import caffe`."""
+    for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS"):
+        os.environ[var] = str(threads)
+
+
+def _openblas():
+    """The OpenBLAS library this process has loaded (through _caffe.so), or None."""
+    try:
+        with open("/proc/self/maps") as f:
+            paths = set(line.split()[-1] for line in f if "libopenblas" in line)
+    except OSError:
+        return None
+    for path in sorted(paths):
+        try:
+            return ctypes.CDLL(path)
+        except OSError:
+            continue
+    return None
+
+
+def set_blas_threads(threads):
+    lib = _openblas()
+    if lib is not None and hasattr(lib, "openblas_set_num_threads"):
+        lib.openblas_set_num_threads(int(threads))
+
+
+def _mapped_libraries():
+    """Paths of the shared objects this process has loaded."""
+    try:
+        with open("/proc/self/maps") as f:
+            return sorted(set(line.split()[-1] for line in f if ".so" in line))
+    except OSError:
+        return []
+
+
+def _caffe_symbols(caffe):
+    """The bytes of Caffe's own loaded objects (_caffe.so, and libcaffe.so where pycaffe
+    links it), for finding what Caffe was built with."""
+    paths = [os.path.join(os.path.dirname(caffe.__file__), "_caffe.so")]
+    paths += [p for p in _mapped_libraries() if os.path.basename(p).startswith("libcaffe")]
+    blobs = []
+    for path in paths:
+        try:
+            with open(path, "rb") as f:
+                blobs.append(f.read())
+        except OSError:
+            continue
+    return b"".join(blobs)
+
+
+def built_with_cuda(caffe):
+    """Whether this Caffe was built with CUDA (links the CUDA runtime, dynamically or
+    statically). Asking Caffe itself is no option: a CPU-only Caffe aborts the process at
+    set_mode_gpu's first use."""
+    if any("libcudart" in os.path.basename(p) for p in _mapped_libraries()):
+        return True
+    return b"cudaMalloc" in _caffe_symbols(caffe)
+
+
+def build_info(caffe):
+    info = {"cuda": built_with_cuda(caffe), "cudnn": None, "nccl": None,
+            "blas": "openblas", "openblas_config": None, "openblas_threads": None,
+            "openblas_num_threads_env": os.environ.get("OPENBLAS_NUM_THREADS")}
+    package_dir = os.path.dirname(caffe.__file__)
+    info["package"] = package_dir
+    symbols, libs = _caffe_symbols(caffe), _mapped_libraries()
+    info["cudnn"] = b"cudnnCreate" in symbols or any("libcudnn" in p for p in libs)
+    info["nccl"] = b"ncclCommInit" in symbols or any("libnccl" in p for p in libs)
+    built_from = os.path.join(package_dir, "BUILT_FROM")
+    if os.path.isfile(built_from):  # the venv's build (containers/caffe/build_caffe.sh)
+        with open(built_from) as f:
+            info["built_from"] = f.read().strip()
+        info["source"] = "BVLC Caffe 9b89154 (brocolli-caffe 9.0.2 sdist), CMake, CPU-only"
+    lib = _openblas()
+    if lib is not None:
+        try:
+            lib.openblas_get_config.restype = ctypes.c_char_p
+            info["openblas_config"] = lib.openblas_get_config().decode("ascii", "replace").strip()
+            info["openblas_threads"] = int(lib.openblas_get_num_threads())
+        except AttributeError:
+            pass
+    return info
