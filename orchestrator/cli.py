@@ -25,6 +25,7 @@ from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session
 
+from . import cell as cell_module
 from . import db
 from .collector import collect
 
@@ -33,9 +34,14 @@ LAUNCH_HINT = f"run a sweep first: {PROG} -m framework=torch model=lenet dataset
 
 #: `results` view columns compared as text by --where; the others are numbers.
 TEXT_COLUMNS = {"run", "sweep", "cell", "state", "framework", "model", "dataset", "hardware",
-                "precision", "node", "error_class", "error_message", "log_path"}
+                "precision", "node", "error_class", "error_message", "log_path", "energy_method",
+                "gpu_name", "framework_version", "git_revision"}
 #: A failed run's message is cut to this many characters in `status`.
 MESSAGE_WIDTH = 120
+
+
+#: Names a user may type for a framework, as the config tree's `tf` alias does.
+FRAMEWORK_ALIASES = {"tf": "tensorflow"}
 
 
 class CliError(Exception):
@@ -57,7 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     parser = argparse.ArgumentParser(prog=PROG, parents=[common],
                                      description="Inspect and collect benchmark sweeps.")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="{status,collect,results}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="{status,collect,results,rerun}")
 
     p = sub.add_parser("status", parents=[common], help="where each sweep's runs stand, and what failed")
     p.add_argument("--sweep", metavar="ID", help="one sweep (an id, a unique prefix, or 'latest')")
@@ -72,7 +78,25 @@ def build_parser() -> argparse.ArgumentParser:
                    help="keep rows whose column KEY equals VALUE (VALUE may be a,b for either); repeatable")
     p.add_argument("--state", metavar="STATE", help="keep runs in this state (or states, comma-separated)")
     p.add_argument("--csv", action="store_true", help="print every column of the results view as CSV")
+    p.add_argument("--summary", action="store_true",
+                   help="one row per cell over its repeats: n, median images/s, CV, min/max, noisy flag")
+    p.add_argument("--noisy-cv", type=float, default=None, metavar="PCT",
+                   help=f"with --summary: flag a cell noisy above this CV in %% "
+                        f"(default $ORCHESTRATOR_NOISY_CV or {db.NOISY_CV * 100:g})")
     p.set_defaults(func=cmd_results)
+
+    p = sub.add_parser("rerun", parents=[common], help="submit failed cells again (their recorded config)")
+    p.add_argument("--failed", action="store_true", required=True,
+                   help="the repeats whose latest attempt failed, was lost or cancelled")
+    p.add_argument("--sweep", metavar="ID", help="only runs of this sweep (an id, a unique prefix, or 'latest')")
+    p.add_argument("--class", dest="classes", metavar="A,B",
+                   help="only these failure classes (timeout, out_of_memory, crash, lost, cancelled, ...)")
+    p.add_argument("--where", action="append", default=[], metavar="KEY=VALUE",
+                   help="only cells whose setting KEY equals VALUE (e.g. framework=tensorflow); repeatable")
+    p.add_argument("--time", type=int, metavar="MIN", help="give the reruns this time limit (minutes)")
+    p.add_argument("--mem", type=int, metavar="GB", help="give the reruns this much memory (GB)")
+    p.add_argument("--dry-run", action="store_true", help="list what would be resubmitted; submit nothing")
+    p.set_defaults(func=cmd_rerun)
     return parser
 
 
@@ -138,6 +162,13 @@ def cmd_status(args: argparse.Namespace, out: Console) -> int:
             table.add_row(sweep.id, _when(sweep.created_at), str(cells),
                           *(str(c.get(s, "")) for s in states), str(retried or ""))
         out.print(table)
+
+        waiting = session.execute(  # the scheduler's words for why queued runs wait
+            select(current.c.state, current.c.state_detail, func.count())
+            .where(current.c.state.in_(("submitted", "running")), current.c.state_detail.is_not(None))
+            .group_by(current.c.state, current.c.state_detail)).all()
+        for state, detail, n in waiting:
+            out.print(f"{n} {state}: {detail}", markup=False)
 
         failed = session.execute(
             select(current.c.uid, current.c.state, current.c.error_class, current.c.error_message,
@@ -224,6 +255,8 @@ def cmd_results(args: argparse.Namespace, out: Console) -> int:
         rows = session.execute(query).mappings().all()
     if not rows:
         raise CliError("no runs match these filters; drop a --where/--state/--sweep filter, or see `status`")
+    if args.summary:
+        return _print_summary(rows, args, out)
     if args.csv:
         writer = csv.writer(sys.stdout, lineterminator="\n")
         writer.writerow(db.RESULTS_COLUMNS)
@@ -231,6 +264,55 @@ def cmd_results(args: argparse.Namespace, out: Console) -> int:
             writer.writerow(["" if row[c] is None else row[c] for c in db.RESULTS_COLUMNS])
         return 0
     out.print(_results_table(rows))
+    return 0
+
+
+def _noisy_cv(args: argparse.Namespace) -> float:
+    """The noise threshold as a fraction: --noisy-cv, else $ORCHESTRATOR_NOISY_CV, else db.NOISY_CV (both in %)."""
+    value = args.noisy_cv
+    if value is None and os.environ.get("ORCHESTRATOR_NOISY_CV"):
+        try:
+            value = float(os.environ["ORCHESTRATOR_NOISY_CV"])
+        except ValueError:
+            raise CliError(f"ORCHESTRATOR_NOISY_CV={os.environ['ORCHESTRATOR_NOISY_CV']!r} is not a number (percent)") from None
+    if value is None:
+        return db.NOISY_CV
+    if value < 0:
+        raise CliError(f"--noisy-cv {value:g}: a CV threshold is a percentage >= 0")
+    return value / 100.0
+
+
+def _print_summary(rows: Sequence[Any], args: argparse.Namespace, out: Console) -> int:
+    """Per cell, over the latest done attempt of each repeat (db.summarize, as the view)."""
+    threshold = _noisy_cv(args)
+    cells = db.summarize(rows, threshold)
+    if not cells:
+        raise CliError("no successful run with a throughput matches these filters; see `status`")
+    if args.csv:
+        writer = csv.writer(sys.stdout, lineterminator="\n")
+        writer.writerow(db.SUMMARY_COLUMNS)
+        for row in cells:
+            writer.writerow(["" if row[c] is None else row[c] for c in db.SUMMARY_COLUMNS])
+        return 0
+    noisy = sum(1 for c in cells if c["noisy"])
+    table = Table(title=f"{len(cells)} cells over their repeats (noisy: CV > {threshold * 100:g}%)",
+                  title_justify="left", box=box.SIMPLE_HEAD)
+    numeric = ("gpus", "batch", "n", "median img/s", "CV %", "min", "max", "GPU W", "J/img")
+    for name in ("framework/model/dataset", "hardware", "gpus", "batch", "prec", "n", "median img/s",
+                 "CV %", "min", "max", "GPU W", "J/img", "noise"):
+        table.add_column(name, justify="right" if name in numeric else "left", no_wrap=True)
+    for c in cells:
+        table.add_row(*(Text(str(v)) for v in (
+            f"{c['framework']}/{c['model']}/{c['dataset']}", c["hardware"], c["gpus"], c["batch_size"],
+            c["precision"], c["n"], _num(c["images_per_sec_median"], 1),
+            "-" if c["images_per_sec_cv"] is None else f"{c['images_per_sec_cv'] * 100:.1f}",
+            _num(c["images_per_sec_min"], 1), _num(c["images_per_sec_max"], 1),
+            _num(c["gpu_power_avg_w"], 0), _num(c["energy_per_image_j"], 3),
+            "NOISY" if c["noisy"] else ("" if c["noisy"] is not None else "1 run"))))
+    out.print(table)
+    if noisy:
+        out.print(f"{noisy} noisy cell(s): their repeats differ by more than {threshold * 100:g}% "
+                  f"(coefficient of variation); rerun them with more repeats or on a quieter node", markup=False)
     return 0
 
 
@@ -260,17 +342,20 @@ def _results_table(rows: Sequence[Any]) -> Table:
     title = f"{len(rows)} runs" + (f" of sweep {next(iter(sweeps))}" if len(sweeps) == 1 else
                                    f" from {len(sweeps)} sweeps")
     table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD)
-    numeric = ("gpus", "batch", "rep", "images/s", "cpu %", "RSS MB")
+    gpu = any(r["gpu_power_avg_w"] is not None for r in rows)  # GPU columns only where measured
+    numeric = ("gpus", "batch", "rep", "images/s", "cpu %", "RSS MB", "GPU MB", "GPU W", "J/img")
     for name in ("framework/model/dataset", "hardware", "gpus", "batch", "prec", "rep", "state",
-                 "images/s", "cpu %", "RSS MB", "node"):
+                 "images/s", "cpu %", "RSS MB", *(("GPU MB", "GPU W", "J/img") if gpu else ()), "node"):
         table.add_column(name, justify="right" if name in numeric else "left", no_wrap=True)
     for r in rows:
         repeat = f"{r['repeat']}" + (f".{r['attempt']}" if r["attempt"] and r["attempt"] > 1 else "")
         state = r["state"] + (f" ({r['error_class']})" if r["error_class"] else "")
+        gpu_cells = (_num(r["gpu_mem_peak_mb"], 0), _num(r["gpu_power_avg_w"], 0),
+                     _num(r["energy_per_image_j"], 3)) if gpu else ()
         table.add_row(*(Text(str(v)) for v in (
             f"{r['framework']}/{r['model']}/{r['dataset']}", r["hardware"], r["gpus"], r["batch_size"],
             r["precision"], repeat, state, _rate(r["images_per_sec"], r["images_per_sec_std"]),
-            _num(r["cpu_percent"], 0), _num(r["peak_rss_mb"], 0), r["node"] or "")))
+            _num(r["cpu_percent"], 0), _num(r["peak_rss_mb"], 0), *gpu_cells, r["node"] or "")))
     return table
 
 
@@ -320,3 +405,44 @@ def _rate(value: Optional[float], std: Optional[float]) -> str:
 
 def _num(value: Optional[float], digits: int) -> str:
     return "" if value is None else f"{value:,.{digits}f}"
+
+
+# --- rerun ------------------------------------------------------------------------------------
+
+def cmd_rerun(args: argparse.Namespace, out: Console) -> int:
+    from orchestrator import rerun
+
+    factory = db.open_db(args.db, create=False)
+    with factory() as session:
+        _reconcile(session, None)
+        sweep = _pick_sweeps(session, args.sweep)[0].id if args.sweep else None
+        where: dict[str, list[Any]] = {}
+        for item in args.where:
+            key, sep, value = item.partition("=")
+            if not sep or key not in cell_module.SETTINGS:
+                raise CliError(f"--where {item!r}: expected SETTING=VALUE with SETTING one of "
+                               f"{', '.join(cell_module.SETTINGS)}")
+            where.setdefault(key, []).extend(FRAMEWORK_ALIASES.get(v, v) for v in value.split(","))
+        classes = [c.strip() for c in args.classes.split(",")] if args.classes else None
+        picks, problems = rerun.pick(session, sweep, classes, where, args.time, args.mem)
+        for problem in problems:
+            out.print(f"[yellow]cannot rerun[/] {problem}")
+        if not picks:
+            out.print("nothing to rerun: no failed, lost or cancelled repeat matches"
+                      + (" (and none without a successful run)" if not args.classes else ""))
+            return 0
+        verb = "would resubmit" if args.dry_run else "resubmitting"
+        out.print(f"{verb} {len(picks)} repeat(s):")
+        for p in picks:
+            out.print(f"  {p.cell.label}  repeat {p.last.repeat} attempt {p.attempt}  "
+                      f"(last: {p.last.state} {p.last.error_class or ''}, sweep {p.last.sweep_id})")
+        if args.dry_run:
+            return 0
+        failures = 0
+        for report in rerun.submit(session, picks):
+            for cell, job_id, n in report.submitted:
+                out.print(f"  submitted {cell.label} as job {job_id}")
+            for cell, message in report.failed:
+                failures += 1
+                out.print(f"  [red]not submitted[/] {cell.label}: {_one_line(message)}")
+        return 1 if failures else 0

@@ -165,6 +165,35 @@ def _fill_run(run: Run, path: Path, result: dict[str, Any]) -> None:
     run.result_path = str(path.resolve())
     run.params = trainer.get("params")
     run.framework_version = trainer.get("version")
+    run.framework_build = trainer.get("build")
+    _fill_provenance(run, result)
+
+
+def _fill_provenance(run: Run, result: dict[str, Any]) -> None:
+    """The provenance columns (docs/protocol.md §3 `provenance`); a part of the wrong type is skipped."""
+    prov = result.get("provenance") or {}
+    cpu, gpu = prov.get("cpu") or {}, prov.get("gpu") or {}
+    git, slurm = prov.get("git") or {}, prov.get("slurm") or {}
+    devices = [d for d in gpu.get("devices") or [] if isinstance(d, dict)]
+
+    def typed(value: Any, *types: type) -> Any:
+        return value if isinstance(value, types) and not (isinstance(value, bool) and bool not in types) else None
+
+    names = sorted({d.get("name") for d in devices if isinstance(d.get("name"), str)})
+    run.provenance = prov or None
+    run.environment = typed(prov.get("environment"), str) or typed(result.get("environment"), str)
+    run.cpu_model = typed(cpu.get("model"), str)
+    run.cpu_cores = typed(cpu.get("cores"), int)
+    run.cpu_threads = typed(cpu.get("usable"), int)
+    run.gpu_name = ", ".join(names) or None
+    run.gpu_uuids = ",".join(d["uuid"] for d in devices if isinstance(d.get("uuid"), str)) or None
+    run.gpu_driver = typed(gpu.get("driver"), str)
+    run.cuda_driver = typed(gpu.get("cuda_driver"), str)
+    run.git_revision = typed(git.get("revision"), str)
+    run.git_dirty = typed(git.get("dirty"), bool)
+    run.slurm_job_id = typed(slurm.get("job_id"), str)
+    run.exclusive = typed(prov.get("exclusive"), bool)
+    run.energy_method = typed((result.get("energy") or {}).get("method"), str)
 
 
 def _under(run_dir: Path, name: Optional[str]) -> Optional[str]:

@@ -16,6 +16,7 @@ import contextlib
 import fcntl
 import json
 import os
+import signal
 import socket
 import subprocess
 import time
@@ -24,8 +25,9 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import yaml
+from submitit.core.utils import UncompletedJobError
 
-from orchestrator import metrics
+from orchestrator import metrics, provenance
 from orchestrator.monitor import Monitor, default_samplers
 from orchestrator.runtime import REPO, EnvironmentError_, make_runtime
 
@@ -127,6 +129,11 @@ def run_once(spec: JobSpec, run: RunSpec, deadline: float | None = None) -> Path
         result.update(state="failed", error={"class": "timeout", "message": str(exc)})
     except EnvironmentError_ as exc:
         result.update(state="failed", error={"class": exc.error_class, "message": str(exc)})
+    except UncompletedJobError as exc:  # submitit's handler of Slurm's end-of-time signal
+        result.update(state="failed", error={"class": "timeout", "message": (
+            f"the scheduler signalled the end of the job's time limit before the trainer finished "
+            f"({exc}); raise hardware.time_min (or `orchestrator rerun --failed --time MIN`) or "
+            f"lower iterations")})
     except Exception as exc:  # the job's own failure must still leave a result behind
         result.update(state="failed", error={"class": "crash", "message": f"job: {type(exc).__name__}: {exc}"})
     result["ended_at"] = time.time()
@@ -148,9 +155,13 @@ def _measure(spec: JobSpec, run_dir: Path, paths: dict[str, str], deadline: floa
         runtime.ensure(log)
     argv, env = runtime.command(trainer_args(spec.settings, spec.data_dir), gpus=spec.settings["gpus"],
                                 binds=[spec.data_dir] if spec.data_dir else [])
-    monitor = Monitor(default_samplers(), spec.monitor_period_s, Path(paths["samples"]))
+    env = {**os.environ, **env}
+    gpus = int(spec.settings.get("gpus") or 0)
+    idle_s = _idle_seconds(spec, gpus)
+    monitor = Monitor(default_samplers(gpus, env), spec.monitor_period_s, Path(paths["samples"]))
+    monitor.measure_idle(idle_s)  # the GPUs' idle power, before the trainer loads them
     with open(paths["events"], "wb") as out, open(paths["stderr"], "wb") as err:
-        proc = subprocess.Popen(argv, stdout=out, stderr=err, env={**os.environ, **env},
+        proc = subprocess.Popen(argv, stdout=out, stderr=err, env=env,
                                 cwd=str(REPO), stdin=subprocess.DEVNULL)
         monitor.start(proc.pid)
         try:
@@ -164,12 +175,22 @@ def _measure(spec: JobSpec, run_dir: Path, paths: dict[str, str], deadline: floa
                 proc.kill()
                 proc.wait()
             samples = monitor.stop()
+    if returncode == -signal.SIGUSR2:  # submitit asks Slurm for USR2 to every process near the end
+        raise TimeLimit("the scheduler signalled the end of the job's time limit (SIGUSR2) before the "
+                        "trainer finished; raise hardware.time_min (or `orchestrator rerun --failed "
+                        "--time MIN`) or lower iterations")
     events, bad_lines = read_events(Path(paths["events"]))
     outcome: dict[str, Any] = {"returncode": returncode, "monitor": monitor.describe(),
                                "environment": runtime.identity(), "argv": argv}
     start = next((e for e in events if e.get("event") == "run_start"), None)
     if start:
         outcome["trainer"] = {k: v for k, v in start.items() if k not in ("event", "t")}
+    try:  # provenance is best effort: it never fails a run
+        outcome["provenance"] = provenance.gather(
+            spec.settings, outcome.get("trainer"), outcome["environment"], outcome["monitor"],
+            exclusive=bool(spec.lock) or bool((spec.config.get("cluster") or {}).get("exclusive")), environ=env)
+    except Exception as exc:
+        outcome["provenance"] = {"error": f"{type(exc).__name__}: {exc}"}
     error = next((e for e in events if e.get("event") == "error"), None)
     if error:
         outcome.update(state="failed", error={"class": error.get("class", "crash"),
@@ -188,7 +209,17 @@ def _measure(spec: JobSpec, run_dir: Path, paths: dict[str, str], deadline: floa
         return outcome
     outcome.update(state="done", error=None, window=measured.window, metrics=dict(measured),
                    notes=measured.reason)
+    if measured.energy:
+        outcome["energy"] = {**measured.energy, "period_s": spec.monitor_period_s, "idle_s": idle_s}
     return outcome
+
+
+def _idle_seconds(spec: JobSpec, gpus: int) -> float:
+    """How long the GPUs' idle power is sampled before the trainer starts (monitor.idle_s; 0 for CPU)."""
+    if gpus <= 0:
+        return 0.0
+    value = (spec.config.get("monitor") or {}).get("idle_s", 5.0)
+    return max(0.0, float(value or 0.0))
 
 
 def read_events(path: Path) -> tuple[list[dict[str, Any]], int]:

@@ -1,4 +1,4 @@
-"""What a run measured: throughput and host load over the trainer's measured window.
+"""What a run measured: throughput, host and GPU load and energy over the trainer's measured window.
 
 The window is the trainer's own: it opens at the `warmup_end` event and closes at `run_end`
 (docs/protocol.md). Throughput comes from the trainer's per-step timings (`dt`, taken with the
@@ -30,16 +30,27 @@ METRIC_UNITS = {
     "rss_peak_bytes": "B",
     "host_cpu_percent_avg": "%",
     "host_mem_used_peak_bytes": "B",
+    "gpu_mem_avg_bytes": "B",
     "gpu_mem_peak_bytes": "B",
+    "gpu_proc_mem_avg_bytes": "B",
+    "gpu_proc_mem_peak_bytes": "B",
     "gpu_util_avg": "%",
+    "gpu_mem_util_avg": "%",
+    "gpu_sm_clock_avg_mhz": "MHz",
+    "gpu_temp_peak_c": "°C",
     "gpu_power_avg_w": "W",
+    "gpu_power_peak_w": "W",
+    "gpu_idle_power_w": "W",
     "energy_j": "J",
+    "energy_net_j": "J",
     "energy_per_image_j": "J/img",
+    "energy_net_per_image_j": "J/img",
+    "images_per_sec_per_w": "img/s/W",
 }
 
 #: For names not listed above (a sampler added later): the unit their suffix implies.
 _SUFFIX_UNITS = (("_bytes", "B"), ("_per_sec", "1/s"), ("_percent", "%"), ("_w", "W"), ("_j", "J"),
-                 ("_s", "s"))
+                 ("_mhz", "MHz"), ("_s", "s"))
 
 
 def unit_of(name: str) -> Optional[str]:
@@ -65,10 +76,12 @@ class Metrics(dict):
     """
 
     def __init__(self, values: dict[str, float], window: Optional[dict[str, Any]] = None,
-                 reason: Optional[str] = None) -> None:
+                 reason: Optional[str] = None, energy: Optional[dict[str, Any]] = None) -> None:
         super().__init__(values)
         self.window = window
         self.reason = reason
+        #: How energy was measured ({"method": "counter" | "trapezoid", "samples": n}); None if not.
+        self.energy = energy
 
 
 def measured_window(events: Iterable[dict[str, Any]]) -> dict[str, Any]:
@@ -171,6 +184,96 @@ def host_metrics(samples: Iterable[dict[str, Any]]) -> dict[str, float]:
     return out
 
 
+def trapezoid_energy(times: list[float], watts: list[float], start: float, end: float) -> float:
+    """Joules over [start, end] from power samples: the trapezoid rule over the samples inside,
+    with the power at `start` and `end` interpolated from their neighbours (held flat beyond the
+    first and last sample)."""
+    if end <= start or not times:
+        return 0.0
+    order = np.argsort(times)
+    t, p = np.asarray(times, float)[order], np.asarray(watts, float)[order]
+    inside = (t > start) & (t < end)
+    tt = np.concatenate(([start], t[inside], [end]))
+    pp = np.concatenate(([np.interp(start, t, p)], p[inside], [np.interp(end, t, p)]))
+    return float(np.sum((tt[1:] - tt[:-1]) * (pp[1:] + pp[:-1]) / 2.0))
+
+
+def counter_energy(times: list[float], millijoules: list[float], start: float, end: float) -> Optional[float]:
+    """Joules over [start, end] from NVML's total-energy counter (mJ), read off the samples by
+    linear interpolation at both ends; None when the samples do not cover the window or the
+    counter went backwards (a driver reload resets it)."""
+    order = np.argsort(times)
+    t, e = np.asarray(times, float)[order], np.asarray(millijoules, float)[order]
+    if len(t) < 2 or t[0] > start or t[-1] < end or np.any(np.diff(e) < 0):
+        return None
+    return float(np.interp(end, t, e) - np.interp(start, t, e)) / 1000.0
+
+
+def gpu_metrics(samples: Iterable[dict[str, Any]], window: dict[str, Any],
+                images_per_sec: Optional[float] = None) -> tuple[dict[str, float], Optional[dict[str, Any]]]:
+    """GPU memory, power, utilisation and energy over the window, from the GPU sampler's samples.
+
+    Averages and peaks use the samples inside the window; energy uses the samples around it
+    too (to interpolate its ends): NVML's energy counter where every sample has one, else the
+    trapezoid rule over power. Idle samples (`"phase": "idle"`, taken before the trainer
+    started) give `gpu_idle_power_w` (the mean of their last third, once clocks have dropped),
+    and net energy = energy - idle power x window length.
+    Returns (metrics, how energy was measured or None).
+    """
+    gpu = [s for s in samples if s.get("sampler") == "gpu" and _number(s.get("t"))]
+    idle = [s for s in gpu if s.get("phase") == "idle"]
+    run = sorted((s for s in gpu if s.get("phase") != "idle"), key=lambda s: s["t"])
+    start, end = window["start"], window["end"]
+    inside = window_samples(run, start, end)
+
+    def values(rows: list[dict[str, Any]], key: str) -> list[float]:
+        return [float(s[key]) for s in rows if _number(s.get(key))]
+
+    out: dict[str, float] = {}
+    for name, key, reduce in (
+        ("gpu_mem_avg_bytes", "mem_used_bytes", _mean),
+        ("gpu_mem_peak_bytes", "mem_used_bytes", max),
+        ("gpu_proc_mem_avg_bytes", "proc_mem_bytes", _mean),
+        ("gpu_proc_mem_peak_bytes", "proc_mem_bytes", max),
+        ("gpu_util_avg", "util_gpu_percent", _mean),
+        ("gpu_mem_util_avg", "util_mem_percent", _mean),
+        ("gpu_sm_clock_avg_mhz", "sm_clock_mhz", _mean),
+        ("gpu_temp_peak_c", "temp_c", max),
+        ("gpu_power_avg_w", "power_w", _mean),
+        ("gpu_power_peak_w", "power_w", max),
+    ):
+        vals = values(inside, key)
+        if vals:
+            out[name] = float(reduce(vals))
+    # A GPU holds its clocks for a second or two after work (an H200 measured here fell from
+    # 126 W to 79 W over ~3 s after a run), so idle power is taken over the idle phase's last third.
+    idle_power = [float(s["power_w"]) for s in sorted(idle, key=lambda s: s["t"]) if _number(s.get("power_w"))]
+    if idle_power:
+        out["gpu_idle_power_w"] = _mean(idle_power[len(idle_power) * 2 // 3:])
+
+    energy, how = None, None
+    counted = [s for s in run if _number(s.get("energy_mj"))]
+    if counted and len(counted) == len(run):
+        energy = counter_energy([s["t"] for s in counted], [s["energy_mj"] for s in counted], start, end)
+        if energy is not None:
+            how = {"method": "counter", "samples": len(counted)}
+    powered = [s for s in run if _number(s.get("power_w"))]
+    if energy is None and powered and inside:
+        energy = trapezoid_energy([s["t"] for s in powered], [s["power_w"] for s in powered], start, end)
+        how = {"method": "trapezoid", "samples": len(powered)}
+    if energy is not None:
+        out["energy_j"] = energy
+        if "gpu_idle_power_w" in out:
+            out["energy_net_j"] = energy - out["gpu_idle_power_w"] * (end - start)
+        if window.get("images"):
+            out["energy_per_image_j"] = energy / window["images"]
+            if "energy_net_j" in out:
+                out["energy_net_per_image_j"] = out["energy_net_j"] / window["images"]
+    if images_per_sec and out.get("gpu_power_avg_w"):
+        out["images_per_sec_per_w"] = images_per_sec / out["gpu_power_avg_w"]
+    return out, how
+
+
 def compute(events: Iterable[dict[str, Any]], samples: Iterable[dict[str, Any]] = ()) -> Metrics:
     """All metrics of a run: throughput over the measured steps, host load within the window.
 
@@ -190,14 +293,23 @@ def compute(events: Iterable[dict[str, Any]], samples: Iterable[dict[str, Any]] 
     else:
         reasons.append(f"no throughput: no step event with dt > 0 between warmup_end and run_end "
                        f"(run_end reports {window['steps']} steps)")
+    samples = list(samples)
     inside = window_samples(samples, window["start"], window["end"])
     host = host_metrics(inside)
     if host:
         values.update(host)
     else:
         reasons.append(f"no host metrics: no host sample within the {window['end'] - window['start']:.3f} s window")
+    gpu, energy = gpu_metrics(samples, window, values.get("images_per_sec"))
+    values.update(gpu)
+    in_window = sum(1 for s in inside if s.get("sampler") == "gpu")
+    if any(s.get("sampler") == "gpu" and s.get("phase") != "idle" for s in samples) and "gpu_power_avg_w" not in gpu:
+        reasons.append("no GPU power: no GPU sample with power within the window")
+    elif energy and in_window < 20:
+        reasons.append(f"energy over a short window ({window['end'] - window['start']:.2f} s, {in_window} GPU "
+                       f"samples) is coarse; raise iterations")
     values = {k: v for k, v in values.items() if math.isfinite(v)}
-    return Metrics(values, window, "; ".join(reasons) or None)
+    return Metrics(values, window, "; ".join(reasons) or None, energy)
 
 
 def _number(value: Any) -> bool:

@@ -91,6 +91,16 @@ def check_result(result: Any) -> None:
     trainer = _optional(result, "trainer", dict) or {}
     _optional(trainer, "params", int, where="trainer")
     _optional(trainer, "version", str, where="trainer")
+    _optional(trainer, "build", dict, where="trainer")
+    energy = _optional(result, "energy", dict) or {}
+    _optional(energy, "method", str, where="energy")
+    _optional(result, "monitor", list)
+    prov = _optional(result, "provenance", dict) or {}
+    _optional(prov, "node", str, where="provenance")
+    _optional(prov, "environment", str, where="provenance")
+    _optional(prov, "exclusive", bool, where="provenance")
+    for key in ("cpu", "gpu", "framework", "git", "slurm"):
+        _optional(prov, key, dict, where="provenance")
     metrics = _optional(result, "metrics", dict) or {}
     for name, value in metrics.items():
         if not _is_number(value):

@@ -53,7 +53,8 @@ class LocalTracker:
                          and any("submitit" in part for part in proc.cmdline()))
             except (ValueError, psutil.Error):
                 alive = False
-            out[job_id] = Seen("running", "RUNNING") if alive else Seen("unknown", "GONE")
+            # a local job id is a pid on this machine: once it is gone, the job has ended
+            out[job_id] = Seen("running", "RUNNING") if alive else Seen("ended", "", None, "lost")
         return out
 
     def find(self, names: Iterable[str]) -> dict[str, str]:

@@ -58,6 +58,25 @@ def make_result(sweep: str = "sweep-a", repeat: int = 0, attempt: int = 1, state
         "window": None if state == "failed" else {"start": T0 + 10, "end": T0 + 90, "steps": 20, "images": 1280},
         "metrics": metrics,
         "monitor": [{"name": "host", "method": "psutil", "period_s": 0.1, "samples": 812}],
+        "provenance": make_provenance(cell),
+    }
+
+
+def make_provenance(cell: dict[str, Any]) -> dict[str, Any]:
+    """A job's provenance record (orchestrator/provenance.py), for a P100 node under Slurm."""
+    return {
+        "node": "node01", "os": "Linux-5.14.0-x86_64-with-glibc2.34",
+        "cpu": {"model": "Intel(R) Xeon(R) CPU E5-2680 v4 @ 2.40GHz", "cores": 28, "threads": 56,
+                "usable": 16, "threads_used": cell["threads"]},
+        "gpu": {"driver": "535.104.05", "cuda_driver": "12.2", "devices": [
+            {"index": 1, "uuid": "GPU-1111", "name": "Tesla P100-PCIE-16GB",
+             "memory_total_bytes": 17071734784, "power_limit_w": 250.0}]},
+        "framework": {"name": cell["framework"], "version": "2.3.1", "build": {"cuda": "12.1"}},
+        "environment": "sif:sha256:0123456789abcdef",
+        "git": {"revision": "3cdf11e73d766c93dda53b805eca374ce2407de7", "dirty": False},
+        "slurm": {"job_id": "4242_3", "raw_job_id": "4245", "partition": "p100", "nodelist": "node01",
+                  "cpus_on_node": "16"},
+        "exclusive": True,
     }
 
 

@@ -132,3 +132,33 @@ def test_empty_database_and_missing_runs_dir(env, capsys):
     assert "holds no runs yet; run a sweep first" in capsys.readouterr().err
     assert main(["--runs", "elsewhere", "collect"]) == 1
     assert "no runs directory elsewhere here" in capsys.readouterr().err
+
+
+def test_results_summary_shows_median_spread_and_noisy_cells(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("COLUMNS", "250")
+    monkeypatch.delenv("ORCHESTRATOR_DB", raising=False)
+    monkeypatch.delenv("ORCHESTRATOR_NOISY_CV", raising=False)
+    runs = tmp_path / "runs"
+    for repeat, ips in enumerate((1000.0, 1040.0, 960.0)):  # CV 4%
+        write_result(runs, make_result(sweep="s", repeat=repeat, metrics={"images_per_sec": ips}))
+    for repeat, ips in enumerate((100.0, 150.0)):  # CV 28%
+        write_result(runs, make_result(sweep="s", repeat=repeat, model="alexnet", metrics={"images_per_sec": ips}))
+    assert main(["collect"]) == 0
+    capsys.readouterr()
+    assert main(["results", "--summary"]) == 0
+    out = capsys.readouterr().out
+    assert "2 cells over their repeats (noisy: CV > 5%)" in out
+    lenet = next(line for line in out.splitlines() if "torch/lenet" in line)
+    assert "1,000.0" in lenet and " 4.0 " in lenet and "960.0" in lenet and "NOISY" not in lenet
+    alexnet = next(line for line in out.splitlines() if "torch/alexnet" in line)
+    assert "125.0" in alexnet and "NOISY" in alexnet
+    assert "1 noisy cell(s)" in out
+
+    assert main(["results", "--summary", "--noisy-cv", "3", "--csv"]) == 0
+    rows = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
+    assert list(rows[0]) == list(db.SUMMARY_COLUMNS)
+    assert [(r["model"], r["n"], r["noisy"]) for r in rows] == [("alexnet", "2", "1"), ("lenet", "3", "1")]
+    monkeypatch.setenv("ORCHESTRATOR_NOISY_CV", "50")
+    assert main(["results", "--summary", "--csv", "--where", "model=alexnet"]) == 0
+    assert list(csv.DictReader(io.StringIO(capsys.readouterr().out)))[0]["noisy"] == "0"

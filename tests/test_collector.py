@@ -35,6 +35,14 @@ def test_collect_lands_runs_metrics_and_view_rows(tmp_path):
         assert lenet.state == "done" and lenet.collected_at is not None
         assert (lenet.node, lenet.job_id, lenet.executor) == ("node01", "4242", "local")
         assert (lenet.params, lenet.framework_version) == (61706, "2.3.1")
+        # provenance: where and with what it was measured
+        assert lenet.framework_build == {"cuda": None} and lenet.environment == "sif:sha256:0123456789abcdef"
+        assert lenet.cpu_model.startswith("Intel(R) Xeon(R) CPU E5-2680") and (lenet.cpu_cores, lenet.cpu_threads) == (28, 16)
+        assert (lenet.gpu_name, lenet.gpu_uuids) == ("Tesla P100-PCIE-16GB", "GPU-1111")
+        assert (lenet.gpu_driver, lenet.cuda_driver) == ("535.104.05", "12.2")
+        assert lenet.git_revision.startswith("3cdf11e") and lenet.git_dirty is False
+        assert (lenet.slurm_job_id, lenet.exclusive) == ("4242_3", True)
+        assert lenet.provenance["node"] == "node01" and lenet.energy_method is None
         assert lenet.started_at == 1_700_000_000.0 and lenet.ended_at == 1_700_000_100.0
         assert lenet.result_path == str(paths[0].resolve())
         assert lenet.run_dir == str(paths[0].parent.resolve())
@@ -200,3 +208,20 @@ def test_two_collectors_at_once_land_each_run_exactly_once(tmp_path):
     assert con.execute("select count(*) from sweeps").fetchone() == (1,)
     assert con.execute("select count(*) from cells").fetchone() == (3,)
     assert con.execute("select count(*) from results").fetchone() == (n,)
+
+
+def test_a_gpu_run_lands_its_energy_method_and_gpu_columns(tmp_path):
+    runs = tmp_path / "runs"
+    result = make_result(gpus=1, metrics={"images_per_sec": 2065.9, "gpu_power_avg_w": 597.0,
+                                          "gpu_idle_power_w": 78.6, "energy_j": 11112.5, "energy_net_j": 9649.0,
+                                          "energy_per_image_j": 0.289, "images_per_sec_per_w": 3.46,
+                                          "gpu_mem_peak_bytes": 14550 * 2**20, "gpu_util_avg": 98.9})
+    result["energy"] = {"method": "counter", "samples": 516, "period_s": 0.1, "idle_s": 5.0}
+    write_result(runs, result)
+    Session = db.open_db(f"sqlite:///{tmp_path / 'results.db'}")
+    assert collect(Session, runs).added == 1
+    con = sqlite3.connect(tmp_path / "results.db")
+    row = con.execute("select energy_method, gpu_name, gpu_power_avg_w, gpu_idle_power_w, energy_net_j, "
+                      "images_per_sec_per_w, gpu_mem_peak_mb, gpu_util, git_dirty from results").fetchone()
+    assert row == ("counter", "Tesla P100-PCIE-16GB", 597.0, 78.6, 9649.0, 3.46, 14550.0, 98.9, 0)
+    con.close()

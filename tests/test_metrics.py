@@ -3,6 +3,7 @@ import json
 
 import pytest
 
+from orchestrator import metrics
 from orchestrator.metrics import (
     METRIC_UNITS, Metrics, NoWindow, compute, host_metrics, measured_steps, measured_window,
     throughput, unit_of, window_samples,
@@ -147,3 +148,52 @@ def test_unit_of_unknown_names_by_suffix():
     assert unit_of("gpu_mem_peak_bytes") == "B"
     assert unit_of("nvlink_rx_bytes") == "B"
     assert unit_of("mystery") is None
+
+
+def gpu_sample(t, power, mem=2**30, proc=2**29, util=90.0, energy_mj=None, phase=None):
+    s = {"t": t, "sampler": "gpu", "power_w": power, "mem_used_bytes": mem, "proc_mem_bytes": proc,
+         "util_gpu_percent": util, "util_mem_percent": 40.0, "sm_clock_mhz": 1300.0, "temp_c": 60.0}
+    if energy_mj is not None:
+        s["energy_mj"] = energy_mj
+    if phase:
+        s["phase"] = phase
+    return s
+
+
+def test_gpu_metrics_over_the_window_with_idle_power_and_net_energy():
+    events, start, end = stream()  # a 0.9 s window of 320 images
+    idle = [gpu_sample(T0 - 10 + 0.1 * i, 200.0 if i < 4 else 50.0, phase="idle") for i in range(6)]
+    run = [gpu_sample(start - 0.1, 300.0, mem=10**9),  # start-up: outside the window
+           gpu_sample(start + 0.1, 100.0), gpu_sample(start + 0.5, 300.0, mem=2 * 2**30, proc=2**30),
+           gpu_sample(end + 0.1, 100.0)]
+    m = compute(events, run + idle)
+    assert m["gpu_power_avg_w"] == 200.0 and m["gpu_power_peak_w"] == 300.0
+    assert m["gpu_mem_peak_bytes"] == 2 * 2**30 and m["gpu_mem_avg_bytes"] == 1.5 * 2**30
+    assert m["gpu_proc_mem_peak_bytes"] == 2**30 and m["gpu_util_avg"] == 90.0
+    # idle power is the idle phase's last third (the GPU still held its clocks at first)
+    assert m["gpu_idle_power_w"] == 50.0
+    # no energy counter: the trapezoid rule over power, the window's ends interpolated
+    assert m.energy == {"method": "trapezoid", "samples": 4}
+    expected = metrics.trapezoid_energy([s["t"] for s in run], [s["power_w"] for s in run], start, end)
+    assert m["energy_j"] == pytest.approx(expected)
+    assert m["energy_net_j"] == pytest.approx(expected - 50.0 * (end - start))
+    assert m["energy_per_image_j"] == pytest.approx(expected / 320)
+    assert m["images_per_sec_per_w"] == pytest.approx(m["images_per_sec"] / 200.0)
+    assert all(unit_of(name) == METRIC_UNITS[name] for name in m)
+
+
+def test_energy_counter_is_preferred_where_every_sample_has_one():
+    events, start, end = stream()
+    run = [gpu_sample(start - 0.2 + 0.1 * i, 100.0, energy_mj=1e6 + 150.0 * 100 * i) for i in range(14)]
+    m = compute(events, run)
+    assert m.energy == {"method": "counter", "samples": 14}
+    assert m["energy_j"] == pytest.approx(150.0 * (end - start))  # 150 W by the counter, not 100 by power
+    assert "energy_net_j" not in m  # no idle phase, no net energy
+    assert "short window" in m.reason
+
+
+def test_cpu_runs_have_no_gpu_metrics_and_no_complaint():
+    events, start, _ = stream()
+    m = compute(events, [{"t": start + 0.1, "sampler": "host", "proc_cpu_percent": 10.0}])
+    assert not any(k.startswith(("gpu_", "energy")) for k in m) and m.energy is None
+    assert m.reason is None

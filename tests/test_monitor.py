@@ -19,7 +19,8 @@ def test_host_sampler_follows_a_busy_process_tree(tmp_path):
     assert len(samples) >= 5
     stamps = [s["t"] for s in samples]
     assert stamps == sorted(stamps) and before - 1 < stamps[0] < time.time()
-    assert max(s["proc_cpu_percent"] for s in samples) > 50  # the child's busy loop
+    # the child's busy loop (the parent alone idles near 0 %; > 20 leaves room for a loaded machine)
+    assert max(s["proc_cpu_percent"] for s in samples) > 20
     assert max(s["proc_rss_bytes"] for s in samples) > 1_000_000
     assert all(0 <= s["host_cpu_percent"] <= 100 for s in samples)
     written = (tmp_path / "samples.jsonl").read_text().splitlines()

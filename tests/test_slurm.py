@@ -53,10 +53,11 @@ def sacct(workdir, *job_ids, fields="JobID,JobName,Partition,State,ReqTRES%60,Ti
 
 
 def sacct_eventually(workdir, job_ids, want, timeout=60):
-    """sacct rows for these jobs once it lists `want` of them (accounting lags submission)."""
+    """sacct rows for these jobs once it lists `want` of them in full (accounting lags
+    submission: a first record can say JobName=allocation with no partition)."""
     deadline = time.time() + timeout
     while True:
-        got = sacct(workdir, *job_ids)
+        got = [r for r in sacct(workdir, *job_ids) if r["JobName"].startswith("orch-")]
         if len(got) >= want or time.time() > deadline:
             return got
         time.sleep(1)
