@@ -1,5 +1,4 @@
 """Trainer environments: the venv recipe and the Apptainer command line."""
-from pathlib import Path
 
 import pytest
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO
-from test_sweep import orchestrator, rows, wait_until_final
+from test_sweep import orchestrator, rows, user_dir, wait_until_final
 
 pytestmark = pytest.mark.slow
 
@@ -36,9 +36,7 @@ def slurm_env():
 
 @pytest.fixture
 def workdir(tmp_path, torch_python, slurm_env):
-    env = {**slurm_env, "ORCHESTRATOR_DB": f"sqlite:///{tmp_path}/results.db",
-           "ORCHESTRATOR_RUNS": str(tmp_path / "runs"), "ORCHESTRATOR_DATA": str(tmp_path / "data"),
-           "COLUMNS": "200"}
+    tmp_path, env = user_dir(tmp_path, slurm_env)
     yield tmp_path, env
     # leave no job of this test behind, whatever happened
     for (job_id,) in rows((tmp_path, env), "select distinct job_id from runs where job_id is not null") \

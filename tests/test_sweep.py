@@ -15,18 +15,33 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.runtime import VenvRuntime, default_cache
+from orchestrator.runtime import default_cache
 
 FAST = ["iterations=3", "warmup=1"]
 
 
+def user_dir(path, base_env=None):
+    """A user's directory: its own results.db, runs/ and data/; the shared environment cache."""
+    env = {**(base_env or os.environ), "ORCHESTRATOR_DB": f"sqlite:///{path}/results.db",
+           "ORCHESTRATOR_RUNS": str(path / "runs"), "ORCHESTRATOR_DATA": str(path / "data"),
+           "COLUMNS": "200"}
+    return path, env
+
+
+def sweep_rows(framework, path):
+    """A two-network sweep of one framework, run to the end: its (framework, model, state,
+    measured, params) rows."""
+    workdir = user_dir(path)
+    launched = orchestrator(["-m", f"framework={framework}", "model=lenet,alexnet", "dataset=synthetic",
+                             "iterations=3", "warmup=1", "batch_size=2", "wait=true"], workdir, timeout=1200)
+    assert launched.returncode == 0, launched.stdout + launched.stderr
+    return rows(workdir, "select framework, model, state, images_per_sec > 0, params "
+                         "from results order by model")
+
+
 @pytest.fixture
 def workdir(tmp_path, torch_python):
-    """A user's directory: its own results.db, runs/ and data/; the shared environment cache."""
-    env = {**os.environ, "ORCHESTRATOR_DB": f"sqlite:///{tmp_path}/results.db",
-           "ORCHESTRATOR_RUNS": str(tmp_path / "runs"), "ORCHESTRATOR_DATA": str(tmp_path / "data"),
-           "COLUMNS": "200"}
-    return tmp_path, env
+    return user_dir(tmp_path)
 
 
 def orchestrator(args, workdir, timeout=600):

@@ -21,7 +21,7 @@ import sys
 import pytest
 
 from conftest import REPO, framework_python
-from test_sweep import orchestrator, rows
+from test_sweep import sweep_rows
 
 pytestmark = pytest.mark.slow
 
@@ -130,18 +130,8 @@ def test_refusals_end_unsupported(cntk_python, args, words):
 
 
 def test_sweep_lands_rows_in_results_db(cntk_python, tmp_path):
-    env = {**os.environ, "ORCHESTRATOR_DB": "sqlite:///%s/results.db" % tmp_path,
-           "ORCHESTRATOR_RUNS": str(tmp_path / "runs"),
-           "ORCHESTRATOR_DATA": str(tmp_path / "data"), "COLUMNS": "200"}
-    workdir = (tmp_path, env)
-    launched = orchestrator(["-m", "framework=cntk", "model=lenet,alexnet",
-                             "dataset=synthetic", "iterations=3", "warmup=1", "batch_size=2",
-                             "wait=true"], workdir, timeout=1200)
-    assert launched.returncode == 0, launched.stdout + launched.stderr
-    results = rows(workdir, "select framework, model, state, images_per_sec > 0, params "
-                            "from results order by model")
-    assert results == [("cntk", "alexnet", "done", 1, 61100840),
-                       ("cntk", "lenet", "done", 1, 431080)], launched.stdout
+    assert sweep_rows("cntk", tmp_path) == [("cntk", "alexnet", "done", 1, 61100840),
+                                           ("cntk", "lenet", "done", 1, 431080)]
 
 
 def test_no_python_36_means_unsupported(tmp_path):

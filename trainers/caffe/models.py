@@ -24,13 +24,12 @@ Weights are initialised as the PyTorch definitions do where Caffe has the filler
 prints {model: trainable parameter count} as JSON (counted on the instantiated Caffe net:
 the blobs of every layer except BatchNorm's statistics).
 """
-import argparse
-import json
 import math
 import os
 import sys
 import tempfile
 
+from trainers.common.counting import count_main
 from trainers.common.errors import Unsupported
 
 DATA, LABEL, LOSS = "data", "label", "loss"
@@ -357,26 +356,12 @@ def instantiate(netparam, phase=None):
 
 
 def main(argv=None):
-    from trainers.common.inputs import MODELS
-
-    parser = argparse.ArgumentParser(prog="python -m trainers.caffe.models")
-    parser.add_argument("--count", action="store_true", required=True,
-                        help="print each model's trainable parameter count as JSON")
-    parser.add_argument("--model", action="append", choices=MODELS,
-                        help="only these models (repeatable)")
-    parser.add_argument("--channels", type=int, default=3)
-    parser.add_argument("--size", type=int, default=224)
-    parser.add_argument("--classes", type=int, default=1000)
-    args = parser.parse_args(argv)
     os.environ.setdefault("GLOG_minloglevel", "2")
-    counts = {}
-    for name in args.model or MODELS:
-        net = instantiate(build(name, (args.channels, args.size, args.size), args.classes, 1))
-        counts[name] = count_params(net)
-        del net
-    print(json.dumps(counts))
-    return 0
 
+    def count_one(name, input_shape, classes):
+        return count_params(instantiate(build(name, input_shape, classes, 1)))
+
+    return count_main("caffe", count_one, argv)
 
 if __name__ == "__main__":
     sys.exit(main())

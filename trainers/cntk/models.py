@@ -24,13 +24,11 @@ or "same" (auto) padding:
 
 prints the trainable parameter counts as JSON (the last stdout line), like the PyTorch one.
 """
-import argparse
-import json
-import os
 import sys
 
 import numpy as np
 
+from trainers.common.counting import count_main
 from trainers.common.errors import Unsupported
 
 # cntk is imported by build() and the layer helpers' callers, not at module import, so that
@@ -254,31 +252,15 @@ def count_params(model):
 
 
 def main(argv=None):
-    from trainers.common.inputs import MODELS
-
-    parser = argparse.ArgumentParser(prog="python -m trainers.cntk.models")
-    parser.add_argument("--count", action="store_true", required=True,
-                        help="print each model's trainable parameter count as JSON")
-    parser.add_argument("--model", action="append", choices=MODELS,
-                        help="only these models (repeatable)")
-    parser.add_argument("--channels", type=int, default=3)
-    parser.add_argument("--size", type=int, default=224)
-    parser.add_argument("--classes", type=int, default=1000)
-    args = parser.parse_args(argv)
     from trainers.cntk.libpath import reexec_with_mpi_compat
-    reexec_with_mpi_compat("trainers.cntk.models", sys.argv[1:] if argv is None else argv)
-    # CNTK prints banners and warnings to stdout from C++; keep the JSON line the last one
-    sys.stdout.flush()
-    C = _cntk()
-    C.device.try_set_default_device(C.device.cpu())
-    counts = {}
-    for name in args.model or MODELS:
-        x = C.input_variable((args.channels, args.size, args.size), np.float32)
-        counts[name] = count_params(build(name, x, args.classes))
-    sys.stdout.flush()
-    os.write(1, (json.dumps(counts) + "\n").encode())
-    return 0
 
+    def count_one(name, input_shape, classes):
+        C = _cntk()
+        C.device.try_set_default_device(C.device.cpu())
+        return count_params(build(name, C.input_variable(input_shape, np.float32), classes))
+
+    return count_main("cntk", count_one, argv,
+                      prepare=lambda args: reexec_with_mpi_compat("trainers.cntk.models", args))
 
 if __name__ == "__main__":
     sys.exit(main())

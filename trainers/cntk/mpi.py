@@ -32,11 +32,10 @@ import subprocess
 import sys
 import threading
 
-from trainers.common.errors import CRASH, EXIT_CODES, classify
 from trainers.common.events import Events
-from trainers.common.launch import (LOCAL_RANK_ENV, RANK_ENV, WORLD_ENV, _on_sigterm_raise,
-                                    _Relay, _restore_sigterm)
-from trainers.common.protocol import build_parser, resolve
+from trainers.common.launch import (LOCAL_RANK_ENV, RANK_ENV, WORLD_ENV, Relay,
+                                    on_sigterm_raise, restore_sigterm, verdict)
+from trainers.common.protocol import build_parser, report_error, resolve
 
 MPIEXEC_ENV = "CNTK_MPIEXEC"
 # what the ranks need from the parent's environment (-x exports them to every rank, on
@@ -109,7 +108,7 @@ def wants_mpi(argv, environ=None):
     return args.gpus > 1
 
 
-class _MPIRelay(_Relay):
+class _MPIRelay(Relay):
     """trainers.common.launch's relay, fed line by line from mpiexec's tagged stdout."""
 
     def feed(self, line):
@@ -151,19 +150,14 @@ def launch_mpi(trainer, argv, module, environ=None):
     except SystemExit:
         raise
     except BaseException as exc:
-        cls, message, tb = classify(exc, obj)
-        fields = {"class": cls, "message": message}
-        if tb:
-            fields["traceback"] = tb
-        events.emit("error", fields)
-        return EXIT_CODES[cls]
+        return report_error(events, exc, obj)
     finally:
         events.close()
 
 
 def _run_ranks(command, events, environ):
     relay = _MPIRelay(events)
-    previous = _on_sigterm_raise()
+    previous = on_sigterm_raise()
     child = subprocess.Popen(command, stdout=subprocess.PIPE, env=dict(environ))
     try:
         def pump():
@@ -182,34 +176,8 @@ def _run_ranks(command, events, environ):
             except subprocess.TimeoutExpired:
                 child.kill()
                 child.wait()
-        _restore_sigterm(previous)
-    return verdict(relay, code)
-
-
-def verdict(relay, code):
-    """Exit status of the whole run from what the ranks reported and mpiexec's status."""
-    if relay.errors:
-        rank, record = sorted(relay.errors, key=lambda e: (e[1].get("class") == CRASH,
-                                                           e[0]))[0]
-        cls = record.get("class", CRASH)
-        message = record.get("message", "")
-        fields = {"class": cls, "message": message if rank == 0 else
-                  "rank %d: %s" % (rank, message)}
-        if record.get("traceback"):
-            fields["traceback"] = record["traceback"]
-        relay.events.emit("error", fields)
-        return EXIT_CODES.get(cls, 1)
-    if code:
-        how = ("killed by signal %d" % -code) if code < 0 else ("exit status %d" % code)
-        relay.events.emit("error", {"class": CRASH, "message": "mpiexec ended (%s) without "
-                                    "a rank reporting an error" % how})
-        return EXIT_CODES[CRASH]
-    if relay.run_end is None:
-        relay.events.emit("error", {"class": CRASH,
-                                    "message": "rank 0 ended without a run_end event"})
-        return EXIT_CODES[CRASH]
-    relay.events.forward(relay.run_end)
-    return 0
+        restore_sigterm(previous)
+    return verdict(relay, [("mpiexec", code)])
 
 
 def mpi_description():

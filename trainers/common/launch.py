@@ -55,7 +55,7 @@ class _Terminated(Exception):
     pass
 
 
-class _Relay(object):
+class Relay(object):
     """What the parent learns from its ranks' event streams."""
 
     def __init__(self, events):
@@ -88,9 +88,9 @@ def launch(module, argv, nprocs, events, grace_s=GRACE_S):
     """Run `python -m module argv` as `nprocs` ranks on this node; relay rank 0's events
     to `events`; return the exit status for the whole run."""
     port = free_port()
-    relay = _Relay(events)
+    relay = Relay(events)
     children, readers = [], []
-    previous = _on_sigterm_raise()
+    previous = on_sigterm_raise()
     try:
         for rank in range(nprocs):
             env = dict(os.environ)
@@ -116,8 +116,8 @@ def launch(module, argv, nprocs, events, grace_s=GRACE_S):
             if child.poll() is None:
                 child.kill()
                 child.wait()
-        _restore_sigterm(previous)
-    return _verdict(relay, [c.returncode for c in children])
+        restore_sigterm(previous)
+    return verdict(relay, [("rank %d" % r, c.returncode) for r, c in enumerate(children)])
 
 
 def _wait(children, grace_s):
@@ -140,9 +140,14 @@ def _wait(children, grace_s):
         time.sleep(0.1)
 
 
-def _verdict(relay, codes):
+def verdict(relay, ended):
+    """The whole run's exit status from what the ranks reported and how their processes ended.
+
+    `ended` lists (who, exit status) of the processes that ran the ranks: each rank's
+    process here, or mpiexec for the CNTK trainer. A specific error class beats a crash;
+    among equals, the lowest rank's report stands.
+    """
     if relay.errors:
-        # a specific class beats a crash; among equals, the lowest rank
         rank, record = sorted(relay.errors, key=lambda e: (e[1].get("class") == CRASH,
                                                            e[0]))[0]
         cls = record.get("class", CRASH)
@@ -153,11 +158,11 @@ def _verdict(relay, codes):
             fields["traceback"] = record["traceback"]
         relay.events.emit("error", fields)
         return EXIT_CODES.get(cls, 1)
-    for rank, code in enumerate(codes):
+    for who, code in ended:
         if code:
             how = ("killed by signal %d" % -code) if code < 0 else ("exit status %d" % code)
-            relay.events.emit("error", {"class": CRASH, "message": "rank %d ended (%s) "
-                                        "without reporting an error" % (rank, how)})
+            relay.events.emit("error", {"class": CRASH, "message": "%s ended (%s) "
+                                        "without reporting an error" % (who, how)})
             return EXIT_CODES[CRASH]
     if relay.run_end is None:
         relay.events.emit("error", {"class": CRASH,
@@ -167,7 +172,7 @@ def _verdict(relay, codes):
     return 0
 
 
-def _on_sigterm_raise():
+def on_sigterm_raise():
     """While ranks run, turn SIGTERM into an exception so that `finally` stops them."""
     def handler(signum, frame):
         raise _Terminated("terminated by signal %d" % signum)
@@ -177,7 +182,7 @@ def _on_sigterm_raise():
         return None
 
 
-def _restore_sigterm(previous):
+def restore_sigterm(previous):
     if previous is not None:
         try:
             signal.signal(signal.SIGTERM, previous)

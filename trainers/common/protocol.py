@@ -153,12 +153,7 @@ def run(trainer, argv=None, module=None):
     except SystemExit:  # --help
         raise
     except BaseException as exc:
-        cls, message, tb = classify(exc, obj)
-        fields = {"class": cls, "message": message}
-        if tb:
-            fields["traceback"] = tb
-        events.emit("error", fields)
-        return EXIT_CODES[cls]
+        return report_error(events, exc, obj)
     finally:
         if set_up:
             try:
@@ -166,6 +161,16 @@ def run(trainer, argv=None, module=None):
             except Exception as exc:  # the run's outcome is already reported
                 sys.stderr.write("teardown failed: %r\n" % (exc,))
         events.close()
+
+
+def report_error(events, exc, trainer=None):
+    """Sends the error event for an exception that ended a run; returns the exit status."""
+    cls, message, tb = classify(exc, trainer)
+    fields = {"class": cls, "message": message}
+    if tb:
+        fields["traceback"] = tb
+    events.emit("error", fields)
+    return EXIT_CODES[cls]
 
 
 def _train(obj, cfg, events, set_up):

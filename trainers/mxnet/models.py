@@ -19,14 +19,13 @@ Gluon's layers take the same arguments as PyTorch's: NCHW, explicit padding (max
 pads with -inf, as PyTorch does), `ceil_mode` pooling, BatchNorm with trainable gamma and
 beta and untrained running statistics (momentum 0.9 here is PyTorch's 0.1).
 """
-import argparse
-import json
 import math
 import sys
 
 import mxnet as mx
 from mxnet.gluon import nn
 
+from trainers.common.counting import count_main
 from trainers.common.errors import Unsupported
 
 # PyTorch's initialisations where the torch file sets them (Kaiming normal fan-out, N(0, 0.01));
@@ -318,24 +317,10 @@ def count_params(model):
 
 
 def main(argv=None):
-    from trainers.common.inputs import MODELS
+    def count_one(name, input_shape, classes):
+        return count_params(build(name, input_shape, classes))
 
-    parser = argparse.ArgumentParser(prog="python -m trainers.mxnet.models")
-    parser.add_argument("--count", action="store_true", required=True,
-                        help="print each model's trainable parameter count as JSON")
-    parser.add_argument("--model", action="append", choices=MODELS,
-                        help="only these models (repeatable)")
-    parser.add_argument("--channels", type=int, default=3)
-    parser.add_argument("--size", type=int, default=224)
-    parser.add_argument("--classes", type=int, default=1000)
-    args = parser.parse_args(argv)
-    counts = {}
-    for name in args.model or MODELS:
-        model = build(name, (args.channels, args.size, args.size), args.classes)
-        counts[name] = count_params(model)
-    print(json.dumps(counts))
-    return 0
-
+    return count_main("mxnet", count_one, argv)
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -24,11 +24,10 @@ Keras' "same" pooling where that pads at most one pixel at the end (checked per 
 Keras' BatchNormalization holds gamma and beta as trainable weights and the moving
 statistics as non-trainable ones, like PyTorch's weight/bias and running buffers.
 """
-import argparse
-import json
 import math
 import sys
 
+from trainers.common.counting import count_main
 from trainers.common.errors import Unsupported
 
 import tensorflow as tf
@@ -256,26 +255,15 @@ def count_params(model):
 
 
 def main(argv=None):
-    from trainers.common.inputs import MODELS
+    def count_one(name, input_shape, classes):
+        model = build(name, input_shape, classes)
+        try:
+            return count_params(model)
+        finally:
+            del model
+            keras.backend.clear_session()
 
-    parser = argparse.ArgumentParser(prog="python -m trainers.tensorflow.models")
-    parser.add_argument("--count", action="store_true", required=True,
-                        help="print each model's trainable parameter count as JSON")
-    parser.add_argument("--model", action="append", choices=MODELS,
-                        help="only these models (repeatable)")
-    parser.add_argument("--channels", type=int, default=3)
-    parser.add_argument("--size", type=int, default=224)
-    parser.add_argument("--classes", type=int, default=1000)
-    args = parser.parse_args(argv)
-    counts = {}
-    for name in args.model or MODELS:
-        model = build(name, (args.channels, args.size, args.size), args.classes)
-        counts[name] = count_params(model)
-        del model
-        keras.backend.clear_session()
-    print(json.dumps(counts))
-    return 0
-
+    return count_main("tensorflow", count_one, argv)
 
 if __name__ == "__main__":
     sys.exit(main())

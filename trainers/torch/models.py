@@ -15,14 +15,13 @@ so at 3x224x224 and 1000 classes they have the published parameter counts:
 
 prints these counts as JSON.
 """
-import argparse
-import json
 import math
 import sys
 
 import torch
 from torch import nn
 
+from trainers.common.counting import count_main
 from trainers.common.errors import Unsupported
 
 
@@ -307,25 +306,11 @@ def count_params(model):
 
 
 def main(argv=None):
-    from trainers.common.inputs import MODELS
-
-    parser = argparse.ArgumentParser(prog="python -m trainers.torch.models")
-    parser.add_argument("--count", action="store_true", required=True,
-                        help="print each model's trainable parameter count as JSON")
-    parser.add_argument("--model", action="append", choices=MODELS,
-                        help="only these models (repeatable)")
-    parser.add_argument("--channels", type=int, default=3)
-    parser.add_argument("--size", type=int, default=224)
-    parser.add_argument("--classes", type=int, default=1000)
-    args = parser.parse_args(argv)
-    counts = {}
-    for name in args.model or MODELS:
+    def count_one(name, input_shape, classes):
         with torch.device("meta"):  # shapes only: no memory, no initialisation cost
-            model = build(name, (args.channels, args.size, args.size), args.classes)
-        counts[name] = count_params(model)
-    print(json.dumps(counts))
-    return 0
+            return count_params(build(name, input_shape, classes))
 
+    return count_main("torch", count_one, argv)
 
 if __name__ == "__main__":
     sys.exit(main())

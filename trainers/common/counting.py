@@ -1,0 +1,34 @@
+"""`python -m trainers.<framework>.models --count`: every trainer's parameter-count command.
+
+The cross-framework test (tests/test_param_counts.py) runs it in each framework's own
+environment and compares the counts, so the five trainers are known to build the same
+networks. A framework supplies only `count_one(name, (C, H, W), classes) -> int`.
+"""
+import argparse
+import json
+import os
+import sys
+
+from trainers.common.inputs import MODELS
+
+
+def count_main(framework, count_one, argv=None, prepare=None):
+    """Parses the count command line, counts each model, prints `{"model": n, ...}` last."""
+    parser = argparse.ArgumentParser(prog="python -m trainers.%s.models" % framework)
+    parser.add_argument("--count", action="store_true", required=True,
+                        help="print each model's trainable parameter count as JSON")
+    parser.add_argument("--model", action="append", choices=MODELS,
+                        help="only these models (repeatable)")
+    parser.add_argument("--channels", type=int, default=3)
+    parser.add_argument("--size", type=int, default=224)
+    parser.add_argument("--classes", type=int, default=1000)
+    args = parser.parse_args(argv)
+    if prepare is not None:
+        prepare(sys.argv[1:] if argv is None else argv)
+    counts = {}
+    for name in args.model or MODELS:
+        counts[name] = int(count_one(name, (args.channels, args.size, args.size), args.classes))
+    # a framework may print banners to stdout from C++: the JSON line goes out last, whole
+    sys.stdout.flush()
+    os.write(1, (json.dumps(counts) + "\n").encode())
+    return 0
