@@ -49,6 +49,9 @@ METRIC_UNITS = {
 }
 
 #: For names not listed above (a sampler added later): the unit their suffix implies.
+#: a stretch of the window longer than this with no GPU sample is named in the run's reason
+GAP_WARN_S = 1.0
+
 _SUFFIX_UNITS = (("_bytes", "B"), ("_per_sec", "1/s"), ("_percent", "%"), ("_w", "W"), ("_j", "J"),
                  ("_mhz", "MHz"), ("_s", "s"))
 
@@ -261,6 +264,11 @@ def gpu_metrics(samples: Iterable[dict[str, Any]], window: dict[str, Any],
     if energy is None and powered and inside:
         energy = trapezoid_energy([s["t"] for s in powered], [s["power_w"] for s in powered], start, end)
         how = {"method": "trapezoid", "samples": len(powered)}
+    if how is not None:
+        # the longest stretch of the window with no GPU sample (its ends count): energy bridges
+        # it (the counter exactly, trapezoids by a straight line), averages cannot see into it
+        edges = np.concatenate(([start], [s["t"] for s in inside], [end]))
+        how["max_gap_s"] = round(float(np.max(np.diff(edges))), 3)
     if energy is not None:
         out["energy_j"] = energy
         if "gpu_idle_power_w" in out:
@@ -305,9 +313,13 @@ def compute(events: Iterable[dict[str, Any]], samples: Iterable[dict[str, Any]] 
     in_window = sum(1 for s in inside if s.get("sampler") == "gpu")
     if any(s.get("sampler") == "gpu" and s.get("phase") != "idle" for s in samples) and "gpu_power_avg_w" not in gpu:
         reasons.append("no GPU power: no GPU sample with power within the window")
-    elif energy and in_window < 20:
-        reasons.append(f"energy over a short window ({window['end'] - window['start']:.2f} s, {in_window} GPU "
-                       f"samples) is coarse; raise iterations")
+    elif energy:
+        if energy["max_gap_s"] > GAP_WARN_S:
+            reasons.append(f"GPU samples missing for {energy['max_gap_s']:.2f} s of the window: energy "
+                           f"bridges the gap, the GPU averages do not see it")
+        if in_window < 20:
+            reasons.append(f"energy over a short window ({window['end'] - window['start']:.2f} s, {in_window} "
+                           f"GPU samples) is coarse; raise iterations")
     values = {k: v for k, v in values.items() if math.isfinite(v)}
     return Metrics(values, window, "; ".join(reasons) or None, energy)
 

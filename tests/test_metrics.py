@@ -173,7 +173,8 @@ def test_gpu_metrics_over_the_window_with_idle_power_and_net_energy():
     # idle power is the idle phase's last third (the GPU still held its clocks at first)
     assert m["gpu_idle_power_w"] == 50.0
     # no energy counter: the trapezoid rule over power, the window's ends interpolated
-    assert m.energy == {"method": "trapezoid", "samples": 4}
+    # the longest stretch without a sample: start+0.5 s to the window's end (0.9 s)
+    assert m.energy == {"method": "trapezoid", "samples": 4, "max_gap_s": pytest.approx(0.4, abs=1e-3)}
     expected = metrics.trapezoid_energy([s["t"] for s in run], [s["power_w"] for s in run], start, end)
     assert m["energy_j"] == pytest.approx(expected)
     assert m["energy_net_j"] == pytest.approx(expected - 50.0 * (end - start))
@@ -186,7 +187,7 @@ def test_energy_counter_is_preferred_where_every_sample_has_one():
     events, start, end = stream()
     run = [gpu_sample(start - 0.2 + 0.1 * i, 100.0, energy_mj=1e6 + 150.0 * 100 * i) for i in range(14)]
     m = compute(events, run)
-    assert m.energy == {"method": "counter", "samples": 14}
+    assert m.energy == {"method": "counter", "samples": 14, "max_gap_s": pytest.approx(0.1, abs=1e-3)}
     assert m["energy_j"] == pytest.approx(150.0 * (end - start))  # 150 W by the counter, not 100 by power
     assert "energy_net_j" not in m  # no idle phase, no net energy
     assert "short window" in m.reason
