@@ -143,9 +143,10 @@ def run_once(spec: JobSpec, run: RunSpec, deadline: float | None = None) -> Path
 
 
 def _measure(spec: JobSpec, run_dir: Path, paths: dict[str, str], deadline: float | None) -> dict[str, Any]:
-    runtime = make_runtime(spec.runtime["kind"], spec.settings["framework"],
+    framework = spec.config.get("framework") or {}  # `env` and `trainer` let a site add a trainer
+    runtime = make_runtime(spec.runtime["kind"], framework.get("env") or spec.settings["framework"],
                            cache=spec.runtime.get("cache"), images=spec.runtime.get("images"),
-                           binary=spec.runtime.get("binary", "apptainer"))
+                           binary=spec.runtime.get("binary", "apptainer"), trainer=framework.get("trainer"))
     with open(paths["setup"], "a") as setup_log:
         def log(line: str) -> None:
             setup_log.write(line + "\n")

@@ -58,8 +58,10 @@ class VenvRuntime:
 
     kind = "venv"
 
-    def __init__(self, framework: str, cache: Path | None = None, recipe_dir: Path | None = None):
+    def __init__(self, framework: str, cache: Path | None = None, recipe_dir: Path | None = None,
+                 trainer: str | None = None):
         self.framework = framework
+        self.trainer = trainer or f"trainers.{framework}"
         self.recipe_dir = recipe_dir or CONTAINERS / framework
         recipe_file = self.recipe_dir / "env.yaml"
         if not recipe_file.is_file():
@@ -160,7 +162,7 @@ class VenvRuntime:
         return "venv:sha256:" + hashlib.sha256(text.encode()).hexdigest()[:16]
 
     def command(self, args: Sequence[str], gpus: int = 0, binds: Sequence[str] = ()) -> tuple[list[str], dict[str, str]]:
-        argv = [str(self.python), "-m", f"trainers.{self.framework}", *args]
+        argv = [str(self.python), "-m", self.trainer, *args]
         return argv, {**_trainer_env(str(REPO)), **self.trainer_env()}
 
 
@@ -170,8 +172,9 @@ class ApptainerRuntime:
     kind = "apptainer"
     mount = "/opt/orchestrator"
 
-    def __init__(self, framework: str, images: Path, binary: str = "apptainer"):
+    def __init__(self, framework: str, images: Path, binary: str = "apptainer", trainer: str | None = None):
         self.framework = framework
+        self.trainer = trainer or f"trainers.{framework}"
         self.images = Path(images)
         self.binary = binary
 
@@ -207,7 +210,7 @@ class ApptainerRuntime:
         argv += ["--pwd", self.mount]
         for key, value in _trainer_env(self.mount).items():
             argv += ["--env", f"{key}={value}"]
-        argv += [str(self.image), "python3", "-m", f"trainers.{self.framework}", *args]
+        argv += [str(self.image), "python3", "-m", self.trainer, *args]
         return argv, {}
 
 
@@ -216,10 +219,11 @@ def available_recipes() -> list[str]:
 
 
 def make_runtime(kind: str, framework: str, cache: Path | None = None, images: Path | None = None,
-                 binary: str = "apptainer"):
-    """The runtime named by config `runtime=`."""
+                 binary: str = "apptainer", trainer: str | None = None):
+    """The runtime named by config `runtime=`: `framework` names its recipe or image, `trainer`
+    the module it runs (default `trainers.<framework>`)."""
     if kind == "venv":
-        return VenvRuntime(framework, cache)
+        return VenvRuntime(framework, cache, trainer=trainer)
     if kind == "apptainer":
-        return ApptainerRuntime(framework, images or default_cache() / "images", binary)
+        return ApptainerRuntime(framework, images or default_cache() / "images", binary, trainer=trainer)
     raise EnvironmentError_(f"runtime={kind!r} is not one of venv, apptainer")

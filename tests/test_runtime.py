@@ -1,5 +1,7 @@
 """Trainer environments: the venv recipe and the Apptainer command line."""
 
+from pathlib import Path
+
 import pytest
 
 from orchestrator.runtime import REPO, ApptainerRuntime, EnvironmentError_, VenvRuntime, make_runtime
@@ -78,3 +80,10 @@ def test_apptainer_without_binary_or_image_says_how_to_fix(tmp_path):
         ApptainerRuntime("torch", tmp_path, binary="no-such-apptainer").ensure()
     with pytest.raises(EnvironmentError_, match="apptainer build .*torch.def"):
         ApptainerRuntime("torch", tmp_path, binary="true").ensure()
+
+
+def test_a_framework_can_name_its_trainer_module_and_env():
+    argv, _ = make_runtime("venv", "torch", trainer="tests.numpy_trainer").command(["--model", "lenet"])
+    assert argv[0] == str(VenvRuntime("torch").python) and argv[1:3] == ["-m", "tests.numpy_trainer"]
+    argv, _ = make_runtime("apptainer", "torch", images=Path("/i"), trainer="trainers.mine").command([])
+    assert argv[-4:] == ["/i/torch.sif", "python3", "-m", "trainers.mine"]

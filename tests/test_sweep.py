@@ -28,6 +28,15 @@ def user_dir(path, base_env=None):
     return path, env
 
 
+def harness_site(path):
+    """The override that adds framework `harness` the way a site adds a trainer: a framework
+    YAML (in a config dir of its own) naming its module and environment. The harness is
+    tests/numpy_trainer.py, the trainer protocol with no framework, run in the torch env."""
+    (path / "framework").mkdir(parents=True)
+    (path / "framework" / "harness.yaml").write_text("name: harness\ntrainer: tests.numpy_trainer\nenv: torch\n")
+    return f"hydra.searchpath=[file://{path}]"
+
+
 def sweep_rows(framework, path):
     """A two-network sweep of one framework, run to the end: its (framework, model, state,
     measured, params) rows."""
@@ -59,7 +68,7 @@ def rows(workdir, sql):
         con.close()
 
 
-def wait_until_final(workdir, timeout=900):
+def wait_until_final(workdir, timeout=900, poll=2):
     deadline = time.time() + timeout
     while time.time() < deadline:
         status = orchestrator(["status"], workdir)
@@ -67,7 +76,7 @@ def wait_until_final(workdir, timeout=900):
         open_runs = rows(workdir, "select count(*) from runs where state in ('pending','submitted','running')")
         if open_runs == [(0,)]:
             return status.stdout
-        time.sleep(2)
+        time.sleep(poll)
     raise AssertionError("runs did not end in time:\n" + orchestrator(["status"], workdir).stdout)
 
 
@@ -151,3 +160,15 @@ def test_a_job_killed_before_its_result_ends_as_lost(workdir):
     status = orchestrator(["status"], workdir)
     assert rows(workdir, "select state, error_class from runs") == [("lost", "lost")]
     assert "lost" in status.stdout
+
+
+@pytest.mark.slow
+def test_a_site_trainer_named_by_its_framework_yaml_runs_in_the_env_it_names(workdir, tmp_path_factory):
+    site = harness_site(tmp_path_factory.mktemp("site-conf"))
+    done = orchestrator([site, "framework=harness", "model=lenet", *FAST], workdir)
+    assert done.returncode == 0, done.stdout + done.stderr
+    (row,) = rows(workdir, "select framework, state, params, images_per_sec > 0 from results")
+    assert row == ("harness", "done", 7850, 1), row  # 784 x 10 weights + 10 biases
+    result = json.loads(next(workdir[0].glob("runs/*/*/0/result.json")).read_text())
+    assert result["argv"][1:3] == ["-m", "tests.numpy_trainer"] and "/envs/torch-" in result["argv"][0]
+    assert result["trainer"]["framework"] == "numpy-harness"
