@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO
-from test_sweep import orchestrator, rows, user_dir, wait_until_final
+from test_sweep import harness_site, orchestrator, rows, user_dir, wait_until_final
 
 pytestmark = pytest.mark.slow
 
@@ -171,3 +171,34 @@ def test_an_interrupted_submission_is_adopted_not_submitted_twice(workdir, monke
     adopted = rows(workdir, "select job_id, state from runs where state != 'cancelled' order by job_id")
     assert sorted(j for j, _ in adopted) == sorted(queued), (adopted, queued)
     assert rows(workdir, "select count(*) from runs") == [(2,)]  # no second submission
+
+
+def test_two_hundred_cells_cost_one_sbatch_per_resource_signature(workdir, tmp_path_factory):
+    """The orchestration at scale: 200 cells over two signatures (the cpu and p100 partitions),
+    run by the numpy harness trainer (the trainer protocol with no framework)."""
+    tmp, env = workdir
+    site = harness_site(tmp_path_factory.mktemp("site-conf"))
+    # every sbatch the launcher runs goes through this wrapper, which counts it
+    bin_dir, calls = tmp_path_factory.mktemp("bin"), tmp / "sbatch-calls"
+    real = shutil.which("sbatch", path=env["PATH"])
+    (bin_dir / "sbatch").write_text(f'#!/bin/sh\necho "$@" >> {calls}\nexec {real} "$@"\n')
+    (bin_dir / "sbatch").chmod(0o755)
+    env = {**env, "PATH": f"{bin_dir}:{env['PATH']}"}
+
+    launched = orchestrator(["-m", *SMALL, "cluster.exclusive=false", site,
+                             "framework=harness", "model=lenet", "hardware=cpu12,p100", "seed=range(0,100)"],
+                            (tmp, env), timeout=600)
+    assert launched.returncode == 0, launched.stdout + launched.stderr
+    assert "200 cells submitted" in launched.stdout, launched.stdout
+    assert len(calls.read_text().splitlines()) == 2, calls.read_text()
+    arrays = rows(workdir, "select c.hardware, count(distinct substr(r.job_id, 1, instr(r.job_id, '_') - 1)), "
+                           "count(*) from runs r join cells c on c.id = r.cell_id group by c.hardware")
+    assert sorted(arrays) == [("cpu12", 1, 100), ("p100", 1, 100)], arrays
+
+    wait_until_final(workdir, timeout=1500, poll=10)
+    assert orchestrator(["collect"], workdir).returncode == 0
+    states = rows(workdir, "select state, count(*) from runs group by state")
+    assert states == [("done", 200)], states
+    landed = rows(workdir, "select count(*), count(distinct cell) from results where framework = 'harness' "
+                           "and images_per_sec > 0 and params = 7850")  # 784 x 10 weights + 10 biases
+    assert landed == [(200, 200)], landed
