@@ -62,3 +62,21 @@ def framework_python(framework: str) -> str:
         if exc.error_class == "unsupported":
             pytest.skip(f"{framework} cannot run here: {exc}")
         raise
+
+
+def model_counts(python, framework, channels, size, classes, models):
+    """{model: trainable parameters} from `python -m trainers.<framework>.models --count` at one
+    input shape. Run without LD_LIBRARY_PATH on purpose: a models module must find its
+    framework's libraries by itself (CNTK's MPI links), as a job's trainer does."""
+    import json
+    import subprocess
+
+    argv = [python, "-m", "trainers.%s.models" % framework, "--count", "--channels", str(channels),
+            "--size", str(size), "--classes", str(classes)]
+    for model in models:
+        argv += ["--model", model]
+    env = {k: v for k, v in os.environ.items() if k != "LD_LIBRARY_PATH"}
+    out = subprocess.run(argv, cwd=str(REPO), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         universal_newlines=True, timeout=900, env=env)
+    assert out.returncode == 0, out.stderr[-2000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])

@@ -6,12 +6,10 @@ package has `python -m trainers.<fw>.models --count [--model M] --channels C --s
 environment. Where a framework's layer genuinely differs, the difference is named in
 KNOWN_DIFFERENCES (and in the README) with the tolerance it needs.
 """
-import json
-import subprocess
 
 import pytest
 
-from conftest import REPO, framework_python
+from conftest import framework_python, model_counts
 
 pytestmark = pytest.mark.slow
 
@@ -27,14 +25,7 @@ KNOWN_DIFFERENCES = {}
 
 
 def counts(framework, channels, size, classes, models):
-    argv = [framework_python(framework), "-m", "trainers.%s.models" % framework, "--count",
-            "--channels", str(channels), "--size", str(size), "--classes", str(classes)]
-    for model in models:
-        argv += ["--model", model]
-    out = subprocess.run(argv, cwd=str(REPO), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                         universal_newlines=True, timeout=900)
-    assert out.returncode == 0, out.stderr[-2000:]
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    return model_counts(framework_python(framework), framework, channels, size, classes, models)
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,7 @@ import sys
 
 import pytest
 
-from conftest import REPO, framework_python
+from conftest import REPO, framework_python, model_counts
 from test_sweep import sweep_rows
 
 pytestmark = pytest.mark.slow
@@ -40,12 +40,7 @@ def trainer(python, args, timeout=600, env=None):
 
 
 def model_count(python, model, channels, size, classes):
-    out = subprocess.run([python, "-m", "trainers.caffe.models", "--count", "--model", model,
-                          "--channels", str(channels), "--size", str(size),
-                          "--classes", str(classes)], cwd=str(REPO), stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, universal_newlines=True, timeout=600)
-    assert out.returncode == 0, out.stderr[-2000:]
-    return json.loads(out.stdout.strip().splitlines()[-1])[model]
+    return model_counts(python, "caffe", channels, size, classes, [model])[model]
 
 
 def check_run(done, events, steps, batch):

@@ -20,7 +20,7 @@ import sys
 
 import pytest
 
-from conftest import REPO, framework_python
+from conftest import REPO, framework_python, model_counts
 from test_sweep import sweep_rows
 
 pytestmark = pytest.mark.slow
@@ -49,16 +49,7 @@ def trainer(python, args, timeout=600, env=None):
 
 
 def model_count(python, model, channels, size, classes):
-    # run without the recipe's LD_LIBRARY_PATH on purpose, as tests/test_param_counts.py
-    # does: the models module must find CNTK's MPI libraries by itself
-    env = dict(os.environ)
-    env.pop("LD_LIBRARY_PATH", None)
-    out = subprocess.run([python, "-m", "trainers.cntk.models", "--count", "--model", model,
-                          "--channels", str(channels), "--size", str(size),
-                          "--classes", str(classes)], cwd=str(REPO), stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, universal_newlines=True, timeout=600, env=env)
-    assert out.returncode == 0, out.stderr[-2000:]
-    return json.loads(out.stdout.strip().splitlines()[-1])[model]
+    return model_counts(python, "cntk", channels, size, classes, [model])[model]
 
 
 def check_run(done, events, steps, batch):

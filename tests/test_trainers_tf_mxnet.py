@@ -12,7 +12,7 @@ import subprocess
 
 import pytest
 
-from conftest import REPO, framework_python
+from conftest import REPO, framework_python, model_counts
 from test_sweep import orchestrator, rows, workdir  # noqa: F401 (workdir is a fixture)
 from test_trainer_protocol import check_run
 from trainers.common import data
@@ -47,13 +47,7 @@ def train(fw, *argv, **env):
 
 def count(fw, model, channels, size, classes):
     name, python = fw
-    out = subprocess.run([python, "-m", "trainers.%s.models" % name, "--count", "--model", model,
-                          "--channels", str(channels), "--size", str(size),
-                          "--classes", str(classes)],
-                         cwd=str(REPO), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                         universal_newlines=True, timeout=900)
-    assert out.returncode == 0, out.stderr[-2000:]
-    return json.loads(out.stdout.strip().splitlines()[-1])[model]
+    return model_counts(python, name, channels, size, classes, [model])[model]
 
 
 def test_lenet_synthetic_mnist(fw):
