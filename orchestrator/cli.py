@@ -258,12 +258,17 @@ def cmd_results(args: argparse.Namespace, out: Console) -> int:
     if args.summary:
         return _print_summary(rows, args, out)
     if args.csv:
-        writer = csv.writer(sys.stdout, lineterminator="\n")
-        writer.writerow(db.RESULTS_COLUMNS)
-        for row in rows:
-            writer.writerow(["" if row[c] is None else row[c] for c in db.RESULTS_COLUMNS])
-        return 0
+        return _write_csv(rows, db.RESULTS_COLUMNS)
     out.print(_results_table(rows))
+    return 0
+
+
+def _write_csv(rows: Sequence[Any], columns: Sequence[str]) -> int:
+    """Rows as CSV on stdout, a header first, missing values empty."""
+    writer = csv.writer(sys.stdout, lineterminator="\n")
+    writer.writerow(columns)
+    for row in rows:
+        writer.writerow(["" if row[c] is None else row[c] for c in columns])
     return 0
 
 
@@ -289,11 +294,7 @@ def _print_summary(rows: Sequence[Any], args: argparse.Namespace, out: Console) 
     if not cells:
         raise CliError("no successful run with a throughput matches these filters; see `status`")
     if args.csv:
-        writer = csv.writer(sys.stdout, lineterminator="\n")
-        writer.writerow(db.SUMMARY_COLUMNS)
-        for row in cells:
-            writer.writerow(["" if row[c] is None else row[c] for c in db.SUMMARY_COLUMNS])
-        return 0
+        return _write_csv(cells, db.SUMMARY_COLUMNS)
     noisy = sum(1 for c in cells if c["noisy"])
     table = Table(title=f"{len(cells)} cells over their repeats (noisy: CV > {threshold * 100:g}%)",
                   title_justify="left", box=box.SIMPLE_HEAD)

@@ -4,6 +4,7 @@ import subprocess
 
 import pytest
 
+from conftest import REPO
 from trainers.common import data
 from trainers.common.errors import EXIT_CODES
 
@@ -16,11 +17,16 @@ RUN_START_FIELDS = {
 
 
 def train(torch_python, repo_root, *argv):
-    """Run `python -m trainers.torch argv`; return (exit status, events, stderr).
-    Fails the test if any stdout line is not a JSON event with `event` and `t`."""
-    proc = subprocess.run([torch_python, "-m", "trainers.torch"] + [str(a) for a in argv],
-                          cwd=str(repo_root), stdout=subprocess.PIPE,
-                          stderr=subprocess.PIPE, universal_newlines=True, timeout=900)
+    """Run `python -m trainers.torch argv`; return (exit status, events, stderr)."""
+    return run_trainer(torch_python, "torch", argv)
+
+
+def run_trainer(python, framework, argv, env=None):
+    """Run `python -m trainers.<framework> argv` from the repository; return (exit status,
+    events, stderr). Fails the test if any stdout line is not a JSON event with `event` and `t`."""
+    proc = subprocess.run([python, "-m", "trainers.%s" % framework] + [str(a) for a in argv],
+                          cwd=str(REPO), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          universal_newlines=True, timeout=900, env=env)
     events = []
     for line in proc.stdout.splitlines():
         event = json.loads(line)

@@ -14,7 +14,7 @@ import pytest
 
 from conftest import REPO, framework_python, model_counts
 from test_sweep import orchestrator, rows, workdir  # noqa: F401 (workdir is a fixture)
-from test_trainer_protocol import check_run
+from test_trainer_protocol import check_run, run_trainer
 from trainers.common import data
 from trainers.common.errors import EXIT_CODES
 
@@ -33,16 +33,7 @@ def train(fw, *argv, **env):
     """Run `python -m trainers.<fw> argv`; return (exit status, events, stderr).
     Fails the test if any stdout line is not a JSON event with `event` and `t`."""
     name, python = fw
-    proc = subprocess.run([python, "-m", "trainers.%s" % name] + [str(a) for a in argv],
-                          cwd=str(REPO), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                          universal_newlines=True, timeout=900,
-                          env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", **env))
-    events = []
-    for line in proc.stdout.splitlines():
-        event = json.loads(line)
-        assert isinstance(event["event"], str) and isinstance(event["t"], float), line
-        events.append(event)
-    return proc.returncode, events, proc.stderr
+    return run_trainer(python, name, argv, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", **env))
 
 
 def count(fw, model, channels, size, classes):
