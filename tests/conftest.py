@@ -80,3 +80,10 @@ def model_counts(python, framework, channels, size, classes, models):
                          universal_newlines=True, timeout=900, env=env)
     assert out.returncode == 0, out.stderr[-2000:]
     return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def recipe_env(framework):
+    """The variables a job sets for this framework's trainer (PYTHONPATH, the recipe's `env`)."""
+    from orchestrator.runtime import VenvRuntime
+
+    return VenvRuntime.for_framework(framework).command([])[1]

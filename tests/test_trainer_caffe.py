@@ -14,8 +14,9 @@ import sys
 
 import pytest
 
-from conftest import REPO, framework_python, model_counts
+from conftest import REPO, framework_python, model_counts, recipe_env
 from test_sweep import sweep_rows
+from test_trainer_protocol import check_run as protocol_check_run, run_trainer
 
 pytestmark = pytest.mark.slow
 
@@ -28,15 +29,8 @@ def caffe_python():
 
 
 def trainer(python, args, timeout=600, env=None):
-    from orchestrator.runtime import VenvRuntime
-    runtime_env = VenvRuntime.for_framework("caffe").command([])[1]
-    full_env = dict(os.environ, **runtime_env)
-    full_env.update(env or {})
-    done = subprocess.run([python, "-m", "trainers.caffe"] + list(args), cwd=str(REPO),
-                          env=full_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                          universal_newlines=True, timeout=timeout)
-    events = [json.loads(line) for line in done.stdout.splitlines() if line.strip()]
-    return done, events
+    """(finished process, events) of the Caffe trainer in its recipe's environment."""
+    return run_trainer(python, "caffe", args, {**os.environ, **recipe_env("caffe"), **(env or {})}, timeout)
 
 
 def model_count(python, model, channels, size, classes):
@@ -44,18 +38,12 @@ def model_count(python, model, channels, size, classes):
 
 
 def check_run(done, events, steps, batch):
+    """A successful run of `steps` steps (the first one warm-up): the protocol's checks, then Caffe's."""
     assert done.returncode == 0, done.stderr[-3000:]
-    kinds = [e["event"] for e in events]
-    assert kinds == ["run_start"] + ["step"] + ["warmup_end"] + ["step"] * (steps - 1) + \
-        ["run_end"], kinds
-    start = events[0]
-    assert start["framework"] == "caffe" and start["batch_size"] == batch
+    start = protocol_check_run(events, warmup=1, iterations=steps - 1, global_batch=batch)
+    assert start["framework"] == "caffe"
     assert start["build"]["blas"] == "openblas" and start["build"]["cuda"] is False
-    step_events = [e for e in events if e["event"] == "step"]
-    assert [e["step"] for e in step_events] == list(range(steps))
-    assert all(e["dt"] > 0 and e["images"] == batch for e in step_events)
-    assert all(e["loss"] == e["loss"] and e["loss"] > 0 for e in step_events)  # finite
-    assert events[-1]["steps"] == steps - 1 and events[-1]["images"] == (steps - 1) * batch
+    assert all(e["loss"] == e["loss"] and e["loss"] > 0 for e in events if e["event"] == "step")  # finite
     return start
 
 

@@ -18,21 +18,22 @@ RUN_START_FIELDS = {
 
 def train(torch_python, repo_root, *argv):
     """Run `python -m trainers.torch argv`; return (exit status, events, stderr)."""
-    return run_trainer(torch_python, "torch", argv)
+    proc, events = run_trainer(torch_python, "torch", argv)
+    return proc.returncode, events, proc.stderr
 
 
-def run_trainer(python, framework, argv, env=None):
-    """Run `python -m trainers.<framework> argv` from the repository; return (exit status,
-    events, stderr). Fails the test if any stdout line is not a JSON event with `event` and `t`."""
+def run_trainer(python, framework, argv, env=None, timeout=900):
+    """Run `python -m trainers.<framework> argv` from the repository; return (the finished
+    process, its events). Fails the test if any stdout line is not a JSON event with `event` and `t`."""
     proc = subprocess.run([python, "-m", "trainers.%s" % framework] + [str(a) for a in argv],
                           cwd=str(REPO), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                          universal_newlines=True, timeout=900, env=env)
+                          universal_newlines=True, timeout=timeout, env=env)
     events = []
     for line in proc.stdout.splitlines():
         event = json.loads(line)
         assert isinstance(event["event"], str) and isinstance(event["t"], float), line
         events.append(event)
-    return proc.returncode, events, proc.stderr
+    return proc, events
 
 
 def check_run(events, warmup, iterations, global_batch):

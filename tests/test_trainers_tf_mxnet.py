@@ -33,7 +33,8 @@ def train(fw, *argv, **env):
     """Run `python -m trainers.<fw> argv`; return (exit status, events, stderr).
     Fails the test if any stdout line is not a JSON event with `event` and `t`."""
     name, python = fw
-    return run_trainer(python, name, argv, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", **env))
+    proc, events = run_trainer(python, name, argv, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", **env))
+    return proc.returncode, events, proc.stderr
 
 
 def count(fw, model, channels, size, classes):
