@@ -120,6 +120,21 @@ wait_for() {
   done
 }
 
+# start_daemon NAME WHERE READY [ARGS...]: start Slurm daemon NAME with ARGS unless its pid file
+# names a live one, then wait until the command READY succeeds (WHERE: its address, for messages).
+start_daemon() {
+  local name="$1" where="$2" ready="$3" pid; shift 3
+  if pid="$(live_pid "$name")"; then
+    log "$name already running (pid $pid)"
+    return 0
+  fi
+  rm -f "$(pid_file "$name")"
+  "$name" "$@" </dev/null >>"$LOG_DIR/$name.stdout" 2>&1 9>&- \
+    || fail_with_log "$name did not start" "$LOG_DIR/$name.log"
+  wait_for "$TIMEOUT" "$ready" || fail_with_log "$name does not answer on $where" "$LOG_DIR/$name.log"
+  log "$name up (pid $(live_pid "$name"), $where)"
+}
+
 # ---------------------------------------------------------------- node resources
 # slurmd -C reports what this machine really has; declare exactly that, memory a bit under.
 HW="$(slurmd -C 2>/dev/null | head -n1)"
@@ -306,44 +321,21 @@ FLUSH PRIVILEGES;
 EOF
 
 # ---------------------------------------------------------------- slurmdbd
-if pid="$(live_pid slurmdbd)"; then
-  log "slurmdbd already running (pid $pid)"
-else
-  rm -f "$(pid_file slurmdbd)"
-  slurmdbd </dev/null >>"$LOG_DIR/slurmdbd.stdout" 2>&1 9>&- \
-    || fail_with_log "slurmdbd did not start" "$LOG_DIR/slurmdbd.log"
-  dbd_up() { live_pid slurmdbd && sacctmgr -n -P list cluster format=cluster; }
-  wait_for "$TIMEOUT" dbd_up || fail_with_log "slurmdbd does not answer on 127.0.0.1:$DBD_PORT" "$LOG_DIR/slurmdbd.log"
-  log "slurmdbd up (pid $(live_pid slurmdbd), 127.0.0.1:$DBD_PORT)"
-fi
+dbd_up() { live_pid slurmdbd && sacctmgr -n -P list cluster format=cluster; }
+start_daemon slurmdbd "127.0.0.1:$DBD_PORT" dbd_up
 
 # ---------------------------------------------------------------- accounting
 # The cluster must exist in slurmdbd before slurmctld registers with it.
 register_accounting
 
 # ---------------------------------------------------------------- slurmctld
-if pid="$(live_pid slurmctld)"; then
-  log "slurmctld already running (pid $pid)"
-else
-  rm -f "$(pid_file slurmctld)"
-  slurmctld </dev/null >>"$LOG_DIR/slurmctld.stdout" 2>&1 9>&- \
-    || fail_with_log "slurmctld did not start" "$LOG_DIR/slurmctld.log"
-  ctld_up() { live_pid slurmctld && scontrol ping | grep -q 'is UP'; }
-  wait_for "$TIMEOUT" ctld_up || fail_with_log "slurmctld does not answer on 127.0.0.1:$CTLD_PORT" "$LOG_DIR/slurmctld.log"
-  log "slurmctld up (pid $(live_pid slurmctld), 127.0.0.1:$CTLD_PORT)"
-fi
+ctld_up() { live_pid slurmctld && scontrol ping | grep -q 'is UP'; }
+start_daemon slurmctld "127.0.0.1:$CTLD_PORT" ctld_up
 
 # ---------------------------------------------------------------- slurmd
-if pid="$(live_pid slurmd)"; then
-  log "slurmd already running (pid $pid)"
-else
-  rm -f "$(pid_file slurmd)"
-  # -N: this node is 'localhost' whatever the machine's hostname is.
-  slurmd -N "$NODE" </dev/null >>"$LOG_DIR/slurmd.stdout" 2>&1 9>&- \
-    || fail_with_log "slurmd did not start" "$LOG_DIR/slurmd.log"
-  wait_for "$TIMEOUT" live_pid slurmd || fail_with_log "slurmd exited" "$LOG_DIR/slurmd.log"
-  log "slurmd up (pid $(live_pid slurmd), 127.0.0.1:$SLURMD_PORT)"
-fi
+# -N: this node is 'localhost' whatever the machine's hostname is.
+slurmd_up() { live_pid slurmd; }
+start_daemon slurmd "127.0.0.1:$SLURMD_PORT" slurmd_up -N "$NODE"
 
 # ---------------------------------------------------------------- node ready
 deadline=$((SECONDS + TIMEOUT))
