@@ -279,3 +279,9 @@ def test_common_runs_on_python_36(tmp_path):
     rc, events, _ = harness(argv, python=py36, HARNESS_RANKS="per-device")
     assert rc == 0 and events[0]["python"].startswith("3.6")
     assert events[-1] == dict(events[-1], event="run_end", steps=3, images=12)
+
+
+def test_asking_for_more_gpus_than_the_framework_sees_is_unsupported():
+    errors.require_gpus(2, 2, "torch 2.x")  # enough: nothing raised
+    with pytest.raises(errors.Unsupported, match=r"--gpus 4, but torch 2.x sees only 2 GPU\(s\)"):
+        errors.require_gpus(4, 2, "torch 2.x")

@@ -21,7 +21,7 @@ import os
 
 import numpy as np
 
-from trainers.common.errors import Unsupported
+from trainers.common.errors import Unsupported, require_gpus
 from trainers.common.host import cpu_name
 from trainers.common.trainer import Trainer
 from trainers.cntk import mpi
@@ -69,9 +69,7 @@ class CNTKTrainer(Trainer):
             raise Unsupported(
                 "--gpus %d needs CNTK's GPU build (cntk-gpu, CUDA 10.0, containers/cntk.def), "
                 "but this CNTK %s sees no GPU" % (cfg.gpus, C.__version__))
-        if cfg.gpus > len(gpus):
-            raise Unsupported("--gpus %d, but CNTK sees only %d GPUs"
-                              % (cfg.gpus, len(gpus)))
+        require_gpus(cfg.gpus, len(gpus), "CNTK %s" % C.__version__)
         if cfg.gpus > 1 and mpi.rank_from_mpi_env(os.environ) is None \
                 and mpi.find_mpiexec(os.environ) is None:
             raise Unsupported("--gpus %d trains one MPI rank per GPU, but no mpiexec was "

@@ -38,6 +38,13 @@ class Diverged(Exception):
     """The loss became NaN or infinite."""
 
 
+def require_gpus(requested, visible, who):
+    """Raise Unsupported when `who` (a framework and version) sees fewer GPUs than --gpus asks."""
+    if requested > visible:
+        raise Unsupported("--gpus %d, but %s sees only %d GPU(s); ask for fewer, or for a node "
+                          "that has them" % (requested, who, visible))
+
+
 def classify(exc, trainer=None):
     """Return (class, message, traceback or None) for an exception that ended a run.
 

@@ -21,7 +21,7 @@ experimental CPU-only AMP mode this trainer does not use.
 import os
 import subprocess
 
-from trainers.common.errors import Unsupported
+from trainers.common.errors import Unsupported, require_gpus
 from trainers.common.host import cpu_name
 from trainers.common.trainer import Trainer
 
@@ -66,10 +66,7 @@ class MXNetTrainer(Trainer):
                 raise Unsupported(
                     "--gpus %d needs CUDA, but this MXNet %s is a CPU-only build; install "
                     "mxnet-cu112 or use the CUDA image" % (cfg.gpus, mx.__version__))
-            visible = mx.context.num_gpus()
-            if cfg.gpus > visible:
-                raise Unsupported("--gpus %d needs CUDA devices, but only %d are visible to "
-                                  "MXNet %s" % (cfg.gpus, visible, mx.__version__))
+            require_gpus(cfg.gpus, mx.context.num_gpus(), "MXNet %s" % mx.__version__)
         elif cfg.precision == "fp16":
             raise Unsupported("fp16 on the CPU is not supported by this trainer (CPUs "
                               "lack fast fp16 arithmetic); use fp32")

@@ -20,7 +20,7 @@ import os
 
 import tensorflow as tf
 
-from trainers.common.errors import Unsupported
+from trainers.common.errors import Unsupported, require_gpus
 from trainers.common.host import cpu_name
 from trainers.common.trainer import Trainer
 from trainers.tensorflow.models import build, count_params, keras
@@ -57,10 +57,8 @@ class TensorFlowTrainer(Trainer):
                     "--gpus %d needs CUDA, but this TensorFlow %s is a CPU-only build "
                     "(tensorflow-cpu); install tensorflow[and-cuda] or use the CUDA image"
                     % (cfg.gpus, tf.__version__))
-            visible = tf.config.list_physical_devices("GPU")
-            if cfg.gpus > len(visible):
-                raise Unsupported("--gpus %d needs CUDA devices, but only %d are visible to "
-                                  "TensorFlow %s" % (cfg.gpus, len(visible), tf.__version__))
+            require_gpus(cfg.gpus, len(tf.config.list_physical_devices("GPU")),
+                         "TensorFlow %s" % tf.__version__)
         elif cfg.precision == "fp16":
             raise Unsupported("fp16 on the CPU is not supported by this trainer (CPUs "
                               "lack fast fp16 arithmetic); use bf16 or fp32")

@@ -13,7 +13,7 @@ import re
 import torch
 import torch.nn.functional as F
 
-from trainers.common.errors import Unsupported
+from trainers.common.errors import Unsupported, require_gpus
 from trainers.common.host import cpu_name
 from trainers.common.trainer import Trainer
 from trainers.torch.models import build, count_params
@@ -44,10 +44,7 @@ class TorchTrainer(Trainer):
                 raise Unsupported(
                     "--gpus %d needs CUDA, but this torch %s (CUDA %s) sees no CUDA device"
                     % (cfg.gpus, torch.__version__, torch.version.cuda or "not built"))
-            visible = torch.cuda.device_count()
-            if cfg.gpus > visible:
-                raise Unsupported("--gpus %d, but only %d CUDA devices are visible"
-                                  % (cfg.gpus, visible))
+            require_gpus(cfg.gpus, torch.cuda.device_count(), "torch %s" % torch.__version__)
             if cfg.gpus > 1 and not _nccl_available():
                 raise Unsupported("--gpus %d needs NCCL, which this torch build lacks"
                                   % cfg.gpus)
