@@ -106,6 +106,10 @@ class TimeLimit(Exception):
     """The cell's time limit ran out while its trainer was running."""
 
 
+#: the way out of every time-limit failure, whichever clock ran out
+MORE_TIME = "raise hardware.time_min (or `orchestrator rerun --failed --time MIN`) or lower iterations"
+
+
 def run_once(spec: JobSpec, run: RunSpec, deadline: float | None = None) -> Path:
     """One run: trainer + monitor, then metrics over the measured window, then result.json."""
     run_dir = Path(run.run_dir)
@@ -132,8 +136,7 @@ def run_once(spec: JobSpec, run: RunSpec, deadline: float | None = None) -> Path
     except UncompletedJobError as exc:  # submitit's handler of Slurm's end-of-time signal
         result.update(state="failed", error={"class": "timeout", "message": (
             f"the scheduler signalled the end of the job's time limit before the trainer finished "
-            f"({exc}); raise hardware.time_min (or `orchestrator rerun --failed --time MIN`) or "
-            f"lower iterations")})
+            f"({exc}); {MORE_TIME}")})
     except Exception as exc:  # the job's own failure must still leave a result behind
         result.update(state="failed", error={"class": "crash", "message": f"job: {type(exc).__name__}: {exc}"})
     result["ended_at"] = time.time()
@@ -169,17 +172,15 @@ def _measure(spec: JobSpec, run_dir: Path, paths: dict[str, str], deadline: floa
             returncode = proc.wait(timeout=None if deadline is None else max(1.0, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
             raise TimeLimit(f"the trainer was still running when the cell's time limit "
-                            f"({spec.time_limit_s:.0f} s) ran out; raise hardware.time_min or lower "
-                            f"iterations") from None
+                            f"({spec.time_limit_s:.0f} s) ran out; {MORE_TIME}") from None
         finally:
             if proc.poll() is None:  # the job itself was interrupted: leave no orphan trainer
                 proc.kill()
                 proc.wait()
             samples = monitor.stop()
     if returncode == -signal.SIGUSR2:  # submitit asks Slurm for USR2 to every process near the end
-        raise TimeLimit("the scheduler signalled the end of the job's time limit (SIGUSR2) before the "
-                        "trainer finished; raise hardware.time_min (or `orchestrator rerun --failed "
-                        "--time MIN`) or lower iterations")
+        raise TimeLimit(f"the scheduler signalled the end of the job's time limit (SIGUSR2) before the "
+                        f"trainer finished; {MORE_TIME}")
     events, bad_lines = read_events(Path(paths["events"]))
     outcome: dict[str, Any] = {"returncode": returncode, "monitor": monitor.describe(),
                                "environment": runtime.identity(), "argv": argv}
