@@ -85,6 +85,7 @@ def _run(argv: list[str]) -> Optional[str]:
 
 
 def _array_base(job_id: str) -> str:
+    """`123` of an array task `123_4` or a pending range `123_[4-9%2]`; a plain id as it is."""
     return job_id.split("_", 1)[0]
 
 
@@ -110,9 +111,9 @@ class SlurmTracker:
             job, state, node = parts[0], parts[1].split()[0] if parts[1] else "", parts[2]
             phase, klass = SLURM_STATES.get(state, ("unknown", None))
             record = Seen(phase, state, node if phase != "queued" and node not in ("", "None assigned") else None, klass)
-            known_bases.add(_array_base(job).split("_[", 1)[0])
+            known_bases.add(_array_base(job))
             if "_[" in job:
-                pending_arrays[job.split("_[", 1)[0]] = record
+                pending_arrays[_array_base(job)] = record
             else:
                 seen[job] = record
         for job_id in wanted:
@@ -162,7 +163,7 @@ class SlurmTracker:
         for line in (out or "").splitlines() + (queue or "").splitlines():
             parts = line.split("|")
             if len(parts) >= 2 and parts[1] in names:
-                found.setdefault(parts[1], _array_base(parts[0]).split("_[", 1)[0])
+                found.setdefault(parts[1], _array_base(parts[0]))
         return found
 
 
