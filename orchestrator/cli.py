@@ -26,7 +26,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session
 
 from . import cell as cell_module
-from . import db
+from . import db, runstate
 from .collector import collect
 
 PROG = "python -m orchestrator"
@@ -151,7 +151,7 @@ def cmd_status(args: argparse.Namespace, out: Console) -> int:
         all_runs = dict(session.execute(
             select(db.Run.sweep_id, func.count()).where(db.Run.sweep_id.in_(ids)).group_by(db.Run.sweep_id)).all())
 
-        states = [s for s in db.RUN_STATES if any(s in c for c in counts.values())]
+        states = [s for s in runstate.STATES if any(s in c for c in counts.values())]
         table = Table(title="Runs by state (latest attempt of each repeat)", title_justify="left")
         for name in ("sweep", "created", "cells", *states, "retried"):
             table.add_column(name, justify="left" if name in ("sweep", "created") else "right")
@@ -245,9 +245,9 @@ def cmd_results(args: argparse.Namespace, out: Console) -> int:
             query = query.where(view.c[key].in_(values))
         if args.state:
             states = [s.strip() for s in args.state.split(",") if s.strip()]
-            unknown = [s for s in states if s not in db.RUN_STATES]
+            unknown = [s for s in states if s not in runstate.STATES]
             if unknown:
-                raise CliError(f"--state {','.join(unknown)}: not a run state; use one of {', '.join(db.RUN_STATES)}")
+                raise CliError(f"--state {','.join(unknown)}: not a run state; use one of {', '.join(runstate.STATES)}")
             query = query.where(view.c.state.in_(states))
         query = query.order_by(view.c.framework, view.c.model, view.c.dataset, view.c.hardware,
                                view.c.gpus, view.c.batch_size, view.c.precision, view.c.sweep,

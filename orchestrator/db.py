@@ -39,24 +39,24 @@ from sqlalchemy import (
     Integer,
     String,
     create_engine,
+    and_,
     event,
+    func,
     inspect,
+    select,
 )
 from sqlalchemy.engine import Connection, Dialect, make_url
 from sqlalchemy.exc import OperationalError, ProgrammingError
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship, sessionmaker, validates
 from sqlalchemy.sql import column, table
 
+from orchestrator import runstate
+
 #: Version of the layout below; bump it (and add a migration) whenever a table or the view changes.
 SCHEMA_VERSION = 2
 
 #: A cell whose repeats' coefficient of variation (std/mean of images/s) exceeds this is noisy.
 NOISY_CV = 0.05
-
-#: A run's life: pending = recorded, not yet handed to the executor.
-RUN_STATES = ("pending", "submitted", "running", "done", "failed", "lost", "cancelled")
-#: States a run does not leave on its own.
-FINAL_STATES = ("done", "failed", "lost", "cancelled")
 
 #: How long a SQLite connection waits for another writer before giving up.
 BUSY_TIMEOUT_S = 30.0
@@ -176,15 +176,14 @@ class Run(Base):
 
     __table_args__ = (
         CheckConstraint(
-            "state IN (" + ", ".join(f"'{s}'" for s in RUN_STATES) + ")", name="ck_runs_state"),
+            "state IN (" + ", ".join(f"'{s}'" for s in runstate.STATES) + ")", name="ck_runs_state"),
         Index("ix_runs_cell_repeat", "sweep_id", "cell_id", "repeat", "attempt"),
     )
 
     @validates("state")
     def _check_state(self, key: str, state: str) -> str:
-        if state not in RUN_STATES:
-            raise ValueError(f"run state {state!r} is not one of {', '.join(RUN_STATES)}")
-        return state
+        """Every write of a run's state is a move the run-state model allows (runstate.py)."""
+        return runstate.check_move(self.state, state)
 
 
 class Metric(Base):
@@ -198,6 +197,20 @@ class Metric(Base):
     unit: Mapped[Optional[str]] = mapped_column(String, nullable=True)
 
     run: Mapped[Run] = relationship(back_populates="metrics")
+
+
+def latest_runs() -> Any:
+    """The latest attempt of each repeat of each cell, as a subquery of `runs` rows.
+
+    Attempts are numbered per (cell, repeat) across sweeps (a rerun or a forced sweep adds
+    attempt n+1), so the highest attempt is the current word on that measurement. This is the
+    one definition `status`, `rerun`, the progress bar and the `cell_summary` view all use.
+    """
+    newest = (select(Run.cell_id, Run.repeat, func.max(Run.attempt).label("attempt"))
+              .group_by(Run.cell_id, Run.repeat).subquery("newest"))
+    return (select(Run).join(newest, and_(Run.cell_id == newest.c.cell_id, Run.repeat == newest.c.repeat,
+                                          Run.attempt == newest.c.attempt))
+            .subquery("latest_runs"))
 
 
 #: The `results` view's columns, in order; metric columns are pivoted from the metrics table.
