@@ -16,31 +16,15 @@ from typing import Any, Mapping, Optional
 
 import psutil
 
-REPO = Path(__file__).resolve().parent.parent
-
-
-def cpu_model() -> Optional[str]:
-    """The CPU's model name (/proc/cpuinfo on Linux; the platform's word elsewhere)."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                key, _, value = line.partition(":")
-                if key.strip() in ("model name", "Model", "cpu model", "Hardware") and value.strip():
-                    return value.strip()
-    except OSError:
-        pass
-    return platform.processor() or None
+from orchestrator.runtime import REPO
+from trainers.common.host import available_cpus, cpu_model
 
 
 def cpu_info(threads_used: Optional[int] = None) -> dict[str, Any]:
     """CPU model, physical cores and hardware threads of the node, the CPUs this job may use
-    (its affinity: what Slurm or the local lock gave it) and the threads the trainer was told to use."""
-    try:
-        usable = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        usable = psutil.cpu_count()
+    (its affinity mask, which Slurm and taskset narrow) and the threads the trainer was told to use."""
     return {"model": cpu_model(), "cores": psutil.cpu_count(logical=False),
-            "threads": psutil.cpu_count(logical=True), "usable": usable, "threads_used": threads_used}
+            "threads": psutil.cpu_count(logical=True), "usable": available_cpus(), "threads_used": threads_used}
 
 
 def git_revision(repo: Path = REPO) -> Optional[dict[str, Any]]:

@@ -1,10 +1,11 @@
 """Provenance of a run, read off this machine for real (CPU, git, Slurm variables, NVML facts)."""
-import re
 import shutil
+import subprocess
 
 import pytest
 
 from orchestrator import provenance
+from trainers.common import host
 
 
 def test_gather_on_this_machine():
@@ -28,11 +29,22 @@ def test_gather_on_this_machine():
 
 
 @pytest.mark.skipif(shutil.which("git") is None, reason="no git here")
-def test_git_revision_of_this_checkout_and_none_outside_one(repo_root, tmp_path):
-    rev = provenance.git_revision(repo_root)
-    if rev is not None:  # a checkout (an unpacked source tree has none)
-        assert re.fullmatch(r"[0-9a-f]{40}", rev["revision"]) and rev["dirty"] in (True, False)
-    assert provenance.git_revision(tmp_path) is None
+def test_git_revision_and_dirty_flag_of_a_checkout_and_none_outside_one(tmp_path):
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t", "-c", "commit.gpgsign=false"]
+    subprocess.run(git + ["init", "-q"], check=True)
+    (repo / "trainer.py").write_text("steps = 50\n")
+    subprocess.run(git + ["add", "trainer.py"], check=True)
+    subprocess.run(git + ["commit", "-q", "-m", "first"], check=True)
+    head = subprocess.run(git + ["rev-parse", "HEAD"], check=True, capture_output=True, text=True).stdout.strip()
+    assert provenance.git_revision(repo) == {"revision": head, "dirty": False}
+    (repo / "trainer.py").write_text("steps = 60\n")  # an edit the number would be measured with
+    assert provenance.git_revision(repo) == {"revision": head, "dirty": True}
+    (repo / "notes.txt").write_text("untracked files do not make a run dirty\n")
+    (repo / "trainer.py").write_text("steps = 50\n")
+    assert provenance.git_revision(repo) == {"revision": head, "dirty": False}
+    assert provenance.git_revision(tmp_path / "elsewhere") is None
 
 
 def test_no_gpu_monitor_means_no_gpu_facts():
@@ -45,3 +57,37 @@ def test_slurm_job_ids_plain_and_array():
     assert provenance.slurm_job({"SLURM_JOB_ID": "77", "SLURM_JOB_PARTITION": "p100"})["job_id"] == "77"
     array = provenance.slurm_job({"SLURM_JOB_ID": "81", "SLURM_ARRAY_JOB_ID": "80", "SLURM_ARRAY_TASK_ID": "1"})
     assert array["job_id"] == "80_1" and array["raw_job_id"] == "81"
+
+
+X86 = """processor\t: 0
+vendor_id\t: GenuineIntel
+model name\t: Intel(R) Xeon(R) CPU E5-2680 v3 @ 2.50GHz
+flags\t\t: fpu vme
+
+processor\t: 1
+model name\t: Intel(R) Xeon(R) CPU E5-2680 v3 @ 2.50GHz
+"""
+RASPBERRY_PI = """processor\t: 0
+BogoMIPS\t: 108.00
+CPU implementer\t: 0x41
+
+Hardware\t: BCM2835
+Model\t\t: Raspberry Pi 4 Model B Rev 1.4
+"""
+
+
+def test_one_cpuinfo_parser_serves_the_trainers_and_provenance(tmp_path, monkeypatch):
+    (tmp_path / "x86").write_text(X86)
+    (tmp_path / "pi").write_text(RASPBERRY_PI)
+    assert host.cpu_model(str(tmp_path / "x86")) == "Intel(R) Xeon(R) CPU E5-2680 v3 @ 2.50GHz"
+    assert host.cpu_model(str(tmp_path / "pi")) == "BCM2835"  # the first model line the kernel gives
+    # no /proc/cpuinfo (macOS, a container without /proc): the platform's word, or None
+    monkeypatch.setattr(host.platform, "processor", lambda: "")
+    assert host.cpu_model(str(tmp_path / "missing")) is None
+    # provenance has no parser of its own: its CPU model is the trainers' function
+    assert provenance.cpu_model is host.cpu_model
+    assert provenance.cpu_info()["model"] == host.cpu_model()
+    # a trainer's CPU device always has a name: the model, else the machine type
+    monkeypatch.setattr(host, "cpu_model", lambda cpuinfo="/proc/cpuinfo": None)
+    monkeypatch.setattr(host.platform, "machine", lambda: "aarch64")
+    assert host.cpu_name() == "aarch64"

@@ -1,6 +1,15 @@
-"""Facts about the host that every framework reports the same way."""
+"""Facts about the host, read one way for every trainer and for the orchestrator's provenance.
+
+The trainers put the CPU's name in a CPU run's `devices` list and size their thread pools by
+the CPUs they may use; the job records the same facts in result.json's `provenance`
+(orchestrator/provenance.py imports this module), so the two can never disagree. Standard
+library only, and Python 3.6 (the Caffe and CNTK containers).
+"""
 import os
 import platform
+
+#: /proc/cpuinfo keys that name the CPU: x86 ("model name"), ARM boards ("Model", "Hardware"), MIPS ("cpu model")
+CPU_MODEL_KEYS = ("model name", "Model", "cpu model", "Hardware")
 
 
 def available_cpus():
@@ -11,13 +20,20 @@ def available_cpus():
         return os.cpu_count() or 1
 
 
-def cpu_name():
-    """The CPU's model name, for the run's `devices` list on a CPU run."""
+def cpu_model(cpuinfo="/proc/cpuinfo"):
+    """The CPU's model name: the first model line of `cpuinfo` (Linux), else the platform's
+    word for the processor; None when neither says."""
     try:
-        with open("/proc/cpuinfo") as f:
+        with open(cpuinfo) as f:
             for line in f:
-                if line.lower().startswith("model name"):
-                    return line.split(":", 1)[1].strip()
+                key, _, value = line.partition(":")
+                if key.strip() in CPU_MODEL_KEYS and value.strip():
+                    return value.strip()
     except OSError:
         pass
-    return platform.processor() or platform.machine() or "cpu"
+    return platform.processor() or None
+
+
+def cpu_name():
+    """The CPU's name for a CPU run's `devices` list: its model, else the machine type, else "cpu"."""
+    return cpu_model() or platform.machine() or "cpu"
