@@ -2,8 +2,22 @@
 
 Only what is Caffe's own lives here: the networks as Caffe nets (models.py), the solver,
 device setup and training step (trainer.py), the multi-GPU path through the `caffe train`
-tool (multigpu.py), and the guard that turns Caffe's aborts into error events (__main__.py).
-The command line, data, timing and events are `trainers.common`'s. Caffe itself is built from
-source into the trainer's environment (containers/caffe/). Inside this package, `import
-caffe` is the absolute import of pycaffe.
+tool (multigpu.py), and how Caffe's aborts read (trainer.py; the run is isolated in a child
+process by trainers/common/launch.py). The command line, data, timing and events are
+`trainers.common`'s. Caffe itself is built from source into the trainer's environment
+(containers/caffe/). Inside this package, `import caffe` is the absolute import of pycaffe.
+This file is the framework's declaration, read without importing Caffe
+(trainers/common/support.py).
 """
+from trainers.common.support import EXTERNAL_TOOL, Support
+
+SUPPORT = Support(
+    "caffe",
+    cpu=["fp32"],
+    gpu=["fp32"],
+    multi_gpu=EXTERNAL_TOOL,  # `caffe train --gpu=0,1,...` (NCCL), timed from its log
+    notes={
+        "fp16": "BVLC Caffe has no fp16 solver",
+        "bf16": "BVLC Caffe has no bf16 solver",
+        "gpus": "the venv's build is CPU-only; the CUDA build is containers/caffe.def",
+    })

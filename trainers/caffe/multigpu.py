@@ -22,21 +22,22 @@ Checked so far only as far as the command line, the generated files and the log 
 (tests/test_trainer_caffe.py): no CUDA build of Caffe was available where it was written.
 """
 import collections
-import ctypes
 import os
 import re
 import shutil
-import signal
 import subprocess
 
 from trainers.common.errors import Unsupported
+from trainers.common.launch import start
 
 CAFFE_BIN_ENV = "CAFFE_BIN"
 ITERATION = re.compile(
     r"Iteration (\d+) \(([-+.\deE]+|inf|nan) iter/s, ([-+.\deE]+)s/(\d+) iters\), "
     r"loss = ([-+.\deEinfa]+)")
+# how running out of memory reads in Caffe's log (the tool's, or the trainer's own when it
+# aborted: trainer.classify_abort)
 OOM_MARKERS = ("out of memory", "cudaerrormemoryallocation", "std::bad_alloc",
-               "host allocation of size")
+               "host allocation of size", "cannot allocate memory")
 
 
 class ToolFailed(RuntimeError):
@@ -45,15 +46,6 @@ class ToolFailed(RuntimeError):
     def __init__(self, message, out_of_memory=False):
         RuntimeError.__init__(self, message)
         self.out_of_memory = out_of_memory
-
-
-def die_with_parent():
-    """preexec_fn: have the kernel kill this child when its parent dies (Linux prctl
-    PR_SET_PDEATHSIG), so that a killed trainer leaves no orphan behind."""
-    try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, int(signal.SIGKILL))
-    except (OSError, AttributeError):
-        pass
 
 
 def caffe_binary():
@@ -119,17 +111,6 @@ def write_hdf5(path, images, labels):
         f.create_dataset("label", data=labels)
 
 
-def gpu_names(count):
-    """The GPUs' names from nvidia-smi (Caffe's Python interface does not report them)."""
-    try:
-        out = subprocess.check_output(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
-                                      universal_newlines=True, stderr=subprocess.STDOUT)
-        names = [line.strip() for line in out.splitlines() if line.strip()]
-    except (OSError, subprocess.CalledProcessError):
-        names = []
-    return [names[i] if i < len(names) else "gpu%d" % i for i in range(count)]
-
-
 class CaffeTool(object):
     """One `caffe train` run on cfg.gpus GPUs, consumed an iteration per step."""
 
@@ -170,9 +151,8 @@ class CaffeTool(object):
 
     def start(self):
         argv = self.write()
-        self.process = subprocess.Popen(argv, stdout=subprocess.DEVNULL,
-                                        stderr=subprocess.PIPE, env=tool_env(),
-                                        universal_newlines=True, preexec_fn=die_with_parent)
+        self.process = start(argv, tool_env(), stdout=subprocess.DEVNULL,
+                             universal_newlines=True)
 
     def step(self):
         if self.process is None:

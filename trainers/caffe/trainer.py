@@ -13,36 +13,40 @@ BLAS GEMM, so `--threads` is OpenBLAS's thread count. OPENBLAS_NUM_THREADS (and
 OMP_NUM_THREADS, for an OpenMP OpenBLAS) are set before `caffe` is imported, and
 openblas_set_num_threads is called on the loaded library as well.
 
-Precision: Caffe trains in fp32 only (BVLC has no fp16 or bf16 solver): anything else is
-`unsupported`.
+Precision: Caffe trains in fp32 only (declared in __init__.py).
+
+Aborts: Caffe reports a failed check (out of memory included: "host allocation of size ...
+failed", CUDA's "out of memory") by logging a FATAL line through glog and aborting the
+process, below anything Python can catch. So the trainer declares `isolate`: the common
+protocol trains in a child process and, when it ends without reporting an error, reports it
+with the class `classify_exit` reads from the end of Caffe's log.
 
 GPUs: one GPU trains through pycaffe (set_mode_gpu, set_device). Several GPUs are what the
 `caffe train --gpu=0,1,...` tool does (NCCL, one solver thread per GPU); pycaffe has no
 such path, so with --gpus > 1 this trainer runs that tool instead (trainers/caffe/multigpu.py)
 and times the steps from its log. Both need a CUDA build of Caffe (containers/caffe.def); the
-venv's build is CPU-only, and asks for a GPU are refused as `unsupported` before anything
-runs.
+venv's build is CPU-only, and sees no GPU.
 """
 import ctypes
 import os
 import shutil
 import tempfile
 
-from trainers.common.errors import Unsupported
+from trainers.common.errors import CRASH, OUT_OF_MEMORY
+from trainers.common.gpus import gpu_names, nvidia_smi
 from trainers.common.host import cpu_name
+from trainers.common.recipe import LEARNING_RATE, MOMENTUM, WEIGHT_DECAY
 from trainers.common.trainer import Trainer
-from trainers.caffe import models
-from trainers.caffe import multigpu
+from trainers.caffe import SUPPORT, models, multigpu
 
-LEARNING_RATE = 0.01
-MOMENTUM = 0.9
 # tests only: make Caffe fail a CHECK (and so abort) right after setup, as it does on bad
-# input or when an allocation fails, to exercise trainers/caffe/__main__.py's guard
+# input or when an allocation fails, to exercise the isolation of the run
 TEST_ABORT_ENV = "CAFFE_TRAINER_TEST_ABORT"
 
 
 class CaffeTrainer(Trainer):
-    framework = "caffe"
+    support = SUPPORT
+    isolate = True
 
     def __init__(self):
         self.caffe = None
@@ -53,20 +57,23 @@ class CaffeTrainer(Trainer):
 
     # ---------------------------------------------------------------- protocol hooks
 
-    def preflight(self, cfg):
-        if cfg.precision != "fp32":
-            raise Unsupported("Caffe trains in fp32 only (BVLC Caffe has no %s solver); "
-                              "use --precision fp32" % cfg.precision)
+    def gpus_visible(self, cfg):
         set_threads_env(cfg.threads)
-        if cfg.gpus > 0:
-            caffe = _import_caffe()
-            if not built_with_cuda(caffe):
-                raise Unsupported(
-                    "--gpus %d needs a CUDA build of Caffe, but %s is CPU-only (build the "
-                    "GPU image from containers/caffe.def, or run with --gpus 0)"
-                    % (cfg.gpus, os.path.dirname(caffe.__file__)))
+        caffe = _import_caffe()
+        where = os.path.dirname(caffe.__file__)
+        if not built_with_cuda(caffe):
+            return 0, "Caffe at %s (a CPU-only build)" % where
+        return len(nvidia_smi(None) or []), "Caffe at %s" % where
+
+    def gpu_capabilities(self, cfg):
+        return nvidia_smi(cfg.gpus, capabilities=True)
+
+    def preflight(self, cfg):
         if cfg.gpus > 1:
             multigpu.preflight(cfg)
+
+    def classify_exit(self, code, log_tail):
+        return classify_abort(log_tail)
 
     def setup(self, cfg):
         set_threads_env(cfg.threads)
@@ -76,7 +83,7 @@ class CaffeTrainer(Trainer):
         netparam = models.build(cfg.model, cfg.input_shape, cfg.classes, cfg.per_device_batch)
         solver = solver_param(caffe, cfg, os.path.join(self.workdir, "train.prototxt"))
         if cfg.gpus > 0:
-            devices = multigpu.gpu_names(cfg.gpus)
+            devices = gpu_names(cfg.gpus)
         else:
             devices = [cpu_name()]
         info = {"version": caffe.__version__, "build": build_info(caffe),
@@ -144,7 +151,7 @@ def solver_param(caffe, cfg, train_net):
     solver.type = "SGD"
     solver.base_lr = LEARNING_RATE
     solver.momentum = MOMENTUM
-    solver.weight_decay = 0.0
+    solver.weight_decay = WEIGHT_DECAY
     solver.lr_policy = "fixed"
     solver.max_iter = cfg.warmup + cfg.iterations
     solver.display = 0
@@ -155,6 +162,17 @@ def solver_param(caffe, cfg, train_net):
     if cfg.gpus == 1:
         solver.device_id = cfg.local_rank
     return solver
+
+
+def classify_abort(log_lines):
+    """(class, what the log says) for a Caffe process that ended without an error event:
+    out_of_memory when its log's end says so, else a crash; the first fatal line."""
+    text = "\n".join(log_lines)
+    fatal = [line for line in log_lines if line.startswith("F") and "] " in line]
+    fatal += [line for line in log_lines if "terminate called" in line or "what():" in line]
+    what = fatal[0].split("] ", 1)[-1].strip() if fatal else "no fatal message in its log"
+    cls = OUT_OF_MEMORY if any(m in text.lower() for m in multigpu.OOM_MARKERS) else CRASH
+    return cls, "Caffe aborted: %s" % what
 
 
 # -------------------------------------------------------------------- environment

@@ -1,12 +1,13 @@
 """Entry point: `python -m trainers.cntk` (arguments in docs/protocol.md).
 
-One process per run, except with several GPUs: then this process starts the ranks under
-mpiexec and relays their events (trainers/cntk/mpi.py), and each rank, started by mpiexec,
-takes its place from MPI's variables and runs the ordinary protocol loop.
+One process per run, except with several GPUs: then `trainers.common.protocol.run` starts
+the ranks under mpiexec (trainers/cntk/mpi.py) and relays their events, and each rank,
+started by mpiexec, takes its place from MPI's variables and runs the ordinary protocol loop.
 """
 import os
 import sys
 
+from trainers.common.launch import rank_env
 from trainers.common.protocol import run
 from trainers.cntk import mpi
 from trainers.cntk.libpath import reexec_with_mpi_compat
@@ -26,9 +27,7 @@ def main(argv=None):
     reexec_with_mpi_compat(MODULE, argv)  # a no-op when started as a job starts it
     place = mpi.rank_from_mpi_env(os.environ)
     if place is not None:  # a rank started by mpiexec
-        os.environ.update(mpi.trainer_rank_env(place))
-    elif mpi.wants_mpi(argv):  # several GPUs: start the MPI ranks
-        return mpi.launch_mpi(make_trainer, argv, MODULE)
+        os.environ.update(rank_env(*place))
     return run(make_trainer, argv=argv, module=MODULE)
 
 

@@ -1,8 +1,7 @@
 """The CNTK side of the protocol: device setup, model, and one training step.
 
-Softmax cross-entropy and momentum SGD at learning rate 0.01 and momentum 0.9, written so
-that the update is PyTorch's (trainers/torch/trainer.py): the learning rate applies to the
-mean gradient over the global batch (CNTK's reference `minibatch_size`, which also makes
+trainers/common/recipe.py's softmax cross-entropy and momentum SGD, written so that the
+update is PyTorch's (trainers/torch/trainer.py): the learning rate applies to the mean gradient over the global batch (CNTK's reference `minibatch_size`, which also makes
 the data-parallel learner's summed gradient a mean), and the momentum is not unit-gain
 (v = 0.9 v + lr g, not 0.9 v + 0.1 lr g).
 
@@ -13,22 +12,19 @@ device. One process drives one device; several GPUs are several MPI ranks under
 `mpiexec` (trainers/cntk/mpi.py), with `data_parallel_distributed_learner` summing the
 gradients (32-bit, no quantisation).
 
-Precision: fp32; fp16 on GPUs of compute capability 6.0 and newer, as CNTK 2.7 offers it
-(the network in float16 between two casts, the loss in float32); no bf16 in CNTK; no fp16 on
-the CPU (CNTK has no CPU fp16 kernels).
+Precision: fp32; fp16 on GPUs (the network in float16 between two casts, the loss in
+float32), where __init__.py declares it.
 """
 import os
 
 import numpy as np
 
-from trainers.common.errors import Unsupported, require_gpus
+from trainers.common.errors import Unsupported
 from trainers.common.host import cpu_name
+from trainers.common.recipe import LEARNING_RATE, MOMENTUM
 from trainers.common.trainer import Trainer
-from trainers.cntk import mpi
+from trainers.cntk import SUPPORT, mpi
 
-LEARNING_RATE = 0.01
-MOMENTUM = 0.9
-FP16_MIN_CAPABILITY = (6, 0)
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
 
 C = None  # cntk, imported by _cntk() once the event stream has claimed stdout
@@ -43,7 +39,7 @@ def _cntk():
 
 
 class CNTKTrainer(Trainer):
-    framework = "cntk"
+    support = SUPPORT
 
     def __init__(self):
         self.trainer = None
@@ -55,29 +51,18 @@ class CNTKTrainer(Trainer):
 
     # ---------------------------------------------------------------- protocol hooks
 
-    def preflight(self, cfg):
-        if cfg.precision == "bf16":
-            raise Unsupported("CNTK has no bfloat16; use fp32 (or fp16 on a GPU)")
-        if cfg.gpus == 0:
-            if cfg.precision == "fp16":
-                raise Unsupported("fp16 on the CPU is not supported by CNTK (no CPU fp16 "
-                                  "kernels); use fp32")
-            return
+    def gpus_visible(self, cfg):
         C = _cntk()
-        gpus = _gpu_ids(C)
-        if not gpus:
-            raise Unsupported(
-                "--gpus %d needs CNTK's GPU build (cntk-gpu, CUDA 10.0, containers/cntk.def), "
-                "but this CNTK %s sees no GPU" % (cfg.gpus, C.__version__))
-        require_gpus(cfg.gpus, len(gpus), "CNTK %s" % C.__version__)
-        if cfg.gpus > 1 and mpi.rank_from_mpi_env(os.environ) is None \
-                and mpi.find_mpiexec(os.environ) is None:
-            raise Unsupported("--gpus %d trains one MPI rank per GPU, but no mpiexec was "
-                              "found (set %s or put OpenMPI 1.10's mpiexec on PATH)"
-                              % (cfg.gpus, mpi.MPIEXEC_ENV))
+        return len(_gpu_ids(C)), "CNTK %s" % C.__version__
 
-    def processes(self, cfg):
-        return cfg.devices if cfg.gpus > 1 else 1
+    def gpu_capabilities(self, cfg):
+        C = _cntk()
+        found = [(_gpu_name(C, g), _gpu_capability(C, C.device.gpu(g)))
+                 for g in range(cfg.gpus)]
+        return found if all(cap for _, cap in found) else None
+
+    def ranks(self):
+        return mpi.MPIRanks()
 
     def setup(self, cfg):
         _set_threads(cfg.threads)
@@ -89,12 +74,6 @@ class CNTKTrainer(Trainer):
         if cfg.gpus > 0:
             self.device = C.device.gpu(cfg.local_rank)
             devices = [_gpu_name(C, g) for g in range(cfg.gpus)]
-            if cfg.precision == "fp16":
-                capability = _gpu_capability(C, self.device)
-                if capability is not None and capability < FP16_MIN_CAPABILITY:
-                    raise Unsupported("fp16 training in CNTK needs compute capability 6.0 or "
-                                      "newer; %s has %d.%d" % ((devices[cfg.local_rank],)
-                                                                + capability))
         else:
             self.device = C.device.cpu()
             devices = [cpu_name()]

@@ -19,8 +19,9 @@ EXIT_CODES = {CRASH: 1, UNSUPPORTED: 3, OUT_OF_MEMORY: 4, DIVERGED: 5}
 
 
 class Unsupported(Exception):
-    """The configuration cannot run here: raise it for an impossible combination
-    (fp16 on a CPU, GPUs without CUDA, a batch that does not divide among the GPUs)."""
+    """The configuration cannot run here: raise it for an impossible combination (a batch
+    that does not divide among the GPUs; what a framework's declaration does not hold is
+    refused by trainers/common/support.py in its own words)."""
 
 
 class InvalidArgument(Unsupported):
@@ -36,13 +37,6 @@ class DataError(Unsupported):
 
 class Diverged(Exception):
     """The loss became NaN or infinite."""
-
-
-def require_gpus(requested, visible, who):
-    """Raise Unsupported when `who` (a framework and version) sees fewer GPUs than --gpus asks."""
-    if requested > visible:
-        raise Unsupported("--gpus %d, but %s sees only %d GPU(s); ask for fewer, or for a node "
-                          "that has them" % (requested, who, visible))
 
 
 def classify(exc, trainer=None):

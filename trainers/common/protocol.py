@@ -1,10 +1,12 @@
 """The trainer's command line and main loop (docs/protocol.md, sections 1 and 2).
 
-`run(TheTrainer)` is all a framework's `__main__` calls. It claims stdout for events,
-parses and checks the arguments, works out the batches, reads the data, lets the framework
-build its model, prepares the batch pool, runs and times the warm-up and measured steps,
-and reports every failure as one `error` event of the right class. The framework code it
-calls is limited to the hooks of `trainers.common.trainer.Trainer`.
+`run(TheTrainer, module="trainers.<fw>")` is all a framework's `__main__` calls. It claims
+stdout for events, parses and checks the arguments, refuses what the framework's declaration
+(`SUPPORT` in the trainer module, trainers/common/support.py) does not hold, works out the
+batches, reads the data, lets the framework build its model, prepares the batch pool, runs
+and times the warm-up and measured steps, launches the processes a run needs
+(trainers/common/launch.py) and reports every failure as one `error` event of the right
+class. The framework code it calls is limited to the hooks of `trainers.common.trainer.Trainer`.
 """
 import argparse
 import math
@@ -21,10 +23,13 @@ from trainers.common.inputs import DATASETS, MODELS, input_shape
 from trainers.common.launch import launch, rank_from_env
 from trainers.common.pool import build_pool, pool_batches
 from trainers.common.scaling import SCALINGS, split_batch
+from trainers.common.support import PRECISIONS, cpu_replicas_requested, declared
 from trainers.common.timing import timed
 
-PRECISIONS = ("fp32", "fp16", "bf16")
 SYNTHETIC = "synthetic"
+# tests only: TRAINER_FAULT=nan-input feeds the framework NaN images, so that a conformance
+# test sees every framework's own step turn them into a non-finite loss (class diverged)
+FAULT_ENV = "TRAINER_FAULT"
 
 __all__ = ["build_parser", "resolve", "Config", "run", "Events", "Unsupported"]
 
@@ -65,7 +70,8 @@ class Config(object):
     """The resolved settings of one run, as every framework hook receives them.
 
     Beyond the arguments: `global_batch` and `per_device_batch` (images per step, overall
-    and per device), `devices` (1 on CPU, else gpus), `rank`/`world_size`/`local_rank`
+    and per device), `devices` (1 on CPU, else gpus), `cpu_replicas` (the devices are
+    replicas on the CPU: support.CPU_REPLICAS_ENV), `on_gpu`, `rank`/`world_size`/`local_rank`
     (this process's place in a multi-process run; 0/1/0 otherwise), `input_shape`
     ([C, H, W] the model takes) and `classes`.
     """
@@ -114,12 +120,14 @@ def resolve(args, environ=None):
                 raise datasets.DataError("--data-dir %s does not exist" % args.data_dir)
 
     place = rank_from_env(environ) or (0, 1, 0)
+    cpu_replicas = args.gpus > 0 and cpu_replicas_requested(environ)
     return Config(
         model=args.model, dataset=args.dataset, like=like, data_dir=args.data_dir,
         batch_size=args.batch_size, scaling=args.scaling, iterations=args.iterations,
         warmup=args.warmup, gpus=args.gpus, threads=threads, precision=args.precision,
         seed=args.seed, global_batch=global_batch, per_device_batch=per_device,
-        devices=devices, rank=place[0], world_size=place[1], local_rank=place[2],
+        devices=devices, cpu_replicas=cpu_replicas, on_gpu=args.gpus > 0 and not cpu_replicas,
+        rank=place[0], world_size=place[1], local_rank=place[2],
         input_shape=tuple(input_shape(args.model, like)), classes=DATASETS[like].classes)
 
 
@@ -128,8 +136,8 @@ def run(trainer, argv=None, module=None):
     makes one; a factory lets the framework be imported after stdout is claimed, so even
     its import-time prints go to stderr). Return the exit status for sys.exit.
 
-    `module` is what a multi-process run re-runs with `python -m`; by default the module
-    this process was started as.
+    `module` is the trainer module: it declares SUPPORT, and a run in child processes
+    re-runs it with `python -m`; by default the module this process was started as.
     """
     events = Events.claim_stdout()
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -137,16 +145,27 @@ def run(trainer, argv=None, module=None):
     set_up = []
     try:
         cfg = resolve(build_parser().parse_args(argv))
+        module = module or _main_module()
+        support = declared(module)
+        _refuse(support.problem(cfg.precision, cfg.gpus, cfg.model,
+                                cpu_replicas=cfg.cpu_replicas))
         obj = _instantiate(trainer)
+        if obj.support is not support:
+            raise ValueError("the trainer of %s does not point to the SUPPORT %s declares"
+                             % (module, module))
+        if cfg.on_gpu:
+            visible, build = obj.gpus_visible(cfg)
+            _refuse(support.gpus_problem(cfg.gpus, visible, build))
+            capabilities = obj.gpu_capabilities(cfg)
+            if capabilities:
+                _refuse(support.capability_problem(capabilities, cfg.precision))
         obj.preflight(cfg)
-        processes = int(obj.processes(cfg))
-        if processes not in (1, cfg.devices):
-            raise ValueError("%s trainer asked for %d processes; it may ask for 1 or one "
-                             "per device (%d)" % (obj.framework, processes, cfg.devices))
-        if processes > 1 and rank_from_env(os.environ) is None:
-            return launch(module or _main_module(), argv, processes, events)
+        processes = support.processes(cfg.devices)
+        if rank_from_env(os.environ) is None and (processes > 1 or obj.isolate):
+            return launch(module, argv, processes, events, ranks=obj.ranks(),
+                          classify_exit=obj.classify_exit)
         if processes != cfg.world_size:
-            raise ValueError("launched as %d ranks but the trainer asks for %d processes"
+            raise ValueError("launched as %d ranks but the run takes %d processes"
                              % (cfg.world_size, processes))
         _train(obj, cfg, events, set_up)
         return 0
@@ -161,6 +180,11 @@ def run(trainer, argv=None, module=None):
             except Exception as exc:  # the run's outcome is already reported
                 sys.stderr.write("teardown failed: %r\n" % (exc,))
         events.close()
+
+
+def _refuse(problem):
+    if problem:
+        raise Unsupported(problem)
 
 
 def report_error(events, exc, trainer=None):
@@ -188,8 +212,13 @@ def _train(obj, cfg, events, set_up):
     info = obj.setup(cfg)
     set_up.append(True)
     _check_setup(info, obj)
+    to_batch = obj.to_batch
+    if os.environ.get(FAULT_ENV) == "nan-input":
+        def to_batch(images, labels):
+            images[...] = float("nan")
+            return obj.to_batch(images, labels)
     pool = build_pool(dataset, n_batches, cfg.per_device_batch, cfg.input_shape,
-                      obj.to_batch, rank=shard[0], world_size=shard[1])
+                      to_batch, rank=shard[0], world_size=shard[1])
     del dataset
 
     events.emit("run_start", {

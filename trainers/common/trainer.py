@@ -1,33 +1,61 @@
 """The hooks a framework implements; everything else is `trainers.common.protocol.run`.
 
-A framework package subclasses `Trainer`, fills in the few methods that differ between
-frameworks, and its `__main__` calls `run(TheTrainer)`. The order of calls in one process:
+A framework package declares what it supports (`SUPPORT`, a trainers.common.support.Support,
+in its light `__init__.py`), subclasses `Trainer` pointing to that declaration, fills in the
+few methods that differ between frameworks, and its `__main__` calls `run(...)`. What the
+declaration does not hold is refused by `run` before any hook is called. The order of calls
+in one process:
 
-    preflight(cfg)          cheap checks, before any data is read: raise Unsupported
-    processes(cfg)          1, or cfg.devices to have one process per GPU (see launch.py)
+    gpus_visible(cfg)       on GPUs: how many the framework sees (refused when too few)
+    gpu_capabilities(cfg)   on GPUs: their compute capabilities (refused outside the declaration)
+    preflight(cfg)          cheap framework checks, before any data is read: raise Unsupported
     setup(cfg) -> dict      build model, optimizer, devices; report what was built
     to_batch(images, labels)    once per pooled batch, before timing starts
     step(batch) -> loss     timed; must return with the device synchronised
     teardown()              always, also after an error
 
-`cfg` is a `trainers.common.protocol.Config`.
+How many processes a run takes follows from the declaration (`Support.processes`); the
+launch is `trainers.common.launch`'s (`ranks()` names a framework's own starter, `isolate`
+asks for the run in a child process). `cfg` is a `trainers.common.protocol.Config`.
 """
 
 
 class Trainer(object):
-    framework = None  # "torch", "tensorflow", ...
+    support = None  # the framework's trainers.common.support.Support
+    # True: run() trains in a child process and reports how it ended, for a framework that
+    # aborts the whole process on errors (launch.py)
+    isolate = False
+
+    @property
+    def framework(self):
+        return self.support.framework
 
     def preflight(self, cfg):
-        """Raise `Unsupported` for a configuration this framework cannot run here
-        (precision on this device type, GPUs without CUDA). Called before data is read,
-        and also in the launching parent of a multi-process run, so it must not claim
-        devices."""
+        """Raise `Unsupported` for a configuration this framework cannot run here beyond
+        what its declaration says (a missing tool). Called before data is read, and also in
+        the launching parent of a multi-process run, so it must not claim devices."""
 
-    def processes(self, cfg):
-        """1 to run all devices from this process; `cfg.devices` to have `run` start one
-        process per device (ranks; `cfg.rank`, `cfg.world_size`, `cfg.local_rank` tell each
-        its place, and MASTER_ADDR/MASTER_PORT are set for the rendezvous)."""
-        return 1
+    def gpus_visible(self, cfg):
+        """(number of GPUs this framework sees here, a few words naming its version and
+        build for the refusal: 'torch 2.13.0+cpu (CUDA not built)'). Called for GPU runs only,
+        before preflight, in every process of the run (the launching parent too): it may
+        import the framework but must not claim devices."""
+        return 0, "%s (no GPU check)" % self.framework
+
+    def gpu_capabilities(self, cfg):
+        """[(name, (major, minor))] of the cfg.gpus GPUs the run will use, or None when the
+        framework cannot tell; checked against the declaration."""
+        return None
+
+    def ranks(self):
+        """The trainers.common.launch.Ranks that starts this framework's ranks (None: one
+        `python -m` process per rank)."""
+        return None
+
+    def classify_exit(self, code, log_tail):
+        """(class, detail) for the run's child process that ended with status `code` without
+        reporting an error, read from its last log lines; None: a crash."""
+        return None
 
     def setup(self, cfg):
         """Build the model, loss, optimizer and devices. Return a dict with

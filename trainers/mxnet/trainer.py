@@ -1,7 +1,6 @@
 """The MXNet side of the protocol: device setup, model, and one training step.
 
-Cross-entropy loss and SGD with momentum 0.9 at learning rate 0.01, as the PyTorch trainer.
-The network is a Gluon HybridBlock hybridised with static_alloc and static_shape (MXNet's
+The recipe is trainers/common/recipe.py's (cross-entropy, SGD with momentum). The network is a Gluon HybridBlock hybridised with static_alloc and static_shape (MXNet's
 fast path: one cached graph with its memory planned once), the loss too.
 
 Threads: MXNet's CPU operators run on an OpenMP pool sized from OMP_NUM_THREADS when the
@@ -9,24 +8,22 @@ library loads, so MXNet is imported only in `preflight`, after OMP_NUM_THREADS h
 from --threads (run_start's `build` records it).
 
 Several GPUs are one process with one context per GPU and the 'device' kvstore (gradients
-reduced on the GPUs). The pool holds per-device batches (`trainers.common` builds it for one
+reduced on the GPUs); CPU replicas (trainers.common.support.CPU_REPLICAS_ENV) are as many
+CPU contexts with the 'local' kvstore. The pool holds per-device batches (`trainers.common` builds it for one
 process) and every context trains on the same host batch: each step still processes the
 global batch of images, the inputs just repeat across GPUs.
 
 fp16 on a GPU casts the network to float16 (BatchNorm keeps float32 parameters) and uses
 SGD's multi-precision mode (a float32 master copy of the weights); the loss is taken in
-float32. fp16 on a CPU and bf16 anywhere are refused: MXNet 1.9's bfloat16 support is an
-experimental CPU-only AMP mode this trainer does not use.
+float32. What runs where is declared in __init__.py.
 """
 import os
-import subprocess
 
-from trainers.common.errors import Unsupported, require_gpus
+from trainers.common.gpus import gpu_names, nvidia_smi
 from trainers.common.host import cpu_name
+from trainers.common.recipe import LEARNING_RATE, MOMENTUM
 from trainers.common.trainer import Trainer
-
-LEARNING_RATE = 0.01
-MOMENTUM = 0.9
+from trainers.mxnet import SUPPORT
 
 mx = None  # imported by _load_mxnet, once the thread count is known
 
@@ -42,7 +39,7 @@ def _load_mxnet(threads):
 
 
 class MXNetTrainer(Trainer):
-    framework = "mxnet"
+    support = SUPPORT
 
     def __init__(self):
         self.contexts = None
@@ -52,37 +49,34 @@ class MXNetTrainer(Trainer):
         self.global_batch = None
         self.dtype = "float32"
         self.on_gpu = False
+        self.kvstore = None
 
     # ---------------------------------------------------------------- protocol hooks
 
     def preflight(self, cfg):
         _load_mxnet(cfg.threads)
-        if cfg.precision == "bf16":
-            raise Unsupported("bf16 is not supported by the MXNet trainer (MXNet 1.9's "
-                              "bfloat16 is an experimental CPU-only AMP mode); use fp32, "
-                              "or fp16 on a GPU")
-        if cfg.gpus > 0:
-            if not mx.runtime.Features().is_enabled("CUDA"):
-                raise Unsupported(
-                    "--gpus %d needs CUDA, but this MXNet %s is a CPU-only build; install "
-                    "mxnet-cu112 or use the CUDA image" % (cfg.gpus, mx.__version__))
-            require_gpus(cfg.gpus, mx.context.num_gpus(), "MXNet %s" % mx.__version__)
-        elif cfg.precision == "fp16":
-            raise Unsupported("fp16 on the CPU is not supported by this trainer (CPUs "
-                              "lack fast fp16 arithmetic); use fp32")
+
+    def gpus_visible(self, cfg):
+        _load_mxnet(cfg.threads)
+        if not mx.runtime.Features().is_enabled("CUDA"):
+            return 0, "MXNet %s (a CPU-only build)" % mx.__version__
+        return mx.context.num_gpus(), "MXNet %s" % mx.__version__
+
+    def gpu_capabilities(self, cfg):
+        return nvidia_smi(cfg.gpus, capabilities=True)
 
     def setup(self, cfg):
         _load_mxnet(cfg.threads)
         from trainers.mxnet.models import build, count_params
 
         mx.random.seed(cfg.seed)
-        if cfg.gpus > 0:
+        if cfg.on_gpu:
             self.contexts = [mx.gpu(i) for i in range(cfg.gpus)]
-            devices = _gpu_names(cfg.gpus)
+            devices = gpu_names(cfg.gpus)
             self.on_gpu = True
         else:
-            self.contexts = [mx.cpu()]
-            devices = [cpu_name()]
+            self.contexts = [mx.cpu(i) for i in range(cfg.devices)]
+            devices = [cpu_name()] * cfg.devices
         self.global_batch = cfg.global_batch
 
         net = build(cfg.model, cfg.input_shape, cfg.classes)
@@ -96,11 +90,12 @@ class MXNetTrainer(Trainer):
         net.hybridize(static_alloc=True, static_shape=True)
         self.loss = mx.gluon.loss.SoftmaxCrossEntropyLoss()
         self.loss.hybridize(static_alloc=True, static_shape=True)
+        self.kvstore = "device" if self.on_gpu else "local"
         self.trainer = mx.gluon.Trainer(net.collect_params(), "sgd", optimizer_params,
-                                        kvstore="device")
+                                        kvstore=self.kvstore)
         self.net = net
         return {"params": params, "devices": devices, "version": mx.__version__,
-                "build": build_info(self.contexts)}
+                "build": build_info(self.contexts, self.kvstore)}
 
     def to_batch(self, images, labels):
         # host (CPU) arrays; the copy to each GPU is part of the timed step
@@ -109,7 +104,7 @@ class MXNetTrainer(Trainer):
 
     def step(self, batch):
         images, labels = batch
-        if self.on_gpu:
+        if len(self.contexts) > 1 or self.on_gpu:
             xs = [images.as_in_context(c) for c in self.contexts]
             ys = [labels.as_in_context(c) for c in self.contexts]
         else:
@@ -135,27 +130,7 @@ class MXNetTrainer(Trainer):
             mx.nd.waitall()
 
 
-def _gpu_names(n):
-    """GPU model names from nvidia-smi (MXNet has no call for them); 'gpu(i)' otherwise."""
-    try:
-        out = subprocess.check_output(
-            ["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
-            stderr=subprocess.STDOUT, universal_newlines=True, timeout=30)
-        names = [line.strip() for line in out.splitlines() if line.strip()]
-        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-        if visible:
-            try:
-                names = [names[int(i)] for i in visible.split(",") if i.strip()]
-            except (ValueError, IndexError):
-                pass
-        if len(names) >= n:
-            return names[:n]
-    except (OSError, subprocess.SubprocessError):
-        pass
-    return ["gpu(%d)" % i for i in range(n)]
-
-
-def build_info(contexts):
+def build_info(contexts, kvstore):
     """What this MXNet was built with and runs on, for run_start's `build`."""
     features = mx.runtime.Features()
     enabled = sorted(name for name, f in features.items() if f.enabled)
@@ -169,7 +144,7 @@ def build_info(contexts):
         "openmp": features.is_enabled("OPENMP"),
         "features": enabled,
         "hybridize": {"static_alloc": True, "static_shape": True},
-        "kvstore": "device" if len(contexts) > 1 else None,
+        "kvstore": kvstore if len(contexts) > 1 else None,
         "contexts": [str(c) for c in contexts],
         "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
         "engine": os.environ.get("MXNET_ENGINE_TYPE", "ThreadedEnginePerDevice"),

@@ -1,32 +1,30 @@
 """The TensorFlow side of the protocol: device setup, model, and one training step.
 
-Cross-entropy loss and SGD with momentum 0.9 at learning rate 0.01, as the PyTorch trainer.
-The step is one tf.function (a graph, not eager execution: TensorFlow's fast path) run
+The recipe is trainers/common/recipe.py's (cross-entropy, SGD with momentum). The step is one tf.function (a graph, not eager execution: TensorFlow's fast path) run
 under a tf.distribute strategy: the default one on the CPU, MirroredStrategy over the GPUs
 (one process, one replica per GPU, NCCL all-reduce). XLA is off by default, as in a plain
 tf.function; ORCH_TF_XLA=1 in the environment compiles the step with XLA (the protocol's
 arguments are the same for every framework, so this switch is an environment variable),
 and run_start's `build` records which it was.
 
-Under several GPUs the pool holds per-replica batches (`trainers.common` builds it for
+CPU replicas (trainers.common.support.CPU_REPLICAS_ENV) are the same MirroredStrategy over
+as many logical CPU devices. Under several devices the pool holds per-replica batches (`trainers.common` builds it for
 one process), and every replica trains on the same host batch: each step still processes
 the global batch of images, the inputs just repeat across replicas.
 
 fp16 and bf16 are Keras mixed precision (`mixed_float16` with loss scaling on a GPU,
-`mixed_bfloat16` on a CPU or an Ampere-or-newer GPU); fp16 on a CPU is refused as in the
-PyTorch trainer, since CPUs have no fast fp16 arithmetic.
+`mixed_bfloat16` on a CPU or an Ampere-or-newer GPU), as declared in __init__.py.
 """
 import os
 
 import tensorflow as tf
 
-from trainers.common.errors import Unsupported, require_gpus
 from trainers.common.host import cpu_name
+from trainers.common.recipe import LEARNING_RATE, MOMENTUM
 from trainers.common.trainer import Trainer
+from trainers.tensorflow import SUPPORT
 from trainers.tensorflow.models import build, count_params, keras
 
-LEARNING_RATE = 0.01
-MOMENTUM = 0.9
 XLA_ENV = "ORCH_TF_XLA"
 POLICIES = {"fp32": "float32", "fp16": "mixed_float16", "bf16": "mixed_bfloat16"}
 
@@ -38,7 +36,7 @@ def xla_requested(environ=None):
 
 
 class TensorFlowTrainer(Trainer):
-    framework = "tensorflow"
+    support = SUPPORT
 
     def __init__(self):
         self.strategy = None
@@ -50,38 +48,43 @@ class TensorFlowTrainer(Trainer):
 
     # ---------------------------------------------------------------- protocol hooks
 
-    def preflight(self, cfg):
-        if cfg.gpus > 0:
-            if not tf.test.is_built_with_cuda():
-                raise Unsupported(
-                    "--gpus %d needs CUDA, but this TensorFlow %s is a CPU-only build "
-                    "(tensorflow-cpu); install tensorflow[and-cuda] or use the CUDA image"
-                    % (cfg.gpus, tf.__version__))
-            require_gpus(cfg.gpus, len(tf.config.list_physical_devices("GPU")),
-                         "TensorFlow %s" % tf.__version__)
-        elif cfg.precision == "fp16":
-            raise Unsupported("fp16 on the CPU is not supported by this trainer (CPUs "
-                              "lack fast fp16 arithmetic); use bf16 or fp32")
+    def gpus_visible(self, cfg):
+        if not tf.test.is_built_with_cuda():
+            return 0, "TensorFlow %s (a CPU-only build)" % tf.__version__
+        return len(tf.config.list_physical_devices("GPU")), "TensorFlow %s" % tf.__version__
+
+    def gpu_capabilities(self, cfg):
+        found = []
+        for gpu in tf.config.list_physical_devices("GPU")[:cfg.gpus]:
+            details = tf.config.experimental.get_device_details(gpu)
+            if not details.get("compute_capability"):
+                return None
+            found.append((details.get("device_name", gpu.name),
+                          tuple(details["compute_capability"])))
+        return found
 
     def setup(self, cfg):
         # the thread pools and visible devices are fixed when TensorFlow's runtime starts,
         # which is the first op: set them before anything runs
         tf.config.threading.set_intra_op_parallelism_threads(cfg.threads)
         tf.config.threading.set_inter_op_parallelism_threads(cfg.threads)
-        if cfg.gpus > 0:
+        if cfg.on_gpu:
             gpus = tf.config.list_physical_devices("GPU")[:cfg.gpus]
             tf.config.set_visible_devices(gpus, "GPU")
             details = [tf.config.experimental.get_device_details(g) for g in gpus]
             devices = [d.get("device_name", g.name) for d, g in zip(details, gpus)]
-            if cfg.precision == "bf16":
-                for name, d in zip(devices, details):
-                    if tuple(d.get("compute_capability") or (0, 0)) < (8, 0):
-                        raise Unsupported("bf16 is not supported on %s (compute capability "
-                                          "%s; bf16 needs 8.0 or newer)"
-                                          % (name, d.get("compute_capability")))
             self.strategy = tf.distribute.MirroredStrategy(
                 devices=["/gpu:%d" % i for i in range(cfg.gpus)])
             self.on_gpu = True
+        elif cfg.cpu_replicas:
+            tf.config.set_visible_devices([], "GPU")
+            cpu = tf.config.list_physical_devices("CPU")[0]
+            tf.config.set_logical_device_configuration(
+                cpu, [tf.config.LogicalDeviceConfiguration() for _ in range(cfg.devices)])
+            devices = [cpu_name()] * cfg.devices
+            self.strategy = tf.distribute.MirroredStrategy(
+                devices=["/cpu:%d" % i for i in range(cfg.devices)],
+                cross_device_ops=tf.distribute.ReductionToOneDevice())
         else:
             tf.config.set_visible_devices([], "GPU")
             devices = [cpu_name()]

@@ -3,5 +3,27 @@
 Only what is PyTorch's own lives here: the networks (models.py) and the device setup and
 training step (trainer.py). The command line, data, timing and events are
 `trainers.common`'s. This package's name shadows nothing: inside it, `import torch` is the
-absolute import of PyTorch.
+absolute import of PyTorch. This file is the framework's declaration, read without importing
+PyTorch (trainers/common/support.py).
 """
+from trainers.common.support import PROCESS_PER_DEVICE, Support
+
+SUPPORT = Support(
+    "torch",
+    cpu=["fp32", "bf16"],
+    gpu=["fp32", "fp16", "bf16"],
+    gpu_precision_capability={"bf16": (8, 0)},
+    multi_gpu=PROCESS_PER_DEVICE,  # DistributedDataParallel: NCCL on GPUs, gloo for CPU replicas
+    cpu_replicas=True,
+    # the cluster image (containers/torch.def, an NGC PyTorch image, CUDA 12): NGC's release
+    # notes state compute capability 6.0 (Pascal) and later
+    gpu_build=((6, 0), None),
+    notes={
+        "fp16": "CPUs lack fast fp16 arithmetic, and a slow emulation would say nothing about "
+                "the framework",
+        "bf16": "bf16 on GPUs needs Ampere (8.0) or newer",
+        "gpus": "a CPU-only build, or no GPU on this node; the CUDA build: containers/torch.def",
+        "gpu_build": "Kepler GPUs need a CUDA <= 11 image: build one from "
+                     "containers/torch.def as its comments say and lower gpu_build in "
+                     "trainers/torch/__init__.py",
+    })

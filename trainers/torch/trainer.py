@@ -1,11 +1,11 @@
 """The PyTorch side of the protocol: device setup, model, and one training step.
 
-Cross-entropy loss and SGD with momentum 0.9 at learning rate 0.01 (the usual ImageNet
-starting rate; benchmark runs are too short for a schedule). fp16 and bf16 use
-torch.autocast, fp16 on a GPU with a gradient scaler as mixed-precision training does; on
-a CPU only bf16 is offered, since CPUs have no fast fp16 arithmetic and a slow emulation
-would say nothing about the framework. Several GPUs run DistributedDataParallel, one
-process per GPU (NCCL), which `trainers.common` launches; rank 0 reports.
+The recipe is trainers/common/recipe.py's (cross-entropy, SGD with momentum). fp16 and bf16
+use torch.autocast, fp16 on a GPU with a gradient scaler as mixed-precision training does;
+which precision runs where is declared in trainers/torch/__init__.py. Several GPUs run
+DistributedDataParallel, one process per GPU (NCCL), which `trainers.common` launches; rank 0
+reports. CPU replicas (trainers.common.support.CPU_REPLICAS_ENV) are the same processes
+over gloo.
 """
 import os
 import re
@@ -13,20 +13,20 @@ import re
 import torch
 import torch.nn.functional as F
 
-from trainers.common.errors import Unsupported, require_gpus
+from trainers.common.errors import Unsupported
 from trainers.common.host import cpu_name
+from trainers.common.recipe import LEARNING_RATE, MOMENTUM, WEIGHT_DECAY
 from trainers.common.trainer import Trainer
+from trainers.torch import SUPPORT
 from trainers.torch.models import build, count_params
 
-LEARNING_RATE = 0.01
-MOMENTUM = 0.9
 AMP_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
 
 _interop_threads_set = []  # torch allows setting the inter-op pool size once per process
 
 
 class TorchTrainer(Trainer):
-    framework = "torch"
+    support = SUPPORT
 
     def __init__(self):
         self.device = None
@@ -39,21 +39,17 @@ class TorchTrainer(Trainer):
     # ---------------------------------------------------------------- protocol hooks
 
     def preflight(self, cfg):
-        if cfg.gpus > 0:
-            if not torch.cuda.is_available():
-                raise Unsupported(
-                    "--gpus %d needs CUDA, but this torch %s (CUDA %s) sees no CUDA device"
-                    % (cfg.gpus, torch.__version__, torch.version.cuda or "not built"))
-            require_gpus(cfg.gpus, torch.cuda.device_count(), "torch %s" % torch.__version__)
-            if cfg.gpus > 1 and not _nccl_available():
-                raise Unsupported("--gpus %d needs NCCL, which this torch build lacks"
-                                  % cfg.gpus)
-        elif cfg.precision == "fp16":
-            raise Unsupported("fp16 on the CPU is not supported by this trainer (CPUs "
-                              "lack fast fp16 arithmetic); use bf16 or fp32")
+        if cfg.on_gpu and cfg.gpus > 1 and torch.cuda.is_available() and not _nccl_available():
+            raise Unsupported("--gpus %d needs NCCL, which this torch build lacks" % cfg.gpus)
 
-    def processes(self, cfg):
-        return cfg.gpus if cfg.gpus > 1 else 1
+    def gpus_visible(self, cfg):
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        return count, "torch %s (CUDA %s)" % (torch.__version__,
+                                              torch.version.cuda or "not built")
+
+    def gpu_capabilities(self, cfg):
+        return [(torch.cuda.get_device_name(i), torch.cuda.get_device_capability(i))
+                for i in range(cfg.gpus)]
 
     def setup(self, cfg):
         torch.manual_seed(cfg.seed)
@@ -62,29 +58,31 @@ class TorchTrainer(Trainer):
             torch.set_num_interop_threads(cfg.threads)
             _interop_threads_set.append(cfg.threads)
 
-        if cfg.gpus > 0:
+        if cfg.on_gpu:
             self.device = torch.device("cuda", cfg.local_rank)
             torch.cuda.set_device(self.device)
             torch.backends.cudnn.benchmark = True  # autotuning happens during warm-up
             devices = [torch.cuda.get_device_name(i) for i in range(cfg.gpus)]
-            if cfg.precision == "bf16" and not torch.cuda.is_bf16_supported():
-                raise Unsupported("bf16 is not supported on %s" % devices[cfg.local_rank])
         else:
             self.device = torch.device("cpu")
-            devices = [cpu_name()]
+            devices = [cpu_name()] * cfg.devices
 
         model = build(cfg.model, cfg.input_shape, cfg.classes)
         params = count_params(model)
         model = model.to(self.device).train()
         if cfg.world_size > 1:
             torch.distributed.init_process_group(
-                "nccl", init_method="env://", rank=cfg.rank, world_size=cfg.world_size)
+                "nccl" if cfg.on_gpu else "gloo", init_method="env://", rank=cfg.rank,
+                world_size=cfg.world_size)
             self.distributed = True
-            model = torch.nn.parallel.DistributedDataParallel(
-                model, device_ids=[cfg.local_rank], output_device=cfg.local_rank)
+            if cfg.on_gpu:
+                model = torch.nn.parallel.DistributedDataParallel(
+                    model, device_ids=[cfg.local_rank], output_device=cfg.local_rank)
+            else:
+                model = torch.nn.parallel.DistributedDataParallel(model)
         self.model = model
         self.optimizer = torch.optim.SGD(model.parameters(), lr=LEARNING_RATE,
-                                         momentum=MOMENTUM)
+                                         momentum=MOMENTUM, weight_decay=WEIGHT_DECAY)
         self.amp_dtype = AMP_DTYPES.get(cfg.precision)
         if cfg.precision == "fp16":
             self.scaler = torch.amp.GradScaler("cuda")

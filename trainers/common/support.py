@@ -1,0 +1,191 @@
+"""What a framework's trainer supports, declared once; every refusal, written once.
+
+Each framework declares, in its package's `__init__.py` (a light module: it imports no
+framework, so the orchestrator can read it while it expands a sweep), one record:
+
+    SUPPORT = Support(
+        "cntk",
+        cpu=["fp32"], gpu=["fp32", "fp16"],         # precisions per kind of device
+        gpu_precision_capability={"fp16": (6, 0)},  # a GPU precision's lowest compute capability
+        multi_gpu=MPI_RANKS,                        # how it uses several GPUs
+        gpu_build=((3, 0), (7, 5)),                 # compute capabilities its GPU build runs on
+        notes={"bf16": "CNTK has no bfloat16"})     # why, named in the refusal
+
+and its trainer class points to it (`support = SUPPORT`). `trainers.common.protocol.run`
+checks a run against it before the framework is imported and again against the GPUs the
+framework sees; the orchestrator (orchestrator/frameworks.py) checks every cell of a sweep
+against the same record. Both refuse with `refusal`'s one message format, and a run ends as
+an `unsupported` error event.
+"""
+import importlib
+
+CPU = "cpu"
+GPU = "gpu"
+PRECISIONS = ("fp32", "fp16", "bf16")
+
+# How a framework uses several devices (GPUs; CPU replicas where declared).
+REPLICAS = "replicas"                      # one process, one replica per device
+PROCESS_PER_DEVICE = "process-per-device"  # trainers.common.launch starts one rank per device
+MPI_RANKS = "mpi-ranks"                    # one rank per device, started by mpiexec
+EXTERNAL_TOOL = "external-tool"            # the framework's own tool trains them
+MULTI_DEVICE = {
+    REPLICAS: "one process with a replica per device",
+    PROCESS_PER_DEVICE: "one process per device",
+    MPI_RANKS: "one MPI rank per device",
+    EXTERNAL_TOOL: "the framework's own multi-GPU tool",
+}
+
+# `--gpus N` with this variable set to 1 trains N replicas on the CPU instead: a check of a
+# framework's several-device path on a machine without GPUs (not a measurement).
+CPU_REPLICAS_ENV = "TRAINER_CPU_REPLICAS"
+
+
+def refusal(framework, asked, offered, why=None):
+    """The one message of every refusal:
+    '<framework> does not support <asked>; it supports <offered>[ (<why>)]'."""
+    return "%s does not support %s; it supports %s%s" % (
+        framework, asked, offered, " (%s)" % why if why else "")
+
+
+def capability(value):
+    """(major, minor) of a CUDA compute capability given as (6, 0), "6.0", 6.0 or 6."""
+    if value is None:
+        return None
+    if isinstance(value, (tuple, list)):
+        return (int(value[0]), int(value[1]) if len(value) > 1 else 0)
+    text = str(value).strip()
+    major, _, minor = text.partition(".")
+    return (int(major), int(minor or 0))
+
+
+def show_capability(value):
+    return "%d.%d" % capability(value)
+
+
+def cpu_replicas_requested(environ):
+    return str(environ.get(CPU_REPLICAS_ENV, "")).strip().lower() in ("1", "true", "yes", "on")
+
+
+class Support(object):
+    """A framework's declaration (see the module's docstring).
+
+    `cpu`, `gpu`: the precisions it trains in on each kind of device (`gpu` empty: no GPUs).
+    `multi_gpu`: one of MULTI_DEVICE, or None for one device at a time.
+    `cpu_replicas`: whether `--gpus N` can run as N replicas on the CPU (CPU_REPLICAS_ENV),
+    the same way it uses N GPUs.
+    `gpu_build`: (lowest, highest) compute capability its GPU build runs on (None: no limit).
+    `gpu_precision_capability`: {precision: lowest compute capability} on GPUs.
+    `models`: the networks it builds (None: all of trainers.common.inputs.MODELS).
+    `notes`: {a precision, "models", "gpus", "multi_gpu", "cpu_replicas" or "gpu_build": why},
+    appended to that refusal.
+    """
+
+    def __init__(self, framework, cpu, gpu=(), multi_gpu=None, cpu_replicas=False,
+                 gpu_build=(None, None), gpu_precision_capability=None, models=None,
+                 notes=None):
+        self.framework = framework
+        self.precisions = {CPU: tuple(cpu), GPU: tuple(gpu)}
+        for kind, listed in self.precisions.items():
+            unknown = [p for p in listed if p not in PRECISIONS]
+            if unknown:
+                raise ValueError("%s declares unknown %s precisions %s" % (framework, kind,
+                                                                           unknown))
+        if multi_gpu is not None and multi_gpu not in MULTI_DEVICE:
+            raise ValueError("%s: multi_gpu must be one of %s or None, not %r"
+                             % (framework, ", ".join(sorted(MULTI_DEVICE)), multi_gpu))
+        self.multi_gpu = multi_gpu
+        self.cpu_replicas = bool(cpu_replicas)
+        if self.cpu_replicas and multi_gpu is None:
+            raise ValueError("%s declares CPU replicas but no way to use several devices"
+                             % framework)
+        self.gpu_build = (capability(gpu_build[0]), capability(gpu_build[1]))
+        self.gpu_precision_capability = dict(
+            (p, capability(c)) for p, c in (gpu_precision_capability or {}).items())
+        self.models = tuple(models) if models is not None else None
+        self.notes = dict(notes or {})
+
+    def __repr__(self):
+        return "Support(%r, cpu=%r, gpu=%r, multi_gpu=%r)" % (
+            self.framework, self.precisions[CPU], self.precisions[GPU], self.multi_gpu)
+
+    # ------------------------------------------------------------------ the checks
+
+    def refuse(self, asked, offered, why_key=None):
+        return refusal(self.framework, asked, offered, self.notes.get(why_key))
+
+    def problem(self, precision, gpus, model=None, gpu_capability=None, gpu_name="these GPUs",
+                cpu_replicas=False):
+        """Why this framework cannot run the request, in `refusal`'s words; None if it can.
+
+        Needs no framework: the orchestrator asks it for every cell of a sweep (with the
+        hardware's compute capability where known), the trainer before it imports its
+        framework. `gpus` > 0 with `cpu_replicas` asks for that many CPU replicas.
+        """
+        if self.models is not None and model is not None and model not in self.models:
+            return self.refuse("--model %s" % model, ", ".join(self.models), "models")
+        on_gpu = gpus > 0 and not cpu_replicas
+        if gpus > 0 and cpu_replicas and not self.cpu_replicas:
+            return self.refuse("--gpus %d as CPU replicas (%s=1)" % (gpus, CPU_REPLICAS_ENV),
+                               "several devices on GPUs only" if self.multi_gpu
+                               else "one device at a time", "cpu_replicas")
+        if on_gpu and not self.precisions[GPU]:
+            return self.refuse("--gpus %d" % gpus, "the CPU only", "gpus")
+        kind = GPU if on_gpu else CPU
+        if precision not in self.precisions[kind]:
+            return self.refuse("--precision %s on %s" % (precision, _where(kind)),
+                               "%s there" % ", ".join(self.precisions[kind]), precision)
+        if gpus > 1 and self.multi_gpu is None:
+            return self.refuse("--gpus %d" % gpus, "one device at a time", "multi_gpu")
+        if on_gpu and gpu_capability is not None:
+            return self.capability_problem([(gpu_name, gpu_capability)], precision)
+        return None
+
+    def capability_problem(self, gpus, precision):
+        """Why GPUs [(name, compute capability)] cannot run this framework's GPU build, or
+        `precision` on them; None when they can."""
+        lowest, highest = self.gpu_build
+        need = self.gpu_precision_capability.get(precision)
+        for name, cap in gpus:
+            cap = capability(cap)
+            shown = "%s (compute capability %d.%d)" % (name, cap[0], cap[1])
+            if (lowest and cap < lowest) or (highest and cap > highest):
+                bounds = ("compute capability %s to %s" % (show_capability(lowest),
+                                                           show_capability(highest))
+                          if lowest and highest else
+                          "compute capability >= %s" % show_capability(lowest) if lowest else
+                          "compute capability <= %s" % show_capability(highest))
+                return self.refuse(shown, "%s in its GPU build" % bounds, "gpu_build")
+            if need and cap < need:
+                return self.refuse("--precision %s on %s" % (precision, shown),
+                                   "it on compute capability >= %s" % show_capability(need),
+                                   precision)
+        return None
+
+    def gpus_problem(self, gpus, visible, build):
+        """Why `gpus` GPUs cannot run when the framework sees `visible`; `build` names the
+        framework's version and build for the message."""
+        if gpus <= visible:
+            return None
+        return self.refuse("--gpus %d here" % gpus, "the %d GPU(s) %s sees" % (visible, build),
+                           "gpus")
+
+    def processes(self, devices):
+        """How many processes a run on `devices` devices takes (trainers.common.launch)."""
+        if devices > 1 and self.multi_gpu in (PROCESS_PER_DEVICE, MPI_RANKS):
+            return devices
+        return 1
+
+
+def _where(kind):
+    return "the CPU" if kind == CPU else "GPUs"
+
+
+def declared(module):
+    """The Support that trainer module `module` (e.g. trainers.torch, a light package
+    `__init__`) declares as SUPPORT."""
+    loaded = importlib.import_module(module)
+    support = getattr(loaded, "SUPPORT", None)
+    if not isinstance(support, Support):
+        raise ValueError("trainer module %s declares no SUPPORT (a trainers.common.support."
+                         "Support in its __init__.py)" % module)
+    return support
