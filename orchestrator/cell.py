@@ -87,7 +87,7 @@ def resolve_settings(cfg: dict[str, Any]) -> dict[str, Any]:
     if cfg["precision"] not in PRECISIONS:
         raise CellError(f"{where}: precision={cfg['precision']!r} must be one of {', '.join(PRECISIONS)}")
 
-    _check_placement(where, gpus, hardware, cfg["framework"])
+    _check_placement(where, gpus, hardware, cfg["framework"], cfg["precision"], model["name"])
     return {
         "framework": cfg["framework"]["name"],
         "model": model["name"],
@@ -105,7 +105,8 @@ def resolve_settings(cfg: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _check_placement(where: str, gpus: int, hardware: dict[str, Any], framework: dict[str, Any]) -> None:
+def _check_placement(where: str, gpus: int, hardware: dict[str, Any], framework: dict[str, Any],
+                     precision: str = "fp32", model: str | None = None) -> None:
     """Refuses a cell its hardware cannot hold, before anything is submitted."""
     per_node = hardware.get("gpus_per_node")
     if gpus and per_node is not None:
@@ -117,18 +118,18 @@ def _check_placement(where: str, gpus: int, hardware: dict[str, Any], framework:
             raise CellError(
                 f"{where}: gpus={gpus} but hardware={hardware['name']} nodes hold {per_node}; "
                 f"use gpus<={per_node}")
-    need, have = framework.get("min_gpu_capability"), hardware.get("gpu_capability")
-    if gpus and need is not None and have is not None and float(have) < float(need):
-        raise CellError(
-            f"{where}: {framework['name']}'s GPU build needs CUDA compute capability >= {need}, "
-            f"hardware={hardware['name']} has {have} (Kepler GPUs need a CUDA <= 11 image: build one "
-            f"from containers/{framework['name']}.def as its comments say and lower "
-            f"min_gpu_capability in conf/framework/{framework['name']}.yaml), or use gpus=0")
-    most = framework.get("max_gpu_capability")
-    if gpus and most is not None and have is not None and float(have) > float(most):
-        raise CellError(
-            f"{where}: {framework['name']}'s last GPU build supports CUDA compute capability up to "
-            f"{most}, hardware={hardware['name']} has {have}; use gpus=0 or older GPU hardware")
+    # the framework: what its trainer module declares (trainers/<fw>/__init__.py), the same
+    # record the trainer enforces at run time, in the same words
+    from orchestrator.frameworks import support
+
+    try:
+        declared = support(framework)
+    except ValueError as exc:
+        raise CellError(f"{where}: {exc}") from exc
+    problem = declared.problem(precision, gpus, model, gpu_capability=hardware.get("gpu_capability"),
+                               gpu_name=f"hardware={hardware['name']}")
+    if problem:
+        raise CellError(f"{where}: {problem}")
 
 
 def _int(value: Any, name: str, where: str, minimum: int) -> int:

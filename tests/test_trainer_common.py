@@ -1,6 +1,7 @@
 """trainers.common on its own: batch arithmetic, input sizing, the pool, events, error
-classes, argument checks, and the whole run loop and multi-process launcher driven by the
-numpy harness trainer (tests/numpy_trainer.py) in this interpreter, with no framework."""
+classes, argument checks, declarations, and the whole run loop and multi-process launcher
+driven by the numpy trainer (trainers/numpy, the reference framework) in this interpreter.
+What every framework must do is tests/test_conformance.py's."""
 import io
 import json
 import os
@@ -10,7 +11,7 @@ import sys
 import numpy as np
 import pytest
 
-from trainers.common import data, errors, inputs, pool, scaling
+from trainers.common import data, errors, inputs, launch, pool, scaling, support
 from trainers.common.events import Events
 from trainers.common.protocol import build_parser, resolve
 
@@ -190,11 +191,11 @@ def test_resolve_dataset_rules(tmp_path):
 
 # ------------------------------------------------------------------ the whole loop
 
-def harness(args, python=None, **env):
-    """Run the numpy harness trainer; return (exit status, events, stderr)."""
+def numpy_run(args, python=None, **env):
+    """Run the numpy trainer; return (exit status, events, stderr)."""
     full_env = dict(os.environ)
     full_env.update(env)
-    proc = subprocess.run([python or sys.executable, "-m", "tests.numpy_trainer"] + args,
+    proc = subprocess.run([python or sys.executable, "-m", "trainers.numpy"] + args,
                           cwd=REPO, env=full_env, stdout=subprocess.PIPE,
                           stderr=subprocess.PIPE, universal_newlines=True, timeout=300)
     events = [json.loads(line) for line in proc.stdout.splitlines()]
@@ -205,13 +206,13 @@ SMALL = ["--model", "lenet", "--dataset", "synthetic", "--like", "mnist",
          "--iterations", "4", "--warmup", "2", "--threads", "1"]
 
 
-def test_harness_run_and_native_noise_goes_to_stderr():
-    rc, events, stderr = harness(SMALL + ["--batch-size", "8"], HARNESS_NOISE="1")
+def test_run_and_native_noise_goes_to_stderr():
+    rc, events, stderr = numpy_run(SMALL + ["--batch-size", "8"], NUMPY_TRAINER_NOISE="1")
     assert rc == 0
     assert [e["event"] for e in events] == (
         ["run_start", "step", "step", "warmup_end"] + ["step"] * 4 + ["run_end"])
     assert "noise written to fd 1" in stderr and "noise printed by Python" in stderr
-    assert events[0]["framework"] == "numpy-harness" and events[0]["params"] == 7850
+    assert events[0]["framework"] == "numpy" and events[0]["params"] == 431080
     assert [e["step"] for e in events if e["event"] == "step"] == list(range(6))
     assert events[-1]["images"] == 32 and events[3]["step"] == 2
     stamps = [e["t"] for e in events]
@@ -221,7 +222,7 @@ def test_harness_run_and_native_noise_goes_to_stderr():
 def test_warmup_zero_opens_the_window_first():
     argv = ["--model", "lenet", "--dataset", "synthetic", "--like", "cifar10",
             "--iterations", "2", "--warmup", "0", "--batch-size", "2"]
-    rc, events, _ = harness(argv)
+    rc, events, _ = numpy_run(argv)
     assert rc == 0
     assert [e["event"] for e in events] == ["run_start", "warmup_end", "step", "step",
                                             "run_end"]
@@ -229,22 +230,22 @@ def test_warmup_zero_opens_the_window_first():
 
 
 def test_divergence_is_caught_at_the_step_it_happens():
-    rc, events, _ = harness(SMALL + ["--batch-size", "8"], HARNESS_LR="1e6")
+    rc, events, _ = numpy_run(SMALL + ["--batch-size", "8"], NUMPY_TRAINER_LR="1e6")
     assert rc == errors.EXIT_CODES["diverged"]
     assert events[-1]["event"] == "error" and events[-1]["class"] == "diverged"
     assert all(isinstance(e["loss"], float) for e in events if e["event"] == "step")
 
 
 def test_memory_error_is_out_of_memory():
-    rc, events, _ = harness(SMALL + ["--batch-size", "8"], HARNESS_OOM_RANK="0")
+    rc, events, _ = numpy_run(SMALL + ["--batch-size", "8"], NUMPY_TRAINER_OOM_RANK="0")
     assert rc == errors.EXIT_CODES["out_of_memory"]
     assert events[-1]["class"] == "out_of_memory" and "traceback" in events[-1]
     assert [e["event"] for e in events[:-1]] == ["run_start", "step"]
 
 
 def test_launcher_runs_one_process_per_device_and_relays_rank_0():
-    rc, events, _ = harness(SMALL + ["--batch-size", "8", "--gpus", "2", "--scaling",
-                                     "weak"], HARNESS_RANKS="per-device")
+    rc, events, _ = numpy_run(SMALL + ["--batch-size", "8", "--gpus", "2", "--scaling",
+                                     "weak"], TRAINER_CPU_REPLICAS="1")
     assert rc == 0
     kinds = [e["event"] for e in events]
     assert kinds == ["run_start", "step", "step", "warmup_end"] + ["step"] * 4 + ["run_end"]
@@ -255,8 +256,8 @@ def test_launcher_runs_one_process_per_device_and_relays_rank_0():
 
 
 def test_launcher_reports_a_failing_rank():
-    rc, events, _ = harness(SMALL + ["--batch-size", "8", "--gpus", "2"],
-                            HARNESS_RANKS="per-device", HARNESS_OOM_RANK="1")
+    rc, events, _ = numpy_run(SMALL + ["--batch-size", "8", "--gpus", "2"],
+                            TRAINER_CPU_REPLICAS="1", NUMPY_TRAINER_OOM_RANK="1")
     assert rc == errors.EXIT_CODES["out_of_memory"]
     assert events[-1]["event"] == "error" and events[-1]["class"] == "out_of_memory"
     assert events[-1]["message"].startswith("rank 1: ")
@@ -276,12 +277,74 @@ def test_common_runs_on_python_36(tmp_path):
                            "--n", "40", "--gz"], cwd=REPO)
     argv = ["--model", "lenet", "--dataset", "mnist", "--data-dir", str(tmp_path),
             "--iterations", "3", "--warmup", "1", "--batch-size", "4", "--gpus", "2"]
-    rc, events, _ = harness(argv, python=py36, HARNESS_RANKS="per-device")
+    rc, events, _ = numpy_run(argv, python=py36, TRAINER_CPU_REPLICAS="1")
     assert rc == 0 and events[0]["python"].startswith("3.6")
     assert events[-1] == dict(events[-1], event="run_end", steps=3, images=12)
 
 
+# ------------------------------------------------------------------ declarations
+
+DECLARED = support.Support(
+    "fw", cpu=["fp32", "bf16"], gpu=["fp32", "fp16"], multi_gpu=support.REPLICAS,
+    gpu_build=((5, 0), (7, 5)), gpu_precision_capability={"fp16": (6, 0)},
+    notes={"fp16": "no fast fp16 on CPUs"})
+
+
+@pytest.mark.parametrize("request_, message", [
+    (dict(precision="fp32", gpus=0), None),
+    (dict(precision="bf16", gpus=0), None),
+    (dict(precision="fp16", gpus=0),
+     "fw does not support --precision fp16 on the CPU; it supports fp32, bf16 there "
+     "(no fast fp16 on CPUs)"),
+    (dict(precision="bf16", gpus=1), "fw does not support --precision bf16 on GPUs; it "
+                                     "supports fp32, fp16 there"),
+    (dict(precision="fp32", gpus=2, cpu_replicas=True),
+     "fw does not support --gpus 2 as CPU replicas (TRAINER_CPU_REPLICAS=1); it supports "
+     "several devices on GPUs only"),
+    (dict(precision="fp32", gpus=1, gpu_capability=3.5, gpu_name="hardware=k20m"),
+     "fw does not support hardware=k20m (compute capability 3.5); it supports compute "
+     "capability 5.0 to 7.5 in its GPU build"),
+    (dict(precision="fp32", gpus=1, gpu_capability="8.0"), "fw does not support these GPUs "
+     "(compute capability 8.0); it supports compute capability 5.0 to 7.5 in its GPU build"),
+    (dict(precision="fp16", gpus=1, gpu_capability=5.2),
+     "fw does not support --precision fp16 on these GPUs (compute capability 5.2); it "
+     "supports it on compute capability >= 6.0 (no fast fp16 on CPUs)"),
+    (dict(precision="fp16", gpus=2, gpu_capability=7.0), None),
+])
+def test_a_declaration_refuses_what_it_does_not_hold_in_one_format(request_, message):
+    assert DECLARED.problem(**request_) == message
+
+
+def test_a_declaration_of_one_device_and_no_gpus():
+    cpu_only = support.Support("cpuonly", cpu=["fp32"], models=["lenet"])
+    assert cpu_only.problem("fp32", 1) == ("cpuonly does not support --gpus 1; it supports "
+                                           "the CPU only")
+    assert cpu_only.problem("fp32", 0, "vgg16") == ("cpuonly does not support --model vgg16; "
+                                                    "it supports lenet")
+    assert cpu_only.processes(4) == 1
+    per_device = support.Support("p", cpu=["fp32"], gpu=["fp32"],
+                                 multi_gpu=support.PROCESS_PER_DEVICE)
+    assert per_device.processes(4) == 4 and per_device.processes(1) == 1
+    assert DECLARED.processes(4) == 1  # replicas: one process
+    with pytest.raises(ValueError, match="unknown"):
+        support.Support("x", cpu=["fp8"])
+    with pytest.raises(ValueError, match="multi_gpu"):
+        support.Support("x", cpu=["fp32"], multi_gpu="threads")
+
+
 def test_asking_for_more_gpus_than_the_framework_sees_is_unsupported():
-    errors.require_gpus(2, 2, "torch 2.x")  # enough: nothing raised
-    with pytest.raises(errors.Unsupported, match=r"--gpus 4, but torch 2.x sees only 2 GPU\(s\)"):
-        errors.require_gpus(4, 2, "torch 2.x")
+    assert DECLARED.gpus_problem(2, 2, "fw 1.0") is None
+    assert DECLARED.gpus_problem(4, 2, "fw 1.0") == (
+        "fw does not support --gpus 4 here; it supports the 2 GPU(s) fw 1.0 sees")
+
+
+def test_a_process_that_dies_without_reporting_is_named_with_its_log():
+    stream = io.StringIO()
+    relay = launch.Relay(Events(stream))
+    code = launch.verdict(relay, [("rank 0", -6, ["F1123 x.cpp:1] Check failed: oops"])],
+                          lambda code, tail: ("out_of_memory", "it said so"))
+    (event,) = [json.loads(line) for line in stream.getvalue().splitlines()]
+    assert code == errors.EXIT_CODES["out_of_memory"]
+    assert event["message"] == ("rank 0 ended (killed by signal 6) without reporting an "
+                                "error: it said so")
+    assert event["traceback"] == "F1123 x.cpp:1] Check failed: oops"
