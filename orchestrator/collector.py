@@ -26,7 +26,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
 from .db import Cell, Metric, Run, Sweep, SweepCell
-from .metrics import unit_of
+from .metric_registry import unit_of
 from .resultfile import CELL_COLUMNS, BadResult, read_result
 
 RESULT_NAME = "result.json"

@@ -7,7 +7,8 @@ would also count interpreter start-up, imports, data loading and warm-up. Host s
 to the same window, so start-up and tear-down do not dilute the averages.
 
 Everything here is a pure function of the events and samples it is given, so the job can call
-it on the files it just wrote and the tests on hand-made streams.
+it on the files it just wrote and the tests on hand-made streams. The names it computes, their
+units and meanings are declared in metric_registry.py.
 """
 from __future__ import annotations
 
@@ -16,54 +17,8 @@ from typing import Any, Iterable, Optional
 
 import numpy as np
 
-#: Unit of every metric name the orchestrator knows (docs/protocol.md, result.json `metrics`).
-METRIC_UNITS = {
-    "images_per_sec": "img/s",
-    "images_per_sec_mean": "img/s",
-    "images_per_sec_median": "img/s",
-    "images_per_sec_std": "img/s",
-    "images_per_sec_mad": "img/s",
-    "step_time_mean": "s",
-    "step_time_median": "s",
-    "cpu_percent_avg": "%",
-    "cpu_percent_peak": "%",
-    "rss_peak_bytes": "B",
-    "host_cpu_percent_avg": "%",
-    "host_mem_used_peak_bytes": "B",
-    "gpu_mem_avg_bytes": "B",
-    "gpu_mem_peak_bytes": "B",
-    "gpu_proc_mem_avg_bytes": "B",
-    "gpu_proc_mem_peak_bytes": "B",
-    "gpu_util_avg": "%",
-    "gpu_mem_util_avg": "%",
-    "gpu_sm_clock_avg_mhz": "MHz",
-    "gpu_temp_peak_c": "°C",
-    "gpu_power_avg_w": "W",
-    "gpu_power_peak_w": "W",
-    "gpu_idle_power_w": "W",
-    "energy_j": "J",
-    "energy_net_j": "J",
-    "energy_per_image_j": "J/img",
-    "energy_net_per_image_j": "J/img",
-    "images_per_sec_per_w": "img/s/W",
-}
-
-#: For names not listed above (a sampler added later): the unit their suffix implies.
-#: a stretch of the window longer than this with no GPU sample is named in the run's reason
+#: A stretch of the window longer than this with no GPU sample is named in the run's reason.
 GAP_WARN_S = 1.0
-
-_SUFFIX_UNITS = (("_bytes", "B"), ("_per_sec", "1/s"), ("_percent", "%"), ("_w", "W"), ("_j", "J"),
-                 ("_mhz", "MHz"), ("_s", "s"))
-
-
-def unit_of(name: str) -> Optional[str]:
-    """The unit a metric is stored with; None when neither the table nor the name tells."""
-    if name in METRIC_UNITS:
-        return METRIC_UNITS[name]
-    for suffix, unit in _SUFFIX_UNITS:
-        if name.endswith(suffix):
-            return unit
-    return None
 
 
 class NoWindow(ValueError):

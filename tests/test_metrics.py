@@ -3,10 +3,10 @@ import json
 
 import pytest
 
-from orchestrator import metrics
+from orchestrator import metric_registry, metrics
+from orchestrator.metric_registry import unit_of
 from orchestrator.metrics import (
-    METRIC_UNITS, Metrics, NoWindow, compute, host_metrics, measured_steps, measured_window,
-    throughput, unit_of, window_samples,
+    Metrics, NoWindow, compute, host_metrics, measured_steps, measured_window, throughput, window_samples,
 )
 
 T0 = 1_700_000_000.0
@@ -108,7 +108,7 @@ def test_compute_returns_all_metrics_as_a_json_ready_dict():
                       "images_per_sec_mad", "step_time_mean", "step_time_median", "cpu_percent_avg",
                       "cpu_percent_peak", "rss_peak_bytes", "host_cpu_percent_avg", "host_mem_used_peak_bytes"}
     assert json.loads(json.dumps(m)) == dict(m)
-    assert all(unit_of(name) == METRIC_UNITS[name] for name in m)
+    assert set(m) <= set(metric_registry.BY_NAME), "every metric computed is declared"
 
 
 def test_no_run_end_gives_no_metrics_and_quotes_the_error():
@@ -142,6 +142,18 @@ def test_missing_host_samples_are_reported_not_zero():
     m = compute(events, [])
     assert "images_per_sec" in m and "cpu_percent_avg" not in m
     assert "no host sample" in m.reason
+
+
+def test_the_registry_declares_each_metric_once_with_its_view_column():
+    names = [m.name for m in metric_registry.METRICS]
+    columns = [m.column for m in metric_registry.VIEW_METRICS]
+    assert len(set(names)) == len(names) and len(set(columns)) == len(columns)
+    assert all(m.unit and m.description for m in metric_registry.METRICS)
+    rss = metric_registry.BY_NAME["rss_peak_bytes"]
+    assert (rss.unit, rss.column, rss.divisor, rss.column_unit) == ("B", "peak_rss_mb", 2**20, "MB")
+    assert metric_registry.BY_NAME["images_per_sec"].larger_is_better is True
+    assert metric_registry.BY_NAME["energy_per_image_j"].larger_is_better is False
+    assert unit_of("images_per_sec") == "img/s" and unit_of("gpu_temp_peak_c") == "°C"
 
 
 def test_unit_of_unknown_names_by_suffix():
@@ -180,7 +192,7 @@ def test_gpu_metrics_over_the_window_with_idle_power_and_net_energy():
     assert m["energy_net_j"] == pytest.approx(expected - 50.0 * (end - start))
     assert m["energy_per_image_j"] == pytest.approx(expected / 320)
     assert m["images_per_sec_per_w"] == pytest.approx(m["images_per_sec"] / 200.0)
-    assert all(unit_of(name) == METRIC_UNITS[name] for name in m)
+    assert set(m) <= set(metric_registry.BY_NAME), "every metric computed is declared"
 
 
 def test_energy_counter_is_preferred_where_every_sample_has_one():

@@ -1,0 +1,101 @@
+"""Every metric the orchestrator measures, declared once.
+
+A metric's name is how it appears in result.json's `metrics` and in the database's `metrics`
+table; its unit is stored beside each value; `column` names its column in the `results` view
+(shown there divided by `divisor`: bytes as MB), if it has one; `larger_is_better` says which way
+a comparison goes (None for figures that describe a run rather than score it); `description` is
+the line a report or a table header shows. The metrics code computes these names, the collector
+stores their units, the database pivots the view's columns from them, and the CLI types its
+filters by them. Adding a metric is one line here (and, if it gets a view column, a schema
+revision: orchestrator/migrations).
+
+This module imports nothing heavy: the CLI reads it on every start.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+#: Bytes per MB as the `results` view shows memory (MiB, as `nvidia-smi` and `ps` count).
+MB = 1048576.0
+
+
+@dataclass(frozen=True)
+class MetricDef:
+    """One metric: its stored name and unit, its view column, its direction and meaning."""
+
+    name: str
+    unit: str
+    larger_is_better: Optional[bool]
+    description: str
+    column: Optional[str] = None
+    divisor: float = 1.0
+
+    @property
+    def column_unit(self) -> str:
+        """The unit of the view column (values divided by `divisor`)."""
+        return "MB" if self.divisor == MB and self.unit == "B" else self.unit
+
+
+_M = MetricDef  # short, for the table below
+#: In the order the `results` view shows their columns.
+METRICS = (
+    # throughput, from the trainer's per-step timings over the measured window
+    _M("images_per_sec", "img/s", True, "measured images / sum of measured step times (the headline)",
+       "images_per_sec"),
+    _M("images_per_sec_mean", "img/s", True, "mean of the per-step rates"),
+    _M("images_per_sec_median", "img/s", True, "median of the per-step rates", "images_per_sec_median"),
+    _M("images_per_sec_std", "img/s", False, "standard deviation of the per-step rates (population)",
+       "images_per_sec_std"),
+    _M("images_per_sec_mad", "img/s", False,
+       "median absolute deviation of the per-step rates (tf_cnn_benchmarks' jitter)",
+       "images_per_sec_mad"),
+    _M("step_time_mean", "s", False, "mean measured step time"),
+    _M("step_time_median", "s", False, "median measured step time"),
+    # host: the trainer's process tree, and the whole host
+    _M("cpu_percent_avg", "%", None, "trainer process tree CPU, mean (100 = one core)", "cpu_percent"),
+    _M("cpu_percent_peak", "%", None, "trainer process tree CPU, peak"),
+    _M("rss_peak_bytes", "B", False, "trainer process tree resident memory, peak", "peak_rss_mb", MB),
+    _M("host_cpu_percent_avg", "%", None, "whole host CPU, mean"),
+    _M("host_mem_used_peak_bytes", "B", None, "whole host memory used, peak"),
+    # the job's GPUs (NVML): memory and power summed over them, utilisation and clocks their mean
+    _M("gpu_mem_peak_bytes", "B", False, "device memory used on the job's GPUs, peak", "gpu_mem_peak_mb", MB),
+    _M("gpu_mem_avg_bytes", "B", False, "device memory used on the job's GPUs, mean", "gpu_mem_avg_mb", MB),
+    _M("gpu_proc_mem_peak_bytes", "B", False, "of it, what the trainer's process tree holds, peak",
+       "gpu_proc_mem_peak_mb", MB),
+    _M("gpu_proc_mem_avg_bytes", "B", False, "of it, what the trainer's process tree holds, mean"),
+    _M("gpu_util_avg", "%", True, "GPU utilisation (kernel busy time), mean over GPUs", "gpu_util"),
+    _M("gpu_mem_util_avg", "%", None, "memory-controller busy time, mean over GPUs"),
+    _M("gpu_sm_clock_avg_mhz", "MHz", None, "SM clock, mean over GPUs"),
+    _M("gpu_temp_peak_c", "°C", None, "hottest GPU"),
+    _M("gpu_power_avg_w", "W", None, "power draw, mean", "gpu_power_avg_w"),
+    _M("gpu_power_peak_w", "W", None, "power draw, peak", "gpu_power_peak_w"),
+    _M("gpu_idle_power_w", "W", None, "the same GPUs before the trainer started (idle phase's last third)",
+       "gpu_idle_power_w"),
+    # energy over the measured window (NVML's counter, else trapezoids over power)
+    _M("energy_j", "J", False, "gross GPU energy over the measured window (energy_method says how)",
+       "energy_j"),
+    _M("energy_per_image_j", "J/img", False, "gross GPU energy / measured images", "energy_per_image_j"),
+    _M("energy_net_j", "J", False, "energy_j - gpu_idle_power_w x window length", "energy_net_j"),
+    _M("energy_net_per_image_j", "J/img", False, "net GPU energy / measured images"),
+    _M("images_per_sec_per_w", "img/s/W", True, "images_per_sec / gpu_power_avg_w", "images_per_sec_per_w"),
+)
+
+#: name -> its declaration.
+BY_NAME = {m.name: m for m in METRICS}
+#: The metrics with a column in the `results` view, in the view's order.
+VIEW_METRICS = tuple(m for m in METRICS if m.column)
+
+#: For a name not declared above (a sampler added later): the unit its suffix implies.
+_SUFFIX_UNITS = (("_bytes", "B"), ("_per_sec", "1/s"), ("_percent", "%"), ("_w", "W"), ("_j", "J"),
+                 ("_mhz", "MHz"), ("_s", "s"))
+
+
+def unit_of(name: str) -> Optional[str]:
+    """The unit a metric is stored with; None when neither its declaration nor its name tells."""
+    if name in BY_NAME:
+        return BY_NAME[name].unit
+    for suffix, unit in _SUFFIX_UNITS:
+        if name.endswith(suffix):
+            return unit
+    return None
