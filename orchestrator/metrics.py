@@ -123,20 +123,21 @@ def host_metrics(samples: Iterable[dict[str, Any]]) -> dict[str, float]:
 
     A figure is left out when no sample carries it, rather than reported as zero.
     """
-    host = [s for s in samples if s.get("sampler") == "host"]
-
-    def values(key: str) -> list[float]:
-        return [float(s[key]) for s in host if _number(s.get(key))]
-
-    out: dict[str, float] = {}
-    for name, key, reduce in (
+    return _reduced([s for s in samples if s.get("sampler") == "host"], (
         ("cpu_percent_avg", "proc_cpu_percent", _mean),
         ("cpu_percent_peak", "proc_cpu_percent", max),
         ("rss_peak_bytes", "proc_rss_bytes", max),
         ("host_cpu_percent_avg", "host_cpu_percent", _mean),
         ("host_mem_used_peak_bytes", "host_mem_used_bytes", max),
-    ):
-        vals = values(key)
+    ))
+
+
+def _reduced(samples: list[dict[str, Any]], table: Iterable[tuple[str, str, Any]]) -> dict[str, float]:
+    """For each (metric, sample key, reduction): the reduction of the samples' numeric values of
+    that key, left out when none has one."""
+    out: dict[str, float] = {}
+    for name, key, reduce in table:
+        vals = [float(s[key]) for s in samples if _number(s.get(key))]
         if vals:
             out[name] = float(reduce(vals))
     return out
@@ -184,11 +185,7 @@ def gpu_metrics(samples: Iterable[dict[str, Any]], window: dict[str, Any],
     start, end = window["start"], window["end"]
     inside = window_samples(run, start, end)
 
-    def values(rows: list[dict[str, Any]], key: str) -> list[float]:
-        return [float(s[key]) for s in rows if _number(s.get(key))]
-
-    out: dict[str, float] = {}
-    for name, key, reduce in (
+    out = _reduced(inside, (
         ("gpu_mem_avg_bytes", "mem_used_bytes", _mean),
         ("gpu_mem_peak_bytes", "mem_used_bytes", max),
         ("gpu_proc_mem_avg_bytes", "proc_mem_bytes", _mean),
@@ -199,10 +196,7 @@ def gpu_metrics(samples: Iterable[dict[str, Any]], window: dict[str, Any],
         ("gpu_temp_peak_c", "temp_c", max),
         ("gpu_power_avg_w", "power_w", _mean),
         ("gpu_power_peak_w", "power_w", max),
-    ):
-        vals = values(inside, key)
-        if vals:
-            out[name] = float(reduce(vals))
+    ))
     # A GPU holds its clocks for a second or two after work (an H200 measured here fell from
     # 126 W to 79 W over ~3 s after a run), so idle power is taken over the idle phase's last third.
     idle_power = [float(s["power_w"]) for s in sorted(idle, key=lambda s: s["t"]) if _number(s.get("power_w"))]
