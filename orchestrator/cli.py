@@ -1,9 +1,10 @@
-"""The read side of the orchestrator: `status`, `collect` and `results`.
+"""The orchestrator's subcommands: `status`, `collect`, `results` and `rerun`.
 
-`python -m orchestrator -m ...` launches sweeps through Hydra; these three subcommands look at
+`python -m orchestrator -m ...` launches sweeps through Hydra; these four subcommands look after
 what the sweeps left: where the runs stand (`status`), landing finished runs' result files in
-the database (`collect`), and the measurements themselves (`results`, a table or CSV from the
-`results` view). They print plain text quickly and answer bad input with a message that says
+the database (`collect`), the measurements themselves (`results`, a table or CSV from the
+`results` view, or per cell over its repeats with `--summary`), and submitting failed repeats
+again (`rerun`). They print plain text quickly and answer bad input with a message that says
 what to do, never a traceback.
 """
 from __future__ import annotations
@@ -20,7 +21,7 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
-from sqlalchemy import and_, func, select
+from sqlalchemy import String, and_, func, select
 from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session
@@ -32,10 +33,6 @@ from .collector import collect
 PROG = "python -m orchestrator"
 LAUNCH_HINT = f"run a sweep first: {PROG} -m framework=torch model=lenet dataset=mnist"
 
-#: `results` view columns compared as text by --where; the others are numbers.
-TEXT_COLUMNS = {"run", "sweep", "cell", "state", "framework", "model", "dataset", "hardware",
-                "precision", "node", "error_class", "error_message", "log_path", "energy_method",
-                "gpu_name", "framework_version", "git_revision"}
 #: A failed run's message is cut to this many characters in `status`.
 MESSAGE_WIDTH = 120
 
@@ -115,6 +112,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         message = str(exc)
     except db.NoDatabase as exc:
         message = f"{exc}; {LAUNCH_HINT} (or point --db / ORCHESTRATOR_DB at an existing database)"
+    except db.SchemaError as exc:
+        message = str(exc)
     except (ArgumentError, ImportError) as exc:
         message = f"cannot use database URL {_shown(args.db)!r}: {exc}"
     except SQLAlchemyError as exc:
@@ -234,29 +233,31 @@ def cmd_collect(args: argparse.Namespace, out: Console) -> int:
 
 def cmd_results(args: argparse.Namespace, out: Console) -> int:
     view = db.results_view
-    query = select(view)
+    where = [view.c[key].in_(values) for key, values in _parse_where(args.where).items()]
+    if args.state:
+        states = [s.strip() for s in args.state.split(",") if s.strip()]
+        unknown = [s for s in states if s not in runstate.STATES]
+        if unknown:
+            raise CliError(f"--state {','.join(unknown)}: not a run state; use one of {', '.join(runstate.STATES)}")
+        where.append(view.c.state.in_(states))
+    threshold = _noisy_cv(args) if args.summary else db.NOISY_CV
     Session = db.open_db(args.db, create=False)  # a read never creates a database
     with Session() as session:
+        sweeps = _pick_sweeps(session, args.sweep)  # an empty database is an error, not an empty table
         if args.sweep:
-            query = query.where(view.c.sweep.in_([s.id for s in _pick_sweeps(session, args.sweep)]))
+            where.append(view.c.sweep.in_([s.id for s in sweeps]))
+        if args.summary:
+            query = db.summary_select(where, threshold)
+            query = query.order_by(*(query.selected_columns[c] for c in db.SUMMARY_CELL))
         else:
-            _pick_sweeps(session, None)  # an empty database is an error, not an empty table
-        for key, values in _parse_where(args.where).items():
-            query = query.where(view.c[key].in_(values))
-        if args.state:
-            states = [s.strip() for s in args.state.split(",") if s.strip()]
-            unknown = [s for s in states if s not in runstate.STATES]
-            if unknown:
-                raise CliError(f"--state {','.join(unknown)}: not a run state; use one of {', '.join(runstate.STATES)}")
-            query = query.where(view.c.state.in_(states))
-        query = query.order_by(view.c.framework, view.c.model, view.c.dataset, view.c.hardware,
-                               view.c.gpus, view.c.batch_size, view.c.precision, view.c.sweep,
-                               view.c.repeat, view.c.attempt)
+            query = select(view).where(*where).order_by(
+                view.c.framework, view.c.model, view.c.dataset, view.c.hardware, view.c.gpus,
+                view.c.batch_size, view.c.precision, view.c.sweep, view.c.repeat, view.c.attempt)
         rows = session.execute(query).mappings().all()
+    if args.summary:
+        return _print_summary(rows, threshold, args.csv, out)
     if not rows:
         raise CliError("no runs match these filters; drop a --where/--state/--sweep filter, or see `status`")
-    if args.summary:
-        return _print_summary(rows, args, out)
     if args.csv:
         return _write_csv(rows, db.RESULTS_COLUMNS)
     out.print(_results_table(rows))
@@ -287,13 +288,12 @@ def _noisy_cv(args: argparse.Namespace) -> float:
     return value / 100.0
 
 
-def _print_summary(rows: Sequence[Any], args: argparse.Namespace, out: Console) -> int:
-    """Per cell, over the latest done attempt of each repeat (db.summarize, as the view)."""
-    threshold = _noisy_cv(args)
-    cells = db.summarize(rows, threshold)
+def _print_summary(cells: Sequence[Any], threshold: float, as_csv: bool, out: Console) -> int:
+    """The `cell_summary` rows db.summary_select gave for the filters and threshold."""
     if not cells:
-        raise CliError("no successful run with a throughput matches these filters; see `status`")
-    if args.csv:
+        raise CliError("no latest attempt with a throughput matches these filters; "
+                       "drop a --where/--state/--sweep filter, or see `status`")
+    if as_csv:
         return _write_csv(cells, db.SUMMARY_COLUMNS)
     noisy = sum(1 for c in cells if c["noisy"])
     table = Table(title=f"{len(cells)} cells over their repeats (noisy: CV > {threshold * 100:g}%)",
@@ -329,7 +329,7 @@ def _parse_where(items: list[str]) -> dict[str, list[Any]]:
             raise CliError(f"--where {item!r}: no column {key!r}; columns are {', '.join(db.RESULTS_COLUMNS)}")
         for part in value.split(","):
             part = part.strip()
-            if key not in TEXT_COLUMNS:
+            if not isinstance(db.results_view.c[key].type, String):
                 try:
                     part = float(part)
                 except ValueError:

@@ -1,4 +1,4 @@
-"""The results database: sweeps, cells, runs and their metrics, plus a readable `results` view.
+"""The results database: sweeps, cells, runs and their metrics, and two readable views.
 
 Only the launcher (which records what it hands to the executor) and the collector (which lands
 `result.json` files) write here; jobs never do, so a cluster's compute nodes need no database
@@ -11,22 +11,23 @@ up to `BUSY_TIMEOUT_S` for the write lock instead of failing at once with "datab
 WAL needs every process on one host (it shares memory through the `-shm` file), which holds
 for the login node that launches and collects; jobs on compute nodes never open the database.
 
-Schema changes: `SCHEMA_VERSION` names the layout defined here. Until Alembic migrations exist,
-`open_db` creates what is missing, adds a nullable column a newer version defined to an older
-database's table (`ALTER TABLE ... ADD COLUMN`, nothing else is ever altered or dropped), and
-rebuilds a view whose columns are not the ones defined here (views hold no data). Any other
-change (a new NOT NULL column, a changed type) needs a real migration or a fresh database file.
+Schema changes are Alembic revisions (orchestrator/migrations), applied by `open_db`: the
+database records its revision in `alembic_version`, and one older than `SCHEMA_VERSION` (or made
+before migrations existed) is upgraded in place, in one transaction that holds the write lock.
 
-Two views: `results`, one row per run with its metrics pivoted into columns, and
-`cell_summary`, one row per cell over its repeats (the latest successful attempt of each):
+Two views, defined here as SQLAlchemy selects and rebuilt by every upgrade: `results`, one row
+per run with its metrics pivoted into columns (names and scales: metric_registry.py), and
+`cell_summary`, one row per cell over its repeats (the latest attempt of each, when it is done):
 n, median, mean, standard deviation, coefficient of variation, min and max of images/s, and
-`noisy` when the CV exceeds `NOISY_CV`.
+`noisy` when the CV exceeds `NOISY_CV`. `results --summary` runs the same select with its
+filters and threshold.
 """
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 from sqlalchemy import (
     JSON,
@@ -37,12 +38,15 @@ from sqlalchemy import (
     ForeignKey,
     Index,
     Integer,
+    Select,
     String,
-    create_engine,
     and_,
+    case,
+    create_engine,
     event,
     func,
     inspect,
+    join,
     select,
 )
 from sqlalchemy.engine import Connection, Dialect, make_url
@@ -50,10 +54,13 @@ from sqlalchemy.exc import OperationalError, ProgrammingError
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship, sessionmaker, validates
 from sqlalchemy.sql import column, table
 
-from orchestrator import runstate
+from orchestrator import metric_registry, runstate
 
-#: Version of the layout below; bump it (and add a migration) whenever a table or the view changes.
-SCHEMA_VERSION = 2
+log = logging.getLogger(__name__)
+
+#: The Alembic revision the tables and views below are: the head of orchestrator/migrations/versions
+#: (test_db checks). A change to a table or a view is a new revision, and this becomes its id.
+SCHEMA_VERSION = "0002"
 
 #: A cell whose repeats' coefficient of variation (std/mean of images/s) exceeds this is noisy.
 NOISY_CV = 0.05
@@ -64,6 +71,10 @@ BUSY_TIMEOUT_S = 30.0
 
 class NoDatabase(RuntimeError):
     """The database a read-only command was pointed at does not exist or holds no runs table."""
+
+
+class SchemaError(RuntimeError):
+    """The database is at a revision this orchestrator does not know (a newer one wrote it)."""
 
 
 class Base(DeclarativeBase):
@@ -187,7 +198,7 @@ class Run(Base):
 
 
 class Metric(Base):
-    """One named number a run measured (names and units: metrics.METRIC_UNITS)."""
+    """One named number a run measured (names and units: metric_registry.py)."""
 
     __tablename__ = "metrics"
 
@@ -213,161 +224,116 @@ def latest_runs() -> Any:
             .subquery("latest_runs"))
 
 
-#: The `results` view's columns, in order; metric columns are pivoted from the metrics table.
-RESULTS_COLUMNS = (
-    "run", "sweep", "cell", "repeat", "attempt", "state", "framework", "model", "dataset",
-    "hardware", "gpus", "threads", "batch_size", "precision", "params",
-    "images_per_sec", "images_per_sec_median", "images_per_sec_std", "images_per_sec_mad",
-    "cpu_percent", "peak_rss_mb", "gpu_mem_peak_mb", "gpu_power_avg_w", "energy_j",
-    "energy_per_image_j", "node", "error_class", "error_message", "log_path",
-    # added in schema 2
-    "gpu_mem_avg_mb", "gpu_proc_mem_peak_mb", "gpu_util", "gpu_power_peak_w", "gpu_idle_power_w",
-    "energy_net_j", "images_per_sec_per_w", "energy_method", "gpu_name", "framework_version",
-    "git_revision", "git_dirty",
-)
+# --- the views ---------------------------------------------------------------------------------
+# Both are SQLAlchemy selects, compiled into CREATE VIEW by the migrations (migrations/env.py
+# rebuilds them after every upgrade) and run as they are, with filters, by `results --summary`.
 
-#: view column -> (metric name, divisor): how each metric column is read from `metrics`.
-_PIVOT = {
-    "images_per_sec": ("images_per_sec", None),
-    "images_per_sec_median": ("images_per_sec_median", None),
-    "images_per_sec_std": ("images_per_sec_std", None),
-    "images_per_sec_mad": ("images_per_sec_mad", None),
-    "cpu_percent": ("cpu_percent_avg", None),
-    "peak_rss_mb": ("rss_peak_bytes", 1048576.0),
-    "gpu_mem_peak_mb": ("gpu_mem_peak_bytes", 1048576.0),
-    "gpu_power_avg_w": ("gpu_power_avg_w", None),
-    "energy_j": ("energy_j", None),
-    "energy_per_image_j": ("energy_per_image_j", None),
-    "gpu_mem_avg_mb": ("gpu_mem_avg_bytes", 1048576.0),
-    "gpu_proc_mem_peak_mb": ("gpu_proc_mem_peak_bytes", 1048576.0),
-    "gpu_util": ("gpu_util_avg", None),
-    "gpu_power_peak_w": ("gpu_power_peak_w", None),
-    "gpu_idle_power_w": ("gpu_idle_power_w", None),
-    "energy_net_j": ("energy_net_j", None),
-    "images_per_sec_per_w": ("images_per_sec_per_w", None),
+#: The `results` view's columns from runs and cells: these come before the metric columns ...
+_RESULTS_HEAD = {
+    "run": Run.uid, "sweep": Run.sweep_id, "cell": Run.cell_id, "repeat": Run.repeat, "attempt": Run.attempt,
+    "state": Run.state, "framework": Cell.framework, "model": Cell.model, "dataset": Cell.dataset,
+    "hardware": Cell.hardware, "gpus": Cell.gpus, "threads": Cell.threads, "batch_size": Cell.batch_size,
+    "precision": Cell.precision, "params": Run.params,
+}
+#: ... and these after them.
+_RESULTS_TAIL = {
+    "node": Run.node, "error_class": Run.error_class, "error_message": Run.error_message,
+    "log_path": Run.log_path, "energy_method": Run.energy_method, "gpu_name": Run.gpu_name,
+    "framework_version": Run.framework_version, "git_revision": Run.git_revision, "git_dirty": Run.git_dirty,
 }
 
-#: The view as a selectable, for `select(results_view)` without reflecting the database.
-results_view = table("results", *(column(name) for name in RESULTS_COLUMNS))
+#: The `results` view as a selectable (`select(results_view)`), its columns typed as their sources.
+results_view = table("results", *(column(name, attr.type) for name, attr in _RESULTS_HEAD.items()),
+                     *(column(m.column, Float) for m in metric_registry.VIEW_METRICS),
+                     *(column(name, attr.type) for name, attr in _RESULTS_TAIL.items()))
+#: The `results` view's columns, in order: a run, its cell, its metrics (metric_registry), its details.
+RESULTS_COLUMNS = tuple(results_view.c.keys())
 
 
-def results_view_sql(dialect: Dialect) -> str:
-    """The view's SELECT, quoted for the dialect (`repeat` is a keyword on some databases)."""
-    q = dialect.identifier_preparer.quote
-    pivot = ",\n           ".join(
-        f"MAX(CASE WHEN name = '{metric}' THEN value END)"
-        + (f" / {divisor}" if divisor else "") + f" AS {q(col)}"
-        for col, (metric, divisor) in _PIVOT.items())
-    run_cols = {"run": "r.uid", "sweep": "r.sweep_id", "cell": "r.cell_id", "repeat": f"r.{q('repeat')}",
-                "attempt": "r.attempt", "state": "r.state", "params": "r.params", "node": "r.node",
-                "error_class": "r.error_class", "error_message": "r.error_message",
-                "log_path": "r.log_path", "energy_method": "r.energy_method", "gpu_name": "r.gpu_name",
-                "framework_version": "r.framework_version", "git_revision": "r.git_revision",
-                "git_dirty": "r.git_dirty"}
-    cell_cols = ("framework", "model", "dataset", "hardware", "gpus", "threads", "batch_size", "precision")
-    select_list = []
-    for name in RESULTS_COLUMNS:
-        if name in run_cols:
-            select_list.append(f"{run_cols[name]} AS {q(name)}")
-        elif name in cell_cols:
-            select_list.append(f"c.{q(name)} AS {q(name)}")
-        else:
-            select_list.append(f"m.{q(name)} AS {q(name)}")
-    return (
-        "SELECT " + ",\n       ".join(select_list) + "\n"
-        "FROM runs r\n"
-        "JOIN cells c ON c.id = r.cell_id\n"
-        "LEFT JOIN (SELECT run_id,\n           " + pivot + "\n"
-        "           FROM metrics GROUP BY run_id) m ON m.run_id = r.id"
-    )
+def results_select() -> Select:
+    """The `results` view: one row per run, its cell's settings, its metrics pivoted into the
+    columns metric_registry gives them (divided by their divisor), and its details."""
+    pivot = (select(Metric.run_id, *(_pivoted(m) for m in metric_registry.VIEW_METRICS))
+             .group_by(Metric.run_id).subquery("m"))
+    return (select(*(attr.label(name) for name, attr in _RESULTS_HEAD.items()),
+                   *(pivot.c[m.column] for m in metric_registry.VIEW_METRICS),
+                   *(attr.label(name) for name, attr in _RESULTS_TAIL.items()))
+            .select_from(join(Run, Cell, Cell.id == Run.cell_id).outerjoin(pivot, pivot.c.run_id == Run.id)))
 
 
+def _pivoted(metric: metric_registry.MetricDef) -> Any:
+    value = func.max(case((Metric.name == metric.name, Metric.value)))
+    return (value / metric.divisor if metric.divisor != 1 else value).label(metric.column)
+
+
+#: The cell settings the summary groups by (and sorts on).
+SUMMARY_CELL = ("framework", "model", "dataset", "hardware", "gpus", "threads", "batch_size", "precision")
 #: The `cell_summary` view's columns, in order.
 SUMMARY_COLUMNS = (
-    "cell", "framework", "model", "dataset", "hardware", "gpus", "threads", "batch_size", "precision",
-    "n", "images_per_sec_median", "images_per_sec_mean", "images_per_sec_std", "images_per_sec_cv",
-    "images_per_sec_min", "images_per_sec_max", "noisy", "gpu_power_avg_w", "energy_per_image_j",
-    "gpu_mem_peak_mb",
+    "cell", *SUMMARY_CELL, "n", "images_per_sec_median", "images_per_sec_mean", "images_per_sec_std",
+    "images_per_sec_cv", "images_per_sec_min", "images_per_sec_max", "noisy", "gpu_power_avg_w",
+    "energy_per_image_j", "gpu_mem_peak_mb",
 )
-_SUMMARY_CELL = ("framework", "model", "dataset", "hardware", "gpus", "threads", "batch_size", "precision")
-
-#: The summary view as a selectable.
-summary_view = table("cell_summary", *(column(name) for name in SUMMARY_COLUMNS))
 
 
-def cell_summary_sql(dialect: Dialect) -> str:
-    """The summary view's SELECT: per cell, over the latest done attempt of each repeat that
-    measured images/s. The median comes from window functions, the standard deviation (n-1)
-    from sums of squares; `noisy` is 1 when the CV exceeds NOISY_CV (null for one repeat)."""
-    q = dialect.identifier_preparer.quote
-    rep = q("repeat")
-    cell_cols = ", ".join(f"MIN({q(c)}) AS {q(c)}" for c in _SUMMARY_CELL)
-    return f"""WITH latest AS (
-    SELECT cell_id, {rep} AS rep, MAX(attempt) AS attempt FROM runs WHERE state = 'done'
-    GROUP BY cell_id, {rep}),
-ranked AS (
-    SELECT x.*, ROW_NUMBER() OVER (PARTITION BY x.cell ORDER BY x.images_per_sec) AS rn,
-           COUNT(*) OVER (PARTITION BY x.cell) AS cnt
-    FROM results x JOIN latest l ON l.cell_id = x.cell AND l.rep = x.{rep} AND l.attempt = x.attempt
-    WHERE x.state = 'done' AND x.images_per_sec IS NOT NULL),
-stats AS (
-    SELECT cell, {cell_cols}, COUNT(*) AS n,
-           AVG(CASE WHEN rn IN ((cnt + 1) / 2, (cnt + 2) / 2) THEN images_per_sec END) AS median,
-           AVG(images_per_sec) AS mean, MIN(images_per_sec) AS lo, MAX(images_per_sec) AS hi,
-           SUM(images_per_sec * images_per_sec) AS ss, SUM(images_per_sec) AS s,
-           AVG(gpu_power_avg_w) AS power, AVG(energy_per_image_j) AS epi, MAX(gpu_mem_peak_mb) AS mem
-    FROM ranked GROUP BY cell),
-spread AS (
-    SELECT stats.*, CASE WHEN n > 1 THEN sqrt(CASE WHEN ss - s * s / n > 0 THEN (ss - s * s / n) / (n - 1)
-                                                   ELSE 0 END) END AS sd
-    FROM stats)
-SELECT cell AS {q("cell")}, {", ".join(q(c) for c in _SUMMARY_CELL)}, n AS {q("n")},
-       median AS {q("images_per_sec_median")}, mean AS {q("images_per_sec_mean")},
-       sd AS {q("images_per_sec_std")},
-       CASE WHEN mean > 0 THEN sd / mean END AS {q("images_per_sec_cv")},
-       lo AS {q("images_per_sec_min")}, hi AS {q("images_per_sec_max")},
-       CASE WHEN n > 1 AND mean > 0 THEN (CASE WHEN sd / mean > {NOISY_CV!r} THEN 1 ELSE 0 END) END AS {q("noisy")},
-       power AS {q("gpu_power_avg_w")}, epi AS {q("energy_per_image_j")}, mem AS {q("gpu_mem_peak_mb")}
-FROM spread"""
+def summary_select(where: Sequence[Any] = (), noisy_cv: float = NOISY_CV) -> Select:
+    """The `cell_summary` view: per cell, over the latest attempt of each repeat (latest_runs)
+    where that attempt is done and measured images/s: n, median (window functions), mean,
+    standard deviation (n-1, from sums of squares), CV, min and max of images/s, `noisy` (1 when
+    the CV exceeds `noisy_cv`, 0 when not, null for one repeat), mean GPU power and energy per
+    image, peak GPU memory.
+
+    `where` holds conditions on `results_view` columns that pick the runs first (what
+    `results --summary --where ... --sweep ...` asks); the view has none and NOISY_CV.
+    """
+    r, latest = results_view, latest_runs()
+    used = ("cell", *SUMMARY_CELL, "images_per_sec", "gpu_power_avg_w", "energy_per_image_j", "gpu_mem_peak_mb")
+    runs = (select(*(r.c[name] for name in used)).join(latest, latest.c.uid == r.c.run)
+            .where(latest.c.state == runstate.DONE, r.c.images_per_sec.is_not(None), *where)
+            .subquery("measured"))
+    ranked = select(runs, func.row_number().over(partition_by=runs.c.cell, order_by=runs.c.images_per_sec)
+                    .label("rn"), func.count().over(partition_by=runs.c.cell).label("cnt")).subquery("ranked")
+    x, ips = ranked.c, ranked.c.images_per_sec
+    stats = select(
+        x.cell, *(func.min(x[c]).label(c) for c in SUMMARY_CELL), func.count().label("n"),
+        func.avg(case((x.rn.in_([(x.cnt + 1) // 2, (x.cnt + 2) // 2]), ips))).label("median"),
+        func.avg(ips).label("mean"), func.min(ips).label("lo"), func.max(ips).label("hi"),
+        func.sum(ips * ips).label("ss"), func.sum(ips).label("s"),
+        func.avg(x.gpu_power_avg_w).label("power"), func.avg(x.energy_per_image_j).label("epi"),
+        func.max(x.gpu_mem_peak_mb).label("mem"),
+    ).group_by(x.cell).subquery("stats")
+    variance = (stats.c.ss - stats.c.s * stats.c.s / stats.c.n) / (stats.c.n - 1)
+    spread = select(stats, case((stats.c.n > 1, func.sqrt(case((variance > 0, variance), else_=0.0))))
+                    .label("sd")).subquery("spread")
+    s = spread.c
+    cv = case((s.mean > 0, s.sd / s.mean))
+    return select(s.cell, *(s[c] for c in SUMMARY_CELL), s.n, s.median.label("images_per_sec_median"),
+                  s.mean.label("images_per_sec_mean"), s.sd.label("images_per_sec_std"),
+                  cv.label("images_per_sec_cv"), s.lo.label("images_per_sec_min"), s.hi.label("images_per_sec_max"),
+                  case((cv.is_(None), None), (cv > noisy_cv, 1), else_=0).label("noisy"),
+                  s.power.label("gpu_power_avg_w"), s.epi.label("energy_per_image_j"), s.mem.label("gpu_mem_peak_mb"))
 
 
-def summarize(rows: list[Any], noisy_cv: float = NOISY_CV) -> list[dict[str, Any]]:
-    """The `cell_summary` rows computed from `results` rows (mappings), as the view computes
-    them, for a filtered set of runs and any noise threshold: per cell, the latest done attempt
-    of each repeat with images/s. Sorted as the results table is."""
-    import statistics
+#: Every view, in the order they are created (cell_summary reads results), and its select.
+VIEWS = {"results": results_select, "cell_summary": summary_select}
 
-    latest: dict[tuple[str, int], int] = {}
-    for r in rows:
-        if r["state"] == "done":
-            key = (r["cell"], r["repeat"])
-            latest[key] = max(latest.get(key, 0), r["attempt"])
-    cells: dict[str, list[Any]] = {}
-    for r in rows:
-        if (r["state"] == "done" and r["images_per_sec"] is not None
-                and latest.get((r["cell"], r["repeat"])) == r["attempt"]):
-            cells.setdefault(r["cell"], []).append(r)
-    out = []
-    for cell, runs in cells.items():
-        rates = [r["images_per_sec"] for r in runs]
-        mean = statistics.fmean(rates)
-        sd = statistics.stdev(rates) if len(rates) > 1 else None
-        cv = sd / mean if sd is not None and mean > 0 else None
 
-        def avg(key: str) -> Optional[float]:
-            vals = [r[key] for r in runs if r.get(key) is not None]
-            return statistics.fmean(vals) if vals else None
+def view_sql(name: str, dialect: Dialect) -> str:
+    """A view's SELECT as `dialect` writes it, its values inlined (a view takes no parameters)."""
+    return str(VIEWS[name]().compile(dialect=dialect, compile_kwargs={"literal_binds": True}))
 
-        mems = [r["gpu_mem_peak_mb"] for r in runs if r.get("gpu_mem_peak_mb") is not None]
-        out.append({"cell": cell, **{c: runs[0][c] for c in _SUMMARY_CELL}, "n": len(rates),
-                    "images_per_sec_median": statistics.median(rates), "images_per_sec_mean": mean,
-                    "images_per_sec_std": sd, "images_per_sec_cv": cv,
-                    "images_per_sec_min": min(rates), "images_per_sec_max": max(rates),
-                    "noisy": None if cv is None else int(cv > noisy_cv),
-                    "gpu_power_avg_w": avg("gpu_power_avg_w"), "energy_per_image_j": avg("energy_per_image_j"),
-                    "gpu_mem_peak_mb": max(mems) if mems else None})
-    out.sort(key=lambda r: tuple((r[c] is None, r[c]) for c in _SUMMARY_CELL))
-    return out
+
+def drop_views(conn: Connection) -> None:
+    """Drops the views (those that exist), dependents first."""
+    for name in reversed(VIEWS):
+        conn.exec_driver_sql(f"DROP VIEW IF EXISTS {conn.dialect.identifier_preparer.quote(name)}")
+
+
+def create_views(conn: Connection) -> None:
+    """Creates the views from the definitions above."""
+    for name in VIEWS:
+        conn.exec_driver_sql(f"CREATE VIEW {conn.dialect.identifier_preparer.quote(name)} AS\n"
+                             + view_sql(name, conn.dialect))
 
 
 def default_url() -> str:
@@ -384,10 +350,14 @@ def sqlite_path(url: str) -> Optional[Path]:
 
 
 def open_db(url: str, create: bool = True) -> sessionmaker:
-    """Connects to `url`, creates missing tables and the `results` view, returns a sessionmaker.
+    """Connects to `url`, brings its schema up to date, returns a sessionmaker.
 
-    With `create=False` (commands that only read) a missing SQLite file or a database without
-    the orchestrator's tables raises NoDatabase instead of leaving an empty database behind.
+    A database at another revision than SCHEMA_VERSION (an empty one, one made by an older
+    release, with or without a version table) is upgraded in place, by every opening: a
+    read-only command on an outdated file upgrades it too, as a user who installed a newer
+    orchestrator expects, and says so on stderr. With `create=False` (commands that only read)
+    a missing SQLite file or a database without the orchestrator's tables raises NoDatabase
+    instead of leaving an empty database behind.
     """
     path = sqlite_path(url)
     if not create and path is not None and not path.exists():
@@ -395,11 +365,53 @@ def open_db(url: str, create: bool = True) -> sessionmaker:
     engine = create_engine(url)
     if engine.dialect.name == "sqlite":
         event.listen(engine, "connect", _sqlite_pragmas)
-    if not create and not inspect(engine).has_table("runs"):
+    with engine.connect() as conn:
+        has_runs = inspect(conn).has_table("runs")
+        current = schema_version(conn)
+    if not create and not has_runs:
         engine.dispose()
         raise NoDatabase(f"{path or url} holds no orchestrator tables")
-    _create_schema(engine)  # on an existing database: only what an older version lacks
+    if current != SCHEMA_VERSION:
+        before = _upgrade(engine)
+        if has_runs and before != SCHEMA_VERSION:
+            log.warning("upgraded %s in place from schema %s to %s", path or make_url(url).render_as_string(),
+                        before or "(none recorded: made before migrations)", SCHEMA_VERSION)
     return sessionmaker(engine, expire_on_commit=False)
+
+
+def schema_version(conn: Connection) -> Optional[str]:
+    """The revision the database records (Alembic's `alembic_version`); None before migrations.
+
+    Read with one query, without importing Alembic, so that opening an up-to-date database
+    costs a command nothing."""
+    if not inspect(conn).has_table("alembic_version"):
+        return None
+    return conn.execute(select(column("version_num")).select_from(table("alembic_version"))).scalar()
+
+
+def _upgrade(engine: Engine) -> Optional[str]:
+    """Upgrades the database to SCHEMA_VERSION (orchestrator/migrations) in one transaction that
+    holds the write lock, safely when two processes open an outdated or fresh database together;
+    returns the revision it was at.
+
+    On SQLite the upgrader first takes the write lock (BEGIN IMMEDIATE), so the other waits
+    (up to BUSY_TIMEOUT_S) and then finds the database at the head and does nothing; elsewhere
+    the loser's "already exists" error is retried once.
+    """
+    from orchestrator import migrations
+
+    if engine.dialect.name == "sqlite":
+        with engine.connect() as conn:
+            conn.exec_driver_sql("BEGIN IMMEDIATE")
+            before = migrations.upgrade(conn)
+            conn.commit()
+        return before
+    try:
+        with engine.begin() as conn:
+            return migrations.upgrade(conn)
+    except (OperationalError, ProgrammingError):  # another process created the same table first
+        with engine.begin() as conn:
+            return migrations.upgrade(conn)
 
 
 def _sqlite_pragmas(dbapi_connection: Any, connection_record: Any) -> None:
@@ -422,77 +434,3 @@ def _sqrt(x: Any) -> Optional[float]:
     import math
 
     return None if x is None or x < 0 else math.sqrt(x)
-
-
-def _create_schema(engine: Engine) -> None:
-    """Creates what is missing, safely when two processes open a fresh database together.
-
-    `create_all` looks, then creates; two processes doing that at once can both find a table
-    missing. On SQLite the creator first takes the write lock (BEGIN IMMEDIATE), so the other
-    waits and then finds everything in place; elsewhere the loser's "already exists" error is
-    retried once.
-    """
-    if not _outdated(engine):
-        return
-    if engine.dialect.name == "sqlite":
-        with engine.connect() as conn:
-            conn.exec_driver_sql("BEGIN IMMEDIATE")
-            Base.metadata.create_all(conn)
-            _add_missing_columns(conn)
-            _create_results_view(conn)
-            conn.commit()
-        return
-    for attempt in (1, 2):
-        try:
-            with engine.begin() as conn:
-                Base.metadata.create_all(conn)
-                _add_missing_columns(conn)
-                _create_results_view(conn)
-            return
-        except (OperationalError, ProgrammingError):
-            if attempt == 2:
-                raise
-
-
-_VIEWS = (("results", RESULTS_COLUMNS, results_view_sql), ("cell_summary", SUMMARY_COLUMNS, cell_summary_sql))
-
-
-def _outdated(bind: Any) -> bool:
-    """Whether a table, a column or a view of this version is missing, or a view is stale."""
-    insp = inspect(bind)
-    for name, tbl in Base.metadata.tables.items():
-        if not insp.has_table(name):
-            return True
-        if set(tbl.columns.keys()) - {c["name"] for c in insp.get_columns(name)}:
-            return True
-    views = insp.get_view_names()
-    return any(name not in views or tuple(c["name"] for c in insp.get_columns(name)) != columns
-               for name, columns, _ in _VIEWS)
-
-
-def _add_missing_columns(conn: Connection) -> None:
-    """Adds the nullable columns a newer version defined to an older database's tables."""
-    insp = inspect(conn)
-    for name, tbl in Base.metadata.tables.items():
-        have = {c["name"] for c in insp.get_columns(name)}
-        for col in tbl.columns:
-            if col.name in have:
-                continue
-            if not col.nullable:
-                raise RuntimeError(f"table {name} lacks the NOT NULL column {col.name} of schema "
-                                   f"{SCHEMA_VERSION}; migrate it by hand or start a fresh database file")
-            q = conn.dialect.identifier_preparer.quote
-            conn.exec_driver_sql(f"ALTER TABLE {q(name)} ADD COLUMN {q(col.name)} "
-                                 f"{col.type.compile(conn.dialect)}")
-
-
-def _create_results_view(conn: Connection) -> None:
-    """Creates the views, rebuilding one whose columns an older version defined differently."""
-    insp = inspect(conn)
-    views = insp.get_view_names()
-    for name, columns, sql in _VIEWS:
-        if name in views:
-            if tuple(c["name"] for c in insp.get_columns(name)) == columns:
-                continue
-            conn.exec_driver_sql(f"DROP VIEW {name}")
-        conn.exec_driver_sql(f"CREATE VIEW {name} AS\n" + sql(conn.dialect))

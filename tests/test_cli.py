@@ -1,6 +1,12 @@
-"""`status`, `collect` and `results` end to end on real files and a real SQLite database."""
+"""`status`, `collect` and `results` end to end on real files and real SQLite databases (one made by
+the last release before migrations, too)."""
 import csv
 import io
+import shutil
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -162,3 +168,62 @@ def test_results_summary_shows_median_spread_and_noisy_cells(tmp_path, monkeypat
     monkeypatch.setenv("ORCHESTRATOR_NOISY_CV", "50")
     assert main(["results", "--summary", "--csv", "--where", "model=alexnet"]) == 0
     assert list(csv.DictReader(io.StringIO(capsys.readouterr().out)))[0]["noisy"] == "0"
+
+
+def test_results_summary_filters_by_any_results_column_in_sql(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("ORCHESTRATOR_DB", raising=False)
+    runs = tmp_path / "runs"
+    for repeat, ips in enumerate((1000.0, 1040.0, 960.0)):
+        write_result(runs, make_result(sweep="s", repeat=repeat, metrics={"images_per_sec": ips}))
+    write_result(runs, make_result(sweep="t", model="alexnet", metrics={"images_per_sec": 100.0}))
+    assert main(["collect"]) == 0
+    capsys.readouterr()
+    # a run-level column (the sweep) and a metric column pick runs before the cells are summarised
+    assert main(["results", "--summary", "--csv", "--sweep", "s", "--where", "images_per_sec=1000,1040"]) == 0
+    rows = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
+    assert [(r["model"], r["n"], r["images_per_sec_median"]) for r in rows] == [("lenet", "2", "1020.0")]
+    assert main(["results", "--summary", "--where", "model=vgg16"]) == 1
+    assert "no latest attempt with a throughput matches these filters" in capsys.readouterr().err
+
+
+OLD_DB = Path(__file__).parent / "data" / "results-5f8e814.db"  # made by the release before migrations
+
+
+def test_a_read_on_a_database_of_the_last_release_upgrades_it_and_says_so(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("COLUMNS", "250")
+    monkeypatch.delenv("ORCHESTRATOR_DB", raising=False)
+    shutil.copy(OLD_DB, tmp_path / "results.db")
+    done = subprocess.run([sys.executable, "-m", "orchestrator", "results", "--summary", "--csv"],
+                          capture_output=True, text=True, check=True)
+    assert done.stderr == (f"upgraded results.db in place from schema (none recorded: made before migrations) "
+                           f"to {db.SCHEMA_VERSION}\n")
+    rows = list(csv.DictReader(io.StringIO(done.stdout)))
+    assert [(r["model"], r["n"]) for r in rows] == [("alexnet", "2"), ("lenet", "3"), ("resnet50", "1")]
+    # and the new collector lands runs beside the old ones
+    write_result(tmp_path / "runs", make_result(sweep="new", model="googlenet"))
+    assert main(["collect"]) == 0
+    assert capsys.readouterr().out.strip() == "1 added, 0 already in the DB, 0 broken"
+    assert main(["results", "--csv"]) == 0
+    assert len(list(csv.DictReader(io.StringIO(capsys.readouterr().out)))) == 9
+
+
+def test_a_database_from_a_newer_orchestrator_is_a_message(env, capsys):
+    main(["collect"])
+    con = sqlite3.connect(env / "results.db")
+    con.execute("UPDATE alembic_version SET version_num = 'ffff'")
+    con.commit()
+    con.close()
+    capsys.readouterr()
+    assert main(["results"]) == 1
+    err = capsys.readouterr().err
+    assert "schema revision ffff, which this orchestrator does not know" in err and "Traceback" not in err
+
+
+def test_the_cli_imports_neither_numpy_nor_alembic():
+    """`orchestrator <subcommand>` starts quickly: the metric registry, not the metrics code, and
+    Alembic only when a database needs upgrading."""
+    code = "import sys, orchestrator.cli; print(sorted({'numpy', 'alembic'} & set(sys.modules)))"
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=True).stdout.strip() == "[]"

@@ -1,12 +1,18 @@
-"""The schema on real SQLite files: tables, pragmas, constraints and the `results` view."""
+"""The schema on real SQLite files: tables, pragmas, constraints, the views and the migrations
+(including an upgrade of a database made by the last release before migrations)."""
+import multiprocessing
+import shutil
 import sqlite3
 import time
+from pathlib import Path
 
 import pytest
-from sqlalchemy import inspect, select, text
+from alembic.autogenerate import compare_metadata
+from alembic.runtime.migration import MigrationContext
+from sqlalchemy import create_engine, inspect, select, text
 from sqlalchemy.exc import IntegrityError
 
-from orchestrator import db
+from orchestrator import db, migrations
 from orchestrator.cell import cell_id as make_cell_id
 from orchestrator.db import Cell, Metric, Run, Sweep, SweepCell
 from result_factory import make_settings
@@ -39,7 +45,7 @@ def test_open_db_creates_tables_view_and_sqlite_pragmas(tmp_path):
     engine = Session.kw["bind"]
     insp = inspect(engine)
     assert {"sweeps", "cells", "sweep_cells", "runs", "metrics"} <= set(insp.get_table_names())
-    assert "results" in insp.get_view_names()
+    assert {"results", "cell_summary"} <= set(insp.get_view_names())
     with engine.connect() as conn:
         assert conn.execute(text("PRAGMA journal_mode")).scalar() == "wal"
         assert conn.execute(text("PRAGMA busy_timeout")).scalar() == 30000
@@ -50,7 +56,8 @@ def test_open_db_creates_tables_view_and_sqlite_pragmas(tmp_path):
     Session2 = db.open_db(f"sqlite:///{path}")
     with Session2() as session:
         assert session.scalar(select(Run.uid)).startswith("s1:")
-    assert db.SCHEMA_VERSION == 2
+    with engine.connect() as conn:
+        assert db.schema_version(conn) == db.SCHEMA_VERSION
 
 
 def test_results_view_one_row_per_run_with_pivoted_metrics(tmp_path):
@@ -67,7 +74,7 @@ def test_results_view_one_row_per_run_with_pivoted_metrics(tmp_path):
     rows = con.execute("select framework, model, dataset, images_per_sec from results order by model").fetchall()
     assert [tuple(r) for r in rows] == [("torch", "alexnet", "mnist", None), ("torch", "lenet", "mnist", 1234.5)]
     full = con.execute("select * from results where model = 'lenet'").fetchone()
-    assert tuple(full.keys()) == db.RESULTS_COLUMNS
+    assert tuple(full.keys()) == db.RESULTS_COLUMNS and len(set(db.RESULTS_COLUMNS)) == len(db.RESULTS_COLUMNS)
     assert full["peak_rss_mb"] == 3.0 and full["gpu_mem_peak_mb"] == 512.0
     assert full["cpu_percent"] == 150.0 and full["images_per_sec_std"] == 10.0
     assert full["energy_j"] is None and full["repeat"] == 0 and full["state"] == "done"
@@ -120,41 +127,144 @@ def test_default_url_follows_the_environment(monkeypatch):
     assert db.default_url() == "sqlite:////tmp/x.db"
 
 
-def test_an_older_database_gains_the_new_columns_and_views_and_keeps_its_rows(tmp_path):
+OLD_DB = Path(__file__).parent / "data" / "results-5f8e814.db"  # made by that release: data/results-5f8e814.py
+
+
+def rows_of_every_table(path):
+    con = sqlite3.connect(path)
+    names = [r[0] for r in con.execute("select name from sqlite_master where type = 'table'")]
+    rows = {name: sorted(con.execute(f"select * from {name}").fetchall(), key=repr) for name in names}
+    con.close()
+    return rows
+
+
+def assert_tables_are_db_pys(path):
+    """The tables as the revisions left them are exactly the ones db.py defines."""
+    engine = create_engine(f"sqlite:///{path}")
+    with engine.connect() as conn:
+        assert compare_metadata(MigrationContext.configure(conn), db.Base.metadata) == []
+    engine.dispose()
+
+
+def test_schema_version_is_the_head_revision_which_pins_the_views():
+    scripts = migrations.script()
+    assert db.SCHEMA_VERSION == scripts.get_current_head()
+    assert scripts.get_revision(db.SCHEMA_VERSION).module.views_sha256 == migrations.views_sha256(), (
+        "the views' definitions changed: add a revision under orchestrator/migrations/versions with "
+        f"views_sha256 = {migrations.views_sha256()!r}, and make it db.SCHEMA_VERSION")
+
+
+def test_the_revisions_build_exactly_the_tables_db_py_defines(tmp_path):
+    db.open_db(f"sqlite:///{tmp_path / 'r.db'}")
+    assert_tables_are_db_pys(tmp_path / "r.db")
+
+
+def test_a_database_made_by_the_last_release_is_upgraded_in_place(tmp_path, caplog):
+    path = tmp_path / "results.db"
+    shutil.copy(OLD_DB, path)
+    before = rows_of_every_table(path)
+    assert "alembic_version" not in before and len(before["runs"]) == 8 and len(before["metrics"]) == 17
+
+    db.open_db(f"sqlite:///{path}", create=False)  # even a read-only command upgrades it
+
+    assert f"upgraded {path} in place from schema (none recorded" in caplog.text
+    after = rows_of_every_table(path)
+    assert after.pop("alembic_version") == [(db.SCHEMA_VERSION,)]
+    assert after == before, "every row kept, as it was"
+    assert_tables_are_db_pys(path)
+    con = sqlite3.connect(path)
+    con.row_factory = sqlite3.Row
+    cur = con.execute("select * from results order by run")
+    assert tuple(d[0] for d in cur.description) == db.RESULTS_COLUMNS
+    results = [dict(r) for r in cur]
+    assert len(results) == 8 and sum(r["state"] == "done" for r in results) == 6
+    assert {r["peak_rss_mb"] for r in results if r["model"] == "lenet"} == {300.0}
+    summary = {r["model"]: (r["n"], r["images_per_sec_median"], r["noisy"]) for r in con.execute(
+        "select * from cell_summary")}
+    assert summary["lenet"] == (3, 1000.0, 0)
+    assert summary["alexnet"] == (2, 125.0, 1)  # its repeat 1 failed, then attempt 2 measured 150
+    assert summary["resnet50"] == (1, 2065.9, None)
+    assert con.execute("select gpu_mem_peak_mb from cell_summary where model = 'resnet50'").fetchone()[0] == 14550.0
+    assert "vgg16" not in summary  # submitted, never measured
+    con.close()
+
+    caplog.clear()
+    db.open_db(f"sqlite:///{path}", create=False)
+    assert "upgraded" not in caplog.text, "an up-to-date database is left alone"
+
+
+def test_a_database_of_the_release_before_gains_its_columns(tmp_path):
+    """The baseline revision also brings up a database of the release before the last (its
+    schema 1: no provenance columns, no sweep_cells.config), adding the columns it lacks."""
     path = tmp_path / "old.db"
-    Session = db.open_db(f"sqlite:///{path}")
-    with Session.begin() as session:
-        add_run(session, metrics={"images_per_sec": 10.0})
-    Session.kw["bind"].dispose()
-    # make it look like schema 1: no provenance columns, no cell_summary, the old results view
+    shutil.copy(OLD_DB, path)
     con = sqlite3.connect(path)
     con.execute("DROP VIEW cell_summary")
     con.execute("DROP VIEW results")
+    con.execute("CREATE VIEW results AS SELECT uid AS run FROM runs")
+    con.execute("ALTER TABLE sweep_cells DROP COLUMN config")
     for name in ("git_revision", "git_dirty", "gpu_name", "energy_method", "provenance"):
         con.execute(f"ALTER TABLE runs DROP COLUMN {name}")
-    con.execute("CREATE VIEW results AS SELECT uid AS run FROM runs")
     con.commit()
     con.close()
 
-    db.open_db(f"sqlite:///{path}", create=False)  # even a read brings it up to date
+    db.open_db(f"sqlite:///{path}")
 
+    assert_tables_are_db_pys(path)
     con = sqlite3.connect(path)
-    columns = {row[1] for row in con.execute("PRAGMA table_info(runs)")}
-    assert {"git_revision", "git_dirty", "gpu_name", "energy_method", "provenance"} <= columns
-    cur = con.execute("select * from results")
-    assert tuple(d[0] for d in cur.description) == db.RESULTS_COLUMNS
-    assert con.execute("select images_per_sec, git_revision from results").fetchall() == [(10.0, None)]
-    assert con.execute("select n from cell_summary").fetchall() == [(1,)]
+    assert con.execute("select count(*), count(git_revision) from runs").fetchone() == (8, 0)
+    assert con.execute("select count(*) from results where images_per_sec is not null").fetchone() == (6,)
+    assert con.execute("select sum(n) from cell_summary").fetchone() == (6,)
     con.close()
 
 
-def test_cell_summary_over_the_latest_done_attempt_of_each_repeat(tmp_path):
+def _open_in_process(url, start, queue):
+    start.wait(timeout=30)
+    db.open_db(url)
+    queue.put("ok")
+
+
+def test_two_processes_upgrading_an_old_database_at_once(tmp_path):
+    path = tmp_path / "results.db"
+    shutil.copy(OLD_DB, path)
+    before = rows_of_every_table(path)
+    ctx = multiprocessing.get_context("spawn")
+    start, queue = ctx.Barrier(2), ctx.Queue()
+    procs = [ctx.Process(target=_open_in_process, args=(f"sqlite:///{path}", start, queue)) for _ in range(2)]
+    for p in procs:
+        p.start()
+    try:
+        assert [queue.get(timeout=60) for _ in procs] == ["ok", "ok"]
+    finally:
+        for p in procs:
+            p.join(timeout=10)
+            if p.is_alive():
+                p.terminate()
+    after = rows_of_every_table(path)
+    assert after.pop("alembic_version") == [(db.SCHEMA_VERSION,)] and after == before
+
+
+def test_a_database_from_a_newer_orchestrator_is_refused_not_touched(tmp_path):
+    path = tmp_path / "results.db"
+    db.open_db(f"sqlite:///{path}")
+    con = sqlite3.connect(path)
+    con.execute("UPDATE alembic_version SET version_num = '9999'")
+    con.commit()
+    con.close()
+    with pytest.raises(db.SchemaError, match="schema revision 9999, which this orchestrator does not know"):
+        db.open_db(f"sqlite:///{path}")
+    assert sqlite3.connect(path).execute("select version_num from alembic_version").fetchall() == [("9999",)]
+
+
+def test_cell_summary_over_the_latest_attempt_of_each_repeat_when_done(tmp_path):
     path = tmp_path / "results.db"
     Session = db.open_db(f"sqlite:///{path}")
     with Session.begin() as session:
-        # lenet: repeats 0..3; repeat 1 was rerun (attempt 2 supersedes 900); one repeat failed
+        # lenet: repeats 0..4; repeat 1 was rerun (attempt 2 supersedes 900); repeat 3 failed;
+        # repeat 4 measured 5000 once, then its rerun failed: its latest attempt is not done
         for repeat, attempt, state, ips in ((0, 1, "done", 1000.0), (1, 1, "done", 900.0), (1, 2, "done", 1100.0),
-                                            (2, 1, "done", 1300.0), (3, 1, "failed", None)):
+                                            (2, 1, "done", 1300.0), (3, 1, "failed", None),
+                                            (4, 1, "done", 5000.0), (4, 2, "failed", None)):
             run = add_run(session, uid_suffix=f"{repeat}:{attempt}", state=state,
                           metrics={"images_per_sec": ips, "gpu_power_avg_w": 100.0 + repeat} if ips else None)
             run.repeat, run.attempt = repeat, attempt
@@ -172,11 +282,13 @@ def test_cell_summary_over_the_latest_done_attempt_of_each_repeat(tmp_path):
     assert lenet["images_per_sec_cv"] == pytest.approx(152.7525 / 1133.3333, rel=1e-6)
     assert lenet["noisy"] == 1 and lenet["gpu_power_avg_w"] == pytest.approx(101.0)
     assert rows["alexnet"]["noisy"] == 0 and rows["alexnet"]["images_per_sec_median"] == 500.5
-    # the same figures computed in Python (what `results --summary` prints for any filter)
-    results = [dict(r) for r in con.execute("select * from results")]
-    python = {r["model"]: r for r in db.summarize(results)}
-    for model, view_row in rows.items():
-        for key in db.SUMMARY_COLUMNS:
-            assert python[model][key] == pytest.approx(view_row[key]), (model, key)
-    assert db.summarize(results, noisy_cv=0.2)[1]["noisy"] == 0  # a looser threshold
     con.close()
+
+    # the same select with filters and another threshold (what `results --summary` runs)
+    with Session() as session:
+        view = {r["model"]: dict(r) for r in session.execute(db.summary_select()).mappings()}
+        assert view == rows
+        (loose,) = session.execute(db.summary_select([db.results_view.c.model == "lenet"], noisy_cv=0.2)).mappings()
+        assert loose["model"] == "lenet" and loose["noisy"] == 0 and loose["n"] == 3
+        (some,) = session.execute(db.summary_select([db.results_view.c.images_per_sec.between(600, 1200)])).mappings()
+        assert (some["model"], some["n"], some["images_per_sec_median"]) == ("lenet", 2, 1050.0)
