@@ -21,7 +21,7 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
-from sqlalchemy import String, and_, func, select
+from sqlalchemy import String, func, select
 from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session
@@ -136,13 +136,13 @@ def cmd_status(args: argparse.Namespace, out: Console) -> int:
     Session = db.open_db(args.db, create=False)  # a read never creates a database
     with Session() as session:
         sweeps = _pick_sweeps(session, args.sweep)
-        _reconcile(session, sweeps[0].id if args.sweep else None)
+        _reconcile(session, sweeps[0].id if args.sweep else None, out)
         ids = [s.id for s in sweeps]
-        current = _current_runs(ids)
+        current = db.latest_runs()
         counts: dict[str, dict[str, int]] = {}
         for sweep_id, state, n in session.execute(
-                select(current.c.sweep_id, current.c.state, func.count()).group_by(
-                    current.c.sweep_id, current.c.state)):
+                select(current.c.sweep_id, current.c.state, func.count())
+                .where(current.c.sweep_id.in_(ids)).group_by(current.c.sweep_id, current.c.state)):
             counts.setdefault(sweep_id, {})[state] = n
         linked = dict(session.execute(
             select(db.SweepCell.sweep_id, func.count()).where(db.SweepCell.sweep_id.in_(ids))
@@ -151,7 +151,8 @@ def cmd_status(args: argparse.Namespace, out: Console) -> int:
             select(db.Run.sweep_id, func.count()).where(db.Run.sweep_id.in_(ids)).group_by(db.Run.sweep_id)).all())
 
         states = [s for s in runstate.STATES if any(s in c for c in counts.values())]
-        table = Table(title="Runs by state (latest attempt of each repeat)", title_justify="left")
+        table = Table(title="Runs by state (latest attempt of each repeat; retried: earlier attempts)",
+                      title_justify="left")
         for name in ("sweep", "created", "cells", *states, "retried"):
             table.add_column(name, justify="left" if name in ("sweep", "created") else "right")
         for sweep in sweeps:
@@ -164,7 +165,8 @@ def cmd_status(args: argparse.Namespace, out: Console) -> int:
 
         waiting = session.execute(  # the scheduler's words for why queued runs wait
             select(current.c.state, current.c.state_detail, func.count())
-            .where(current.c.state.in_(("submitted", "running")), current.c.state_detail.is_not(None))
+            .where(current.c.sweep_id.in_(ids), current.c.state.in_(runstate.IN_FLIGHT),
+                   current.c.state_detail.is_not(None))
             .group_by(current.c.state, current.c.state_detail)).all()
         for state, detail, n in waiting:
             out.print(f"{n} {state}: {detail}", markup=False)
@@ -173,7 +175,7 @@ def cmd_status(args: argparse.Namespace, out: Console) -> int:
             select(current.c.uid, current.c.state, current.c.error_class, current.c.error_message,
                    current.c.log_path, db.Cell.framework, db.Cell.model, db.Cell.dataset)
             .join(db.Cell, db.Cell.id == current.c.cell_id)
-            .where(current.c.state.in_(("failed", "lost")))
+            .where(current.c.sweep_id.in_(ids), current.c.state.in_((runstate.FAILED, runstate.LOST)))
             .order_by(db.Cell.framework, db.Cell.model, db.Cell.dataset, current.c.uid)).all()
     if failed:
         out.print(f"\nFailed or lost runs ({len(failed)}):", markup=False)
@@ -188,30 +190,13 @@ def cmd_status(args: argparse.Namespace, out: Console) -> int:
     return 0
 
 
-def _reconcile(session: Session, sweep_id: Optional[str]) -> None:
-    """Brings uncollected runs' states up to date (orchestrator.tracking), when it is installed."""
-    try:
-        from . import tracking
-    except ModuleNotFoundError as exc:
-        if exc.name != f"{__package__}.tracking":
-            raise
-        return
-    if sweep_id is None:
-        tracking.reconcile(session)
-    else:
-        tracking.reconcile(session, sweep_id=sweep_id)
-    session.commit()
+def _reconcile(session: Session, sweep_id: Optional[str], out: Console) -> None:
+    """Brings open runs' states up to date (orchestrator.tracking); says which scheduler did not
+    answer, in which case its runs keep their states."""
+    from . import tracking
 
-
-def _current_runs(sweep_ids: list[str]) -> Any:
-    """The latest attempt of each (sweep, cell, repeat), as a subquery over `runs`."""
-    Run = db.Run
-    latest = (select(Run.sweep_id, Run.cell_id, Run.repeat, func.max(Run.attempt).label("attempt"))
-              .where(Run.sweep_id.in_(sweep_ids))
-              .group_by(Run.sweep_id, Run.cell_id, Run.repeat).subquery())
-    return (select(Run).join(latest, and_(
-        Run.sweep_id == latest.c.sweep_id, Run.cell_id == latest.c.cell_id,
-        Run.repeat == latest.c.repeat, Run.attempt == latest.c.attempt)).subquery())
+    for message in tracking.reconcile(session, sweep_id).messages():
+        out.print(f"[yellow]{message}[/]")
 
 
 # --- collect ----------------------------------------------------------------------------------
@@ -415,7 +400,7 @@ def cmd_rerun(args: argparse.Namespace, out: Console) -> int:
 
     factory = db.open_db(args.db, create=False)
     with factory() as session:
-        _reconcile(session, None)
+        _reconcile(session, None, out)
         sweep = _pick_sweeps(session, args.sweep)[0].id if args.sweep else None
         where: dict[str, list[Any]] = {}
         for item in args.where:

@@ -27,9 +27,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from .db import Cell, Metric, Run, Sweep, SweepCell
 from .metric_registry import unit_of
-from .resultfile import CELL_COLUMNS, BadResult, read_result
-
-RESULT_NAME = "result.json"
+from .resultfile import CELL_COLUMNS, RESULT_NAME, BadResult, read_result
 
 
 @dataclass

@@ -11,7 +11,6 @@ if TYPE_CHECKING:
     from orchestrator.launch import Options, SubmitReport
 
 console = Console(highlight=False)
-FINAL_STATES = ("done", "failed", "lost", "cancelled")
 
 
 def print_refused(refused: list[tuple[str, str]]) -> None:
@@ -48,24 +47,28 @@ def print_submit_report(report: "SubmitReport", opts: "Options") -> None:
 
 
 def follow(sweep_id: str, opts: "Options", poll_s: float = 2.0) -> dict[str, int]:
-    """A progress bar over the sweep's runs until none is pending, submitted or running."""
+    """A progress bar over the sweep's repeats (their latest attempts) until none is open."""
     from sqlalchemy import func, select
 
-    from orchestrator import db, tracking
+    from orchestrator import db, runstate, tracking
 
     factory = db.open_db(opts.db_url)
+    backends = {opts.backend.name: opts.backend}  # one instance: it counts polls without an answer
+    latest = db.latest_runs()
     with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
                   TextColumn("{task.fields[states]}"), TimeElapsedColumn(), console=console) as bar:
         task = bar.add_task(f"sweep {sweep_id}", total=None, states="")
         while True:
             with factory() as session:
-                tracking.reconcile(session, sweep_id)
+                report = tracking.reconcile(session, sweep_id, backends)
                 counts = dict(session.execute(
-                    select(db.Run.state, func.count()).where(db.Run.sweep_id == sweep_id)
-                    .group_by(db.Run.state)).all())
-            finished = sum(counts.get(s, 0) for s in FINAL_STATES)
+                    select(latest.c.state, func.count()).where(latest.c.sweep_id == sweep_id)
+                    .group_by(latest.c.state)).all())
+            finished = sum(counts.get(s, 0) for s in runstate.FINAL)
+            silent = " | ".join(report.messages())
             bar.update(task, total=sum(counts.values()), completed=finished,
-                       states=" ".join(f"{k}={v}" for k, v in sorted(counts.items())))
+                       states=" ".join(f"{k}={v}" for k, v in sorted(counts.items()))
+                       + (f"  [yellow]{silent}[/]" if silent else ""))
             if finished == sum(counts.values()):
                 return counts
             time.sleep(poll_s)

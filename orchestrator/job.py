@@ -29,9 +29,9 @@ from submitit.core.utils import UncompletedJobError
 
 from orchestrator import metrics, provenance
 from orchestrator.monitor import Monitor, default_samplers
+from orchestrator.resultfile import RESULT_NAME, RESULT_SCHEMA, SIGNALLED
 from orchestrator.runtime import REPO, EnvironmentError_, make_runtime
 
-RESULT_SCHEMA = 1
 
 
 @dataclass
@@ -140,7 +140,7 @@ def run_once(spec: JobSpec, run: RunSpec, deadline: float | None = None) -> Path
     except Exception as exc:  # the job's own failure must still leave a result behind
         result.update(state="failed", error={"class": "crash", "message": f"job: {type(exc).__name__}: {exc}"})
     result["ended_at"] = time.time()
-    path = run_dir / "result.json"
+    path = run_dir / RESULT_NAME
     _write_json(path, result)
     return path
 
@@ -198,6 +198,12 @@ def _measure(spec: JobSpec, run_dir: Path, paths: dict[str, str], deadline: floa
         outcome.update(state="failed", error={"class": error.get("class", "crash"),
                                               "message": error.get("message", "")})
         return outcome
+    if returncode < 0:  # killed from outside (Slurm's SIGTERM on requeue, cancel, node loss)
+        outcome.update(state="failed", error={
+            "class": SIGNALLED,
+            "message": f"the trainer was ended by {_signal_name(-returncode)} (the scheduler or a user "
+                       f"stopped the job; the scheduler's record says why)"})
+        return outcome
     if returncode != 0 or not any(e.get("event") == "run_end" for e in events):
         outcome.update(state="failed", error={
             "class": "crash",
@@ -242,6 +248,13 @@ def read_events(path: Path) -> tuple[list[dict[str, Any]], int]:
         else:
             bad += 1
     return events, bad
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
 
 
 def _tail(path: Path, lines: int = 5) -> str:

@@ -18,14 +18,13 @@ from typing import Any, Callable
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from orchestrator import db
+from orchestrator import db, runstate
+from orchestrator.backends import Backend, SchedulerUnavailable, backend_for
+from orchestrator.backends.base import signature
 from orchestrator.cell import Cell
-from orchestrator.executors import make_executor, resources, signature, submit_group
-from orchestrator.tracking import find_jobs_by_name
 from orchestrator.job import JobSpec, RunSpec, run_cell
+from orchestrator.resultfile import run_uid
 
-#: Run states that mean "this repeat is measured or being measured": a new sweep skips them.
-IN_FLIGHT = ("submitted", "running")
 #: A pending run's state_detail while its group is being handed to the executor.
 SUBMITTING = "submitting as"
 
@@ -45,6 +44,11 @@ class Options:
     force: bool
     wait: bool
     dry_run: bool = False
+    #: The scheduler's backend, made from `cluster` (orchestrator.backends).
+    backend: Backend = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.backend = backend_for(self.cluster)
 
     @classmethod
     def from_config(cls, cfg: dict[str, Any]) -> "Options":
@@ -96,9 +100,8 @@ def job_spec(cell: Cell, sweep_id: str, runs: list[db.Run], opts: Options) -> Jo
         runtime=opts.runtime,
         data_dir=str(Path(data_dir).expanduser().absolute()) if data_dir else None,
         monitor_period_s=opts.monitor_period_s,
-        executor=opts.cluster.get("executor", "local"),
-        lock=str(opts.cache / "local-node.lock") if opts.cluster.get("exclusive") and
-        opts.cluster.get("executor", "local") == "local" else None,
+        executor=opts.backend.name,
+        lock=opts.backend.node_lock(opts.cache),
         time_limit_s=60.0 * hardware["time_min"] if hardware.get("time_min") else None,
     )
 
@@ -117,25 +120,32 @@ def _plan_runs(session: Session, sweep_id: str, cell: Cell, opts: Options) -> tu
     wanted, reasons = [], []
     for repeat in range(opts.repeats):
         mine = [r for r in existing if r.repeat == repeat]
-        done = [r for r in mine if r.state == "done"]
-        flying = [r for r in mine if r.state in IN_FLIGHT]
-        if flying and not opts.force:
+        done = [r for r in mine if r.state == runstate.DONE]
+        flying = [r for r in mine if r.state in runstate.IN_FLIGHT]
+        unsure = [r for r in mine if r.state == runstate.PENDING and r.job_id is None
+                  and (r.state_detail or "").startswith(SUBMITTING)]
+        if unsure:  # even force=true: a second submission could measure it twice
+            reasons.append(f"repeat {repeat}: an interrupted submission ({unsure[0].state_detail}) is not "
+                           f"resolved yet, since the scheduler did not answer; type the sweep again later")
+        elif flying and not opts.force:
             reasons.append(f"repeat {repeat} in flight (run {flying[0].uid}, job {flying[0].job_id})")
         elif done and not opts.force:
             reasons.append(f"repeat {repeat} already done (run {done[0].uid})")
         else:
             attempt = 1 + max((r.attempt for r in mine), default=0)
             wanted.append((repeat, attempt))
-    runs = []
-    for repeat, attempt in wanted:
-        name = str(repeat) if attempt == 1 else f"{repeat}.{attempt}"
-        run = db.Run(uid=f"{sweep_id}:{cell.id}:{repeat}:{attempt}", sweep_id=sweep_id, cell_id=cell.id,
-                     repeat=repeat, attempt=attempt, state="pending",
-                     executor=opts.cluster.get("executor", "local"),
-                     run_dir=str(opts.runs / sweep_id / cell.id / name))
-        session.add(run)
-        runs.append(run)
+    runs = [new_run(session, sweep_id, cell.id, repeat, attempt, opts) for repeat, attempt in wanted]
     return runs, "; ".join(reasons)
+
+
+def new_run(session: Session, sweep_id: str, cell_id: str, repeat: int, attempt: int, opts: Options) -> db.Run:
+    """Records one attempt at one repeat, pending, with its run directory (`<repeat>[.<attempt>]`)."""
+    name = str(repeat) if attempt == 1 else f"{repeat}.{attempt}"
+    run = db.Run(uid=run_uid(sweep_id, cell_id, repeat, attempt), sweep_id=sweep_id, cell_id=cell_id,
+                 repeat=repeat, attempt=attempt, state=runstate.PENDING, executor=opts.backend.name,
+                 run_dir=str(opts.runs / sweep_id / cell_id / name))
+    session.add(run)
+    return run
 
 
 def submit_sweep(cells: list[Cell], opts: Options, argv: list[str] | None = None,
@@ -146,7 +156,7 @@ def submit_sweep(cells: list[Cell], opts: Options, argv: list[str] | None = None
     report = SubmitReport(sweep_id=new_sweep_id(), refused=list(refused or []))
     factory = db.open_db(opts.db_url)
     with factory() as session:
-        adopt_interrupted(session, opts.cluster)
+        adopt_interrupted(session, opts.backend)
         session.add(db.Sweep(id=report.sweep_id, created_at=time.time(), argv=list(argv or sys.argv),
                              overrides=[list(c.overrides) for c in cells], n_cells=len(cells)))
         planned = []
@@ -173,13 +183,13 @@ def submit_runs(session: Session, sweep_id: str, planned: list[tuple[Cell, list[
     """
     if foreground:
         for cell, runs in planned:
-            _mark(session, runs, "running", job_id=None)
+            _mark(session, runs, runstate.RUNNING, job_id=None)
             run_cell(job_spec(cell, sweep_id, runs, opts))
             report.submitted.append((cell, "foreground", len(runs)))
         return
     groups: dict[str, tuple[dict[str, Any], list[tuple[Cell, list[db.Run]]]]] = {}
     for cell, runs in planned:
-        params = resources(cell.config, opts.cluster)
+        params = opts.backend.resources(cell.config)
         groups.setdefault(signature(params), (params, []))[1].append((cell, runs))
     executor = None
     for params, members in groups.values():
@@ -190,32 +200,33 @@ def submit_runs(session: Session, sweep_id: str, planned: list[tuple[Cell, list[
         session.commit()
         try:
             if executor is None:
-                executor = make_executor(opts.cluster, opts.runs / sweep_id / ".submitit")
-            jobs = submit_group(executor, run_cell, [job_spec(c, sweep_id, r, opts) for c, r in members],
-                                params, name)
+                executor = opts.backend.executor(opts.runs / sweep_id / ".submitit")
+            job_ids = opts.backend.submit(executor, run_cell, [job_spec(c, sweep_id, r, opts) for c, r in members],
+                                          params, name)
         except Exception as exc:  # one group's submission failing never stops the sweep
             for cell, runs in members:
-                _mark(session, runs, "failed", job_id=None, error=("submit", f"{type(exc).__name__}: {exc}"))
+                _mark(session, runs, runstate.FAILED, job_id=None, error=("submit", f"{type(exc).__name__}: {exc}"))
                 report.failed.append((cell, str(exc)))
             continue
-        for (cell, runs), job in zip(members, jobs):
+        for (cell, runs), job_id in zip(members, job_ids):
             for run in runs:
-                run.state, run.job_id, run.submitted_at = "submitted", str(job.job_id), time.time()
+                run.state, run.job_id, run.submitted_at = runstate.SUBMITTED, job_id, time.time()
                 run.state_detail = None
-            report.submitted.append((cell, str(job.job_id), len(runs)))
-            progress(f"submitted {cell.label} as job {job.job_id}")
+            report.submitted.append((cell, job_id, len(runs)))
+            progress(f"submitted {cell.label} as job {job_id}")
         session.commit()
 
 
-def adopt_interrupted(session: Session, cluster: dict[str, Any]) -> None:
+def adopt_interrupted(session: Session, backend: Backend) -> None:
     """Runs left `pending` by a submission killed mid-way: adopt the job the scheduler has, or cancel.
 
     The name recorded before `sbatch` is looked up in the scheduler; a job found under it is
     the run's job (task `index` of an array), so typing the sweep again does not submit it a
     second time. A run whose submission never reached the scheduler is cancelled and planned
-    anew.
+    anew. While the scheduler does not answer, nothing is decided: the runs stay pending.
     """
-    orphans = session.scalars(select(db.Run).where(db.Run.state == "pending", db.Run.job_id.is_(None))).all()
+    orphans = session.scalars(select(db.Run).where(db.Run.state == runstate.PENDING,
+                                                   db.Run.job_id.is_(None))).all()
     if not orphans:
         return
     marked = {}
@@ -223,15 +234,19 @@ def adopt_interrupted(session: Session, cluster: dict[str, Any]) -> None:
         match = re.fullmatch(rf"{SUBMITTING} (\S+)\[(\d+)/(\d+)\]", run.state_detail or "")
         if match:
             marked[run.uid] = (match.group(1), int(match.group(2)), int(match.group(3)))
-    found = find_jobs_by_name(cluster, {m[0] for m in marked.values()}) if marked else {}
+    try:
+        found = backend.find({m[0] for m in marked.values()}) if marked else {}
+    except SchedulerUnavailable:
+        return
     for run in orphans:
         name, index, size = marked.get(run.uid, (None, 0, 0))
         if name in found:
-            run.state, run.submitted_at = "submitted", time.time()
+            run.state, run.submitted_at = runstate.SUBMITTED, time.time()
             run.job_id = found[name] if size == 1 else f"{found[name]}_{index}"
             run.state_detail = f"adopted from interrupted submission {name}"
         else:
-            run.state, run.state_detail = "cancelled", "submission interrupted before the job was handed over"
+            run.state = runstate.CANCELLED
+            run.state_detail = "submission interrupted before the job was handed over"
     session.commit()
 
 

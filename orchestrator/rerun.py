@@ -1,7 +1,8 @@
 """Rerunning failed cells: their recorded resolved config, submitted again as a new attempt.
 
-`orchestrator rerun --failed` picks every (cell, repeat) whose latest attempt failed, was lost
-or cancelled, and that has no successful run anywhere; filters narrow it by sweep, failure
+`orchestrator rerun --failed` picks every (cell, repeat) whose latest attempt (db.latest_runs)
+is rerunnable (runstate.RERUNNABLE: failed, lost or cancelled); a repeat whose job the
+scheduler still has in flight is open, so it is never offered. Filters narrow it by sweep, failure
 class or cell setting. Each gets attempt n+1 in the sweep it failed in (run directory
 `<repeat>.<attempt>/`), submitted with the config that sweep recorded for the cell — so a
 rerun measures the same thing — with more time or memory if asked (neither is part of the
@@ -16,13 +17,11 @@ from pathlib import Path
 from typing import Any, Optional
 
 from sqlalchemy import select
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, aliased
 
-from orchestrator import db
+from orchestrator import db, runstate
 from orchestrator.cell import Cell
-from orchestrator.launch import Options, SubmitReport, submit_runs
-
-RERUNNABLE = ("failed", "lost", "cancelled")
+from orchestrator.launch import Options, SubmitReport, new_run, submit_runs
 
 
 @dataclass
@@ -38,25 +37,19 @@ def pick(session: Session, sweep_id: Optional[str] = None, classes: Optional[lis
          where: Optional[dict[str, list[Any]]] = None, time_min: Optional[int] = None,
          mem_gb: Optional[int] = None) -> tuple[list[Pick], list[str]]:
     """The repeats to rerun, and the reasons some failed ones cannot be."""
-    runs = session.scalars(select(db.Run).order_by(db.Run.attempt)).all()
-    by_repeat: dict[tuple[str, int], list[db.Run]] = {}
-    for run in runs:
-        by_repeat.setdefault((run.cell_id, run.repeat), []).append(run)
+    latest = aliased(db.Run, db.latest_runs())
+    query = (select(latest).where(latest.state.in_(runstate.RERUNNABLE))
+             .order_by(latest.cell_id, latest.repeat))
     picks, problems = [], []
-    for (cell_id, repeat), history in sorted(by_repeat.items()):
-        if any(r.state == "done" for r in history):
-            continue
-        last = max(history, key=lambda r: (r.attempt, r.submitted_at or 0.0, r.id))
-        if last.state not in RERUNNABLE:
-            continue  # still in flight
+    for last in session.scalars(query).all():
         if sweep_id and last.sweep_id != sweep_id:
             continue
         if classes and (last.error_class or last.state) not in classes:
             continue
-        cell_row = session.get(db.Cell, cell_id)
+        cell_row = session.get(db.Cell, last.cell_id)
         if where and not all(str(getattr(cell_row, k, None)) in {str(v) for v in vs} for k, vs in where.items()):
             continue
-        link = session.get(db.SweepCell, (last.sweep_id, cell_id))
+        link = session.get(db.SweepCell, (last.sweep_id, last.cell_id))
         if link is None or not link.config:
             problems.append(f"{last.uid}: no recorded config for this cell (sweep recorded before "
                             f"rerun existed); type its sweep again instead")
@@ -67,7 +60,7 @@ def pick(session: Session, sweep_id: Optional[str] = None, classes: Optional[lis
         if mem_gb:
             config["hardware"]["mem_gb"] = int(mem_gb)
         cell = Cell(settings=dict(cell_row.settings), config=config)
-        picks.append(Pick(last=last, cell=cell, attempt=1 + max(r.attempt for r in history)))
+        picks.append(Pick(last=last, cell=cell, attempt=last.attempt + 1))
     return picks, problems
 
 
@@ -82,12 +75,8 @@ def submit(session: Session, picks: list[Pick]) -> list[SubmitReport]:
         opts = Options.from_config(mine[0].cell.config)
         planned: dict[str, tuple[Cell, list[db.Run]]] = {}
         for p in mine:
-            run = db.Run(uid=f"{sweep_id}:{p.cell.id}:{p.last.repeat}:{p.attempt}", sweep_id=sweep_id,
-                         cell_id=p.cell.id, repeat=p.last.repeat, attempt=p.attempt, state="pending",
-                         executor=p.cell.config["cluster"].get("executor", "local"),
-                         run_dir=str(Path(opts.runs) / sweep_id / p.cell.id / f"{p.last.repeat}.{p.attempt}"),
-                         submitted_at=time.time())
-            session.add(run)
+            run = new_run(session, sweep_id, p.cell.id, p.last.repeat, p.attempt, opts)
+            run.submitted_at = time.time()
             key = p.cell.id + repr(sorted(p.cell.config["hardware"].items()))
             planned.setdefault(key, (p.cell, []))[1].append(run)
         session.commit()

@@ -12,9 +12,19 @@ import math
 from pathlib import Path
 from typing import Any
 
-#: The result.json layout this collector reads.
+#: The result.json layout jobs write and this collector reads.
 RESULT_SCHEMA = 1
 RESULT_STATES = ("done", "failed")
+#: The file a job writes per run, in the run's directory.
+RESULT_NAME = "result.json"
+#: The error class of a trainer ended by a signal from outside (a scheduler's SIGTERM on
+#: requeue, cancel or node loss): the scheduler's own record says which, and tracking asks it.
+SIGNALLED = "signal"
+
+
+def run_uid(sweep_id: str, cell_id: str, repeat: int, attempt: int) -> str:
+    """A run's key, shared by its DB row and its result.json: `<sweep>:<cell>:<repeat>:<attempt>`."""
+    return f"{sweep_id}:{cell_id}:{repeat}:{attempt}"
 
 #: result["cell"] keys that become columns of `cells`, with their JSON types.
 CELL_COLUMNS: dict[str, tuple[type, ...]] = {
@@ -69,7 +79,7 @@ def check_result(result: Any) -> None:
     _need(result, "state", str)
     if result["state"] not in RESULT_STATES:
         raise BadResult(f"state {result['state']!r} is not one of {', '.join(RESULT_STATES)}")
-    expected = f"{result['sweep_id']}:{result['cell_id']}:{result['repeat']}:{result['attempt']}"
+    expected = run_uid(result["sweep_id"], result["cell_id"], result["repeat"], result["attempt"])
     if result["run_uid"] != expected:
         raise BadResult(f"run_uid {result['run_uid']!r} does not match sweep_id:cell_id:repeat:attempt ({expected!r})")
 

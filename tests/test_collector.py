@@ -81,8 +81,10 @@ def test_a_run_the_launcher_recorded_is_updated_in_place(tmp_path):
         s.add(Cell(id=result["cell_id"], settings=result["cell"], created_at=1.0, **result["cell"]))
         s.flush()
         s.add(SweepCell(sweep_id="sweep-a", cell_id=result["cell_id"]))
-        s.add(Run(uid=result["run_uid"], sweep_id="sweep-a", cell_id=result["cell_id"], repeat=0, attempt=1,
-                  state="running", state_detail="on node01", job_id="4242", submitted_at=5.0))
+        run = Run(uid=result["run_uid"], sweep_id="sweep-a", cell_id=result["cell_id"], repeat=0, attempt=1,
+                  state="pending", job_id="4242", submitted_at=5.0)
+        run.state, run.state_detail = "running", "on node01"  # as the launcher and tracking move it
+        s.add(run)
 
     assert collect(Session, runs).added == 1
 

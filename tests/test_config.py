@@ -19,7 +19,7 @@ def cell(*overrides):
 def test_groups_have_the_documented_choices():
     groups = {g: sorted(p.stem for p in (REPO / "conf" / g).glob("*.yaml"))
               for g in ("framework", "model", "dataset", "hardware", "cluster")}
-    assert groups["framework"] == ["caffe", "cntk", "mxnet", "tensorflow", "tf", "torch"]
+    assert {"caffe", "cntk", "mxnet", "tensorflow", "tf", "torch"} <= set(groups["framework"])
     assert groups["model"] == ["alexnet", "googlenet", "lenet", "resnet50", "vgg16"]
     assert groups["dataset"] == ["cifar10", "imagenet", "mnist", "synthetic"]
     assert {"cpu12", "cpu20", "k20m", "p100"} <= set(groups["hardware"])
@@ -73,25 +73,6 @@ def test_gpu_cells_fit_gpu_hardware():
     assert cell("hardware=p100", "gpus=2").settings["gpus"] == 2
     # a site that builds an older image lowers the framework's floor and the cell is placed
     assert cell("hardware=k20m", "gpus=1", "framework.min_gpu_capability=3.5").settings["gpus"] == 1
-
-
-def test_slurm_resources_of_a_cell():
-    from orchestrator.executors import resources, signature
-
-    gpu = cell("hardware=p100", "gpus=2", "cluster=slurm").config
-    params = resources(gpu, gpu["cluster"])
-    assert params["partition"] == "p100" and params["gres"] == "gpu:p100:2"
-    assert params["cpus_per_task"] == 16 and params["mem"] == "64G" and params["time"] == 120
-    assert params["exclusive"] is True and "account" not in params
-    site = dict(gpu["cluster"], gpu_request="gpus_per_node", exclusive=False, account="proj1",
-                sbatch={"reservation": "bench"})
-    params = resources(gpu, site)
-    assert params["gpus_per_node"] == "p100:2" and "gres" not in params and "exclusive" not in params
-    assert params["account"] == "proj1" and params["additional_parameters"] == {"reservation": "bench"}
-    cpu = cell("hardware=cpu12", "cluster=slurm").config
-    assert "gres" not in resources(cpu, cpu["cluster"])
-    assert signature(resources(cpu, cpu["cluster"])) != signature(resources(gpu, gpu["cluster"]))
-    assert resources(cell("hardware=p100", "gpus=2").config, {"executor": "local"}) == {}
 
 
 def run_cli(args, cwd, **env):

@@ -111,7 +111,7 @@ def test_pending_reason_cancellation_and_status_from_a_later_shell(workdir):
     subprocess.run(["scancel", job_ids[-1]], env=workdir[1], check=True)
     status = orchestrator(["status"], workdir)
     cancelled = rows(workdir, f"select state, error_class from runs where job_id = '{job_ids[-1]}'")
-    assert cancelled == [("failed", "cancelled")], (cancelled, status.stdout)
+    assert cancelled == [("cancelled", "cancelled")], (cancelled, status.stdout)
     assert "cancelled" in status.stdout
 
 
@@ -202,3 +202,45 @@ def test_two_hundred_cells_cost_one_sbatch_per_resource_signature(workdir, tmp_p
     landed = rows(workdir, "select count(*), count(distinct cell) from results where framework = 'harness' "
                            "and images_per_sec > 0 and params = 7850")  # 784 x 10 weights + 10 biases
     assert landed == [(200, 200)], landed
+
+
+def _daemon_pid(name):
+    """The test cluster's own daemon `name`, from its pid file (never a process found by name)."""
+    state = Path(os.environ.get("SLURM_TEST_DIR", "/tmp/orchestrator-slurm"))
+    pid = int((state / "run" / f"{name}.pid").read_text().strip())
+    assert Path(f"/proc/{pid}/comm").read_text().strip() == name
+    return pid
+
+
+def test_a_controller_outage_loses_nothing_and_offers_nothing_for_rerun(workdir):
+    """slurmctld stopped mid-sweep: `status` and `rerun --failed --dry-run` while it is down mark
+    nothing lost and offer nothing; after it is back every cell ends done exactly once."""
+    launched = orchestrator(["-m", *SMALL, "model=lenet", "seed=range(0,4)", "iterations=60",
+                             "cluster.array_parallelism=2"], workdir)
+    assert launched.returncode == 0, launched.stderr
+    job_ids = [j for (j,) in rows(workdir, "select job_id from runs")]
+    sacct_eventually(workdir, job_ids, 1)  # accounting knows the array
+    # no grace: a job Slurm does not know would be lost at once, if silence counted as "does not know"
+    down = (workdir[0], {**workdir[1], "ORCHESTRATOR_LOST_GRACE_S": "0"})
+    for daemon in ("slurmctld", "slurmdbd"):  # neither squeue nor sacct answers
+        os.kill(_daemon_pid(daemon), 15)
+    try:
+        time.sleep(2)
+        for _ in range(2):
+            status = orchestrator(["status"], down)
+            assert status.returncode == 0, status.stderr
+            assert "slurm did not answer" in status.stdout, status.stdout
+            dry = orchestrator(["rerun", "--failed", "--dry-run"], down)
+            assert dry.returncode == 0 and "nothing to rerun" in dry.stdout, dry.stdout
+            states = dict(rows(workdir, "select state, count(*) from runs group by state"))
+            assert not set(states) & {"lost", "failed", "cancelled"}, (states, status.stdout)
+            time.sleep(3)
+    finally:
+        subprocess.run(["bash", str(REPO / "slurm" / "start.sh")], env=workdir[1], check=True,
+                       capture_output=True)
+    wait_until_final(workdir, timeout=600)
+    assert orchestrator(["collect"], workdir).returncode == 0
+    assert rows(workdir, "select state, count(*) from runs group by state") == [("done", 4)]
+    assert rows(workdir, "select count(*), count(distinct cell) from results where images_per_sec > 0") == [(4, 4)]
+    tasks = sacct(workdir, *{j.split("_")[0] for j in job_ids}, fields="JobID,State")
+    assert sorted(t["JobID"] for t in tasks) == sorted(job_ids), tasks  # each task ran once

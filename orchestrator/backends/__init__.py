@@ -1,0 +1,47 @@
+"""Backends: one per scheduler, each one class behind one small interface (`base.Backend`).
+
+A backend builds the submitit executor and the resource request of a cell, submits a group of
+cells (one job array on Slurm), observes a batch of jobs, finds submissions by name and
+cancels jobs. The rest of the orchestrator never branches on the scheduler: it asks
+`backend_for(cluster)` here, the one place that reads `cluster.executor`.
+"""
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from orchestrator.backends.base import Backend, SchedulerUnavailable, Seen
+
+#: backend name (a cluster config's `executor`) -> "module:Class", imported on first use so
+#: that `orchestrator --help` and the local path never import what Slurm needs.
+BACKENDS = {
+    "local": "orchestrator.backends.local:LocalBackend",
+    "slurm": "orchestrator.backends.slurm:SlurmBackend",
+}
+DEFAULT = "local"
+
+
+class UnknownBackend(ValueError):
+    """A cluster config names an executor no backend implements."""
+
+
+def backend_name(cluster: Mapping[str, Any]) -> str:
+    """The backend a cluster config names (`executor`, default local)."""
+    return str(cluster.get("executor") or DEFAULT)
+
+
+def backend_for(cluster: Mapping[str, Any]) -> Backend:
+    """The backend of a cluster config, configured by it."""
+    return backend_class(backend_name(cluster))(dict(cluster))
+
+
+def backend_class(name: str) -> type[Backend]:
+    import importlib
+
+    if name not in BACKENDS:
+        raise UnknownBackend(f"cluster.executor={name!r} is not one of {', '.join(BACKENDS)}")
+    module, _, cls = BACKENDS[name].partition(":")
+    return getattr(importlib.import_module(module), cls)
+
+
+__all__ = ["Backend", "SchedulerUnavailable", "Seen", "BACKENDS", "backend_for", "backend_class",
+           "backend_name", "UnknownBackend"]
