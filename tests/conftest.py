@@ -64,14 +64,14 @@ def framework_python(framework: str) -> str:
         raise
 
 
-def model_counts(python, framework, channels, size, classes, models):
-    """{model: trainable parameters} from `python -m trainers.<framework>.models --count` at one
-    input shape. Run without LD_LIBRARY_PATH on purpose: a models module must find its
+def model_counts(python, module, channels, size, classes, models):
+    """{model: trainable parameters} from `python -m <module>.models --count` (module: a
+    trainer module, trainers.<framework>) at one input shape. Run without LD_LIBRARY_PATH on purpose: a models module must find its
     framework's libraries by itself (CNTK's MPI links), as a job's trainer does."""
     import json
     import subprocess
 
-    argv = [python, "-m", "trainers.%s.models" % framework, "--count", "--channels", str(channels),
+    argv = [python, "-m", "%s.models" % module, "--count", "--channels", str(channels),
             "--size", str(size), "--classes", str(classes)]
     for model in models:
         argv += ["--model", model]
@@ -87,3 +87,165 @@ def recipe_env(framework):
     from orchestrator.runtime import VenvRuntime
 
     return VenvRuntime.for_framework(framework).command([])[1]
+
+
+# ------------------------------------------------------------------ frameworks and trainers
+
+def discover_frameworks():
+    """Every framework conf/framework/*.yaml defines, as {name, trainer, env}: a YAML with a
+    `name` is one; an alias (only `defaults`, like tf.yaml) collapses onto its target."""
+    import yaml
+
+    found = {}
+    for path in sorted((REPO / "conf" / "framework").glob("*.yaml")):
+        spec = yaml.safe_load(path.read_text()) or {}
+        if "name" not in spec:
+            continue
+        found[spec["name"]] = {"name": spec["name"],
+                               "trainer": spec.get("trainer") or "trainers.%s" % spec["name"],
+                               "env": spec.get("env") or spec["name"]}
+    return [found[name] for name in sorted(found)]
+
+
+FRAMEWORKS = discover_frameworks()
+
+
+class Framework(object):
+    """A discovered framework made ready: its interpreter, environment and declaration."""
+
+    def __init__(self, spec):
+        from trainers.common.support import declared
+        from orchestrator.runtime import EnvironmentError_, VenvRuntime
+
+        self.name, self.module, self.env_name = spec["name"], spec["trainer"], spec["env"]
+        self.support = declared(self.module)
+        try:
+            runtime = VenvRuntime(self.env_name, trainer=self.module)
+            self.python = str(runtime.ensure(log=lambda line: None))
+        except EnvironmentError_ as exc:
+            if exc.error_class == "unsupported":
+                pytest.skip("%s cannot run here: %s" % (self.name, exc))
+            raise
+        self.env = dict(os.environ, **runtime.command([])[1])
+
+    def run(self, argv, timeout=900, **env):
+        """(finished process, events) of `python -m <trainer module> argv`, as a job runs it.
+        Fails the test if a stdout line is not a JSON event with `event` and `t`."""
+        return run_trainer(self.python, self.module, argv, dict(self.env, **env), timeout)
+
+    def __repr__(self):
+        return self.name
+
+
+@pytest.fixture(scope="module", params=[f["name"] for f in FRAMEWORKS])
+def framework(request):
+    """Each framework conf/framework/ defines, ready to run (skipped, with the reason, where
+    this machine cannot hold it)."""
+    return Framework(next(f for f in FRAMEWORKS if f["name"] == request.param))
+
+
+@pytest.fixture(scope="session")
+def ready_frameworks():
+    """Every discovered framework this machine can hold, its environment made."""
+    ready = []
+    for spec in FRAMEWORKS:
+        try:
+            ready.append(Framework(spec))
+        except pytest.skip.Exception:
+            continue
+    return ready
+
+
+def run_trainer(python, module, argv, env=None, timeout=900):
+    import json
+    import subprocess
+
+    proc = subprocess.run([python, "-m", module] + [str(a) for a in argv], cwd=str(REPO),
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          universal_newlines=True, timeout=timeout, env=env)
+    events = []
+    for line in proc.stdout.splitlines():
+        event = json.loads(line)
+        assert isinstance(event["event"], str) and isinstance(event["t"], float), line
+        events.append(event)
+    return proc, events
+
+
+@pytest.fixture(scope="session")
+def trainer_run():
+    """run_trainer(python, module, argv, env=None, timeout=900) -> (process, events)."""
+    return run_trainer
+
+
+RUN_START_FIELDS = {
+    "framework", "version", "build", "model", "params", "input_shape", "classes",
+    "dataset", "like", "batch_size", "per_device_batch", "gpus", "devices", "threads",
+    "precision", "seed", "python", "processes"}
+
+
+def check_run(events, warmup, iterations, global_batch):
+    """The event order and counts of a successful run (docs/protocol.md); its run_start."""
+    kinds = [e["event"] for e in events]
+    assert kinds == (["run_start"] + ["step"] * warmup + ["warmup_end"]
+                     + ["step"] * iterations + ["run_end"]), kinds
+    start, end = events[0], events[-1]
+    assert RUN_START_FIELDS <= set(start), RUN_START_FIELDS - set(start)
+    assert start["batch_size"] == global_batch
+    steps = [e for e in events if e["event"] == "step"]
+    assert [s["step"] for s in steps] == list(range(warmup + iterations))
+    assert all(s["images"] == global_batch and s["dt"] > 0 for s in steps)
+    assert all(isinstance(s["loss"], float) and s["loss"] > 0 for s in steps)
+    assert events[warmup + 1]["event"] == "warmup_end" and events[warmup + 1]["step"] == warmup
+    assert end["steps"] == iterations and end["images"] == iterations * global_batch
+    stamps = [e["t"] for e in events]
+    assert stamps == sorted(stamps)
+    return start
+
+
+@pytest.fixture(scope="session")
+def run_checks():
+    """check_run(events, warmup, iterations, global_batch) -> run_start: asserts the event
+    stream of a successful run."""
+    return check_run
+
+
+@pytest.fixture(scope="session")
+def counts():
+    """counts(python, framework, channels, size, classes, models) -> {model: parameters}."""
+    return model_counts
+
+
+@pytest.fixture(scope="session")
+def framework_env():
+    """framework_env(name) -> (interpreter, the variables a job sets for its trainer)."""
+    return lambda name: (framework_python(name), dict(os.environ, **recipe_env(name)))
+
+
+@pytest.fixture
+def user_workdir(tmp_path):
+    """A user's directory (its own results.db, runs/ and data/; the shared environment cache)
+    and orchestrator(args, timeout=600) / rows(sql) run the CLI and query its DB there."""
+    import sqlite3
+    import subprocess
+
+    env = dict(os.environ, ORCHESTRATOR_DB="sqlite:///%s/results.db" % tmp_path,
+               ORCHESTRATOR_RUNS=str(tmp_path / "runs"), ORCHESTRATOR_DATA=str(tmp_path / "data"),
+               COLUMNS="200")
+
+    class Workdir(object):
+        path = tmp_path
+
+        def orchestrator(self, args, timeout=600):
+            return subprocess.run([sys.executable, "-m", "orchestrator"] + list(args),
+                                  cwd=str(tmp_path), env=env, stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, universal_newlines=True,
+                                  timeout=timeout)
+
+        def rows(self, sql):
+            con = sqlite3.connect(str(tmp_path / "results.db"))
+            try:
+                return con.execute(sql).fetchall()
+            finally:
+                con.close()
+
+    return Workdir()

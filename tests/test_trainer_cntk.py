@@ -1,15 +1,12 @@
-"""The CNTK trainer, for real: CNTK 2.7 on Python 3.6 in its venv (containers/cntk/).
+"""What only the CNTK trainer has; what every trainer must do is tests/test_conformance.py's.
 
-The environment is the one the venv runtime builds for `framework=cntk` (first use: about a
-minute; skipped, with the reason, where no Python 3.6 exists). Runs: LeNet on synthetic data
-and on generated MNIST files, an ImageNet-shaped network at a tiny batch, the refusals
-(fp16 and bf16 on the CPU, GPUs on the CPU build), a sweep through the orchestrator into
-results.db, and the environment's own failure mode (no Python 3.6: `unsupported`).
-
-The several-GPU path (MPI ranks under mpiexec) is checked without GPUs: its command line,
-the ranks' place from OpenMPI's variables, the relay of tagged rank output, a real
-`mpiexec` starting two trainer ranks (which refuse: no GPU) and CNTK's data-parallel learner
-averaging two CPU ranks' gradients. Training several GPUs is not checked here.
+CNTK 2.7 runs on Python 3.6 in its venv (containers/cntk/; skipped, with the reason, where no
+Python 3.6 exists). Checked here: --threads reaches CNTK's own pools and the build it reports,
+the environment's failure mode (no Python 3.6: `unsupported`), and the several-GPU path (MPI
+ranks under mpiexec) without GPUs: its command line, the ranks' place from OpenMPI's
+variables, mpiexec's tagged output relayed by the common launcher, and CNTK's data-parallel
+learner averaging two CPU ranks' gradients. (A CPU-replica run through mpiexec is the
+conformance suite's.) Training several GPUs is not checked here.
 """
 import io
 import json
@@ -20,102 +17,38 @@ import sys
 
 import pytest
 
-from conftest import REPO, framework_python, model_counts, recipe_env
-from test_sweep import sweep_rows
-from test_trainer_protocol import check_run as protocol_check_run, run_trainer
+from trainers.common.events import Events
+from trainers.common.launch import launch, start
+from trainers.cntk import mpi
 
 pytestmark = pytest.mark.slow
 
-FAST = ["--iterations", "3", "--warmup", "1", "--threads", "2"]
-
 
 @pytest.fixture(scope="module")
-def cntk_python():
-    return framework_python("cntk")
+def cntk(framework_env):
+    """(interpreter, environment) of the CNTK trainer."""
+    return framework_env("cntk")
 
 
-def trainer(python, args, timeout=600, env=None):
-    """(finished process, events) of the CNTK trainer in its recipe's environment."""
-    return run_trainer(python, "cntk", args, {**os.environ, **recipe_env("cntk"), **(env or {})}, timeout)
+def test_threads_reach_cntk_and_the_build_says_so(cntk, trainer_run, run_checks):
+    python, env = cntk
+    proc, events = trainer_run(python, "trainers.cntk", [
+        "--model", "lenet", "--dataset", "synthetic", "--like", "mnist", "--batch-size", "4",
+        "--iterations", "1", "--warmup", "1", "--threads", "2"], env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    start_event = run_checks(events, 1, 1, 4)
+    assert start_event["version"] == "2.7" and start_event["python"].startswith("3.6.")
+    build = start_event["build"]
+    assert build["gpu_build"] is False and build["max_cpu_threads"] == 2
+    assert build["omp_num_threads"] == "2" and build["mpi"].startswith("libmpi.so.")
+    assert "Selected CPU" in proc.stderr  # CNTK's own output went to the log
 
 
-def model_count(python, model, channels, size, classes):
-    return model_counts(python, "cntk", channels, size, classes, [model])[model]
-
-
-def check_run(done, events, steps, batch):
-    """A successful run of `steps` steps (the first one warm-up): the protocol's checks, then CNTK's."""
-    assert done.returncode == 0, done.stderr[-3000:]
-    start = protocol_check_run(events, warmup=1, iterations=steps - 1, global_batch=batch)
-    assert start["framework"] == "cntk" and start["version"] == "2.7"
-    assert start["python"].startswith("3.6.")
-    assert start["build"]["gpu_build"] is False and start["build"]["max_cpu_threads"] == 2
-    assert start["build"]["omp_num_threads"] == "2"
-    assert start["build"]["mpi"].startswith("libmpi.so.")
-    assert all(e["loss"] > 0 for e in events if e["event"] == "step")
-    return start
-
-
-def test_lenet_on_synthetic_mnist(cntk_python):
-    done, events = trainer(cntk_python, ["--model", "lenet", "--dataset", "synthetic",
-                                         "--like", "mnist", "--batch-size", "16"] + FAST)
-    start = check_run(done, events, 4, 16)
-    assert start["params"] == model_count(cntk_python, "lenet", 1, 28, 10) == 431080
-    assert start["input_shape"] == [1, 28, 28] and start["devices"]
-    assert "Selected CPU" in done.stderr  # CNTK's own output went to stderr, not the stream
-
-
-def test_lenet_on_mnist_files(cntk_python, tmp_path):
-    from trainers.common.data import write_mnist
-    write_mnist(str(tmp_path / "mnist"), n=100, seed=1)
-    done, events = trainer(cntk_python, ["--model", "lenet", "--dataset", "mnist",
-                                         "--data-dir", str(tmp_path / "mnist"),
-                                         "--batch-size", "8"] + FAST)
-    start = check_run(done, events, 4, 8)
-    assert start["dataset"] == "mnist" and start["params"] == 431080
-
-
-def test_lenet_on_cifar10_shape(cntk_python):
-    done, events = trainer(cntk_python, ["--model", "lenet", "--dataset", "synthetic",
-                                         "--like", "cifar10", "--batch-size", "4"] + FAST)
-    start = check_run(done, events, 4, 4)
-    assert start["params"] == model_count(cntk_python, "lenet", 3, 32, 10) == 657080
-
-
-def test_alexnet_at_a_tiny_batch(cntk_python):
-    done, events = trainer(cntk_python, ["--model", "alexnet", "--dataset", "synthetic",
-                                         "--like", "imagenet", "--batch-size", "2",
-                                         "--iterations", "2", "--warmup", "1",
-                                         "--threads", "2"])
-    start = check_run(done, events, 3, 2)
-    assert start["params"] == model_count(cntk_python, "alexnet", 3, 224, 1000) == 61100840
-    assert start["input_shape"] == [3, 224, 224] and start["classes"] == 1000
-
-
-@pytest.mark.parametrize("args, words", [
-    (["--precision", "fp16"], "fp16"),
-    (["--precision", "bf16"], "bfloat16"),
-    (["--gpus", "1"], "GPU"),
-    (["--gpus", "2"], "GPU"),  # the MPI-launching parent refuses before starting mpiexec
-])
-def test_refusals_end_unsupported(cntk_python, args, words):
-    done, events = trainer(cntk_python, ["--model", "lenet", "--dataset", "synthetic",
-                                         "--like", "mnist", "--batch-size", "4"] + FAST + args)
-    assert done.returncode == 3, done.stderr[-2000:]
-    assert [e["event"] for e in events] == ["error"], events
-    assert events[0]["class"] == "unsupported" and words in events[0]["message"]
-
-
-def test_sweep_lands_rows_in_results_db(cntk_python, tmp_path):
-    assert sweep_rows("cntk", tmp_path) == [("cntk", "alexnet", "done", 1, 61100840),
-                                           ("cntk", "lenet", "done", 1, 431080)]
-
-
-def test_no_python_36_means_unsupported(tmp_path):
+def test_no_python_36_means_unsupported(tmp_path, repo_root):
     from orchestrator.runtime import EnvironmentError_, VenvRuntime
     recipe = tmp_path / "recipe"
     recipe.mkdir()
-    shutil.copy(str(REPO / "containers" / "cntk" / "requirements.txt"), str(recipe))
+    shutil.copy(str(repo_root / "containers" / "cntk" / "requirements.txt"), str(recipe))
     (recipe / "env.yaml").write_text(
         "python: [%s/no-such/python3.6]\nrequirements: requirements.txt\n" % tmp_path)
     runtime = VenvRuntime("cntk", cache=tmp_path / "cache", recipe_dir=recipe)
@@ -129,7 +62,6 @@ def test_no_python_36_means_unsupported(tmp_path):
 # ------------------------------------------------------------ several GPUs: MPI ranks
 
 def test_mpi_command_line_and_rank_place():
-    from trainers.cntk import mpi
     env = {"PATH": "/usr/bin", "LD_LIBRARY_PATH": "/env/mpi-compat", "SECRET": "x"}
     argv = ["--model", "resnet50", "--dataset", "synthetic", "--like", "imagenet",
             "--batch-size", "64", "--gpus", "4"]
@@ -144,76 +76,48 @@ def test_mpi_command_line_and_rank_place():
                                   "OMPI_COMM_WORLD_LOCAL_RANK": "1"}) == (3, 4, 1)
     assert mpi.rank_from_mpi_env({"PMI_RANK": "1", "PMI_SIZE": "2"}) == (1, 2, 1)
     assert mpi.rank_from_mpi_env({}) is None
-    assert mpi.trainer_rank_env((3, 4, 1)) == {"TRAINER_RANK": "3", "TRAINER_WORLD_SIZE": "4",
-                                               "TRAINER_LOCAL_RANK": "1"}
-    assert mpi.wants_mpi(argv, environ={})
-    assert not mpi.wants_mpi(argv, environ={"OMPI_COMM_WORLD_RANK": "0",
-                                            "OMPI_COMM_WORLD_SIZE": "4"})
-    assert not mpi.wants_mpi(argv[:-1] + ["1"], environ={})
     assert mpi.parse_tagged('[1,2]<stdout>:{"event": "step"}') == (2, "stdout",
                                                                    '{"event": "step"}')
     assert mpi.parse_tagged("plain") is None
 
 
-def _relay_script(lines, code=0):
-    """A stand-in for mpiexec: prints tagged lines, exits with `code`."""
-    return [sys.executable, "-c", "import sys\nfor l in %r: print(l)\nsys.exit(%d)"
-            % (list(lines), code)]
+class _StandIn(mpi.MPIRanks):
+    """mpiexec's part played by a script that prints tagged lines and exits with `code`."""
+
+    def __init__(self, lines, code):
+        mpi.MPIRanks.__init__(self)
+        self.script = "import sys\nfor l in %r: print(l)\nsys.exit(%d)" % (list(lines), code)
+
+    def start(self, module, argv, nprocs):
+        return [("mpiexec", start([sys.executable, "-c", self.script], dict(os.environ)), None)]
 
 
-def _relayed(command):
-    from trainers.common.events import Events
-    from trainers.cntk import mpi
+def _relayed(lines, code=0):
     out = io.StringIO()
-    code = mpi._run_ranks(command, Events(out), dict(os.environ))
-    return code, [json.loads(line) for line in out.getvalue().splitlines()]
+    status = launch("unused", [], 2, Events(out), ranks=_StandIn(lines, code))
+    return status, [json.loads(line) for line in out.getvalue().splitlines()]
 
 
-def test_mpi_relay_forwards_rank_0_and_prefers_specific_errors():
+def test_mpiexec_output_is_relayed_by_the_common_launcher():
     ev = lambda rank, record: "[1,%d]<stdout>:%s" % (rank, json.dumps(record))
     good = [ev(0, {"event": "run_start", "t": 1.0}), ev(1, {"event": "run_start", "t": 1.1}),
             ev(0, {"event": "step", "t": 2.0}), "[1,1]<stderr>:noise",
             ev(1, {"event": "run_end", "t": 3.1}), ev(0, {"event": "run_end", "t": 3.0})]
-    code, events = _relayed(_relay_script(good))
+    code, events = _relayed(good)
     assert code == 0 and [(e["event"], e["t"]) for e in events] == [
         ("run_start", 1.0), ("step", 2.0), ("run_end", 3.0)]
 
     bad = [ev(0, {"event": "error", "t": 1.0, "class": "crash", "message": "peer gone"}),
            ev(1, {"event": "error", "t": 1.0, "class": "out_of_memory", "message": "oom"})]
-    code, events = _relayed(_relay_script(bad, code=1))
+    code, events = _relayed(bad, code=1)
     assert code == 4 and events[-1]["class"] == "out_of_memory"
     assert events[-1]["message"] == "rank 1: oom"
 
-    code, events = _relayed(_relay_script([ev(0, {"event": "run_start", "t": 1.0})], code=9))
-    assert code == 1 and events[-1]["class"] == "crash" and "exit status 9" in \
-        events[-1]["message"]
-
-
-def _real_mpiexec():
-    from trainers.cntk import mpi
-    found = mpi.find_mpiexec(os.environ)
-    if found is None:
-        pytest.skip("no mpiexec here (Debian: apt-get install openmpi-bin)")
-    return found
-
-
-def test_real_mpiexec_starts_trainer_ranks(cntk_python):
-    """mpiexec starts two ranks of the trainer with the command line the parent builds; each
-    takes its place from OpenMPI's variables and, on this CPU build, refuses --gpus 2; the
-    relay reports rank 0's refusal. (Training on GPUs is what remains unchecked.)"""
-    from trainers.cntk import mpi
-    argv = ["--model", "lenet", "--dataset", "synthetic", "--like", "mnist",
-            "--batch-size", "4", "--gpus", "2"] + FAST
-    env = dict(os.environ, **recipe_env("cntk"))
-    command = mpi.mpiexec_command(_real_mpiexec(), 2, "trainers.cntk", argv,
-                                  python=cntk_python, environ=env)
-    from trainers.common.events import Events
-    out = io.StringIO()
-    code = mpi._run_ranks(command, Events(out), dict(env, PYTHONPATH=str(REPO)))
-    events = [json.loads(line) for line in out.getvalue().splitlines()]
-    assert code == 3, events
-    assert [e["event"] for e in events] == ["error"]
-    assert events[0]["class"] == "unsupported" and "GPU" in events[0]["message"]
+    code, events = _relayed([ev(0, {"event": "run_start", "t": 1.0}), "[1,1]<stderr>:boom"],
+                            code=9)
+    assert code == 1 and events[-1]["class"] == "crash"
+    assert events[-1]["message"] == "mpiexec ended (exit status 9) without reporting an error"
+    assert events[-1]["traceback"] == "boom"
 
 
 PROBE = r"""
@@ -236,20 +140,22 @@ C.train.distributed.Communicator.finalize()
 """
 
 
-def test_data_parallel_learner_aggregates_over_mpi_on_cpu(cntk_python, tmp_path):
+def test_data_parallel_learner_aggregates_over_mpi_on_cpu(cntk, tmp_path):
     """CNTK's data-parallel learner over two CPU ranks through the venv's OpenMPI 4 stand-in
-    libraries: a smoke test of the distributed code path only (the 1.10/4.x ABI mapping is
-    not a supported way to train; the cluster image has the real OpenMPI 1.10)."""
-    from trainers.cntk import mpi
+    libraries: the ranks end with the same weights from different data (the 1.10/4.x ABI
+    mapping is not a supported way to train; the cluster image has the real OpenMPI 1.10)."""
+    python, env = cntk
+    mpiexec = mpi.find_mpiexec(env)
+    if mpiexec is None:
+        pytest.skip("no mpiexec here (Debian: apt-get install openmpi-bin)")
     script = tmp_path / "probe.py"
     script.write_text(PROBE)
-    env = dict(os.environ, **recipe_env("cntk"))
-    command = mpi.mpiexec_command(_real_mpiexec(), 2, "unused", [], environ=env)
-    command = command[:command.index(sys.executable)] + [cntk_python, str(script)]
+    command = mpi.mpiexec_command(mpiexec, 2, "unused", [], python=python, environ=env)
+    command = command[:command.index(python)] + [python, str(script)]
     done = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                           universal_newlines=True, timeout=300, env=env)
     assert done.returncode == 0, done.stderr[-3000:]
-    lines = sorted(mpi.parse_tagged(l)[2] for l in done.stdout.splitlines()
-                   if mpi.parse_tagged(l) and mpi.parse_tagged(l)[1] == "stdout")
+    lines = sorted(t[2] for t in map(mpi.parse_tagged, done.stdout.splitlines())
+                   if t and t[1] == "stdout")
     assert [l.split()[:2] for l in lines] == [["0", "2"], ["1", "2"]], done.stdout
     assert lines[0].split()[2] == lines[1].split()[2], lines  # the same weights on both

@@ -15,6 +15,9 @@ SUPPORT = Support(
     gpu=["fp32", "fp16"],
     gpu_precision_capability={"fp16": (6, 0)},
     multi_gpu=MPI_RANKS,
+    # CPU ranks under the venv's OpenMPI 4 stand-in libraries: enough to check the launch and
+    # the data-parallel learner, not a supported way to train (mpi.py)
+    cpu_replicas=True,
     # the cntk-gpu image (containers/cntk.def: CUDA 10.0, cuDNN 7, OpenMPI 1.10) covers
     # compute capability 3.0 up to 7.5 (K20m and P100, not Ampere or newer)
     gpu_build=((3, 0), (7, 5)),

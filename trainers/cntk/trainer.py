@@ -8,8 +8,8 @@ the data-parallel learner's summed gradient a mean), and the momentum is not uni
 Minibatches are numpy arrays from the shared readers, fed as CNTK Values made once per
 pooled batch on the CPU (outside the timed step); the step copies them to the device,
 runs forward, backward and the update, and reads the loss back, which waits for the
-device. One process drives one device; several GPUs are several MPI ranks under
-`mpiexec` (trainers/cntk/mpi.py), with `data_parallel_distributed_learner` summing the
+device. One process drives one device; several GPUs (or CPU replicas) are several MPI ranks
+under `mpiexec` (trainers/cntk/mpi.py), with `data_parallel_distributed_learner` summing the
 gradients (32-bit, no quantisation).
 
 Precision: fp32; fp16 on GPUs (the network in float16 between two casts, the loss in
@@ -71,12 +71,12 @@ class CNTKTrainer(Trainer):
         C.cntk_py.set_fixed_random_seed(cfg.seed)  # parameter initialisation, dropout masks
         np.random.seed(cfg.seed)
 
-        if cfg.gpus > 0:
+        if cfg.on_gpu:
             self.device = C.device.gpu(cfg.local_rank)
             devices = [_gpu_name(C, g) for g in range(cfg.gpus)]
         else:
             self.device = C.device.cpu()
-            devices = [cpu_name()]
+            devices = [cpu_name()] * cfg.devices
         if not C.device.try_set_default_device(self.device):
             raise RuntimeError("CNTK could not take device %s" % (self.device,))
 
@@ -178,7 +178,7 @@ def build_info(C, cfg):
                        else None,
         "blas": "MKL-ML" if _bundled(C, "libmklml_intel.so") else None,
     }
-    if cfg.gpus > 0:
+    if cfg.on_gpu:
         props = _gpu_properties(C, C.device.gpu(cfg.local_rank))
         for key in ("version_major", "version_minor", "cuda_cores", "total_memory"):
             if props is not None and hasattr(props, key):

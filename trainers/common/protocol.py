@@ -27,8 +27,8 @@ from trainers.common.support import PRECISIONS, cpu_replicas_requested, declared
 from trainers.common.timing import timed
 
 SYNTHETIC = "synthetic"
-# tests only: TRAINER_FAULT=nan-input feeds the framework NaN images, so that a conformance
-# test sees every framework's own step turn them into a non-finite loss (class diverged)
+# tests only: TRAINER_FAULT=overflow feeds the framework images of float32's largest value, so
+# that a conformance test sees each framework's own step overflow into a non-finite loss
 FAULT_ENV = "TRAINER_FAULT"
 
 __all__ = ["build_parser", "resolve", "Config", "run", "Events", "Unsupported"]
@@ -213,9 +213,9 @@ def _train(obj, cfg, events, set_up):
     set_up.append(True)
     _check_setup(info, obj)
     to_batch = obj.to_batch
-    if os.environ.get(FAULT_ENV) == "nan-input":
+    if os.environ.get(FAULT_ENV) == "overflow":
         def to_batch(images, labels):
-            images[...] = float("nan")
+            images[...] = 3e38
             return obj.to_batch(images, labels)
     pool = build_pool(dataset, n_batches, cfg.per_device_batch, cfg.input_shape,
                       to_batch, rank=shard[0], world_size=shard[1])

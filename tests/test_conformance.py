@@ -1,0 +1,191 @@
+"""What every trainer must do, checked for every framework conf/framework/ defines.
+
+The frameworks are discovered from conf/framework/*.yaml (an alias such as tf.yaml collapses
+onto its target), each run in the environment its recipe builds, as a job runs it, and held
+to its own declaration (`SUPPORT` in its trainer module, trainers/common/support.py). Adding a
+framework (docs/adding-a-framework.md) adds it here with no test file edited. Checked:
+
+- the declaration is light: importing the trainer module imports no framework;
+- a LeNet run speaks docs/protocol.md (run_start's fields, warm-up, the measured steps,
+  run_end, exit 0) with the published parameter count;
+- every network it declares has exactly the published parameter count (the same networks
+  in every framework: no tolerance);
+- each precision it does not declare on the CPU, and GPUs on a machine without CUDA, end as
+  one `unsupported` error event in the common message format, exit status 3;
+- the failure classes: a bad argument and a missing dataset are `unsupported`, images of
+  float32's largest value (TRAINER_FAULT=overflow) make the framework's own step overflow
+  into a non-finite loss, reported as `diverged`;
+- a CPU multi-replica run where it declares one (refused in the common words elsewhere);
+- the precisions it declares on the CPU beyond fp32 really run;
+- one sweep through the orchestrator lands a row per framework, on the same network.
+
+Runs are tiny (LeNet, a few steps); each framework's interpreter is made once per module.
+"""
+import json
+import re
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from trainers.common.errors import EXIT_CODES
+from trainers.common.support import CPU, PRECISIONS
+
+pytestmark = pytest.mark.slow
+
+LENET = ["--model", "lenet", "--dataset", "synthetic", "--like", "mnist", "--threads", "1"]
+SHORT = ["--iterations", "3", "--warmup", "1"]
+# the published networks (torchvision's, Caffe's LeNet) at (channels, size, classes)
+PUBLISHED = {
+    (1, 28, 10): {"lenet": 431080},
+    (3, 32, 10): {"lenet": 657080},
+    (3, 224, 1000): {"alexnet": 61100840, "resnet50": 25557032, "googlenet": 6624904,
+                     "vgg16": 138357544},
+}
+
+
+def _refused(proc, events):
+    """The one error event of a refused run (nothing else on the stream, exit 3)."""
+    assert proc.returncode == EXIT_CODES["unsupported"] == 3, (proc.returncode,
+                                                               proc.stderr[-2000:])
+    assert [e["event"] for e in events] == ["error"], events
+    assert events[0]["class"] == "unsupported"
+    assert "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    return events[0]["message"]
+
+
+@pytest.fixture(scope="module")
+def lenet_run(framework):
+    """One LeNet run of the framework (3 measured steps after 2 of warm-up)."""
+    proc, events = framework.run(LENET + ["--batch-size", "8", "--iterations", "3",
+                                          "--warmup", "2", "--seed", "5"])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc, events
+
+
+def test_the_declaration_imports_no_framework(framework, repo_root):
+    probe = ("import importlib, json, sys\n"
+             "before = set(sys.modules)\n"
+             "importlib.import_module(%r)\n"
+             "print(json.dumps(sorted(m for m in set(sys.modules) - before\n"
+             "    if m.split('.')[0] not in sys.stdlib_module_names | {'trainers'})))\n"
+             % framework.module)
+    out = subprocess.check_output([sys.executable, "-c", probe], universal_newlines=True,
+                                  cwd=str(repo_root))
+    assert json.loads(out) == []
+
+
+def test_a_run_speaks_the_protocol(framework, lenet_run, run_checks):
+    proc, events = lenet_run
+    start = run_checks(events, warmup=2, iterations=3, global_batch=8)
+    assert start["framework"] == framework.support.framework
+    assert (start["model"], start["dataset"], start["like"]) == ("lenet", "synthetic", "mnist")
+    assert start["input_shape"] == [1, 28, 28] and start["classes"] == 10
+    assert (start["gpus"], start["threads"], start["seed"], start["precision"]) == (0, 1, 5,
+                                                                                    "fp32")
+    assert start["per_device_batch"] == 8 and start["processes"] == 1
+    assert len(start["devices"]) == 1 and start["version"]
+    assert isinstance(start["build"], dict) and start["build"]
+    assert start["params"] == PUBLISHED[(1, 28, 10)]["lenet"]
+
+
+def test_every_declared_network_has_the_published_parameter_count(framework, counts):
+    problems = []
+    for (channels, size, classes), published in PUBLISHED.items():
+        models = [m for m in published if framework.support.models is None
+                  or m in framework.support.models]
+        if not models:
+            continue
+        got = counts(framework.python, framework.module, channels, size, classes, models)
+        for model in models:
+            if got.get(model) != published[model]:
+                problems.append("%s at %dx%dx%d, %d classes: %s parameters, published %d" % (
+                    model, channels, size, size, classes, got.get(model), published[model]))
+    assert not problems, "; ".join(problems)
+
+
+def test_undeclared_precisions_on_the_cpu_are_refused(framework):
+    undeclared = [p for p in PRECISIONS if p not in framework.support.precisions[CPU]]
+    assert undeclared, "every framework leaves one out (no CPU has fast fp16)"
+    for precision in undeclared:
+        proc, events = framework.run(LENET + SHORT + ["--batch-size", "4", "--precision",
+                                                      precision])
+        assert _refused(proc, events) == framework.support.problem(precision, 0, "lenet")
+
+
+@pytest.mark.parametrize("gpus", [1, 2])
+def test_gpus_on_a_machine_without_cuda_are_refused(framework, gpus):
+    if shutil.which("nvidia-smi") and subprocess.call(["nvidia-smi", "-L"],
+                                                      stdout=subprocess.DEVNULL,
+                                                      stderr=subprocess.DEVNULL) == 0:
+        pytest.skip("this machine has a GPU")
+    proc, events = framework.run(LENET + SHORT + ["--batch-size", "4", "--gpus", gpus])
+    message = _refused(proc, events)
+    support = framework.support
+    if not support.precisions["gpu"]:
+        assert message == support.problem("fp32", gpus, "lenet")
+    else:  # the common format around the framework's own words for its build
+        pattern = r"%s does not support --gpus %d here; it supports the 0 GPU\(s\) .+ sees%s$" % (
+            re.escape(support.framework), gpus,
+            re.escape(" (%s)" % support.notes["gpus"]) if "gpus" in support.notes else "")
+        assert re.match(pattern, message), message
+
+
+@pytest.mark.parametrize("case", ["bad argument", "missing dataset", "diverging"])
+def test_failure_classes(framework, case, tmp_path):
+    if case == "bad argument":
+        proc, events = framework.run(LENET + SHORT + ["--batch-size", "0"])
+        assert "--batch-size must be at least 1" in _refused(proc, events)
+    elif case == "missing dataset":
+        proc, events = framework.run(["--model", "lenet", "--dataset", "mnist", "--data-dir",
+                                      tmp_path, "--batch-size", "4"] + SHORT)
+        assert "train-images-idx3-ubyte" in _refused(proc, events)
+    else:  # overflowing input: the framework's own step yields a non-finite loss
+        proc, events = framework.run(LENET + SHORT + ["--batch-size", "4"],
+                                     TRAINER_FAULT="overflow")
+        assert proc.returncode == EXIT_CODES["diverged"], proc.stderr[-3000:]
+        kinds = [e["event"] for e in events]
+        assert kinds[0] == "run_start" and kinds[-1] == "error" and "run_end" not in kinds
+        assert events[-1]["class"] == "diverged"
+        assert re.match(r"loss became (nan|inf|-inf) at step \d \((warm-up|measured)\)$",
+                        events[-1]["message"]), events[-1]["message"]
+
+
+def test_cpu_replicas_where_declared(framework, run_checks):
+    argv = LENET + SHORT + ["--batch-size", "4", "--gpus", "2", "--scaling", "weak"]
+    proc, events = framework.run(argv, TRAINER_CPU_REPLICAS="1")
+    support = framework.support
+    if not support.cpu_replicas:
+        assert _refused(proc, events) == support.problem("fp32", 2, "lenet", cpu_replicas=True)
+        return
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    start = run_checks(events, warmup=1, iterations=3, global_batch=8)
+    assert (start["gpus"], start["per_device_batch"], len(start["devices"])) == (2, 4, 2)
+    assert start["processes"] == support.processes(2)
+
+
+def test_declared_cpu_precisions_run(framework, run_checks):
+    extra = [p for p in framework.support.precisions[CPU] if p != "fp32"]
+    if not extra:
+        pytest.skip("%s declares fp32 only on the CPU" % framework)
+    for precision in extra:
+        proc, events = framework.run(LENET + ["--batch-size", "4", "--iterations", "2",
+                                              "--warmup", "1", "--precision", precision])
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        assert run_checks(events, 1, 2, 4)["precision"] == precision
+
+
+def test_a_sweep_over_every_framework_lands_one_row_each(ready_frameworks, user_workdir):
+    """The comparison the tool exists for: one sweep, generated MNIST files, one measured row
+    per framework on the same network."""
+    ready = [fw.name for fw in ready_frameworks]
+    generated = user_workdir.orchestrator(["data", "generate", "mnist", "-n", "256"])
+    assert generated.returncode == 0, generated.stderr
+    launched = user_workdir.orchestrator(
+        ["-m", "framework=%s" % ",".join(ready), "model=lenet", "dataset=mnist",
+         "iterations=3", "warmup=1", "batch_size=8", "wait=true"], timeout=1800)
+    assert launched.returncode == 0, launched.stdout[-3000:] + launched.stderr[-3000:]
+    got = user_workdir.rows("select framework, state, params, images_per_sec > 0 "
+                            "from results order by framework")
+    assert got == [(name, "done", 431080, 1) for name in sorted(ready)], got
