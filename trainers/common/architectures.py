@@ -1,0 +1,205 @@
+"""The five networks, stated once as data: each framework's models.py turns these tables into
+its own layers, so every framework builds the same network.
+
+Where each comes from (the frameworks' files follow these layer for layer; only the input
+channels and the class count change):
+
+- LeNet: Caffe's examples/mnist/lenet.prototxt (LeCun et al., 1998, as Caffe ships it):
+  two convolutions with no nonlinearity after them, each followed by a 2x2/2 max pool that
+  rounds up (Caffe's pooling), then fc 500 with ReLU. 431,080 parameters at 1x28x28 and 10
+  classes; the first fully connected layer is sized for the input.
+- AlexNet: torchvision.models.alexnet, the one-GPU variant of Krizhevsky (2014), "One weird
+  trick for parallelizing convolutional neural networks": ReLU after every convolution, a
+  6x6 adaptive average pool, dropout before each hidden fully connected layer. 61,100,840.
+- ResNet-50: torchvision.models.resnet50, He et al. (2016), "Deep residual learning for
+  image recognition", Table 1, in the v1.5 form (the stride on the bottleneck's 3x3
+  convolution, not its first 1x1): convolutions without bias, each followed by BatchNorm
+  (eps 1e-5). 25,557,032.
+- GoogLeNet: torchvision.models.googlenet, Szegedy et al. (2015), "Going deeper with
+  convolutions", Table 1, as torchvision has it: every convolution without bias and followed
+  by BatchNorm (eps 0.001) and ReLU, the "5x5" branch with a 3x3 kernel (the published
+  torchvision count depends on it), ceil-mode max pools, no auxiliary classifiers.
+  6,624,904.
+- VGG16: torchvision.models.vgg16, Simonyan and Zisserman (2015), "Very deep convolutional
+  networks for large-scale image recognition", configuration D without BatchNorm: 3x3
+  convolutions (padding 1) with ReLU, a 2x2/2 max pool after each block, a 7x7 adaptive
+  average pool, dropout after each hidden fully connected layer. 138,357,544.
+
+(Counts at 3x224x224 and 1000 classes unless said; the tests check every framework's
+`python -m trainers.<framework>.models --count` against them.)
+
+The tables use PyTorch's conventions: `Conv(filters, kernel, stride, pad)` with explicit
+zero padding, `MaxPool(kernel, stride, pad, ceil)` where `ceil` is PyTorch's ceil_mode.
+A classifier head is the sequence of layers between the flattened features and the final
+fully connected layer (one output per class, always last): `(FC, n)` is a fully connected
+layer of n units followed by ReLU, `(DROPOUT, p)` a dropout of rate p.
+
+Plain data and arithmetic: this module imports no framework (nor numpy) and parses as
+Python 3.6, like the rest of trainers/common.
+"""
+import collections
+
+from trainers.common.errors import Unsupported
+
+Conv = collections.namedtuple("Conv", "filters kernel stride pad")
+Conv.__new__.__defaults__ = (1, 0)
+MaxPool = collections.namedtuple("MaxPool", "kernel stride pad ceil")
+MaxPool.__new__.__defaults__ = (0, False)
+#: an inception module's output channels per branch, in the paper's column order
+Inception = collections.namedtuple("Inception", "ch1x1 ch3x3red ch3x3 ch5x5red ch5x5 pool_proj")
+#: a ResNet stage: `blocks` bottlenecks of `width` channels inside (4x that out), the first
+#: with `stride`
+Stage = collections.namedtuple("Stage", "blocks width stride")
+
+FC, DROPOUT = "fc", "dropout"
+BN_EPS = 1e-5  # PyTorch's BatchNorm2d default (ResNet-50)
+
+# ----------------------------------------------------------------------------- LeNet
+
+LENET = (Conv(20, 5), MaxPool(2, 2, ceil=True), Conv(50, 5), MaxPool(2, 2, ceil=True))
+LENET_HEAD = ((FC, 500),)
+
+# --------------------------------------------------------------------------- AlexNet
+
+ALEXNET = (Conv(64, 11, 4, 2), MaxPool(3, 2),
+           Conv(192, 5, 1, 2), MaxPool(3, 2),
+           Conv(384, 3, 1, 1),
+           Conv(256, 3, 1, 1),
+           Conv(256, 3, 1, 1), MaxPool(3, 2))
+ALEXNET_POOLED = 6  # AdaptiveAvgPool2d((6, 6))
+ALEXNET_HEAD = ((DROPOUT, 0.5), (FC, 4096), (DROPOUT, 0.5), (FC, 4096))
+
+# ------------------------------------------------------------------------- ResNet-50
+
+RESNET50_STEM = (Conv(64, 7, 2, 3), MaxPool(3, 2, 1))  # the conv with BatchNorm and ReLU
+RESNET50 = (Stage(3, 64, 1), Stage(4, 128, 2), Stage(6, 256, 2), Stage(3, 512, 2))
+EXPANSION = 4  # a bottleneck's output channels per inside channel
+RESNET50_HEAD = ()  # global average pool, then the classes
+
+
+def bottleneck(width, stride):
+    """A v1.5 bottleneck's three convolutions (each followed by BatchNorm; ReLU after the
+    first two, and after the sum with the shortcut)."""
+    return (Conv(width, 1), Conv(width, 3, stride, 1), Conv(width * EXPANSION, 1))
+
+
+def shortcut(in_channels, width, stride):
+    """The projection (a 1x1 convolution, then BatchNorm) of a bottleneck's shortcut where
+    its shape changes, else None (the identity)."""
+    if stride != 1 or in_channels != width * EXPANSION:
+        return Conv(width * EXPANSION, 1, stride)
+    return None
+
+
+# ------------------------------------------------------------------------- GoogLeNet
+
+GOOGLENET = (  # (name, layer): torchvision's module names, which Caffe's prototxt uses too
+    ("conv1", Conv(64, 7, 2, 3)),
+    ("maxpool1", MaxPool(3, 2, ceil=True)),
+    ("conv2", Conv(64, 1)),
+    ("conv3", Conv(192, 3, 1, 1)),
+    ("maxpool2", MaxPool(3, 2, ceil=True)),
+    ("inception3a", Inception(64, 96, 128, 16, 32, 32)),
+    ("inception3b", Inception(128, 128, 192, 32, 96, 64)),
+    ("maxpool3", MaxPool(3, 2, ceil=True)),
+    ("inception4a", Inception(192, 96, 208, 16, 48, 64)),
+    ("inception4b", Inception(160, 112, 224, 24, 64, 64)),
+    ("inception4c", Inception(128, 128, 256, 24, 64, 64)),
+    ("inception4d", Inception(112, 144, 288, 32, 64, 64)),
+    ("inception4e", Inception(256, 160, 320, 32, 128, 128)),
+    ("maxpool4", MaxPool(2, 2, ceil=True)),
+    ("inception5a", Inception(256, 160, 320, 32, 128, 128)),
+    ("inception5b", Inception(384, 192, 384, 48, 128, 128)),
+)
+GOOGLENET_BN_EPS = 0.001
+GOOGLENET_HEAD = ((DROPOUT, 0.2),)  # after the global average pool
+
+
+def inception_branches(spec):
+    """An inception module's four branches, each a sequence of Conv and MaxPool: 1x1;
+    1x1 reduction then 3x3; 1x1 reduction then the "5x5" (3x3 in torchvision); a 3x3/1
+    max pool (ceil mode) then a 1x1 projection. Their outputs are concatenated."""
+    return ((Conv(spec.ch1x1, 1),),
+            (Conv(spec.ch3x3red, 1), Conv(spec.ch3x3, 3, 1, 1)),
+            (Conv(spec.ch5x5red, 1), Conv(spec.ch5x5, 3, 1, 1)),
+            (MaxPool(3, 1, 1, ceil=True), Conv(spec.pool_proj, 1)))
+
+
+def inception_outputs(x, spec, layer):
+    """The four branch outputs of an inception module on `x`, for frameworks that build a
+    network by applying layers to a tensor: `layer(x, spec)` applies one Conv or MaxPool."""
+    outputs = []
+    for branch in inception_branches(spec):
+        y = x
+        for spec_ in branch:
+            y = layer(y, spec_)
+        outputs.append(y)
+    return outputs
+
+
+def inception_channels(spec):
+    """The channels an inception module puts out."""
+    return spec.ch1x1 + spec.ch3x3 + spec.ch5x5 + spec.pool_proj
+
+
+# ----------------------------------------------------------------------------- VGG16
+
+VGG16 = ((64, 64), (128, 128), (256, 256, 256), (512, 512, 512), (512, 512, 512))
+VGG16_POOLED = 7  # AdaptiveAvgPool2d((7, 7))
+VGG16_HEAD = ((FC, 4096), (DROPOUT, 0.5), (FC, 4096), (DROPOUT, 0.5))
+
+
+def vgg_blocks(blocks):
+    """Each block of a VGG table as its layers: 3x3 convolutions (padding 1), then a 2x2/2
+    max pool."""
+    return tuple(tuple(Conv(filters, 3, 1, 1) for filters in block) + (MaxPool(2, 2),)
+                 for block in blocks)
+
+
+def vgg(blocks):
+    """A VGG table as one sequence of Conv and MaxPool."""
+    return sum(vgg_blocks(blocks), ())
+
+
+# ------------------------------------------------------------------------- arithmetic
+
+def conv_size(size, spec):
+    """A convolution's output size along one axis."""
+    return (size + 2 * spec.pad - spec.kernel) // spec.stride + 1
+
+
+def pool_size(size, spec):
+    """A max pool's output size along one axis, rounded as PyTorch (and Caffe) round: down,
+    or with `ceil` up, where the last window must start inside the input or left padding."""
+    if not spec.ceil:
+        return (size + 2 * spec.pad - spec.kernel) // spec.stride + 1
+    out = -(-(size + 2 * spec.pad - spec.kernel) // spec.stride) + 1
+    if spec.pad and (out - 1) * spec.stride >= size + spec.pad:
+        out -= 1
+    return out
+
+
+def feature_size(layers, size):
+    """The size along one axis after a sequence of Conv and MaxPool."""
+    for spec in layers:
+        size = pool_size(size, spec) if isinstance(spec, MaxPool) else conv_size(size, spec)
+    return size
+
+
+def channels_out(layers, channels):
+    """The channels after a sequence of Conv, MaxPool and Inception."""
+    for spec in layers:
+        if isinstance(spec, Conv):
+            channels = spec.filters
+        elif isinstance(spec, Inception):
+            channels = inception_channels(spec)
+    return channels
+
+
+def lenet_features(height, width):
+    """The (height, width) of LeNet's last feature map for an input of height x width
+    (which sizes its first fully connected layer); Unsupported where nothing is left."""
+    h, w = feature_size(LENET, height), feature_size(LENET, width)
+    if h < 1 or w < 1:
+        raise Unsupported("LeNet needs inputs of at least 13x13, got %dx%d" % (height, width))
+    return h, w
