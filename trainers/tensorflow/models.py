@@ -1,18 +1,11 @@
-"""The five networks in TensorFlow (Keras layers), the same as trainers/torch/models.py.
-
-Layer for layer these are the PyTorch definitions (Caffe's LeNet, torchvision's AlexNet,
-ResNet-50 v1.5, GoogLeNet without auxiliary classifiers, VGG16), so the trainable parameter
-counts are identical:
-
-    lenet       431,080 at 1x28x28, 10 classes
-    alexnet     61,100,840
-    resnet50    25,557,032
-    googlenet   6,624,904
-    vgg16       138,357,544
+"""The five networks in TensorFlow (Keras layers), built from the tables in
+trainers/common/architectures.py (which names their sources and parameter counts) layer for
+layer as trainers/torch/models.py builds them, so the trainable parameter counts are
+identical;
 
     python -m trainers.tensorflow.models --count [--channels 3 --size 224 --classes 1000]
 
-prints these counts as JSON. The networks take NHWC input (channels last: TensorFlow's CPU
+prints them as JSON. The networks take NHWC input (channels last: TensorFlow's CPU
 convolutions support no other layout, and cuDNN's tensor-core paths prefer it), so the
 trainer transposes the NCHW pool batches once, outside the timed step.
 
@@ -24,9 +17,9 @@ Keras' "same" pooling where that pads at most one pixel at the end (checked per 
 Keras' BatchNormalization holds gamma and beta as trainable weights and the moving
 statistics as non-trainable ones, like PyTorch's weight/bias and running buffers.
 """
-import math
 import sys
 
+from trainers.common import architectures as arch
 from trainers.common.counting import count_main
 from trainers.common.errors import Unsupported
 
@@ -45,33 +38,35 @@ NORMAL_001 = keras.initializers.RandomNormal(0.0, 0.01)
 TRUNC_NORMAL_001 = keras.initializers.TruncatedNormal(0.0, 0.01)
 
 
-def _conv(x, filters, kernel, stride=1, padding=0, use_bias=True, init="glorot_uniform",
-          name=None):
-    """PyTorch's Conv2d(kernel, stride, padding): explicit zero padding, then "valid"."""
-    if padding:
-        x = layers.ZeroPadding2D(padding)(x)
-    return layers.Conv2D(filters, kernel, strides=stride, padding="valid", use_bias=use_bias,
-                         kernel_initializer=init, name=name)(x)
+def _conv(x, spec, use_bias=True, init="glorot_uniform"):
+    """PyTorch's Conv2d for an arch.Conv: explicit zero padding, then "valid"."""
+    if spec.pad:
+        x = layers.ZeroPadding2D(spec.pad)(x)
+    return layers.Conv2D(spec.filters, spec.kernel, strides=spec.stride, padding="valid",
+                         use_bias=use_bias, kernel_initializer=init)(x)
 
 
-def _max_pool(x, kernel, stride, padding=0, ceil_mode=False):
-    """PyTorch's MaxPool2d. Explicit padding pads with zeros (callers only pad non-negative
-    input); ceil_mode uses "same" pooling, which is the same window placement when it pads
-    at most one pixel, at the end (what ceil mode does when padding is 0)."""
-    size = int(x.shape[1]), int(x.shape[2])
-    if ceil_mode:
-        if padding:
+def _max_pool(x, spec):
+    """PyTorch's MaxPool2d for an arch.MaxPool. At stride 1 with padding (kernel - 1) / 2
+    (GoogLeNet's inception branch) that is Keras' "same" pooling, whose padding never wins.
+    Other explicit padding pads with zeros (callers only pad non-negative input); ceil mode
+    uses "same" pooling, which is the same window placement when it pads at most one pixel,
+    at the end (what ceil mode does when padding is 0)."""
+    kernel, stride = spec.kernel, spec.stride
+    if stride == 1 and 2 * spec.pad == kernel - 1:
+        return layers.MaxPooling2D(kernel, strides=1, padding="same")(x)
+    if spec.ceil:
+        if spec.pad:
             raise ValueError("ceil_mode with padding is not used by these networks")
-        for n in size:
-            out_ceil = int(math.ceil((n - kernel) / float(stride))) + 1
-            out_same = int(math.ceil(n / float(stride)))
+        for n in int(x.shape[1]), int(x.shape[2]):
+            out_same = -(-n // stride)
             total = max((out_same - 1) * stride + kernel - n, 0)
-            if out_ceil != out_same or total > 1:
+            if arch.pool_size(n, spec) != out_same or total > 1:
                 raise ValueError("ceil-mode pooling k=%d s=%d on %d is not Keras' 'same'"
                                  % (kernel, stride, n))
         return layers.MaxPooling2D(kernel, strides=stride, padding="same")(x)
-    if padding:
-        x = layers.ZeroPadding2D(padding)(x)
+    if spec.pad:
+        x = layers.ZeroPadding2D(spec.pad)(x)
     return layers.MaxPooling2D(kernel, strides=stride, padding="valid")(x)
 
 
@@ -97,136 +92,110 @@ def _logits(x, classes, init="glorot_uniform"):
     return layers.Activation("linear", dtype="float32")(x)
 
 
+def _features(x, specs, relu=True, init="glorot_uniform"):
+    """A sequence of arch.Conv (with bias; ReLU after each where `relu`) and arch.MaxPool."""
+    for spec in specs:
+        if isinstance(spec, arch.MaxPool):
+            x = _max_pool(x, spec)
+        else:
+            x = _conv(x, spec, init=init)
+            if relu:
+                x = layers.ReLU()(x)
+    return x
+
+
+def _head(x, head, classes, init="glorot_uniform"):
+    """An arch classifier head, then the classes."""
+    for kind, value in head:
+        if kind == arch.DROPOUT:
+            x = layers.Dropout(value)(x)
+        else:
+            x = layers.Dense(value, activation="relu", kernel_initializer=init)(x)
+    return _logits(x, classes, init=init)
+
+
 def lenet(inputs, classes):
     """Caffe's LeNet: conv 20@5x5, max-pool 2/2 (ceil), conv 50@5x5, max-pool 2/2 (ceil),
     fc 500, ReLU, fc classes; no nonlinearity after the convolutions."""
-    height, width = int(inputs.shape[1]), int(inputs.shape[2])
-    if _lenet_features(height) < 1 or _lenet_features(width) < 1:
-        raise Unsupported("LeNet needs inputs of at least 12x12, got %dx%d" % (height, width))
-    x = layers.Conv2D(20, 5)(inputs)
-    x = _max_pool(x, 2, 2, ceil_mode=True)
-    x = layers.Conv2D(50, 5)(x)
-    x = _max_pool(x, 2, 2, ceil_mode=True)
-    x = layers.Flatten()(x)
-    x = layers.Dense(500, activation="relu")(x)
-    return _logits(x, classes)
+    arch.lenet_features(int(inputs.shape[1]), int(inputs.shape[2]))
+    x = layers.Flatten()(_features(inputs, arch.LENET, relu=False))
+    return _head(x, arch.LENET_HEAD, classes)
 
 
-def _lenet_features(size):
-    size = int(math.ceil((size - 4) / 2.0))
-    return int(math.ceil((size - 4) / 2.0))
-
-
-def alexnet(inputs, classes, dropout=0.5):
+def alexnet(inputs, classes):
     """torchvision's AlexNet."""
-    x = layers.ReLU()(_conv(inputs, 64, 11, stride=4, padding=2))
-    x = _max_pool(x, 3, 2)
-    x = layers.ReLU()(_conv(x, 192, 5, padding=2))
-    x = _max_pool(x, 3, 2)
-    x = layers.ReLU()(_conv(x, 384, 3, padding=1))
-    x = layers.ReLU()(_conv(x, 256, 3, padding=1))
-    x = layers.ReLU()(_conv(x, 256, 3, padding=1))
-    x = _max_pool(x, 3, 2)
-    x = layers.Flatten()(_adaptive_avg_pool(x, 6))
-    x = layers.Dropout(dropout)(x)
-    x = layers.Dense(4096, activation="relu")(x)
-    x = layers.Dropout(dropout)(x)
-    x = layers.Dense(4096, activation="relu")(x)
-    return _logits(x, classes)
+    x = _features(inputs, arch.ALEXNET)
+    x = layers.Flatten()(_adaptive_avg_pool(x, arch.ALEXNET_POOLED))
+    return _head(x, arch.ALEXNET_HEAD, classes)
 
 
-def _bn(x, epsilon=1e-5):
+def _bn(x, epsilon=arch.BN_EPS):
     # PyTorch's BatchNorm2d: eps 1e-5, momentum 0.1 (Keras counts momentum the other way)
     return layers.BatchNormalization(axis=-1, momentum=0.9, epsilon=epsilon)(x)
 
 
-def _bottleneck(x, planes, stride, downsample):
+def _conv_bn(x, spec, epsilon=arch.BN_EPS, init=KAIMING_FAN_OUT):
+    """A convolution without bias, then BatchNorm."""
+    return _bn(_conv(x, spec, use_bias=False, init=init), epsilon)
+
+
+def _bottleneck(x, channels, width, stride):
     """ResNet v1.5 bottleneck: the stride sits on the 3x3 convolution."""
     identity = x
-    if downsample:
-        identity = _bn(_conv(x, planes * 4, 1, stride=stride, use_bias=False,
-                             init=KAIMING_FAN_OUT))
-    out = layers.ReLU()(_bn(_conv(x, planes, 1, use_bias=False, init=KAIMING_FAN_OUT)))
-    out = layers.ReLU()(_bn(_conv(out, planes, 3, stride=stride, padding=1, use_bias=False,
-                                  init=KAIMING_FAN_OUT)))
-    out = _bn(_conv(out, planes * 4, 1, use_bias=False, init=KAIMING_FAN_OUT))
+    projection = arch.shortcut(channels, width, stride)
+    if projection is not None:
+        identity = _conv_bn(x, projection)
+    convs = arch.bottleneck(width, stride)
+    out = x
+    for spec in convs[:-1]:
+        out = layers.ReLU()(_conv_bn(out, spec))
+    out = _conv_bn(out, convs[-1])
     return layers.ReLU()(layers.Add()([out, identity]))
 
 
-def resnet50(inputs, classes, blocks=(3, 4, 6, 3)):
+def resnet50(inputs, classes):
     """torchvision's resnet50."""
-    x = _conv(inputs, 64, 7, stride=2, padding=3, use_bias=False, init=KAIMING_FAN_OUT)
-    x = layers.ReLU()(_bn(x))
-    x = _max_pool(x, 3, 2, padding=1)  # after a ReLU: zero padding is exact
-    inplanes = 64
-    for i, (planes, n) in enumerate(zip((64, 128, 256, 512), blocks)):
-        stride = 1 if i == 0 else 2
-        x = _bottleneck(x, planes, stride, downsample=stride != 1 or inplanes != planes * 4)
-        inplanes = planes * 4
-        for _ in range(1, n):
-            x = _bottleneck(x, planes, 1, downsample=False)
+    conv, pool = arch.RESNET50_STEM
+    x = layers.ReLU()(_conv_bn(inputs, conv))
+    x = _max_pool(x, pool)  # after a ReLU: zero padding is exact
+    channels = conv.filters
+    for stage in arch.RESNET50:
+        for i in range(stage.blocks):
+            x = _bottleneck(x, channels, stage.width, stage.stride if i == 0 else 1)
+            channels = stage.width * arch.EXPANSION
     x = _adaptive_avg_pool(x, 1)
-    return _logits(x, classes)
+    return _head(x, arch.RESNET50_HEAD, classes)
 
 
-def _basic_conv(x, filters, kernel, stride=1, padding=0):
-    """GoogLeNet's unit: conv without bias, BatchNorm (eps 0.001), ReLU."""
-    x = _conv(x, filters, kernel, stride=stride, padding=padding, use_bias=False,
-              init=TRUNC_NORMAL_001)
-    return layers.ReLU()(_bn(x, epsilon=0.001))
+def _googlenet_layer(x, spec):
+    """A GoogLeNet layer: max pool, inception module, or torchvision's BasicConv2d (conv
+    without bias, BatchNorm (eps 0.001), ReLU)."""
+    if isinstance(spec, arch.MaxPool):
+        return _max_pool(x, spec)
+    if isinstance(spec, arch.Inception):
+        return _inception(x, spec)
+    return layers.ReLU()(_conv_bn(x, spec, arch.GOOGLENET_BN_EPS, init=TRUNC_NORMAL_001))
 
 
-def _inception(x, ch1x1, ch3x3red, ch3x3, ch5x5red, ch5x5, pool_proj):
+def _inception(x, spec):
     """torchvision's inception module (its 'five by five' branch uses a 3x3 kernel)."""
-    b1 = _basic_conv(x, ch1x1, 1)
-    b2 = _basic_conv(_basic_conv(x, ch3x3red, 1), ch3x3, 3, padding=1)
-    b3 = _basic_conv(_basic_conv(x, ch5x5red, 1), ch5x5, 3, padding=1)
-    # stride 1, padding 1, ceil mode: Keras' "same" max pooling (the padding never wins)
-    b4 = layers.MaxPooling2D(3, strides=1, padding="same")(x)
-    b4 = _basic_conv(b4, pool_proj, 1)
-    return layers.Concatenate(axis=-1)([b1, b2, b3, b4])
+    return layers.Concatenate(axis=-1)(arch.inception_outputs(x, spec, _googlenet_layer))
 
 
-def googlenet(inputs, classes, dropout=0.2):
+def googlenet(inputs, classes):
     """torchvision's googlenet without the auxiliary classifiers."""
-    x = _basic_conv(inputs, 64, 7, stride=2, padding=3)
-    x = _max_pool(x, 3, 2, ceil_mode=True)
-    x = _basic_conv(x, 64, 1)
-    x = _basic_conv(x, 192, 3, padding=1)
-    x = _max_pool(x, 3, 2, ceil_mode=True)
-    x = _inception(x, 64, 96, 128, 16, 32, 32)
-    x = _inception(x, 128, 128, 192, 32, 96, 64)
-    x = _max_pool(x, 3, 2, ceil_mode=True)
-    x = _inception(x, 192, 96, 208, 16, 48, 64)
-    x = _inception(x, 160, 112, 224, 24, 64, 64)
-    x = _inception(x, 128, 128, 256, 24, 64, 64)
-    x = _inception(x, 112, 144, 288, 32, 64, 64)
-    x = _inception(x, 256, 160, 320, 32, 128, 128)
-    x = _max_pool(x, 2, 2, ceil_mode=True)
-    x = _inception(x, 256, 160, 320, 32, 128, 128)
-    x = _inception(x, 384, 192, 384, 48, 128, 128)
-    x = layers.Dropout(dropout)(_adaptive_avg_pool(x, 1))
-    return _logits(x, classes, init=TRUNC_NORMAL_001)
-
-
-VGG16_LAYERS = (64, 64, "M", 128, 128, "M", 256, 256, 256, "M", 512, 512, 512, "M",
-                512, 512, 512, "M")
-
-
-def vgg16(inputs, classes, dropout=0.5):
-    """torchvision's vgg16 (configuration D, no BatchNorm)."""
     x = inputs
-    for v in VGG16_LAYERS:
-        if v == "M":
-            x = _max_pool(x, 2, 2)
-        else:
-            x = layers.ReLU()(_conv(x, v, 3, padding=1, init=KAIMING_FAN_OUT))
-    x = layers.Flatten()(_adaptive_avg_pool(x, 7))
-    x = layers.Dense(4096, activation="relu", kernel_initializer=NORMAL_001)(x)
-    x = layers.Dropout(dropout)(x)
-    x = layers.Dense(4096, activation="relu", kernel_initializer=NORMAL_001)(x)
-    x = layers.Dropout(dropout)(x)
-    return _logits(x, classes, init=NORMAL_001)
+    for _, spec in arch.GOOGLENET:
+        x = _googlenet_layer(x, spec)
+    x = _adaptive_avg_pool(x, 1)
+    return _head(x, arch.GOOGLENET_HEAD, classes, init=TRUNC_NORMAL_001)
+
+
+def vgg16(inputs, classes):
+    """torchvision's vgg16 (configuration D, no BatchNorm)."""
+    x = _features(inputs, arch.vgg(arch.VGG16), init=KAIMING_FAN_OUT)
+    x = layers.Flatten()(_adaptive_avg_pool(x, arch.VGG16_POOLED))
+    return _head(x, arch.VGG16_HEAD, classes, init=NORMAL_001)
 
 
 BUILDERS = {"lenet": lenet, "alexnet": alexnet, "resnet50": resnet50,
