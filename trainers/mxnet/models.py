@@ -1,30 +1,23 @@
-"""The five networks in MXNet Gluon (HybridBlocks), the same as trainers/torch/models.py.
-
-Layer for layer these are the PyTorch definitions (Caffe's LeNet, torchvision's AlexNet,
-ResNet-50 v1.5, GoogLeNet without auxiliary classifiers, VGG16), so the trainable parameter
-counts are identical:
-
-    lenet       431,080 at 1x28x28, 10 classes
-    alexnet     61,100,840
-    resnet50    25,557,032
-    googlenet   6,624,904
-    vgg16       138,357,544
+"""The five networks in MXNet Gluon (HybridBlocks), built from the tables in
+trainers/common/architectures.py (which names their sources and parameter counts) block for
+block as trainers/torch/models.py builds them, so the trainable parameter counts are
+identical;
 
     python -m trainers.mxnet.models --count [--channels 3 --size 224 --classes 1000]
 
-prints these counts as JSON (from the parameters' shapes: every layer is given its input
-size, so nothing is allocated or initialised to count).
+prints them as JSON (from the parameters' shapes: every layer is given its input size, so
+nothing is allocated or initialised to count).
 
 Gluon's layers take the same arguments as PyTorch's: NCHW, explicit padding (max pooling
 pads with -inf, as PyTorch does), `ceil_mode` pooling, BatchNorm with trainable gamma and
 beta and untrained running statistics (momentum 0.9 here is PyTorch's 0.1).
 """
-import math
 import sys
 
 import mxnet as mx
 from mxnet.gluon import nn
 
+from trainers.common import architectures as arch
 from trainers.common.counting import count_main
 from trainers.common.errors import Unsupported
 
@@ -34,37 +27,58 @@ KAIMING_FAN_OUT = mx.init.MSRAPrelu(factor_type="out", slope=0.0)
 NORMAL_001 = mx.init.Normal(0.01)
 
 
+def _max_pool(spec):
+    return nn.MaxPool2D(spec.kernel, spec.stride, padding=spec.pad, ceil_mode=spec.ceil)
+
+
+def _conv(channels, spec, **kwargs):
+    return nn.Conv2D(spec.filters, spec.kernel, strides=spec.stride, padding=spec.pad,
+                     in_channels=channels, **kwargs)
+
+
+def _features(specs, channels, activation=None, init=None):
+    """The blocks of a sequence of arch.Conv (with bias and `activation`) and arch.MaxPool,
+    and the channels they end with."""
+    blocks = []
+    for spec in specs:
+        if isinstance(spec, arch.MaxPool):
+            blocks.append(_max_pool(spec))
+        else:
+            blocks.append(_conv(channels, spec, activation=activation,
+                                weight_initializer=init))
+            channels = spec.filters
+    return blocks, channels
+
+
+def _head(head, units, classes, init=None):
+    """The blocks of an arch classifier head on `units` inputs, ending in the classes."""
+    blocks = []
+    for kind, value in head:
+        if kind == arch.DROPOUT:
+            blocks.append(nn.Dropout(value))
+        else:
+            blocks.append(nn.Dense(value, activation="relu", in_units=units,
+                                   weight_initializer=init))
+            units = value
+    return blocks + [nn.Dense(classes, in_units=units, weight_initializer=init)]
+
+
 class LeNet(nn.HybridBlock):
     """Caffe's LeNet: conv 20@5x5, max-pool 2/2 (ceil), conv 50@5x5, max-pool 2/2 (ceil),
     fc 500, ReLU, fc classes; no nonlinearity after the convolutions."""
 
     def __init__(self, in_channels, classes, height, width, **kwargs):
         super(LeNet, self).__init__(**kwargs)
-        h, w = _lenet_features(height), _lenet_features(width)
-        if h < 1 or w < 1:
-            raise Unsupported("LeNet needs inputs of at least 12x12, got %dx%d"
-                              % (height, width))
+        h, w = arch.lenet_features(height, width)
         with self.name_scope():
             self.features = nn.HybridSequential()
-            self.features.add(
-                nn.Conv2D(20, 5, in_channels=in_channels),
-                nn.MaxPool2D(2, 2, ceil_mode=True),
-                nn.Conv2D(50, 5, in_channels=20),
-                nn.MaxPool2D(2, 2, ceil_mode=True),
-            )
+            blocks, channels = _features(arch.LENET, in_channels)
+            self.features.add(*blocks)
             self.classifier = nn.HybridSequential()
-            self.classifier.add(
-                nn.Dense(500, activation="relu", in_units=50 * h * w),
-                nn.Dense(classes, in_units=500),
-            )
+            self.classifier.add(*_head(arch.LENET_HEAD, channels * h * w, classes))
 
     def hybrid_forward(self, F, x):
         return self.classifier(self.features(x))
-
-
-def _lenet_features(size):
-    size = int(math.ceil((size - 4) / 2.0))
-    return int(math.ceil((size - 4) / 2.0))
 
 
 class _AdaptiveAvgPool(nn.HybridBlock):
@@ -82,73 +96,57 @@ class _AdaptiveAvgPool(nn.HybridBlock):
         return F.contrib.AdaptiveAvgPooling2D(x, output_size=self.out)
 
 
-def _pool_out(n, k, s, p=0):
-    return (n + 2 * p - k) // s + 1
+class _PlainNet(nn.HybridBlock):
+    """AlexNet and VGG16: convolutions with ReLU and max pools, an adaptive average pool to
+    `pooled` x `pooled`, a classifier head."""
 
-
-class AlexNet(nn.HybridBlock):
-    """torchvision's AlexNet."""
-
-    def __init__(self, in_channels=3, classes=1000, size=224, dropout=0.5, **kwargs):
-        super(AlexNet, self).__init__(**kwargs)
-        n = _pool_out(size, 11, 4, 2)
-        for _ in range(3):
-            n = _pool_out(n, 3, 2)
+    def __init__(self, specs, pooled, head, in_channels, classes, size, conv_init=None,
+                 fc_init=None, **kwargs):
+        super(_PlainNet, self).__init__(**kwargs)
         with self.name_scope():
             self.features = nn.HybridSequential()
-            self.features.add(
-                nn.Conv2D(64, 11, strides=4, padding=2, in_channels=in_channels,
-                          activation="relu"),
-                nn.MaxPool2D(3, 2),
-                nn.Conv2D(192, 5, padding=2, in_channels=64, activation="relu"),
-                nn.MaxPool2D(3, 2),
-                nn.Conv2D(384, 3, padding=1, in_channels=192, activation="relu"),
-                nn.Conv2D(256, 3, padding=1, in_channels=384, activation="relu"),
-                nn.Conv2D(256, 3, padding=1, in_channels=256, activation="relu"),
-                nn.MaxPool2D(3, 2),
-                _AdaptiveAvgPool(6, n),
-            )
+            blocks, channels = _features(specs, in_channels, "relu", conv_init)
+            self.features.add(*blocks)
+            self.features.add(_AdaptiveAvgPool(pooled, arch.feature_size(specs, size)))
             self.classifier = nn.HybridSequential()
-            self.classifier.add(
-                nn.Dropout(dropout),
-                nn.Dense(4096, activation="relu", in_units=256 * 6 * 6),
-                nn.Dropout(dropout),
-                nn.Dense(4096, activation="relu", in_units=4096),
-                nn.Dense(classes, in_units=4096),
-            )
+            self.classifier.add(*_head(head, channels * pooled * pooled, classes, fc_init))
 
     def hybrid_forward(self, F, x):
         return self.classifier(self.features(x))
 
 
+class AlexNet(_PlainNet):
+    """torchvision's AlexNet."""
+
+    def __init__(self, in_channels=3, classes=1000, size=224, **kwargs):
+        super(AlexNet, self).__init__(arch.ALEXNET, arch.ALEXNET_POOLED, arch.ALEXNET_HEAD,
+                                      in_channels, classes, size, **kwargs)
+
+
+def _conv_bn(channels, spec, epsilon=arch.BN_EPS, init=KAIMING_FAN_OUT):
+    """A convolution without bias and its BatchNorm."""
+    return (_conv(channels, spec, use_bias=False, weight_initializer=init),
+            nn.BatchNorm(epsilon=epsilon, in_channels=spec.filters))
+
+
 class Bottleneck(nn.HybridBlock):
     """ResNet v1.5 bottleneck: the stride sits on the 3x3 convolution."""
-    expansion = 4
 
-    def __init__(self, inplanes, planes, stride=1, downsample=False, **kwargs):
+    def __init__(self, inplanes, planes, stride=1, **kwargs):
         super(Bottleneck, self).__init__(**kwargs)
-        out = planes * self.expansion
         with self.name_scope():
             self.body = nn.HybridSequential()
-            self.body.add(
-                nn.Conv2D(planes, 1, use_bias=False, in_channels=inplanes,
-                          weight_initializer=KAIMING_FAN_OUT),
-                nn.BatchNorm(in_channels=planes), nn.Activation("relu"),
-                nn.Conv2D(planes, 3, strides=stride, padding=1, use_bias=False,
-                          in_channels=planes, weight_initializer=KAIMING_FAN_OUT),
-                nn.BatchNorm(in_channels=planes), nn.Activation("relu"),
-                nn.Conv2D(out, 1, use_bias=False, in_channels=planes,
-                          weight_initializer=KAIMING_FAN_OUT),
-                nn.BatchNorm(in_channels=out),
-            )
+            channels = inplanes
+            for i, spec in enumerate(arch.bottleneck(planes, stride)):
+                self.body.add(*_conv_bn(channels, spec))
+                if i < 2:
+                    self.body.add(nn.Activation("relu"))
+                channels = spec.filters
             self.downsample = None
-            if downsample:
+            projection = arch.shortcut(inplanes, planes, stride)
+            if projection is not None:
                 self.downsample = nn.HybridSequential()
-                self.downsample.add(
-                    nn.Conv2D(out, 1, strides=stride, use_bias=False, in_channels=inplanes,
-                              weight_initializer=KAIMING_FAN_OUT),
-                    nn.BatchNorm(in_channels=out),
-                )
+                self.downsample.add(*_conv_bn(inplanes, projection))
 
     def hybrid_forward(self, F, x):
         identity = x if self.downsample is None else self.downsample(x)
@@ -158,59 +156,54 @@ class Bottleneck(nn.HybridBlock):
 class ResNet50(nn.HybridBlock):
     """torchvision's resnet50: stages of 3, 4, 6, 3 bottlenecks."""
 
-    def __init__(self, in_channels=3, classes=1000, layers=(3, 4, 6, 3), **kwargs):
+    def __init__(self, in_channels=3, classes=1000, **kwargs):
         super(ResNet50, self).__init__(**kwargs)
+        conv, pool = arch.RESNET50_STEM
         with self.name_scope():
             self.features = nn.HybridSequential()
-            self.features.add(
-                nn.Conv2D(64, 7, strides=2, padding=3, use_bias=False,
-                          in_channels=in_channels, weight_initializer=KAIMING_FAN_OUT),
-                nn.BatchNorm(in_channels=64), nn.Activation("relu"),
-                nn.MaxPool2D(3, 2, padding=1),
-            )
-            inplanes = 64
-            for i, (planes, blocks) in enumerate(zip((64, 128, 256, 512), layers)):
-                stride = 1 if i == 0 else 2
-                self.features.add(Bottleneck(
-                    inplanes, planes, stride,
-                    downsample=stride != 1 or inplanes != planes * Bottleneck.expansion))
-                inplanes = planes * Bottleneck.expansion
-                for _ in range(1, blocks):
-                    self.features.add(Bottleneck(inplanes, planes))
+            self.features.add(*_conv_bn(in_channels, conv))
+            self.features.add(nn.Activation("relu"), _max_pool(pool))
+            channels = conv.filters
+            for stage in arch.RESNET50:
+                for i in range(stage.blocks):
+                    self.features.add(Bottleneck(channels, stage.width,
+                                                 stage.stride if i == 0 else 1))
+                    channels = stage.width * arch.EXPANSION
             self.features.add(nn.GlobalAvgPool2D())
-            self.fc = nn.Dense(classes, in_units=512 * Bottleneck.expansion)
+            (self.fc,) = _head(arch.RESNET50_HEAD, channels, classes)
 
     def hybrid_forward(self, F, x):
         return self.fc(self.features(x))
 
 
-def _basic_conv(in_channels, out_channels, kernel, stride=1, padding=0):
-    """GoogLeNet's unit: conv without bias, BatchNorm (eps 0.001), ReLU."""
+def _googlenet_layer(channels, spec):
+    """A GoogLeNet layer: max pool, inception module, or torchvision's BasicConv2d (conv
+    without bias, BatchNorm (eps 0.001), ReLU)."""
+    if isinstance(spec, arch.MaxPool):
+        return _max_pool(spec)
+    if isinstance(spec, arch.Inception):
+        return Inception(channels, spec)
     block = nn.HybridSequential()
-    block.add(nn.Conv2D(out_channels, kernel, strides=stride, padding=padding, use_bias=False,
-                        in_channels=in_channels, weight_initializer=NORMAL_001),
-              nn.BatchNorm(epsilon=0.001, in_channels=out_channels),
-              nn.Activation("relu"))
+    block.add(*_conv_bn(channels, spec, arch.GOOGLENET_BN_EPS, NORMAL_001))
+    block.add(nn.Activation("relu"))
     return block
 
 
 class Inception(nn.HybridBlock):
     """torchvision's inception module (its 'five by five' branch uses a 3x3 kernel)."""
 
-    def __init__(self, in_channels, ch1x1, ch3x3red, ch3x3, ch5x5red, ch5x5, pool_proj,
-                 **kwargs):
+    def __init__(self, in_channels, spec, **kwargs):
         super(Inception, self).__init__(**kwargs)
         with self.name_scope():
-            self.branch1 = _basic_conv(in_channels, ch1x1, 1)
-            self.branch2 = nn.HybridSequential()
-            self.branch2.add(_basic_conv(in_channels, ch3x3red, 1),
-                             _basic_conv(ch3x3red, ch3x3, 3, padding=1))
-            self.branch3 = nn.HybridSequential()
-            self.branch3.add(_basic_conv(in_channels, ch5x5red, 1),
-                             _basic_conv(ch5x5red, ch5x5, 3, padding=1))
-            self.branch4 = nn.HybridSequential()
-            self.branch4.add(nn.MaxPool2D(3, 1, padding=1, ceil_mode=True),
-                             _basic_conv(in_channels, pool_proj, 1))
+            for i, branch in enumerate(arch.inception_branches(spec), 1):
+                if len(branch) == 1:
+                    block = _googlenet_layer(in_channels, branch[0])
+                else:
+                    block, channels = nn.HybridSequential(), in_channels
+                    for layer in branch:
+                        block.add(_googlenet_layer(channels, layer))
+                        channels = arch.channels_out((layer,), channels)
+                setattr(self, "branch%d" % i, block)
 
     def hybrid_forward(self, F, x):
         return F.concat(self.branch1(x), self.branch2(x), self.branch3(x), self.branch4(x),
@@ -220,71 +213,30 @@ class Inception(nn.HybridBlock):
 class GoogLeNet(nn.HybridBlock):
     """torchvision's googlenet without the auxiliary classifiers."""
 
-    def __init__(self, in_channels=3, classes=1000, dropout=0.2, **kwargs):
+    def __init__(self, in_channels=3, classes=1000, **kwargs):
         super(GoogLeNet, self).__init__(**kwargs)
         with self.name_scope():
             self.features = nn.HybridSequential()
-            self.features.add(
-                _basic_conv(in_channels, 64, 7, stride=2, padding=3),
-                nn.MaxPool2D(3, 2, ceil_mode=True),
-                _basic_conv(64, 64, 1),
-                _basic_conv(64, 192, 3, padding=1),
-                nn.MaxPool2D(3, 2, ceil_mode=True),
-                Inception(192, 64, 96, 128, 16, 32, 32),
-                Inception(256, 128, 128, 192, 32, 96, 64),
-                nn.MaxPool2D(3, 2, ceil_mode=True),
-                Inception(480, 192, 96, 208, 16, 48, 64),
-                Inception(512, 160, 112, 224, 24, 64, 64),
-                Inception(512, 128, 128, 256, 24, 64, 64),
-                Inception(512, 112, 144, 288, 32, 64, 64),
-                Inception(528, 256, 160, 320, 32, 128, 128),
-                nn.MaxPool2D(2, 2, ceil_mode=True),
-                Inception(832, 256, 160, 320, 32, 128, 128),
-                Inception(832, 384, 192, 384, 48, 128, 128),
-                nn.GlobalAvgPool2D(),
-                nn.Dropout(dropout),
-            )
-            self.fc = nn.Dense(classes, in_units=1024, weight_initializer=NORMAL_001)
+            channels = in_channels
+            for _, spec in arch.GOOGLENET:
+                self.features.add(_googlenet_layer(channels, spec))
+                channels = arch.channels_out((spec,), channels)
+            self.features.add(nn.GlobalAvgPool2D())
+            head = _head(arch.GOOGLENET_HEAD, channels, classes, NORMAL_001)
+            self.features.add(*head[:-1])
+            self.fc = head[-1]
 
     def hybrid_forward(self, F, x):
         return self.fc(self.features(x))
 
 
-VGG16_LAYERS = (64, 64, "M", 128, 128, "M", 256, 256, 256, "M", 512, 512, 512, "M",
-                512, 512, 512, "M")
-
-
-class VGG16(nn.HybridBlock):
+class VGG16(_PlainNet):
     """torchvision's vgg16 (configuration D, no BatchNorm)."""
 
-    def __init__(self, in_channels=3, classes=1000, size=224, dropout=0.5, **kwargs):
-        super(VGG16, self).__init__(**kwargs)
-        with self.name_scope():
-            self.features = nn.HybridSequential()
-            channels, n = in_channels, size
-            for v in VGG16_LAYERS:
-                if v == "M":
-                    self.features.add(nn.MaxPool2D(2, 2))
-                    n = _pool_out(n, 2, 2)
-                else:
-                    self.features.add(nn.Conv2D(v, 3, padding=1, in_channels=channels,
-                                                activation="relu",
-                                                weight_initializer=KAIMING_FAN_OUT))
-                    channels = v
-            self.features.add(_AdaptiveAvgPool(7, n))
-            self.classifier = nn.HybridSequential()
-            self.classifier.add(
-                nn.Dense(4096, activation="relu", in_units=512 * 7 * 7,
-                         weight_initializer=NORMAL_001),
-                nn.Dropout(dropout),
-                nn.Dense(4096, activation="relu", in_units=4096,
-                         weight_initializer=NORMAL_001),
-                nn.Dropout(dropout),
-                nn.Dense(classes, in_units=4096, weight_initializer=NORMAL_001),
-            )
-
-    def hybrid_forward(self, F, x):
-        return self.classifier(self.features(x))
+    def __init__(self, in_channels=3, classes=1000, size=224, **kwargs):
+        super(VGG16, self).__init__(arch.vgg(arch.VGG16), arch.VGG16_POOLED, arch.VGG16_HEAD,
+                                    in_channels, classes, size, conv_init=KAIMING_FAN_OUT,
+                                    fc_init=NORMAL_001, **kwargs)
 
 
 def build(name, input_shape, classes):
