@@ -1,4 +1,6 @@
-"""The five networks as Caffe nets (NetSpec), the same architectures as trainers/torch/models.py.
+"""The five networks as Caffe nets (NetSpec), built from the tables in
+trainers/common/architectures.py, the same architectures as trainers/torch/models.py, with
+the layer names of Caffe's model zoo (conv1, pool1, fc6, inception3a_1x1, ...).
 
 LeNet is Caffe's own examples/mnist/lenet.prototxt (xavier weights, constant biases) with the
 first inner product sized for the input. AlexNet, ResNet-50 (v1.5), GoogLeNet (without the
@@ -29,6 +31,7 @@ import os
 import sys
 import tempfile
 
+from trainers.common import architectures as arch
 from trainers.common.counting import count_main
 from trainers.common.errors import Unsupported
 
@@ -66,18 +69,17 @@ class Builder(object):
 
     # ------------------------------------------------------------------- layers
 
-    def conv(self, name, bottom, out, kernel, stride=1, pad=0, bias=True, weight=None,
-             bias_filler=None):
+    def conv(self, name, bottom, spec, bias=True, weight=None, bias_filler=None):
+        """Convolution for an arch.Conv."""
         c, h, w = self.shape
-        fan_in = c * kernel * kernel
-        params = dict(num_output=out, kernel_size=kernel, stride=stride, pad=pad,
-                      bias_term=bias, weight_filler=weight or _uniform(fan_in))
+        fan_in = c * spec.kernel * spec.kernel
+        params = dict(num_output=spec.filters, kernel_size=spec.kernel, stride=spec.stride,
+                      pad=spec.pad, bias_term=bias, weight_filler=weight or _uniform(fan_in))
         if bias:
             params["bias_filler"] = bias_filler or _uniform(fan_in)
         learn = [dict(lr_mult=1, decay_mult=1)] + ([dict(lr_mult=1, decay_mult=0)] if bias else [])
-        h = (h + 2 * pad - kernel) // stride + 1
-        w = (w + 2 * pad - kernel) // stride + 1
-        return self.add(name, self.L.Convolution(bottom, param=learn, **params), (out, h, w))
+        return self.add(name, self.L.Convolution(bottom, param=learn, **params),
+                        (spec.filters, arch.conv_size(h, spec), arch.conv_size(w, spec)))
 
     def fc(self, name, bottom, out, weight=None, bias_filler=None):
         fan_in = int(self.shape[0] * self.shape[1] * self.shape[2])
@@ -104,20 +106,21 @@ class Builder(object):
     def dropout(self, name, bottom, ratio):
         return self.add(name, self.L.Dropout(bottom, in_place=True, dropout_ratio=ratio))
 
-    def pool(self, name, bottom, kernel, stride, pad=0, ceil=True, method=None):
+    def pool(self, name, bottom, spec):
+        """Pooling for an arch.MaxPool, rounding as PyTorch does (see the module's docstring)."""
         c, h, w = self.shape
-        params = dict(pool=method if method is not None else self.P.Pooling.MAX,
-                      kernel_size=kernel, stride=stride, pad=pad)
-        if not ceil and _ceil(h, kernel, stride, pad) != _floor(h, kernel, stride, pad):
+        params = dict(pool=self.P.Pooling.MAX, kernel_size=spec.kernel, stride=spec.stride,
+                      pad=spec.pad)
+        rounded_up = spec._replace(ceil=True)
+        if not spec.ceil and arch.pool_size(h, spec) != arch.pool_size(h, rounded_up):
             if self.floor_field == "ceil_mode":
                 params["ceil_mode"] = False
             elif self.floor_field == "round_mode":
                 params["round_mode"] = self.P.Pooling.FLOOR
             else:
-                ceil = True  # this Caffe only rounds up (see the module's docstring)
-        size = (_ceil if ceil else _floor)
+                spec = rounded_up  # this Caffe only rounds up (see the module's docstring)
         return self.add(name, self.L.Pooling(bottom, **params),
-                        (c, size(h, kernel, stride, pad), size(w, kernel, stride, pad)))
+                        (c, arch.pool_size(h, spec), arch.pool_size(w, spec)))
 
     def global_avg(self, name, bottom):
         return self.add(name, self.L.Pooling(bottom, pool=self.P.Pooling.AVE,
@@ -140,17 +143,6 @@ class Builder(object):
         return self.n.to_proto()
 
 
-def _floor(size, kernel, stride, pad):
-    return (size + 2 * pad - kernel) // stride + 1
-
-
-def _ceil(size, kernel, stride, pad):
-    out = int(math.ceil(float(size + 2 * pad - kernel) / stride)) + 1
-    if pad and (out - 1) * stride >= size + pad:  # Caffe's (and PyTorch's) last-window rule
-        out -= 1
-    return out
-
-
 def _uniform(fan_in):
     """PyTorch's default initialisation of Conv2d and Linear: U(-1/sqrt(fan_in), +)."""
     bound = 1.0 / math.sqrt(fan_in)
@@ -164,151 +156,137 @@ ZERO = dict(type="constant", value=0)
 
 # ---------------------------------------------------------------------- networks
 
+def _features(b, x, specs, relu=True, block=None, **conv_args):
+    """Convolutions (each followed by ReLU where `relu`) and max pools from an arch table,
+    named as Caffe's model zoo names them: conv<i> (relu<i>) for the i-th convolution and
+    pool<i> for a pool after it (AlexNet, LeNet), or within VGG's block k conv<k>_<i>
+    (relu<k>_<i>) and pool<k>."""
+    convs = 0
+    for spec in specs:
+        if isinstance(spec, arch.MaxPool):
+            x = b.pool("pool%d" % (convs if block is None else block), x, spec)
+            continue
+        convs += 1
+        label = "%d" % convs if block is None else "%d_%d" % (block, convs)
+        x = b.conv("conv" + label, x, spec, **conv_args)
+        if relu:
+            x = b.relu("relu" + label, x)
+    return x
+
+
+def _head(b, x, head, classes, fc="fc%d", relu="relu%d", drop="drop%d", first=6, **fillers):
+    """An arch classifier head, then the classes. Layers are numbered from `first` as in
+    Caffe's model zoo (fc6, relu6, ..., fc8); a dropout takes the number of the fully
+    connected layer it pairs with: the next one where the head starts with a dropout
+    (AlexNet's drop6 before fc6), else the one before (VGG16's drop6 after fc6). Names
+    without %d are used as they are (GoogLeNet's and ResNet-50's fc, dropout)."""
+    def name(pattern, n):
+        return pattern % n if "%" in pattern else pattern
+
+    n = first
+    for kind, value in head:
+        if kind == arch.DROPOUT:
+            x = b.dropout(name(drop, n if head[0][0] == arch.DROPOUT else n - 1), x, value)
+        else:
+            x = b.relu(name(relu, n), b.fc(name(fc, n), x, value, **fillers))
+            n += 1
+    return b.loss(b.fc(name(fc, n), x, classes, **fillers))
+
+
 def lenet(b, classes):
     """Caffe's examples/mnist/lenet.prototxt (its 1/256 input scale is the readers' [0, 1])."""
-    c, h, w = b.shape
+    arch.lenet_features(b.shape[1], b.shape[2])
     xavier, const = dict(type="xavier"), dict(type="constant")
-    x = b.conv("conv1", b.n[DATA], 20, 5, weight=xavier, bias_filler=const)
-    x = b.pool("pool1", x, 2, 2)
-    x = b.conv("conv2", x, 50, 5, weight=xavier, bias_filler=const)
-    x = b.pool("pool2", x, 2, 2)
-    if b.shape[1] < 1 or b.shape[2] < 1:
-        raise Unsupported("LeNet needs inputs of at least 12x12, got %dx%d" % (h, w))
-    x = b.fc("ip1", x, 500, weight=xavier, bias_filler=const)
-    x = b.relu("relu1", x)
-    x = b.fc("ip2", x, classes, weight=xavier, bias_filler=const)
-    return b.loss(x)
+    x = _features(b, b.n[DATA], arch.LENET, relu=False, weight=xavier, bias_filler=const)
+    return _head(b, x, arch.LENET_HEAD, classes, fc="ip%d", first=1, weight=xavier,
+                 bias_filler=const)
 
 
-def alexnet(b, classes, dropout=0.5):
-    x = b.relu("relu1", b.conv("conv1", b.n[DATA], 64, 11, stride=4, pad=2))
-    x = b.pool("pool1", x, 3, 2, ceil=False)
-    x = b.relu("relu2", b.conv("conv2", x, 192, 5, pad=2))
-    x = b.pool("pool2", x, 3, 2, ceil=False)
-    x = b.relu("relu3", b.conv("conv3", x, 384, 3, pad=1))
-    x = b.relu("relu4", b.conv("conv4", x, 256, 3, pad=1))
-    x = b.relu("relu5", b.conv("conv5", x, 256, 3, pad=1))
-    x = b.pool("pool5", x, 3, 2, ceil=False)
-    x = b.adaptive_avg("avgpool", x, 6)
-    x = b.dropout("drop6", x, dropout)
-    x = b.relu("relu6", b.fc("fc6", x, 4096))
-    x = b.dropout("drop7", x, dropout)
-    x = b.relu("relu7", b.fc("fc7", x, 4096))
-    return b.loss(b.fc("fc8", x, classes))
+def alexnet(b, classes):
+    x = _features(b, b.n[DATA], arch.ALEXNET)
+    x = b.adaptive_avg("avgpool", x, arch.ALEXNET_POOLED)
+    return _head(b, x, arch.ALEXNET_HEAD, classes)
 
 
-def resnet50(b, classes, layers=(3, 4, 6, 3)):
-    x = b.conv("conv1", b.n[DATA], 64, 7, stride=2, pad=3, bias=False, weight=MSRA_OUT)
-    x = b.relu("conv1_relu", b.bn("bn1", x))
-    x = b.pool("pool1", x, 3, 2, pad=1, ceil=False)
-    inplanes = 64
-    for stage, (planes, blocks) in enumerate(zip((64, 128, 256, 512), layers)):
-        for block in range(blocks):
-            stride = 2 if stage > 0 and block == 0 else 1
-            x = _bottleneck(b, "layer%d_%d" % (stage + 1, block), x, inplanes, planes, stride)
-            inplanes = planes * 4
+def _conv_bn(b, name, x, spec, relu, bn_name=None, eps=arch.BN_EPS, weight=MSRA_OUT):
+    """A convolution without bias, BatchNorm (and Scale), and ReLU where `relu` names it."""
+    x = b.bn(bn_name or name + "_bn", b.conv(name, x, spec, bias=False, weight=weight), eps=eps)
+    return b.relu(relu, x) if relu else x
+
+
+def resnet50(b, classes):
+    conv, pool = arch.RESNET50_STEM
+    x = _conv_bn(b, "conv1", b.n[DATA], conv, "conv1_relu", bn_name="bn1")
+    x = b.pool("pool1", x, pool)
+    channels = conv.filters
+    for stage, spec in enumerate(arch.RESNET50, 1):
+        for block in range(spec.blocks):
+            stride = spec.stride if block == 0 else 1
+            x = _bottleneck(b, "layer%d_%d" % (stage, block), x, channels, spec.width, stride)
+            channels = spec.width * arch.EXPANSION
     x = b.global_avg("avgpool", x)
-    return b.loss(b.fc("fc", x, classes))
+    return _head(b, x, arch.RESNET50_HEAD, classes, fc="fc")
 
 
-def _bottleneck(b, name, x, inplanes, planes, stride):
+def _bottleneck(b, name, x, channels, width, stride):
     """v1.5: the stride on the 3x3 convolution; a projection where the shape changes."""
     shape_in = b.shape
-    if stride != 1 or inplanes != planes * 4:
-        identity = b.conv(name + "_downsample", x, planes * 4, 1, stride=stride, bias=False,
-                          weight=MSRA_OUT)
-        identity = b.bn(name + "_downsample_bn", identity)
-    else:
-        identity = x
+    identity = x
+    projection = arch.shortcut(channels, width, stride)
+    if projection is not None:
+        identity = _conv_bn(b, name + "_downsample", x, projection, None)
     b.shape = shape_in
-    out = b.conv(name + "_conv1", x, planes, 1, bias=False, weight=MSRA_OUT)
-    out = b.relu(name + "_relu1", b.bn(name + "_bn1", out))
-    out = b.conv(name + "_conv2", out, planes, 3, stride=stride, pad=1, bias=False,
-                 weight=MSRA_OUT)
-    out = b.relu(name + "_relu2", b.bn(name + "_bn2", out))
-    out = b.conv(name + "_conv3", out, planes * 4, 1, bias=False, weight=MSRA_OUT)
-    out = b.bn(name + "_bn3", out)
+    out = x
+    for i, spec in enumerate(arch.bottleneck(width, stride), 1):
+        out = _conv_bn(b, "%s_conv%d" % (name, i), out, spec,
+                       "%s_relu%d" % (name, i) if i < 3 else None, "%s_bn%d" % (name, i))
     out = b.add(name + "_sum", b.L.Eltwise(out, identity, operation=b.P.Eltwise.SUM))
     return b.relu(name + "_relu", out)
 
 
-GOOGLENET_INCEPTIONS = [  # name, ch1x1, ch3x3red, ch3x3, ch5x5red, ch5x5, pool_proj
-    ("inception3a", 64, 96, 128, 16, 32, 32),
-    ("inception3b", 128, 128, 192, 32, 96, 64),
-    "maxpool3",
-    ("inception4a", 192, 96, 208, 16, 48, 64),
-    ("inception4b", 160, 112, 224, 24, 64, 64),
-    ("inception4c", 128, 128, 256, 24, 64, 64),
-    ("inception4d", 112, 144, 288, 32, 64, 64),
-    ("inception4e", 256, 160, 320, 32, 128, 128),
-    "maxpool4",
-    ("inception5a", 256, 160, 320, 32, 128, 128),
-    ("inception5b", 384, 192, 384, 48, 128, 128),
-]
+#: Caffe's (bvlc_googlenet) names of an inception module's layers, branch by branch
+INCEPTION_NAMES = (("_1x1",), ("_3x3_reduce", "_3x3"), ("_5x5_reduce", "_5x5"),
+                   ("_pool", "_pool_proj"))
 
 
-def googlenet(b, classes, dropout=0.2):
-    x = _basic_conv(b, "conv1", b.n[DATA], 64, 7, stride=2, pad=3)
-    x = b.pool("maxpool1", x, 3, 2)
-    x = _basic_conv(b, "conv2", x, 64, 1)
-    x = _basic_conv(b, "conv3", x, 192, 3, pad=1)
-    x = b.pool("maxpool2", x, 3, 2)
-    for spec in GOOGLENET_INCEPTIONS:
-        if spec == "maxpool3":
-            x = b.pool(spec, x, 3, 2)
-        elif spec == "maxpool4":
-            x = b.pool(spec, x, 2, 2)
-        else:
-            x = _inception(b, x, *spec)
+def googlenet(b, classes):
+    x = b.n[DATA]
+    for name, spec in arch.GOOGLENET:
+        x = _googlenet_layer(b, name, x, spec)
     x = b.global_avg("avgpool", x)
-    x = b.dropout("dropout", x, dropout)
-    return b.loss(b.fc("fc", x, classes, weight=GAUSS, bias_filler=ZERO))
+    return _head(b, x, arch.GOOGLENET_HEAD, classes, fc="fc", drop="dropout", weight=GAUSS,
+                 bias_filler=ZERO)
 
 
-def _basic_conv(b, name, x, out, kernel, stride=1, pad=0):
-    """torchvision's BasicConv2d: convolution without bias, BatchNorm (eps 0.001), ReLU."""
-    x = b.conv(name, x, out, kernel, stride=stride, pad=pad, bias=False, weight=GAUSS)
-    return b.relu(name + "_relu", b.bn(name + "_bn", x, eps=0.001))
+def _googlenet_layer(b, name, x, spec):
+    """A max pool, an inception module, or torchvision's BasicConv2d (convolution without
+    bias, BatchNorm (eps 0.001), ReLU)."""
+    if isinstance(spec, arch.MaxPool):
+        return b.pool(name, x, spec)
+    if isinstance(spec, arch.Inception):
+        return _inception(b, name, x, spec)
+    return _conv_bn(b, name, x, spec, name + "_relu", eps=arch.GOOGLENET_BN_EPS, weight=GAUSS)
 
 
-def _inception(b, x, name, ch1x1, ch3x3red, ch3x3, ch5x5red, ch5x5, pool_proj):
+def _inception(b, name, x, spec):
     """torchvision's inception module (its third branch is 3x3 where the paper has 5x5)."""
     c, h, w = shape_in = b.shape
-    branches = [_basic_conv(b, name + "_1x1", x, ch1x1, 1)]
-    b.shape = shape_in
-    y = _basic_conv(b, name + "_3x3_reduce", x, ch3x3red, 1)
-    branches.append(_basic_conv(b, name + "_3x3", y, ch3x3, 3, pad=1))
-    b.shape = shape_in
-    y = _basic_conv(b, name + "_5x5_reduce", x, ch5x5red, 1)
-    branches.append(_basic_conv(b, name + "_5x5", y, ch5x5, 3, pad=1))
-    b.shape = shape_in
-    y = b.pool(name + "_pool", x, 3, 1, pad=1)
-    branches.append(_basic_conv(b, name + "_pool_proj", y, pool_proj, 1))
+    branches = []
+    for branch, names in zip(arch.inception_branches(spec), INCEPTION_NAMES):
+        b.shape, y = shape_in, x
+        for layer, suffix in zip(branch, names):
+            y = _googlenet_layer(b, name + suffix, y, layer)
+        branches.append(y)
     return b.add(name + "_output", b.L.Concat(*branches),
-                 (ch1x1 + ch3x3 + ch5x5 + pool_proj, h, w))
+                 (arch.inception_channels(spec), h, w))
 
 
-VGG16_LAYERS = (64, 64, "M", 128, 128, "M", 256, 256, 256, "M", 512, 512, 512, "M",
-                512, 512, 512, "M")
-
-
-def vgg16(b, classes, dropout=0.5):
-    x, block, index = b.n[DATA], 1, 1
-    for v in VGG16_LAYERS:
-        if v == "M":
-            x = b.pool("pool%d" % block, x, 2, 2, ceil=False)
-            block, index = block + 1, 1
-        else:
-            name = "conv%d_%d" % (block, index)
-            x = b.relu("relu%d_%d" % (block, index),
-                       b.conv(name, x, v, 3, pad=1, weight=MSRA_OUT, bias_filler=ZERO))
-            index += 1
-    x = b.adaptive_avg("avgpool", x, 7)
-    x = b.relu("relu6", b.fc("fc6", x, 4096, weight=GAUSS, bias_filler=ZERO))
-    x = b.dropout("drop6", x, dropout)
-    x = b.relu("relu7", b.fc("fc7", x, 4096, weight=GAUSS, bias_filler=ZERO))
-    x = b.dropout("drop7", x, dropout)
-    return b.loss(b.fc("fc8", x, classes, weight=GAUSS, bias_filler=ZERO))
+def vgg16(b, classes):
+    x = b.n[DATA]
+    for block, layers in enumerate(arch.vgg_blocks(arch.VGG16), 1):
+        x = _features(b, x, layers, block=block, weight=MSRA_OUT, bias_filler=ZERO)
+    x = b.adaptive_avg("avgpool", x, arch.VGG16_POOLED)
+    return _head(b, x, arch.VGG16_HEAD, classes, weight=GAUSS, bias_filler=ZERO)
 
 
 NETWORKS = {"lenet": lenet, "alexnet": alexnet, "resnet50": resnet50,
