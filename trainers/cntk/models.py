@@ -1,8 +1,9 @@
-"""The five networks in CNTK 2.7 (cntk.layers), the same as trainers/torch/models.py.
+"""The five networks in CNTK 2.7 (cntk.layers), built from the tables in
+trainers/common/architectures.py as trainers/torch/models.py builds them.
 
 Each network is the PyTorch one layer for layer: same kernels, strides, paddings, channel
 counts, bias or not, BatchNorm where torchvision has it, so the trainable parameter counts
-agree (tests/test_param_counts.py). CNTK's parameters are its `Parameter`s; a
+agree. CNTK's parameters are its `Parameter`s; a
 BatchNormalization layer has two (scale and bias, like PyTorch's weight and bias) and keeps
 its running mean, variance and count as `Constant`s, which are not counted (PyTorch keeps
 them as buffers).
@@ -28,6 +29,7 @@ import sys
 
 import numpy as np
 
+from trainers.common import architectures as arch
 from trainers.common.counting import count_main
 from trainers.common.errors import Unsupported
 
@@ -46,37 +48,50 @@ def _cntk():
 
 # ---------------------------------------------------------------------------- layers
 
-def conv(x, filters, kernel, stride=1, pad=False, bias=True, activation=None,
-         init=None):
-    """A 2-D convolution over (C, H, W); pad=True is "same" padding."""
+def _same(x, kernel, pad):
+    """PyTorch's explicit padding in CNTK's terms: (x, True) where it is CNTK's "same"
+    padding (pad = (kernel - 1) / 2), (x, False) for none, else x zero-padded explicitly."""
+    if not pad:
+        return x, False
+    if 2 * pad == kernel - 1:
+        return x, True
+    return _cntk().pad(x, pattern=[(0, 0), (pad, pad), (pad, pad)]), False
+
+
+def conv(x, spec, bias=True, activation=None, init=None):
+    """A 2-D convolution over (C, H, W) for an arch.Conv."""
     C = _cntk()
     kwargs = {}
     if init is not None:
         kwargs["init"] = init
-    layer = C.layers.Convolution2D((kernel, kernel), filters, strides=(stride, stride),
-                                   pad=pad, bias=bias,
+    x, pad = _same(x, spec.kernel, spec.pad)
+    layer = C.layers.Convolution2D((spec.kernel, spec.kernel), spec.filters,
+                                   strides=(spec.stride, spec.stride), pad=pad, bias=bias,
                                    activation=activation or C.layers.identity, **kwargs)
     return layer(x)
 
 
-def max_pool(x, kernel, stride, pad=False, ceil=False):
-    """Max pooling; ceil=True is PyTorch's ceil_mode (the output size rounds up)."""
+def max_pool(x, spec):
+    """Max pooling for an arch.MaxPool; its ceil is PyTorch's ceil_mode (the output size
+    rounds up)."""
     C = _cntk()
-    return C.pooling(x, C.MAX_POOLING, (kernel, kernel), strides=(stride, stride),
-                     auto_padding=[pad, pad], ceil_out_dim=ceil)
+    x, pad = _same(x, spec.kernel, spec.pad)
+    return C.pooling(x, C.MAX_POOLING, (spec.kernel, spec.kernel),
+                     strides=(spec.stride, spec.stride), auto_padding=[pad, pad],
+                     ceil_out_dim=spec.ceil)
 
 
-def batch_norm(x, epsilon=1e-5):
+def batch_norm(x, epsilon=arch.BN_EPS):
     """Spatial BatchNorm (one scale and bias per channel, like nn.BatchNorm2d)."""
     C = _cntk()
     return C.layers.BatchNormalization(map_rank=1, epsilon=epsilon,
                                        normalization_time_constant=4096)(x)
 
 
-def conv_bn(x, filters, kernel, stride=1, pad=False, relu=True, epsilon=1e-5, init=None):
+def conv_bn(x, spec, relu=True, epsilon=arch.BN_EPS, init=None):
     """Convolution without bias, BatchNorm, optionally ReLU (ResNet's and GoogLeNet's unit)."""
     C = _cntk()
-    x = batch_norm(conv(x, filters, kernel, stride, pad, bias=False, init=init), epsilon)
+    x = batch_norm(conv(x, spec, bias=False, init=init), epsilon)
     return C.relu(x) if relu else x
 
 
@@ -105,130 +120,102 @@ def dropout(x, rate):
     return _cntk().layers.Dropout(rate)(x)
 
 
+def features(x, specs, activation=None, init=None):
+    """A sequence of arch.Conv (with bias and `activation`) and arch.MaxPool."""
+    for spec in specs:
+        if isinstance(spec, arch.MaxPool):
+            x = max_pool(x, spec)
+        else:
+            x = conv(x, spec, activation=activation, init=init)
+    return x
+
+
+def head(x, layers, classes, init=None):
+    """An arch classifier head, then the classes."""
+    for kind, value in layers:
+        if kind == arch.DROPOUT:
+            x = dropout(x, value)
+        else:
+            x = dense(x, value, activation=_cntk().relu, init=init)
+    return dense(x, classes, init=init)
+
+
 # ---------------------------------------------------------------------------- networks
 
 def lenet(x, classes):
     """Caffe's LeNet: conv 20@5x5, max-pool 2/2, conv 50@5x5, max-pool 2/2, fc 500, ReLU,
     fc classes; no nonlinearity after the convolutions, pooling rounds up (ceil mode)."""
-    C = _cntk()
-    height, width = x.shape[-2], x.shape[-1]
-    if _lenet_features(height) < 1 or _lenet_features(width) < 1:
-        raise Unsupported("LeNet needs inputs of at least 12x12, got %dx%d" % (height, width))
-    x = max_pool(conv(x, 20, 5), 2, 2, ceil=True)
-    x = max_pool(conv(x, 50, 5), 2, 2, ceil=True)
-    x = dense(x, 500, activation=C.relu)
-    return dense(x, classes)
+    arch.lenet_features(x.shape[-2], x.shape[-1])
+    return head(features(x, arch.LENET), arch.LENET_HEAD, classes)
 
 
-def _lenet_features(size):
-    size = -(-(size - 4) // 2)
-    return -(-(size - 4) // 2)
-
-
-def alexnet(x, classes, drop=0.5):
+def alexnet(x, classes):
     """torchvision's AlexNet (64, 192, 384, 256, 256 filters; 6x6 average pool)."""
-    C = _cntk()
-    x = C.pad(x, pattern=[(0, 0), (2, 2), (2, 2)])  # PyTorch's padding=2 (not "same")
-    x = max_pool(conv(x, 64, 11, stride=4, activation=C.relu), 3, 2)
-    x = max_pool(conv(x, 192, 5, pad=True, activation=C.relu), 3, 2)
-    x = conv(x, 384, 3, pad=True, activation=C.relu)
-    x = conv(x, 256, 3, pad=True, activation=C.relu)
-    x = max_pool(conv(x, 256, 3, pad=True, activation=C.relu), 3, 2)
-    x = adaptive_avg_pool(x, 6)
-    x = dense(dropout(x, drop), 4096, activation=C.relu)
-    x = dense(dropout(x, drop), 4096, activation=C.relu)
-    return dense(x, classes)
+    x = features(x, arch.ALEXNET, activation=_cntk().relu)
+    return head(adaptive_avg_pool(x, arch.ALEXNET_POOLED), arch.ALEXNET_HEAD, classes)
 
 
-def _bottleneck(x, planes, stride, downsample):
+def _bottleneck(x, channels, width, stride):
     """ResNet v1.5 bottleneck: the stride sits on the 3x3 convolution."""
     C = _cntk()
     he = C.initializer.he_normal()
     identity = x
-    if downsample:
-        identity = conv_bn(x, planes * 4, 1, stride=stride, relu=False, init=he)
-    out = conv_bn(x, planes, 1, init=he)
-    out = conv_bn(out, planes, 3, stride=stride, pad=True, init=he)
-    out = conv_bn(out, planes * 4, 1, relu=False, init=he)
+    projection = arch.shortcut(channels, width, stride)
+    if projection is not None:
+        identity = conv_bn(x, projection, relu=False, init=he)
+    out = x
+    for i, spec in enumerate(arch.bottleneck(width, stride)):
+        out = conv_bn(out, spec, relu=i < 2, init=he)
     return C.relu(out + identity)
 
 
-def resnet50(x, classes, layers=(3, 4, 6, 3)):
+def resnet50(x, classes):
     """torchvision's resnet50: stages of 3, 4, 6, 3 bottlenecks."""
     C = _cntk()
-    he = C.initializer.he_normal()
-    x = conv_bn(x, 64, 7, stride=2, pad=True, init=he)
-    x = max_pool(x, 3, 2, pad=True)
-    inplanes = 64
-    for planes, blocks, stride in zip((64, 128, 256, 512), layers, (1, 2, 2, 2)):
-        for i in range(blocks):
-            s = stride if i == 0 else 1
-            x = _bottleneck(x, planes, s, downsample=(i == 0 and
-                                                      (s != 1 or inplanes != planes * 4)))
-            inplanes = planes * 4
+    conv1, pool = arch.RESNET50_STEM
+    x = max_pool(conv_bn(x, conv1, init=C.initializer.he_normal()), pool)
+    channels = conv1.filters
+    for stage in arch.RESNET50:
+        for i in range(stage.blocks):
+            x = _bottleneck(x, channels, stage.width, stage.stride if i == 0 else 1)
+            channels = stage.width * arch.EXPANSION
     x = C.layers.GlobalAveragePooling()(x)
-    return dense(x, classes)
+    return head(x, arch.RESNET50_HEAD, classes)
 
 
-def _basic(x, filters, kernel, stride=1, pad=False):
-    # torchvision's BasicConv2d: conv without bias, BatchNorm (eps 0.001), ReLU. torchvision
-    # draws weights from N(0, 0.01) truncated at +-2 (absolute, so in effect untruncated);
-    # CNTK's truncated_normal cannot initialise convolution filters, so: normal(0.01)
-    init = _cntk().initializer.normal(0.01)
-    return conv_bn(x, filters, kernel, stride, pad, epsilon=0.001, init=init)
+def _googlenet_layer(x, spec):
+    """A max pool, an inception module, or torchvision's BasicConv2d (conv without bias,
+    BatchNorm (eps 0.001), ReLU). torchvision draws weights from N(0, 0.01) truncated at
+    +-2 (absolute, so in effect untruncated); CNTK's truncated_normal cannot initialise
+    convolution filters, so: normal(0.01)."""
+    if isinstance(spec, arch.MaxPool):
+        return max_pool(x, spec)
+    if isinstance(spec, arch.Inception):
+        return _inception(x, spec)
+    return conv_bn(x, spec, epsilon=arch.GOOGLENET_BN_EPS,
+                   init=_cntk().initializer.normal(0.01))
 
 
-def _inception(x, ch1x1, ch3x3red, ch3x3, ch5x5red, ch5x5, pool_proj):
+def _inception(x, spec):
     """torchvision's inception module (its third branch has a 3x3 kernel, not 5x5)."""
-    C = _cntk()
-    b1 = _basic(x, ch1x1, 1)
-    b2 = _basic(_basic(x, ch3x3red, 1), ch3x3, 3, pad=True)
-    b3 = _basic(_basic(x, ch5x5red, 1), ch5x5, 3, pad=True)
-    b4 = _basic(max_pool(x, 3, 1, pad=True, ceil=True), pool_proj, 1)
-    return C.splice(b1, b2, b3, b4, axis=0)
+    return _cntk().splice(*arch.inception_outputs(x, spec, _googlenet_layer), axis=0)
 
 
-def googlenet(x, classes, drop=0.2):
+def googlenet(x, classes):
     """torchvision's googlenet (Inception v1 with BatchNorm) without auxiliary classifiers."""
     C = _cntk()
-    x = _basic(x, 64, 7, stride=2, pad=True)
-    x = max_pool(x, 3, 2, ceil=True)
-    x = _basic(x, 64, 1)
-    x = _basic(x, 192, 3, pad=True)
-    x = max_pool(x, 3, 2, ceil=True)
-    x = _inception(x, 64, 96, 128, 16, 32, 32)
-    x = _inception(x, 128, 128, 192, 32, 96, 64)
-    x = max_pool(x, 3, 2, ceil=True)
-    x = _inception(x, 192, 96, 208, 16, 48, 64)
-    x = _inception(x, 160, 112, 224, 24, 64, 64)
-    x = _inception(x, 128, 128, 256, 24, 64, 64)
-    x = _inception(x, 112, 144, 288, 32, 64, 64)
-    x = _inception(x, 256, 160, 320, 32, 128, 128)
-    x = max_pool(x, 2, 2, ceil=True)
-    x = _inception(x, 256, 160, 320, 32, 128, 128)
-    x = _inception(x, 384, 192, 384, 48, 128, 128)
+    for _, spec in arch.GOOGLENET:
+        x = _googlenet_layer(x, spec)
     x = C.layers.GlobalAveragePooling()(x)
-    return dense(dropout(x, drop), classes, init=C.initializer.normal(0.01))
+    return head(x, arch.GOOGLENET_HEAD, classes, init=C.initializer.normal(0.01))
 
 
-VGG16_LAYERS = (64, 64, "M", 128, 128, "M", 256, 256, 256, "M", 512, 512, 512, "M",
-                512, 512, 512, "M")
-
-
-def vgg16(x, classes, drop=0.5):
+def vgg16(x, classes):
     """torchvision's vgg16 (configuration D, no BatchNorm)."""
     C = _cntk()
-    he = C.initializer.he_normal()
-    for v in VGG16_LAYERS:
-        if v == "M":
-            x = max_pool(x, 2, 2)
-        else:
-            x = conv(x, v, 3, pad=True, activation=C.relu, init=he)
-    x = adaptive_avg_pool(x, 7)
-    small = C.initializer.normal(0.01)
-    x = dropout(dense(x, 4096, activation=C.relu, init=small), drop)
-    x = dropout(dense(x, 4096, activation=C.relu, init=small), drop)
-    return dense(x, classes, init=small)
+    x = features(x, arch.vgg(arch.VGG16), activation=C.relu, init=C.initializer.he_normal())
+    x = adaptive_avg_pool(x, arch.VGG16_POOLED)
+    return head(x, arch.VGG16_HEAD, classes, init=C.initializer.normal(0.01))
 
 
 NETWORKS = {"lenet": lenet, "alexnet": alexnet, "resnet50": resnet50,
