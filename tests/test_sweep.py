@@ -126,15 +126,16 @@ def test_issue_example_sweep_lands_four_rows_and_is_not_resubmitted(workdir):
 
 @pytest.mark.slow
 def test_a_failing_cell_fails_alone_with_class_message_and_log(workdir):
-    launched = orchestrator(["-m", "model=lenet", "precision=fp32,fp16", *FAST, "wait=true"], workdir)
+    # no MNIST files here: that cell's trainer stops with a data error, the other one measures
+    launched = orchestrator(["-m", "model=lenet", "dataset=synthetic,mnist", *FAST, "wait=true"], workdir)
     assert launched.returncode == 0, launched.stderr
-    by_precision = {r[0]: r[1:] for r in rows(
-        workdir, "select c.precision, r.state, r.error_class, r.error_message, r.log_path "
+    by_dataset = {r[0]: r[1:] for r in rows(
+        workdir, "select c.dataset, r.state, r.error_class, r.error_message, r.log_path "
                  "from runs r join cells c on c.id = r.cell_id")}
-    assert by_precision["fp32"][0] == "done"
-    state, error_class, message, log_path = by_precision["fp16"]
+    assert by_dataset["synthetic"][0] == "done"
+    state, error_class, message, log_path = by_dataset["mnist"]
     assert (state, error_class) == ("failed", "unsupported")
-    assert "fp16" in message and Path(log_path).exists()
+    assert "data/mnist does not exist" in message and Path(log_path).exists()
     status = orchestrator(["status"], workdir).stdout
     assert "unsupported" in status and log_path in status.replace("\n", "")
 
