@@ -205,7 +205,10 @@ def cmd_collect(args: argparse.Namespace, out: Console) -> int:
     runs = Path(args.runs)
     if not runs.is_dir():
         raise CliError(f"no runs directory {runs} here; {LAUNCH_HINT} (or pass --runs DIR)")
-    report = collect(db.open_db(args.db), runs)
+    factory = db.open_db(args.db)
+    with factory() as session:  # first the runs' fate: a requeued job's old failure must wait
+        _reconcile(session, None, out)
+    report = collect(factory, runs)
     out.print(str(report), markup=False)
     for path, reason in report.broken:
         out.print(f"  broken: {path}: {reason}", markup=False, soft_wrap=True)

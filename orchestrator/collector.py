@@ -25,6 +25,7 @@ from sqlalchemy import delete, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
+from . import runstate
 from .db import Cell, Metric, Run, Sweep, SweepCell
 from .metric_registry import unit_of
 from .resultfile import CELL_COLUMNS, RESULT_NAME, BadResult, read_result
@@ -37,13 +38,20 @@ class CollectReport:
     added: int = 0
     already: int = 0
     broken: list[tuple[Path, str]] = field(default_factory=list)
+    #: failed results of runs whose job is still in flight (requeued): landed once it ends
+    waiting: int = 0
 
     def __str__(self) -> str:
-        return f"{self.added} added, {self.already} already in the DB, {len(self.broken)} broken"
+        waiting = f", {self.waiting} waiting for their job to end" if self.waiting else ""
+        return f"{self.added} added, {self.already} already in the DB, {len(self.broken)} broken{waiting}"
 
 
 class _AlreadyCollected(Exception):
     """Another collector (or an earlier run of this one) claimed the run first."""
+
+
+class _InFlight(Exception):
+    """The run's job is still in flight: its failed result file may be an earlier incarnation's."""
 
 
 def find_results(runs_root: Path) -> list[Path]:
@@ -66,15 +74,20 @@ def collect(session_factory: sessionmaker, runs_root: Path) -> CollectReport:
         if str(path.resolve()) in landed:
             report.already += 1
             continue
-        try:
+        try:  # one file's problem, whatever it is, is that file's broken reason, never the end
             result = read_result(path)
+            added = _land(session_factory, path, result)
         except BadResult as exc:
             report.broken.append((path, str(exc)))
             continue
-        try:
-            added = _land(session_factory, path, result)
         except IntegrityError as exc:
             report.broken.append((path, f"the database refused it twice: {exc.orig}"))
+            continue
+        except _InFlight:
+            report.waiting += 1
+            continue
+        except Exception as exc:  # noqa: BLE001 - reported with the file, collection goes on
+            report.broken.append((path, f"{type(exc).__name__}: {exc}"))
             continue
         if added:
             report.added += 1
@@ -122,10 +135,14 @@ def _ingest(session: Session, path: Path, result: dict[str, Any]) -> None:
     run = session.scalar(select(Run).where(Run.uid == uid))
     if run is None:
         run = Run(uid=uid, sweep_id=sweep_id, cell_id=cell_id, repeat=result["repeat"],
-                  attempt=result["attempt"], state=result["state"])
+                  attempt=result["attempt"], state=runstate.PENDING)  # _fill_run moves it
         session.add(run)
     session.flush()
 
+    if run.state in runstate.IN_FLIGHT and result["state"] != runstate.DONE:
+        # its job is still in flight (a requeued job's earlier incarnation wrote this failure):
+        # landing it would close the repeat before its real measurement
+        raise _InFlight(uid)
     claim = session.execute(
         update(Run).where(Run.uid == uid, Run.collected_at.is_(None)).values(collected_at=now),
         execution_options={"synchronize_session": False})
@@ -149,15 +166,18 @@ def _fill_run(run: Run, path: Path, result: dict[str, Any]) -> None:
     # copied off the cluster; the job's own `paths.run_dir` may name another machine's mount.
     run_dir = path.parent.resolve()
 
-    run.state = result["state"]
-    run.state_detail = None
+    # A run tracking already ended keeps its verdict: it was drawn from the result file *and*
+    # the scheduler (Slurm's CANCELLED beats a file that says the trainer got a signal).
+    if run.state not in runstate.FINAL or run.state == runstate.LOST:
+        run.state = result["state"]
+        run.state_detail = None
+        run.error_class = error.get("class")
+        run.error_message = error.get("message")
     run.node = result.get("node") or run.node
     run.job_id = result.get("job_id") or run.job_id
     run.executor = result.get("executor") or run.executor
     run.started_at = result.get("started_at")
     run.ended_at = result.get("ended_at")
-    run.error_class = error.get("class")
-    run.error_message = error.get("message")
     run.run_dir = str(run_dir)
     run.log_path = _under(run_dir, paths.get("stderr")) or run.log_path
     run.result_path = str(path.resolve())

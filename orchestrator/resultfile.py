@@ -38,9 +38,20 @@ class BadResult(ValueError):
     """A result file that cannot be ingested; the message says what is wrong with it."""
 
 
+#: A job's result.json is a few KB; anything this large was not written by one.
+MAX_BYTES = 8 * 1024 * 1024
+#: Nesting deeper than this is not a result.json (ours nest 4 deep).
+MAX_DEPTH = 32
+#: What the database's INTEGER holds.
+INT_RANGE = (-(2 ** 63), 2 ** 63 - 1)
+
+
 def read_result(path: Path) -> dict[str, Any]:
     """The parsed, checked contents of one result.json; raises BadResult saying what is wrong."""
     try:
+        size = path.stat().st_size
+        if size > MAX_BYTES:
+            raise BadResult(f"{size:,} bytes, more than the {MAX_BYTES:,} a result file may have")
         raw = path.read_bytes()
     except OSError as exc:
         raise BadResult(f"cannot read: {exc.strerror or exc}") from None
@@ -51,15 +62,36 @@ def read_result(path: Path) -> dict[str, Any]:
     except UnicodeDecodeError:
         raise BadResult("not JSON: not UTF-8 text") from None
     try:
-        result = json.loads(text)
+        result = json.loads(text, parse_constant=_no_constant)
+    except RecursionError:
+        raise BadResult(f"nested deeper than {MAX_DEPTH} levels") from None
     except json.JSONDecodeError as exc:
         # A prefix of valid JSON fails at its very end, or inside a string it never closes.
         truncated = exc.pos >= len(text.rstrip()) or exc.msg.startswith("Unterminated string")
         raise BadResult(
             f"{'truncated JSON' if truncated else 'not JSON'}: {exc.msg} (line {exc.lineno}, column {exc.colno})"
         ) from None
+    if _depth(result) > MAX_DEPTH:
+        raise BadResult(f"nested deeper than {MAX_DEPTH} levels")
     check_result(result)
     return result
+
+
+def _no_constant(name: str) -> Any:
+    raise BadResult(f"not JSON: {name} is not a JSON number")
+
+
+def _depth(value: Any) -> int:
+    """How deep arrays and objects nest (without recursion: the file may nest thousands deep)."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, (dict, list)):
+            deepest = max(deepest, depth)
+            if deepest > MAX_DEPTH:
+                return deepest
+            stack.extend((v, depth + 1) for v in (item.values() if isinstance(item, dict) else item))
+    return deepest
 
 
 def check_result(result: Any) -> None:
@@ -140,6 +172,8 @@ def _typed(value: Any, label: str, types: tuple[type, ...]) -> Any:
         ok = isinstance(value, types)
     if isinstance(value, float) and not math.isfinite(value):
         ok = False
+    if ok and isinstance(value, int) and not isinstance(value, bool) and not INT_RANGE[0] <= value <= INT_RANGE[1]:
+        raise BadResult(f"'{label}' is {_short(value)}, outside the database's integer range")
     if not ok:
         wanted = " or ".join(_TYPE_NAMES.get(t, t.__name__) for t in types)
         shown = "" if value is None else " " + _short(value)
@@ -148,8 +182,13 @@ def _typed(value: Any, label: str, types: tuple[type, ...]) -> Any:
 
 
 def _is_number(value: Any) -> bool:
-    return (isinstance(value, (int, float)) and not isinstance(value, bool)
-            and math.isfinite(value))
+    """A finite number the database's REAL holds (an integer too large for a double is not)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    try:
+        return math.isfinite(float(value))
+    except OverflowError:
+        return False
 
 
 _TYPE_NAMES = {str: "a string", int: "an integer", float: "a number", dict: "an object",
@@ -165,5 +204,8 @@ def _json_type(value: Any) -> str:
 
 
 def _short(value: Any) -> str:
-    text = json.dumps(value) if not isinstance(value, float) or math.isfinite(value) else str(value)
+    try:
+        text = json.dumps(value) if not isinstance(value, float) or math.isfinite(value) else str(value)
+    except (ValueError, RecursionError):
+        text = type(value).__name__
     return text if len(text) <= 40 else text[:37] + "..."

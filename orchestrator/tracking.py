@@ -54,6 +54,8 @@ def look(run_dir: Optional[str]) -> Evidence:
             evidence.result = read_result(path / RESULT_NAME)
         except BadResult as exc:
             evidence.broken = str(exc)
+        except Exception as exc:  # noqa: BLE001 - a hostile file is a broken one, never a crash
+            evidence.broken = f"{type(exc).__name__}: {exc}"
     try:
         started = json.loads((path / "job.json").read_text())
         evidence.started = started if isinstance(started, dict) else None

@@ -147,11 +147,22 @@ def test_broken_files_are_reported_left_in_place_and_do_not_stop_the_rest(tmp_pa
             "'repeat' is a string \"0\", expected an integer",
         write_text(runs, "sweep-a/x7/0/result.json",
                    json.dumps(make_result(model="resnet50", metrics={"images_per_sec": float("nan")}))):
-            "metrics.images_per_sec is nan",
+            "NaN is not a JSON number",
         write_text(runs, "sweep-a/x8/0/result.json", json.dumps([1, 2])): "top level is an array, expected an object",
         write_text(runs, "sweep-a/x9/0/result.json",
                    json.dumps({**make_result(model="resnet50"), "run_uid": "other:uid:0:1"})):
             "does not match sweep_id:cell_id:repeat:attempt",
+        # hostile files, sorted before the valid ones: each is reported and every later file lands
+        write_text(runs, "sweep-a/0a/0/result.json", "[" * 100_000 + "]" * 100_000): "nested deeper than 32",
+        write_text(runs, "sweep-a/0b/0/result.json", json.dumps({**make_result(model="resnet50"), "repeat": 10**30})):
+            "outside the database's integer range",
+        write_text(runs, "sweep-a/0c/0/result.json",
+                   json.dumps(make_result(model="resnet50", metrics={"images_per_sec": 10**400}))):
+            "metric values must be finite numbers",
+        write_text(runs, "sweep-a/0d/0/result.json",
+                   json.dumps({**make_result(model="resnet50"), "provenance": json.loads("{\"a\":" * 40 + "1" + "}" * 40)})):
+            "nested deeper than 32",
+        write_text(runs, "sweep-a/0e/0/result.json", " " * (9 * 2**20)): "more than the 8,388,608",
     }
     before = {p: p.read_bytes() for p in broken}
     # a job's temporary file, not yet renamed into place, is not a result
