@@ -217,37 +217,82 @@ def submit_runs(session: Session, sweep_id: str, planned: list[tuple[Cell, list[
         session.commit()
 
 
+#: A cancelled run's state_detail when its submission was given up (the name it went out under).
+GIVEN_UP = "submission {name} interrupted before the job was handed over"
+LANDED_LATE = "; its array {job} landed later and was cancelled"
+
+
 def adopt_interrupted(session: Session, backend: Backend) -> None:
-    """Runs left `pending` by a submission killed mid-way: adopt the job the scheduler has, or cancel.
+    """Runs left `pending` by a submission killed mid-way: adopt the job the scheduler has, or give up.
 
     The name recorded before `sbatch` is looked up in the scheduler; a job found under it is
     the run's job (task `index` of an array), so typing the sweep again does not submit it a
-    second time. A run whose submission never reached the scheduler is cancelled and planned
-    anew. While the scheduler does not answer, nothing is decided: the runs stay pending.
+    second time, and its tasks claim the pickles their dead submitter left (backends/slurm_task.py).
+    A submission the scheduler does not have is given up: its runs are cancelled (and planned
+    anew by the caller), its pickles removed so that an sbatch still on its way runs nothing,
+    and an array that lands later anyway is cancelled here the next time, and recorded. While
+    the scheduler does not answer, nothing is decided: the runs stay pending.
     """
     orphans = session.scalars(select(db.Run).where(db.Run.state == runstate.PENDING,
                                                    db.Run.job_id.is_(None))).all()
-    if not orphans:
-        return
     marked = {}
     for run in orphans:
         match = re.fullmatch(rf"{SUBMITTING} (\S+)\[(\d+)/(\d+)\]", run.state_detail or "")
         if match:
-            marked[run.uid] = (match.group(1), int(match.group(2)), int(match.group(3)))
+            marked[run.uid] = (match.group(1), int(match.group(2)))
+    given_up = _given_up(session)
+    names = {m[0] for m in marked.values()} | set(given_up)
     try:
-        found = backend.find({m[0] for m in marked.values()}) if marked else {}
+        found = backend.find(names) if names else {}
     except SchedulerUnavailable:
         return
+    now = time.time()
+    abandoned: dict[str, Path] = {}
     for run in orphans:
-        name, index, size = marked.get(run.uid, (None, 0, 0))
+        name, index = marked.get(run.uid, (None, 0))
         if name in found:
-            run.state, run.submitted_at = runstate.SUBMITTED, time.time()
-            run.job_id = found[name] if size == 1 else f"{found[name]}_{index}"
+            run.state, run.submitted_at = runstate.SUBMITTED, now
+            run.job_id = backend.task_job_id(found[name], index)
             run.state_detail = f"adopted from interrupted submission {name}"
-        else:
-            run.state = runstate.CANCELLED
-            run.state_detail = "submission interrupted before the job was handed over"
+            continue
+        run.state = runstate.CANCELLED
+        run.state_detail = GIVEN_UP.format(name=name) if name else "recorded, never handed to the scheduler"
+        if name and run.run_dir:
+            abandoned[name] = Path(run.run_dir).parents[1] / ".submitit"
+    for name, folder in abandoned.items():
+        backend.abandon(name, folder)
     session.commit()
+    # an sbatch that was still on its way when we looked may land at any time: look once more
+    # for what was just given up, and for what was given up before
+    late = {name: runs for name, runs in given_up.items() if name in found}
+    if abandoned:
+        try:
+            again = backend.find(abandoned)
+        except SchedulerUnavailable:
+            again = {}
+        for name, job in again.items():
+            found[name] = job
+            late[name] = session.scalars(select(db.Run).where(
+                db.Run.state_detail == GIVEN_UP.format(name=name))).all()
+    for name, runs in late.items():
+        try:
+            backend.cancel([found[name]])
+        except SchedulerUnavailable:
+            continue
+        for run in runs:
+            run.state_detail += LANDED_LATE.format(job=found[name])
+    session.commit()
+
+
+def _given_up(session: Session) -> dict[str, list[db.Run]]:
+    """Given-up submissions whose array has not (yet) been seen landing late, by name."""
+    out: dict[str, list[db.Run]] = {}
+    prefix, _, suffix = GIVEN_UP.partition("{name}")
+    for run in session.scalars(select(db.Run).where(db.Run.state == runstate.CANCELLED,
+                                                    db.Run.state_detail.like(prefix + "%" + suffix))):
+        name = run.state_detail[len(prefix):-len(suffix)]
+        out.setdefault(name, []).append(run)
+    return out
 
 
 def _mark(session: Session, runs: list[db.Run], state: str, job_id: str | None,

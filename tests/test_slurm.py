@@ -7,7 +7,9 @@ read back with sacct/squeue by `orchestrator status`. The cluster's GPUs are typ
 import os
 import re
 import shutil
+import sqlite3
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -244,3 +246,84 @@ def test_a_controller_outage_loses_nothing_and_offers_nothing_for_rerun(workdir)
     assert rows(workdir, "select count(*), count(distinct cell) from results where images_per_sec > 0") == [(4, 4)]
     tasks = sacct(workdir, *{j.split("_")[0] for j in job_ids}, fields="JobID,State")
     assert sorted(t["JobID"] for t in tasks) == sorted(job_ids), tasks  # each task ran once
+
+
+def _slow_sbatch(tmp_path, env, before_s=0, after_s=0):
+    """PATH with an sbatch that waits before and/or after the real one, and the file it writes
+    the real sbatch's answer to once that has returned."""
+    bin_dir, landed = tmp_path / "slow-bin", tmp_path / "sbatch-landed"
+    bin_dir.mkdir(exist_ok=True)
+    real = shutil.which("sbatch", path=env["PATH"])
+    (bin_dir / "sbatch").write_text(f'#!/bin/sh\nsleep {before_s}\nout=$({real} "$@") || exit $?\n'
+                                    f'echo "$out" >> {landed}\nsleep {after_s}\necho "$out"\n')
+    (bin_dir / "sbatch").chmod(0o755)
+    return {**env, "PATH": f"{bin_dir}:{env['PATH']}"}, landed
+
+
+def _launch_and_kill(args, workdir, env, until):
+    """Starts a sweep and SIGKILLs the orchestrator (only it: its sbatch child lives on) once
+    `until()` holds."""
+    proc = subprocess.Popen([sys.executable, "-m", "orchestrator", *args], cwd=workdir[0], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 120
+    while not until() and time.time() < deadline and proc.poll() is None:
+        time.sleep(0.2)
+    assert proc.poll() is None, "the sweep ended before it could be interrupted"
+    proc.kill()
+    proc.wait()
+
+
+def test_a_submitter_killed_after_sbatch_leaves_tasks_that_run_and_are_adopted(workdir):
+    """Killed between sbatch's answer and submitit's renaming of the pickles: the tasks claim
+    their pickles themselves, the retype adopts the array, every cell is measured once."""
+    cells = ["-m", *SMALL, "model=lenet", "seed=1,2,3"]
+    slow, landed = _slow_sbatch(workdir[0], workdir[1], after_s=30)
+    _launch_and_kill(cells, workdir, slow, until=landed.exists)
+    assert all(d.startswith("submitting as") for (d,) in rows(workdir, "select state_detail from runs"))
+    retyped = orchestrator(cells, workdir)
+    assert retyped.returncode == 0, retyped.stderr
+    assert "0 cells submitted" in retyped.stdout, retyped.stdout
+    wait_until_final(workdir, timeout=300)
+    assert orchestrator(["collect"], workdir).returncode == 0
+    assert rows(workdir, "select state, count(*) from runs group by state") == [("done", 3)]
+    (base,) = {j.split("_")[0] for (j,) in rows(workdir, "select job_id from runs")}
+    tasks = sacct(workdir, base, fields="JobID,State")
+    assert sorted(t["State"] for t in tasks) == ["COMPLETED"] * 3, tasks
+
+
+def test_an_sbatch_landing_after_the_retype_runs_nothing_and_is_cancelled(workdir):
+    """Killed while sbatch was still on its way: the retype gives that submission up and submits
+    anew; the late array finds no pickle and cancels itself; the next launch records it."""
+    cells = ["-m", *SMALL, "model=lenet", "seed=1,2,3"]
+    slow, landed = _slow_sbatch(workdir[0], workdir[1], before_s=20)
+
+    def marked():
+        try:
+            return rows(workdir, "select count(*) from runs where state_detail like 'submitting as%'") == [(3,)]
+        except sqlite3.OperationalError:  # the database is being made
+            return False
+
+    _launch_and_kill(cells, workdir, slow, until=marked)
+    retyped = orchestrator(cells, workdir)  # well before the slow sbatch lands
+    assert retyped.returncode == 0, retyped.stderr
+    assert "3 cells submitted" in retyped.stdout and not landed.exists(), retyped.stdout
+    deadline = time.time() + 60
+    while not landed.exists() and time.time() < deadline:
+        time.sleep(1)
+    (late,) = landed.read_text().split()[-1:]  # "Submitted batch job N"
+    wait_until_final(workdir, timeout=300)
+    again = orchestrator(cells, workdir)  # all done: skipped; and the late array is found and recorded
+    assert "0 cells submitted" in again.stdout, again.stdout
+    assert orchestrator(["collect"], workdir).returncode == 0
+    states = dict(rows(workdir, "select state, count(*) from runs group by state"))
+    assert states == {"done": 3, "cancelled": 3}, states
+    details = [d for (d,) in rows(workdir, "select state_detail from runs where state = 'cancelled'")]
+    assert all(f"its array {late} landed later and was cancelled" in d for d in details), details
+    assert rows(workdir, "select count(*), count(distinct cell) from results where state = 'done'") == [(3, 3)]
+    deadline = time.time() + 60
+    while time.time() < deadline:  # the late tasks cancelled themselves: none ran a cell
+        tasks = sacct(workdir, late, fields="JobID,State")
+        if tasks and all(t["State"].startswith("CANCELLED") for t in tasks):
+            break
+        time.sleep(2)
+    assert tasks and all(t["State"].startswith("CANCELLED") for t in tasks), tasks

@@ -91,6 +91,13 @@ class Backend:
     def cancel(self, job_ids: Iterable[str]) -> None:
         """Cancels these jobs (array tasks, or whole arrays by their base id)."""
 
+    def task_job_id(self, found: str, index: int) -> str:
+        """The job id of member `index` of a submission `find` returned as `found`."""
+        return found
+
+    def abandon(self, name: str, folder: Path) -> None:
+        """Makes a submission given up on (its runs submitted again) run nothing if it still lands."""
+
     def poll(self, job_ids: Iterable[str]) -> Optional[dict[str, Seen]]:
         """`observe`, counting polls without an answer; None when the scheduler did not answer.
 

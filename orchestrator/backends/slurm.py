@@ -209,6 +209,48 @@ def run_command(argv: list[str], timeout: float = COMMAND_TIMEOUT_S) -> str:
     return done.stdout
 
 
+def _executor_class() -> type:
+    """submitit's SlurmExecutor whose pickles a task can claim by itself (see slurm_task.py):
+    every submission is an array, its pickles named `<job name>_<index>.pkl` until sbatch
+    returns, and the batch script runs `orchestrator.backends.slurm_task` first."""
+    import shlex
+    import uuid
+
+    import submitit
+    from submitit.core import utils
+    from submitit.slurm.slurm import SlurmJob
+
+    from orchestrator.backends.slurm_task import claim, pending_pickle
+
+    class OrchestratorSlurmExecutor(submitit.SlurmExecutor):
+        def _internal_process_submissions(self, delayed_submissions: list) -> list:
+            folder = utils.JobPaths.get_first_id_independent_folder(self.folder)
+            folder.mkdir(parents=True, exist_ok=True)
+            name = self.parameters.get("job_name") or f"orch-{uuid.uuid4().hex[:8]}"
+            pickles = []
+            for index, delayed in enumerate(delayed_submissions):
+                delayed.set_timeout(self.parameters.get("time", 5), self.max_num_timeout)
+                delayed.dump(pending_pickle(folder, name, str(index)))
+                pickles.append(pending_pickle(folder, name, str(index)))
+            array = OrchestratorSlurmExecutor(self.folder, self.max_num_timeout, python=self.python)
+            array.update_parameters(**{**self.parameters, "job_name": name})
+            array.parameters["map_count"] = len(delayed_submissions)
+            self._throttle()
+            first = array._submit_command(self._submitit_command_str)
+            jobs = [SlurmJob(folder=self.folder, job_id=f"{first.job_id}_{index}",
+                             tasks=list(range(first.num_tasks))) for index in range(len(pickles))]
+            for job, pickle in zip(jobs, pickles):
+                if not claim(pickle, job.paths.submitted_pickle):  # (a started task may have claimed it)
+                    raise FileNotFoundError(f"{pickle} vanished before job {job.job_id} claimed it")
+            return jobs
+
+        @property
+        def _submitit_command_str(self) -> str:
+            return " ".join([self.python, "-u -m orchestrator.backends.slurm_task", shlex.quote(str(self.folder))])
+
+    return OrchestratorSlurmExecutor
+
+
 class SlurmBackend(Backend):
     name = "slurm"
 
@@ -224,15 +266,12 @@ class SlurmBackend(Backend):
             return 120.0
 
     def executor(self, folder: Path) -> Any:
-        import submitit
-
         if shutil.which("sbatch") is None:
             raise RuntimeError("cluster=slurm but `sbatch` is not on PATH here; run from a Slurm login "
                                "node (or load its module), or use cluster=local")
         # max_num_timeout=0: a cell that runs out of time is a result (class timeout), not
         # something to requeue behind the user's back.
-        return submitit.SlurmExecutor(folder=folder, max_num_timeout=0,
-                                      python=self.cluster.get("python") or None)
+        return _executor_class()(folder=folder, max_num_timeout=0, python=self.cluster.get("python") or None)
 
     def resources(self, config: dict[str, Any]) -> dict[str, Any]:
         cluster = self.cluster
@@ -310,6 +349,15 @@ class SlurmBackend(Backend):
             if len(parts) >= 2 and parts[1] in names:
                 found.setdefault(parts[1], array_base(parts[0]))
         return found
+
+    def task_job_id(self, found: str, index: int) -> str:
+        return f"{found}_{index}"  # every submission is an array (see _executor_class)
+
+    def abandon(self, name: str, folder: Path) -> None:
+        from orchestrator.backends.slurm_task import pending_pickle
+
+        for pickle in folder.glob(pending_pickle(Path(), name, "*").name):
+            pickle.unlink(missing_ok=True)
 
     def cancel(self, job_ids: Iterable[str]) -> None:
         ids = sorted(set(job_ids))
