@@ -171,12 +171,6 @@ def run_trainer(python, module, argv, env=None, timeout=900):
     return proc, events
 
 
-@pytest.fixture(scope="session")
-def trainer_run():
-    """run_trainer(python, module, argv, env=None, timeout=900) -> (process, events)."""
-    return run_trainer
-
-
 RUN_START_FIELDS = {
     "framework", "version", "build", "model", "params", "input_shape", "classes",
     "dataset", "like", "batch_size", "per_device_batch", "gpus", "devices", "threads",
@@ -219,6 +213,16 @@ def counts():
 def framework_env():
     """framework_env(name) -> (interpreter, the variables a job sets for its trainer)."""
     return lambda name: (framework_python(name), dict(os.environ, **recipe_env(name)))
+
+
+@pytest.fixture(scope="session")
+def framework_run(framework_env):
+    """framework_run(name, argv, **env) -> (process, events): `python -m trainers.<name>` as a
+    job runs it, with `env` added."""
+    def run(name, argv, **env):
+        python, base = framework_env(name)
+        return run_trainer(python, "trainers.%s" % name, argv, dict(base, **env))
+    return run
 
 
 @pytest.fixture

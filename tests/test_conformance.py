@@ -11,7 +11,8 @@ framework (docs/adding-a-framework.md) adds it here with no test file edited. Ch
 - every network it declares has exactly the published parameter count (the same networks
   in every framework: no tolerance);
 - each precision it does not declare on the CPU, and GPUs on a machine without CUDA, end as
-  one `unsupported` error event in the common message format, exit status 3;
+  one `unsupported` error event in the common message format, exit status 3, and the
+  orchestrator refuses such a cell when it expands a sweep, in the same words;
 - the failure classes: a bad argument and a missing dataset are `unsupported`, images of
   float32's largest value (TRAINER_FAULT=overflow) make the framework's own step overflow
   into a non-finite loss, reported as `diverged`;
@@ -112,6 +113,21 @@ def test_undeclared_precisions_on_the_cpu_are_refused(framework):
         proc, events = framework.run(LENET + SHORT + ["--batch-size", "4", "--precision",
                                                       precision])
         assert _refused(proc, events) == framework.support.problem(precision, 0, "lenet")
+
+
+def test_the_orchestrator_refuses_the_same_cells_in_the_same_words(framework, repo_root):
+    from hydra import compose, initialize_config_dir
+    from orchestrator.cell import Cell, CellError
+
+    precision = next(p for p in PRECISIONS if p not in framework.support.precisions[CPU])
+    overrides = ["framework=%s" % framework.name, "model=lenet", "precision=%s" % precision]
+    with initialize_config_dir(config_dir=str(repo_root / "conf"), version_base="1.3"):
+        with pytest.raises(CellError) as refused:
+            Cell.from_config(compose("config", overrides=overrides))
+        placed = Cell.from_config(compose("config", overrides=overrides[:2]))
+    assert str(refused.value) == "%s/lenet/synthetic: %s" % (
+        framework.name, framework.support.problem(precision, 0, "lenet"))
+    assert placed.settings["framework"] == framework.name
 
 
 @pytest.mark.parametrize("gpus", [1, 2])

@@ -19,24 +19,13 @@ from trainers.caffe.trainer import classify_abort
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(scope="module")
-def caffe(framework_env):
-    """(interpreter, environment) of the Caffe trainer."""
-    return framework_env("caffe")
-
-
-def run(caffe, trainer_run, argv, **env):
-    python, base = caffe
-    return trainer_run(python, "trainers.caffe", [str(a) for a in argv], dict(base, **env))
-
-
 LENET = ["--model", "lenet", "--dataset", "synthetic", "--like", "mnist"]
 
 
-def test_lenet_learns_on_repeated_batches(caffe, trainer_run):
+def test_lenet_learns_on_repeated_batches(framework_run):
     """The solver really updates: over five passes of the same eight pooled batches the
     mean loss of a pass falls (deterministic: seeded data and Caffe, one thread)."""
-    proc, events = run(caffe, trainer_run, LENET + ["--batch-size", 8, "--iterations", 40,
+    proc, events = framework_run("caffe", LENET + ["--batch-size", 8, "--iterations", 40,
                                                     "--warmup", 0, "--threads", 1])
     assert proc.returncode == 0, proc.stderr[-3000:]
     losses = [e["loss"] for e in events if e["event"] == "step"]
@@ -45,8 +34,8 @@ def test_lenet_learns_on_repeated_batches(caffe, trainer_run):
     assert last < first - 0.3, (first, last)
 
 
-def test_googlenet_upsampled_cifar_shape(caffe, trainer_run, run_checks):
-    proc, events = run(caffe, trainer_run, ["--model", "googlenet", "--dataset", "synthetic",
+def test_googlenet_upsampled_cifar_shape(framework_run, run_checks):
+    proc, events = framework_run("caffe", ["--model", "googlenet", "--dataset", "synthetic",
                                             "--like", "cifar10", "--batch-size", 2,
                                             "--iterations", 1, "--warmup", 1])
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -55,9 +44,9 @@ def test_googlenet_upsampled_cifar_shape(caffe, trainer_run, run_checks):
     assert start["build"]["blas"] == "openblas" and start["build"]["cuda"] is False
 
 
-def test_caffe_abort_becomes_an_error_event(caffe, trainer_run):
+def test_caffe_abort_becomes_an_error_event(framework_run):
     """A glog CHECK failure aborts the process below Python; the parent reports it."""
-    proc, events = run(caffe, trainer_run, LENET + ["--batch-size", 4, "--iterations", 1],
+    proc, events = framework_run("caffe", LENET + ["--batch-size", 4, "--iterations", 1],
                        CAFFE_TRAINER_TEST_ABORT="1")
     assert proc.returncode == 1, proc.stderr[-2000:]
     assert [e["event"] for e in events] == ["error"]
@@ -68,10 +57,10 @@ def test_caffe_abort_becomes_an_error_event(caffe, trainer_run):
     assert "Check failed" in events[0]["traceback"]
 
 
-def test_killing_the_trainer_leaves_no_orphan(caffe, repo_root):
+def test_killing_the_trainer_leaves_no_orphan(framework_env, repo_root):
     """The job stops a trainer with SIGKILL; the child that trains must go with it at once,
     not only when it next writes an event (a VGG16 step takes seconds here)."""
-    python, env = caffe
+    python, env = framework_env("caffe")
     proc = subprocess.Popen([python, "-m", "trainers.caffe", "--model", "vgg16",
                              "--dataset", "synthetic", "--like", "imagenet", "--batch-size", "1",
                              "--iterations", "1000000", "--warmup", "0", "--threads", "1"],
@@ -119,10 +108,10 @@ I1123 10:00:02.000000  4242 caffe.cpp:259] Optimization Done.
 """
 
 
-def test_multigpu_command_and_log_parsing(caffe, tmp_path, repo_root):
+def test_multigpu_command_and_log_parsing(framework_env, tmp_path, repo_root):
     """The multi-GPU path, as far as it can be checked without a CUDA build: the command
     line, the files it writes, and the steps read from a (fake) tool's log."""
-    python, env = caffe
+    python, env = framework_env("caffe")
     fake = tmp_path / "caffe"
     log = tmp_path / "sample.log"
     log.write_text(SAMPLE_LOG)

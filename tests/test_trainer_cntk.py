@@ -24,17 +24,10 @@ from trainers.cntk import mpi
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(scope="module")
-def cntk(framework_env):
-    """(interpreter, environment) of the CNTK trainer."""
-    return framework_env("cntk")
-
-
-def test_threads_reach_cntk_and_the_build_says_so(cntk, trainer_run, run_checks):
-    python, env = cntk
-    proc, events = trainer_run(python, "trainers.cntk", [
+def test_threads_reach_cntk_and_the_build_says_so(framework_run, run_checks):
+    proc, events = framework_run("cntk", [
         "--model", "lenet", "--dataset", "synthetic", "--like", "mnist", "--batch-size", "4",
-        "--iterations", "1", "--warmup", "1", "--threads", "2"], env)
+        "--iterations", "1", "--warmup", "1", "--threads", "2"])
     assert proc.returncode == 0, proc.stderr[-3000:]
     start_event = run_checks(events, 1, 1, 4)
     assert start_event["version"] == "2.7" and start_event["python"].startswith("3.6.")
@@ -140,11 +133,11 @@ C.train.distributed.Communicator.finalize()
 """
 
 
-def test_data_parallel_learner_aggregates_over_mpi_on_cpu(cntk, tmp_path):
+def test_data_parallel_learner_aggregates_over_mpi_on_cpu(framework_env, tmp_path):
     """CNTK's data-parallel learner over two CPU ranks through the venv's OpenMPI 4 stand-in
     libraries: the ranks end with the same weights from different data (the 1.10/4.x ABI
     mapping is not a supported way to train; the cluster image has the real OpenMPI 1.10)."""
-    python, env = cntk
+    python, env = framework_env("cntk")
     mpiexec = mpi.find_mpiexec(env)
     if mpiexec is None:
         pytest.skip("no mpiexec here (Debian: apt-get install openmpi-bin)")

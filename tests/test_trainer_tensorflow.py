@@ -9,16 +9,10 @@ import pytest
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(scope="module")
-def tf_env(framework_env):
-    return framework_env("tensorflow")
-
-
-def test_xla_is_switched_by_the_environment(tf_env, trainer_run, run_checks):
-    python, env = tf_env
-    proc, events = trainer_run(python, "trainers.tensorflow", [
+def test_xla_is_switched_by_the_environment(framework_run, run_checks):
+    proc, events = framework_run("tensorflow", [
         "--model", "lenet", "--dataset", "synthetic", "--like", "cifar10", "--batch-size", 8,
-        "--iterations", 2, "--warmup", 1, "--threads", 1], dict(env, ORCH_TF_XLA="1"))
+        "--iterations", 2, "--warmup", 1, "--threads", 1], ORCH_TF_XLA="1")
     assert proc.returncode == 0, proc.stderr[-3000:]
     build = run_checks(events, 1, 2, 8)["build"]
     assert build["xla"] is True and build["graph"] == "tf.function"
@@ -38,8 +32,8 @@ print(json.dumps([classify(caught, TensorFlowTrainer())[0],
 """
 
 
-def test_allocation_failure_is_out_of_memory(tf_env, repo_root):
-    python, env = tf_env
+def test_allocation_failure_is_out_of_memory(framework_env, repo_root):
+    python, env = framework_env("tensorflow")
     out = subprocess.check_output([python, "-c", OOM_CHECK], cwd=str(repo_root), env=env,
                                   universal_newlines=True, timeout=300,
                                   stderr=subprocess.DEVNULL)

@@ -12,18 +12,11 @@ from trainers.common import data
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(scope="module")
-def torch_env(framework_env):
-    return framework_env("torch")
-
-
-def test_imagenet_network_on_cifar10_files_is_upsampled(torch_env, trainer_run, run_checks,
-                                                        tmp_path):
-    python, env = torch_env
+def test_imagenet_network_on_cifar10_files_is_upsampled(framework_run, run_checks, tmp_path):
     data.write_cifar10(str(tmp_path), n=12, seed=4)
-    proc, events = trainer_run(python, "trainers.torch", [
+    proc, events = framework_run("torch", [
         "--model", "alexnet", "--dataset", "cifar10", "--data-dir", tmp_path, "--batch-size", 2,
-        "--iterations", 2, "--warmup", 1, "--threads", 2], env)
+        "--iterations", 2, "--warmup", 1, "--threads", 2])
     assert proc.returncode == 0, proc.stderr[-3000:]
     start = run_checks(events, 1, 2, 2)
     assert start["input_shape"] == [3, 224, 224] and start["classes"] == 10
@@ -43,8 +36,8 @@ except Exception as exc:
 """
 
 
-def test_torch_allocation_failure_is_out_of_memory(torch_env, repo_root):
-    python, env = torch_env
+def test_torch_allocation_failure_is_out_of_memory(framework_env, repo_root):
+    python, env = framework_env("torch")
     out = subprocess.check_output([python, "-c", CPU_OOM], cwd=str(repo_root), env=env,
                                   universal_newlines=True, timeout=300)
     message, cls, other = json.loads(out)

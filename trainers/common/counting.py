@@ -1,8 +1,8 @@
 """`python -m trainers.<framework>.models --count`: every trainer's parameter-count command.
 
-The cross-framework test (tests/test_param_counts.py) runs it in each framework's own
-environment and compares the counts, so the five trainers are known to build the same
-networks. A framework supplies only `count_one(name, (C, H, W), classes) -> int`.
+The conformance suite (tests/test_conformance.py) runs it in each framework's own
+environment and holds the counts to the published ones, so every trainer is known to build
+the same networks. A framework supplies only `count_one(name, (C, H, W), classes) -> int`.
 """
 import argparse
 import json
