@@ -50,7 +50,7 @@ from sqlalchemy import (
     select,
 )
 from sqlalchemy.engine import Connection, Dialect, make_url
-from sqlalchemy.exc import OperationalError, ProgrammingError
+from sqlalchemy.exc import ArgumentError, DBAPIError, OperationalError, ProgrammingError
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship, sessionmaker, validates
 from sqlalchemy.sql import column, table
 
@@ -75,6 +75,44 @@ class NoDatabase(RuntimeError):
 
 class SchemaError(RuntimeError):
     """The database is at a revision this orchestrator does not know (a newer one wrote it)."""
+
+
+class Unusable(ArgumentError):
+    """The database URL cannot be used: not a URL, its driver is missing, nothing answers there,
+    or the file is not a database. The message says why and what to do; `url` is the URL as
+    shown (no password). An ArgumentError, as a bad URL is, so that every caller that already
+    answers a bad URL with a message answers these too."""
+
+    WHERE = "ORCHESTRATOR_DB (paths.db=, --db)"
+
+    def __init__(self, url: str, reason: str, way_out: str) -> None:
+        super().__init__(f"{reason}; {way_out}")
+        self.url = url
+
+    @classmethod
+    def of(cls, url: str, exc: BaseException) -> "Unusable":
+        try:
+            shown = make_url(url).render_as_string(hide_password=True)
+        except Exception:
+            shown = url
+        cause = " ".join(str(getattr(exc, "orig", None) or exc).split())[:300]
+        if isinstance(exc, ImportError):
+            return cls(shown, f"its driver is not installed ({cause})",
+                       f"install it into this environment (pip install psycopg for postgresql), or point "
+                       f"{cls.WHERE} at sqlite:///results.db")
+        if isinstance(exc, ArgumentError):
+            return cls(shown, f"it is not a database URL SQLAlchemy can use ({cause})",
+                       f"write {cls.WHERE} as sqlite:///path/results.db or dialect://user@host/name")
+        if "not a database" in cause:
+            return cls(shown, f"the file is not a SQLite database ({cause})",
+                       f"move it away (a new results database is made there), or point {cls.WHERE} at "
+                       f"the orchestrator's database")
+        if sqlite_path(url) is not None:
+            return cls(shown, f"the SQLite file cannot be opened or written ({cause})",
+                       f"check that its directory exists and is writable, or point {cls.WHERE} elsewhere")
+        return cls(shown, f"the database server does not answer or refuses ({cause})",
+                   f"start it or fix the URL's host, port, name and credentials, or point {cls.WHERE} at "
+                   f"sqlite:///results.db")
 
 
 class Base(DeclarativeBase):
@@ -359,23 +397,26 @@ def open_db(url: str, create: bool = True) -> sessionmaker:
     a missing SQLite file or a database without the orchestrator's tables raises NoDatabase
     instead of leaving an empty database behind.
     """
-    path = sqlite_path(url)
-    if not create and path is not None and not path.exists():
-        raise NoDatabase(f"no {path} here")
-    engine = create_engine(url)
-    if engine.dialect.name == "sqlite":
-        event.listen(engine, "connect", _sqlite_pragmas)
-    with engine.connect() as conn:
-        has_runs = inspect(conn).has_table("runs")
-        current = schema_version(conn)
-    if not create and not has_runs:
-        engine.dispose()
-        raise NoDatabase(f"{path or url} holds no orchestrator tables")
-    if current != SCHEMA_VERSION:
-        before = _upgrade(engine)
-        if has_runs and before != SCHEMA_VERSION:
-            log.warning("upgraded %s in place from schema %s to %s", path or make_url(url).render_as_string(),
-                        before or "(none recorded: made before migrations)", SCHEMA_VERSION)
+    try:
+        path = sqlite_path(url)
+        if not create and path is not None and not path.exists():
+            raise NoDatabase(f"no {path} here")
+        engine = create_engine(url)
+        if engine.dialect.name == "sqlite":
+            event.listen(engine, "connect", _sqlite_pragmas)
+        with engine.connect() as conn:
+            has_runs = inspect(conn).has_table("runs")
+            current = schema_version(conn)
+        if not create and not has_runs:
+            engine.dispose()
+            raise NoDatabase(f"{path or url} holds no orchestrator tables")
+        if current != SCHEMA_VERSION:
+            before = _upgrade(engine)
+            if has_runs and before != SCHEMA_VERSION:
+                log.warning("upgraded %s in place from schema %s to %s", path or make_url(url).render_as_string(),
+                            before or "(none recorded: made before migrations)", SCHEMA_VERSION)
+    except (ArgumentError, ImportError, DBAPIError) as exc:  # never a traceback: why, and what to do
+        raise Unusable.of(url, exc) from exc
     return sessionmaker(engine, expire_on_commit=False)
 
 

@@ -228,3 +228,29 @@ def test_the_cli_imports_neither_numpy_nor_alembic():
     code = "import sys, orchestrator.cli; print(sorted({'numpy', 'alembic'} & set(sys.modules)))"
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           check=True).stdout.strip() == "[]"
+
+
+SUBCOMMANDS = [["status"], ["collect"], ["results"], ["results", "--summary"], ["rerun", "--failed"],
+               ["rerun", "--failed", "--dry-run"]]
+
+
+@pytest.mark.parametrize("command", SUBCOMMANDS)
+def test_a_file_that_is_not_a_database_is_a_message_from_every_subcommand(env, capsys, command):
+    (env / "results.db").write_bytes(b"not a database\n")
+    assert main(command) == 1
+    captured = capsys.readouterr()
+    assert ("cannot use database URL 'sqlite:///results.db': the file is not a SQLite database (file is not a "
+            "database); move it away") in captured.err
+    assert "Traceback" not in captured.err and captured.out == ""
+    assert (env / "results.db").read_bytes() == b"not a database\n"
+
+
+@pytest.mark.parametrize("command", SUBCOMMANDS)
+def test_an_unreachable_database_server_is_a_message_from_every_subcommand(env, capsys, command):
+    """Loopback, port 1: nothing listens; where the driver is not installed that is the message."""
+    assert main(["--db", "postgresql://127.0.0.1:1/x", *command]) == 1
+    err = capsys.readouterr().err
+    assert "cannot use database URL 'postgresql://127.0.0.1:1/x': " in err and "Traceback" not in err
+    assert ("its driver is not installed" in err or "the database server does not answer" in err), err
+    assert "point ORCHESTRATOR_DB (paths.db=, --db) at sqlite:///results.db" in err
+    assert not (env / "results.db").exists()
