@@ -15,6 +15,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from orchestrator import safety
+from orchestrator.safety import ConfigError
 
 #: The keys a cell's id hashes, in the order they are shown.
 SETTINGS = (
@@ -24,6 +28,15 @@ SETTINGS = (
 DATASET_SHAPES = ("mnist", "cifar10", "imagenet")
 PRECISIONS = ("fp32", "fp16", "bf16")
 SCALINGS = ("strong", "weak")
+#: How to put each integer setting right.
+WAY_OUT = {
+    "gpus": "use gpus=0 for the CPU or gpus=N for N GPUs",
+    "threads": "use threads=N, or leave it out for the job's CPUs",
+    "batch_size": "use batch_size=N, or leave it out for the model's default",
+    "iterations": "use iterations=N (the measured steps; default 50)",
+    "warmup": "use warmup=N (the steps before the measurement; default 10)",
+    "seed": "use seed=N",
+}
 
 
 class CellError(ValueError):
@@ -54,19 +67,38 @@ class Cell:
         return f"{s['framework']}/{s['model']}/{s['dataset']} gpus={s['gpus']} bs={s['batch_size']}"
 
     @classmethod
-    def from_config(cls, cfg: DictConfig, overrides: tuple[str, ...] = ()) -> "Cell":
-        """Resolves a composed config into a cell; raises CellError naming what is wrong."""
-        plain = OmegaConf.to_container(cfg, resolve=True)
+    def from_config(cls, cfg: DictConfig, overrides: tuple[str, ...] = (),
+                    choices: Any = None) -> "Cell":
+        """Resolves a composed config into a cell; raises CellError naming what is wrong.
+
+        `choices` are Hydra's group choices (`hydra.runtime.choices`, read from cfg where it
+        holds the hydra node): each must name a file inside its group's folder of conf/."""
+        if choices is None and "hydra" in cfg:
+            choices = OmegaConf.select(cfg, "hydra.runtime.choices")
+        try:
+            for group in safety.GROUPS:
+                if choices is not None and choices.get(group) is not None:
+                    safety.choice(group, choices.get(group))
+            plain = OmegaConf.to_container(cfg, resolve=True)
+        except ConfigError as exc:
+            raise CellError(str(exc)) from None
+        except OmegaConfBaseException as exc:
+            raise CellError(f"the config cannot be resolved: {str(exc).splitlines()[0]}; "
+                            f"fix the key it names (or its override)") from None
         plain.pop("hydra", None)
         return cls(settings=resolve_settings(plain), config=plain, overrides=tuple(overrides))
 
 
 def resolve_settings(cfg: dict[str, Any]) -> dict[str, Any]:
     """The resolved benchmark settings of a plain config dict (defaults filled in, checked)."""
+    try:
+        _check_groups(cfg)
+    except ConfigError as exc:
+        raise CellError(str(exc)) from None
     model, dataset, hardware = cfg["model"], cfg["dataset"], cfg["hardware"]
     where = f"{cfg['framework']['name']}/{model['name']}/{dataset['name']}"
 
-    like = dataset.get("like") or (model["native"] if dataset["name"] == "synthetic" else None)
+    like = dataset.get("like") or (model.get("native") if dataset["name"] == "synthetic" else None)
     shape = like if dataset["name"] == "synthetic" else dataset["name"]
     if shape not in DATASET_SHAPES:
         raise CellError(f"{where}: dataset.like={like!r} is not one of {', '.join(DATASET_SHAPES)}")
@@ -79,7 +111,10 @@ def resolve_settings(cfg: dict[str, Any]) -> dict[str, Any]:
 
     batch_size = cfg.get("batch_size")
     if batch_size is None:
-        batch_size = model["batch_size"][shape]
+        batch_size = (model.get("batch_size") or {}).get(shape)
+        if batch_size is None:
+            raise CellError(f"{where}: model.batch_size.{shape}=None: model={model['name']} has no default "
+                            f"batch size for {shape}-shaped data; use batch_size=N")
     batch_size = _int(batch_size, "batch_size", where, minimum=1)
 
     if cfg["scaling"] not in SCALINGS:
@@ -87,6 +122,10 @@ def resolve_settings(cfg: dict[str, Any]) -> dict[str, Any]:
     if cfg["precision"] not in PRECISIONS:
         raise CellError(f"{where}: precision={cfg['precision']!r} must be one of {', '.join(PRECISIONS)}")
 
+    try:
+        _check_hardware(hardware)
+    except ConfigError as exc:
+        raise CellError(f"{where}: {exc}") from None
     _check_placement(where, gpus, hardware, cfg["framework"], cfg["precision"], model["name"])
     return {
         "framework": cfg["framework"]["name"],
@@ -132,7 +171,43 @@ def _check_placement(where: str, gpus: int, hardware: dict[str, Any], framework:
         raise CellError(f"{where}: {problem}")
 
 
+def _check_groups(cfg: dict[str, Any]) -> None:
+    """Each group a mapping with a plain `name`; a framework's `env` a recipe name and its
+    `trainer` a module name: they become paths (containers/<env>/, <images>/<env>.sif) and an
+    import."""
+    for group in safety.GROUPS:
+        node = cfg.get(group)
+        if not isinstance(node, dict):
+            raise safety.refuse(group, node, "is not a config group's mapping",
+                                f"choose one of {', '.join(safety.available(group))} with {group}=NAME")
+        safety.name(f"{group}.name", node.get("name"),
+                    f"give conf/{group}/<name>.yaml a plain `name:` (letters, digits, _ . + -)")
+    framework = cfg["framework"]
+    if framework.get("env") is not None:
+        safety.name("framework.env", framework["env"], "name a recipe folder of containers/ (or an image "
+                    "<name>.sif), or leave framework.env out for the framework's name")
+    if framework.get("trainer") is not None:
+        safety.module("framework.trainer", framework["trainer"])
+
+
+def _check_hardware(hardware: dict[str, Any]) -> None:
+    """The hardware keys that become the job's request (sbatch options, the time limit)."""
+    for key, sep in (("partition", ","), ("gpu_type", None)):  # a partition may be a list: p100,v100
+        if hardware.get(key) is not None:
+            safety.name(f"hardware.{key}", hardware[key], f"use the cluster's own {key.replace('_', ' ')} "
+                        f"name in conf/hardware/{hardware['name']}.yaml (or hardware.{key}=NAME)", sep=sep)
+    for key, minimum in (("gpus_per_node", 0), ("cpus", 1), ("mem_gb", 1), ("time_min", 1)):
+        if hardware.get(key) is not None:
+            safety.integer(f"hardware.{key}", hardware[key], minimum,
+                           way_out=f"use hardware.{key}=N with N >= {minimum} (or fix conf/hardware/"
+                                   f"{hardware['name']}.yaml)")
+    if hardware.get("gpu_capability") is not None:
+        safety.number("hardware.gpu_capability", hardware["gpu_capability"], 0.0,
+                      "use the GPU's CUDA compute capability, e.g. hardware.gpu_capability=7.0")
+
+
 def _int(value: Any, name: str, where: str, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise CellError(f"{where}: {name}={value!r} must be an integer >= {minimum}")
-    return value
+    try:
+        return safety.integer(name, value, minimum, way_out=WAY_OUT.get(name))
+    except ConfigError as exc:
+        raise CellError(f"{where}: {exc}") from None

@@ -52,25 +52,37 @@ class Options:
 
     @classmethod
     def from_config(cls, cfg: dict[str, Any]) -> "Options":
-        paths = cfg["paths"]
+        """The sweep-wide settings, each checked: a bad one raises safety.ConfigError naming the
+        key, the value and the way out, before anything is written."""
+        from orchestrator import safety
+
+        paths, apptainer, monitor = cfg["paths"], cfg.get("apptainer") or {}, cfg.get("monitor") or {}
+        for key in ("db", "runs", "data", "cache"):
+            safety.one_line(f"paths.{key}", paths.get(key), f"set ORCHESTRATOR_{key.upper()} or paths.{key}= to "
+                            + ("a database URL such as sqlite:///results.db" if key == "db" else "a directory"))
+        safety.cluster(cfg["cluster"])
+        for key in ("images", "binary"):
+            safety.one_line(f"apptainer.{key}", apptainer.get(key), f"set apptainer.{key}= to "
+                            + ("a directory of <framework>.sif images" if key == "images" else "a command name"))
+        for key, minimum in (("period_s", 0.001), ("idle_s", 0.0)):
+            if key in monitor:
+                safety.number(f"monitor.{key}", monitor[key], minimum)
         cache = Path(paths["cache"]).expanduser().absolute()
-        repeats = cfg.get("repeats", 1)
-        if not isinstance(repeats, int) or repeats < 1:
-            raise ValueError(f"repeats={repeats!r} must be an integer >= 1")
         return cls(
             db_url=paths["db"],
             runs=Path(paths["runs"]).expanduser().absolute(),
             data=Path(paths["data"]).expanduser().absolute(),
             cache=cache,
             cluster=dict(cfg["cluster"]),
-            runtime={"kind": cfg.get("runtime", "venv"), "cache": str(cache),
-                     "images": str(Path(cfg["apptainer"]["images"]).expanduser().absolute()),
-                     "binary": cfg["apptainer"]["binary"]},
-            monitor_period_s=float(cfg["monitor"]["period_s"]),
-            repeats=repeats,
-            force=bool(cfg.get("force", False)),
-            wait=bool(cfg.get("wait", False)),
-            dry_run=bool(cfg.get("dry_run", False)),
+            runtime={"kind": safety.one_of("runtime", cfg.get("runtime", "venv"), ("venv", "apptainer")),
+                     "cache": str(cache), "images": str(Path(apptainer["images"]).expanduser().absolute()),
+                     "binary": apptainer["binary"]},
+            monitor_period_s=float(monitor.get("period_s", 0.1)),
+            repeats=safety.integer("repeats", cfg.get("repeats", 1), 1, safety.MAX_REPEATS,
+                                   f"use repeats=N (the runs of each cell, 1 to {safety.MAX_REPEATS})"),
+            force=safety.boolean("force", cfg.get("force", False)),
+            wait=safety.boolean("wait", cfg.get("wait", False)),
+            dry_run=safety.boolean("dry_run", cfg.get("dry_run", False)),
         )
 
 

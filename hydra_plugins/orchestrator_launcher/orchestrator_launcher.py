@@ -45,33 +45,39 @@ class OrchestratorLauncher(Launcher):
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
         from orchestrator.cell import Cell, CellError
         from orchestrator.launch import Options, submit_sweep
-        from orchestrator import console
+        from orchestrator import console, safety
 
         assert self.config is not None and self.hydra_context is not None
         cells, refused, options = [], [], None
-        for idx, overrides in enumerate(job_overrides):
-            sweep_config = self.hydra_context.config_loader.load_sweep_config(self.config, list(overrides))
-            with open_dict(sweep_config):
-                sweep_config.hydra.job.num = initial_job_idx + idx
-            HydraConfig.instance().set_config(sweep_config)  # ${hydra:...} resolves per cell
-            try:
-                cell = Cell.from_config(sweep_config, tuple(overrides))
-            except CellError as exc:
-                refused.append((" ".join(overrides), str(exc)))
-                continue
-            if options is None:
-                options = Options.from_config(cell.config)
-            if cell.id not in {c.id for c in cells}:  # two spellings of one cell (tf, tensorflow)
-                cells.append(cell)
+        # A bad value of one cell refuses that cell; a sweep-wide one (repeats, paths, cluster, the
+        # database) stops the sweep with its message before anything is written.
+        with safety.stop_on_bad_input():
+            for idx, overrides in enumerate(job_overrides):
+                sweep_config = self.hydra_context.config_loader.load_sweep_config(self.config, list(overrides))
+                with open_dict(sweep_config):
+                    sweep_config.hydra.job.num = initial_job_idx + idx
+                HydraConfig.instance().set_config(sweep_config)  # ${hydra:...} resolves per cell
+                try:
+                    cell = Cell.from_config(sweep_config, tuple(overrides))
+                    if options is None:
+                        options = Options.from_config(cell.config)
+                    safety.check_request(options.backend, cell.config, cell.label)
+                except CellError as exc:
+                    refused.append((" ".join(overrides), str(exc)))
+                    continue
+                if cell.id not in {c.id for c in cells}:  # two spellings of one cell (tf, tensorflow)
+                    cells.append(cell)
 
-        if options is None:
-            console.print_refused(refused)
-            raise SystemExit(f"no cell of this sweep can be placed ({len(refused)} refused); nothing was submitted")
-        if options.dry_run:
-            console.print_cells(cells, refused)
-            return [JobReturn(overrides=list(o), status=JobStatus.COMPLETED) for o in job_overrides]
-        report = submit_sweep(cells, options, argv=["python", "-m", "orchestrator", *sys.argv[1:]],
-                              refused=refused)
+            if not cells:
+                console.print_refused(refused)
+                raise SystemExit(f"no cell of this sweep can be placed ({len(refused)} refused); "
+                                 f"nothing was submitted")
+            if options.dry_run:
+                safety.check_database(options.db_url)
+                console.print_cells(cells, refused)
+                return [JobReturn(overrides=list(o), status=JobStatus.COMPLETED) for o in job_overrides]
+            report = submit_sweep(cells, options, argv=["python", "-m", "orchestrator", *sys.argv[1:]],
+                                  refused=refused)
         console.print_submit_report(report, options)
         if options.wait and report.submitted:
             console.follow_and_collect(report.sweep_id, options)

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any, Iterable, Optional
 
 from orchestrator.backends.base import Backend, SchedulerUnavailable, Seen
+from orchestrator.safety import sbatch_request
 
 #: How long one sacct/squeue call may take before the scheduler counts as not answering.
 COMMAND_TIMEOUT_S = 30.0
@@ -304,7 +305,7 @@ class SlurmBackend(Backend):
         if cluster.get("setup"):
             params["setup"] = list(cluster["setup"])
         params["array_parallelism"] = int(cluster.get("array_parallelism") or 16)
-        return params
+        return sbatch_request(params)  # nothing from configuration breaks out of its #SBATCH line
 
     def submit(self, executor: Any, fn: Any, specs: list[Any], params: dict[str, Any], name: str) -> list[str]:
         return super().submit(executor, fn, specs, {"job_name": name, **params}, name)
