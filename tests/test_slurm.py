@@ -327,3 +327,106 @@ def test_an_sbatch_landing_after_the_retype_runs_nothing_and_is_cancelled(workdi
             break
         time.sleep(2)
     assert tasks and all(t["State"].startswith("CANCELLED") for t in tasks), tasks
+
+
+def _running(workdir, job_id, timeout=120):
+    """Waits until the job's trainer is measuring (its job.json is written and Slurm says RUNNING)."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        states = {t["JobID"]: t["State"] for t in sacct(workdir, job_id, fields="JobID,State")}
+        started = list(Path(workdir[0], "runs").glob("*/*/0*/job.json"))
+        if states.get(job_id) == "RUNNING" and started:
+            time.sleep(3)  # past interpreter start-up: the trainer is in its steps
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"job {job_id} did not start: {states}")
+
+
+def _release(workdir, job_id):
+    """Slurm holds a requeued job back for a while (BeginTime); the test lets it start now."""
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        state = {t["JobID"]: t["State"] for t in sacct(workdir, job_id, fields="JobID,State")}.get(job_id)
+        if state in ("PENDING", "REQUEUED"):
+            subprocess.run(["scontrol", "update", f"jobid={job_id}", "starttime=now"], env=workdir[1],
+                           capture_output=True)
+            return
+        time.sleep(0.5)
+
+
+#: one cell that trains for a while (AlexNet, a tiny batch, on one CPU): time to interfere
+LONG = [*SMALL, "model=alexnet", "batch_size=2", "iterations=25"]
+
+
+def test_a_requeued_job_is_followed_to_its_final_attempt_and_measured_once(workdir):
+    """`scontrol requeue` of a running task: its trainer gets SIGTERM and writes a `signal`
+    result; Slurm runs it again. Tracking follows it, `rerun --failed` offers nothing while it
+    is in flight, and one measurement lands."""
+    assert orchestrator(["-m", *LONG], workdir).returncode == 0
+    ((job_id,),) = rows(workdir, "select job_id from runs")
+    _running(workdir, job_id)
+    subprocess.run(["scontrol", "requeue", job_id], env=workdir[1], check=True)
+    deadline = time.time() + 60
+    while time.time() < deadline:  # the first incarnation's own word, before Slurm's second start
+        result = next(Path(workdir[0], "runs").glob("*/*/0/result.json"), None)
+        if result and '"signal"' in result.read_text():
+            break
+        time.sleep(0.5)
+    status = orchestrator(["status"], workdir)
+    assert rows(workdir, "select state from runs") in ([("submitted",)], [("running",)]), status.stdout
+    dry = orchestrator(["rerun", "--failed", "--dry-run"], workdir)
+    assert "nothing to rerun" in dry.stdout, dry.stdout
+    collected = orchestrator(["collect"], workdir)  # the old failure waits for the job's end
+    assert rows(workdir, "select count(*) from runs where collected_at is not null") == [(0,)], collected.stdout
+    _release(workdir, job_id)
+    wait_until_final(workdir, timeout=300)
+    assert orchestrator(["collect"], workdir).returncode == 0
+    assert rows(workdir, "select state, attempt from runs") == [("done", 1)]
+    assert rows(workdir, "select count(*) from results where images_per_sec > 0") == [(1,)]
+
+
+def test_a_running_task_cancelled_is_cancelled_then_rerun_once(workdir):
+    assert orchestrator(["-m", *LONG], workdir).returncode == 0
+    ((job_id,),) = rows(workdir, "select job_id from runs")
+    _running(workdir, job_id)
+    subprocess.run(["scancel", job_id], env=workdir[1], check=True)
+    wait_until_final(workdir, timeout=120)
+    assert rows(workdir, "select state, error_class from runs") == [("cancelled", "cancelled")]
+    again = orchestrator(["rerun", "--failed", "--class", "cancelled"], workdir)
+    assert again.returncode == 0 and "submitted" in again.stdout, again.stdout
+    wait_until_final(workdir, timeout=300)
+    assert orchestrator(["collect"], workdir).returncode == 0
+    assert rows(workdir, "select attempt, state, error_class from runs order by attempt") == \
+        [(1, "cancelled", "cancelled"), (2, "done", None)]
+    assert rows(workdir, "select count(*) from results where state = 'done'") == [(1,)]
+
+
+def test_a_node_set_down_mid_run_ends_with_slurms_class_and_one_measurement(workdir):
+    assert orchestrator(["-m", *LONG], workdir).returncode == 0
+    ((job_id,),) = rows(workdir, "select job_id from runs")
+    _running(workdir, job_id)
+    node = dict(rows(workdir, "select 'node', node from runs"))["node"] or "localhost"
+    subprocess.run(["scontrol", "update", f"nodename={node}", "state=down", "reason=orchestrator-test"],
+                   env=workdir[1], check=True)
+    try:
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            orchestrator(["status"], workdir)
+            state = rows(workdir, "select state, error_class from runs")
+            if state[0][0] != "running":
+                break
+            time.sleep(1)
+    finally:  # (the test cluster's ReturnToService=2 may have brought it back already)
+        subprocess.run(["scontrol", "update", f"nodename={node}", "state=resume"], env=workdir[1],
+                       capture_output=True)
+    # Slurm requeues a batch job whose node failed (JobRequeue defaults to 1): in flight again, or
+    # ended node_fail where requeue is off; either way the scheduler's word, never "crash"
+    assert state[0] in (("submitted", None), ("running", None), ("failed", "node_fail")), state
+    if state[0][0] == "failed":
+        assert orchestrator(["rerun", "--failed"], workdir).returncode == 0
+    else:
+        _release(workdir, job_id)
+    wait_until_final(workdir, timeout=300)
+    assert orchestrator(["collect"], workdir).returncode == 0
+    assert rows(workdir, "select count(*) from results where state = 'done'") == [(1,)]
+    assert rows(workdir, "select count(*) from runs where state = 'done'") == [(1,)]
