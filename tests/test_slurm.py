@@ -177,7 +177,7 @@ def test_an_interrupted_submission_is_adopted_not_submitted_twice(workdir, monke
 
 def test_two_hundred_cells_cost_one_sbatch_per_resource_signature(workdir, tmp_path_factory):
     """The orchestration at scale: 200 cells over two signatures (the cpu and p100 partitions),
-    run by the numpy harness trainer (the trainer protocol with no framework)."""
+    run by the numpy harness trainer (the numpy framework as a site's trainer module)."""
     tmp, env = workdir
     site = harness_site(tmp_path_factory.mktemp("site-conf"))
     # every sbatch the launcher runs goes through this wrapper, which counts it
@@ -202,7 +202,7 @@ def test_two_hundred_cells_cost_one_sbatch_per_resource_signature(workdir, tmp_p
     states = rows(workdir, "select state, count(*) from runs group by state")
     assert states == [("done", 200)], states
     landed = rows(workdir, "select count(*), count(distinct cell) from results where framework = 'harness' "
-                           "and images_per_sec > 0 and params = 7850")  # 784 x 10 weights + 10 biases
+                           "and images_per_sec > 0 and params = 431080")  # the numpy framework's LeNet
     assert landed == [(200, 200)], landed
 
 

@@ -31,7 +31,8 @@ def user_dir(path, base_env=None):
 def harness_site(path):
     """The override that adds framework `harness` the way a site adds a trainer: a framework
     YAML (in a config dir of its own) naming its module and environment. The harness is
-    tests/numpy_trainer.py, the trainer protocol with no framework, run in the torch env."""
+    tests/numpy_trainer.py (the numpy framework under a module name of the site's), run in the
+    torch env."""
     (path / "framework").mkdir(parents=True)
     (path / "framework" / "harness.yaml").write_text("name: harness\ntrainer: tests.numpy_trainer\nenv: torch\n")
     return f"hydra.searchpath=[file://{path}]"
@@ -169,7 +170,7 @@ def test_a_site_trainer_named_by_its_framework_yaml_runs_in_the_env_it_names(wor
     done = orchestrator([site, "framework=harness", "model=lenet", *FAST], workdir)
     assert done.returncode == 0, done.stdout + done.stderr
     (row,) = rows(workdir, "select framework, state, params, images_per_sec > 0 from results")
-    assert row == ("harness", "done", 7850, 1), row  # 784 x 10 weights + 10 biases
+    assert row == ("harness", "done", 431080, 1), row  # the numpy framework's LeNet, another module name
     result = json.loads(next(workdir[0].glob("runs/*/*/0/result.json")).read_text())
     assert result["argv"][1:3] == ["-m", "tests.numpy_trainer"] and "/envs/torch-" in result["argv"][0]
-    assert result["trainer"]["framework"] == "numpy-harness"
+    assert result["trainer"]["framework"] == "numpy"
