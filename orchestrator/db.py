@@ -60,7 +60,7 @@ log = logging.getLogger(__name__)
 
 #: The Alembic revision the tables and views below are: the head of orchestrator/migrations/versions
 #: (test_db checks). A change to a table or a view is a new revision, and this becomes its id.
-SCHEMA_VERSION = "0002"
+SCHEMA_VERSION = "0003"
 
 #: A cell whose repeats' coefficient of variation (std/mean of images/s) exceeds this is noisy.
 NOISY_CV = 0.05
@@ -215,6 +215,8 @@ class Run(Base):
     git_revision: Mapped[Optional[str]] = mapped_column(String, nullable=True)
     git_dirty: Mapped[Optional[bool]] = mapped_column(Boolean, nullable=True)
     slurm_job_id: Mapped[Optional[str]] = mapped_column(String, nullable=True)
+    #: When the run's scheduler last answered about it (tracking); states are as of then.
+    observed_at: Mapped[Optional[float]] = mapped_column(Float, nullable=True)
     exclusive: Mapped[Optional[bool]] = mapped_column(Boolean, nullable=True)
     energy_method: Mapped[Optional[str]] = mapped_column(String, nullable=True)  # counter | trapezoid
     provenance: Mapped[Optional[dict[str, Any]]] = mapped_column(JSON, nullable=True)

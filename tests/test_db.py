@@ -130,12 +130,24 @@ def test_default_url_follows_the_environment(monkeypatch):
 OLD_DB = Path(__file__).parent / "data" / "results-5f8e814.db"  # made by that release: data/results-5f8e814.py
 
 
-def rows_of_every_table(path):
+def rows_of_every_table(path, columns=None):
+    """Every table's rows; `columns` (table -> names) limits them to the columns a database had
+    before an upgrade added more (new columns start empty)."""
     con = sqlite3.connect(path)
     names = [r[0] for r in con.execute("select name from sqlite_master where type = 'table'")]
-    rows = {name: sorted(con.execute(f"select * from {name}").fetchall(), key=repr) for name in names}
+    columns = {n: [c[1] for c in con.execute(f"pragma table_info({n})")] for n in names} | (columns or {})
+    rows = {name: sorted(con.execute(f"select {', '.join(columns[name])} from {name}").fetchall(), key=repr)
+            for name in names}
     con.close()
     return rows
+
+
+def columns_of(path):
+    con = sqlite3.connect(path)
+    names = [r[0] for r in con.execute("select name from sqlite_master where type = 'table'")]
+    columns = {n: [c[1] for c in con.execute(f"pragma table_info({n})")] for n in names}
+    con.close()
+    return columns
 
 
 def assert_tables_are_db_pys(path):
@@ -162,13 +174,13 @@ def test_the_revisions_build_exactly_the_tables_db_py_defines(tmp_path):
 def test_a_database_made_by_the_last_release_is_upgraded_in_place(tmp_path, caplog):
     path = tmp_path / "results.db"
     shutil.copy(OLD_DB, path)
-    before = rows_of_every_table(path)
+    before, old_columns = rows_of_every_table(path), columns_of(path)
     assert "alembic_version" not in before and len(before["runs"]) == 8 and len(before["metrics"]) == 17
 
     db.open_db(f"sqlite:///{path}", create=False)  # even a read-only command upgrades it
 
     assert f"upgraded {path} in place from schema (none recorded" in caplog.text
-    after = rows_of_every_table(path)
+    after = rows_of_every_table(path, old_columns)
     assert after.pop("alembic_version") == [(db.SCHEMA_VERSION,)]
     assert after == before, "every row kept, as it was"
     assert_tables_are_db_pys(path)
@@ -227,7 +239,7 @@ def _open_in_process(url, start, queue):
 def test_two_processes_upgrading_an_old_database_at_once(tmp_path):
     path = tmp_path / "results.db"
     shutil.copy(OLD_DB, path)
-    before = rows_of_every_table(path)
+    before, old_columns = rows_of_every_table(path), columns_of(path)
     ctx = multiprocessing.get_context("spawn")
     start, queue = ctx.Barrier(2), ctx.Queue()
     procs = [ctx.Process(target=_open_in_process, args=(f"sqlite:///{path}", start, queue)) for _ in range(2)]
@@ -240,7 +252,7 @@ def test_two_processes_upgrading_an_old_database_at_once(tmp_path):
             p.join(timeout=10)
             if p.is_alive():
                 p.terminate()
-    after = rows_of_every_table(path)
+    after = rows_of_every_table(path, old_columns)
     assert after.pop("alembic_version") == [(db.SCHEMA_VERSION,)] and after == before
 
 
