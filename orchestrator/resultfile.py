@@ -12,9 +12,11 @@ import math
 from pathlib import Path
 from typing import Any
 
+from orchestrator import runstate
+
 #: The result.json layout jobs write and this collector reads.
 RESULT_SCHEMA = 1
-RESULT_STATES = ("done", "failed")
+RESULT_STATES = (runstate.DONE, runstate.FAILED)
 #: The file a job writes per run, in the run's directory.
 RESULT_NAME = "result.json"
 #: The error class of a trainer ended by a signal from outside (a scheduler's SIGTERM on
