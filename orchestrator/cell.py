@@ -75,13 +75,11 @@ class Cell:
         holds the hydra node): each must name a file inside its group's folder of conf/."""
         if choices is None and "hydra" in cfg:
             choices = OmegaConf.select(cfg, "hydra.runtime.choices")
+        for group in safety.GROUPS:
+            if choices is not None and choices.get(group) is not None:
+                _refusing("", safety.choice, group, choices.get(group))
         try:
-            for group in safety.GROUPS:
-                if choices is not None and choices.get(group) is not None:
-                    safety.choice(group, choices.get(group))
             plain = OmegaConf.to_container(cfg, resolve=True)
-        except ConfigError as exc:
-            raise CellError(str(exc)) from None
         except OmegaConfBaseException as exc:
             raise CellError(f"the config cannot be resolved: {str(exc).splitlines()[0]}; "
                             f"fix the key it names (or its override)") from None
@@ -91,17 +89,14 @@ class Cell:
 
 def resolve_settings(cfg: dict[str, Any]) -> dict[str, Any]:
     """The resolved benchmark settings of a plain config dict (defaults filled in, checked)."""
-    try:
-        _check_groups(cfg)
-    except ConfigError as exc:
-        raise CellError(str(exc)) from None
+    _refusing("", _check_groups, cfg)
     model, dataset, hardware = cfg["model"], cfg["dataset"], cfg["hardware"]
     where = f"{cfg['framework']['name']}/{model['name']}/{dataset['name']}"
 
     like = dataset.get("like") or (model.get("native") if dataset["name"] == "synthetic" else None)
     shape = like if dataset["name"] == "synthetic" else dataset["name"]
     if shape not in DATASET_SHAPES:
-        raise CellError(f"{where}: dataset.like={like!r} is not one of {', '.join(DATASET_SHAPES)}")
+        _refusing(where, safety.one_of, "dataset.like", like, DATASET_SHAPES)
 
     gpus = _int(cfg["gpus"], "gpus", where, minimum=0)
     threads = cfg.get("threads")
@@ -117,15 +112,9 @@ def resolve_settings(cfg: dict[str, Any]) -> dict[str, Any]:
                             f"batch size for {shape}-shaped data; use batch_size=N")
     batch_size = _int(batch_size, "batch_size", where, minimum=1)
 
-    if cfg["scaling"] not in SCALINGS:
-        raise CellError(f"{where}: scaling={cfg['scaling']!r} must be one of {', '.join(SCALINGS)}")
-    if cfg["precision"] not in PRECISIONS:
-        raise CellError(f"{where}: precision={cfg['precision']!r} must be one of {', '.join(PRECISIONS)}")
-
-    try:
-        _check_hardware(hardware)
-    except ConfigError as exc:
-        raise CellError(f"{where}: {exc}") from None
+    _refusing(where, safety.one_of, "scaling", cfg["scaling"], SCALINGS)
+    _refusing(where, safety.one_of, "precision", cfg["precision"], PRECISIONS)
+    _refusing(where, _check_hardware, hardware)
     _check_placement(where, gpus, hardware, cfg["framework"], cfg["precision"], model["name"])
     return {
         "framework": cfg["framework"]["name"],
@@ -207,7 +196,12 @@ def _check_hardware(hardware: dict[str, Any]) -> None:
 
 
 def _int(value: Any, name: str, where: str, minimum: int) -> int:
+    return _refusing(where, safety.integer, name, value, minimum, way_out=WAY_OUT.get(name))
+
+
+def _refusing(where: str, check: Any, *args: Any, **kwargs: Any) -> Any:
+    """check(*args, **kwargs), its ConfigError this cell's refusal (CellError, after `where`)."""
     try:
-        return safety.integer(name, value, minimum, way_out=WAY_OUT.get(name))
+        return check(*args, **kwargs)
     except ConfigError as exc:
-        raise CellError(f"{where}: {exc}") from None
+        raise CellError(f"{where}: {exc}" if where else str(exc)) from None

@@ -62,13 +62,9 @@ class ConfigError(ValueError):
     """A sweep-wide value that cannot be used; the message names the key, the value and the way out."""
 
 
-def message(key: str, value: Any, problem: str, way_out: str) -> str:
-    """The one format of every refusal: `<key>=<value> <what is wrong>; <the way out>`."""
-    return f"{key}={value!r} {problem}; {way_out}"
-
-
 def refuse(key: str, value: Any, problem: str, way_out: str) -> ConfigError:
-    return ConfigError(message(key, value, problem, way_out))
+    """The one format of every refusal: `<key>=<value> <what is wrong>; <the way out>`."""
+    return ConfigError(f"{key}={value!r} {problem}; {way_out}")
 
 
 def one_line(key: str, value: Any, way_out: str, kind: str = "a string") -> str:
