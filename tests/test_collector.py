@@ -223,6 +223,47 @@ def test_two_collectors_at_once_land_each_run_exactly_once(tmp_path):
     assert con.execute("select count(*) from results").fetchone() == (n,)
 
 
+def test_a_collect_killed_mid_way_and_run_again_lands_every_run_once(tmp_path):
+    """`orchestrator collect` SIGKILLed three times while it lands 600 runs, then run to its end:
+    every run lands once, with all its metrics (one transaction per file, claimed by one UPDATE)."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    runs, n = tmp_path / "runs", 600
+    for i in range(n):
+        write_result(runs, make_result(model=("lenet", "alexnet")[i % 2], repeat=i // 2))
+    env = {**os.environ, "ORCHESTRATOR_DB": f"sqlite:///{tmp_path / 'results.db'}", "ORCHESTRATOR_RUNS": str(runs)}
+    argv = [sys.executable, "-m", "orchestrator", "collect"]
+    landed = []
+    for _ in range(3):
+        proc = subprocess.Popen(argv, env=env, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        before = landed[-1] if landed else 0
+        deadline = time.time() + 60
+        while time.time() < deadline and proc.poll() is None:  # kill it once it has landed some
+            if (tmp_path / "results.db").exists():
+                try:
+                    count = sqlite3.connect(tmp_path / "results.db").execute(
+                        "select count(*) from runs where collected_at is not null").fetchone()[0]
+                except sqlite3.OperationalError:
+                    count = 0
+                if count > before + 20:
+                    break
+            time.sleep(0.05)
+        proc.kill()
+        proc.wait()
+        landed.append(sqlite3.connect(tmp_path / "results.db").execute(
+            "select count(*) from runs where collected_at is not null").fetchone()[0])
+    assert landed[-1] < n, landed  # it really was stopped mid-way
+    done = subprocess.run(argv, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.startswith(f"{n - landed[-1]} added, {landed[-1]} already"), done.stdout
+    con = sqlite3.connect(tmp_path / "results.db")
+    assert con.execute("select count(*), count(distinct uid), count(collected_at) from runs").fetchone() == (n, n, n)
+    assert con.execute("select count(*) from metrics").fetchone() == (n * 12,)
+
+
 def test_a_gpu_run_lands_its_energy_method_and_gpu_columns(tmp_path):
     runs = tmp_path / "runs"
     result = make_result(gpus=1, metrics={"images_per_sec": 2065.9, "gpu_power_avg_w": 597.0,
