@@ -29,6 +29,7 @@ from sqlalchemy.orm import Session
 from . import cell as cell_module
 from . import db, runstate
 from .collector import collect
+from .safety import ConfigError
 
 PROG = "python -m orchestrator"
 LAUNCH_HINT = f"run a sweep first: {PROG} -m framework=torch model=lenet dataset=mnist"
@@ -109,6 +110,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         return args.func(args, _console())
     except CliError as exc:
+        message = str(exc)
+    except ConfigError as exc:  # a recorded config `rerun` resubmits, refused by today's checks
         message = str(exc)
     except db.NoDatabase as exc:
         message = f"{exc}; {LAUNCH_HINT} (or point --db / ORCHESTRATOR_DB at an existing database)"
