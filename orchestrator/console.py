@@ -32,6 +32,8 @@ def print_cells(cells: list, refused: list[tuple[str, str]]) -> None:
 
 
 def print_submit_report(report: "SubmitReport", opts: "Options") -> None:
+    for note in report.notes:
+        console.print(f"[yellow]note[/yellow] {note}")
     print_refused(report.refused)
     for cell, reason in report.skipped:
         console.print(f"[yellow]skipped[/yellow] {cell.id} {cell.label}: {reason} (force=true runs it again)")

@@ -93,6 +93,7 @@ class SubmitReport:
     skipped: list[tuple[Cell, str]] = field(default_factory=list)
     refused: list[tuple[str, str]] = field(default_factory=list)          # overrides, reason
     failed: list[tuple[Cell, str]] = field(default_factory=list)          # submission errors
+    notes: list[str] = field(default_factory=list)                        # said once, e.g. "not checked"
 
 
 def new_sweep_id() -> str:
@@ -189,6 +190,10 @@ def submit_runs(session: Session, sweep_id: str, planned: list[tuple[Cell, list[
                 progress: Callable[[str], None] = lambda line: None) -> None:
     """Hands recorded runs to the executor: one submission per resource signature (an array on Slurm).
 
+    A signature the scheduler can never place (`Backend.refuse`: no node of its partition holds
+    it) is refused, its runs failed `unplaceable` with the reason, and never submitted; one
+    bigger than the scheduler's array limit goes out as several submissions.
+
     Before a group's submission its runs are marked with the group's job name and their index
     in it, and committed; the job ids are committed right after. A submission killed between
     the two is found again by name the next time (`adopt_interrupted`), never submitted twice.
@@ -203,8 +208,21 @@ def submit_runs(session: Session, sweep_id: str, planned: list[tuple[Cell, list[
     for cell, runs in planned:
         params = opts.backend.resources(cell.config)
         groups.setdefault(signature(params), (params, []))[1].append((cell, runs))
+    batches, checked, step = [], True, opts.backend.array_limit() or len(planned) or 1
+    for params, group in groups.values():
+        try:
+            reason = opts.backend.refuse(params) if checked else None
+        except SchedulerUnavailable as exc:  # silence refuses nothing: submit as asked
+            checked, reason = False, None
+            report.notes.append(f"requests not checked against the cluster ({exc}); submitted as asked")
+        if reason:
+            for cell, runs in group:
+                _mark(session, runs, runstate.FAILED, job_id=None, error=("unplaceable", reason))
+                report.refused.append((" ".join(cell.overrides), f"{cell.label}: {reason}"))
+            continue
+        batches += [(params, group[i:i + step]) for i in range(0, len(group), step)]
     executor = None
-    for params, members in groups.values():
+    for params, members in batches:
         name = f"orch-{sweep_id}-{secrets.token_hex(3)}"
         for index, (cell, runs) in enumerate(members):
             for run in runs:

@@ -106,7 +106,8 @@ def decide(evidence: Evidence, seen: Optional[Seen], *, job_id: Optional[str], b
         return None
     if seen.phase == "queued":
         reason = f" ({seen.detail})" if seen.detail else ""
-        return {"state": runstate.SUBMITTED, "state_detail": f"{seen.state}{reason}"}
+        never = f": can never start: {seen.never}" if seen.never else ""
+        return {"state": runstate.SUBMITTED, "state_detail": f"{seen.state}{reason}{never}"}
     if seen.phase == "running":
         ended = current(evidence)
         if ended is not None and (ended.get("error") or {}).get("class") != SIGNALLED:
@@ -121,8 +122,9 @@ def decide(evidence: Evidence, seen: Optional[Seen], *, job_id: Optional[str], b
         own = evidence.result.get("error") if evidence.result else None
         said = f" (the job's own record: {own.get('class')}: {own.get('message')})" if own else ""
         state = runstate.CANCELLED if seen.error_class == "cancelled" else runstate.FAILED
+        detail = f" ({seen.detail})" if seen.detail else ""
         return {"state": state, "state_detail": seen.state, "error_class": seen.error_class,
-                "error_message": f"{backend} ended job {job_id} as {seen.state}{said}; see {logs}",
+                "error_message": f"{backend} ended job {job_id} as {seen.state}{detail}{said}; see {logs}",
                 "ended_at": now}
     if evidence.result is not None:
         return _from_result(evidence.result)

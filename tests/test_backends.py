@@ -8,8 +8,11 @@ from hydra import compose, initialize_config_dir
 from orchestrator import runstate
 from orchestrator.backends import UnknownBackend, backend_class, backend_for
 from orchestrator.backends.base import SchedulerUnavailable, Seen, signature
-from orchestrator.backends.slurm import (LEFT_QUEUE, STATES, expand_range, parse_sacct, parse_squeue,
-                                         verdicts)
+from orchestrator.backends.slurm import (LEFT_QUEUE, STATES, UNPLACEABLE, SlurmBackend, expand_range, parse_sacct,
+                                         parse_squeue, signal_delay_s, verdicts)
+from orchestrator.backends.slurm_cluster import (Request, cluster_from, hopeless, parse_config, parse_gres, parse_mb,
+                                                 parse_minutes, parse_records, refusal, request_from_params,
+                                                 request_from_tres)
 from orchestrator.cell import Cell
 from orchestrator.tracking import Evidence, decide
 
@@ -106,13 +109,17 @@ def test_verdicts_of_array_tasks():
     # accounting still shows task 7 in the pending range, the queue no longer holds it
     assert seen["200_7"].state == LEFT_QUEUE and seen["200_7"].error_class == "cancelled"
     assert not seen["200_7"].imposed
-    assert seen["200_9"].phase == "unknown"  # not in the range, not in the queue
+    # not in the range, not in the queue, no record of its own: cancelled while it waited (Slurm
+    # drops such a task from the range: `58_[0-1%16]` became `58_[1%16]` on the test cluster)
+    assert seen["200_9"].state == LEFT_QUEUE
+    assert verdicts(["202_1"], parse_sacct(SACCT), parse_squeue(SQUEUE))["202_1"].phase == "unknown"  # no array
     assert seen["201_1"].state == LEFT_QUEUE
 
 
 def test_accounting_lag_and_silence():
     # just submitted: the queue has it, accounting not yet
-    assert verdicts(["400"], [], parse_squeue(SQUEUE))["400"] == Seen("queued", "PENDING", "PartitionConfig")
+    seen = verdicts(["400"], [], parse_squeue(SQUEUE))["400"]
+    assert (seen.phase, seen.state, seen.detail) == ("queued", "PENDING", "PartitionConfig")
     # accounting off (sacct fails): the queue is all Slurm knows
     assert verdicts(["400", "999"], None, parse_squeue(SQUEUE))["999"].phase == "unknown"
     # the controller is down (squeue fails): what accounting has, and no answer about the rest
@@ -251,3 +258,297 @@ def test_run_state_model_refuses_illegal_moves():
         Run(uid="v", sweep_id="s", cell_id="c", repeat=0, attempt=1, state="finished")
     assert set(runstate.FINAL) | set(runstate.OPEN) == set(runstate.STATES)
     assert set(runstate.RERUNNABLE) <= set(runstate.FINAL) and runstate.DONE not in runstate.RERUNNABLE
+
+
+# --- what the cluster has (backends/slurm_cluster.py): scontrol parsed from canned text ---------
+
+# captured from the project's test cluster (slurm/, Slurm 22.05.8): one 2-CPU node in three
+# partitions; `scontrol -a show partition -o`, `scontrol -a show node -o`, `scontrol show config`
+REAL_PARTITIONS = """\
+PartitionName=cpu AllowGroups=ALL AllowAccounts=ALL AllowQos=ALL AllocNodes=ALL Default=YES QoS=N/A DefaultTime=01:00:00 DisableRootJobs=NO ExclusiveUser=NO GraceTime=0 Hidden=NO MaxNodes=UNLIMITED MaxTime=2-00:00:00 MinNodes=0 LLN=NO MaxCPUsPerNode=UNLIMITED Nodes=localhost PriorityJobFactor=1 PriorityTier=1 RootOnly=NO ReqResv=NO OverSubscribe=YES:4 OverTimeLimit=NONE PreemptMode=OFF State=UP TotalCPUs=2 TotalNodes=1 SelectTypeParameters=NONE JobDefaults=(null) DefMemPerNode=UNLIMITED MaxMemPerNode=UNLIMITED TRES=cpu=2,mem=22899M,node=1,billing=2,gres/gpu=4,gres/gpu:k20m=2,gres/gpu:p100=2
+PartitionName=k20m AllowGroups=ALL AllowAccounts=ALL AllowQos=ALL AllocNodes=ALL Default=NO QoS=N/A DefaultTime=01:00:00 DisableRootJobs=NO ExclusiveUser=NO GraceTime=0 Hidden=NO MaxNodes=UNLIMITED MaxTime=2-00:00:00 MinNodes=0 LLN=NO MaxCPUsPerNode=UNLIMITED Nodes=localhost PriorityJobFactor=1 PriorityTier=1 RootOnly=NO ReqResv=NO OverSubscribe=YES:4 OverTimeLimit=NONE PreemptMode=OFF State=UP TotalCPUs=2 TotalNodes=1 SelectTypeParameters=NONE JobDefaults=(null) DefMemPerNode=UNLIMITED MaxMemPerNode=UNLIMITED TRES=cpu=2,mem=22899M,node=1,billing=2,gres/gpu=4,gres/gpu:k20m=2,gres/gpu:p100=2
+PartitionName=p100 AllowGroups=ALL AllowAccounts=ALL AllowQos=ALL AllocNodes=ALL Default=NO QoS=N/A DefaultTime=01:00:00 DisableRootJobs=NO ExclusiveUser=NO GraceTime=0 Hidden=NO MaxNodes=UNLIMITED MaxTime=2-00:00:00 MinNodes=0 LLN=NO MaxCPUsPerNode=UNLIMITED Nodes=localhost PriorityJobFactor=1 PriorityTier=1 RootOnly=NO ReqResv=NO OverSubscribe=YES:4 OverTimeLimit=NONE PreemptMode=OFF State=UP TotalCPUs=2 TotalNodes=1 SelectTypeParameters=NONE JobDefaults=(null) DefMemPerNode=UNLIMITED MaxMemPerNode=UNLIMITED TRES=cpu=2,mem=22899M,node=1,billing=2,gres/gpu=4,gres/gpu:k20m=2,gres/gpu:p100=2
+"""
+REAL_NODES = """\
+NodeName=localhost Arch=x86_64 CoresPerSocket=2  CPUAlloc=0 CPUEfctv=2 CPUTot=2 CPULoad=2.74 AvailableFeatures=(null) ActiveFeatures=(null) Gres=gpu:k20m:2,gpu:p100:2 NodeAddr=127.0.0.1 NodeHostName=localhost Version=22.05.8 OS=Linux 6.18.44-fc-v657 #1 SMP PREEMPT_DYNAMIC @0  RealMemory=22899 AllocMem=0 FreeMem=19832 Sockets=1 Boards=1 State=IDLE ThreadsPerCore=1 TmpDisk=0 Weight=1 Owner=N/A MCS_label=N/A Partitions=cpu,k20m,p100  BootTime=2026-11-23T15:17:54 SlurmdStartTime=2026-11-23T15:26:43 LastBusyTime=2026-11-23T15:34:10 CfgTRES=cpu=2,mem=22899M,billing=2,gres/gpu=4,gres/gpu:k20m=2,gres/gpu:p100=2 AllocTRES=gres/gpu:k20m=2,gres/gpu:p100=2 CapWatts=n/a CurrentWatts=0 AveWatts=0 ExtSensorsJoules=n/s ExtSensorsWatts=0 ExtSensorsTemp=n/s
+"""
+REAL_CONFIG = """\
+Configuration data as of 2026-11-23T15:40:16
+AccountingStorageTRES   = cpu,mem,energy,node,billing,fs/disk,vmem,pages,gres/gpu,gres/gpu:k20m,gres/gpu:p100
+DefMemPerCPU            = 1024
+MaxArraySize            = 1001
+MaxJobCount             = 10000
+MaxMemPerNode           = UNLIMITED
+SlurmctldHost[0]        = vm(127.0.0.1)
+SLURM_VERSION           = 22.05.8
+
+Slurmctld(primary) at vm is UP
+"""
+# a site as Slurm 22.05 prints it: several nodes, socket-bound GRES, a spec memory limit, a
+# partition CPU cap, drained and not-responding nodes, a value with spaces (Reason, OS)
+SITE_PARTITIONS = """\
+PartitionName=gpu AllowGroups=ALL AllowAccounts=ALL AllowQos=ALL AllocNodes=ALL Default=NO QoS=N/A DefaultTime=01:00:00 DisableRootJobs=NO ExclusiveUser=NO GraceTime=0 Hidden=NO MaxNodes=UNLIMITED MaxTime=1-00:00:00 MinNodes=0 LLN=NO MaxCPUsPerNode=UNLIMITED Nodes=gpu[01-02] PriorityJobFactor=1 PriorityTier=1 RootOnly=NO ReqResv=NO OverSubscribe=EXCLUSIVE OverTimeLimit=NONE PreemptMode=OFF State=UP TotalCPUs=96 TotalNodes=2 SelectTypeParameters=NONE JobDefaults=(null) DefMemPerNode=UNLIMITED MaxMemPerNode=UNLIMITED TRES=cpu=96,mem=771000M,node=2,billing=96,gres/gpu=7
+PartitionName=cpu AllowGroups=ALL AllowAccounts=ALL AllowQos=ALL AllocNodes=ALL Default=YES QoS=N/A DefaultTime=01:00:00 DisableRootJobs=NO ExclusiveUser=NO GraceTime=0 Hidden=NO MaxNodes=UNLIMITED MaxTime=UNLIMITED MinNodes=0 LLN=NO MaxCPUsPerNode=40 Nodes=cpu01 PriorityJobFactor=1 PriorityTier=1 RootOnly=NO ReqResv=NO OverSubscribe=NO OverTimeLimit=NONE PreemptMode=OFF State=UP TotalCPUs=48 TotalNodes=1 SelectTypeParameters=NONE JobDefaults=(null) DefMemPerNode=UNLIMITED MaxMemPerNode=190000 TRES=cpu=48,mem=192000M,node=1,billing=48
+PartitionName=old AllowGroups=ALL AllowAccounts=ALL AllowQos=ALL AllocNodes=ALL Default=NO QoS=N/A DefaultTime=01:00:00 DisableRootJobs=NO ExclusiveUser=NO GraceTime=0 Hidden=YES MaxNodes=UNLIMITED MaxTime=12:00:00 MinNodes=0 LLN=NO MaxCPUsPerNode=UNLIMITED Nodes=k[01-02] PriorityJobFactor=1 PriorityTier=1 RootOnly=NO ReqResv=NO OverSubscribe=NO OverTimeLimit=NONE PreemptMode=OFF State=UP TotalCPUs=32 TotalNodes=2 SelectTypeParameters=NONE JobDefaults=(null) DefMemPerNode=UNLIMITED MaxMemPerNode=UNLIMITED TRES=cpu=32,mem=128000M,node=2,billing=32,gres/gpu=4
+"""
+SITE_NODES = """\
+NodeName=gpu01 Arch=x86_64 CoresPerSocket=16  CPUAlloc=0 CPUEfctv=32 CPUTot=32 CPULoad=0.01 AvailableFeatures=a100,ib ActiveFeatures=a100,ib Gres=gpu:a100:4(S:0-1) NodeAddr=gpu01 NodeHostName=gpu01 Version=22.05.8 OS=Linux 5.14.0-284.el9.x86_64 #1 SMP PREEMPT_DYNAMIC Fri May 12 08:27:19 EDT 2023  RealMemory=515000 AllocMem=0 FreeMem=500012 Sockets=2 Boards=1 MemSpecLimit=15000 State=IDLE ThreadsPerCore=1 TmpDisk=0 Weight=1 Owner=N/A MCS_label=N/A Partitions=gpu  BootTime=2023-06-01T09:00:00 SlurmdStartTime=2023-06-01T09:01:00 LastBusyTime=2023-06-02T10:00:00 CfgTRES=cpu=32,mem=515000M,billing=32,gres/gpu=4 AllocTRES= CapWatts=n/a CurrentWatts=0 AveWatts=0 ExtSensorsJoules=n/s ExtSensorsWatts=0 ExtSensorsTemp=n/s
+NodeName=gpu02 Arch=x86_64 CoresPerSocket=32  CPUAlloc=8 CPUEfctv=64 CPUTot=64 CPULoad=7.90 AvailableFeatures=v100 ActiveFeatures=v100 Gres=gpu:v100:2(S:0),gpu:a100:1(S:1) NodeAddr=gpu02 NodeHostName=gpu02 Version=22.05.8 OS=Linux 5.14.0-284.el9.x86_64 #1 SMP PREEMPT_DYNAMIC Fri May 12 08:27:19 EDT 2023  RealMemory=256000 AllocMem=32000 FreeMem=200000 Sockets=2 Boards=1 State=MIXED+DRAIN ThreadsPerCore=1 TmpDisk=0 Weight=1 Owner=N/A MCS_label=N/A Partitions=gpu  BootTime=2023-06-01T09:00:00 SlurmdStartTime=2023-06-01T09:01:00 LastBusyTime=2023-06-02T10:00:00 CfgTRES=cpu=64,mem=256000M,billing=64,gres/gpu=3 AllocTRES=cpu=8,mem=32000M CapWatts=n/a CurrentWatts=0 AveWatts=0 ExtSensorsJoules=n/s ExtSensorsWatts=0 ExtSensorsTemp=n/s Reason=bad fan [root@2023-06-02T09:00:00]
+NodeName=cpu01 Arch=x86_64 CoresPerSocket=24  CPUAlloc=48 CPUEfctv=48 CPUTot=48 CPULoad=47.00 AvailableFeatures=(null) ActiveFeatures=(null) Gres=(null) NodeAddr=cpu01 NodeHostName=cpu01 Version=22.05.8 OS=Linux 5.14.0 #1 SMP  RealMemory=192000 AllocMem=192000 FreeMem=1000 Sockets=2 Boards=1 State=ALLOCATED ThreadsPerCore=1 TmpDisk=0 Weight=1 Owner=N/A MCS_label=N/A Partitions=cpu  BootTime=2023-06-01T09:00:00 SlurmdStartTime=2023-06-01T09:01:00 LastBusyTime=2023-06-02T10:00:00 CfgTRES=cpu=48,mem=192000M,billing=48 AllocTRES=cpu=48,mem=192000M CapWatts=n/a CurrentWatts=0 AveWatts=0 ExtSensorsJoules=n/s ExtSensorsWatts=0 ExtSensorsTemp=n/s
+NodeName=k01 Arch=x86_64 CoresPerSocket=8  CPUAlloc=0 CPUEfctv=16 CPUTot=16 CPULoad=N/A AvailableFeatures=(null) ActiveFeatures=(null) Gres=gpu:k20m:2 NodeAddr=k01 NodeHostName=k01 Version=22.05.8 OS=Linux 3.10.0 #1 SMP  RealMemory=64000 AllocMem=0 FreeMem=N/A Sockets=2 Boards=1 State=DOWN* ThreadsPerCore=1 TmpDisk=0 Weight=1 Owner=N/A MCS_label=N/A Partitions=old  BootTime=None SlurmdStartTime=None LastBusyTime=2023-05-01T10:00:00 CfgTRES=cpu=16,mem=64000M,billing=16,gres/gpu=2 AllocTRES= CapWatts=n/a CurrentWatts=0 AveWatts=0 ExtSensorsJoules=n/s ExtSensorsWatts=0 ExtSensorsTemp=n/s Reason=Not responding [slurm@2023-05-01T10:05:00]
+NodeName=k02 Arch=x86_64 CoresPerSocket=8  CPUAlloc=0 CPUEfctv=16 CPUTot=16 CPULoad=0.00 AvailableFeatures=(null) ActiveFeatures=(null) Gres=gpu:k20m:2 NodeAddr=k02 NodeHostName=k02 Version=22.05.8 OS=Linux 3.10.0 #1 SMP  RealMemory=64000 AllocMem=0 FreeMem=60000 Sockets=2 Boards=1 State=IDLE+DRAIN ThreadsPerCore=1 TmpDisk=0 Weight=1 Owner=N/A MCS_label=N/A Partitions=old  BootTime=2023-06-01T09:00:00 SlurmdStartTime=2023-06-01T09:01:00 LastBusyTime=2023-06-02T10:00:00 CfgTRES=cpu=16,mem=64000M,billing=16,gres/gpu=2 AllocTRES= CapWatts=n/a CurrentWatts=0 AveWatts=0 ExtSensorsJoules=n/s ExtSensorsWatts=0 ExtSensorsTemp=n/s Reason=retired [root@2023-06-01T08:00:00]
+"""
+SITE_CONFIG = "MaxArraySize            = 40001\nMaxMemPerNode           = UNLIMITED\n"
+
+REAL = cluster_from(REAL_PARTITIONS, REAL_NODES, REAL_CONFIG)
+SITE = cluster_from(SITE_PARTITIONS, SITE_NODES, SITE_CONFIG)
+
+
+def test_scontrol_is_parsed_values_with_spaces_included():
+    (node,) = REAL.nodes
+    assert (node.name, node.cpus, node.mem_mb, node.partitions) == ("localhost", 2, 22899, ("cpu", "k20m", "p100"))
+    assert node.gres == {"gpu": 4, "gpu:k20m": 2, "gpu:p100": 2} and node.available
+    assert REAL.default_partition == "cpu" and REAL.max_array_size == 1001
+    assert REAL.partitions["p100"].max_time_min == 2 * 24 * 60
+    records = parse_records(SITE_NODES)
+    assert records[0]["OS"].startswith("Linux 5.14.0-284.el9.x86_64 #1 SMP") and records[0]["RealMemory"] == "515000"
+    assert records[1]["Reason"] == "bad fan [root@2023-06-02T09:00:00]"
+    gpu01, gpu02, cpu01, k01, k02 = SITE.nodes
+    assert gpu01.mem_mb == 500000 and gpu01.gres == {"gpu": 4, "gpu:a100": 4}  # less MemSpecLimit; (S:0-1) dropped
+    assert gpu02.gres == {"gpu": 3, "gpu:v100": 2, "gpu:a100": 1}
+    assert cpu01.gres == {} and SITE.partitions["cpu"].max_cpus_per_node == 40
+    assert SITE.partitions["cpu"].max_time_min is None and SITE.max_array_size == 40001
+    assert [n.available for n in SITE.nodes] == [True, False, True, False, False]  # drained, DOWN*
+    assert parse_config(REAL_CONFIG)["SlurmctldHost[0]"] == "vm(127.0.0.1)"
+
+
+def test_slurm_durations_sizes_and_gres():
+    assert [parse_minutes(t) for t in ("2-00:00:00", "1:00:00", "30:00", "90", "1-12", "0:00:30", "UNLIMITED")] == \
+        [2880, 60, 30, 90, 2160, 1, None]
+    assert [parse_mb(t) for t in ("64G", "22899M", "22899", "1T", "64GB", "512K", "UNLIMITED")] == \
+        [65536, 22899, 22899, 1048576, 65536, 1, None]
+    assert parse_gres("gpu:tesla:2,mps:100") == {"gpu": 2, "gpu:tesla": 2, "mps": 100}
+    assert parse_gres("gpu:4") == {"gpu": 4} and parse_gres("(null)") == {}
+
+
+def p100(*overrides):
+    config = cell("cluster=slurm", "hardware=p100", *overrides).config
+    return backend_for(config["cluster"]).resources(config)
+
+
+def test_a_request_from_the_backends_own_parameters():
+    assert request_from_params(p100("gpus=2")) == Request("p100", 16, 65536, 2, "p100", 120)
+    site = backend_for({"executor": "slurm", "gpu_request": "gpus_per_node"})
+    config = cell("cluster=slurm", "hardware=p100", "gpus=1").config
+    assert request_from_params(site.resources(config)).gpu_flag == "--gpus-per-node=p100:1"
+    assert request_from_tres("p100", "billing=16,cpu=16,gres/gpu:p100=1,gres/gpu=1,mem=16G,node=1", "60") == \
+        Request("p100", 16, 16384, 1, "p100", 60)
+
+
+def test_the_readme_example_is_refused_on_the_test_cluster_naming_the_largest_node():
+    why = refusal(request_from_params(p100("gpus=1")), REAL)
+    assert why == ("partition p100 cannot run it: --cpus-per-task=16, but its largest node has 2 CPUs (localhost); "
+                   "--mem=64G, but its largest node has 22899M (localhost)")
+    assert refusal(request_from_params(p100("gpus=2", "hardware.cpus=1", "hardware.mem_gb=1")), REAL) is None
+
+
+@pytest.mark.parametrize("request_,expected", [
+    (Request("p100", 1, 1024, 3, "p100"), "3 p100 GPUs, but its largest node has 2 p100 GPUs (localhost)"),
+    (Request("p100", 1, 1024, 1, "v100"), "1 v100 GPUs, but no node of partition p100 has v100 GPUs (its GPU types: "
+                                          "k20m, p100)"),
+    (Request("p100", 1, 1024, time_min=3 * 1440), "--time=4320 min, but partition p100 allows at most 2-00:00:00"),
+    (Request("a100"), "--partition=a100, but this cluster has no partition a100 (it has cpu, k20m, p100)"),
+    (Request(None, 4), "partition cpu cannot run it: --cpus-per-task=4, but its largest node has 2 CPUs"),  # the default partition
+])
+def test_what_no_node_of_the_test_cluster_holds(request_, expected):
+    assert expected in refusal(request_, REAL)
+
+
+def test_what_no_node_of_a_site_holds():
+    assert refusal(Request("gpu", 32, 400000, 4, "a100"), SITE) is None  # gpu01 (drained gpu02 counts: it returns)
+    assert "--cpus-per-task=48, but its largest node has 40 CPUs (cpu01)" in refusal(Request("cpu", 48), SITE)
+    assert "--mem=195G, but its largest node has 190000M" in refusal(Request("cpu", 1, 195 * 1024), SITE)
+    assert "5 GPUs, but its largest node has 4 GPUs (gpu01)" in refusal(Request("gpu", 1, gpus=5), SITE)
+    # each alone fits a node (64 CPUs: gpu02; 2 A100: gpu01), both together none
+    assert "no single node of partition gpu has 64 CPUs" in refusal(Request("gpu", 64, gpus=2, gpu_type="a100"), SITE)
+    assert "--time=1500 min, but partition gpu allows at most 1-00:00:00" in refusal(Request("gpu", time_min=1500), SITE)
+
+
+def test_pending_reasons_that_never_clear():
+    big = Request("p100", 16, 65536, 1, "p100", 120)
+    assert hopeless("Priority", big, REAL) is None and hopeless("JobArrayTaskLimit", big, REAL) is None
+    assert hopeless("PartitionConfig", None, None) == "the request breaks its partition's configuration"
+    assert "--cpus-per-task=16, but its largest node has 2 CPUs" in hopeless("PartitionConfig", big, REAL)
+    assert "no node can ever hold it" in hopeless("Resources", big, REAL)
+    assert hopeless("Resources", Request("p100", 1, 1024), REAL) is None  # busy: it will start
+    assert hopeless("Resources", big, None) is None  # no facts: may start
+    down = hopeless("ReqNodeNotAvail, UnavailableNodes:k[01-02]", Request("old", 1), SITE)
+    assert down == "every node of partition old is down or drained (k01 DOWN*, k02 IDLE+DRAIN)"
+    assert hopeless("ReqNodeNotAvail, UnavailableNodes:gpu02", Request("gpu", 1), SITE) is None  # gpu01 is up
+
+
+# squeue -h -r -o %i|%T|%r|%N|%V|%P|%C|%b|%l and sacct -X -n -P --format=JobID,State,NodeList,
+# Reason,Partition,ReqTRES,TimelimitRaw, as the test cluster printed them for the README's p100
+# request (16 CPUs, 64G), a task of it cancelled, and a job that ran out of time
+WAITING_SQUEUE = """\
+500|PENDING|PartitionConfig||2026-11-23T15:40:50|p100|16|gres:gpu:p100:2|2:00:00
+37_0|PENDING|PartitionConfig||2026-11-23T15:43:19|p100|16|gres:gpu:p100:1|1:00:00
+37_2|PENDING|PartitionConfig||2026-11-23T15:43:19|p100|16|gres:gpu:p100:1|1:00:00
+37_3|PENDING|PartitionConfig||2026-11-23T15:43:19|p100|16|gres:gpu:p100:1|1:00:00
+58_1|PENDING|PartitionConfig||2026-11-23T15:53:23|p100|16|N/A|1:00:00
+"""
+WAITING_SACCT = """\
+500|PENDING|None assigned|PartitionConfig|p100|billing=16,cpu=16,gres/gpu:p100=2,gres/gpu=2,mem=64G,node=1|120
+501|CANCELLED by 0|None assigned|PartitionConfig|p100|billing=16,cpu=16,mem=16G,node=1|60
+502|CANCELLED by 0|None assigned|Priority|cpu|billing=1,cpu=1,mem=1G,node=1|60
+503|TIMEOUT|localhost|None|cpu|billing=1,cpu=1,mem=1G,node=1|1
+37_[0-3%2]|PENDING|None assigned|PartitionConfig|p100|billing=16,cpu=16,gres/gpu:p100=1,gres/gpu=1,mem=16G,node=1|60
+38_[0-3%2]|CANCELLED by 0|None assigned|PartitionConfig|p100|billing=16,cpu=16,gres/gpu:p100=1,gres/gpu=1,mem=16G,node=1|60
+58_[1%16]|PENDING|None assigned|PartitionConfig|p100|billing=16,cpu=16,mem=1G,node=1|60
+"""
+
+
+def test_a_job_that_can_never_start_says_so_then_ends_unplaceable():
+    import time
+
+    submitted = time.mktime(time.strptime("2026-11-23T15:40:50", "%Y-%m-%dT%H:%M:%S"))
+    sacct, squeue = parse_sacct(WAITING_SACCT), parse_squeue(WAITING_SQUEUE)
+    early = verdicts(["500"], sacct, squeue, REAL, now=submitted + 60, unplaceable_after_s=600)["500"]
+    assert early.phase == "queued" and "--cpus-per-task=16, but its largest node has 2 CPUs" in early.never
+    assert "ended as unplaceable 10 min after its submission" in early.never
+    update = call(Evidence(), early)
+    assert update["state"] == "submitted"
+    assert update["state_detail"].startswith("PENDING (PartitionConfig): can never start: the request breaks")
+    late = verdicts(["500"], sacct, squeue, REAL, now=submitted + 600, unplaceable_after_s=600)["500"]
+    assert (late.phase, late.state, late.error_class, late.imposed) == ("ended", UNPLACEABLE, "unplaceable", True)
+    ended = call(Evidence(), late)
+    assert ended["state"] == "failed" and ended["error_class"] == "unplaceable"
+    assert "could never start" in ended["error_message"] and "--cpus-per-task=16" in ended["error_message"]
+    # without the cluster's facts, PartitionConfig alone still says it
+    assert verdicts(["500"], sacct, squeue)["500"].never.startswith("the request breaks its partition's")
+    # before accounting has the job, the queue's view of the request (no memory) serves
+    (queued,) = [r for r in squeue if r.job == "500"]
+    assert queued.request == Request("p100", 16, None, 2, "p100", 120)
+    lagging = verdicts(["500"], [], squeue, REAL, now=submitted, unplaceable_after_s=600)["500"]
+    assert "--cpus-per-task=16, but its largest node has 2 CPUs" in lagging.never
+
+
+def test_a_job_cancelled_while_it_could_never_start_is_unplaceable():
+    seen = verdicts(["501", "502", "503", "37_1", "38_2", "58_0"], parse_sacct(WAITING_SACCT),
+                    parse_squeue(WAITING_SQUEUE), REAL)
+    assert seen["501"].error_class == "unplaceable" and "cancelled while it waited (PartitionConfig)" in seen["501"].detail
+    assert seen["502"].error_class == "cancelled"  # waited for its turn: plainly cancelled
+    assert seen["37_1"].error_class == "unplaceable"  # a task cancelled out of a pending range
+    assert seen["38_2"].error_class == "unplaceable"  # the whole array cancelled
+    assert seen["58_0"].error_class == "unplaceable"  # a task accounting dropped from its range
+    assert seen["503"].detail == "time limit 1 min, on localhost"  # a timeout names its limit
+    assert "as TIMEOUT (time limit 1 min" in call(Evidence(), seen["503"])["error_message"]
+
+
+def test_unplaceable_is_a_legal_end_and_rerunnable():
+    for seen in (Seen("ended", UNPLACEABLE, "why", "unplaceable", True), Seen("queued", "PENDING", "x", never="y")):
+        update = call(Evidence(), seen)
+        for old in (runstate.SUBMITTED, runstate.RUNNING):
+            assert runstate.can_move(old, update["state"])
+    assert runstate.FAILED in runstate.RERUNNABLE
+
+
+def test_the_signal_before_the_time_limit_is_a_fraction_of_it(tmp_path):
+    from submitit.slurm.slurm import _make_sbatch_string
+
+    assert [signal_delay_s(m) for m in (1, 2, 10, 15, 120)] == [6, 12, 60, 90, 90]
+    params = p100("hardware.time_min=1")
+    assert params["signal_delay_s"] == 6
+    script = _make_sbatch_string(command="true", folder=tmp_path, **params)
+    assert "#SBATCH --signal=USR2@6" in script and "#SBATCH --time=1" in script
+
+
+# --- launch.submit_runs: refused before sbatch, split at the array limit ------------------------
+
+class CannedSlurm(SlurmBackend):
+    """The Slurm backend with canned cluster facts and an sbatch that only counts submissions."""
+
+    def __init__(self, cluster, facts):
+        super().__init__(cluster)
+        self.canned, self.calls = facts, []
+
+    def facts(self, max_age_s=None):
+        if isinstance(self.canned, Exception):
+            raise self.canned
+        return self.canned
+
+    def executor(self, folder):
+        return None
+
+    def submit(self, executor, fn, specs, params, name):
+        self.calls.append((name, len(specs)))
+        return [f"{len(self.calls)}_{i}" for i in range(len(specs))]
+
+
+def launch(tmp_path, facts, fitting=3, too_big=2, **cluster):
+    from sqlalchemy import select
+
+    from orchestrator import db
+    from orchestrator.launch import Options, submit_sweep
+
+    where = [f"paths.db=sqlite:///{tmp_path}/results.db", f"paths.runs={tmp_path}/runs"]
+    cells = [cell("cluster=slurm", "hardware=p100", "hardware.cpus=1", "hardware.mem_gb=1", f"seed={i}", *where)
+             for i in range(fitting)]
+    cells += [cell("cluster=slurm", "hardware=p100", f"seed={i}", *where) for i in range(too_big)]
+    opts = Options.from_config(cells[0].config)
+    opts.backend = CannedSlurm({**opts.cluster, **cluster}, facts)
+    report = submit_sweep(cells, opts, argv=["test"])
+    with db.open_db(opts.db_url)() as session:
+        runs = [(r.state, r.error_class, r.job_id) for r in session.scalars(select(db.Run))]
+    return opts.backend, report, runs
+
+
+def test_a_request_no_node_holds_is_refused_before_sbatch_and_a_big_group_split(tmp_path):
+    backend, report, runs = launch(tmp_path, REAL, max_array_size=2)
+    assert [n for _, n in backend.calls] == [2, 1] and len({name for name, _ in backend.calls}) == 2
+    assert sorted(j for s, _, j in runs if s == "submitted") == ["1_0", "1_1", "2_0"]
+    assert [(s, c) for s, c, _ in runs if s != "submitted"] == [("failed", "unplaceable")] * 2
+    assert len(report.refused) == 2 and not report.notes
+    overrides, why = report.refused[0]
+    assert "hardware=p100" in overrides
+    assert "--cpus-per-task=16, but its largest node has 2 CPUs (localhost)" in why and "hardware.cpus" in why
+
+
+def test_the_cluster_facts_give_the_array_limit(tmp_path):
+    backend, _, _ = launch(tmp_path, cluster_from(REAL_PARTITIONS, REAL_NODES, "MaxArraySize = 2\n"), too_big=0)
+    assert [n for _, n in backend.calls] == [2, 1]
+
+
+def test_a_cluster_that_cannot_be_asked_refuses_nothing_and_says_so_once(tmp_path):
+    backend, report, runs = launch(tmp_path, SchedulerUnavailable("scontrol: Unable to contact slurm controller"))
+    assert sorted(n for _, n in backend.calls) == [2, 3]  # two signatures, Slurm's default array limit
+    assert [s for s, _, _ in runs] == ["submitted"] * 5 and not report.refused
+    assert len(report.notes) == 1 and "not checked" in report.notes[0] and "scontrol" in report.notes[0]
+
+
+def test_a_silent_scheduler_keeps_states_and_says_as_of_when(tmp_path, monkeypatch):
+    """reconcile with a Slurm that cannot be asked (no sacct/squeue on PATH): nothing changes,
+    and the report dates the states it keeps from the scheduler's last answer."""
+    import time as clock
+
+    from orchestrator import db, tracking
+
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.setenv("ORCHESTRATOR_LOST_GRACE_S", "0")
+    factory = db.open_db(f"sqlite:///{tmp_path / 'r.db'}")
+    seen_at = clock.mktime((2026, 11, 23, 14, 5, 0, 0, 0, -1))
+    with factory.begin() as session:
+        session.add(db.Sweep(id="s", created_at=1.0))
+        session.add(db.Cell(id="c", framework="torch", model="lenet", dataset="mnist", hardware="cpu12", gpus=0,
+                            threads=1, batch_size=1, scaling="strong", iterations=1, warmup=0, seed=0,
+                            precision="fp32", settings={}, created_at=1.0))
+        session.flush()
+        run = db.Run(uid="s:c:0:1", sweep_id="s", cell_id="c", repeat=0, attempt=1, state="pending")
+        run.state, run.job_id, run.executor, run.submitted_at = "running", "77_0", "slurm", 1.0
+        run.observed_at, run.run_dir = seen_at, str(tmp_path / "runs/s/c/0")
+        session.add(run)
+    with factory() as session:
+        report = tracking.reconcile(session)
+        assert report.changed == 0 and session.scalar(db.select(db.Run.state)) == "running"
+    (message,) = report.messages()
+    assert message.startswith("slurm did not answer") and "states as of 14:05 for 1 open run" in message

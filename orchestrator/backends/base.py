@@ -23,6 +23,8 @@ class Seen:
     ended without a result file (None where its end says nothing: COMPLETED). `imposed`: the
     scheduler ended the job from outside (cancelled, timed out, node failed, preempted), so its
     word beats the job's own result file, which at best says the trainer got a signal.
+    `never`: why a waiting job can never start (its request is beyond every node, or every
+    node of its partition is down), so that `status` says so instead of "pending".
     """
 
     phase: str
@@ -30,6 +32,7 @@ class Seen:
     detail: Optional[str] = None
     error_class: Optional[str] = None
     imposed: bool = False
+    never: Optional[str] = None
 
 
 class SchedulerUnavailable(RuntimeError):
@@ -58,6 +61,19 @@ class Backend:
     def resources(self, config: dict[str, Any]) -> dict[str, Any]:
         """What a cell (its resolved config) asks of the scheduler: submitit parameters."""
         return {}
+
+    def refuse(self, params: dict[str, Any]) -> Optional[str]:
+        """Why the scheduler can never place this request (`resources`' output), or None.
+
+        Asked before a submission, so that a request no node holds is refused with its reason
+        instead of waiting in a queue forever. Raises SchedulerUnavailable when the scheduler
+        could not be asked: the caller then submits unchecked (silence refuses nothing).
+        """
+        return None
+
+    def array_limit(self) -> Optional[int]:
+        """The most jobs one submission may hold (Slurm's MaxArraySize); None: no limit."""
+        return None
 
     def node_lock(self, cache: Path) -> Optional[str]:
         """A file a job locks to have the node to itself, where the scheduler cannot give that."""

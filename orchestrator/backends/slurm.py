@@ -15,17 +15,28 @@ range). The text both print is parsed by the pure functions below (`parse_sacct`
 A command that fails or times out is no answer: when neither answers `observe` raises
 SchedulerUnavailable; a job is `unknown` (and may become lost) only when `squeue` answered
 and does not list it, and accounting has no record of it either.
+
+What the cluster has (partitions, nodes, MaxArraySize; backends/slurm_cluster.py) is read
+once per sweep: a request no node of its partition can hold is refused before sbatch
+(`refuse`), arrays are split at MaxArraySize (`array_limit`), and a job pending for a reason
+that never clears is reported so by `status` and, `unplaceable_after_min` after its
+submission (or once the user cancels it), ended as `unplaceable`.
 """
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Optional
 
 from orchestrator.backends.base import Backend, SchedulerUnavailable, Seen
+from orchestrator.backends.slurm_cluster import (DEFAULT_MAX_ARRAY_SIZE, Cluster, Request, cluster_from,
+                                                 doubtful, hopeless, refusal, request_from_params,
+                                                 request_from_squeue, request_from_tres)
 from orchestrator.safety import sbatch_request
 
 #: How long one sacct/squeue call may take before the scheduler counts as not answering.
@@ -52,6 +63,17 @@ IMPOSED = ("TIMEOUT", "DEADLINE", "CANCELLED", "REVOKED", "OUT_OF_MEMORY", "NODE
 #: Our word for an array task accounting still shows as pending but the queue no longer holds:
 #: it left the queue without starting (cancelled before it ran).
 LEFT_QUEUE = "LEFT_QUEUE"
+#: Our word for a job that waited `unplaceable_after_min` for a reason that never clears: the
+#: backend cancels it and it ends `unplaceable`.
+UNPLACEABLE = "UNPLACEABLE"
+#: Minutes a job may wait for a reason that never clears before `status` cancels it (the
+#: cluster config's `unplaceable_after_min`, else $ORCHESTRATOR_UNPLACEABLE_AFTER_MIN).
+UNPLACEABLE_AFTER_MIN = 10.0
+#: How long the cluster's facts read for `status` stay fresh (nodes come back from drain).
+FACTS_MAX_AGE_S = 60.0
+#: submitit asks Slurm for USR2 this long before the time limit (`--signal=USR2@N`); its own
+#: default (90 s) is longer than a 1-minute limit, so it is a fraction of the limit instead.
+SIGNAL_DELAY_MAX_S, SIGNAL_DELAY_MIN_S, SIGNAL_DELAY_FRACTION = 90, 5, 0.1
 
 
 @dataclass(frozen=True)
@@ -63,6 +85,10 @@ class Record:
     detail: Optional[str] = None  # node list (started) or pending reason (squeue)
     tasks: Optional[frozenset[int]] = None  # a pending range's task indices
     throttle: Optional[int] = None          # a range's `%N` limit
+    reason: Optional[str] = None            # why it waits (squeue), or last waited (sacct)
+    request: Optional[Request] = None       # what it asked for (sacct; squeue without memory)
+    submitted: Optional[str] = None         # when it was submitted (squeue %V)
+    time_limit: Optional[int] = None        # minutes (sacct)
 
 
 _ARRAY = re.compile(r"^(\d+)_\[([0-9,\-]+)(?:%(\d+))?\]$")
@@ -89,41 +115,59 @@ def state_word(text: str) -> str:
     return text.split()[0] if text.strip() else ""
 
 
-def _record(job: str, state: str, detail: str) -> Optional[Record]:
-    detail = detail.strip() or None
-    if detail in ("None assigned", "(null)", "None"):
-        detail = None
+def _text(value: str) -> Optional[str]:
+    """A column's value; None for Slurm's ways of writing nothing."""
+    value = value.strip()
+    return None if value in ("", "None assigned", "(null)", "None", "N/A", "Unknown") else value
+
+
+def _record(job: str, state: str, detail: str, **extra: Any) -> Optional[Record]:
     ranged = _ARRAY.match(job)
     if ranged:
-        return Record(ranged.group(1), state_word(state), detail, expand_range(ranged.group(2)),
-                      int(ranged.group(3)) if ranged.group(3) else None)
+        return Record(ranged.group(1), state_word(state), _text(detail), expand_range(ranged.group(2)),
+                      int(ranged.group(3)) if ranged.group(3) else None, **extra)
     if not re.fullmatch(r"\d+(_\d+)?", job):
         return None  # a step (123.batch), a het component (123+0): not an allocation
-    return Record(job, state_word(state), detail)
+    return Record(job, state_word(state), _text(detail), **extra)
+
+
+#: What `observe` asks sacct and squeue for (the parsers also read the first three/four alone).
+SACCT_FORMAT = "JobID,State,NodeList,Reason,Partition,ReqTRES,TimelimitRaw"
+SQUEUE_FORMAT = "%i|%T|%r|%N|%V|%P|%C|%b|%l"
 
 
 def parse_sacct(text: str) -> list[Record]:
-    """`sacct -X -n -P --format=JobID,State,NodeList` output -> records (bad lines skipped)."""
+    """`sacct -X -n -P --format=JobID,State,NodeList[,Reason,Partition,ReqTRES,TimelimitRaw]`
+    output -> records (bad lines skipped)."""
     out = []
     for line in text.splitlines():
         parts = line.split("|")
-        if len(parts) >= 2:
-            record = _record(parts[0].strip(), parts[1], parts[2] if len(parts) > 2 else "")
-            if record is not None:
-                out.append(record)
+        if len(parts) < 2:
+            continue
+        extra: dict[str, Any] = {}
+        if len(parts) >= 7:
+            extra = {"reason": _text(parts[3]), "time_limit": int(parts[6]) if parts[6].strip().isdigit() else None,
+                     "request": request_from_tres(parts[4].strip(), parts[5].strip(), parts[6].strip())}
+        record = _record(parts[0].strip(), parts[1], parts[2] if len(parts) > 2 else "", **extra)
+        if record is not None:
+            out.append(record)
     return out
 
 
 def parse_squeue(text: str) -> list[Record]:
-    """`squeue -h -r -o %i|%T|%r|%N` output -> records; the detail is the reason while it waits,
-    the node once it runs."""
+    """`squeue -h -r -o %i|%T|%r|%N[|%V|%P|%C|%b|%l]` output -> records; the detail is the reason
+    while it waits, the node once it runs. The request it shows (partition, CPUs, GRES, time; not
+    memory, which %m gives per CPU or per node alike) serves until accounting has the job."""
     out = []
     for line in text.splitlines():
         parts = line.split("|")
         if len(parts) < 4:
             continue
-        phase = STATES.get(state_word(parts[1]), ("unknown", None))[0]
-        record = _record(parts[0].strip(), parts[1], parts[2] if phase == "queued" else parts[3])
+        queued = STATES.get(state_word(parts[1]), ("unknown", None))[0] == "queued"
+        request = request_from_squeue(*parts[5:9]) if len(parts) >= 9 else None
+        record = _record(parts[0].strip(), parts[1], parts[2] if queued else parts[3],
+                         reason=_text(parts[2]) if queued else None, request=request,
+                         submitted=_text(parts[4]) if len(parts) > 4 else None)
         if record is not None:
             out.append(record)
     return out
@@ -134,7 +178,44 @@ def _seen(record: Record) -> Seen:
     detail = record.detail
     if phase == "queued" and record.throttle is not None and not detail:
         detail = f"array limit %{record.throttle}"
+    if record.state in ("TIMEOUT", "DEADLINE") and record.time_limit is not None:
+        detail = f"time limit {record.time_limit} min" + (f", on {detail}" if detail else "")
     return Seen(phase, record.state, detail, klass, imposed=phase == "ended" and record.state in IMPOSED)
+
+
+def _when(text: Optional[str]) -> Optional[float]:
+    """squeue's `%V` (`2026-11-23T15:43:19`, local time) -> a timestamp; None if unreadable."""
+    try:
+        return time.mktime(time.strptime(text or "", "%Y-%m-%dT%H:%M:%S"))
+    except (ValueError, OverflowError):
+        return None
+
+
+def _waiting(seen: Seen, record: Record, request: Optional[Request], cluster: Optional[Cluster],
+             now: Optional[float], after_s: Optional[float]) -> Seen:
+    """A waiting job, with why it can never start where it cannot; once it has waited `after_s`
+    since its submission, our verdict UNPLACEABLE (the backend then cancels it)."""
+    why = hopeless(record.reason, request, cluster)
+    if not why:
+        return seen
+    since = _when(record.submitted)
+    if after_s is not None and now is not None and since is not None and now - since >= after_s:
+        return Seen("ended", UNPLACEABLE, f"waited {(now - since) / 60:.0f} min ({record.reason}) and could never "
+                    f"start: {why}; cancelled", "unplaceable", imposed=True, never=why)
+    then = f"; ended as unplaceable {after_s / 60:g} min after its submission (or scancel it)" if after_s is not None else ""
+    return Seen(seen.phase, seen.state, seen.detail, never=why + then)
+
+
+def _gave_up(seen: Seen, record: Record, request: Optional[Request], cluster: Optional[Cluster]) -> Seen:
+    """A job cancelled before it ever had a node, while waiting for a reason that never clears,
+    is unplaceable, not cancelled: rerunnable once its request is fixed."""
+    if seen.error_class != "cancelled" or record.detail is not None:
+        return seen
+    why = hopeless(record.reason, request, cluster)
+    if not why:
+        return seen
+    return Seen("ended", seen.state, f"cancelled while it waited ({record.reason}); it could never start: {why}",
+                "unplaceable", imposed=seen.imposed)
 
 
 def _lookup(records: list[Record]) -> tuple[dict[str, Record], dict[str, list[Record]]]:
@@ -160,10 +241,16 @@ def _find(job_id: str, by_id: dict[str, Record], ranges: dict[str, list[Record]]
     return None
 
 
-def verdicts(wanted: Iterable[str], sacct: Optional[list[Record]], squeue: Optional[list[Record]]) -> dict[str, Seen]:
+def verdicts(wanted: Iterable[str], sacct: Optional[list[Record]], squeue: Optional[list[Record]],
+             cluster: Optional[Cluster] = None, now: Optional[float] = None,
+             unplaceable_after_s: Optional[float] = None) -> dict[str, Seen]:
     """What Slurm says of each wanted job, from sacct's and squeue's records (None: that command
     did not answer). A job neither can tell about is left out; `unknown` needs squeue's answer.
-    Raises SchedulerUnavailable when neither answered."""
+    Raises SchedulerUnavailable when neither answered.
+
+    With the cluster's facts, a job waiting for a reason that never clears says so (`never`),
+    and becomes UNPLACEABLE `unplaceable_after_s` after its submission (as of `now`); one
+    cancelled while it waited so ends `unplaceable`."""
     if sacct is None and squeue is None:
         raise SchedulerUnavailable("neither sacct nor squeue answered")
     acct_ids, acct_ranges = _lookup(sacct or [])
@@ -172,18 +259,31 @@ def verdicts(wanted: Iterable[str], sacct: Optional[list[Record]], squeue: Optio
     for job_id in wanted:
         queued_now = _find(job_id, queue_ids, queue_ranges) if squeue is not None else None
         accounted = _find(job_id, acct_ids, acct_ranges) if sacct is not None else None
+        base, _, index = job_id.partition("_")
+        if accounted is None and queued_now is None and squeue is not None and index.isdigit() and acct_ranges.get(base):
+            # accounting drops a task cancelled while it waited from its array's pending range and
+            # keeps no record of it (Slurm 22.05): the range stands for it
+            accounted = acct_ranges[base][0]
+        request = accounted.request if accounted is not None and accounted.request else (
+            queued_now.request if queued_now is not None else None)
         if queued_now is not None:  # the controller's word on what waits or runs now
             seen = _seen(queued_now)
+            if seen.phase == "queued":
+                seen = _waiting(seen, queued_now, request, cluster, now, unplaceable_after_s)
             if seen.phase != "unknown":
                 out[job_id] = seen
                 continue
         if accounted is not None:
             seen = _seen(accounted)
-            if seen.phase == "ended" or squeue is None:
-                out[job_id] = seen
-            elif seen.phase == "queued":
+            if seen.phase == "queued" and squeue is not None:
                 # accounting keeps a never-started array task pending after it left the queue
-                out[job_id] = Seen("ended", LEFT_QUEUE, "left the queue before it started", "cancelled")
+                seen = Seen("ended", LEFT_QUEUE, "left the queue before it started", "cancelled")
+            elif seen.phase == "queued":  # (no squeue: no submission time, so no deadline)
+                seen = _waiting(seen, accounted, request, cluster, None, None)
+            if seen.phase == "ended":
+                out[job_id] = _gave_up(seen, accounted, request, cluster)
+            elif squeue is None:
+                out[job_id] = seen
             # running per accounting but no longer in the queue: it is ending; ask again later
             continue
         if squeue is not None:  # (with accounting off, the queue is all Slurm knows)
@@ -252,19 +352,73 @@ def _executor_class() -> type:
     return OrchestratorSlurmExecutor
 
 
+def signal_delay_s(time_min: int) -> int:
+    """Seconds before the time limit that Slurm sends submitit's USR2: a tenth of the limit,
+    at least SIGNAL_DELAY_MIN_S and at most submitit's own 90 s. (slurmctld checks limits about
+    every 30 s, so the signal may still come up to ~30 s earlier than asked.)"""
+    return int(max(SIGNAL_DELAY_MIN_S, min(SIGNAL_DELAY_MAX_S, SIGNAL_DELAY_FRACTION * 60 * time_min)))
+
+
 class SlurmBackend(Backend):
     name = "slurm"
+
+    def __init__(self, cluster: dict[str, Any]) -> None:
+        super().__init__(cluster)
+        #: (when read, the cluster's facts or why they could not be read): once per sweep
+        self._facts: Optional[tuple[float, Any]] = None
 
     @property
     def grace_s(self) -> float:
         """Accounting may not list a job this long after sbatch returned (120 s, or
         $ORCHESTRATOR_LOST_GRACE_S): a job unknown to Slurm is not called lost before."""
-        import os
-
         try:
             return float(os.environ.get("ORCHESTRATOR_LOST_GRACE_S", 120.0))
         except ValueError:
             return 120.0
+
+    @property
+    def unplaceable_after_s(self) -> float:
+        """How long after its submission a job waiting for a reason that never clears is
+        cancelled and ended `unplaceable`: `cluster.unplaceable_after_min`, else (a later shell's
+        `status` has no cluster config) $ORCHESTRATOR_UNPLACEABLE_AFTER_MIN, else 10 min."""
+        value = self.cluster.get("unplaceable_after_min")
+        if value is None:
+            value = os.environ.get("ORCHESTRATOR_UNPLACEABLE_AFTER_MIN", UNPLACEABLE_AFTER_MIN)
+        try:
+            return 60.0 * float(value)
+        except (TypeError, ValueError):
+            return 60.0 * UNPLACEABLE_AFTER_MIN
+
+    def facts(self, max_age_s: Optional[float] = None) -> Cluster:
+        """The cluster's partitions, nodes and limits (`scontrol`), read once per instance (again
+        when older than max_age_s). Raises SchedulerUnavailable when they could not be read."""
+        if self._facts is None or (max_age_s is not None and time.time() - self._facts[0] > max_age_s):
+            try:
+                texts = [run_command(["scontrol", "-a", "show", what, "-o"]) for what in ("partition", "node")]
+                self._facts = (time.time(), cluster_from(*texts, run_command(["scontrol", "show", "config"])))
+            except SchedulerUnavailable as exc:
+                self._facts = (time.time(), str(exc))
+        if isinstance(self._facts[1], str):
+            raise SchedulerUnavailable(self._facts[1])
+        return self._facts[1]
+
+    def refuse(self, params: dict[str, Any]) -> Optional[str]:
+        if not self.cluster.get("check_requests", True):
+            return None
+        why = refusal(request_from_params(params), self.facts())
+        if why is None:
+            return None
+        return (f"{why}; fit it to the cluster (hardware.cpus, hardware.mem_gb, gpus, hardware.time_min, "
+                f"or another hardware) and type the sweep again")
+
+    def array_limit(self) -> Optional[int]:
+        """`cluster.max_array_size`, else the cluster's MaxArraySize, else Slurm's default."""
+        if self.cluster.get("max_array_size"):
+            return int(self.cluster["max_array_size"])
+        try:
+            return self.facts().max_array_size
+        except SchedulerUnavailable:
+            return DEFAULT_MAX_ARRAY_SIZE
 
     def executor(self, folder: Path) -> Any:
         if shutil.which("sbatch") is None:
@@ -305,6 +459,7 @@ class SlurmBackend(Backend):
         if cluster.get("setup"):
             params["setup"] = list(cluster["setup"])
         params["array_parallelism"] = int(cluster.get("array_parallelism") or 16)
+        params["signal_delay_s"] = signal_delay_s(params["time"])
         return sbatch_request(params)  # nothing from configuration breaks out of its #SBATCH line
 
     def submit(self, executor: Any, fn: Any, specs: list[Any], params: dict[str, Any], name: str) -> list[str]:
@@ -317,18 +472,31 @@ class SlurmBackend(Backend):
         bases = ",".join(sorted({array_base(j) for j in wanted}))
         errors = []
         try:  # -X: allocations only, not steps
-            sacct = parse_sacct(run_command(["sacct", "-X", "-n", "-P", "--format=JobID,State,NodeList",
-                                             "-j", bases]))
+            sacct = parse_sacct(run_command(["sacct", "-X", "-n", "-P", f"--format={SACCT_FORMAT}", "-j", bases]))
         except SchedulerUnavailable as exc:
             sacct, _ = None, errors.append(str(exc))
         try:
-            squeue = parse_squeue(run_command(["squeue", "-h", "-r", "-o", "%i|%T|%r|%N", "-j", bases]))
+            squeue = parse_squeue(run_command(["squeue", "-h", "-r", "-o", SQUEUE_FORMAT, "-j", bases]))
         except SchedulerUnavailable as exc:
             squeue, _ = None, errors.append(str(exc))
         if sacct is None and squeue is None:
             raise SchedulerUnavailable("; ".join(errors))
         self.last_error = "; ".join(errors)  # one of the two answered: jobs it cannot tell about are left out
-        return verdicts(wanted, sacct, squeue)
+        cluster = None
+        if any(doubtful(r.reason) for r in (sacct or []) + (squeue or []) if r.state in ("PENDING", "CANCELLED")):
+            try:  # without the facts, only reasons that never clear by themselves are judged
+                cluster = self.facts(max_age_s=FACTS_MAX_AGE_S)
+            except SchedulerUnavailable:
+                pass
+        seen = verdicts(wanted, sacct, squeue, cluster, time.time(), self.unplaceable_after_s)
+        doomed = sorted(j for j, s in seen.items() if s.state == UNPLACEABLE)
+        if doomed:
+            try:
+                self.cancel(doomed)
+            except SchedulerUnavailable as exc:  # still waiting, then: say so, try again next poll
+                for j in doomed:
+                    seen[j] = Seen("queued", "PENDING", None, never=f"{seen[j].never}; cancelling it failed ({exc})")
+        return seen
 
     def find(self, names: Iterable[str]) -> dict[str, str]:
         names = sorted(set(names))
