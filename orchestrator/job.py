@@ -110,6 +110,11 @@ class TimeLimit(Exception):
 MORE_TIME = "raise hardware.time_min (or `orchestrator rerun --failed --time MIN`) or lower iterations"
 
 
+def _limit(spec: JobSpec) -> str:
+    """The cell's time limit as a failure names it: ` (1 min)`; nothing where it has none."""
+    return f" ({spec.time_limit_s / 60:g} min)" if spec.time_limit_s else ""
+
+
 def run_once(spec: JobSpec, run: RunSpec, deadline: float | None = None) -> Path:
     """One run: trainer + monitor, then metrics over the measured window, then result.json."""
     run_dir = Path(run.run_dir)
@@ -135,8 +140,8 @@ def run_once(spec: JobSpec, run: RunSpec, deadline: float | None = None) -> Path
         result.update(state="failed", error={"class": exc.error_class, "message": str(exc)})
     except UncompletedJobError as exc:  # submitit's handler of Slurm's end-of-time signal
         result.update(state="failed", error={"class": "timeout", "message": (
-            f"the scheduler signalled the end of the job's time limit before the trainer finished "
-            f"({exc}); {MORE_TIME}")})
+            f"the scheduler signalled the end of the job's time limit{_limit(spec)} before the trainer "
+            f"finished ({exc}); {MORE_TIME}")})
     except Exception as exc:  # the job's own failure must still leave a result behind
         result.update(state="failed", error={"class": "crash", "message": f"job: {type(exc).__name__}: {exc}"})
     result["ended_at"] = time.time()
@@ -179,8 +184,8 @@ def _measure(spec: JobSpec, run_dir: Path, paths: dict[str, str], deadline: floa
                 proc.wait()
             samples = monitor.stop()
     if returncode == -signal.SIGUSR2:  # submitit asks Slurm for USR2 to every process near the end
-        raise TimeLimit(f"the scheduler signalled the end of the job's time limit (SIGUSR2) before the "
-                        f"trainer finished; {MORE_TIME}")
+        raise TimeLimit(f"the scheduler signalled the end of the job's time limit{_limit(spec)} (SIGUSR2) "
+                        f"before the trainer finished; {MORE_TIME}")
     events, bad_lines = read_events(Path(paths["events"]))
     outcome: dict[str, Any] = {"returncode": returncode, "monitor": monitor.describe(),
                                "environment": runtime.identity(), "argv": argv}

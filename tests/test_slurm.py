@@ -125,6 +125,8 @@ def test_timeout_then_rerun_with_more_time(workdir):
     wait_until_final(workdir, timeout=400)
     first = rows(workdir, "select state, error_class, attempt from runs")
     assert first == [("failed", "timeout", 1)], first
+    (message,) = rows(workdir, "select error_message from runs")[0]
+    assert re.search(r"time limit \(?(1 min|60 s)", message), message  # the limit is named
 
     dry = orchestrator(["rerun", "--failed", "--class", "timeout", "--time", "7", "--dry-run"], workdir)
     assert dry.returncode == 0, dry.stderr
