@@ -158,15 +158,21 @@ class Reconciled:
     partial: dict[str, str] = field(default_factory=dict)
     #: backend name -> open runs left as they were because it did not answer about them
     kept: dict[str, int] = field(default_factory=dict)
+    #: backend name -> when it last answered about a run it now kept silent on
+    as_of: dict[str, float] = field(default_factory=dict)
+
+    def _as_of(self, name: str) -> str:
+        when = self.as_of.get(name)
+        return f"states as of {time.strftime('%H:%M', time.localtime(when))}" if when else "states as last seen"
 
     def messages(self) -> list[str]:
         out = []
         for name, error in sorted(self.silent.items()):
-            out.append(f"{name} did not answer ({error}): {self.kept.get(name, 0)} open run(s) keep the "
-                       f"state last seen; nothing is marked lost or offered for rerun until it answers")
+            out.append(f"{name} did not answer ({error}): {self._as_of(name)} for {self.kept.get(name, 0)} "
+                       f"open run(s); nothing is marked lost or offered for rerun until it answers")
         for name, error in sorted(self.partial.items()):
-            out.append(f"{name} answered in part ({error}): {self.kept.get(name, 0)} open run(s) it could "
-                       f"not tell about keep the state last seen")
+            out.append(f"{name} answered in part ({error}): {self._as_of(name)} for the "
+                       f"{self.kept.get(name, 0)} open run(s) it could not tell about")
         return out
 
 
@@ -199,7 +205,12 @@ def reconcile(session: Session, sweep_id: Optional[str] = None,
                 report.kept[name] = sum(1 for r in runs if r.job_id not in answers)
         for run in runs:
             logs = f"{Path(run.run_dir).parent.parent}/.submitit" if run.run_dir else "the .submitit folder"
-            update = decide(look(run.run_dir), (answers or {}).get(run.job_id) if name else None,
+            seen = (answers or {}).get(run.job_id) if name else None
+            if seen is not None:
+                run.observed_at = now
+            elif name and run.observed_at:
+                report.as_of[name] = max(report.as_of.get(name, 0.0), run.observed_at)
+            update = decide(look(run.run_dir), seen,
                             job_id=run.job_id if name else None, backend=name or "job", now=now,
                             submitted_at=run.submitted_at, grace_s=backend.grace_s if backend else 0.0,
                             logs=f"its log under {logs}")

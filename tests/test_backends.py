@@ -525,3 +525,30 @@ def test_a_cluster_that_cannot_be_asked_refuses_nothing_and_says_so_once(tmp_pat
     assert [s for s, _, _ in runs] == ["submitted"] * 5 and not report.refused
     assert len(report.notes) == 1 and "not checked" in report.notes[0] and "scontrol" in report.notes[0]
 
+
+def test_a_silent_scheduler_keeps_states_and_says_as_of_when(tmp_path, monkeypatch):
+    """reconcile with a Slurm that cannot be asked (no sacct/squeue on PATH): nothing changes,
+    and the report dates the states it keeps from the scheduler's last answer."""
+    import time as clock
+
+    from orchestrator import db, tracking
+
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.setenv("ORCHESTRATOR_LOST_GRACE_S", "0")
+    factory = db.open_db(f"sqlite:///{tmp_path / 'r.db'}")
+    seen_at = clock.mktime((2026, 11, 23, 14, 5, 0, 0, 0, -1))
+    with factory.begin() as session:
+        session.add(db.Sweep(id="s", created_at=1.0))
+        session.add(db.Cell(id="c", framework="torch", model="lenet", dataset="mnist", hardware="cpu12", gpus=0,
+                            threads=1, batch_size=1, scaling="strong", iterations=1, warmup=0, seed=0,
+                            precision="fp32", settings={}, created_at=1.0))
+        session.flush()
+        run = db.Run(uid="s:c:0:1", sweep_id="s", cell_id="c", repeat=0, attempt=1, state="pending")
+        run.state, run.job_id, run.executor, run.submitted_at = "running", "77_0", "slurm", 1.0
+        run.observed_at, run.run_dir = seen_at, str(tmp_path / "runs/s/c/0")
+        session.add(run)
+    with factory() as session:
+        report = tracking.reconcile(session)
+        assert report.changed == 0 and session.scalar(db.select(db.Run.state)) == "running"
+    (message,) = report.messages()
+    assert message.startswith("slurm did not answer") and "states as of 14:05 for 1 open run" in message
