@@ -30,7 +30,7 @@ from submitit.core.utils import UncompletedJobError
 from orchestrator import metrics, provenance
 from orchestrator.monitor import Monitor, default_samplers
 from orchestrator.resultfile import RESULT_NAME, RESULT_SCHEMA, SIGNALLED
-from orchestrator.runtime import REPO, EnvironmentError_, make_runtime
+from orchestrator.runtime import REPO, EnvironmentNotReady, make_runtime
 
 
 
@@ -136,7 +136,7 @@ def run_once(spec: JobSpec, run: RunSpec, deadline: float | None = None) -> Path
         result.update(_measure(spec, run_dir, paths, deadline))
     except TimeLimit as exc:
         result.update(state="failed", error={"class": "timeout", "message": str(exc)})
-    except EnvironmentError_ as exc:
+    except EnvironmentNotReady as exc:
         result.update(state="failed", error={"class": exc.error_class, "message": str(exc)})
     except UncompletedJobError as exc:  # submitit's handler of Slurm's end-of-time signal
         result.update(state="failed", error={"class": "timeout", "message": (

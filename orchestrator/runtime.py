@@ -11,7 +11,7 @@ trainer never runs in the orchestrator's own interpreter. Two backends build the
 - `ApptainerRuntime` (clusters): `apptainer exec [--nv] <image>.sif python -m trainers.<fw>`,
   with the repository's `trainers/` bound into the image, so images hold only frameworks.
 
-Both give `ensure()` (make the environment ready or raise `EnvironmentError_` naming the way
+Both give `ensure()` (make the environment ready or raise `EnvironmentNotReady` naming the way
 out) and `command()` (argv and environment variables for the trainer).
 """
 from __future__ import annotations
@@ -31,7 +31,7 @@ REPO = Path(__file__).resolve().parent.parent
 CONTAINERS = REPO / "containers"
 
 
-class EnvironmentError_(RuntimeError):
+class EnvironmentNotReady(RuntimeError):
     """A trainer environment that cannot be made ready; the message says how to fix it.
 
     `error_class` is the run's failure class: `env` for a recipe or installation that failed
@@ -65,7 +65,7 @@ class VenvRuntime:
         self.recipe_dir = recipe_dir or CONTAINERS / framework
         recipe_file = self.recipe_dir / "env.yaml"
         if not recipe_file.is_file():
-            raise EnvironmentError_(
+            raise EnvironmentNotReady(
                 f"no venv recipe for framework {framework!r}: {recipe_file} is missing "
                 f"(frameworks with a recipe: {', '.join(available_recipes()) or 'none'})")
         self.recipe = yaml.safe_load(recipe_file.read_text()) or {}
@@ -85,7 +85,7 @@ class VenvRuntime:
             found = shutil.which(os.path.expanduser(str(candidate)))
             if found:
                 return found
-        raise EnvironmentError_(
+        raise EnvironmentNotReady(
             f"{self.framework}: none of the interpreters {candidates} exists here; install one "
             f"or list yours under `python:` in {self.recipe_dir / 'env.yaml'}", "unsupported")
 
@@ -146,7 +146,7 @@ class VenvRuntime:
                                   env=script_env)
             if done.returncode != 0:
                 tail = "\n".join(done.stdout.strip().splitlines()[-15:])
-                raise EnvironmentError_(
+                raise EnvironmentNotReady(
                     f"{self.framework}: creating the environment failed at `{' '.join(argv)}` "
                     f"(exit {done.returncode}):\n{tail}\nFix the recipe in {self.recipe_dir} "
                     f"or the network/proxy, then run again; the partial environment is rebuilt.")
@@ -184,11 +184,11 @@ class ApptainerRuntime:
 
     def ensure(self, log: Callable[[str], None] = print) -> Path:
         if shutil.which(self.binary) is None:
-            raise EnvironmentError_(
+            raise EnvironmentNotReady(
                 f"runtime=apptainer but `{self.binary}` is not on this node's PATH; "
                 f"load its module (e.g. `module load apptainer`) or use runtime=venv")
         if not self.image.is_file():
-            raise EnvironmentError_(
+            raise EnvironmentNotReady(
                 f"no image {self.image}; build it with `apptainer build {self.image} "
                 f"{CONTAINERS / (self.framework + '.def')}` or set apptainer.images")
         return self.image
@@ -226,4 +226,4 @@ def make_runtime(kind: str, framework: str, cache: Path | None = None, images: P
         return VenvRuntime(framework, cache, trainer=trainer)
     if kind == "apptainer":
         return ApptainerRuntime(framework, images or default_cache() / "images", binary, trainer=trainer)
-    raise EnvironmentError_(f"runtime={kind!r} is not one of venv, apptainer")
+    raise EnvironmentNotReady(f"runtime={kind!r} is not one of venv, apptainer")

@@ -32,12 +32,12 @@ for fw in "${frameworks[@]}"; do
   fi
   "$PY" - "$fw" <<'PY' || echo "[frameworks] $fw: environment FAILED (its tests will say so)" >&2
 import sys, time
-from orchestrator.runtime import VenvRuntime, EnvironmentError_
+from orchestrator.runtime import VenvRuntime, EnvironmentNotReady
 fw = sys.argv[1]
 start = time.monotonic()
 try:
     python = VenvRuntime.for_framework(fw).ensure()
-except EnvironmentError_ as exc:
+except EnvironmentNotReady as exc:
     print(f"[frameworks] {fw}: {exc.error_class}: {exc}", file=sys.stderr)
     sys.exit(0 if exc.error_class == "unsupported" else 1)
 print(f"[frameworks] {fw}: ready ({python}, {time.monotonic() - start:.0f} s)")

@@ -50,7 +50,7 @@ def framework_python(framework: str) -> str:
     Skips, naming the reason, where the framework has no trainer yet or this machine cannot
     hold it (no interpreter of the version it needs); a recipe that fails to install fails.
     """
-    from orchestrator.runtime import EnvironmentError_, VenvRuntime
+    from orchestrator.runtime import EnvironmentNotReady, VenvRuntime
 
     if not (REPO / "trainers" / framework / "__main__.py").is_file():
         pytest.skip(f"no trainers/{framework} yet")
@@ -58,7 +58,7 @@ def framework_python(framework: str) -> str:
         return os.environ["TORCH_PYTHON"]
     try:
         return str(VenvRuntime.for_framework(framework).ensure())
-    except EnvironmentError_ as exc:
+    except EnvironmentNotReady as exc:
         if exc.error_class == "unsupported":
             pytest.skip(f"{framework} cannot run here: {exc}")
         raise
@@ -115,14 +115,14 @@ class Framework(object):
 
     def __init__(self, spec):
         from trainers.common.support import declared
-        from orchestrator.runtime import EnvironmentError_, VenvRuntime
+        from orchestrator.runtime import EnvironmentNotReady, VenvRuntime
 
         self.name, self.module, self.env_name = spec["name"], spec["trainer"], spec["env"]
         self.support = declared(self.module)
         try:
             runtime = VenvRuntime(self.env_name, trainer=self.module)
             self.python = str(runtime.ensure(log=lambda line: None))
-        except EnvironmentError_ as exc:
+        except EnvironmentNotReady as exc:
             if exc.error_class == "unsupported":
                 pytest.skip("%s cannot run here: %s" % (self.name, exc))
             raise

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.runtime import REPO, ApptainerRuntime, EnvironmentError_, VenvRuntime, make_runtime
+from orchestrator.runtime import REPO, ApptainerRuntime, EnvironmentNotReady, VenvRuntime, make_runtime
 
 
 def test_venv_is_keyed_by_its_recipe(tmp_path):
@@ -40,19 +40,19 @@ def test_a_broken_recipe_fails_with_the_step_and_the_way_out(tmp_path):
     (recipe / "env.yaml").write_text("python: [python3]\n")
     (recipe / "requirements.txt").write_text("this-package-does-not-exist-anywhere==0.0.1\n")
     runtime = VenvRuntime("toy", cache=tmp_path / "cache", recipe_dir=recipe)
-    with pytest.raises(EnvironmentError_, match="creating the environment failed at .*pip install"):
+    with pytest.raises(EnvironmentNotReady, match="creating the environment failed at .*pip install"):
         runtime.ensure(lambda line: None)
     assert not runtime.is_ready()
 
 
 def test_missing_recipe_and_missing_interpreter_are_named(tmp_path):
-    with pytest.raises(EnvironmentError_, match="no venv recipe for framework 'nope'.*torch"):
+    with pytest.raises(EnvironmentNotReady, match="no venv recipe for framework 'nope'.*torch"):
         VenvRuntime("nope")
     recipe = tmp_path / "toy"
     recipe.mkdir()
     (recipe / "env.yaml").write_text("python: [python9.99]\n")
     (recipe / "requirements.txt").write_text("")
-    with pytest.raises(EnvironmentError_, match=r"python9\.99.*env\.yaml"):
+    with pytest.raises(EnvironmentNotReady, match=r"python9\.99.*env\.yaml"):
         VenvRuntime("toy", cache=tmp_path, recipe_dir=recipe).interpreter()
 
 
@@ -76,9 +76,9 @@ def test_apptainer_command_binds_trainers_and_uses_nv_only_for_gpus(tmp_path):
 
 
 def test_apptainer_without_binary_or_image_says_how_to_fix(tmp_path):
-    with pytest.raises(EnvironmentError_, match="not on this node's PATH"):
+    with pytest.raises(EnvironmentNotReady, match="not on this node's PATH"):
         ApptainerRuntime("torch", tmp_path, binary="no-such-apptainer").ensure()
-    with pytest.raises(EnvironmentError_, match="apptainer build .*torch.def"):
+    with pytest.raises(EnvironmentNotReady, match="apptainer build .*torch.def"):
         ApptainerRuntime("torch", tmp_path, binary="true").ensure()
 
 

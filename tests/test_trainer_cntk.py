@@ -38,14 +38,14 @@ def test_threads_reach_cntk_and_the_build_says_so(framework_run, run_checks):
 
 
 def test_no_python_36_means_unsupported(tmp_path, repo_root):
-    from orchestrator.runtime import EnvironmentError_, VenvRuntime
+    from orchestrator.runtime import EnvironmentNotReady, VenvRuntime
     recipe = tmp_path / "recipe"
     recipe.mkdir()
     shutil.copy(str(repo_root / "containers" / "cntk" / "requirements.txt"), str(recipe))
     (recipe / "env.yaml").write_text(
         "python: [%s/no-such/python3.6]\nrequirements: requirements.txt\n" % tmp_path)
     runtime = VenvRuntime("cntk", cache=tmp_path / "cache", recipe_dir=recipe)
-    with pytest.raises(EnvironmentError_) as caught:
+    with pytest.raises(EnvironmentNotReady) as caught:
         runtime.ensure(log=lambda line: None)
     assert caught.value.error_class == "unsupported"
     assert "no-such/python3.6" in str(caught.value)
