@@ -437,4 +437,7 @@ def cmd_rerun(args: argparse.Namespace, out: Console) -> int:
             for cell, message in report.failed:
                 failures += 1
                 out.print(f"  [red]not submitted[/] {cell.label}: {_one_line(message)}")
+            for _, reason in report.refused:  # e.g. more than the cluster's nodes hold, even now
+                failures += 1
+                out.print(f"  [red]refused[/] {_one_line(reason, 400)}", soft_wrap=True)
         return 1 if failures else 0

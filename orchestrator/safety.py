@@ -191,7 +191,7 @@ def cluster(config: Mapping[str, Any]) -> None:
     one_of("cluster.executor", config.get("executor") or "local", BACKENDS)
     if config.get("name") is not None:
         name("cluster.name", config["name"])
-    for key in ("exclusive",):
+    for key in ("exclusive", "check_requests"):
         if config.get(key) is not None:
             boolean(f"cluster.{key}", config[key])
     if config.get("gpu_request") is not None:
@@ -199,7 +199,8 @@ def cluster(config: Mapping[str, Any]) -> None:
     for key in ("account", "qos", "constraint"):
         if config.get(key) is not None:
             sbatch_value(f"cluster.{key}", config[key])
-    for key, minimum in (("array_parallelism", 1), ("time_min", 1)):
+    for key, minimum in (("array_parallelism", 1), ("time_min", 1), ("max_array_size", 1),
+                         ("unplaceable_after_min", 0)):
         if config.get(key) is not None:
             integer(f"cluster.{key}", config[key], minimum)
     sbatch_options("cluster.sbatch", config.get("sbatch"))

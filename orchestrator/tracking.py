@@ -193,7 +193,8 @@ def reconcile(session: Session, sweep_id: Optional[str] = None,
         backend, answers = None, None
         if name:
             try:
-                backend = backends.get(name) or backends.setdefault(name, backend_class(name)({}))
+                backend = backends.get(name) or backends.setdefault(
+                    name, backend_class(name)(_cluster_config(session, runs[0])))
             except UnknownBackend:
                 backend = None
             answers = backend.poll({r.job_id for r in runs}) if backend else None
@@ -217,6 +218,13 @@ def reconcile(session: Session, sweep_id: Optional[str] = None,
             report.changed += _apply(run, update or {})
     session.commit()
     return report
+
+
+def _cluster_config(session: Session, run: db.Run) -> dict[str, Any]:
+    """The cluster config the run's sweep recorded (a later shell has no other), or none."""
+    link = session.get(db.SweepCell, (run.sweep_id, run.cell_id))
+    cluster = (link.config or {}).get("cluster") if link is not None else None
+    return dict(cluster) if isinstance(cluster, dict) else {}
 
 
 def _apply(run: db.Run, update: dict[str, Any]) -> int:
