@@ -379,11 +379,13 @@ class SlurmBackend(Backend):
     @property
     def unplaceable_after_s(self) -> float:
         """How long after its submission a job waiting for a reason that never clears is
-        cancelled and ended `unplaceable`: `cluster.unplaceable_after_min`, else (a later shell's
-        `status` has no cluster config) $ORCHESTRATOR_UNPLACEABLE_AFTER_MIN, else 10 min."""
-        value = self.cluster.get("unplaceable_after_min")
+        cancelled and ended `unplaceable`: $ORCHESTRATOR_UNPLACEABLE_AFTER_MIN where the person
+        asking sets it, else the sweep's `cluster.unplaceable_after_min`, else 10 min."""
+        value = os.environ.get("ORCHESTRATOR_UNPLACEABLE_AFTER_MIN")
         if value is None:
-            value = os.environ.get("ORCHESTRATOR_UNPLACEABLE_AFTER_MIN", UNPLACEABLE_AFTER_MIN)
+            value = self.cluster.get("unplaceable_after_min")
+        if value is None:
+            value = UNPLACEABLE_AFTER_MIN
         try:
             return 60.0 * float(value)
         except (TypeError, ValueError):
