@@ -225,31 +225,115 @@ def framework_run(framework_env):
     return run
 
 
+# --- a user's directory, the orchestrator's CLI in it, and the test Slurm cluster ------------
+
+#: a cell measured in a blink
+FAST = ["iterations=3", "warmup=1"]
+#: the test cluster's node has only this machine's cores: ask for one CPU and 1 GB per cell
+SMALL = ["cluster=slurm", "hardware.cpus=1", "hardware.mem_gb=1", *FAST]
+
+
+def user_dir(path, base_env=None):
+    """A user's directory (path, env): its own results.db, runs/ and data/; the shared
+    environment cache."""
+    env = dict(base_env or os.environ, ORCHESTRATOR_DB="sqlite:///%s/results.db" % path,
+               ORCHESTRATOR_RUNS=str(path / "runs"), ORCHESTRATOR_DATA=str(path / "data"), COLUMNS="200")
+    return path, env
+
+
+def orchestrator(args, workdir, timeout=600):
+    """`python -m orchestrator ARGS` run in a user's directory, as the user types it."""
+    import subprocess
+
+    cwd, env = workdir
+    return subprocess.run([sys.executable, "-m", "orchestrator"] + list(args), cwd=str(cwd), env=env,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True,
+                          timeout=timeout)
+
+
+def run_cli(args, cwd, **env):
+    """`python -m orchestrator ARGS` in cwd with these variables added to the environment."""
+    return orchestrator(args, (cwd, dict(os.environ, **env)), timeout=120)
+
+
+def rows(workdir, sql):
+    """The rows of a query on the user directory's results.db."""
+    import sqlite3
+
+    con = sqlite3.connect(str(workdir[0] / "results.db"))
+    try:
+        return con.execute(sql).fetchall()
+    finally:
+        con.close()
+
+
+def wait_until_final(workdir, timeout=900, poll=2):
+    """`orchestrator status` until no run is open; its last output."""
+    import time
+
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        status = orchestrator(["status"], workdir)
+        assert status.returncode == 0, status.stderr
+        if rows(workdir, "select count(*) from runs where state in ('pending','submitted','running')") == [(0,)]:
+            return status.stdout
+        time.sleep(poll)
+    raise AssertionError("runs did not end in time:\n" + orchestrator(["status"], workdir).stdout)
+
+
+def harness_site(path):
+    """The override that adds framework `harness` the way a site adds a trainer: a framework
+    YAML (in a config dir of its own) naming its module and environment. The harness is
+    tests/numpy_trainer.py (the numpy framework under a module name of the site's), run in the
+    torch env."""
+    (path / "framework").mkdir(parents=True)
+    (path / "framework" / "harness.yaml").write_text("name: harness\ntrainer: tests.numpy_trainer\nenv: torch\n")
+    return "hydra.searchpath=[file://%s]" % path
+
+
+@pytest.fixture(scope="session")
+def slurm_env():
+    """The environment of the running test cluster (SLURM_CONF), or a loud skip saying how to start it."""
+    import shutil
+    import subprocess
+
+    state = Path(os.environ.get("SLURM_TEST_DIR", "/tmp/orchestrator-slurm"))
+    env = dict(os.environ, SLURM_CONF=str(state / "slurm.conf"))
+    if shutil.which("sbatch") is None or subprocess.run(
+            ["bash", str(REPO / "slurm" / "check.sh"), "-q"], env=env).returncode != 0:
+        pytest.skip("SLURM TESTS SKIPPED: the test cluster is not running; start it as root with "
+                    "`slurm/install.sh && slurm/start.sh` (scripts/test.sh does this when run as root)")
+    return env
+
+
 @pytest.fixture
-def user_workdir(tmp_path):
-    """A user's directory (its own results.db, runs/ and data/; the shared environment cache)
-    and orchestrator(args, timeout=600) / rows(sql) run the CLI and query its DB there."""
+def slurm_workdir(tmp_path, torch_python, slurm_env):
+    """A user's directory on the test cluster; no job of the test is left behind, whatever happened."""
     import sqlite3
     import subprocess
 
-    env = dict(os.environ, ORCHESTRATOR_DB="sqlite:///%s/results.db" % tmp_path,
-               ORCHESTRATOR_RUNS=str(tmp_path / "runs"), ORCHESTRATOR_DATA=str(tmp_path / "data"),
-               COLUMNS="200")
+    workdir = user_dir(tmp_path, slurm_env)
+    yield workdir
+    try:
+        jobs = rows(workdir, "select distinct job_id from runs where job_id is not null")
+    except sqlite3.Error:  # no database, or none with runs yet
+        jobs = []
+    for (job_id,) in jobs:
+        subprocess.run(["scancel", job_id.split("_")[0]], env=workdir[1])
+
+
+@pytest.fixture
+def user_workdir(tmp_path):
+    """A user's directory with orchestrator(args) / rows(sql) bound to it."""
+    workdir = user_dir(tmp_path)
 
     class Workdir(object):
         path = tmp_path
 
         def orchestrator(self, args, timeout=600):
-            return subprocess.run([sys.executable, "-m", "orchestrator"] + list(args),
-                                  cwd=str(tmp_path), env=env, stdout=subprocess.PIPE,
-                                  stderr=subprocess.PIPE, universal_newlines=True,
-                                  timeout=timeout)
+            return orchestrator(args, workdir, timeout)
 
         def rows(self, sql):
-            con = sqlite3.connect(str(tmp_path / "results.db"))
-            try:
-                return con.execute(sql).fetchall()
-            finally:
-                con.close()
+            return rows(workdir, sql)
 
     return Workdir()

@@ -14,8 +14,7 @@ from orchestrator.cell import Cell, CellError
 from orchestrator.launch import Options
 from orchestrator.safety import ConfigError
 
-from conftest import REPO
-from test_config import run_cli
+from conftest import REPO, run_cli
 
 INJECTION = "comment=ok\ntouch pwned #"
 

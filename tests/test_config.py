@@ -1,14 +1,12 @@
 """The config tree and cell identity: Hydra composes real configs from conf/."""
 import os
-import subprocess
-import sys
 
 import pytest
 from hydra import compose, initialize_config_dir
 
 from orchestrator.cell import Cell, CellError, cell_id
 
-from conftest import REPO
+from conftest import REPO, run_cli
 
 
 def cell(*overrides):
@@ -73,11 +71,6 @@ def test_cells_that_cannot_be_placed_are_refused_with_the_reason(overrides, word
 def test_gpu_cells_fit_gpu_hardware():
     assert cell("hardware=p100", "gpus=2").settings["gpus"] == 2
     # (a site that builds an older image lowers the floor in the trainer's declaration, not here)
-
-
-def run_cli(args, cwd, **env):
-    return subprocess.run([sys.executable, "-m", "orchestrator", *args], cwd=cwd, capture_output=True,
-                          text=True, env={**os.environ, **env}, timeout=120)
 
 
 def test_wrong_name_lists_the_choices_and_writes_nothing(tmp_path):

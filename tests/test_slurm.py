@@ -16,61 +16,35 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO
-from test_sweep import harness_site, orchestrator, rows, user_dir, wait_until_final
+from conftest import SMALL, harness_site, orchestrator, rows, wait_until_final
 
 pytestmark = pytest.mark.slow
 
-#: the test cluster's node has only this machine's cores: ask for one CPU and 1 GB per cell
-SMALL = ["cluster=slurm", "hardware.cpus=1", "hardware.mem_gb=1", "iterations=3", "warmup=1"]
-
-
-@pytest.fixture(scope="module")
-def slurm_env():
-    """SLURM_CONF of the running test cluster, or a loud skip saying how to start it."""
-    state = Path(os.environ.get("SLURM_TEST_DIR", "/tmp/orchestrator-slurm"))
-    env = {**os.environ, "SLURM_CONF": str(state / "slurm.conf")}
-    if shutil.which("sbatch") is None or subprocess.run(
-            ["bash", str(REPO / "slurm" / "check.sh"), "-q"], env=env).returncode != 0:
-        pytest.skip("SLURM TESTS SKIPPED: the test cluster is not running; start it as root with "
-                    "`slurm/install.sh && slurm/start.sh` (scripts/test.sh does this when run as root)")
-    return env
-
-
-@pytest.fixture
-def workdir(tmp_path, torch_python, slurm_env):
-    tmp_path, env = user_dir(tmp_path, slurm_env)
-    yield tmp_path, env
-    # leave no job of this test behind, whatever happened
-    for (job_id,) in rows((tmp_path, env), "select distinct job_id from runs where job_id is not null") \
-            if (tmp_path / "results.db").exists() else []:
-        subprocess.run(["scancel", job_id.split("_")[0]], env=env)
-
-
-def sacct(workdir, *job_ids, fields="JobID,JobName,Partition,State,ReqTRES%60,TimelimitRaw"):
+def sacct(slurm_workdir, *job_ids, fields="JobID,JobName,Partition,State,ReqTRES%60,TimelimitRaw"):
     out = subprocess.run(["sacct", "-X", "-n", "-P", f"--format={fields}", "-j", ",".join(job_ids)],
-                         env=workdir[1], capture_output=True, text=True, check=True).stdout
+                         env=slurm_workdir[1], capture_output=True, text=True, check=True).stdout
     return [dict(zip(fields.replace("%60", "").split(","), line.split("|"))) for line in out.splitlines()]
 
 
-def sacct_eventually(workdir, job_ids, want, timeout=60):
+def sacct_eventually(slurm_workdir, job_ids, want, timeout=60):
     """sacct rows for these jobs once it lists `want` of them in full (accounting lags
     submission: a first record can say JobName=allocation with no partition)."""
     deadline = time.time() + timeout
     while True:
-        got = [r for r in sacct(workdir, *job_ids) if r["JobName"].startswith("orch-")]
+        got = [r for r in sacct(slurm_workdir, *job_ids) if r["JobName"].startswith("orch-")]
         if len(got) >= want or time.time() > deadline:
             return got
         time.sleep(1)
 
 
-def test_cells_become_one_array_per_resource_signature_on_their_partition(workdir):
-    assert orchestrator(["data", "generate", "mnist", "-n", "200"], workdir).returncode == 0
+def test_cells_become_one_array_per_resource_signature_on_their_partition(slurm_workdir):
+    assert orchestrator(["data", "generate", "mnist", "-n", "200"], slurm_workdir).returncode == 0
     launched = orchestrator(["-m", *SMALL, "model=lenet", "dataset=synthetic,mnist",
-                             "hardware=cpu12,p100", "gpus=0,1", "batch_size=8"], workdir)
+                             "hardware=cpu12,p100", "gpus=0,1", "batch_size=8"], slurm_workdir)
     assert launched.returncode == 0, launched.stderr
     # cpu12 with gpus=1 cannot be placed: refused by name, never submitted
     assert "refused" in launched.stdout and "cpu12 has no GPUs" in launched.stdout, launched.stdout
-    jobs = dict(rows(workdir, "select c.hardware || ':' || c.gpus || ':' || c.dataset, r.job_id "
+    jobs = dict(rows(slurm_workdir, "select c.hardware || ':' || c.gpus || ':' || c.dataset, r.job_id "
                               "from runs r join cells c on c.id = r.cell_id"))
     assert len(jobs) == 6, jobs  # cpu12 gpus=0, p100 gpus=0 and gpus=1, each × 2 datasets
     # one array per signature: the two datasets of a (hardware, gpus) share its base job id
@@ -79,76 +53,81 @@ def test_cells_become_one_array_per_resource_signature_on_their_partition(workdi
         assert {i.split("_")[0] for i in ids} == {next(iter(ids)).split("_")[0]} and all("_" in i for i in ids), jobs
     assert len({j.split("_")[0] for j in jobs.values()}) == 3
 
-    by_id = {r["JobID"]: r for r in sacct_eventually(workdir, list(jobs.values()), 6)}
+    by_id = {r["JobID"]: r for r in sacct_eventually(slurm_workdir, list(jobs.values()), 6)}
     assert by_id[jobs["cpu12:0:mnist"]]["Partition"] == "cpu"
     assert by_id[jobs["p100:1:mnist"]]["Partition"] == "p100"
     assert "gres/gpu:p100=1" in by_id[jobs["p100:1:mnist"]]["ReqTRES"], by_id
     assert "gres/gpu" not in by_id[jobs["p100:0:mnist"]]["ReqTRES"], by_id
-    script = next(Path(workdir[0], "runs").glob("*/.submitit/*submission.sh"))
+    script = next(Path(slurm_workdir[0], "runs").glob("*/.submitit/*submission.sh"))
     assert "#SBATCH --exclusive" in script.read_text()
 
-    wait_until_final(workdir)
-    states = dict(rows(workdir, "select c.hardware || ':' || c.gpus || ':' || c.dataset, r.state || ':' || "
+    wait_until_final(slurm_workdir)
+    states = dict(rows(slurm_workdir, "select c.hardware || ':' || c.gpus || ':' || c.dataset, r.state || ':' || "
                                 "coalesce(r.error_class, '') from runs r join cells c on c.id = r.cell_id"))
     assert states["cpu12:0:synthetic"] == "done:" and states["p100:0:mnist"] == "done:", states
     # the fake GPU has no device behind it: the trainer says so and the cell fails cleanly
     assert states["p100:1:synthetic"].startswith("failed:"), states
-    assert orchestrator(["collect"], workdir).returncode == 0
-    assert len(rows(workdir, "select * from results where images_per_sec > 0")) == 4
+    assert orchestrator(["collect"], slurm_workdir).returncode == 0
+    assert len(rows(slurm_workdir, "select * from results where images_per_sec > 0")) == 4
 
 
-def test_pending_reason_cancellation_and_status_from_a_later_shell(workdir):
+def test_pending_reason_cancellation_and_status_from_a_later_shell(slurm_workdir):
     launched = orchestrator(["-m", *SMALL, "model=lenet", "seed=1,2,3", "iterations=400",
-                             "cluster.array_parallelism=1"], workdir)
+                             "cluster.array_parallelism=1"], slurm_workdir)
     assert launched.returncode == 0, launched.stderr
-    job_ids = [j for (j,) in rows(workdir, "select job_id from runs order by job_id")]
+    job_ids = [j for (j,) in rows(slurm_workdir, "select job_id from runs order by job_id")]
     assert len(job_ids) == 3
     deadline = time.time() + 60
     while True:  # the array runs one task at a time: the others wait, and Slurm says why
-        status = orchestrator(["status"], workdir)
+        status = orchestrator(["status"], slurm_workdir)
         if "JobArrayTaskLimit" in status.stdout or time.time() > deadline:
             break
         time.sleep(2)
     assert re.search(r"\d submitted: PENDING \(JobArrayTaskLimit\)", status.stdout), status.stdout
-    subprocess.run(["scancel", job_ids[-1]], env=workdir[1], check=True)
-    status = orchestrator(["status"], workdir)
-    cancelled = rows(workdir, f"select state, error_class from runs where job_id = '{job_ids[-1]}'")
+    subprocess.run(["scancel", job_ids[-1]], env=slurm_workdir[1], check=True)
+    deadline = time.time() + 20
+    while True:  # (the controller may list it for a moment more)
+        status = orchestrator(["status"], slurm_workdir)
+        cancelled = rows(slurm_workdir, f"select state, error_class from runs where job_id = '{job_ids[-1]}'")
+        if cancelled[0][0] != "submitted" or time.time() > deadline:
+            break
+        time.sleep(1)
     assert cancelled == [("cancelled", "cancelled")], (cancelled, status.stdout)
     assert "cancelled" in status.stdout
 
 
-def test_timeout_then_rerun_with_more_time(workdir):
+def test_timeout_then_rerun_with_more_time(slurm_workdir):
     # ResNet-50 for 10,000 steps on one CPU cannot finish in a minute
     launched = orchestrator(["-m", *SMALL, "model=resnet50", "batch_size=2", "iterations=10000",
-                             "hardware.time_min=1"], workdir)
+                             "hardware.time_min=1"], slurm_workdir)
     assert launched.returncode == 0, launched.stderr
-    wait_until_final(workdir, timeout=400)
-    first = rows(workdir, "select state, error_class, attempt from runs")
+    wait_until_final(slurm_workdir, timeout=400)
+    first = rows(slurm_workdir, "select state, error_class, attempt from runs")
     assert first == [("failed", "timeout", 1)], first
-    (message,) = rows(workdir, "select error_message from runs")[0]
+    (message,) = rows(slurm_workdir, "select error_message from runs")[0]
     assert re.search(r"time limit \(?(1 min|60 s)", message), message  # the limit is named
 
-    dry = orchestrator(["rerun", "--failed", "--class", "timeout", "--time", "7", "--dry-run"], workdir)
+    dry = orchestrator(["rerun", "--failed", "--class", "timeout", "--time", "7", "--dry-run"], slurm_workdir)
     assert dry.returncode == 0, dry.stderr
     assert "would resubmit 1 repeat" in dry.stdout and "attempt 2" in dry.stdout, dry.stdout
-    assert rows(workdir, "select count(*) from runs") == [(1,)]  # a dry run submits nothing
-    assert "nothing to rerun" in orchestrator(["rerun", "--failed", "--class", "out_of_memory"], workdir).stdout
+    assert rows(slurm_workdir, "select count(*) from runs") == [(1,)]  # a dry run submits nothing
+    assert "nothing to rerun" in orchestrator(["rerun", "--failed", "--class", "out_of_memory"], slurm_workdir).stdout
 
-    again = orchestrator(["rerun", "--failed", "--time", "7", "--where", "model=resnet50"], workdir)
+    again = orchestrator(["rerun", "--failed", "--time", "7", "--where", "model=resnet50"], slurm_workdir)
     assert again.returncode == 0, again.stdout + again.stderr
-    second = rows(workdir, "select attempt, state, job_id, run_dir from runs where attempt = 2")
+    second = rows(slurm_workdir, "select attempt, state, job_id, run_dir from runs where attempt = 2")
     assert len(second) == 1 and second[0][1] == "submitted" and second[0][3].endswith("/0.2"), second
-    (acct,) = sacct_eventually(workdir, [second[0][2]], 1)
+    (acct,) = sacct_eventually(slurm_workdir, [second[0][2]], 1)
     assert acct["TimelimitRaw"] == "7", acct  # the rerun asked for the new time limit
 
 
-def test_an_interrupted_submission_is_adopted_not_submitted_twice(workdir, monkeypatch):
+def test_an_interrupted_submission_is_adopted_not_submitted_twice(slurm_workdir, monkeypatch):
     from hydra import compose, initialize_config_dir
 
     from orchestrator.cell import Cell
     from orchestrator.launch import Options, submit_sweep
 
-    tmp, env = workdir
+    tmp, env = slurm_workdir
     for key in ("ORCHESTRATOR_DB", "ORCHESTRATOR_RUNS", "ORCHESTRATOR_DATA", "SLURM_CONF"):
         monkeypatch.setenv(key, env[key])
     overrides = [*SMALL, "model=lenet", "iterations=2000"]
@@ -162,25 +141,25 @@ def test_an_interrupted_submission_is_adopted_not_submitted_twice(workdir, monke
 
     with pytest.raises(KeyboardInterrupt):
         submit_sweep(cells, Options.from_config(cells[0].config), progress=interrupt)
-    left = rows(workdir, "select state, job_id, state_detail from runs")
+    left = rows(slurm_workdir, "select state, job_id, state_detail from runs")
     assert len(left) == 2 and all(s == "pending" and j is None and d.startswith("submitting as") for s, j, d in left), left
     name = left[0][2].split()[2].split("[")[0]
     queued = subprocess.run(["squeue", "-h", "-r", "--name", name, "-o", "%i"], env=env,
                             capture_output=True, text=True).stdout.split()
     assert len(queued) == 2, queued  # the array did reach Slurm
 
-    retyped = orchestrator(["-m", *overrides, "seed=1,2"], workdir)
+    retyped = orchestrator(["-m", *overrides, "seed=1,2"], slurm_workdir)
     assert retyped.returncode == 0, retyped.stderr
     assert "0 cells submitted" in retyped.stdout and retyped.stdout.count("in flight") >= 1, retyped.stdout
-    adopted = rows(workdir, "select job_id, state from runs where state != 'cancelled' order by job_id")
+    adopted = rows(slurm_workdir, "select job_id, state from runs where state != 'cancelled' order by job_id")
     assert sorted(j for j, _ in adopted) == sorted(queued), (adopted, queued)
-    assert rows(workdir, "select count(*) from runs") == [(2,)]  # no second submission
+    assert rows(slurm_workdir, "select count(*) from runs") == [(2,)]  # no second submission
 
 
-def test_two_hundred_cells_cost_one_sbatch_per_resource_signature(workdir, tmp_path_factory):
+def test_two_hundred_cells_cost_one_sbatch_per_resource_signature(slurm_workdir, tmp_path_factory):
     """The orchestration at scale: 200 cells over two signatures (the cpu and p100 partitions),
     run by the numpy harness trainer (the numpy framework as a site's trainer module)."""
-    tmp, env = workdir
+    tmp, env = slurm_workdir
     site = harness_site(tmp_path_factory.mktemp("site-conf"))
     # every sbatch the launcher runs goes through this wrapper, which counts it
     bin_dir, calls = tmp_path_factory.mktemp("bin"), tmp / "sbatch-calls"
@@ -195,15 +174,15 @@ def test_two_hundred_cells_cost_one_sbatch_per_resource_signature(workdir, tmp_p
     assert launched.returncode == 0, launched.stdout + launched.stderr
     assert "200 cells submitted" in launched.stdout, launched.stdout
     assert len(calls.read_text().splitlines()) == 2, calls.read_text()
-    arrays = rows(workdir, "select c.hardware, count(distinct substr(r.job_id, 1, instr(r.job_id, '_') - 1)), "
+    arrays = rows(slurm_workdir, "select c.hardware, count(distinct substr(r.job_id, 1, instr(r.job_id, '_') - 1)), "
                            "count(*) from runs r join cells c on c.id = r.cell_id group by c.hardware")
     assert sorted(arrays) == [("cpu12", 1, 100), ("p100", 1, 100)], arrays
 
-    wait_until_final(workdir, timeout=1500, poll=10)
-    assert orchestrator(["collect"], workdir).returncode == 0
-    states = rows(workdir, "select state, count(*) from runs group by state")
+    wait_until_final(slurm_workdir, timeout=1500, poll=10)
+    assert orchestrator(["collect"], slurm_workdir).returncode == 0
+    states = rows(slurm_workdir, "select state, count(*) from runs group by state")
     assert states == [("done", 200)], states
-    landed = rows(workdir, "select count(*), count(distinct cell) from results where framework = 'harness' "
+    landed = rows(slurm_workdir, "select count(*), count(distinct cell) from results where framework = 'harness' "
                            "and images_per_sec > 0 and params = 431080")  # the numpy framework's LeNet
     assert landed == [(200, 200)], landed
 
@@ -216,16 +195,16 @@ def _daemon_pid(name):
     return pid
 
 
-def test_a_controller_outage_loses_nothing_and_offers_nothing_for_rerun(workdir):
+def test_a_controller_outage_loses_nothing_and_offers_nothing_for_rerun(slurm_workdir):
     """slurmctld stopped mid-sweep: `status` and `rerun --failed --dry-run` while it is down mark
     nothing lost and offer nothing; after it is back every cell ends done exactly once."""
     launched = orchestrator(["-m", *SMALL, "model=lenet", "seed=range(0,4)", "iterations=60",
-                             "cluster.array_parallelism=2"], workdir)
+                             "cluster.array_parallelism=2"], slurm_workdir)
     assert launched.returncode == 0, launched.stderr
-    job_ids = [j for (j,) in rows(workdir, "select job_id from runs")]
-    sacct_eventually(workdir, job_ids, 1)  # accounting knows the array
+    job_ids = [j for (j,) in rows(slurm_workdir, "select job_id from runs")]
+    sacct_eventually(slurm_workdir, job_ids, 1)  # accounting knows the array
     # no grace: a job Slurm does not know would be lost at once, if silence counted as "does not know"
-    down = (workdir[0], {**workdir[1], "ORCHESTRATOR_LOST_GRACE_S": "0"})
+    down = (slurm_workdir[0], {**slurm_workdir[1], "ORCHESTRATOR_LOST_GRACE_S": "0"})
     for daemon in ("slurmctld", "slurmdbd"):  # neither squeue nor sacct answers
         os.kill(_daemon_pid(daemon), 15)
     try:
@@ -236,17 +215,17 @@ def test_a_controller_outage_loses_nothing_and_offers_nothing_for_rerun(workdir)
             assert "slurm did not answer" in status.stdout, status.stdout
             dry = orchestrator(["rerun", "--failed", "--dry-run"], down)
             assert dry.returncode == 0 and "nothing to rerun" in dry.stdout, dry.stdout
-            states = dict(rows(workdir, "select state, count(*) from runs group by state"))
+            states = dict(rows(slurm_workdir, "select state, count(*) from runs group by state"))
             assert not set(states) & {"lost", "failed", "cancelled"}, (states, status.stdout)
             time.sleep(3)
     finally:
-        subprocess.run(["bash", str(REPO / "slurm" / "start.sh")], env=workdir[1], check=True,
+        subprocess.run(["bash", str(REPO / "slurm" / "start.sh")], env=slurm_workdir[1], check=True,
                        capture_output=True)
-    wait_until_final(workdir, timeout=600)
-    assert orchestrator(["collect"], workdir).returncode == 0
-    assert rows(workdir, "select state, count(*) from runs group by state") == [("done", 4)]
-    assert rows(workdir, "select count(*), count(distinct cell) from results where images_per_sec > 0") == [(4, 4)]
-    tasks = sacct(workdir, *{j.split("_")[0] for j in job_ids}, fields="JobID,State")
+    wait_until_final(slurm_workdir, timeout=600)
+    assert orchestrator(["collect"], slurm_workdir).returncode == 0
+    assert rows(slurm_workdir, "select state, count(*) from runs group by state") == [("done", 4)]
+    assert rows(slurm_workdir, "select count(*), count(distinct cell) from results where images_per_sec > 0") == [(4, 4)]
+    tasks = sacct(slurm_workdir, *{j.split("_")[0] for j in job_ids}, fields="JobID,State")
     assert sorted(t["JobID"] for t in tasks) == sorted(job_ids), tasks  # each task ran once
 
 
@@ -262,10 +241,10 @@ def _slow_sbatch(tmp_path, env, before_s=0, after_s=0):
     return {**env, "PATH": f"{bin_dir}:{env['PATH']}"}, landed
 
 
-def _launch_and_kill(args, workdir, env, until):
+def _launch_and_kill(args, slurm_workdir, env, until):
     """Starts a sweep and SIGKILLs the orchestrator (only it: its sbatch child lives on) once
     `until()` holds."""
-    proc = subprocess.Popen([sys.executable, "-m", "orchestrator", *args], cwd=workdir[0], env=env,
+    proc = subprocess.Popen([sys.executable, "-m", "orchestrator", *args], cwd=slurm_workdir[0], env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + 120
     while not until() and time.time() < deadline and proc.poll() is None:
@@ -275,68 +254,68 @@ def _launch_and_kill(args, workdir, env, until):
     proc.wait()
 
 
-def test_a_submitter_killed_after_sbatch_leaves_tasks_that_run_and_are_adopted(workdir):
+def test_a_submitter_killed_after_sbatch_leaves_tasks_that_run_and_are_adopted(slurm_workdir):
     """Killed between sbatch's answer and submitit's renaming of the pickles: the tasks claim
     their pickles themselves, the retype adopts the array, every cell is measured once."""
     cells = ["-m", *SMALL, "model=lenet", "seed=1,2,3"]
-    slow, landed = _slow_sbatch(workdir[0], workdir[1], after_s=30)
-    _launch_and_kill(cells, workdir, slow, until=landed.exists)
-    assert all(d.startswith("submitting as") for (d,) in rows(workdir, "select state_detail from runs"))
-    retyped = orchestrator(cells, workdir)
+    slow, landed = _slow_sbatch(slurm_workdir[0], slurm_workdir[1], after_s=30)
+    _launch_and_kill(cells, slurm_workdir, slow, until=landed.exists)
+    assert all(d.startswith("submitting as") for (d,) in rows(slurm_workdir, "select state_detail from runs"))
+    retyped = orchestrator(cells, slurm_workdir)
     assert retyped.returncode == 0, retyped.stderr
     assert "0 cells submitted" in retyped.stdout, retyped.stdout
-    wait_until_final(workdir, timeout=300)
-    assert orchestrator(["collect"], workdir).returncode == 0
-    assert rows(workdir, "select state, count(*) from runs group by state") == [("done", 3)]
-    (base,) = {j.split("_")[0] for (j,) in rows(workdir, "select job_id from runs")}
-    tasks = sacct(workdir, base, fields="JobID,State")
+    wait_until_final(slurm_workdir, timeout=300)
+    assert orchestrator(["collect"], slurm_workdir).returncode == 0
+    assert rows(slurm_workdir, "select state, count(*) from runs group by state") == [("done", 3)]
+    (base,) = {j.split("_")[0] for (j,) in rows(slurm_workdir, "select job_id from runs")}
+    tasks = sacct(slurm_workdir, base, fields="JobID,State")
     assert sorted(t["State"] for t in tasks) == ["COMPLETED"] * 3, tasks
 
 
-def test_an_sbatch_landing_after_the_retype_runs_nothing_and_is_cancelled(workdir):
+def test_an_sbatch_landing_after_the_retype_runs_nothing_and_is_cancelled(slurm_workdir):
     """Killed while sbatch was still on its way: the retype gives that submission up and submits
     anew; the late array finds no pickle and cancels itself; the next launch records it."""
     cells = ["-m", *SMALL, "model=lenet", "seed=1,2,3"]
-    slow, landed = _slow_sbatch(workdir[0], workdir[1], before_s=20)
+    slow, landed = _slow_sbatch(slurm_workdir[0], slurm_workdir[1], before_s=20)
 
     def marked():
         try:
-            return rows(workdir, "select count(*) from runs where state_detail like 'submitting as%'") == [(3,)]
+            return rows(slurm_workdir, "select count(*) from runs where state_detail like 'submitting as%'") == [(3,)]
         except sqlite3.OperationalError:  # the database is being made
             return False
 
-    _launch_and_kill(cells, workdir, slow, until=marked)
-    retyped = orchestrator(cells, workdir)  # well before the slow sbatch lands
+    _launch_and_kill(cells, slurm_workdir, slow, until=marked)
+    retyped = orchestrator(cells, slurm_workdir)  # well before the slow sbatch lands
     assert retyped.returncode == 0, retyped.stderr
     assert "3 cells submitted" in retyped.stdout and not landed.exists(), retyped.stdout
     deadline = time.time() + 60
     while not landed.exists() and time.time() < deadline:
         time.sleep(1)
     (late,) = landed.read_text().split()[-1:]  # "Submitted batch job N"
-    wait_until_final(workdir, timeout=300)
-    again = orchestrator(cells, workdir)  # all done: skipped; and the late array is found and recorded
+    wait_until_final(slurm_workdir, timeout=300)
+    again = orchestrator(cells, slurm_workdir)  # all done: skipped; and the late array is found and recorded
     assert "0 cells submitted" in again.stdout, again.stdout
-    assert orchestrator(["collect"], workdir).returncode == 0
-    states = dict(rows(workdir, "select state, count(*) from runs group by state"))
+    assert orchestrator(["collect"], slurm_workdir).returncode == 0
+    states = dict(rows(slurm_workdir, "select state, count(*) from runs group by state"))
     assert states == {"done": 3, "cancelled": 3}, states
-    details = [d for (d,) in rows(workdir, "select state_detail from runs where state = 'cancelled'")]
+    details = [d for (d,) in rows(slurm_workdir, "select state_detail from runs where state = 'cancelled'")]
     assert all(f"its array {late} landed later and was cancelled" in d for d in details), details
-    assert rows(workdir, "select count(*), count(distinct cell) from results where state = 'done'") == [(3, 3)]
+    assert rows(slurm_workdir, "select count(*), count(distinct cell) from results where state = 'done'") == [(3, 3)]
     deadline = time.time() + 60
     while time.time() < deadline:  # the late tasks cancelled themselves: none ran a cell
-        tasks = sacct(workdir, late, fields="JobID,State")
+        tasks = sacct(slurm_workdir, late, fields="JobID,State")
         if tasks and all(t["State"].startswith("CANCELLED") for t in tasks):
             break
         time.sleep(2)
     assert tasks and all(t["State"].startswith("CANCELLED") for t in tasks), tasks
 
 
-def _running(workdir, job_id, timeout=120):
+def _running(slurm_workdir, job_id, timeout=120):
     """Waits until the job's trainer is measuring (its job.json is written and Slurm says RUNNING)."""
     deadline = time.time() + timeout
     while time.time() < deadline:
-        states = {t["JobID"]: t["State"] for t in sacct(workdir, job_id, fields="JobID,State")}
-        started = list(Path(workdir[0], "runs").glob("*/*/0*/job.json"))
+        states = {t["JobID"]: t["State"] for t in sacct(slurm_workdir, job_id, fields="JobID,State")}
+        started = list(Path(slurm_workdir[0], "runs").glob("*/*/0*/job.json"))
         if states.get(job_id) == "RUNNING" and started:
             time.sleep(3)  # past interpreter start-up: the trainer is in its steps
             return
@@ -344,13 +323,13 @@ def _running(workdir, job_id, timeout=120):
     raise AssertionError(f"job {job_id} did not start: {states}")
 
 
-def _release(workdir, job_id):
+def _release(slurm_workdir, job_id):
     """Slurm holds a requeued job back for a while (BeginTime); the test lets it start now."""
     deadline = time.time() + 60
     while time.time() < deadline:
-        state = {t["JobID"]: t["State"] for t in sacct(workdir, job_id, fields="JobID,State")}.get(job_id)
+        state = {t["JobID"]: t["State"] for t in sacct(slurm_workdir, job_id, fields="JobID,State")}.get(job_id)
         if state in ("PENDING", "REQUEUED"):
-            subprocess.run(["scontrol", "update", f"jobid={job_id}", "starttime=now"], env=workdir[1],
+            subprocess.run(["scontrol", "update", f"jobid={job_id}", "starttime=now"], env=slurm_workdir[1],
                            capture_output=True)
             return
         time.sleep(0.5)
@@ -360,75 +339,75 @@ def _release(workdir, job_id):
 LONG = [*SMALL, "model=alexnet", "batch_size=2", "iterations=25"]
 
 
-def test_a_requeued_job_is_followed_to_its_final_attempt_and_measured_once(workdir):
+def test_a_requeued_job_is_followed_to_its_final_attempt_and_measured_once(slurm_workdir):
     """`scontrol requeue` of a running task: its trainer gets SIGTERM and writes a `signal`
     result; Slurm runs it again. Tracking follows it, `rerun --failed` offers nothing while it
     is in flight, and one measurement lands."""
-    assert orchestrator(["-m", *LONG], workdir).returncode == 0
-    ((job_id,),) = rows(workdir, "select job_id from runs")
-    _running(workdir, job_id)
-    subprocess.run(["scontrol", "requeue", job_id], env=workdir[1], check=True)
+    assert orchestrator(["-m", *LONG], slurm_workdir).returncode == 0
+    ((job_id,),) = rows(slurm_workdir, "select job_id from runs")
+    _running(slurm_workdir, job_id)
+    subprocess.run(["scontrol", "requeue", job_id], env=slurm_workdir[1], check=True)
     deadline = time.time() + 60
     while time.time() < deadline:  # the first incarnation's own word, before Slurm's second start
-        result = next(Path(workdir[0], "runs").glob("*/*/0/result.json"), None)
+        result = next(Path(slurm_workdir[0], "runs").glob("*/*/0/result.json"), None)
         if result and '"signal"' in result.read_text():
             break
         time.sleep(0.5)
-    status = orchestrator(["status"], workdir)
-    assert rows(workdir, "select state from runs") in ([("submitted",)], [("running",)]), status.stdout
-    dry = orchestrator(["rerun", "--failed", "--dry-run"], workdir)
+    status = orchestrator(["status"], slurm_workdir)
+    assert rows(slurm_workdir, "select state from runs") in ([("submitted",)], [("running",)]), status.stdout
+    dry = orchestrator(["rerun", "--failed", "--dry-run"], slurm_workdir)
     assert "nothing to rerun" in dry.stdout, dry.stdout
-    collected = orchestrator(["collect"], workdir)  # the old failure waits for the job's end
-    assert rows(workdir, "select count(*) from runs where collected_at is not null") == [(0,)], collected.stdout
-    _release(workdir, job_id)
-    wait_until_final(workdir, timeout=300)
-    assert orchestrator(["collect"], workdir).returncode == 0
-    assert rows(workdir, "select state, attempt from runs") == [("done", 1)]
-    assert rows(workdir, "select count(*) from results where images_per_sec > 0") == [(1,)]
+    collected = orchestrator(["collect"], slurm_workdir)  # the old failure waits for the job's end
+    assert rows(slurm_workdir, "select count(*) from runs where collected_at is not null") == [(0,)], collected.stdout
+    _release(slurm_workdir, job_id)
+    wait_until_final(slurm_workdir, timeout=300)
+    assert orchestrator(["collect"], slurm_workdir).returncode == 0
+    assert rows(slurm_workdir, "select state, attempt from runs") == [("done", 1)]
+    assert rows(slurm_workdir, "select count(*) from results where images_per_sec > 0") == [(1,)]
 
 
-def test_a_running_task_cancelled_is_cancelled_then_rerun_once(workdir):
-    assert orchestrator(["-m", *LONG], workdir).returncode == 0
-    ((job_id,),) = rows(workdir, "select job_id from runs")
-    _running(workdir, job_id)
-    subprocess.run(["scancel", job_id], env=workdir[1], check=True)
-    wait_until_final(workdir, timeout=120)
-    assert rows(workdir, "select state, error_class from runs") == [("cancelled", "cancelled")]
-    again = orchestrator(["rerun", "--failed", "--class", "cancelled"], workdir)
+def test_a_running_task_cancelled_is_cancelled_then_rerun_once(slurm_workdir):
+    assert orchestrator(["-m", *LONG], slurm_workdir).returncode == 0
+    ((job_id,),) = rows(slurm_workdir, "select job_id from runs")
+    _running(slurm_workdir, job_id)
+    subprocess.run(["scancel", job_id], env=slurm_workdir[1], check=True)
+    wait_until_final(slurm_workdir, timeout=120)
+    assert rows(slurm_workdir, "select state, error_class from runs") == [("cancelled", "cancelled")]
+    again = orchestrator(["rerun", "--failed", "--class", "cancelled"], slurm_workdir)
     assert again.returncode == 0 and "submitted" in again.stdout, again.stdout
-    wait_until_final(workdir, timeout=300)
-    assert orchestrator(["collect"], workdir).returncode == 0
-    assert rows(workdir, "select attempt, state, error_class from runs order by attempt") == \
+    wait_until_final(slurm_workdir, timeout=300)
+    assert orchestrator(["collect"], slurm_workdir).returncode == 0
+    assert rows(slurm_workdir, "select attempt, state, error_class from runs order by attempt") == \
         [(1, "cancelled", "cancelled"), (2, "done", None)]
-    assert rows(workdir, "select count(*) from results where state = 'done'") == [(1,)]
+    assert rows(slurm_workdir, "select count(*) from results where state = 'done'") == [(1,)]
 
 
-def test_a_node_set_down_mid_run_ends_with_slurms_class_and_one_measurement(workdir):
-    assert orchestrator(["-m", *LONG], workdir).returncode == 0
-    ((job_id,),) = rows(workdir, "select job_id from runs")
-    _running(workdir, job_id)
-    node = dict(rows(workdir, "select 'node', node from runs"))["node"] or "localhost"
+def test_a_node_set_down_mid_run_ends_with_slurms_class_and_one_measurement(slurm_workdir):
+    assert orchestrator(["-m", *LONG], slurm_workdir).returncode == 0
+    ((job_id,),) = rows(slurm_workdir, "select job_id from runs")
+    _running(slurm_workdir, job_id)
+    node = dict(rows(slurm_workdir, "select 'node', node from runs"))["node"] or "localhost"
     subprocess.run(["scontrol", "update", f"nodename={node}", "state=down", "reason=orchestrator-test"],
-                   env=workdir[1], check=True)
+                   env=slurm_workdir[1], check=True)
     try:
         deadline = time.time() + 60
         while time.time() < deadline:
-            orchestrator(["status"], workdir)
-            state = rows(workdir, "select state, error_class from runs")
+            orchestrator(["status"], slurm_workdir)
+            state = rows(slurm_workdir, "select state, error_class from runs")
             if state[0][0] != "running":
                 break
             time.sleep(1)
     finally:  # (the test cluster's ReturnToService=2 may have brought it back already)
-        subprocess.run(["scontrol", "update", f"nodename={node}", "state=resume"], env=workdir[1],
+        subprocess.run(["scontrol", "update", f"nodename={node}", "state=resume"], env=slurm_workdir[1],
                        capture_output=True)
     # Slurm requeues a batch job whose node failed (JobRequeue defaults to 1): in flight again, or
     # ended node_fail where requeue is off; either way the scheduler's word, never "crash"
     assert state[0] in (("submitted", None), ("running", None), ("failed", "node_fail")), state
     if state[0][0] == "failed":
-        assert orchestrator(["rerun", "--failed"], workdir).returncode == 0
+        assert orchestrator(["rerun", "--failed"], slurm_workdir).returncode == 0
     else:
-        _release(workdir, job_id)
-    wait_until_final(workdir, timeout=300)
-    assert orchestrator(["collect"], workdir).returncode == 0
-    assert rows(workdir, "select count(*) from results where state = 'done'") == [(1,)]
-    assert rows(workdir, "select count(*) from runs where state = 'done'") == [(1,)]
+        _release(slurm_workdir, job_id)
+    wait_until_final(slurm_workdir, timeout=300)
+    assert orchestrator(["collect"], slurm_workdir).returncode == 0
+    assert rows(slurm_workdir, "select count(*) from results where state = 'done'") == [(1,)]
+    assert rows(slurm_workdir, "select count(*) from runs where state = 'done'") == [(1,)]

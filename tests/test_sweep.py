@@ -7,9 +7,6 @@ import fcntl
 import json
 import os
 import signal
-import sqlite3
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -17,68 +14,11 @@ import pytest
 
 from orchestrator.runtime import default_cache
 
-FAST = ["iterations=3", "warmup=1"]
-
-
-def user_dir(path, base_env=None):
-    """A user's directory: its own results.db, runs/ and data/; the shared environment cache."""
-    env = {**(base_env or os.environ), "ORCHESTRATOR_DB": f"sqlite:///{path}/results.db",
-           "ORCHESTRATOR_RUNS": str(path / "runs"), "ORCHESTRATOR_DATA": str(path / "data"),
-           "COLUMNS": "200"}
-    return path, env
-
-
-def harness_site(path):
-    """The override that adds framework `harness` the way a site adds a trainer: a framework
-    YAML (in a config dir of its own) naming its module and environment. The harness is
-    tests/numpy_trainer.py (the numpy framework under a module name of the site's), run in the
-    torch env."""
-    (path / "framework").mkdir(parents=True)
-    (path / "framework" / "harness.yaml").write_text("name: harness\ntrainer: tests.numpy_trainer\nenv: torch\n")
-    return f"hydra.searchpath=[file://{path}]"
-
-
-def sweep_rows(framework, path):
-    """A two-network sweep of one framework, run to the end: its (framework, model, state,
-    measured, params) rows."""
-    workdir = user_dir(path)
-    launched = orchestrator(["-m", f"framework={framework}", "model=lenet,alexnet", "dataset=synthetic",
-                             "iterations=3", "warmup=1", "batch_size=2", "wait=true"], workdir, timeout=1200)
-    assert launched.returncode == 0, launched.stdout + launched.stderr
-    return rows(workdir, "select framework, model, state, images_per_sec > 0, params "
-                         "from results order by model")
-
+from conftest import FAST, harness_site, orchestrator, rows, user_dir, wait_until_final
 
 @pytest.fixture
 def workdir(tmp_path, torch_python):
     return user_dir(tmp_path)
-
-
-def orchestrator(args, workdir, timeout=600):
-    cwd, env = workdir
-    done = subprocess.run([sys.executable, "-m", "orchestrator", *args], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=timeout)
-    return done
-
-
-def rows(workdir, sql):
-    con = sqlite3.connect(workdir[0] / "results.db")
-    try:
-        return con.execute(sql).fetchall()
-    finally:
-        con.close()
-
-
-def wait_until_final(workdir, timeout=900, poll=2):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        status = orchestrator(["status"], workdir)
-        assert status.returncode == 0, status.stderr
-        open_runs = rows(workdir, "select count(*) from runs where state in ('pending','submitted','running')")
-        if open_runs == [(0,)]:
-            return status.stdout
-        time.sleep(poll)
-    raise AssertionError("runs did not end in time:\n" + orchestrator(["status"], workdir).stdout)
 
 
 @pytest.mark.slow
