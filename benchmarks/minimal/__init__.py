@@ -1,0 +1,1 @@
+"""Minimal hand-written training loops, one per framework (common.py says what they are)."""

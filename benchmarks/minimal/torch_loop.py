@@ -1,0 +1,34 @@
+"""The minimal PyTorch loop (benchmarks/minimal/common.py): what a user would time by hand."""
+import time
+
+import torch
+import torch.nn.functional as F
+
+from benchmarks.minimal import common
+from trainers.common.recipe import LEARNING_RATE, MOMENTUM, WEIGHT_DECAY
+from trainers.torch.models import build
+
+
+def main():
+    args = common.parse("torch")
+    torch.manual_seed(args.seed)
+    torch.set_num_threads(args.threads)
+    model = build(args.model, args.input_shape, args.classes).train()
+    optimizer = torch.optim.SGD(model.parameters(), lr=LEARNING_RATE, momentum=MOMENTUM,
+                                weight_decay=WEIGHT_DECAY)
+    batches = [(torch.from_numpy(x), torch.from_numpy(y)) for x, y in common.host_batches(args)]
+    times = []
+    for i in range(args.steps):
+        images, labels = batches[i % len(batches)]
+        start = time.perf_counter()
+        optimizer.zero_grad()
+        loss = F.cross_entropy(model(images), labels)
+        loss.backward()
+        optimizer.step()
+        value = loss.item()
+        times.append(time.perf_counter() - start)
+    common.report(args, times, value)
+
+
+if __name__ == "__main__":
+    main()
