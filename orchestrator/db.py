@@ -60,7 +60,7 @@ log = logging.getLogger(__name__)
 
 #: The Alembic revision the tables and views below are: the head of orchestrator/migrations/versions
 #: (test_db checks). A change to a table or a view is a new revision, and this becomes its id.
-SCHEMA_VERSION = "0003"
+SCHEMA_VERSION = "0004"
 
 #: A cell whose repeats' coefficient of variation (std/mean of images/s) exceeds this is noisy.
 NOISY_CV = 0.05
@@ -248,6 +248,30 @@ class Metric(Base):
     unit: Mapped[Optional[str]] = mapped_column(String, nullable=True)
 
     run: Mapped[Run] = relationship(back_populates="metrics")
+
+
+class Refusal(Base):
+    """A cell a sweep's expansion refused (its hardware or framework cannot hold it, or a bad value
+    only it has): never a cell, a run or a job, recorded so that a report can say why it has no
+    number. The settings are what the config said, as far as it resolved (None where it did not)."""
+
+    __tablename__ = "refusals"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    sweep_id: Mapped[str] = mapped_column(ForeignKey("sweeps.id"), index=True)
+    #: The cell's override line, as the launcher printed it beside the reason.
+    overrides: Mapped[str] = mapped_column(String)
+    reason: Mapped[str] = mapped_column(String)
+    framework: Mapped[Optional[str]] = mapped_column(String, nullable=True)
+    model: Mapped[Optional[str]] = mapped_column(String, nullable=True)
+    dataset: Mapped[Optional[str]] = mapped_column(String, nullable=True)
+    hardware: Mapped[Optional[str]] = mapped_column(String, nullable=True)
+    gpus: Mapped[Optional[int]] = mapped_column(Integer, nullable=True)
+    threads: Mapped[Optional[int]] = mapped_column(Integer, nullable=True)
+    batch_size: Mapped[Optional[int]] = mapped_column(Integer, nullable=True)
+    precision: Mapped[Optional[str]] = mapped_column(String, nullable=True)
+    #: Every cell setting (cell.SETTINGS) the config resolved to, the others None.
+    settings: Mapped[Optional[dict[str, Any]]] = mapped_column(JSON, nullable=True)
 
 
 def latest_runs() -> Any:

@@ -131,14 +131,19 @@ OLD_DB = Path(__file__).parent / "data" / "results-5f8e814.db"  # made by that r
 
 
 def rows_of_every_table(path, columns=None):
-    """Every table's rows; `columns` (table -> names) limits them to the columns a database had
-    before an upgrade added more (new columns start empty)."""
+    """Every table's rows; `columns` (table -> names) limits them to the tables and columns a
+    database had before an upgrade added more (new columns start empty; a new table must start
+    empty, and is left out)."""
     con = sqlite3.connect(path)
     names = [r[0] for r in con.execute("select name from sqlite_master where type = 'table'")]
+    old = columns
     columns = {n: [c[1] for c in con.execute(f"pragma table_info({n})")] for n in names} | (columns or {})
     rows = {name: sorted(con.execute(f"select {', '.join(columns[name])} from {name}").fetchall(), key=repr)
             for name in names}
     con.close()
+    if old is not None:
+        added = [n for n in names if n not in old and n != "alembic_version"]
+        assert not any(rows.pop(n) for n in added), f"a new table ({', '.join(added)}) starts empty"
     return rows
 
 
