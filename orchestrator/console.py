@@ -18,8 +18,11 @@ def print_refused(refused: list[tuple[str, str]]) -> None:
         console.print(f"[red]refused[/red] {reason}  [dim]({overrides})[/dim]")
 
 
-def print_cells(cells: list, refused: list[tuple[str, str]]) -> None:
-    """dry_run=true: the cells a sweep expands to, as a table; nothing is submitted."""
+def print_cells(cells: list, refused: list[tuple[str, str]],
+                refused_settings: dict[str, dict] | None = None) -> None:
+    """dry_run=true: the cells a sweep expands to, as a table, then how many there are on each
+    hardware configuration (to run and refused), then each refused cell and why; nothing is
+    submitted."""
     from rich.table import Table
 
     from orchestrator.cell import SETTINGS
@@ -28,7 +31,38 @@ def print_cells(cells: list, refused: list[tuple[str, str]]) -> None:
     for cell in cells:
         table.add_row(cell.id, *(str(cell.settings[k]) for k in SETTINGS))
     console.print(table)
+    if refused_settings is not None:
+        print_by_hardware(cells, refused, refused_settings)
     print_refused(refused)
+
+
+def print_by_hardware(cells: list, refused: list[tuple[str, str]], refused_settings: dict[str, dict]) -> None:
+    """The sweep's cells counted by hardware configuration (hardware × gpus): to run, refused."""
+    from rich import box
+    from rich.table import Table
+
+    from orchestrator.report.labels import hardware_label, hardware_order
+
+    counts: dict[tuple, list[int]] = {}
+    for settings, column in [(c.settings, 0) for c in cells] + [
+            (refused_settings.get(overrides) or {}, 1) for overrides, _ in refused]:
+        key = hardware_order(settings.get("hardware"), settings.get("gpus"))
+        counts.setdefault(key, [0, 0, hardware_label(settings.get("hardware"), settings.get("gpus"))])[column] += 1
+    total = len(cells) + len(refused)
+    table = Table("hardware", "cells", "to run", "cannot be placed", box=box.SIMPLE_HEAD)
+    for _, (run, no, label) in sorted(counts.items()):
+        table.add_row(label, str(run + no), str(run), str(no or ""))
+    table.add_row("all", str(total), str(len(cells)), str(len(refused) or ""), style="bold")
+    console.print(f"{total} cells by hardware: {len(cells)} to run"
+                  + (f", {len(refused)} cannot be placed (each named below, and why)" if refused else ""))
+    console.print(table)
+
+
+def print_left_out(cells: list) -> None:
+    """Cells a preset's sweep left out (threads beyond the node's CPUs), said once."""
+    shown = ", ".join(sorted({f"threads={c.settings['threads']} on {c.settings['hardware']}" for c in cells}))
+    console.print(f"[yellow]note[/yellow] {len(cells)} cell(s) left out: more threads than the node's CPUs "
+                  f"({shown})")
 
 
 def print_submit_report(report: "SubmitReport", opts: "Options") -> None:

@@ -13,7 +13,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -164,14 +164,22 @@ def new_run(session: Session, sweep_id: str, cell_id: str, repeat: int, attempt:
 def submit_sweep(cells: list[Cell], opts: Options, argv: list[str] | None = None,
                  refused: list[tuple[str, str]] | None = None,
                  foreground: bool = False,
-                 progress: Callable[[str], None] = lambda line: None) -> SubmitReport:
-    """Records the sweep and submits one job per cell that still needs runs; returns at once."""
+                 progress: Callable[[str], None] = lambda line: None,
+                 refused_settings: Mapping[str, Mapping[str, Any]] | None = None) -> SubmitReport:
+    """Records the sweep and submits one job per cell that still needs runs; returns at once.
+
+    The cells refused at expansion (`refused`: override line, reason) are recorded with the
+    sweep (db.Refusal), with what their config said of their settings (`refused_settings`, by
+    override line: refusal_settings), so that a report can name them and why."""
     report = SubmitReport(sweep_id=new_sweep_id(), refused=list(refused or []))
     factory = db.open_db(opts.db_url)
     with factory() as session:
         adopt_interrupted(session, opts.backend)
         session.add(db.Sweep(id=report.sweep_id, created_at=time.time(), argv=list(argv or sys.argv),
                              overrides=[list(c.overrides) for c in cells], n_cells=len(cells)))
+        session.flush()  # the sweep first: its refusals refer to it
+        for overrides, reason in report.refused:
+            session.add(_refusal(report.sweep_id, overrides, reason, (refused_settings or {}).get(overrides)))
         planned = []
         for cell in cells:
             _record_cell(session, report.sweep_id, cell)
@@ -183,6 +191,42 @@ def submit_sweep(cells: list[Cell], opts: Options, argv: list[str] | None = None
         session.commit()  # the sweep and its pending runs exist before anything is submitted
         submit_runs(session, report.sweep_id, planned, opts, report, foreground, progress)
     return report
+
+
+def refusal_settings(cfg: Any) -> dict[str, Any]:
+    """A refused cell's settings (cell.SETTINGS) as far as its composed config resolves, None where
+    it does not: where a report puts the cell's `n/a` and its reason. Defaults are filled in as
+    cell.resolve_settings fills them (threads: the hardware's CPUs; batch size: the model's for the
+    data's shape), since the cell it would have been cannot be made."""
+    import os
+
+    from omegaconf import OmegaConf
+
+    from orchestrator.cell import SETTINGS
+
+    def get(key: str, kind: type | tuple[type, ...] = (str, int, float)) -> Any:
+        try:
+            value = OmegaConf.select(cfg, key, default=None, throw_on_resolution_failure=False)
+        except Exception:  # a key that does not resolve is as good as unknown here
+            return None
+        return value if isinstance(value, kind) and not isinstance(value, bool) else None
+
+    settings: dict[str, Any] = {key: get(key, str) for key in ("scaling", "precision")}
+    settings.update({key: get(f"{key}.name", str) for key in ("framework", "model", "dataset", "hardware")})
+    settings.update({key: get(key, int) for key in ("gpus", "iterations", "warmup", "seed")})
+    settings["threads"] = get("threads", int) or get("hardware.cpus", int) or os.cpu_count()
+    synthetic = settings["dataset"] == "synthetic"
+    settings["like"] = get("dataset.like", str) or (get("model.native", str) if synthetic else None)
+    shape = settings["like"] if synthetic else settings["dataset"]
+    settings["batch_size"] = get("batch_size", int) or (get(f"model.batch_size.{shape}", int) if shape else None)
+    return {key: settings.get(key) for key in SETTINGS}
+
+
+def _refusal(sweep_id: str, overrides: str, reason: str, settings: Mapping[str, Any] | None) -> db.Refusal:
+    settings = dict(settings or {})
+    columns = ("framework", "model", "dataset", "hardware", "gpus", "threads", "batch_size", "precision")
+    return db.Refusal(sweep_id=sweep_id, overrides=overrides, reason=reason, settings=settings or None,
+                      **{key: settings.get(key) for key in columns})
 
 
 def submit_runs(session: Session, sweep_id: str, planned: list[tuple[Cell, list[db.Run]]], opts: Options,

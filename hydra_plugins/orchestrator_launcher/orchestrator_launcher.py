@@ -44,11 +44,12 @@ class OrchestratorLauncher(Launcher):
 
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
         from orchestrator.cell import Cell, CellError
-        from orchestrator.launch import Options, submit_sweep
+        from orchestrator.launch import Options, refusal_settings, submit_sweep
         from orchestrator import console, safety
 
         assert self.config is not None and self.hydra_context is not None
         cells, refused, options = [], [], None
+        refused_settings, left_out = {}, []  # a refused cell's settings, for the DB and the counts
         # A bad value of one cell refuses that cell; a sweep-wide one (repeats, paths, cluster, the
         # database) stops the sweep with its message before anything is written.
         with safety.stop_on_bad_input():
@@ -64,6 +65,10 @@ class OrchestratorLauncher(Launcher):
                     safety.check_request(options.backend, cell.config, cell.label)
                 except CellError as exc:
                     refused.append((" ".join(overrides), str(exc)))
+                    refused_settings[" ".join(overrides)] = refusal_settings(sweep_config)
+                    continue
+                if _beyond_cpus(cell):  # a preset's threads sweep stops at the node's CPUs
+                    left_out.append(cell)
                     continue
                 if cell.id not in {c.id for c in cells}:  # two spellings of one cell (tf, tensorflow)
                     cells.append(cell)
@@ -72,14 +77,28 @@ class OrchestratorLauncher(Launcher):
                 console.print_refused(refused)
                 raise SystemExit(f"no cell of this sweep can be placed ({len(refused)} refused); "
                                  f"nothing was submitted")
+            if left_out:
+                console.print_left_out(left_out)
             if options.dry_run:
                 safety.check_database(options.db_url)
-                console.print_cells(cells, refused)
+                console.print_cells(cells, refused, refused_settings)
                 return [JobReturn(overrides=list(o), status=JobStatus.COMPLETED) for o in job_overrides]
             report = submit_sweep(cells, options, argv=["python", "-m", "orchestrator", *sys.argv[1:]],
-                                  refused=refused)
+                                  refused=refused, refused_settings=refused_settings)
         console.print_submit_report(report, options)
         if options.wait and report.submitted:
             console.follow_and_collect(report.sweep_id, options)
         return [JobReturn(overrides=list(o), status=JobStatus.COMPLETED, _return_value=None)
                 for o in job_overrides]
+
+
+def _beyond_cpus(cell) -> bool:
+    """A cell of a preset that sweeps threads up to the node's CPUs (`preset.threads_up_to_cpus`,
+    conf/preset/threads.yaml) with more threads than its hardware's CPUs (this machine's, for
+    hardware whose `cpus` is null): left out, not refused, since the sweep asked for no such cell."""
+    import os
+
+    preset = cell.config.get("preset") or {}
+    if not preset.get("threads_up_to_cpus"):
+        return False
+    return cell.settings["threads"] > (cell.config["hardware"].get("cpus") or os.cpu_count() or 1)

@@ -1,0 +1,18 @@
+"""Reports: a study's tables, figures and page from the results database, and comparisons.
+
+Data flows one way: `orchestrator report` reads the database (SQL over `db.latest_runs()`, the
+cells and the refusals a sweep recorded; never result files) and writes files; `orchestrator
+compare` reads the same tables, or a CSV in their format, and gives a verdict per cell.
+
+    query.py    SQL: a sweep's cells, their repeats' statistics per metric, run states, refusals, provenance
+    tables.py   one table per metric (rows dataset x network x framework, columns hardware configurations),
+                a cell's n/a and why; CSV (one file per metric, one shape for every sweep) and Markdown
+    scaling.py  speedups of cells that differ only in gpus, or only in threads
+    figures.py  matplotlib (Agg): grouped bars, GPU and thread scaling, throughput against energy
+    page.py     one self-contained index.html
+    compare.py  base against new, per cell: ratio and a verdict that uses the repeats' spread
+    labels.py   how a hardware configuration and a cell are named (light: the launcher's dry run reads it)
+
+Only this package's modules import pandas and matplotlib, and only the `report` and `compare`
+commands import them, so `orchestrator --help` and the launcher stay quick.
+"""
