@@ -1,0 +1,332 @@
+"""The read side at scale: collect, status, results and --help (issue 13, items 3, 4 and 6).
+
+Measures, on this machine, with the orchestrator as it is checked out:
+
+- `collect` of N fresh result files (many cells over few sweeps, as jobs leave them after the
+  launcher recorded the sweep), in ms per file, at 1,000 and 10,000 files;
+- `status`, `results`, `results --summary` and `results --csv` as a user types them (a new
+  process each, wall time) on a database of 100,000 runs (1,000 still open on a Slurm that
+  does not answer here, failures of several classes, retried repeats);
+- `orchestrator --help` and `orchestrator status --help`.
+
+Not a test: its figures go into README's "Scale". A module, so that `benchmarks/scale.py` may
+import the measurements (one function each) and the table printer.
+
+    .venv/bin/python benchmarks/scale_read.py [--collect 1000,10000] [--runs 100000] [--repeat 5]
+                                              [--only collect,status,results,help] [--keep DIR]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sqlite3
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable, Optional, Sequence
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(ROOT), str(ROOT / "tests")]  # the orchestrator, and the tests' result_factory
+
+from result_factory import T0, make_provenance, make_result, make_settings, write_result  # noqa: E402
+
+from orchestrator import db  # noqa: E402
+from orchestrator.cell import cell_id  # noqa: E402
+from orchestrator.resultfile import CELL_COLUMNS  # noqa: E402
+
+FRAMEWORKS = ("torch", "tensorflow", "mxnet", "caffe", "cntk", "numpy")
+MODELS = ("lenet", "alexnet", "resnet50", "googlenet", "vgg16")
+FAILURES = (("out_of_memory", "CUDA out of memory. Tried to allocate 2.00 GiB"),
+            ("timeout", "slurm ended job 1234_5 as TIMEOUT (time limit 60 min)"),
+            ("crash", "Segmentation fault in the data reader"),
+            ("diverged", "loss is nan at step 12"))
+
+
+@dataclass
+class Row:
+    """One line of the table: what was measured, the figure, and how."""
+
+    what: str
+    figure: str
+    how: str = ""
+
+
+def print_table(rows: Iterable[Row], out: Any = None) -> None:
+    """The rows as a Markdown table (what the README carries)."""
+    rows = list(rows)
+    out = out or sys.stdout
+    widths = [max(len(h), *(len(getattr(r, f)) for r in rows)) if rows else len(h)
+              for h, f in (("what", "what"), ("measured", "figure"), ("how", "how"))]
+    line = "| " + " | ".join(f"{{:{w}}}" for w in widths) + " |"
+    print(line.format("what", "measured", "how"), file=out)
+    print("|" + "|".join("-" * (w + 2) for w in widths) + "|", file=out)
+    for r in rows:
+        print(line.format(r.what, r.figure, r.how), file=out)
+
+
+# --- what the measurements run on ---------------------------------------------------------------
+
+def settings_of(i: int) -> dict[str, Any]:
+    """The benchmark settings of the i-th cell: few configurations, many seeds (a seed sweep)."""
+    return make_settings(framework=FRAMEWORKS[i % len(FRAMEWORKS)], model=MODELS[i // 7 % len(MODELS)],
+                         hardware=("cpu12", "p100")[i // 3 % 2], seed=i)
+
+
+def write_results(runs: Path, n: int, sweeps: int = 2) -> list[dict[str, Any]]:
+    """`n` result files of `n` cells over `sweeps` sweeps, one in ten a failure, as jobs write them."""
+    results = []
+    for i in range(n):
+        state = "failed" if i % 10 == 9 else "done"
+        result = make_result(sweep=f"sweep-{i % sweeps}", state=state, **settings_of(i))
+        write_result(runs, result)
+        results.append(result)
+    return results
+
+
+def bulk_insert(con: sqlite3.Connection, table: str, rows: Sequence[dict[str, Any]]) -> None:
+    """Rows (dicts with the same keys) into `table` with one executemany; JSON values as text."""
+    if not rows:
+        return
+    keys = list(rows[0])
+    con.executemany(
+        f"INSERT INTO {table} ({', '.join(f'{chr(34)}{k}{chr(34)}' for k in keys)}) "
+        f"VALUES ({', '.join('?' for _ in keys)})",
+        ([json.dumps(v) if isinstance(v, (dict, list)) else v for v in (r[k] for k in keys)] for r in rows))
+
+
+def cell_row(cid: str, settings: dict[str, Any]) -> dict[str, Any]:
+    return {"id": cid, **{k: settings[k] for k in CELL_COLUMNS}, "settings": settings, "created_at": T0}
+
+
+def sweep_row(sweep: str, cells: Sequence[dict[str, Any]], created_at: float) -> dict[str, Any]:
+    """A sweep as the launcher records it: argv, and the overrides of every cell (its big JSON)."""
+    overrides = [[f"framework={c['framework']}", f"model={c['model']}", f"hardware={c['hardware']}",
+                  f"seed={c['seed']}"] for c in cells]
+    return {"id": sweep, "created_at": created_at, "argv": ["python", "-m", "orchestrator", "-m", "seed=range(0,N)"],
+            "overrides": overrides, "n_cells": len(cells), "note": None}
+
+
+def run_row(uid: str, sweep: str, cid: str, repeat: int, attempt: int, state: str, **more: Any) -> dict[str, Any]:
+    row = {"uid": uid, "sweep_id": sweep, "cell_id": cid, "repeat": repeat, "attempt": attempt, "state": state,
+           "state_detail": None, "job_id": None, "executor": "slurm", "node": None, "submitted_at": T0,
+           "started_at": None, "ended_at": None, "collected_at": None, "error_class": None,
+           "error_message": None, "run_dir": None, "log_path": None, "result_path": None}
+    row.update(more)
+    return row
+
+
+def record_as_launcher(url: str, results: Sequence[dict[str, Any]]) -> None:
+    """What the launcher wrote before the jobs ran (each sweep, its cells, their runs), and tracking
+    since: each run in its result's state, not yet collected (`collect` reconciles first)."""
+    db.open_db(url).kw["bind"].dispose()  # the schema
+    by_sweep: dict[str, list[dict[str, Any]]] = {}
+    for r in results:
+        by_sweep.setdefault(r["sweep_id"], []).append(r)
+    con = sqlite3.connect(str(db.sqlite_path(url)))
+    with con:
+        bulk_insert(con, "sweeps", [sweep_row(s, [r["cell"] for r in rs], T0 + i) for i, (s, rs) in
+                                    enumerate(sorted(by_sweep.items()))])
+        bulk_insert(con, "cells", [cell_row(r["cell_id"], r["cell"]) for r in results])
+        bulk_insert(con, "sweep_cells", [{"sweep_id": r["sweep_id"], "cell_id": r["cell_id"],
+                                          "config": {"cell": r["cell"], "cluster": {"executor": "slurm"}}}
+                                         for r in results])
+        bulk_insert(con, "runs", [run_row(r["run_uid"], r["sweep_id"], r["cell_id"], r["repeat"], r["attempt"],
+                                          r["state"], job_id=f"1000_{i}") for i, r in enumerate(results)])
+    con.close()
+
+
+def build_runs_db(path: Path, n_runs: int = 100_000, n_cells: int = 96_000, n_open: int = 1_000,
+                  sweeps: int = 4, failed_every: int = 20, retried: int = 500) -> dict[str, int]:
+    """A database of `n_runs` runs as years of sweeps leave it, written in bulk (seconds, not hours):
+    `n_cells` cells over `sweeps` sweeps (the first cells with a second repeat), `n_open` runs still
+    submitted, one in `failed_every` failed (several classes, some lost), up to `retried` of those
+    failed repeats (one in five) tried again (attempt 2, done); every done run with the 12 metrics of a CPU run."""
+    url = f"sqlite:///{path}"
+    db.open_db(url).kw["bind"].dispose()
+    metrics = make_result()["metrics"]
+    prov = make_provenance(make_settings())
+    con = sqlite3.connect(str(path))
+    con.execute("PRAGMA synchronous = OFF")
+    cells = [settings_of(i) for i in range(n_cells)]
+    ids = [cell_id(c) for c in cells]
+    sweep_of = [f"sweep-{i % sweeps}" for i in range(n_cells)]
+    runs, metric_rows, retry = [], [], []
+    counts = {"runs": 0, "open": 0, "failed": 0, "done": 0}
+    for i in range(n_runs):
+        c, repeat = i % n_cells, i // n_cells
+        sweep, cid = sweep_of[c], ids[c]
+        uid = f"{sweep}:{cid}:{repeat}:1"
+        run_dir = f"/scratch/runs/{sweep}/{cid}/{repeat}"
+        if i < n_open:
+            runs.append(run_row(uid, sweep, cid, repeat, 1, "submitted", job_id=f"9000_{i}", run_dir=run_dir))
+            counts["open"] += 1
+        elif i // sweeps % failed_every == 0:  # in every sweep
+            k = i // sweeps // failed_every
+            klass, message = FAILURES[k % len(FAILURES)]
+            lost = k % 7 == 3
+            runs.append(run_row(uid, sweep, cid, repeat, 1, "lost" if lost else "failed", job_id=f"9001_{i}",
+                                error_class="lost" if lost else klass,
+                                error_message="job ended without writing result.json" if lost else message,
+                                run_dir=run_dir, log_path=f"{run_dir}/trainer.log", ended_at=T0 + 100))
+            counts["failed"] += 1
+            if len(retry) < retried and counts["failed"] % 5 == 0:
+                retry.append((sweep, cid, repeat))
+        else:
+            runs.append(run_row(uid, sweep, cid, repeat, 1, "done", job_id=f"9002_{i}", node="node01",
+                                started_at=T0, ended_at=T0 + 100, collected_at=T0 + 200, run_dir=run_dir,
+                                log_path=f"{run_dir}/trainer.log", result_path=f"{run_dir}/result.json",
+                                params=61706, framework_version="2.3.1", provenance=prov,
+                                cpu_model=prov["cpu"]["model"], git_revision=prov["git"]["revision"]))
+            counts["done"] += 1
+    for sweep, cid, repeat in retry:
+        runs.append(run_row(f"{sweep}:{cid}:{repeat}:2", sweep, cid, repeat, 2, "done", job_id="9003",
+                            collected_at=T0 + 300, started_at=T0, ended_at=T0 + 100))
+    counts["runs"] = len(runs)
+    with con:
+        bulk_insert(con, "sweeps", [sweep_row(f"sweep-{s}", cells[s::sweeps], T0 + s) for s in range(sweeps)])
+        bulk_insert(con, "cells", [cell_row(cid, c) for cid, c in zip(ids, cells)])
+        bulk_insert(con, "sweep_cells", [{"sweep_id": s, "cell_id": cid} for s, cid in zip(sweep_of, ids)])
+        bulk_insert(con, "runs", runs)
+        done = con.execute("SELECT id FROM runs WHERE state = 'done'").fetchall()
+        for (run_id,) in done:
+            scale = 1.0 + (run_id % 97) / 1000.0
+            metric_rows.extend({"run_id": run_id, "name": k, "value": v * scale, "unit": None}
+                               for k, v in metrics.items())
+        bulk_insert(con, "metrics", metric_rows)
+    con.execute("ANALYZE")
+    con.close()
+    counts["cells"] = n_cells
+    return counts
+
+
+def silent_slurm(bin_dir: Path) -> dict[str, str]:
+    """An environment whose `sacct` and `squeue` fail at once: Slurm does not answer, open runs
+    keep their states (and the measurement does not depend on a cluster)."""
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    for name in ("sacct", "squeue", "sinfo", "scontrol"):
+        script = bin_dir / name
+        script.write_text("#!/bin/sh\necho 'slurm_load_jobs error: Unable to contact slurm controller' >&2\nexit 1\n")
+        script.chmod(0o755)
+    return {"PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"}
+
+
+# --- the measurements ---------------------------------------------------------------------------
+
+def measure_collect(n: int, workdir: Path, recorded: bool = True) -> dict[str, float]:
+    """One collection of `n` fresh result files (the launcher's rows there first, if `recorded`),
+    then a second one that finds them all landed; seconds and ms per file."""
+    from orchestrator.collector import collect
+
+    runs, url = workdir / "runs", f"sqlite:///{workdir / 'results.db'}"
+    results = write_results(runs, n)
+    if recorded:
+        record_as_launcher(url, results)
+    factory = db.open_db(url)
+    t = time.perf_counter()
+    report = collect(factory, runs)
+    first = time.perf_counter() - t
+    t = time.perf_counter()
+    again = collect(factory, runs)
+    second = time.perf_counter() - t
+    factory.kw["bind"].dispose()
+    if report.added != n or again.already != n:
+        raise SystemExit(f"collect of {n}: {report} then {again}; expected {n} added, then {n} already")
+    return {"n": n, "seconds": first, "ms_per_file": 1000 * first / n, "again_seconds": second}
+
+
+def time_command(argv: Sequence[str], env: Optional[dict[str, str]] = None, cwd: Optional[Path] = None,
+                 repeat: int = 5, stdout: Any = subprocess.DEVNULL) -> dict[str, float]:
+    """Wall time of a command, a new process each time (as a user types it): median and best."""
+    times = []
+    for _ in range(repeat):
+        t = time.perf_counter()
+        done = subprocess.run(list(argv), env={**os.environ, **(env or {})}, cwd=cwd, stdout=stdout,
+                              stderr=subprocess.PIPE, text=True)
+        times.append(time.perf_counter() - t)
+        if done.returncode not in (0, 1) or "Traceback" in (done.stderr or ""):
+            raise SystemExit(f"{' '.join(argv)} failed ({done.returncode}): {done.stderr[-2000:]}")
+    return {"median": statistics.median(times), "best": min(times)}
+
+
+def orchestrator_argv(*args: str) -> list[str]:
+    return [sys.executable, "-m", "orchestrator", *args]
+
+
+def output_lines(argv: Sequence[str], env: dict[str, str], cwd: Path) -> int:
+    """How many lines a command prints (what a user has to read)."""
+    done = subprocess.run(list(argv), env={**os.environ, **env}, cwd=cwd, capture_output=True, text=True)
+    return done.stdout.count("\n")
+
+
+def measure_reads(path: Path, repeat: int, workdir: Path) -> dict[str, dict[str, float]]:
+    """status, results, results --summary and results --csv on the database at `path`."""
+    env = {"ORCHESTRATOR_DB": f"sqlite:///{path}", "COLUMNS": "160", **silent_slurm(workdir / "bin")}
+    out = {}
+    for name, args in (("status", ("status",)), ("results", ("results",)), ("results --summary", ("results", "--summary")),
+                       ("results --csv", ("results", "--csv"))):
+        argv = orchestrator_argv(*args)
+        out[name] = {**time_command(argv, env, workdir, repeat if name != "results --csv" else 1),
+                     "lines": output_lines(argv, env, workdir)}
+    return out
+
+
+def measure_help(repeat: int) -> dict[str, dict[str, float]]:
+    """`orchestrator --help` and `orchestrator status --help`: the CLI's start."""
+    return {name: time_command(orchestrator_argv(*args), repeat=repeat)
+            for name, args in (("--help", ("--help",)), ("status --help", ("status", "--help")))}
+
+
+# --- the table ----------------------------------------------------------------------------------
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--collect", default="1000,10000", help="file counts for collect (comma-separated)")
+    ap.add_argument("--runs", type=int, default=100_000, help="runs in the database status and results read")
+    ap.add_argument("--repeat", type=int, default=5, help="wall times per command (the median is shown)")
+    ap.add_argument("--only", default="collect,status,results,help", help="which measurements")
+    ap.add_argument("--keep", type=Path, help="work here and keep it (default: a temporary directory)")
+    args = ap.parse_args(argv)
+    only = set(args.only.split(","))
+    work = args.keep or Path(tempfile.mkdtemp(prefix="scale_read."))
+    work.mkdir(parents=True, exist_ok=True)
+    rows: list[Row] = []
+    print(f"working in {work} ({os.cpu_count()} CPUs, load {os.getloadavg()[0]:.2f})", file=sys.stderr)
+    try:
+        if "collect" in only:
+            for n in (int(x) for x in args.collect.split(",") if x):
+                m = measure_collect(n, work / f"collect-{n}")
+                rows.append(Row(f"collect {n:,} results", f"{m['seconds']:.2f} s, {m['ms_per_file']:.2f} ms/file",
+                                f"first collect in-process; again: {m['again_seconds']:.2f} s"))
+                shutil.rmtree(work / f"collect-{n}", ignore_errors=True)
+        if only & {"status", "results"}:
+            path = work / "big.db"
+            if not path.exists():
+                t = time.perf_counter()
+                counts = build_runs_db(path, n_runs=args.runs, n_cells=args.runs * 24 // 25,
+                                       n_open=max(1, args.runs // 100))
+                print(f"built {path}: {counts} in {time.perf_counter() - t:.1f} s", file=sys.stderr)
+            reads = measure_reads(path, args.repeat, work)
+            for name, m in reads.items():
+                if name.split()[0] in only:
+                    rows.append(Row(f"`{name}` over {args.runs:,} runs", f"{m['median']:.2f} s",
+                                    f"wall, new process, median of {args.repeat if name != 'results --csv' else 1}; "
+                                    f"{m['lines']:,} lines"))
+        if "help" in only:
+            for name, m in measure_help(args.repeat * 2).items():
+                rows.append(Row(f"`orchestrator {name}`", f"{m['median']:.2f} s",
+                                f"wall, median of {args.repeat * 2} (best {m['best']:.2f} s)"))
+    finally:
+        if args.keep is None:
+            shutil.rmtree(work, ignore_errors=True)
+    print_table(rows)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
