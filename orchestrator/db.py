@@ -60,7 +60,7 @@ log = logging.getLogger(__name__)
 
 #: The Alembic revision the tables and views below are: the head of orchestrator/migrations/versions
 #: (test_db checks). A change to a table or a view is a new revision, and this becomes its id.
-SCHEMA_VERSION = "0004"
+SCHEMA_VERSION = "0005"
 
 #: A cell whose repeats' coefficient of variation (std/mean of images/s) exceeds this is noisy.
 NOISY_CV = 0.05
@@ -229,6 +229,10 @@ class Run(Base):
         CheckConstraint(
             "state IN (" + ", ".join(f"'{s}'" for s in runstate.STATES) + ")", name="ck_runs_state"),
         Index("ix_runs_cell_repeat", "sweep_id", "cell_id", "repeat", "attempt"),
+        # latest_runs (its GROUP BY and its join back) and what `status` counts of those runs,
+        # read from this index alone (migration 0005)
+        Index("ix_runs_latest", "cell_id", "repeat", "attempt", "sweep_id", "state", "error_class",
+              "state_detail"),
     )
 
     @validates("state")
