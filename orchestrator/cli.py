@@ -6,6 +6,11 @@ the database (`collect`), the measurements themselves (`results`, a table or CSV
 `results` view, or per cell over its repeats with `--summary`), and submitting failed repeats
 again (`rerun`). They print plain text quickly and answer bad input with a message that says
 what to do, never a traceback.
+
+Each command imports what it needs when it runs: `--help` and a usage error import neither
+SQLAlchemy nor rich, and only `rerun` reads the config code. Reads stay short at any size:
+`status` is a summary (counts, the first failures of each class, how to list all), `results`
+shows its first `LIMIT` rows unless asked for more, and `--csv` streams every row.
 """
 from __future__ import annotations
 
@@ -15,20 +20,14 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Optional, Sequence
 
-from rich import box
-from rich.console import Console
-from rich.table import Table
-from rich.text import Text
-from sqlalchemy import String, func, select
-from sqlalchemy.exc import ArgumentError, SQLAlchemyError
-from sqlalchemy.engine import make_url
-from sqlalchemy.orm import Session
+from . import runstate
 
-from . import cell as cell_module
-from . import db, runstate
-from .collector import collect
+if TYPE_CHECKING:  # imported by the commands that use them, when they run
+    from rich.console import Console
+    from rich.table import Table
+    from sqlalchemy.orm import Session
 from .safety import ConfigError
 
 PROG = "python -m orchestrator"
@@ -36,6 +35,16 @@ LAUNCH_HINT = f"run a sweep first: {PROG} -m framework=torch model=lenet dataset
 
 #: A failed run's message is cut to this many characters in `status`.
 MESSAGE_WIDTH = 120
+#: `status` shows this many failed runs of each error class per sweep (`--failed`: all of them).
+EXAMPLES = 3
+#: `results` and `results --summary` show this many rows unless `--limit N` or `--all`.
+LIMIT = 50
+#: db.NOISY_CV in percent, for the help text (which must not import the database code; a test
+#: holds the two equal).
+NOISY_CV_PERCENT = 5.0
+#: The states `status` lists as failures (latest attempts), and the class of one without any.
+FAILURES = (runstate.FAILED, runstate.LOST)
+NO_CLASS = "no error recorded"
 
 
 #: Names a user may type for a framework, as the config tree's `tf` alias does.
@@ -50,6 +59,16 @@ def default_runs() -> str:
     return os.environ.get("ORCHESTRATOR_RUNS", "runs")
 
 
+def _config_groups() -> str:
+    """The config groups a sweep chooses from, as Hydra's --help lists them (read from conf/,
+    without Hydra)."""
+    conf = Path(__file__).resolve().parent.parent / "conf"
+    groups = sorted(p for p in conf.iterdir() if p.is_dir()) if conf.is_dir() else []
+    lines = [f"  {g.name}: {', '.join(sorted(f.stem for f in g.glob('*.yaml')))}" for g in groups
+             if any(g.glob("*.yaml"))]
+    return "config groups (group=choice):\n" + "\n".join(lines) if lines else ""
+
+
 def build_parser() -> argparse.ArgumentParser:
     # --db and --runs are accepted before or after the subcommand; SUPPRESS keeps a value
     # given before it from being reset by the subcommand's own (absent) option.
@@ -59,15 +78,26 @@ def build_parser() -> argparse.ArgumentParser:
     common.add_argument("--runs", default=argparse.SUPPRESS, metavar="DIR",
                         help="run directories (default: $ORCHESTRATOR_RUNS or ./runs)")
 
-    parser = argparse.ArgumentParser(prog=PROG, parents=[common],
-                                     description="Inspect and collect benchmark sweeps.")
+    parser = argparse.ArgumentParser(
+        prog=PROG, parents=[common], formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Inspect and collect benchmark sweeps.",
+        epilog=f"A sweep is launched through Hydra:\n  {PROG} -m framework=torch model=lenet,alexnet "
+               f"dataset=synthetic,mnist\n{_config_groups()}\n"
+               f"({PROG} --cfg job [overrides] prints the composed config; `data` writes datasets: "
+               f"{PROG} data --help)")
     sub = parser.add_subparsers(dest="command", required=True, metavar="{status,collect,results,rerun}")
 
     p = sub.add_parser("status", parents=[common], help="where each sweep's runs stand, and what failed")
     p.add_argument("--sweep", metavar="ID", help="one sweep (an id, a unique prefix, or 'latest')")
+    p.add_argument("--failed", action="store_true",
+                   help="list every failed or lost run (latest attempts), not the summary")
+    p.add_argument("--class", dest="classes", metavar="A,B",
+                   help="with --failed: only these error classes (out_of_memory, timeout, crash, lost, ...)")
     p.set_defaults(func=cmd_status)
 
     p = sub.add_parser("collect", parents=[common], help="land finished runs' result.json files in the DB")
+    p.add_argument("--batch", type=int, default=None, metavar="N",
+                   help="result files per transaction (default 500; 1 to 10000)")
     p.set_defaults(func=cmd_collect)
 
     p = sub.add_parser("results", parents=[common], help="the measurements, as a table or CSV")
@@ -75,12 +105,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--where", action="append", default=[], metavar="KEY=VALUE",
                    help="keep rows whose column KEY equals VALUE (VALUE may be a,b for either); repeatable")
     p.add_argument("--state", metavar="STATE", help="keep runs in this state (or states, comma-separated)")
-    p.add_argument("--csv", action="store_true", help="print every column of the results view as CSV")
+    p.add_argument("--csv", action="store_true",
+                   help="every column of the results view as CSV, every row (unless --limit), streamed")
     p.add_argument("--summary", action="store_true",
                    help="one row per cell over its repeats: n, median images/s, CV, min/max, noisy flag")
     p.add_argument("--noisy-cv", type=float, default=None, metavar="PCT",
                    help=f"with --summary: flag a cell noisy above this CV in %% "
-                        f"(default $ORCHESTRATOR_NOISY_CV or {db.NOISY_CV * 100:g})")
+                        f"(default $ORCHESTRATOR_NOISY_CV or {NOISY_CV_PERCENT:g})")
+    shown = p.add_mutually_exclusive_group()
+    shown.add_argument("--limit", type=int, default=None, metavar="N",
+                       help=f"show the first N rows (default {LIMIT}; CSV: all)")
+    shown.add_argument("--all", action="store_true", help="show every row")
     p.set_defaults(func=cmd_results)
 
     p = sub.add_parser("rerun", parents=[common], help="submit failed cells again (their recorded config)")
@@ -105,12 +140,20 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # --help, or a usage error argparse has already printed
         return exc.code if isinstance(exc.code, int) else 2
+    # every command reads the database: only now its code is imported
+    from sqlalchemy.exc import ArgumentError, SQLAlchemyError
+
+    from . import db
+
     args.db = getattr(args, "db", None) or db.default_url()
     args.runs = getattr(args, "runs", None) or default_runs()
     try:
         return args.func(args, _console())
     except CliError as exc:
         message = str(exc)
+    except BrokenPipeError:  # `status --failed | head` stopped reading: nothing more to say
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # (nor at exit)
+        return 1
     except ConfigError as exc:  # a recorded config `rerun` resubmits, refused by today's checks
         message = str(exc)
     except db.NoDatabase as exc:
@@ -127,6 +170,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 def _console() -> Console:
     """Rich output on stdout: the terminal's width there, else wide enough not to cut rows."""
+    from rich.console import Console
+
     console = Console(highlight=False)
     if not console.is_terminal and "COLUMNS" not in os.environ:
         console.width = 200
@@ -136,61 +181,154 @@ def _console() -> Console:
 # --- status -----------------------------------------------------------------------------------
 
 def cmd_status(args: argparse.Namespace, out: Console) -> int:
+    from . import db
+
+    classes = [c.strip() for c in args.classes.split(",") if c.strip()] if args.classes else None
+    if classes and not args.failed:
+        raise CliError(f"--class picks what --failed lists: {PROG} status --failed --class {args.classes}")
     Session = db.open_db(args.db, create=False)  # a read never creates a database
     with Session() as session:
         sweeps = _pick_sweeps(session, args.sweep)
         _reconcile(session, sweeps[0].id if args.sweep else None, out)
-        ids = [s.id for s in sweeps]
-        current = db.latest_runs()
-        counts: dict[str, dict[str, int]] = {}
-        for sweep_id, state, n in session.execute(
-                select(current.c.sweep_id, current.c.state, func.count())
-                .where(current.c.sweep_id.in_(ids)).group_by(current.c.sweep_id, current.c.state)):
-            counts.setdefault(sweep_id, {})[state] = n
-        linked = dict(session.execute(
-            select(db.SweepCell.sweep_id, func.count()).where(db.SweepCell.sweep_id.in_(ids))
-            .group_by(db.SweepCell.sweep_id)).all())
-        all_runs = dict(session.execute(
-            select(db.Run.sweep_id, func.count()).where(db.Run.sweep_id.in_(ids)).group_by(db.Run.sweep_id)).all())
-
-        states = [s for s in runstate.STATES if any(s in c for c in counts.values())]
-        table = Table(title="Runs by state (latest attempt of each repeat; retried: earlier attempts)",
-                      title_justify="left")
-        for name in ("sweep", "created", "cells", *states, "retried"):
-            table.add_column(name, justify="left" if name in ("sweep", "created") else "right")
-        for sweep in sweeps:
-            c = counts.get(sweep.id, {})
-            retried = all_runs.get(sweep.id, 0) - sum(c.values())
-            cells = max(sweep.n_cells or 0, linked.get(sweep.id, 0))
-            table.add_row(sweep.id, _when(sweep.created_at), str(cells),
-                          *(str(c.get(s, "")) for s in states), str(retried or ""))
-        out.print(table)
-
-        waiting = session.execute(  # the scheduler's words for why queued runs wait
-            select(current.c.state, current.c.state_detail, func.count())
-            .where(current.c.sweep_id.in_(ids), current.c.state.in_(runstate.IN_FLIGHT),
-                   current.c.state_detail.is_not(None))
-            .group_by(current.c.state, current.c.state_detail)).all()
-        for state, detail, n in waiting:
+        ids = [s.id for s in sweeps] if args.sweep else None
+        if args.failed:
+            return _list_failures(session, ids, classes)
+        groups = _latest_groups(session, ids)
+        _print_counts(session, sweeps, groups, out)
+        waiting: dict[tuple[str, str], int] = {}  # the scheduler's words for why queued runs wait
+        for g in groups:
+            if g.rn == 1 and g.state in runstate.IN_FLIGHT and g.state_detail is not None:
+                waiting[g.state, g.state_detail] = waiting.get((g.state, g.state_detail), 0) + g.n
+        for (state, detail), n in sorted(waiting.items()):
             out.print(f"{n} {state}: {detail}", markup=False)
-
-        failed = session.execute(
-            select(current.c.uid, current.c.state, current.c.error_class, current.c.error_message,
-                   current.c.log_path, db.Cell.framework, db.Cell.model, db.Cell.dataset)
-            .join(db.Cell, db.Cell.id == current.c.cell_id)
-            .where(current.c.sweep_id.in_(ids), current.c.state.in_((runstate.FAILED, runstate.LOST)))
-            .order_by(db.Cell.framework, db.Cell.model, db.Cell.dataset, current.c.uid)).all()
-    if failed:
-        out.print(f"\nFailed or lost runs ({len(failed)}):", markup=False)
-        for row in failed:
-            out.print(f"  {row.state:<6} {row.framework}/{row.model}/{row.dataset}  {row.uid}",
-                      markup=False, soft_wrap=True)
-            why = row.error_class or "no error recorded"
-            if row.error_message:
-                why += f": {_one_line(row.error_message)}"
-            out.print(f"         {why}", markup=False, soft_wrap=True)
-            out.print(f"         log: {row.log_path or '(none recorded)'}", markup=False, soft_wrap=True)
+        _print_failure_examples(session, sweeps, groups)
     return 0
+
+
+def _latest_groups(session: Session, sweep_ids: Optional[list[str]]) -> list[Any]:
+    """One pass over the latest attempt of each repeat (db.latest_runs) of these sweeps (None:
+    all): per sweep, state, error class and state detail, the count `n`, with the ids of its first
+    EXAMPLES runs (one row each, `rn` 1 to EXAMPLES)."""
+    from sqlalchemy import func, select
+
+    from . import db
+
+    latest = db.latest_runs()
+    group = (latest.c.sweep_id, latest.c.state, latest.c.error_class, latest.c.state_detail)
+    ranked = select(latest.c.id, *group, func.count().over(partition_by=group).label("n"),
+                    func.row_number().over(partition_by=group, order_by=latest.c.id).label("rn"))
+    if sweep_ids is not None:
+        ranked = ranked.where(latest.c.sweep_id.in_(sweep_ids))
+    ranked = ranked.subquery("ranked")
+    return session.execute(select(ranked).where(ranked.c.rn <= EXAMPLES)).all()
+
+
+def _print_counts(session: Session, sweeps: list[Any], groups: list[Any], out: Console) -> None:
+    """The table: per sweep, its cells and its runs by state (latest attempts), and earlier ones."""
+    from rich.table import Table
+    from sqlalchemy import func, select
+
+    from . import db
+
+    ids = [s.id for s in sweeps]
+    counts: dict[str, dict[str, int]] = {}
+    for g in groups:
+        if g.rn == 1:
+            by_state = counts.setdefault(g.sweep_id, {})
+            by_state[g.state] = by_state.get(g.state, 0) + g.n
+    linked = dict(session.execute(
+        select(db.SweepCell.sweep_id, func.count()).where(db.SweepCell.sweep_id.in_(ids))
+        .group_by(db.SweepCell.sweep_id)).all())
+    all_runs = dict(session.execute(
+        select(db.Run.sweep_id, func.count()).where(db.Run.sweep_id.in_(ids)).group_by(db.Run.sweep_id)).all())
+    states = [s for s in runstate.STATES if any(s in c for c in counts.values())]
+    table = Table(title="Runs by state (latest attempt of each repeat; retried: earlier attempts)",
+                  title_justify="left")
+    for name in ("sweep", "created", "cells", *states, "retried"):
+        table.add_column(name, justify="left" if name in ("sweep", "created") else "right")
+    for sweep in sweeps:
+        c = counts.get(sweep.id, {})
+        retried = all_runs.get(sweep.id, 0) - sum(c.values())
+        cells = max(sweep.n_cells or 0, linked.get(sweep.id, 0))
+        table.add_row(sweep.id, _when(sweep.created_at), str(cells),
+                      *(str(c.get(s, "")) for s in states), str(retried or ""))
+    out.print(table)
+
+
+def _print_failure_examples(session: Session, sweeps: list[Any], groups: list[Any]) -> None:
+    """Per sweep, newest first: its failed and lost runs by error class, the first EXAMPLES of
+    each with its message and log; then how to list them all."""
+    per_class: dict[tuple[str, str], list[int]] = {}  # (sweep, class) -> [count, example ids...]
+    for g in groups:
+        if g.state in FAILURES:
+            entry = per_class.setdefault((g.sweep_id, g.error_class or NO_CLASS), [0])
+            entry[0] += g.n if g.rn == 1 else 0
+            entry.append(g.id)
+    if not per_class:
+        return
+    from . import db
+
+    shown = sorted(i for entry in per_class.values() for i in sorted(entry[1:])[:EXAMPLES])
+    runs = {r.id: r for r in _failure_rows(session, db.Run.__table__, db.Run.id.in_(shown))}
+    for sweep in sweeps:
+        classes = sorted((klass, entry) for (s, klass), entry in per_class.items() if s == sweep.id)
+        if not classes:
+            continue
+        total = sum(entry[0] for _, entry in classes)
+        print(f"\nFailed or lost runs of sweep {sweep.id} ({total}; the first {EXAMPLES} of each class):")
+        for klass, entry in classes:
+            print(f"  {klass} ({entry[0]})")
+            for run_id in sorted(entry[1:])[:EXAMPLES]:
+                _print_failure(runs[run_id], indent="    ")
+            if entry[0] > EXAMPLES:
+                print(f"    ... {entry[0] - EXAMPLES:,} more: {PROG} status --failed --sweep {sweep.id} --class {klass}")
+    print(f"\nEvery one: {PROG} status --failed [--sweep ID] [--class A,B]; "
+          f"as CSV: {PROG} results --state failed,lost --csv")
+
+
+def _list_failures(session: Session, sweep_ids: Optional[list[str]], classes: Optional[list[str]]) -> int:
+    """`status --failed`: every failed or lost run (latest attempts), streamed."""
+    from . import db
+
+    latest = db.latest_runs()
+    where = [latest.c.state.in_(FAILURES)]
+    if sweep_ids is not None:
+        where.append(latest.c.sweep_id.in_(sweep_ids))
+    if classes:
+        where.append(latest.c.error_class.in_(classes))
+    which = f" of class {', '.join(classes)}" if classes else ""
+    print(f"Failed or lost runs{which} (latest attempts):")
+    n = 0
+    for row in _failure_rows(session, latest, *where):
+        _print_failure(row, indent="  ")
+        n += 1
+    print(f"{n} run(s)")
+    return 0
+
+
+def _failure_rows(session: Session, source: Any, *where: Any) -> Any:
+    """Failed runs of `source` (`runs`, or db.latest_runs()) with their cells' names, streamed."""
+    from sqlalchemy import select
+
+    from . import db
+
+    c = source.c
+    return session.execute(
+        select(c.id, c.sweep_id, c.uid, c.state, c.error_class, c.error_message, c.log_path,
+               db.Cell.framework, db.Cell.model, db.Cell.dataset)
+        .join(db.Cell, db.Cell.id == c.cell_id).where(*where)
+        .order_by(c.sweep_id, c.error_class, db.Cell.framework, db.Cell.model, db.Cell.dataset, c.uid),
+        execution_options={"yield_per": 500})
+
+
+def _print_failure(row: Any, indent: str) -> None:
+    """A failed run in three lines: state, cell and run; class and message; log."""
+    why = row.error_class or NO_CLASS
+    if row.error_message:
+        why += f": {_one_line(row.error_message)}"
+    print(f"{indent}{row.state:<6} {row.framework}/{row.model}/{row.dataset}  {row.uid}")
+    print(f"{indent}       {why}")
+    print(f"{indent}       log: {row.log_path or '(none recorded)'}")
 
 
 def _reconcile(session: Session, sweep_id: Optional[str], out: Console) -> None:
@@ -205,13 +343,18 @@ def _reconcile(session: Session, sweep_id: Optional[str], out: Console) -> None:
 # --- collect ----------------------------------------------------------------------------------
 
 def cmd_collect(args: argparse.Namespace, out: Console) -> int:
+    from . import db
+    from .collector import BATCH_SIZE, collect
+
     runs = Path(args.runs)
     if not runs.is_dir():
         raise CliError(f"no runs directory {runs} here; {LAUNCH_HINT} (or pass --runs DIR)")
+    if args.batch is not None and not 1 <= args.batch <= 10_000:
+        raise CliError(f"--batch {args.batch}: result files per transaction, 1 to 10000 (default {BATCH_SIZE})")
     factory = db.open_db(args.db)
     with factory() as session:  # first the runs' fate: a requeued job's old failure must wait
         _reconcile(session, None, out)
-    report = collect(factory, runs)
+    report = collect(factory, runs, batch_size=args.batch or BATCH_SIZE)
     out.print(str(report), markup=False)
     for path, reason in report.broken:
         out.print(f"  broken: {path}: {reason}", markup=False, soft_wrap=True)
@@ -222,7 +365,16 @@ def cmd_collect(args: argparse.Namespace, out: Console) -> int:
 
 # --- results ----------------------------------------------------------------------------------
 
+#: The order `results` lists runs in.
+RESULTS_ORDER = ("framework", "model", "dataset", "hardware", "gpus", "batch_size", "precision", "sweep",
+                 "repeat", "attempt")
+
+
 def cmd_results(args: argparse.Namespace, out: Console) -> int:
+    from sqlalchemy import func, select
+
+    from . import db
+
     view = db.results_view
     where = [view.c[key].in_(values) for key, values in _parse_where(args.where).items()]
     if args.state:
@@ -231,6 +383,10 @@ def cmd_results(args: argparse.Namespace, out: Console) -> int:
         if unknown:
             raise CliError(f"--state {','.join(unknown)}: not a run state; use one of {', '.join(runstate.STATES)}")
         where.append(view.c.state.in_(states))
+    if args.limit is not None and args.limit < 1:
+        raise CliError(f"--limit {args.limit}: show at least one row, or every one with --all")
+    # a table shows its first LIMIT rows; CSV, meant for other programs, every one unless asked
+    limit = None if args.all or (args.csv and args.limit is None) else (args.limit or LIMIT)
     threshold = _noisy_cv(args) if args.summary else db.NOISY_CV
     Session = db.open_db(args.db, create=False)  # a read never creates a database
     with Session() as session:
@@ -238,25 +394,42 @@ def cmd_results(args: argparse.Namespace, out: Console) -> int:
         if args.sweep:
             where.append(view.c.sweep.in_([s.id for s in sweeps]))
         if args.summary:
-            query = db.summary_select(where, threshold)
-            query = query.order_by(*(query.selected_columns[c] for c in db.SUMMARY_CELL))
+            rows = db.summary_select(where, threshold).subquery("cells")
+            columns, order = db.SUMMARY_COLUMNS, db.SUMMARY_CELL
+            empty = "no latest attempt with a throughput matches these filters"
         else:
-            query = select(view).where(*where).order_by(
-                view.c.framework, view.c.model, view.c.dataset, view.c.hardware, view.c.gpus,
-                view.c.batch_size, view.c.precision, view.c.sweep, view.c.repeat, view.c.attempt)
-        rows = session.execute(query).mappings().all()
+            rows = select(view).where(*where).subquery("runs")
+            columns, order = db.RESULTS_COLUMNS, RESULTS_ORDER
+            empty = "no runs match these filters"
+        totals = () if args.csv else (  # how many there are in all, from the same pass
+            func.count().over().label("total"), *((func.sum(rows.c.noisy).over().label("noisy_total"),)
+                                                  if args.summary else ()))
+        query = select(rows, *totals).order_by(*(rows.c[c] for c in order)).limit(limit)
+        result = iter(session.execute(query, execution_options={"yield_per": 1000}).mappings())
+        first = next(result, None)
+        if first is None:
+            raise CliError(f"{empty}; drop a --where/--state/--sweep filter, or see `status`")
+        if args.csv:  # streamed: never all rows in memory
+            return _write_csv(_chain(first, result), columns)
+        shown = [first, *result]
+    more = first["total"] - len(shown)
     if args.summary:
-        return _print_summary(rows, threshold, args.csv, out)
-    if not rows:
-        raise CliError("no runs match these filters; drop a --where/--state/--sweep filter, or see `status`")
-    if args.csv:
-        return _write_csv(rows, db.RESULTS_COLUMNS)
-    out.print(_results_table(rows))
+        _print_summary(shown, first["total"], first["noisy_total"] or 0, threshold, out)
+    else:
+        out.print(_results_table(shown, first["total"], args.sweep))
+    if more:
+        out.print(f"{more:,} more not shown: --limit N shows the first N, --all every one "
+                  f"(--csv prints them all as CSV)", markup=False)
     return 0
 
 
-def _write_csv(rows: Sequence[Any], columns: Sequence[str]) -> int:
-    """Rows as CSV on stdout, a header first, missing values empty."""
+def _chain(first: Any, rest: Any) -> Any:
+    yield first
+    yield from rest
+
+
+def _write_csv(rows: Any, columns: Sequence[str]) -> int:
+    """Rows (any iterable) as CSV on stdout, a header first, missing values empty."""
     writer = csv.writer(sys.stdout, lineterminator="\n")
     writer.writerow(columns)
     for row in rows:
@@ -273,21 +446,23 @@ def _noisy_cv(args: argparse.Namespace) -> float:
         except ValueError:
             raise CliError(f"ORCHESTRATOR_NOISY_CV={os.environ['ORCHESTRATOR_NOISY_CV']!r} is not a number (percent)") from None
     if value is None:
+        from . import db
+
         return db.NOISY_CV
     if value < 0:
         raise CliError(f"--noisy-cv {value:g}: a CV threshold is a percentage >= 0")
     return value / 100.0
 
 
-def _print_summary(cells: Sequence[Any], threshold: float, as_csv: bool, out: Console) -> int:
-    """The `cell_summary` rows db.summary_select gave for the filters and threshold."""
-    if not cells:
-        raise CliError("no latest attempt with a throughput matches these filters; "
-                       "drop a --where/--state/--sweep filter, or see `status`")
-    if as_csv:
-        return _write_csv(cells, db.SUMMARY_COLUMNS)
-    noisy = sum(1 for c in cells if c["noisy"])
-    table = Table(title=f"{len(cells)} cells over their repeats (noisy: CV > {threshold * 100:g}%)",
+def _print_summary(cells: Sequence[Any], total: int, noisy: int, threshold: float, out: Console) -> None:
+    """The first `cell_summary` rows db.summary_select gave for the filters and threshold, of
+    `total`, `noisy` of them noisy."""
+    from rich import box
+    from rich.table import Table
+    from rich.text import Text
+
+    first = f"; the first {len(cells):,}" if total > len(cells) else ""
+    table = Table(title=f"{total:,} cells over their repeats (noisy: CV > {threshold * 100:g}%){first}",
                   title_justify="left", box=box.SIMPLE_HEAD)
     numeric = ("gpus", "batch", "n", "median img/s", "CV %", "min", "max", "GPU W", "J/img")
     for name in ("framework/model/dataset", "hardware", "gpus", "batch", "prec", "n", "median img/s",
@@ -303,13 +478,16 @@ def _print_summary(cells: Sequence[Any], threshold: float, as_csv: bool, out: Co
             "NOISY" if c["noisy"] else ("" if c["noisy"] is not None else "1 run"))))
     out.print(table)
     if noisy:
-        out.print(f"{noisy} noisy cell(s): their repeats differ by more than {threshold * 100:g}% "
+        out.print(f"{noisy:,} noisy cell(s): their repeats differ by more than {threshold * 100:g}% "
                   f"(coefficient of variation); rerun them with more repeats or on a quieter node", markup=False)
-    return 0
 
 
 def _parse_where(items: list[str]) -> dict[str, list[Any]]:
     """`key=value` filters; the same key twice (or `key=a,b`) means either value."""
+    from sqlalchemy import String
+
+    from . import db
+
     where: dict[str, list[Any]] = {}
     for item in items:
         key, sep, value = item.partition("=")
@@ -329,10 +507,20 @@ def _parse_where(items: list[str]) -> dict[str, list[Any]]:
     return where
 
 
-def _results_table(rows: Sequence[Any]) -> Table:
+def _results_table(rows: Sequence[Any], total: int, sweep: Optional[str]) -> Table:
+    """The first rows of `total` runs (`sweep`: of the one sweep asked for)."""
+    from rich import box
+    from rich.table import Table
+    from rich.text import Text
+
     sweeps = {r["sweep"] for r in rows}
-    title = f"{len(rows)} runs" + (f" of sweep {next(iter(sweeps))}" if len(sweeps) == 1 else
-                                   f" from {len(sweeps)} sweeps")
+    title = f"{total:,} runs"
+    if len(sweeps) == 1 and (sweep or total == len(rows)):
+        title += f" of sweep {next(iter(sweeps))}"
+    elif total == len(rows):
+        title += f" from {len(sweeps)} sweeps"
+    else:
+        title += f"; the first {len(rows):,}"
     table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD)
     gpu = any(r["gpu_power_avg_w"] is not None for r in rows)  # GPU columns only where measured
     numeric = ("gpus", "batch", "rep", "images/s", "cpu %", "RSS MB", "GPU MB", "GPU W", "J/img")
@@ -355,16 +543,25 @@ def _results_table(rows: Sequence[Any]) -> Table:
 
 def _shown(url: str) -> str:
     """A database URL fit to print: its password, if any, masked."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
     try:
         return make_url(url).render_as_string(hide_password=True)
     except ArgumentError:
         return url
 
 
-def _pick_sweeps(session: Session, wanted: Optional[str]) -> list[db.Sweep]:
-    """The sweeps a command shows, newest first: all of them, 'latest', an id or a unique prefix."""
-    sweeps = list(session.scalars(select(db.Sweep).order_by(db.Sweep.created_at.desc(), db.Sweep.id)))
-    if not sweeps or session.scalar(select(func.count()).select_from(db.Run)) == 0:
+def _pick_sweeps(session: Session, wanted: Optional[str]) -> list[Any]:
+    """The sweeps a command shows, newest first: all of them, 'latest', an id or a unique prefix;
+    their id, created_at and n_cells (never their override lists, which may be large)."""
+    from sqlalchemy import select
+
+    from . import db
+
+    sweeps = session.execute(select(db.Sweep.id, db.Sweep.created_at, db.Sweep.n_cells)
+                             .order_by(db.Sweep.created_at.desc(), db.Sweep.id)).all()
+    if not sweeps or session.scalar(select(db.Run.id).limit(1)) is None:
         raise CliError(f"the database {_shown(str(session.get_bind().url))} holds no runs yet; {LAUNCH_HINT}")
     if wanted is None:
         return sweeps
@@ -402,7 +599,8 @@ def _num(value: Optional[float], digits: int) -> str:
 # --- rerun ------------------------------------------------------------------------------------
 
 def cmd_rerun(args: argparse.Namespace, out: Console) -> int:
-    from orchestrator import rerun
+    from orchestrator import cell as cell_module
+    from orchestrator import db, rerun
 
     factory = db.open_db(args.db, create=False)
     with factory() as session:

@@ -5,14 +5,23 @@ SQLite file would fight over its lock); they leave a result file in their run di
 this collector, run on the login node by `python -m orchestrator collect` or by the launcher
 after a sweep, turns each file into rows. It may run many times, and two may run at once:
 
-- each file lands in its own transaction, so a bad file or a crash loses nothing else;
-- a run is *claimed* with `UPDATE runs SET collected_at=? WHERE uid=? AND collected_at IS NULL`
-  and its metrics are written only by the collector whose UPDATE changed the row, so a run
-  that two collectors read at the same time is still counted once;
-- should two collectors both create the same sweep, cell or run row, the unique keys refuse the
-  second insert; that collector rolls back and retries the file once, then finds it claimed.
+- files are read and checked first (a broken one is reported with its path and the reason, and
+  left where it is), then land in batches of up to `BATCH_SIZE`, one transaction each, which on
+  SQLite takes the write lock at its start (BEGIN IMMEDIATE), so that what the batch looked up
+  stays true until it commits; a crash loses at most the batch in progress, which the next
+  collection lands;
+- a run is *claimed* with `UPDATE runs SET collected_at=?, ... WHERE uid=? AND collected_at IS
+  NULL AND state=<the state looked up>` (or inserted, collected, where no row had it: the unique
+  uid refuses a second insert), and its metrics are written only by the collector whose UPDATE
+  changed the row, so a run that two collectors read at the same time is still counted once;
+- should anything in a batch fail (a row the database refuses, two collectors creating the same
+  sweep, cell or run, a run changed under it), the batch rolls back and each of its files lands
+  alone, in its own transaction, retried once; a file that still fails is reported broken and
+  the others are not lost.
 
-A malformed file is reported with its path and the reason, and left where it is.
+Per file it costs one statement or two: the sweep and cell rows a batch needs are found with
+one query on their ids (never loading a sweep's override list), ids already seen are remembered
+for the rest of the collection, and new rows and metrics go in with one statement per table.
 """
 from __future__ import annotations
 
@@ -21,14 +30,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from sqlalchemy import delete, select, update
+from sqlalchemy import bindparam, delete, insert, select, update
+from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.orm import sessionmaker
 
 from . import runstate
 from .db import Cell, Metric, Run, Sweep, SweepCell
 from .metric_registry import unit_of
 from .resultfile import CELL_COLUMNS, RESULT_NAME, BadResult, read_result
+
+#: Files per transaction: large enough that a commit's cost vanishes, small enough that the
+#: write lock is never held for long (a launcher waits for it) and a crash loses little work.
+BATCH_SIZE = 500
 
 
 @dataclass
@@ -46,12 +60,27 @@ class CollectReport:
         return f"{self.added} added, {self.already} already in the DB, {len(self.broken)} broken{waiting}"
 
 
-class _AlreadyCollected(Exception):
-    """Another collector (or an earlier run of this one) claimed the run first."""
+@dataclass
+class _File:
+    """A result file read and checked, on its way into the database."""
+
+    path: Path        # as found under the runs directory (reports name it so)
+    resolved: Path    # where it really lies (recorded in the run's row)
+    result: dict[str, Any]
 
 
-class _InFlight(Exception):
-    """The run's job is still in flight: its failed result file may be an earlier incarnation's."""
+#: What became of one file in a batch.
+ADDED, ALREADY, WAITING, CONTENDED = "added", "already", "waiting", "contended"
+
+
+@dataclass
+class _Known:
+    """Ids this collection has seen in the database (rows are never deleted), so each is asked
+    for once per collection, not once per file."""
+
+    sweeps: set[str] = field(default_factory=set)
+    cells: set[str] = field(default_factory=set)
+    pairs: set[tuple[str, str]] = field(default_factory=set)
 
 
 def find_results(runs_root: Path) -> list[Path]:
@@ -59,135 +88,247 @@ def find_results(runs_root: Path) -> list[Path]:
     return sorted(p for p in runs_root.rglob(RESULT_NAME) if p.is_file())
 
 
-def collect(session_factory: sessionmaker, runs_root: Path) -> CollectReport:
+def collect(session_factory: sessionmaker, runs_root: Path, batch_size: int = BATCH_SIZE) -> CollectReport:
     """Ingests every result file under `runs_root` that the database does not hold yet."""
     runs_root = Path(runs_root)
     if not runs_root.is_dir():
         raise FileNotFoundError(f"no runs directory {runs_root}")
-    report = CollectReport()
+    report, known, batch = CollectReport(), _Known(), []
     with session_factory() as session:
         landed = set(session.scalars(select(Run.result_path).where(
             Run.collected_at.is_not(None), Run.result_path.is_not(None))))
     for path in find_results(runs_root):
+        resolved = path.resolve()
         # Cheap skip for files collected from this very place; a moved runs/ tree still ends up
-        # in `already` through the claim below.
-        if str(path.resolve()) in landed:
+        # in `already` through the claim.
+        if str(resolved) in landed:
             report.already += 1
             continue
         try:  # one file's problem, whatever it is, is that file's broken reason, never the end
-            result = read_result(path)
-            added = _land(session_factory, path, result)
+            batch.append(_File(path, resolved, read_result(path)))
         except BadResult as exc:
             report.broken.append((path, str(exc)))
-            continue
-        except IntegrityError as exc:
-            report.broken.append((path, f"the database refused it twice: {exc.orig}"))
-            continue
-        except _InFlight:
-            report.waiting += 1
-            continue
         except Exception as exc:  # noqa: BLE001 - reported with the file, collection goes on
             report.broken.append((path, f"{type(exc).__name__}: {exc}"))
-            continue
-        if added:
-            report.added += 1
-        else:
-            report.already += 1
+        if len(batch) >= max(1, batch_size):
+            _land(session_factory, batch, known, report)
+            batch = []
+    _land(session_factory, batch, known, report)
     return report
 
 
-def _land(session_factory: sessionmaker, path: Path, result: dict[str, Any]) -> bool:
-    """One file, one transaction; True if this call landed it, False if it was already in."""
+def _land(session_factory: sessionmaker, files: list[_File], known: _Known, report: CollectReport) -> None:
+    """A batch in one transaction; if that fails, each of its files alone (see the module's doc)."""
+    if not files:
+        return
     try:
-        return _land_once(session_factory, path, result)
-    except IntegrityError:
-        # A concurrent collector inserted the same sweep, cell or run between our look and our
-        # insert; the retry finds its rows (and, most likely, the run already claimed).
-        return _land_once(session_factory, path, result)
+        outcomes = _transaction(session_factory, files, known)
+    except Exception:  # noqa: BLE001 - the files alone say which one it was
+        outcomes = [CONTENDED] * len(files)
+    for file, outcome in zip(files, outcomes):
+        if outcome == CONTENDED:
+            outcome = _alone(session_factory, file, known)
+        if outcome == ADDED:
+            report.added += 1
+        elif outcome == ALREADY:
+            report.already += 1
+        elif outcome == WAITING:
+            report.waiting += 1
+        else:
+            report.broken.append((file.path, outcome))
 
 
-def _land_once(session_factory: sessionmaker, path: Path, result: dict[str, Any]) -> bool:
-    try:
-        with session_factory() as session, session.begin():
-            _ingest(session, path, result)
-    except _AlreadyCollected:
-        return False
-    return True
+def _alone(session_factory: sessionmaker, file: _File, known: _Known) -> str:
+    """One file in its own transaction, tried twice (a concurrent collector may have inserted the
+    same sweep, cell or run between our look and our insert; the retry finds its rows); a broken
+    reason if it still fails."""
+    for attempt in (1, 2):
+        try:
+            (outcome,) = _transaction(session_factory, [file], known)
+        except IntegrityError as exc:
+            if attempt == 2:
+                return f"the database refused it twice: {exc.orig}"
+            continue
+        except _Contended:
+            continue
+        except Exception as exc:  # noqa: BLE001 - reported with the file, collection goes on
+            return f"{type(exc).__name__}: {exc}"
+        if outcome != CONTENDED:
+            return outcome
+    return "another process changed its run twice while it was being collected; collect again"
 
 
-def _ingest(session: Session, path: Path, result: dict[str, Any]) -> None:
-    """Writes one result's rows within the caller's transaction; raises _AlreadyCollected."""
+def _transaction(session_factory: sessionmaker, files: list[_File], known: _Known) -> list[str]:
+    """Lands `files` in one transaction; their outcomes, in order. Raises whatever the database
+    raised (nothing of the batch is then written)."""
+    with session_factory() as session:
+        conn = session.connection()
+        if conn.dialect.name == "sqlite":  # the write lock first: what we look up stays true
+            conn.exec_driver_sql("BEGIN IMMEDIATE")
+        new = _Known()
+        _parents(conn, files, known, new)
+        outcomes = _runs(conn, files)
+        session.commit()
+    known.sweeps |= new.sweeps
+    known.cells |= new.cells
+    known.pairs |= new.pairs
+    return outcomes
+
+
+def _found(conn: Connection, column: Any, ids: set[str], *where: Any) -> set[str]:
+    """Which of `ids` the column holds (one query on ids alone: no row is loaded)."""
+    return set(conn.scalars(select(column).where(column.in_(ids), *where))) if ids else set()
+
+
+def _parents(conn: Connection, files: list[_File], known: _Known, new: _Known) -> None:
+    """The sweep, cell and sweep-cell rows the batch's runs refer to, inserted where missing;
+    ids found or inserted join `known` (those inserted, in `new`, once the batch commits)."""
+    first: dict[str, _File] = {}
+    for f in files:
+        first.setdefault(f.result["sweep_id"], f)
+        first.setdefault(f.result["cell_id"], f)
+    sweeps = {f.result["sweep_id"] for f in files} - known.sweeps
+    known.sweeps |= _found(conn, Sweep.id, sweeps)
+    if sweeps - known.sweeps:
+        conn.execute(insert(Sweep), [
+            {"id": s, "created_at": first[s].result.get("started_at") or first[s].path.stat().st_mtime,
+             "argv": [], "overrides": [], "n_cells": 0,
+             "note": f"created by the collector from {first[s].path}: the launcher did not record this sweep"}
+            for s in sorted(sweeps - known.sweeps)])
+        new.sweeps |= sweeps - known.sweeps
+    cells = {f.result["cell_id"] for f in files} - known.cells
+    known.cells |= _found(conn, Cell.id, cells)
+    if cells - known.cells:
+        now = time.time()
+        conn.execute(insert(Cell), [
+            {"id": c, "settings": first[c].result["cell"], "created_at": now,
+             **{key: first[c].result["cell"][key] for key in CELL_COLUMNS}} for c in sorted(cells - known.cells)])
+        new.cells |= cells - known.cells
+    by_sweep: dict[str, set[str]] = {}
+    for sweep, cell in {(f.result["sweep_id"], f.result["cell_id"]) for f in files} - known.pairs:
+        by_sweep.setdefault(sweep, set()).add(cell)
+    for sweep, cell_ids in sorted(by_sweep.items()):
+        found = _found(conn, SweepCell.cell_id, cell_ids, SweepCell.sweep_id == sweep)
+        known.pairs |= {(sweep, c) for c in found}
+        if cell_ids - found:
+            conn.execute(insert(SweepCell), [{"sweep_id": sweep, "cell_id": c} for c in sorted(cell_ids - found)])
+            new.pairs |= {(sweep, c) for c in cell_ids - found}
+
+
+#: What a claim reads of a run before it writes: the state it moves from, whether it is claimed,
+#: and the fields a result file without them leaves as they were.
+_LOOKED_UP = (Run.uid, Run.id, Run.state, Run.collected_at, Run.node, Run.job_id, Run.executor, Run.log_path)
+#: The claim: the run's fields go in only if no one collected it and its state is the one looked
+#: up (the SET clause is the statement's parameters other than these two).
+_CLAIM = update(Run.__table__).where(Run.__table__.c.uid == bindparam("claim_uid"),
+                                     Run.__table__.c.collected_at.is_(None),
+                                     Run.__table__.c.state == bindparam("claim_state"))
+
+
+def _runs(conn: Connection, files: list[_File]) -> list[str]:
+    """Claims (or inserts, collected) each file's run and writes its metrics; the outcomes.
+    Raises _Contended where the claims changed fewer rows than they should (see _claim)."""
     now = time.time()
-    sweep_id, cell_id, uid = result["sweep_id"], result["cell_id"], result["run_uid"]
+    rows = {r.uid: r for r in conn.execute(select(*_LOOKED_UP).where(
+        Run.uid.in_(sorted({f.result["run_uid"] for f in files}))))}
+    outcomes: list[str] = []
+    inserts: list[dict[str, Any]] = []
+    claims: list[tuple[int, dict[str, Any]]] = []  # (index in files, the claim's parameters)
+    taken: set[str] = set()
+    for i, f in enumerate(files):
+        uid, row = f.result["run_uid"], rows.get(f.result["run_uid"])
+        if uid in taken:  # the same run twice in one batch (a copied run directory)
+            outcomes.append(ALREADY)
+            continue
+        if row is not None and row.state in runstate.IN_FLIGHT and f.result["state"] != runstate.DONE:
+            # its job is still in flight (a requeued job's earlier incarnation wrote this failure):
+            # landing it would close the repeat before its real measurement
+            outcomes.append(WAITING)
+            continue
+        if row is not None and row.collected_at is not None:
+            outcomes.append(ALREADY)
+            continue
+        taken.add(uid)
+        outcomes.append(ADDED)
+        if row is None:  # the launcher never recorded it: inserted, collected (the uid is unique)
+            inserts.append({"uid": uid, "sweep_id": f.result["sweep_id"], "cell_id": f.result["cell_id"],
+                            "repeat": f.result["repeat"], "attempt": f.result["attempt"],
+                            **_run_values(None, f, now)})
+        else:
+            claims.append((i, {"claim_uid": uid, "claim_state": row.state, **_run_values(row, f, now)}))
+    for i in _claim(conn, [c for _, c in claims]):
+        outcomes[claims[i][0]] = CONTENDED
+    if inserts:
+        conn.execute(insert(Run), inserts)
+    ids = {r.uid: r.id for r in rows.values()}
+    if inserts:
+        ids.update(conn.execute(select(Run.uid, Run.id).where(Run.uid.in_([r["uid"] for r in inserts]))).all())
+    landed = [(ids[f.result["run_uid"]], f.result) for f, outcome in zip(files, outcomes) if outcome == ADDED]
+    if landed:
+        # Metrics left by an earlier landing whose collected_at was reset (to re-collect) are replaced.
+        conn.execute(delete(Metric).where(Metric.run_id.in_([run_id for run_id, _ in landed])))
+        metrics = [{"run_id": run_id, "name": name, "value": float(value), "unit": unit_of(name)}
+                   for run_id, result in landed for name, value in (result.get("metrics") or {}).items()]
+        if metrics:
+            conn.execute(insert(Metric), metrics)
+    return outcomes
 
-    if session.get(Sweep, sweep_id) is None:
-        session.add(Sweep(
-            id=sweep_id, created_at=result.get("started_at") or path.stat().st_mtime,
-            argv=[], overrides=[], n_cells=0,
-            note=f"created by the collector from {path}: the launcher did not record this sweep"))
-    if session.get(Cell, cell_id) is None:
-        cell = result["cell"]
-        session.add(Cell(id=cell_id, settings=cell, created_at=now,
-                         **{key: cell[key] for key in CELL_COLUMNS}))
-    session.flush()  # sweeps and cells first: runs and sweep_cells refer to them
-    if session.get(SweepCell, (sweep_id, cell_id)) is None:
-        session.add(SweepCell(sweep_id=sweep_id, cell_id=cell_id))
-    run = session.scalar(select(Run).where(Run.uid == uid))
-    if run is None:
-        run = Run(uid=uid, sweep_id=sweep_id, cell_id=cell_id, repeat=result["repeat"],
-                  attempt=result["attempt"], state=runstate.PENDING)  # _fill_run moves it
-        session.add(run)
-    session.flush()
 
-    if run.state in runstate.IN_FLIGHT and result["state"] != runstate.DONE:
-        # its job is still in flight (a requeued job's earlier incarnation wrote this failure):
-        # landing it would close the repeat before its real measurement
-        raise _InFlight(uid)
-    claim = session.execute(
-        update(Run).where(Run.uid == uid, Run.collected_at.is_(None)).values(collected_at=now),
-        execution_options={"synchronize_session": False})
-    if claim.rowcount != 1:
-        raise _AlreadyCollected(uid)
-
-    _fill_run(run, path, result)
-    run.collected_at = now
-    # Metrics left by an earlier landing whose collected_at was reset (to re-collect) are replaced.
-    session.execute(delete(Metric).where(Metric.run_id == run.id))
-    session.add_all(Metric(run_id=run.id, name=name, value=float(value), unit=unit_of(name))
-                    for name, value in (result.get("metrics") or {}).items())
+class _Contended(Exception):
+    """A claim changed fewer runs than it should: another process collected or moved one of them
+    since this batch looked them up (impossible on SQLite, whose batches hold the write lock)."""
 
 
-def _fill_run(run: Run, path: Path, result: dict[str, Any]) -> None:
-    """Copies what the result file knows about its run onto the run's row."""
+def _claim(conn: Connection, claims: list[dict[str, Any]]) -> list[int]:
+    """Runs the claims (all of them, or none: raises _Contended); where the database cannot count
+    the rows one statement of many changed, one by one, and returns the indexes of those that
+    changed no row."""
+    groups: dict[tuple[str, ...], list[dict[str, Any]]] = {}
+    for c in claims:  # one statement per set of columns (a run that keeps its verdict sets fewer)
+        groups.setdefault(tuple(c), []).append(c)
+    if conn.dialect.supports_sane_multi_rowcount:
+        for group in groups.values():
+            if conn.execute(_CLAIM, group).rowcount != len(group):
+                raise _Contended()
+        return []
+    return [i for i, c in enumerate(claims) if conn.execute(_CLAIM, c).rowcount != 1]
+
+
+def _run_values(row: Any, f: _File, now: float) -> dict[str, Any]:
+    """The run's fields from what its result file knows (`row`: the run as looked up, or None),
+    collected now."""
+    result = f.result
     error = result.get("error") or {}
     trainer = result.get("trainer") or {}
     paths = result.get("paths") or {}
+    old = row._mapping if row is not None else {}
     # The run directory is where the file lies now, which stays true after runs/ is moved or
     # copied off the cluster; the job's own `paths.run_dir` may name another machine's mount.
-    run_dir = path.parent.resolve()
-
+    run_dir = f.resolved.parent
+    values: dict[str, Any] = {}
     # A run tracking already ended keeps its verdict: it was drawn from the result file *and*
     # the scheduler (Slurm's CANCELLED beats a file that says the trainer got a signal).
-    if run.state not in runstate.FINAL or run.state == runstate.LOST:
-        run.state = result["state"]
-        run.state_detail = None
-        run.error_class = error.get("class")
-        run.error_message = error.get("message")
-    run.node = result.get("node") or run.node
-    run.job_id = result.get("job_id") or run.job_id
-    run.executor = result.get("executor") or run.executor
-    run.started_at = result.get("started_at")
-    run.ended_at = result.get("ended_at")
-    run.run_dir = str(run_dir)
-    run.log_path = _under(run_dir, paths.get("stderr")) or run.log_path
-    run.result_path = str(path.resolve())
-    run.params = trainer.get("params")
-    run.framework_version = trainer.get("version")
-    run.framework_build = trainer.get("build")
-    _fill_provenance(run, result)
+    if old.get("state") not in runstate.FINAL or old.get("state") == runstate.LOST:
+        values.update(state=runstate.check_move(old.get("state"), result["state"]), state_detail=None,
+                      error_class=error.get("class"), error_message=error.get("message"))
+    values.update(
+        node=result.get("node") or old.get("node"),
+        job_id=result.get("job_id") or old.get("job_id"),
+        executor=result.get("executor") or old.get("executor"),
+        started_at=result.get("started_at"),
+        ended_at=result.get("ended_at"),
+        run_dir=str(run_dir),
+        log_path=_under(run_dir, paths.get("stderr")) or old.get("log_path"),
+        result_path=str(f.resolved),
+        params=trainer.get("params"),
+        framework_version=trainer.get("version"),
+        framework_build=trainer.get("build"),
+        collected_at=now,
+        **_provenance(result))
+    return values
 
 
-def _fill_provenance(run: Run, result: dict[str, Any]) -> None:
+def _provenance(result: dict[str, Any]) -> dict[str, Any]:
     """The provenance columns (docs/protocol.md §3 `provenance`); a part of the wrong type is skipped."""
     prov = result.get("provenance") or {}
     cpu, gpu = prov.get("cpu") or {}, prov.get("gpu") or {}
@@ -198,20 +339,22 @@ def _fill_provenance(run: Run, result: dict[str, Any]) -> None:
         return value if isinstance(value, types) and not (isinstance(value, bool) and bool not in types) else None
 
     names = sorted({d.get("name") for d in devices if isinstance(d.get("name"), str)})
-    run.provenance = prov or None
-    run.environment = typed(prov.get("environment"), str) or typed(result.get("environment"), str)
-    run.cpu_model = typed(cpu.get("model"), str)
-    run.cpu_cores = typed(cpu.get("cores"), int)
-    run.cpu_threads = typed(cpu.get("usable"), int)
-    run.gpu_name = ", ".join(names) or None
-    run.gpu_uuids = ",".join(d["uuid"] for d in devices if isinstance(d.get("uuid"), str)) or None
-    run.gpu_driver = typed(gpu.get("driver"), str)
-    run.cuda_driver = typed(gpu.get("cuda_driver"), str)
-    run.git_revision = typed(git.get("revision"), str)
-    run.git_dirty = typed(git.get("dirty"), bool)
-    run.slurm_job_id = typed(slurm.get("job_id"), str)
-    run.exclusive = typed(prov.get("exclusive"), bool)
-    run.energy_method = typed((result.get("energy") or {}).get("method"), str)
+    return {
+        "provenance": prov or None,
+        "environment": typed(prov.get("environment"), str) or typed(result.get("environment"), str),
+        "cpu_model": typed(cpu.get("model"), str),
+        "cpu_cores": typed(cpu.get("cores"), int),
+        "cpu_threads": typed(cpu.get("usable"), int),
+        "gpu_name": ", ".join(names) or None,
+        "gpu_uuids": ",".join(d["uuid"] for d in devices if isinstance(d.get("uuid"), str)) or None,
+        "gpu_driver": typed(gpu.get("driver"), str),
+        "cuda_driver": typed(gpu.get("cuda_driver"), str),
+        "git_revision": typed(git.get("revision"), str),
+        "git_dirty": typed(git.get("dirty"), bool),
+        "slurm_job_id": typed(slurm.get("job_id"), str),
+        "exclusive": typed(prov.get("exclusive"), bool),
+        "energy_method": typed((result.get("energy") or {}).get("method"), str),
+    }
 
 
 def _under(run_dir: Path, name: Optional[str]) -> Optional[str]:

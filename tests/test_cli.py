@@ -61,11 +61,12 @@ def test_status_counts_by_state_newest_first_and_lists_failures(env, capsys):
     assert out.index("new") < out.index("old"), "newest sweep first"
     new_row = next(line for line in out.splitlines() if "│ new " in line)
     assert [c.strip() for c in new_row.strip("│ ").split("│")][2:5] == ["3", "2", "1"]  # cells, done, failed
-    assert "Failed or lost runs (1):" in out
+    assert "Failed or lost runs of sweep new (1; the first 3 of each class):\n  out_of_memory (1)\n" in out
     assert "failed torch/vgg16/mnist" in out
     assert "out_of_memory: CUDA out of memory. Tried to allocate 999" in out  # one line
     assert "9" * 150 not in out  # truncated
     assert str(env / "runs" / "new") in out and "trainer.log" in out
+    assert "python -m orchestrator status --failed [--sweep ID] [--class A,B]" in out  # how to list all
 
     assert main(["status", "--sweep", "latest"]) == 0
     out = capsys.readouterr().out
@@ -73,6 +74,45 @@ def test_status_counts_by_state_newest_first_and_lists_failures(env, capsys):
     assert main(["--db", "sqlite:///results.db", "status", "--sweep", "old"]) == 0
     out = capsys.readouterr().out
     assert "│ old " in out and "Failed or lost" not in out
+
+
+def test_status_is_a_summary_and_failed_lists_every_failure(env, capsys):
+    """Per sweep and error class, the count and the first EXAMPLES runs (message and log);
+    `status --failed [--class]` lists every one."""
+    runs = env / "runs"
+    for i in range(7):
+        write_result(runs, {**make_result(sweep="new", model="googlenet", repeat=i, state="failed",
+                                          error={"class": "crash", "message": f"Segmentation fault {i}"}),
+                            "started_at": 2_000.0})
+    write_result(runs, {**make_result(sweep="old", model="resnet50", state="failed",
+                                      error={"class": "timeout", "message": "time limit 60 min"}), "started_at": 1_000.0})
+    main(["collect"])
+    capsys.readouterr()
+
+    assert main(["status"]) == 0
+    out = capsys.readouterr().out
+    new_row = next(line for line in out.splitlines() if "│ new " in line)
+    assert [c.strip() for c in new_row.strip("│ ").split("│")][2:5] == ["4", "2", "8"]  # cells, done, failed
+    new = out[out.index("Failed or lost runs of sweep new (8; the first 3 of each class):"):
+              out.index("Failed or lost runs of sweep old (1;")]
+    crash = new[new.index("  crash (7)\n"):new.index("  out_of_memory (1)\n")]
+    assert [f"Segmentation fault {i}" in crash for i in range(7)] == [True] * 3 + [False] * 4
+    assert crash.count("log: ") == 3 and crash.count("failed torch/googlenet/mnist  new:") == 3
+    assert "    ... 4 more: python -m orchestrator status --failed --sweep new --class crash\n" in crash
+    assert "  timeout (1)\n" in out and "time limit 60 min" in out  # the older sweep's, after the newer's
+    assert out.index("sweep new (8") < out.index("sweep old (1") < out.index("Every one: ")
+
+    assert main(["status", "--failed"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("failed torch/googlenet/mnist") == 7 and out.count("log: ") == 9
+    assert all(f"crash: Segmentation fault {i}" in out for i in range(7)) and out.endswith("9 run(s)\n")
+    assert main(["status", "--failed", "--class", "timeout,out_of_memory", "--sweep", "new"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("Failed or lost runs of class timeout, out_of_memory (latest attempts):")
+    assert "torch/vgg16/mnist" in out and "resnet50" not in out and out.endswith("1 run(s)\n")
+    assert main(["status", "--class", "crash"]) == 1
+    assert "--class picks what --failed lists: python -m orchestrator status --failed --class crash" in (
+        capsys.readouterr().err)
 
 
 def test_status_of_an_unknown_sweep_names_the_known_ones(env, capsys):
@@ -108,6 +148,66 @@ def test_results_table_shows_rate_with_spread(env, capsys):
     assert "3 runs of sweep new" in out
     assert "900.0 ± 3.2" in out
     assert "failed (out_of_memory)" in out
+
+
+def _many_runs(tmp_path, monkeypatch, n):
+    """A working directory whose database holds `n` done runs of `n` cells (seeds), collected."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("COLUMNS", "250")
+    monkeypatch.delenv("ORCHESTRATOR_DB", raising=False)
+    monkeypatch.delenv("ORCHESTRATOR_NOISY_CV", raising=False)
+    for seed in range(n):
+        write_result(tmp_path / "runs", make_result(sweep="s", seed=seed))
+    assert main(["collect"]) == 0
+
+
+def test_results_and_summary_show_the_first_rows_and_say_how_to_see_all(tmp_path, monkeypatch, capsys):
+    from orchestrator import cli
+
+    n = cli.LIMIT + 12
+    _many_runs(tmp_path, monkeypatch, n)
+    capsys.readouterr()
+    for summary in ([], ["--summary"]):
+        assert main(["results", *summary]) == 0
+        out = capsys.readouterr().out
+        assert out.count("torch/lenet/mnist") == cli.LIMIT
+        assert f"{n} {'cells over their repeats' if summary else 'runs'}" in out and f"the first {cli.LIMIT}" in out
+        assert out.rstrip().endswith("12 more not shown: --limit N shows the first N, --all every one "
+                                     "(--csv prints them all as CSV)")
+        assert main(["results", *summary, "--limit", "5"]) == 0
+        out = capsys.readouterr().out
+        assert out.count("torch/lenet/mnist") == 5 and f"{n - 5} more not shown" in out
+        assert main(["results", *summary, "--all"]) == 0
+        out = capsys.readouterr().out
+        assert out.count("torch/lenet/mnist") == n and "more not shown" not in out
+        assert main(["results", *summary, "--csv"]) == 0  # CSV: every row, unless --limit
+        assert len(list(csv.DictReader(io.StringIO(capsys.readouterr().out)))) == n
+        assert main(["results", *summary, "--csv", "--limit", "3"]) == 0
+        assert len(list(csv.DictReader(io.StringIO(capsys.readouterr().out)))) == 3
+    assert main(["results", "--limit", "0"]) == 1
+    assert "--limit 0: show at least one row, or every one with --all" in capsys.readouterr().err
+    assert main(["results", "--limit", "3", "--all"]) == 2  # one or the other (argparse says so)
+
+
+def test_results_csv_streams_its_rows(tmp_path, monkeypatch, capsys):
+    """The CSV writer is handed the database's rows as they come, never a list of all of them."""
+    from orchestrator import cli
+
+    _many_runs(tmp_path, monkeypatch, 5)
+    capsys.readouterr()
+    handed = []
+    write_csv = cli._write_csv
+
+    def spy(rows, columns):
+        handed.append(rows)
+        return write_csv(rows, columns)
+
+    monkeypatch.setattr(cli, "_write_csv", spy)
+    for summary in ([], ["--summary"]):
+        assert main(["results", "--csv", *summary]) == 0
+    assert len(handed) == 2 and not any(isinstance(rows, (list, tuple)) for rows in handed)
+    assert all(iter(rows) is rows for rows in handed)  # iterators: rows one at a time
+    assert len(capsys.readouterr().out.splitlines()) == 2 * (1 + 5)
 
 
 def test_results_bad_filters_say_what_to_do(env, capsys):
@@ -222,12 +322,45 @@ def test_a_database_from_a_newer_orchestrator_is_a_message(env, capsys):
     assert "schema revision ffff, which this orchestrator does not know" in err and "Traceback" not in err
 
 
-def test_the_cli_imports_neither_numpy_nor_alembic():
-    """`orchestrator <subcommand>` starts quickly: the metric registry, not the metrics code, and
-    Alembic only when a database needs upgrading."""
-    code = "import sys, orchestrator.cli; print(sorted({'numpy', 'alembic'} & set(sys.modules)))"
-    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          check=True).stdout.strip() == "[]"
+HEAVY = ("hydra", "omegaconf", "numpy", "submitit", "alembic", "sqlalchemy", "rich")
+
+
+def _imported_by(argv, cwd=None):
+    """The heavy modules `orchestrator <argv>` imports (through __main__'s dispatch)."""
+    code = ("import sys; from orchestrator.__main__ import main; sys.argv = ['orchestrator', *sys.argv[1:]]\n"
+            "try:\n    main()\nexcept SystemExit:\n    pass\n"
+            f"print(sorted({{m.split('.')[0] for m in sys.modules}} & set({HEAVY!r})), file=sys.stderr)")
+    done = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, cwd=cwd)
+    return done.stderr.strip().splitlines()[-1]
+
+
+def test_the_cli_imports_only_what_a_command_needs(env):
+    """`--help` and a usage error import no database code, no Hydra and no rich; a command on the
+    database imports SQLAlchemy and rich, never Hydra, numpy, submitit, nor Alembic (only when a
+    database needs upgrading)."""
+    for argv in (["--help"], ["-h"], ["status", "--help"], ["results", "--help"], ["--db", "x", "collect", "-h"],
+                 ["results", "--nope"]):
+        assert _imported_by(argv) == "[]", argv
+    assert main(["collect"]) == 0  # (an up-to-date database, so no upgrade)
+    for argv in (["status"], ["results"], ["results", "--summary", "--csv"]):
+        assert _imported_by(argv, cwd=env) == "['rich', 'sqlalchemy']", argv
+
+
+def test_main_sends_subcommands_and_help_to_the_cli_and_the_rest_to_hydra():
+    from orchestrator.__main__ import is_cli
+
+    for argv in (["status"], ["--help"], ["-h"], ["--db", "sqlite:///x.db", "results"], ["--db=x", "--runs", "r",
+                                                                                              "collect"]):
+        assert is_cli(argv), argv
+    for argv in ([], ["-m", "framework=torch"], ["framework=torch"], ["--cfg", "job"], ["--db", "x"],
+                 ["--hydra-help"], ["-m", "status=1"]):
+        assert not is_cli(argv), argv
+
+
+def test_the_help_text_names_the_databases_noisy_threshold():
+    from orchestrator import cli
+
+    assert cli.NOISY_CV_PERCENT == db.NOISY_CV * 100
 
 
 SUBCOMMANDS = [["status"], ["collect"], ["results"], ["results", "--summary"], ["rerun", "--failed"],

@@ -5,6 +5,7 @@ import shutil
 import sqlite3
 from pathlib import Path
 
+import pytest
 from sqlalchemy import func, select, update
 
 from orchestrator import db
@@ -184,15 +185,16 @@ def test_broken_files_are_reported_left_in_place_and_do_not_stop_the_rest(tmp_pa
     assert (second.added, second.already, len(second.broken)) == (1, 3, len(broken) - 1)
 
 
-def _collect_in_process(url: str, runs: str, start, queue) -> None:
+def _collect_in_process(url: str, runs: str, batch: int, start, queue) -> None:
     """One collector process: open the (possibly fresh) DB, wait for the other, collect."""
     Session = db.open_db(url)
     start.wait(timeout=30)
-    report = collect(Session, Path(runs))
+    report = collect(Session, Path(runs), batch_size=batch)
     queue.put((report.added, report.already, [str(p) for p, _ in report.broken]))
 
 
-def test_two_collectors_at_once_land_each_run_exactly_once(tmp_path):
+@pytest.mark.parametrize("batch", [500, 3])  # all in one batch each; batches that interleave
+def test_two_collectors_at_once_land_each_run_exactly_once(tmp_path, batch):
     runs = tmp_path / "runs"
     n = 24
     for i in range(n):  # many runs of few cells, so both collectors race for the same sweep/cells
@@ -201,7 +203,7 @@ def test_two_collectors_at_once_land_each_run_exactly_once(tmp_path):
 
     ctx = multiprocessing.get_context("spawn")
     start, queue = ctx.Barrier(2), ctx.Queue()
-    procs = [ctx.Process(target=_collect_in_process, args=(url, str(runs), start, queue)) for _ in range(2)]
+    procs = [ctx.Process(target=_collect_in_process, args=(url, str(runs), batch, start, queue)) for _ in range(2)]
     for p in procs:
         p.start()
     try:
@@ -225,7 +227,8 @@ def test_two_collectors_at_once_land_each_run_exactly_once(tmp_path):
 
 def test_a_collect_killed_mid_way_and_run_again_lands_every_run_once(tmp_path):
     """`orchestrator collect` SIGKILLed three times while it lands 600 runs, then run to its end:
-    every run lands once, with all its metrics (one transaction per file, claimed by one UPDATE)."""
+    every run lands once, with all its metrics (one transaction per batch of 10 files, each run
+    claimed by one UPDATE)."""
     import os
     import subprocess
     import sys
@@ -235,7 +238,7 @@ def test_a_collect_killed_mid_way_and_run_again_lands_every_run_once(tmp_path):
     for i in range(n):
         write_result(runs, make_result(model=("lenet", "alexnet")[i % 2], repeat=i // 2))
     env = {**os.environ, "ORCHESTRATOR_DB": f"sqlite:///{tmp_path / 'results.db'}", "ORCHESTRATOR_RUNS": str(runs)}
-    argv = [sys.executable, "-m", "orchestrator", "collect"]
+    argv = [sys.executable, "-m", "orchestrator", "collect", "--batch", "10"]
     landed = []
     for _ in range(3):
         proc = subprocess.Popen(argv, env=env, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -279,3 +282,163 @@ def test_a_gpu_run_lands_its_energy_method_and_gpu_columns(tmp_path):
                       "images_per_sec_per_w, gpu_mem_peak_mb, gpu_util, git_dirty from results").fetchone()
     assert row == ("counter", "Tesla P100-PCIE-16GB", 597.0, 78.6, 9649.0, 3.46, 14550.0, 98.9, 0)
     con.close()
+
+
+def test_a_file_the_database_refuses_in_a_batch_loses_none_of_the_others(tmp_path):
+    """The batch it was in rolls back; each of its files then lands alone: that one is reported
+    broken (with the database's reason, tried twice), the rest land with their metrics."""
+    runs = tmp_path / "runs"
+    results = [make_result(model="lenet", repeat=i) for i in range(10)]
+    for r in results:
+        write_result(runs, r)
+    Session = db.open_db(f"sqlite:///{tmp_path / 'results.db'}")
+    refused = results[6]["run_uid"]
+    with Session.begin() as s:  # the database refuses one run, whatever the collector does
+        s.connection().exec_driver_sql(
+            f"CREATE TRIGGER refuse BEFORE INSERT ON runs WHEN NEW.uid = '{refused}' "
+            f"BEGIN SELECT RAISE(ABORT, 'refused by the test'); END")
+
+    report = collect(Session, runs, batch_size=4)
+
+    assert (report.added, report.already) == (9, 0)
+    ((path, reason),) = report.broken
+    assert path == write_result(runs, results[6]) and "refused it twice: refused by the test" in reason
+    con = sqlite3.connect(tmp_path / "results.db")
+    assert con.execute("select count(*), count(collected_at) from runs").fetchone() == (9, 9)
+    assert con.execute("select count(*) from metrics").fetchone() == (9 * 12,)
+    assert con.execute("select count(*) from runs where uid = ?", (refused,)).fetchone() == (0,)
+    con.execute("DROP TRIGGER refuse")
+    con.commit()
+    con.close()
+    again = collect(Session, runs, batch_size=4)
+    assert (again.added, again.already, again.broken) == (1, 9, [])
+
+
+def test_in_flight_and_ended_runs_in_one_batch_keep_their_rules(tmp_path):
+    """In one batch: a run the launcher recorded lands; a failed result of a run whose job is
+    still in flight waits (nothing written); a run tracking ended keeps its verdict; a lost run
+    takes its late result; a run nobody recorded is created."""
+    runs = tmp_path / "runs"
+    submitted = make_result(model="lenet")
+    in_flight = make_result(model="alexnet", state="failed",
+                            error={"class": "signal", "message": "terminated by SIGTERM (requeued)"})
+    cancelled = make_result(model="vgg16", state="failed",
+                            error={"class": "signal", "message": "terminated by SIGTERM"})
+    lost = make_result(model="resnet50")
+    unrecorded = make_result(model="googlenet")
+    for r in (submitted, in_flight, cancelled, lost, unrecorded):
+        write_result(runs, r)
+    Session = db.open_db(f"sqlite:///{tmp_path / 'results.db'}")
+    with Session.begin() as s:  # the launcher's rows, moved as tracking moved them
+        s.add(Sweep(id="sweep-a", created_at=1.0, argv=[], overrides=[["model=x"]] * 1000, n_cells=4))
+        for r, moves in ((submitted, ["submitted"]), (in_flight, ["submitted", "running"]),
+                         (cancelled, ["submitted", "running", "cancelled"]), (lost, ["submitted", "lost"])):
+            s.add(Cell(id=r["cell_id"], settings=r["cell"], created_at=1.0, **r["cell"]))
+            s.flush()
+            s.add(SweepCell(sweep_id="sweep-a", cell_id=r["cell_id"]))
+            run = Run(uid=r["run_uid"], sweep_id="sweep-a", cell_id=r["cell_id"], repeat=0, attempt=1,
+                      state="pending", job_id="77_1")
+            for state in moves:
+                run.state = state
+            if run.state == "cancelled":
+                run.error_class, run.error_message = "cancelled", "slurm ended job 77_1 as CANCELLED"
+            s.add(run)
+
+    report = collect(Session, runs, batch_size=10)
+
+    assert (report.added, report.already, report.waiting, report.broken) == (4, 0, 1, [])
+    with Session() as s:
+        state = {r.cell.model: (r.state, r.error_class, r.collected_at is not None) for r in s.scalars(select(Run))}
+        assert state == {"lenet": ("done", None, True), "alexnet": ("running", None, False),
+                         "vgg16": ("cancelled", "cancelled", True), "resnet50": ("done", None, True),
+                         "googlenet": ("done", None, True)}
+        assert s.scalar(select(func.count()).select_from(Metric)) == 3 * 12
+        assert s.scalar(select(func.count()).select_from(SweepCell)) == 5
+
+    with Session.begin() as s:  # the scheduler's final word on the requeued job: it failed
+        s.scalar(select(Run).join(Cell).where(Cell.model == "alexnet")).state = "failed"
+    again = collect(Session, runs, batch_size=10)
+    assert (again.added, again.already, again.waiting) == (1, 4, 0)
+
+
+def test_collect_costs_statements_per_batch_not_per_file_and_never_reads_a_sweeps_overrides(tmp_path):
+    """A few statements per batch, whatever its size (claims and inserts go in bulk); sweeps and
+    cells looked up by id; no query reads `sweeps.overrides` (a large sweep's is megabytes)."""
+    from sqlalchemy import event
+
+    runs, n = tmp_path / "runs", 300
+    results = [make_result(sweep=f"sweep-{i % 3}", seed=i) for i in range(n)]  # many cells, few sweeps
+    for r in results:
+        write_result(runs, r)
+    Session = db.open_db(f"sqlite:///{tmp_path / 'results.db'}")
+    with Session.begin() as s:  # half of them recorded by the launcher (claimed by an UPDATE each)
+        for i in range(3):
+            s.add(Sweep(id=f"sweep-{i}", created_at=1.0, argv=[], overrides=[["seed=1"]] * n, n_cells=n // 3))
+        for r in results[: n // 2]:
+            s.add(Cell(id=r["cell_id"], settings=r["cell"], created_at=1.0, **r["cell"]))
+            s.flush()
+            s.add(Run(uid=r["run_uid"], sweep_id=r["sweep_id"], cell_id=r["cell_id"], repeat=0, attempt=1,
+                      state="pending"))
+    statements = []
+    engine = Session.kw["bind"]
+    listen = lambda conn, cursor, sql, params, context, many: statements.append(sql)  # noqa: E731
+    event.listen(engine, "before_cursor_execute", listen)
+    try:
+        report = collect(Session, runs, batch_size=100)
+    finally:
+        event.remove(engine, "before_cursor_execute", listen)
+
+    assert (report.added, report.broken) == (n, [])
+    # one look at what was landed, then per batch of 100 files a dozen statements, none per file
+    assert len(statements) <= 1 + 3 * 13, statements
+    assert not [sql for sql in statements if "overrides" in sql and not sql.startswith("INSERT")]
+    con = sqlite3.connect(tmp_path / "results.db")
+    assert con.execute("select count(*), count(collected_at) from runs").fetchone() == (n, n)
+    assert con.execute("select count(*) from sweeps").fetchone() == (3,)
+    assert con.execute("select count(*) from cells").fetchone() == (n,)
+    assert con.execute("select count(*) from sweep_cells").fetchone() == (n,)
+    assert con.execute("select count(*) from metrics").fetchone() == (n * 12,)
+    assert con.execute("select count(*) from results").fetchone() == (n,)
+
+
+def test_a_claim_that_finds_a_run_taken_since_the_lookup_lands_the_batch_file_by_file(tmp_path, monkeypatch):
+    """Where a claim changes fewer runs than it should (another process took one after the batch
+    looked them up: a server database, where batches do not hold a lock), the batch rolls back
+    and its files land alone, none lost, none twice; so too where the database cannot count the
+    rows of one statement run many times (one claim per run then)."""
+    from sqlalchemy import event
+
+    runs = tmp_path / "runs"
+    results = [make_result(model="lenet", repeat=i) for i in range(6)]
+    for r in results:
+        write_result(runs, r)
+    Session = db.open_db(f"sqlite:///{tmp_path / 'results.db'}")
+    with Session.begin() as s:
+        s.add(Sweep(id="sweep-a", created_at=1.0, argv=[], overrides=[], n_cells=1))
+        s.add(Cell(id=results[0]["cell_id"], settings=results[0]["cell"], created_at=1.0, **results[0]["cell"]))
+        s.flush()
+        for r in results:
+            s.add(Run(uid=r["run_uid"], sweep_id="sweep-a", cell_id=r["cell_id"], repeat=r["repeat"], attempt=1,
+                      state="pending"))
+    fired = []
+
+    def another_collector(conn, cursor, sql, params, context, many):
+        if sql.startswith("UPDATE runs") and not fired:  # the first claim: one run taken just before
+            fired.append(sql)
+            cursor.connection.execute("UPDATE runs SET collected_at = 1 WHERE uid = ?", (results[3]["run_uid"],))
+
+    engine = Session.kw["bind"]
+    event.listen(engine, "before_cursor_execute", another_collector)
+    try:
+        report = collect(Session, runs, batch_size=6)
+    finally:
+        event.remove(engine, "before_cursor_execute", another_collector)
+    assert fired and (report.added, report.already, report.broken) == (6, 0, [])
+
+    with Session.begin() as s:
+        s.execute(update(Run).values(collected_at=None))
+    monkeypatch.setattr(engine.dialect, "supports_sane_multi_rowcount", False)
+    assert (collect(Session, runs, batch_size=6).added, collect(Session, runs).already) == (6, 6)
+    con = sqlite3.connect(tmp_path / "results.db")
+    assert con.execute("select count(*), count(collected_at) from runs").fetchone() == (6, 6)
+    assert con.execute("select count(*) from metrics").fetchone() == (6 * 12,)
