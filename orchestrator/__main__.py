@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import sys
 
-SUBCOMMANDS = ("status", "collect", "results", "rerun", "data")
+SUBCOMMANDS = ("status", "collect", "results", "rerun", "report", "compare", "data")
 #: The CLI's options that may come before its subcommand, each with a value.
 CLI_OPTIONS = ("--db", "--runs")
 

@@ -85,7 +85,7 @@ def build_parser() -> argparse.ArgumentParser:
                f"dataset=synthetic,mnist\n{_config_groups()}\n"
                f"({PROG} --cfg job [overrides] prints the composed config; `data` writes datasets: "
                f"{PROG} data --help)")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="{status,collect,results,rerun}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="{status,collect,results,rerun,report,compare}")
 
     p = sub.add_parser("status", parents=[common], help="where each sweep's runs stand, and what failed")
     p.add_argument("--sweep", metavar="ID", help="one sweep (an id, a unique prefix, or 'latest')")
@@ -130,6 +130,28 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--mem", type=int, metavar="GB", help="give the reruns this much memory (GB)")
     p.add_argument("--dry-run", action="store_true", help="list what would be resubmitted; submit nothing")
     p.set_defaults(func=cmd_rerun)
+
+    p = sub.add_parser("report", parents=[common], help="a sweep's tables, figures and HTML page, into a directory")
+    p.add_argument("--sweep", action="append", metavar="ID",
+                   help="a sweep (an id, a unique prefix, or 'latest'); repeatable; default: every sweep")
+    p.add_argument("--out", required=True, metavar="DIR",
+                   help="where to write index.html, tables/<metric>.csv and .md, figures/<name>.svg and .png")
+    p.add_argument("--noisy-cv", type=float, default=None, metavar="PCT",
+                   help=f"mark a cell noisy above this CV in %% (default $ORCHESTRATOR_NOISY_CV or {NOISY_CV_PERCENT:g})")
+    p.set_defaults(func=cmd_report)
+
+    p = sub.add_parser("compare", parents=[common],
+                       help="per-cell ratios of a new sweep against a base; exit 1 on a regression beyond noise",
+                       description="Exit status: 0 no regression, 1 a cell slower than --threshold beyond its "
+                                   "repeats' noise, 2 bad usage.")
+    p.add_argument("--base", required=True, metavar="SWEEP|CSV",
+                   help="a sweep (id, prefix, 'latest'), a report's table CSV, or a report's directory")
+    p.add_argument("--new", required=True, metavar="SWEEP|CSV", help="the same kinds as --base")
+    p.add_argument("--threshold", type=float, default=5.0, metavar="PCT",
+                   help="a cell slower than this (percent), beyond noise, is a regression (default 5)")
+    p.add_argument("--metric", default=None, metavar="NAME",
+                   help="the metric compared (default: images_per_sec, or the CSV's)")
+    p.set_defaults(func=cmd_compare)
     return parser
 
 
@@ -639,3 +661,64 @@ def cmd_rerun(args: argparse.Namespace, out: Console) -> int:
                 failures += 1
                 out.print(f"  [red]refused[/] {_one_line(reason, 400)}", soft_wrap=True)
         return 1 if failures else 0
+
+# --- report and compare ---------------------------------------------------------------------------
+
+def cmd_report(args: argparse.Namespace, out: Console) -> int:
+    from . import db
+    from .report.build import write_report
+
+    threshold = _noisy_cv(args)
+    factory = db.open_db(args.db, create=False)
+    with factory() as session:
+        if args.sweep:
+            ids = list(dict.fromkeys(s.id for wanted in args.sweep for s in _pick_sweeps(session, wanted)))
+        else:
+            ids = [s.id for s in _pick_sweeps(session, None)]
+        report = write_report(session, ids, Path(args.out), threshold)
+    out.print(f"report of {len(ids)} sweep(s), {report.cells} cells: {report.index}", markup=False, soft_wrap=True)
+    out.print(f"  {len(report.tables)} table files in {report.out / 'tables'}, {len(report.figures)} figure files in "
+              f"{report.out / 'figures'}", markup=False, soft_wrap=True)
+    for why in report.skipped:
+        out.print(f"  not drawn: {why}", markup=False, soft_wrap=True)
+    return 0
+
+
+def cmd_compare(args: argparse.Namespace, out: Console) -> int:
+    """Exit 0: no regression; 1: a cell slower beyond --threshold and noise; 2: bad usage."""
+    from . import db
+    from .report import compare, tables
+
+    def from_sweep(wanted: str, metric: str) -> tuple[str, list[Any]]:
+        factory = db.open_db(args.db, create=False)
+        with factory() as session:
+            try:
+                sweep = _pick_sweeps(session, wanted)[0]
+            except CliError as exc:  # neither a file nor a sweep
+                why = str(exc).removeprefix(f"--sweep {wanted}: ")
+                raise compare.UsageError(f"{wanted}: no such file, and as a sweep: {why}") from None
+            spec = tables.SPEC_BY_NAME.get(metric) or tables.Spec(compare.metric_def(metric), metric)
+            (table,) = tables.from_db(session, [sweep.id], db.NOISY_CV, [spec])
+        return f"sweep {sweep.id}", table.entries
+
+    try:
+        if args.threshold < 0:
+            raise compare.UsageError(f"--threshold {args.threshold:g}: a percentage >= 0")
+        if args.metric:
+            compare.metric_def(args.metric)
+        base = compare.load_side(args.base, args.metric, from_sweep)
+        new = compare.load_side(args.new, args.metric or base.metric, from_sweep)
+        if base.metric != new.metric:
+            raise compare.UsageError(f"--base is {base.metric}, --new is {new.metric}: compare one metric "
+                                     f"(--metric NAME)")
+        result = compare.compare(base.entries, new.entries, compare.metric_def(base.metric), args.threshold)
+        if not result.matched and not result.no_number:
+            raise compare.UsageError(
+                f"each cell of {base.name} matches several of {new.name}: give the CSV the settings that tell "
+                f"them apart (threads, batch_size, precision ...)" if result.ambiguous else
+                f"no cell of {base.name} matches one of {new.name}: nothing to compare")
+    except (compare.UsageError, CliError, db.NoDatabase) as exc:
+        print(f"compare: {exc}", file=sys.stderr)
+        return 2
+    compare.print_comparison(result, base, new, out)
+    return 1 if result.regressions else 0

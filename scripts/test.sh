@@ -19,6 +19,18 @@ else
   echo "[test] WARNING: not root, so no test Slurm cluster; the Slurm tests will skip" \
        "(run as root, or start it yourself: sudo slurm/install.sh && sudo slurm/start.sh)" >&2
 fi
+# Headless Chromium (Debian's package) opens the report's page in tests/test_report.py (needs root;
+# that test skips loudly without it).
+if command -v chromium >/dev/null 2>&1; then
+  :
+elif [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+  echo "[test] installing chromium (headless browser for the report page's test)"
+  { apt-get install -y -q chromium >/dev/null 2>&1 || { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q chromium >/dev/null; }; } \
+    || echo "[test] WARNING: chromium did not install; the report page's browser test will skip" >&2
+else
+  echo "[test] WARNING: no chromium and not root; the report page's browser test will skip" \
+       "(run as root, or: sudo apt-get install chromium)" >&2
+fi
 status=0
 python -m pytest -ra "$@" || status=$?
 [ -z "$started_slurm" ] || bash "$ROOT/slurm/stop.sh" >/dev/null 2>&1 || true

@@ -1,0 +1,399 @@
+"""The report's figures (matplotlib, Agg, no pyplot state), each written as SVG and PNG.
+
+- per dataset × network, grouped bars of training speed: frameworks on the axis, one bar per
+  hardware configuration, error bars from the repeats (min to max), hatched when noisy; a cell
+  without a number is marked `n/a` on the axis, never drawn as zero; a log axis where the
+  values span more than `LOG_SPAN`;
+- multi-GPU scaling: speedup and parallel efficiency from 1 to N GPUs, strong and weak labelled,
+  with the ideal line;
+- CPU thread scaling: speedup over the fewest threads, the ideal line and the node's physical
+  core count marked;
+- throughput against energy per image, one point per framework × hardware configuration, the
+  efficient ones (no other point both faster and cheaper) joined and labelled.
+"""
+from __future__ import annotations
+
+import math
+import multiprocessing
+import os
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional, Sequence
+
+from orchestrator.report import scaling
+from orchestrator.report.labels import DATASETS, MODELS, order_of
+from orchestrator.report.tables import OK, ROW_SETTINGS, Table
+
+#: Values spanning more than this factor get a log axis.
+LOG_SPAN = 30.0
+#: matplotlib's defaults for every figure: text stays text in the SVG (small, searchable).
+STYLE = {"svg.fonttype": "none", "font.size": 9, "axes.spines.top": False, "axes.spines.right": False,
+         "figure.dpi": 100}
+
+
+@dataclass(frozen=True)
+class Written:
+    """One figure's files and what it shows."""
+
+    name: str
+    svg: Path
+    png: Path
+    caption: str
+
+
+def _figure(width: float, height: float, ncols: int = 1) -> tuple[Any, list[Any]]:
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(width, height), layout="constrained")
+    axes = fig.subplots(1, ncols, squeeze=False)[0]
+    return fig, list(axes)
+
+
+def _save(fig: Any, out: Path, name: str, caption: str) -> Written:
+    svg, png = out / f"{name}.svg", out / f"{name}.png"
+    fig.savefig(svg, format="svg", metadata={"Date": None})
+    fig.set_layout_engine("none")  # laid out once, by the first save: the second keeps those positions
+    fig.savefig(png, format="png", dpi=100)
+    return Written(name, svg, png, caption)
+
+
+def _colours(n: int) -> list[Any]:
+    from matplotlib import colormaps
+
+    cmap = colormaps["tab10" if n <= 10 else "tab20"]
+    return [cmap(i % cmap.N) for i in range(n)]
+
+
+#: Markers for the second property a scatter or line tells apart (hardware, or framework).
+MARKERS = "osD^vPX*h<>p"
+#: At most this many `n/a` labels are written on a bar chart's axis (beyond it, only the marks).
+MAX_NA_LABELS = 40
+#: Figures never grow wider than this (inches), however many cells they show.
+MAX_WIDTH = 18.0
+
+
+def _styles(values: Sequence[Any], kind: str) -> dict[Any, Any]:
+    """A colour (kind="colour") or marker (kind="marker") for each distinct value, in sorted order."""
+    ordered = sorted({str(v) for v in values})
+    picks = _colours(len(ordered)) if kind == "colour" else [MARKERS[i % len(MARKERS)] for i in range(len(ordered))]
+    return dict(zip(ordered, picks))
+
+
+def _key_legend(fig: Any, colours: dict[str, Any], colour_title: str, markers: dict[str, str], marker_title: str,
+                extra: Sequence[tuple[Any, str]] = (), columns: int = 6) -> None:
+    """One legend below the figure that explains colours, markers and line styles, however many
+    lines or points the figure has."""
+    from matplotlib.lines import Line2D
+
+    handles = [Line2D([], [], color=c, marker="s", linestyle="") for c in colours.values()]
+    labels = [f"{colour_title}: {name}" for name in colours]
+    handles += [Line2D([], [], color="#444", marker=m, linestyle="") for m in markers.values()]
+    labels += [f"{marker_title}: {name}" for name in markers]
+    for handle, text in extra:
+        handles.append(handle)
+        labels.append(text)
+    fig.legend(handles, labels, loc="outside lower center", ncols=min(columns, max(1, len(labels))), fontsize=7,
+               frameon=False)
+
+
+def throughput_bars(table: Table, dataset: str, model: str, out: Path) -> Optional[Written]:
+    """One dataset × network: frameworks (and other row settings) on the axis, a bar per hardware
+    configuration; None when no cell of it exists."""
+    from matplotlib.patches import Patch
+
+    rows = [r for r in table.rows if (str(r[ROW_SETTINGS.index("dataset")]), str(r[ROW_SETTINGS.index("model")]))
+            == (dataset, model)]
+    columns = [c for c in table.columns if any(table.at(r, c) is not None for r in rows)]
+    if not rows or not columns:
+        return None
+    values = [e.median for r in rows for c in columns if (e := table.at(r, c)) is not None and e.status == OK]
+    log = _spans(values)
+    missing_total = sum(1 for r in rows for c in columns if (e := table.at(r, c)) is not None and e.status != OK)
+    width, legend = 0.8 / len(columns), []
+    fig, (ax,) = _figure(min(MAX_WIDTH, max(6.5, 2.5 + len(rows) * (0.35 + 0.22 * len(columns)))), 3.8)
+    bottom = min(values) / 2 if log else 0
+    for j, (column, colour) in enumerate(zip(columns, _colours(len(columns)))):
+        xs, heights, low, high, hatches, missing = [], [], [], [], [], []
+        for i, row in enumerate(rows):
+            x = i + (j - (len(columns) - 1) / 2) * width
+            e = table.at(row, column)
+            if e is None:
+                continue
+            if e.status != OK:
+                missing.append(x)
+                continue
+            xs.append(x)
+            heights.append(e.median)
+            low.append(e.median - e.stats.lo)
+            high.append(e.stats.hi - e.median)
+            hatches.append("///" if e.noisy else "")
+        bars = ax.bar(xs, [h - bottom for h in heights], width * 0.92, bottom=bottom, color=colour,
+                      yerr=[low, high] if xs else None, capsize=2 if len(rows) < 20 else 0,
+                      error_kw={"elinewidth": 0.8, "ecolor": "#333"})
+        for bar, hatch in zip(bars, hatches):
+            if hatch:
+                bar.set_hatch(hatch)
+        if missing:  # on the axis, never a bar of height 0
+            ax.plot(missing, [0] * len(missing), linestyle="", marker="x", color="#b00", markersize=5,
+                    transform=ax.get_xaxis_transform(), clip_on=False)
+        for x in missing if missing_total <= MAX_NA_LABELS else ():
+            ax.annotate("n/a", (x, 0), xycoords=("data", "axes fraction"), xytext=(0, 6), textcoords="offset points",
+                        ha="center", va="bottom", rotation=90, fontsize=7, color="#b00")
+        legend.append((Patch(facecolor=colour), table.column_label(column)))
+    if log:
+        _log(ax)
+    ax.set_xticks(range(len(rows)), [" ".join(v for k, v in zip(table.row_fields, table.row_values(r))
+                                              if k not in ("dataset", "model")) for r in rows],
+                  rotation=30 if len(rows) > 6 else 0, ha="right" if len(rows) > 6 else "center",
+                  fontsize=9 if len(rows) <= 20 else 6)
+    ax.set_xlim(-0.6, len(rows) - 0.4)
+    ax.set_ylabel(f"images/s{' (log)' if log else ''}")
+    ax.set_title(f"{model} on {dataset}: training speed\nmedian of repeats; whiskers: min to max; hatched: noisy; "
+                 f"× n/a: no number (the tables say why)", fontsize=9, loc="left")
+    ax.legend(*zip(*legend), title="hardware", fontsize=7, title_fontsize=7, loc="upper left",
+              bbox_to_anchor=(1.0, 1.0), frameon=False)
+    ax.grid(axis="y", alpha=0.3)
+    caption = (f"{model} on {dataset}: images/s per framework, one bar per hardware configuration"
+               + (" (log axis: the values span more than a factor " f"{LOG_SPAN:g})" if log else ""))
+    return _save(fig, out, f"throughput_{dataset}_{model}", caption)
+
+
+def _log(ax: Any, which: str = "y") -> None:
+    """A log axis labelled 1, 10, 100, 1,000 ... or 0.01, 0.1 (plain numbers: no mathtext to typeset)."""
+    from matplotlib.ticker import FuncFormatter, NullFormatter
+
+    axis = ax.yaxis if which == "y" else ax.xaxis
+    (ax.set_yscale if which == "y" else ax.set_xscale)("log")
+    axis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:,.0f}" if value >= 1 else f"{value:g}"))
+    axis.set_minor_formatter(NullFormatter())
+
+
+def _spans(values: Sequence[float]) -> bool:
+    """Whether positive values span more than LOG_SPAN (a log axis shows them better)."""
+    return bool(values) and min(values) > 0 and max(values) / min(values) > LOG_SPAN
+
+
+def _case(settings: dict[str, Any]) -> tuple[str, str]:
+    return str(settings.get("dataset")), str(settings.get("model"))
+
+
+def _case_order(case: tuple[str, str]) -> tuple:
+    return order_of(case[0], DATASETS), order_of(case[1], MODELS)
+
+
+def _cases(table: Table) -> list[tuple[str, str]]:
+    return sorted({_case(e.settings) for e in table.entries}, key=_case_order)
+
+
+def gpu_scaling(series: Sequence[scaling.Series], out: Path) -> Optional[Written]:
+    """Per dataset × network, speedup (above) and parallel efficiency (below) over GPUs, a line
+    per cell: colour the framework, marker the hardware, solid strong and dashed weak scaling; the
+    ideal dotted."""
+    if not series:
+        return None
+    from matplotlib.figure import Figure
+    from matplotlib.lines import Line2D
+
+    cases = sorted({_case(s.settings) for s in series}, key=_case_order)
+    ncols = min(3, len(cases))
+    nrows = -(-len(cases) // ncols)
+    fig = Figure(figsize=(4.0 * ncols + 0.5, 5.6 * nrows + 0.6), layout="constrained")
+    axes = fig.subplots(2 * nrows, ncols, squeeze=False)
+    colours = _styles([s.settings["framework"] for s in series], "colour")
+    markers = _styles([s.settings["hardware"] for s in series], "marker")
+    for k, case in enumerate(cases):
+        speed, eff = axes[2 * (k // ncols)][k % ncols], axes[2 * (k // ncols) + 1][k % ncols]
+        mine = [s for s in series if _case(s.settings) == case]
+        top = max(p.x for s in mine for p in s.points)
+        styled: dict[tuple[str, str, str], list[scaling.Series]] = {}
+        for s in mine:  # one line object per style, the series apart (NaN), however many there are
+            styled.setdefault((str(s.settings["framework"]), str(s.settings["hardware"]),
+                               "--" if s.settings.get("scaling") == "weak" else "-"), []).append(s)
+        for (framework, hardware, linestyle), group in styled.items():
+            style = dict(color=colours[framework], marker=markers[hardware], linestyle=linestyle, linewidth=1,
+                         markersize=4)
+            speed.plot(*_joined(group, "speedup"), **style)
+            eff.plot(*_joined(group, "efficiency"), **style)
+        speed.plot([1, top], [1, top], ":", color="black")
+        eff.axhline(1.0, linestyle=":", color="black")
+        speed.set_title(f"{case[1]} on {case[0]}", fontsize=9, loc="left")
+        speed.set_ylabel("speedup over 1 GPU")
+        eff.set_ylabel("efficiency (speedup / GPUs)")
+        eff.set_ylim(0, max(1.1, max(p.efficiency for s in mine for p in s.points) * 1.05))
+        for ax in (speed, eff):
+            ax.set_xticks(sorted({p.x for s in mine for p in s.points}))
+            ax.grid(alpha=0.3)
+        eff.set_xlabel("GPUs")
+    for k in range(len(cases), nrows * ncols):
+        axes[2 * (k // ncols)][k % ncols].set_visible(False)
+        axes[2 * (k // ncols) + 1][k % ncols].set_visible(False)
+    _key_legend(fig, colours, "framework", markers, "hardware", [
+        (Line2D([], [], color="#444", linestyle="-"), "strong (global batch split)"),
+        (Line2D([], [], color="#444", linestyle="--"), "weak (batch per GPU)"),
+        (Line2D([], [], color="black", linestyle=":"), "ideal")], columns=2 * ncols)
+    return _save(fig, out, "scaling_gpus", "speedup and parallel efficiency from 1 to N GPUs, cells that differ "
+                                           "only in gpus; strong and weak scaling labelled; the ideal dotted")
+
+
+def _joined(series: Sequence[scaling.Series], what: str) -> tuple[list[float], list[float]]:
+    """The series' points as one polyline, broken (NaN) between series."""
+    xs: list[float] = []
+    ys: list[float] = []
+    for s in series:
+        xs += [p.x for p in s.points] + [math.nan]
+        ys += [getattr(p, what) for p in s.points] + [math.nan]
+    return xs, ys
+
+
+def thread_scaling(series: Sequence[scaling.Series], out: Path) -> Optional[Written]:
+    """Speedup over the fewest threads, a line per cell (labelled where they are few; otherwise
+    colour the framework, marker the hardware); the ideal and the nodes' physical cores marked."""
+    if not series:
+        return None
+    fig, (ax,) = _figure(7.0, 4.2)
+    few = len(series) <= 10
+    colours = _styles([s.label if few else s.settings["framework"] for s in series], "colour")
+    markers = _styles([s.settings["hardware"] for s in series], "marker")
+    for s in series:
+        ax.plot([p.x for p in s.points], [p.speedup for p in s.points], marker="o" if few else markers[str(
+            s.settings["hardware"])], color=colours[s.label if few else str(s.settings["framework"])],
+                label=s.label if few else None, linewidth=1)
+    xs = sorted({p.x for s in series for p in s.points})
+    low = min(s.points[0].x for s in series)
+    ax.plot([low, xs[-1]], [1, xs[-1] / low], ":", color="black", label="ideal" if few else None)
+    for cores in sorted({s.cores for s in series if s.cores}):
+        ax.axvline(cores, color="#b00", linestyle="--", linewidth=1)
+        ax.annotate(f"{cores} physical cores", (cores, 1.0), xycoords=("data", "axes fraction"), xytext=(-3, -12),
+                    textcoords="offset points", color="#b00", fontsize=8, ha="right")
+    from matplotlib.ticker import NullFormatter
+
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(xs, [str(x) for x in xs])
+    ax.xaxis.set_minor_formatter(NullFormatter())
+    ax.set_xlabel("threads")
+    ax.set_ylabel("speedup over the fewest threads")
+    ax.set_title("CPU thread scaling", fontsize=9, loc="left")
+    ax.grid(alpha=0.3)
+    if few:
+        ax.legend(fontsize=7, frameon=False, loc="upper left")
+    else:
+        from matplotlib.lines import Line2D
+
+        _key_legend(fig, colours, "framework", markers, "hardware", [(Line2D([], [], color="black", linestyle=":"),
+                                                                      "ideal")])
+    return _save(fig, out, "scaling_threads", "speedup over the fewest threads, cells that differ only in threads; "
+                                              "the ideal dotted, the node's physical cores marked")
+
+
+def efficiency(speed: Table, energy: Table, out: Path) -> Optional[Written]:
+    """Images/s against J/image per dataset × network, a point per framework × hardware
+    configuration (colour the hardware, marker the framework); the points no other beats on both
+    outlined, joined and labelled: the efficient choices."""
+    joules = {(e.row, e.column): e.median for e in energy.entries if e.status == OK and e.median}
+    points: dict[tuple[str, str], list[tuple[float, float, str, str]]] = {}
+    for e in speed.entries:
+        j = joules.get((e.row, e.column))
+        if e.status == OK and j:
+            framework = " ".join(v for k, v in zip(speed.row_fields, speed.row_values(e.row)) if k not in ("dataset", "model"))
+            points.setdefault(_case(e.settings), []).append((j, e.median, framework, speed.column_label(e.column)))
+    if not points:
+        return None
+    from matplotlib.figure import Figure
+
+    cases = sorted(points, key=_case_order)
+    ncols = min(3, len(cases))
+    nrows = -(-len(cases) // ncols)
+    fig = Figure(figsize=(4.2 * ncols + 0.5, 3.4 * nrows + 0.8), layout="constrained")
+    axes = fig.subplots(nrows, ncols, squeeze=False).ravel()
+    colours = _styles([p[3] for ps in points.values() for p in ps], "colour")
+    frameworks = sorted({p[2].split(" ")[0] for ps in points.values() for p in ps})
+    markers = _styles(frameworks, "marker")
+    for ax, case in zip(axes, cases):
+        ps = points[case]
+        front = _pareto(ps)
+        groups: dict[tuple[str, str], list[tuple[float, float]]] = {}
+        for j, ips, framework, config in ps:
+            groups.setdefault((config, framework.split(" ")[0]), []).append((j, ips))
+        for (config, framework), xy in groups.items():
+            ax.scatter([p[0] for p in xy], [p[1] for p in xy], color=colours[config], marker=markers[framework], s=18,
+                       zorder=3)
+        line = sorted((j, ips) for j, ips, *_ in ps if (j, ips) in front)
+        ax.scatter([p[0] for p in line], [p[1] for p in line], s=70, facecolors="none", edgecolors="black", zorder=4)
+        ax.plot([p[0] for p in line], [p[1] for p in line], "-", color="#555", linewidth=0.8, zorder=2)
+        for j, ips, framework, config in ps if len(front) <= 12 else ():
+            if (j, ips) in front:
+                ax.annotate(f"{framework}, {config}", (j, ips), xytext=(4, 3), textcoords="offset points", fontsize=7)
+        if _spans([p[0] for p in ps]):
+            _log(ax, "x")
+        ax.set_title(f"{case[1]} on {case[0]}", fontsize=9, loc="left")
+        ax.set_xlabel("energy per image (J, gross)")
+        ax.set_ylabel("images/s")
+        ax.grid(alpha=0.3)
+    for ax in axes[len(cases):]:
+        ax.set_visible(False)
+    from matplotlib.lines import Line2D
+
+    _key_legend(fig, colours, "hardware", markers, "framework", [
+        (Line2D([], [], marker="o", markerfacecolor="none", markeredgecolor="black", linestyle="-", color="#555"),
+         "efficient: no other point both faster and cheaper")], columns=2 * ncols)
+    return _save(fig, out, "throughput_vs_energy", "images/s against energy per image, a point per framework × "
+                                                   "hardware configuration; outlined and joined: the efficient "
+                                                   "choices (no other point is both faster and cheaper)")
+
+
+def _pareto(points: Sequence[tuple[float, float, str, str]]) -> set[tuple[float, float]]:
+    """The (J/image, images/s) points no other point beats on both (cheaper and at least as fast)."""
+    best, front = -1.0, set()
+    for j, ips in sorted({(j, ips) for j, ips, *_ in points}, key=lambda p: (p[0], -p[1])):
+        if ips > best:  # cheaper points come first: this one is kept only if faster than all of them
+            front.add((j, ips))
+            best = ips
+    return front
+
+
+#: Why a figure is missing, by its drawing function (None: it may be missing without a word).
+NOT_DRAWN = {
+    "gpu_scaling": "multi-GPU scaling: no cell was measured on 1 GPU and on more with every other setting equal",
+    "thread_scaling": "thread scaling: no cell was measured with several thread counts and every other setting equal",
+    "efficiency": "throughput against energy: no cell has a GPU energy measurement",
+}
+
+
+def _draw(job: tuple[str, tuple]) -> Optional[Written]:
+    """One figure: `job` is (a drawing function's name here, its arguments)."""
+    from matplotlib import rc_context
+
+    name, args = job
+    with rc_context(STYLE):
+        return globals()[name](*args)
+
+
+def write_all(speed: Table, energy: Table, cores: dict[str, int], out: Path,
+              workers: Optional[int] = None) -> tuple[list[Written], list[str]]:
+    """Every figure the tables allow, into `out`; (figures, what could not be drawn and why).
+
+    The figures are independent, so they are drawn by `workers` processes at once (default: one
+    per CPU, at most one per figure): matplotlib's drawing is most of a report's time."""
+    # what every figure loads (fonts, both backends) is loaded before the workers fork, once
+    import matplotlib.backends.backend_agg  # noqa: F401
+    import matplotlib.backends.backend_svg  # noqa: F401
+    import matplotlib.figure  # noqa: F401
+    from matplotlib import font_manager
+
+    font_manager.findfont(font_manager.FontProperties())
+
+    out.mkdir(parents=True, exist_ok=True)
+    jobs = [("throughput_bars", (speed, dataset, model, out)) for dataset, model in _cases(speed)]
+    jobs += [("gpu_scaling", (scaling.gpu_scaling(speed.entries), out)),
+             ("thread_scaling", (scaling.thread_scaling(speed.entries, cores), out)),
+             ("efficiency", (speed, energy, out))]
+    workers = min(len(jobs), workers or os.cpu_count() or 1)
+    if workers > 1 and "fork" in multiprocessing.get_all_start_methods():
+        with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
+            drawn = list(pool.map(_draw, jobs))
+    else:
+        drawn = [_draw(job) for job in jobs]
+    written = [figure for figure in drawn if figure is not None]
+    skipped = [NOT_DRAWN[name] for (name, _), figure in zip(jobs, drawn) if figure is None and name in NOT_DRAWN]
+    return written, skipped

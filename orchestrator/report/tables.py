@@ -1,0 +1,407 @@
+"""One table per metric: rows dataset × network × framework, columns hardware configurations.
+
+A table's entry is one cell: the median over its repeats, with n and the coefficient of
+variation, marked noisy over the threshold; or, where the cell produced no number, `n/a` and
+why: refused at expansion (the refusal's reason), failed (its class: out_of_memory,
+unsupported, timeout ...), lost, cancelled, not yet run, or done without this metric (no GPU
+on a CPU cell). Never 0, never blank without a reason.
+
+The metrics are metric_registry's (unit, view column's scale, description); `params` (the
+trainer's parameter count, a column of runs, not a metric) is declared here beside them.
+
+Files: `<metric>.csv`, one row per cell in a fixed set of columns (every sweep's CSV has the
+same shape, and `compare` reads it back: typed-in published numbers need only the key columns
+and `median`); `<metric>.md`, the grid as Markdown with numbered notes for the reasons.
+"""
+from __future__ import annotations
+
+import csv
+import io
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional, Sequence
+
+from orchestrator import runstate
+from orchestrator.cell import SETTINGS
+from orchestrator.metric_registry import BY_NAME, MetricDef
+from orchestrator.report import query
+from orchestrator.report.labels import DATASETS, MODELS, hardware_label, hardware_order, order_of
+
+#: The trainer's parameter count: a column of runs, tabled like a metric.
+PARAMS = MetricDef("params", "parameters", None, "trainable parameters, as the trainer counts them", "params")
+
+
+@dataclass(frozen=True)
+class Spec:
+    """One table: the metric it shows and its title."""
+
+    metric: MetricDef
+    title: str
+
+    @property
+    def unit(self) -> str:
+        return self.metric.column_unit
+
+
+#: The report's tables, in the order they are shown.
+SPECS = (
+    Spec(BY_NAME["images_per_sec"], "Training speed"),
+    Spec(BY_NAME["gpu_proc_mem_peak_bytes"], "GPU memory: the trainer's own, peak"),
+    Spec(BY_NAME["gpu_mem_peak_bytes"], "GPU memory: the device's, peak"),
+    Spec(BY_NAME["gpu_power_avg_w"], "GPU power: mean, summed over the job's GPUs"),
+    Spec(BY_NAME["energy_per_image_j"], "Energy per image, gross"),
+    Spec(BY_NAME["energy_net_per_image_j"], "Energy per image, net of idle"),
+    Spec(BY_NAME["cpu_percent_avg"], "CPU: the trainer's process tree, mean (100 = one core)"),
+    Spec(BY_NAME["rss_peak_bytes"], "Host memory: the trainer's peak RSS"),
+    Spec(PARAMS, "Parameters"),
+)
+SPEC_BY_NAME = {s.metric.name: s for s in SPECS}
+
+#: The settings that make a table's columns (the hardware configuration); the others its rows.
+COLUMN_SETTINGS = ("hardware", "gpus", "threads")
+ROW_SETTINGS = tuple(k for k in SETTINGS if k not in COLUMN_SETTINGS)
+#: Row settings always shown; the others only where a table's cells differ in them.
+ROW_SHOWN = ("dataset", "model", "framework")
+
+#: An entry's status; only OK carries a number.
+OK, REFUSED, NOT_YET_RUN, NOT_MEASURED = "ok", "refused", "not yet run", "not measured"
+
+#: The CSV's columns, the same for every sweep and metric.
+CSV_COLUMNS = (*SETTINGS, "config", "metric", "unit", "median", "n", "cv", "min", "max", "noisy",
+               "status", "reason", "detail", "cell")
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One cell in one table: its number, or n/a and why."""
+
+    settings: dict[str, Any]
+    status: str
+    reason: str = ""  # short, shown in the cell: "failed: out_of_memory", "refused", "no GPU (gpus=0)"
+    detail: str = ""  # the whole reason (a refusal's message, a failure's message)
+    cell: Optional[str] = None
+    stats: Optional[query.Stats] = None
+    noisy: Optional[bool] = None
+
+    @property
+    def median(self) -> Optional[float]:
+        return self.stats.median if self.stats else None
+
+    @property
+    def row(self) -> tuple:
+        return tuple(self.settings.get(k) for k in ROW_SETTINGS)
+
+    @property
+    def column(self) -> tuple:
+        return tuple(self.settings.get(k) for k in COLUMN_SETTINGS)
+
+
+@dataclass
+class Table:
+    """A metric's entries laid out: rows and columns in order, with their labels."""
+
+    spec: Spec
+    entries: list[Entry]
+    noisy_cv: float
+    rows: list[tuple] = field(default_factory=list)
+    columns: list[tuple] = field(default_factory=list)
+    row_fields: tuple[str, ...] = ROW_SHOWN
+    threaded: set[tuple] = field(default_factory=set)  # (hardware, gpus) whose label shows threads
+
+    def __post_init__(self) -> None:
+        self.rows = sorted({e.row for e in self.entries}, key=_row_order)
+        self.columns = sorted({e.column for e in self.entries}, key=lambda c: hardware_order(*c))
+        groups: dict[tuple, set[tuple]] = {}
+        for e in self.entries:  # a setting is shown where it tells rows of one dataset, network, framework apart
+            groups.setdefault(tuple(e.settings.get(k) for k in ROW_SHOWN), set()).add(e.row)
+        self.row_fields = ROW_SHOWN + tuple(
+            k for i, k in enumerate(ROW_SETTINGS) if k not in ROW_SHOWN
+            and any(len({row[i] for row in rows} - {None}) > 1 for rows in groups.values()))
+        threads = Counter(c[:2] for c in self.columns)
+        self.threaded = {hw for hw, n in threads.items() if n > 1}
+        self._at = {(e.row, e.column): e for e in self.entries}
+
+    def at(self, row: tuple, column: tuple) -> Optional[Entry]:
+        return self._at.get((row, column))
+
+    def column_label(self, column: tuple) -> str:
+        hardware, gpus, threads = column
+        return hardware_label(hardware, gpus, threads if (hardware, gpus) in self.threaded else None)
+
+    def row_values(self, row: tuple) -> list[str]:
+        settings = dict(zip(ROW_SETTINGS, row))
+        return [_shown(k, settings.get(k)) for k in self.row_fields]
+
+    def row_headers(self) -> list[str]:
+        return [{"model": "network", "batch_size": "batch"}.get(k, k) for k in self.row_fields]
+
+
+def _shown(key: str, value: Any) -> str:
+    if value is None:
+        return "?"
+    return f"{value}" if key in ROW_SHOWN else f"{key}={value}" if key in ("iterations", "warmup", "seed") else str(value)
+
+
+def _row_order(row: tuple) -> tuple:
+    settings = dict(zip(ROW_SETTINGS, row))
+    return (order_of(settings["dataset"], DATASETS), order_of(settings["model"], MODELS), str(settings["framework"]),
+            *(str(settings.get(k)) for k in ROW_SETTINGS if k not in ROW_SHOWN))
+
+
+# --- from the database --------------------------------------------------------------------------
+
+def _gpu_metric(metric: MetricDef) -> bool:
+    return metric.name.startswith(("gpu_", "energy"))
+
+
+def _no_number(metric: MetricDef, settings: dict[str, Any], attempts: list[query.Attempts]) -> tuple[str, str, str]:
+    """(status, reason, detail) of a cell with no value for `metric`, from its latest attempts."""
+    by_state = Counter()
+    for a in attempts:
+        by_state[a.state] += a.n
+    if by_state[runstate.DONE]:
+        if _gpu_metric(metric) and settings.get("gpus") == 0:
+            return NOT_MEASURED, "no GPU: gpus=0", ""
+        return NOT_MEASURED, "not measured", f"its runs recorded no {metric.name}"
+    failed = [a for a in attempts if a.state == runstate.FAILED]
+    if failed:
+        top = max(failed, key=lambda a: a.n)
+        return runstate.FAILED, f"failed: {top.error_class or 'no class'}", _first_line(top.message)
+    for state in (runstate.LOST, runstate.CANCELLED):
+        if by_state[state]:
+            top = next(a for a in attempts if a.state == state)
+            return state, state, _first_line(top.message) or state
+    open_states = ", ".join(f"{by_state[s]} {s}" for s in runstate.OPEN if by_state[s])
+    return NOT_YET_RUN, NOT_YET_RUN, open_states or "no run recorded"
+
+
+def _first_line(message: Optional[str], width: int = 300) -> str:
+    line = " ".join((message or "").split())
+    return line if len(line) <= width else line[:width - 1] + "…"
+
+
+def from_db(session: Any, sweep_ids: Sequence[str], noisy_cv: float,
+            specs: Sequence[Spec] = SPECS) -> list[Table]:
+    """The sweeps' tables, one per spec: every cell they named, and every cell they refused
+    (unless another of the sweeps measured the same settings)."""
+    cells = query.cells(session, sweep_ids)
+    stats = query.stats(session, sweep_ids, [s.metric for s in specs])
+    attempts = query.attempts(session, sweep_ids)
+    placed = {tuple(s[k] for k in SETTINGS) for s in cells.values()}
+    refused = [(settings, reason) for settings, reason in query.refusals(session, sweep_ids)
+               if tuple(settings[k] for k in SETTINGS) not in placed]
+    tables = []
+    for spec in specs:
+        entries = []
+        for cell, settings in cells.items():
+            found = stats.get((cell, spec.metric.name))
+            if found is not None:
+                noisy = None if found.cv is None else found.cv > noisy_cv
+                others = [f"{a.n} {a.state}" + (f" ({a.error_class})" if a.error_class else "")
+                          for a in attempts.get(cell, []) if a.state != runstate.DONE]
+                detail = f"other repeats without a number: {', '.join(others)}" if others else ""
+                entries.append(Entry(settings, OK, detail=detail, cell=cell, stats=found, noisy=noisy))
+            else:
+                status, reason, detail = _no_number(spec.metric, settings, attempts.get(cell, []))
+                entries.append(Entry(settings, status, reason, detail, cell=cell))
+        entries += [Entry(settings, REFUSED, "refused", reason) for settings, reason in refused]
+        tables.append(Table(spec, _one_per_position(entries), noisy_cv))
+    return tables
+
+
+def _one_per_position(entries: list[Entry]) -> list[Entry]:
+    """Where two refusals land on one position (two spellings of one cell), the first."""
+    seen, out = set(), []
+    for e in entries:
+        key = (e.row, e.column)
+        if key not in seen:
+            seen.add(key)
+            out.append(e)
+    return out
+
+
+# --- formatting ---------------------------------------------------------------------------------
+
+def number(value: Optional[float], metric: MetricDef) -> str:
+    """A value as the tables print it: three significant figures or more, thousands separated."""
+    if value is None:
+        return ""
+    if metric.name == "params":
+        return f"{value:,.0f}"
+    size = abs(value)
+    digits = 0 if size >= 100 else 1 if size >= 10 else 2 if size >= 1 else 3 if size >= 0.01 else 5
+    return f"{value:,.{digits}f}"
+
+
+def spread(entry: Entry) -> str:
+    """`n=3`, with the CV where repeats differ (and `noisy` over the threshold)."""
+    if entry.stats is None:
+        return ""
+    text = f"n={entry.stats.n}"
+    if entry.stats.cv is not None:
+        text += f", CV {entry.stats.cv * 100:.1f}%"
+    return text + (", noisy" if entry.noisy else "")
+
+
+class Notes:
+    """Numbered notes under a table: each distinct reason once."""
+
+    def __init__(self) -> None:
+        self.texts: list[str] = []
+
+    def ref(self, text: str) -> int:
+        if text not in self.texts:
+            self.texts.append(text)
+        return self.texts.index(text) + 1
+
+
+@dataclass(frozen=True)
+class Shown:
+    """One position of a table as a page or Markdown shows it: a number and its spread, or n/a and why."""
+
+    value: Optional[str]          # the median, formatted; None: n/a
+    spread: str = ""              # "n=3, CV 1.2%[, noisy]" (nothing for parameters)
+    reason: str = ""              # why n/a
+    note: Optional[int] = None    # its note's number
+    status: Optional[str] = None  # the entry's status; None: no cell of the sweeps is there
+    noisy: bool = False
+
+
+def grid(table: Table) -> tuple[list[tuple[list[str], list[Shown]]], list[str]]:
+    """The table's rows (their settings shown, then a Shown per column) and the notes they cite."""
+    notes, rows = Notes(), []
+    for row in table.rows:
+        shown = []
+        for column in table.columns:
+            e = table.at(row, column)
+            note = notes.ref(e.detail) if e is not None and e.detail else None
+            if e is None:
+                shown.append(Shown(None, reason="not in these sweeps"))
+            elif e.status == OK:
+                shown.append(Shown(number(e.median, table.spec.metric), "" if table.spec.metric is PARAMS else spread(e),
+                                   note=note, status=OK, noisy=bool(e.noisy)))
+            else:
+                shown.append(Shown(None, reason=e.reason, note=note, status=e.status))
+        rows.append((table.row_values(row), shown))
+    return rows, notes.texts
+
+
+# --- files --------------------------------------------------------------------------------------
+
+def csv_rows(table: Table) -> list[dict[str, Any]]:
+    """The table as CSV rows (CSV_COLUMNS), one per entry, in the table's order."""
+    out = []
+    for row in table.rows:
+        for column in table.columns:
+            e = table.at(row, column)
+            if e is None:
+                continue
+            s = e.stats
+            out.append({**{k: e.settings.get(k) for k in SETTINGS}, "config": table.column_label(column),
+                        "metric": table.spec.metric.name, "unit": table.spec.unit,
+                        "median": s.median if s else None, "n": s.n if s else None,
+                        "cv": s.cv if s else None, "min": s.lo if s else None, "max": s.hi if s else None,
+                        "noisy": None if e.noisy is None else int(e.noisy), "status": e.status,
+                        "reason": e.reason, "detail": e.detail, "cell": e.cell})
+    return out
+
+
+def write_csv(table: Table, path: Path) -> Path:
+    with open(path, "w", newline="") as f:
+        writer = csv.DictWriter(f, CSV_COLUMNS, lineterminator="\n")
+        writer.writeheader()
+        for row in csv_rows(table):
+            writer.writerow({k: "" if v is None else _csv_value(v) for k, v in row.items()})
+    return path
+
+
+def _csv_value(value: Any) -> Any:
+    return repr(value) if isinstance(value, float) else value
+
+
+def markdown(table: Table) -> str:
+    """The table as Markdown: the grid, then its notes (why each n/a, what else happened)."""
+    spec = table.spec
+    out = [f"## {spec.title} ({spec.unit})", "", f"{spec.metric.description}; the median over each cell's "
+           f"repeats (n), CV = standard deviation / mean, noisy above {table.noisy_cv * 100:g}%.", ""]
+    header = table.row_headers() + [table.column_label(c) for c in table.columns]
+    out += ["| " + " | ".join(header) + " |",
+            "|" + "|".join(["---"] * len(table.row_fields) + ["--:"] * len(table.columns)) + "|"]
+    rows, notes = grid(table)
+    for values, shown in rows:
+        cells = [(f"{c.value}" + (f" ({c.spread})" if c.spread else "") if c.value is not None else f"n/a ({c.reason})")
+                 + (f" [{c.note}]" if c.note else "") for c in shown]
+        out.append("| " + " | ".join(v.replace("|", "\\|") for v in values + cells) + " |")
+    if notes:
+        out += [""] + [f"{i}. {text}".replace("|", "\\|") for i, text in enumerate(notes, 1)]
+    return "\n".join(out) + "\n"
+
+
+def write_markdown(table: Table, path: Path) -> Path:
+    path.write_text(markdown(table))
+    return path
+
+
+# --- reading a CSV back (compare) ---------------------------------------------------------------
+
+#: The columns a CSV given to `compare` must have; the other CSV_COLUMNS are optional.
+REQUIRED = ("dataset", "model", "framework", "hardware", "gpus", "median")
+_INTS = ("gpus", "threads", "batch_size", "iterations", "warmup", "seed")
+
+
+class CsvError(ValueError):
+    """A CSV that is not in the report's table format; the message says what is wrong."""
+
+
+def read_csv(path: Path, metric: Optional[str] = None) -> tuple[str, list[Entry]]:
+    """(metric name, entries) of a table CSV: the report's own, or published numbers typed in with
+    at least REQUIRED's columns. Settings a CSV leaves out (or empty) are None: they match any.
+    A row without a median is an n/a; `metric` picks the rows of that metric where the CSV
+    holds several (a `metric` column), and names the metric where it holds none."""
+    try:
+        text = path.read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise CsvError(f"{path}: cannot be read ({exc})") from None
+    reader = csv.DictReader(io.StringIO(text))
+    missing = [c for c in REQUIRED if c not in (reader.fieldnames or [])]
+    if missing:
+        raise CsvError(f"{path}: no {', '.join(missing)} column(s); a table CSV has at least "
+                       f"{', '.join(REQUIRED)} (the report's tables/<metric>.csv has them all)")
+    entries, names = [], set()
+    for line, row in enumerate(reader, 2):
+        name = (row.get("metric") or "").strip() or metric or "images_per_sec"
+        if metric and name != metric:
+            continue
+        names.add(name)
+        try:
+            entries.append(_entry(row))
+        except ValueError as exc:
+            raise CsvError(f"{path}, line {line}: {exc}") from None
+    if len(names) > 1:
+        raise CsvError(f"{path} holds metrics {', '.join(sorted(names))}; pick one with --metric")
+    return (names.pop() if names else metric or "images_per_sec"), entries
+
+
+def _entry(row: dict[str, Any]) -> Entry:
+    def value(key: str, kind: type = str) -> Any:
+        text = (row.get(key) or "").strip()
+        if not text:
+            return None
+        try:
+            return kind(float(text)) if kind is int else kind(text)
+        except ValueError:
+            raise ValueError(f"{key}={text!r} is not a number") from None
+
+    settings = {k: value(k, int if k in _INTS else str) for k in SETTINGS}
+    median = value("median", float)
+    if median is None:
+        return Entry(settings, (row.get("status") or "").strip() or NOT_MEASURED,
+                     (row.get("reason") or "").strip() or "no number", (row.get("detail") or "").strip())
+    n = value("n", int) or 1
+    cv = value("cv", float)
+    stats = query.Stats(n, median, median, None if cv is None else cv * abs(median),
+                        value("min", float) or median, value("max", float) or median)
+    noisy = value("noisy", int)
+    return Entry(settings, OK, cell=value("cell"), stats=stats, noisy=None if noisy is None else bool(noisy))
+

@@ -1,0 +1,377 @@
+"""Reports (issue 14): per-metric tables with n/a reasons, figures, the HTML page in a real
+browser, `compare` and its exit statuses, and the presets.
+
+Most tests build a results database directly, as the launcher and the collector would leave it
+(GPU cells cannot run here); one runs a real sweep on this machine and opens its report in
+headless Chromium; the study preset is expanded as a user types it."""
+import csv
+import shutil
+import subprocess
+import tempfile
+import time
+
+import pytest
+from conftest import FAST, orchestrator, rows, user_dir, wait_until_final
+from result_factory import make_settings
+
+from orchestrator import db
+from orchestrator.cell import cell_id
+from orchestrator.report import compare, scaling, tables
+from orchestrator.report.build import write_report
+
+MB = 2**20
+
+
+class Study:
+    """A results database made by hand: one sweep, cells with runs in any state, refusals."""
+
+    def __init__(self, path, sweep="s1"):
+        self.url = f"sqlite:///{path / 'results.db'}"
+        self.factory = db.open_db(self.url)
+        self.sweep = sweep
+        with self.factory.begin() as session:
+            session.add(db.Sweep(id=sweep, created_at=time.time(), argv=["python", "-m", "orchestrator", "-m", "x=1"],
+                                 overrides=[], n_cells=0))
+
+    def cell(self, runs=(), cores=None, **settings):
+        """A cell of the sweep; `runs`: per repeat a state ('done', 'failed:<class>', 'pending', 'lost') or a
+        dict of metrics (done)."""
+        settings = make_settings(**settings)
+        cid = cell_id(settings)
+        with self.factory.begin() as session:
+            if session.get(db.Cell, cid) is None:
+                session.add(db.Cell(id=cid, settings=settings, created_at=time.time(), **settings))
+                session.flush()
+            session.add(db.SweepCell(sweep_id=self.sweep, cell_id=cid))
+            for repeat, run in enumerate(runs):
+                metrics = run if isinstance(run, dict) else {}
+                state, _, error_class = ("done" if isinstance(run, dict) else run).partition(":")
+                r = db.Run(uid=f"{self.sweep}:{cid}:{repeat}:1", sweep_id=self.sweep, cell_id=cid, repeat=repeat,
+                           attempt=1, state="pending", node="node01" if state in ("done", "failed") else None,
+                           cpu_cores=cores, params=431080 if state == "done" else None, started_at=1.7e9 + repeat,
+                           ended_at=1.7e9 + repeat + 1)
+                for step in {"lost": ["submitted", "lost"], "pending": []}.get(state, [state]):
+                    r.state = step
+                if error_class:
+                    r.error_class, r.error_message = error_class, f"it ended {error_class}\nsecond line"
+                session.add(r)
+                session.flush()
+                for name, value in metrics.items():
+                    session.add(db.Metric(run_id=r.id, name=name, value=value))
+        return cid
+
+    def refuse(self, reason, **settings):
+        settings = make_settings(**settings)
+        with self.factory.begin() as session:
+            session.add(db.Refusal(sweep_id=self.sweep, overrides="x=1", reason=reason, settings=settings,
+                                   **{k: settings[k] for k in ("framework", "model", "dataset", "hardware", "gpus",
+                                                               "threads", "batch_size", "precision")}))
+
+    def tables(self, noisy_cv=0.05):
+        with self.factory() as session:
+            return {t.spec.metric.name: t for t in tables.from_db(session, [self.sweep], noisy_cv)}
+
+    def report(self, out, noisy_cv=0.05):
+        with self.factory() as session:
+            return write_report(session, [self.sweep], out, noisy_cv)
+
+
+def ips(*values, **more):
+    """Repeats measuring these images/s (and `more` metrics each)."""
+    return [{"images_per_sec": v, **more} for v in values]
+
+
+def entry(table, **settings):
+    want = make_settings(**settings)
+    found = [e for e in table.entries if all(e.settings.get(k) == v for k, v in want.items())]
+    assert len(found) == 1, (settings, [e.settings for e in table.entries])
+    return found[0]
+
+
+def test_every_cell_without_a_number_says_why(tmp_path):
+    study = Study(tmp_path)
+    study.cell(ips(100, 110, 120, rss_peak_bytes=300 * MB), framework="torch")
+    study.cell(["failed:out_of_memory", "failed:out_of_memory", "done"], framework="tensorflow")
+    study.cell(["pending", "pending"], framework="mxnet")
+    study.cell([], framework="caffe")                     # recorded, no run yet
+    study.cell(["lost"], framework="cntk")
+    study.refuse("numpy/lenet/mnist: numpy does not support --gpus 1; it supports the CPU only", framework="numpy",
+                 gpus=1)
+    t = study.tables()
+    speed = t["images_per_sec"]
+    assert entry(speed, framework="torch").median == 110.0 and entry(speed, framework="torch").stats.n == 3
+    assert entry(speed, framework="tensorflow").reason == "not measured"   # its one done repeat has no images/s
+    assert entry(speed, framework="mxnet").reason == "not yet run" and "2 pending" in entry(speed, framework="mxnet").detail
+    assert entry(speed, framework="caffe").reason == "not yet run"
+    assert entry(speed, framework="cntk").reason == "lost"
+    refused = entry(speed, framework="numpy", gpus=1)
+    assert refused.status == "refused" and "numpy does not support --gpus 1" in refused.detail
+    assert entry(t["gpu_power_avg_w"], framework="torch").reason == "no GPU: gpus=0"
+    assert entry(t["rss_peak_bytes"], framework="torch").median == 300.0        # MB, as the registry scales it
+
+    (tmp_path / "b").mkdir()
+    study2 = Study(tmp_path / "b", "s2")
+    study2.cell(["failed:out_of_memory", "failed:out_of_memory"], framework="tensorflow", model="vgg16")
+    speed2 = study2.tables()["images_per_sec"]
+    assert entry(speed2, framework="tensorflow", model="vgg16").reason == "failed: out_of_memory"
+    assert entry(speed2, framework="tensorflow", model="vgg16").detail == "it ended out_of_memory second line"
+
+    md = tables.markdown(speed)
+    assert "| mnist | lenet | torch |" in md and "110 (n=3, CV 9.1%, noisy)" in md
+    assert "n/a (refused) [" in md and "numpy does not support --gpus 1" in md
+    assert "n/a (not yet run)" in md and "n/a (lost)" in md
+    assert "| 0 " not in md and "||" not in md  # never 0, never blank
+    path = tables.write_csv(speed, tmp_path / "speed.csv")
+    written = list(csv.DictReader(path.read_text().splitlines()))
+    assert tuple(written[0]) == tables.CSV_COLUMNS
+    by_fw = {(r["framework"], r["gpus"]): r for r in written}
+    assert by_fw["numpy", "1"]["status"] == "refused" and by_fw["numpy", "1"]["median"] == ""
+    assert by_fw["cntk", "0"]["status"] == "lost" and by_fw["torch", "0"]["median"] == "110.0"
+
+
+def test_a_cell_whose_repeats_differ_is_marked_noisy(tmp_path):
+    study = Study(tmp_path)
+    study.cell(ips(100, 101, 99), framework="torch")              # CV 1 %
+    study.cell(ips(100, 100, 130), framework="tensorflow")         # CV 16 %
+    study.cell(ips(100), framework="mxnet")                        # one repeat: no CV
+    speed = study.tables()["images_per_sec"]
+    assert entry(speed, framework="torch").noisy is False
+    assert entry(speed, framework="tensorflow").noisy is True
+    assert entry(speed, framework="mxnet").noisy is None and entry(speed, framework="mxnet").stats.cv is None
+    md = tables.markdown(speed)
+    assert "100 (n=3, CV 15.7%, noisy)" in md and "100 (n=3, CV 1.0%)" in md and "100 (n=1)" in md
+    assert entry(study.tables(noisy_cv=0.2)["images_per_sec"], framework="tensorflow").noisy is False
+
+
+def test_gpu_power_is_the_jobs_gpus_summed_not_averaged(tmp_path):
+    """The monitor sums power over the job's GPUs (the reference study averaged it): a 2-GPU
+    cell drawing 2 x 250 W shows 500 W, the median of its repeats' sums."""
+    study = Study(tmp_path)
+    study.cell(ips(900, 910, 905, gpu_power_avg_w=250.0), hardware="p100", gpus=1)
+    cid = study.cell([{"images_per_sec": 1700, "gpu_power_avg_w": w} for w in (480.0, 500.0, 520.0)],
+                     hardware="p100", gpus=2)
+    power = study.tables()["gpu_power_avg_w"]
+    assert power.spec.title == "GPU power: mean, summed over the job's GPUs" and power.spec.unit == "W"
+    two = entry(power, hardware="p100", gpus=2)
+    assert two.cell == cid and two.median == 500.0 and two.stats.lo == 480.0
+    assert entry(power, hardware="p100", gpus=1).median == 250.0
+    assert "| mnist | lenet | torch | 250 (n=3, CV 0.0%) | 500 (n=3, CV 4.0%) |" in tables.markdown(power)
+
+
+def test_scaling_speedups_from_cells_that_differ_only_in_gpus_or_threads(tmp_path):
+    study = Study(tmp_path)
+    for gpus, speed in ((1, 100.0), (2, 190.0), (4, 360.0)):
+        study.cell(ips(speed, speed, energy_per_image_j=0.5 * gpus), hardware="p100", gpus=gpus, threads=16)
+        study.cell(ips(speed * 1.0, speed), hardware="p100", gpus=gpus, threads=16, scaling="weak",
+                   batch_size=64)
+    study.cell(ips(500.0), hardware="p100", gpus=2, threads=16, batch_size=128)   # differs in batch too: alone
+    for threads, speed in ((1, 50.0), (2, 95.0), (4, 150.0)):
+        study.cell(ips(speed, speed), cores=2, threads=threads, hardware="cpu12")
+    t = study.tables()
+    speed = t["images_per_sec"]
+    gpu = scaling.gpu_scaling(speed.entries)
+    assert len(gpu) == 2
+    strong = next(s for s in gpu if s.settings["scaling"] == "strong")
+    assert [(p.x, round(p.speedup, 3), round(p.efficiency, 3)) for p in strong.points] == [
+        (1, 1.0, 1.0), (2, 1.9, 0.95), (4, 3.6, 0.9)]
+    assert "(strong)" in strong.label and any("(weak)" in s.label for s in gpu)
+    with study.factory() as session:
+        from orchestrator.report import query
+
+        threads = scaling.thread_scaling(speed.entries, query.cores(session, ["s1"]))
+    assert len(threads) == 1 and threads[0].cores == 2
+    assert [(p.x, round(p.speedup, 2), p.ideal) for p in threads[0].points] == [(1, 1.0, 1.0), (2, 1.9, 2.0), (4, 3.0, 4.0)]
+
+    report = study.report(tmp_path / "report")
+    names = {p.name for p in report.figures}
+    assert {"scaling_gpus.svg", "scaling_gpus.png", "scaling_threads.svg", "scaling_threads.png",
+            "throughput_vs_energy.svg", "throughput_vs_energy.png", "throughput_mnist_lenet.svg"} <= names
+    assert report.skipped == []
+    assert all(p.stat().st_size > 5000 for p in report.figures)
+    html = report.index.read_text()
+    assert html.count("data:image/svg+xml;base64,") == len(report.figures) // 2
+    assert "http://" not in html.replace("http://www.w3.org", "") and "https://" not in html
+    assert "p100 ×2" in html and "cpu12, 4 threads" in html
+
+
+def _write_scaled(source, target, factor, keep=None):
+    """A copy of a table CSV with every number multiplied by `factor` (rows `keep` picks only)."""
+    with open(source) as f:
+        lines = list(csv.DictReader(f))
+    for line in lines:
+        for key in ("median", "min", "max"):
+            if line[key]:
+                line[key] = repr(float(line[key]) * factor)
+    with open(target, "w", newline="") as f:
+        writer = csv.DictWriter(f, tables.CSV_COLUMNS)
+        writer.writeheader()
+        writer.writerows(line for line in lines if keep is None or keep(line))
+    return target
+
+
+def test_compare_round_trip_verdicts_and_exit_statuses(tmp_path):
+    study = Study(tmp_path)
+    study.cell(ips(1000, 1010, 990), framework="torch")
+    study.cell(ips(200, 204, 198), framework="tensorflow")
+    study.cell(ips(100, 160, 60), framework="mxnet")        # CV 46 %: a 33 % drop is within its noise
+    study.cell(["failed:unsupported"] * 3, framework="caffe")
+    report = study.report(tmp_path / "report")
+    csv_path = tmp_path / "report" / "tables" / "images_per_sec.csv"
+    name, entries = tables.read_csv(csv_path)
+    assert name == "images_per_sec" and len(entries) == 4
+    torch = next(e for e in entries if e.settings["framework"] == "torch")
+    assert torch.settings == make_settings(framework="torch") and torch.stats.n == 3
+    assert torch.median == 1000.0 and round(torch.stats.cv, 4) == 0.01
+    assert report.cells == 4
+    workdir = user_dir(tmp_path)
+
+    itself = orchestrator(["compare", "--base", str(csv_path), "--new", "s1"], workdir, timeout=120)
+    assert itself.returncode == 0, itself.stdout + itself.stderr
+    assert "3 cell(s) compared: 3 within noise" in itself.stdout
+    assert "not compared, no number: caffe/lenet/mnist" in itself.stdout
+    report_dir = orchestrator(["compare", "--base", str(tmp_path / "report"), "--new", "latest"], workdir, timeout=120)
+    assert report_dir.returncode == 0, report_dir.stderr
+
+    raised = _write_scaled(csv_path, tmp_path / "raised.csv", 1.5)
+    slower = orchestrator(["compare", "--base", str(raised), "--new", "s1", "--threshold", "5"], workdir, timeout=120)
+    assert slower.returncode == 1, slower.stdout + slower.stderr
+    tail = slower.stdout[slower.stdout.index("REGRESSION"):]
+    assert "torch/lenet/mnist on local" in tail and "tensorflow/lenet/mnist on local" in tail
+    assert "mxnet" not in tail and "-33.3%" in tail
+    assert orchestrator(["compare", "--base", str(raised), "--new", "s1", "--threshold", "40"], workdir,
+                        timeout=120).returncode == 0  # slower, but by less than the threshold
+
+    lowered = _write_scaled(csv_path, tmp_path / "lowered.csv", 0.6)
+    faster = compare.compare(tables.read_csv(lowered)[1], entries, tables.SPEC_BY_NAME["images_per_sec"].metric, 5)
+    assert {m.base.settings["framework"]: m.verdict for m in faster.matched} == {
+        "torch": "faster", "tensorflow": "faster", "mxnet": "within noise"}
+
+    typed = tmp_path / "typed.csv"  # published numbers typed in: the key columns and a median
+    typed.write_text("dataset,model,framework,hardware,gpus,median\nmnist,lenet,torch,local,0,2000\n"
+                     "mnist,lenet,vgg16,local,0,1\n")
+    done = orchestrator(["compare", "--base", str(typed), "--new", "s1"], workdir, timeout=120)
+    assert done.returncode == 1 and "only in base" in done.stdout and "only in new" in done.stdout, done.stdout
+
+    for bad in (["--base", str(tmp_path / "nope.csv"), "--new", "s1"],
+                ["--base", "s1"],
+                ["--base", "s1", "--new", "s1", "--threshold", "-1"],
+                ["--base", "s1", "--new", "s1", "--metric", "cpu_percent_avg"],
+                ["--base", "s1", "--new", "s1", "--metric", "nope"],
+                ["--base", "no-such-sweep", "--new", "s1"],
+                ["--base", str(tmp_path / "report" / "tables" / "images_per_sec.md"), "--new", "s1"]):
+        done = orchestrator(["compare", *bad], workdir, timeout=120)
+        assert done.returncode == 2, (bad, done.stdout, done.stderr)
+        assert "Traceback" not in done.stderr and done.stderr.strip(), bad
+
+
+def test_report_command_on_a_database_without_runs_says_so(tmp_path):
+    done = orchestrator(["report", "--out", str(tmp_path / "r")], user_dir(tmp_path), timeout=120)
+    assert done.returncode == 1 and "run a sweep first" in done.stderr and "Traceback" not in done.stderr
+
+
+# --- a real sweep on this machine, its report in a real browser ------------------------------------
+
+CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+
+
+def chromium(args, timeout=120):
+    """Headless Chromium with a fresh profile (the Debian package; scripts/test.sh installs it)."""
+    binary = shutil.which("chromium") or shutil.which("chromium-browser")
+    if binary is None:
+        pytest.skip("BROWSER TEST SKIPPED: no chromium; scripts/test.sh installs Debian's `chromium` when run as "
+                    "root (or: sudo apt-get install chromium)")
+    with tempfile.TemporaryDirectory() as profile:
+        return subprocess.run([binary, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", *args], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, universal_newlines=True, timeout=timeout)
+
+
+@pytest.mark.slow
+def test_a_real_sweeps_report_renders_in_chromium(tmp_path, torch_python):
+    """torch and numpy × 1 and 2 threads × 3 repeats, and gpus=1: numpy's refused at expansion,
+    torch's fails (no GPU here, class unsupported). The report's page opens in Chromium with
+    every figure loaded and the n/a reasons on it; compare of the sweep against its own CSV says
+    within noise, against it raised by 50 % names the cells slower beyond noise."""
+    workdir = user_dir(tmp_path)
+    start = time.time()
+    done = orchestrator(["-m", "framework=torch,numpy", "model=lenet", "threads=1,2", "gpus=0,1", "repeats=3",
+                         "batch_size=16", *FAST], workdir)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.count("refused numpy/lenet/synthetic") == 2
+    wait_until_final(workdir, poll=3)
+    assert orchestrator(["collect"], workdir).returncode == 0
+    assert rows(workdir, "select count(*) from refusals") == [(2,)]
+
+    out = tmp_path / "report"
+    made = orchestrator(["report", "--sweep", "latest", "--out", str(out)], workdir, timeout=300)
+    assert made.returncode == 0, made.stderr
+    assert "6 cells" not in made.stdout and "8 cells" in made.stdout  # 6 placed, 2 refused
+    for spec in tables.SPECS:
+        assert (out / "tables" / f"{spec.metric.name}.csv").is_file()
+        assert (out / "tables" / f"{spec.metric.name}.md").is_file()
+    speed_md = (out / "tables" / "images_per_sec.md").read_text()
+    assert "n/a (failed: unsupported)" in speed_md and "n/a (refused)" in speed_md
+    assert "local, 1 thread" in speed_md and "local ×1, 2 threads" in speed_md
+    figures = sorted(p.name for p in (out / "figures").iterdir())
+    assert figures == ["scaling_threads.png", "scaling_threads.svg", "throughput_synthetic_lenet.png",
+                       "throughput_synthetic_lenet.svg"]
+
+    shot = tmp_path / "shot.png"
+    page = (out / "index.html").resolve().as_uri()
+    browsed = chromium([f"--screenshot={shot}", "--window-size=1400,3000", "--hide-scrollbars", page])
+    assert browsed.returncode == 0 and shot.is_file(), browsed.stderr[-2000:]
+    from PIL import Image
+
+    image = Image.open(shot)
+    assert image.size == (1400, 3000)
+    colours = image.convert("RGB").resize((140, 300)).getcolors(140 * 300)
+    assert len(colours) > 50 and max(n for n, _ in colours) < 0.9 * 140 * 300  # drawn, not a blank page
+    dom = chromium(["--virtual-time-budget=10000", "--dump-dom", page]).stdout
+    assert 'data-figures="2"' in dom and 'data-figures-loaded="2"' in dom, dom[:500]
+    assert "failed: unsupported" in dom and "numpy does not support --gpus 1" in dom
+    assert '<td class="na">n/a<span class="why">refused' in dom
+
+    csv_path = out / "tables" / "images_per_sec.csv"
+    itself = orchestrator(["compare", "--base", str(csv_path), "--new", "latest"], workdir, timeout=120)
+    assert itself.returncode == 0, itself.stdout + itself.stderr
+    assert "4 cell(s) compared: 4 within noise" in itself.stdout
+    raised = _write_scaled(csv_path, tmp_path / "raised.csv", 1.5)
+    slower = orchestrator(["compare", "--base", str(raised), "--new", "latest"], workdir, timeout=120)
+    _, base = tables.read_csv(raised)
+    _, new = tables.read_csv(csv_path)
+    expected = compare.compare(base, new, tables.SPEC_BY_NAME["images_per_sec"].metric, 5.0).regressions
+    quiet = [e for e in new if e.stats and e.stats.cv is not None and e.stats.cv < 0.1]
+    assert len(expected) >= len(quiet)  # a drop of a third is beyond the noise of every quiet cell
+    assert slower.returncode == (1 if expected else 0), slower.stdout
+    for m in expected:
+        assert compare.label(m.base) in slower.stdout[slower.stdout.index("REGRESSION"):]
+    print(f"real sweep, report, browser and compare: {time.time() - start:.0f} s")
+
+
+# --- presets -------------------------------------------------------------------------------------
+
+def test_the_study_preset_expands_to_270_cells_by_hardware(tmp_path):
+    done = orchestrator(["-m", "+preset=study", "cluster=slurm", "dry_run=true"], user_dir(tmp_path))
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = done.stdout
+    assert "270 cells by hardware: 216 to run, 54 cannot be placed" in out
+    counts = {line.split()[0] + (" " + line.split()[1] if line.split()[1].startswith("×") else ""): line.split()[-3:]
+              for line in out.splitlines() if line.strip().startswith(("cpu", "k20m", "p100", "all"))}
+    assert counts["cpu12"][-2:] == ["45", "45"] and counts["p100 ×2"][-2:] == ["45", "45"]
+    assert counts["k20m ×1"] == ["45", "18", "27"] and counts["k20m ×2"] == ["45", "18", "27"]
+    assert counts["all"] == ["270", "216", "54"]
+    refused = [line for line in out.splitlines() if line.startswith("refused ")]
+    assert len(refused) == 54
+    assert all("hardware=k20m (compute capability 3.5)" in line for line in refused)
+    assert {line.split()[1].split("/")[0] for line in refused} == {"torch", "tensorflow", "mxnet"}
+    assert list(tmp_path.iterdir()) == []  # a dry run writes nothing
+
+
+def test_the_threads_and_batch_presets(tmp_path):
+    workdir = user_dir(tmp_path)
+    done = orchestrator(["-m", "+preset=threads", "framework=numpy", "hardware=cpu12", "dry_run=true"], workdir)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "5 cells (dry run" in done.stdout  # 1, 2, 4, 8 and the node's 12
+    assert "4 cell(s) left out: more threads than the node's CPUs" in done.stdout
+    done = orchestrator(["-m", "+preset=batch", "framework=numpy", "dry_run=true"], workdir)
+    assert done.returncode == 0 and "6 cells (dry run" in done.stdout, done.stderr[-3000:]
