@@ -34,7 +34,7 @@ import tempfile
 
 from trainers.common.errors import CRASH, OUT_OF_MEMORY
 from trainers.common.gpus import gpu_names, nvidia_smi
-from trainers.common.host import cpu_name
+from trainers.common.host import cpu_name, loaded_libraries, openblas_libraries, set_blas_threads
 from trainers.common.recipe import LEARNING_RATE, MOMENTUM, WEIGHT_DECAY
 from trainers.common.trainer import Trainer
 from trainers.caffe import SUPPORT, models, multigpu
@@ -189,41 +189,20 @@ def set_threads_env(threads):
         os.environ[var] = str(threads)
 
 
-def _openblas():
-    """The OpenBLAS library this process has loaded (through _caffe.so), or None."""
-    try:
-        with open("/proc/self/maps") as f:
-            paths = set(line.split()[-1] for line in f if "libopenblas" in line)
-    except OSError:
-        return None
-    for path in sorted(paths):
-        try:
-            return ctypes.CDLL(path)
-        except OSError:
-            continue
+def caffe_openblas():
+    """The OpenBLAS that Caffe links (libopenblas*.so; numpy's and scipy's bundled builds,
+    loaded beside it, are libscipy_openblas*), or None."""
+    for path, lib in openblas_libraries():
+        if os.path.basename(path).startswith("libopenblas"):
+            return lib
     return None
-
-
-def set_blas_threads(threads):
-    lib = _openblas()
-    if lib is not None and hasattr(lib, "openblas_set_num_threads"):
-        lib.openblas_set_num_threads(int(threads))
-
-
-def _mapped_libraries():
-    """Paths of the shared objects this process has loaded."""
-    try:
-        with open("/proc/self/maps") as f:
-            return sorted(set(line.split()[-1] for line in f if ".so" in line))
-    except OSError:
-        return []
 
 
 def _caffe_symbols(caffe):
     """The bytes of Caffe's own loaded objects (_caffe.so, and libcaffe.so where pycaffe
     links it), for finding what Caffe was built with."""
     paths = [os.path.join(os.path.dirname(caffe.__file__), "_caffe.so")]
-    paths += [p for p in _mapped_libraries() if os.path.basename(p).startswith("libcaffe")]
+    paths += [p for p in loaded_libraries() if os.path.basename(p).startswith("libcaffe")]
     blobs = []
     for path in paths:
         try:
@@ -238,7 +217,7 @@ def built_with_cuda(caffe):
     """Whether this Caffe was built with CUDA (links the CUDA runtime, dynamically or
     statically). Asking Caffe itself is no option: a CPU-only Caffe aborts the process at
     set_mode_gpu's first use."""
-    if any("libcudart" in os.path.basename(p) for p in _mapped_libraries()):
+    if any("libcudart" in os.path.basename(p) for p in loaded_libraries()):
         return True
     return b"cudaMalloc" in _caffe_symbols(caffe)
 
@@ -249,7 +228,7 @@ def build_info(caffe):
             "openblas_num_threads_env": os.environ.get("OPENBLAS_NUM_THREADS")}
     package_dir = os.path.dirname(caffe.__file__)
     info["package"] = package_dir
-    symbols, libs = _caffe_symbols(caffe), _mapped_libraries()
+    symbols, libs = _caffe_symbols(caffe), loaded_libraries()
     info["cudnn"] = b"cudnnCreate" in symbols or any("libcudnn" in p for p in libs)
     info["nccl"] = b"ncclCommInit" in symbols or any("libnccl" in p for p in libs)
     built_from = os.path.join(package_dir, "BUILT_FROM")
@@ -257,7 +236,7 @@ def build_info(caffe):
         with open(built_from) as f:
             info["built_from"] = f.read().strip()
         info["source"] = "BVLC Caffe 9b89154 (brocolli-caffe 9.0.2 sdist), CMake, CPU-only"
-    lib = _openblas()
+    lib = caffe_openblas()
     if lib is not None:
         try:
             lib.openblas_get_config.restype = ctypes.c_char_p

@@ -1,12 +1,20 @@
 """Facts about the host, read one way for every trainer and for the orchestrator's provenance.
 
-The trainers put the CPU's name in a CPU run's `devices` list and size their thread pools by
-the CPUs they may use; the job records the same facts in result.json's `provenance`
+The trainers put the CPU's name in a CPU run's `devices` list, size their thread pools by
+the CPUs they may use and set the pools of the OpenBLAS builds they have loaded; the job records the same facts in result.json's `provenance`
 (orchestrator/provenance.py imports this module), so the two can never disagree. Standard
 library only, and Python 3.6 (the Caffe and CNTK containers).
 """
+import ctypes
 import os
 import platform
+
+#: what an OpenBLAS build calls its pool-size setter and getter: the plain build, its 64-bit
+#: integer build, and the scipy-openblas builds that numpy's wheels bundle
+OPENBLAS_SETTERS = ("openblas_set_num_threads", "openblas_set_num_threads64_",
+                    "scipy_openblas_set_num_threads64_", "scipy_openblas_set_num_threads")
+OPENBLAS_GETTERS = ("openblas_get_num_threads", "openblas_get_num_threads64_",
+                    "scipy_openblas_get_num_threads64_", "scipy_openblas_get_num_threads")
 
 #: /proc/cpuinfo keys that name the CPU: x86 ("model name"), ARM boards ("Model", "Hardware"), MIPS ("cpu model")
 CPU_MODEL_KEYS = ("model name", "Model", "cpu model", "Hardware")
@@ -37,3 +45,51 @@ def cpu_model(cpuinfo="/proc/cpuinfo"):
 def cpu_name():
     """The CPU's name for a CPU run's `devices` list: its model, else the machine type, else "cpu"."""
     return cpu_model() or platform.machine() or "cpu"
+
+
+def loaded_libraries(maps="/proc/self/maps"):
+    """Paths of the shared objects this process has loaded (Linux; [] elsewhere)."""
+    try:
+        with open(maps) as f:
+            return sorted(set(line.split()[-1] for line in f if ".so" in line))
+    except OSError:
+        return []
+
+
+def openblas_libraries():
+    """[(path, ctypes library)] of the OpenBLAS builds this process has loaded that export a
+    pool-size setter (a framework's own and numpy's bundled one may both be)."""
+    found = []
+    for path in loaded_libraries():
+        if "openblas" not in os.path.basename(path).lower():
+            continue
+        try:
+            lib = ctypes.CDLL(path)
+        except OSError:
+            continue
+        if _symbol(lib, OPENBLAS_SETTERS) is not None:
+            found.append((path, lib))
+    return found
+
+
+def _symbol(lib, names):
+    for name in names:
+        fn = getattr(lib, name, None)
+        if fn is not None:
+            return fn
+    return None
+
+
+def set_blas_threads(threads):
+    """Size the thread pool of every OpenBLAS this process has loaded to `threads`.
+
+    OpenBLAS reads OPENBLAS_NUM_THREADS once, when it is loaded, and otherwise starts one
+    thread per CPU; a trainer that loads it before it knows --threads (numpy is imported with
+    trainers.common) sets it here. Returns the pool sizes the libraries report afterwards."""
+    sizes = []
+    for _, lib in openblas_libraries():
+        _symbol(lib, OPENBLAS_SETTERS)(int(threads))
+        getter = _symbol(lib, OPENBLAS_GETTERS)
+        if getter is not None:
+            sizes.append(int(getter()))
+    return sizes

@@ -1,6 +1,7 @@
 """The numpy side of the protocol: LeNet (models.py) trained with the common recipe.
 
-Momentum SGD as trainers/common/recipe.py states it, on the CPU, in fp32. CPU replicas
+Momentum SGD as trainers/common/recipe.py states it, on the CPU, in fp32, with numpy's
+OpenBLAS pool sized by --threads. CPU replicas
 (trainers.common.support.CPU_REPLICAS_ENV) are one process per replica, started by
 `trainers.common.launch`; each trains on its own shard of the data (numpy has no all-reduce:
 the replicas do not exchange gradients, so this checks the launch, not data parallelism).
@@ -17,7 +18,7 @@ import os
 
 import numpy as np
 
-from trainers.common.host import cpu_name
+from trainers.common.host import cpu_name, set_blas_threads
 from trainers.common.recipe import LEARNING_RATE, MOMENTUM, WEIGHT_DECAY
 from trainers.common.trainer import Trainer
 from trainers.numpy import SUPPORT
@@ -41,9 +42,13 @@ class NumpyTrainer(Trainer):
         self.lr = np.float32(float(os.environ.get(LR_ENV, LEARNING_RATE)))
         self.model = build(cfg.model, cfg.input_shape, cfg.classes, seed=cfg.seed)
         self.velocity = dict((k, np.zeros_like(v)) for k, v in self.model.params.items())
+        # numpy's OpenBLAS was loaded with trainers.common, before --threads was known, and
+        # started a thread per CPU: --threads sizes its pool now
+        blas_threads = set_blas_threads(cfg.threads)
         return {"params": self.model.count(), "devices": [cpu_name()] * cfg.devices,
                 "version": np.__version__,
-                "build": {"numpy": np.__version__, "blas": _blas()}}
+                "build": {"numpy": np.__version__, "blas": _blas(),
+                          "blas_threads": blas_threads}}
 
     def step(self, batch):
         self.steps += 1
