@@ -215,37 +215,55 @@ def cmd_status(args: argparse.Namespace, out: Console) -> int:
         ids = [s.id for s in sweeps] if args.sweep else None
         if args.failed:
             return _list_failures(session, ids, classes)
-        groups = _latest_groups(session, ids)
-        _print_counts(session, sweeps, groups, out)
+        counts = _latest_counts(session, ids)
+        _print_counts(session, sweeps, counts, out)
+        examples = (_latest_examples(session, ids)
+                    if any(c.state in FAILURES + runstate.IN_FLIGHT for c in counts) else [])
         waiting: dict[tuple[str, str], int] = {}  # the scheduler's words for why queued runs wait
-        for g in groups:
+        for g in examples:
             if g.rn == 1 and g.state in runstate.IN_FLIGHT and g.state_detail is not None:
                 waiting[g.state, g.state_detail] = waiting.get((g.state, g.state_detail), 0) + g.n
         for (state, detail), n in sorted(waiting.items()):
             out.print(f"{n} {state}: {detail}", markup=False)
-        _print_failure_examples(session, sweeps, groups)
+        _print_failure_examples(session, sweeps, counts, examples)
     return 0
 
 
-def _latest_groups(session: Session, sweep_ids: Optional[list[str]]) -> list[Any]:
-    """One pass over the latest attempt of each repeat (db.latest_runs) of these sweeps (None:
-    all): per sweep, state, error class and state detail, the count `n`, with the ids of its first
-    EXAMPLES runs (one row each, `rn` 1 to EXAMPLES)."""
+def _latest_counts(session: Session, sweep_ids: Optional[list[str]]) -> list[Any]:
+    """How many latest attempts of their repeats (db.latest_runs) the sweeps (None: all) have,
+    per sweep, state and error class (`n`): one pass, from the index of migration 0005."""
+    from sqlalchemy import func, select
+
+    from . import db
+
+    latest = db.latest_runs()
+    group = (latest.c.sweep_id, latest.c.state, latest.c.error_class)
+    query = select(*group, func.count().label("n")).group_by(*group)
+    if sweep_ids is not None:
+        query = query.where(latest.c.sweep_id.in_(sweep_ids))
+    return session.execute(query).all()
+
+
+def _latest_examples(session: Session, sweep_ids: Optional[list[str]]) -> list[Any]:
+    """The latest attempts that are in flight or failed, in one pass that sorts only those: per
+    sweep, state, error class and state detail, their count `n` and the ids of the first EXAMPLES
+    (a row each, `rn` 1 to EXAMPLES)."""
     from sqlalchemy import func, select
 
     from . import db
 
     latest = db.latest_runs()
     group = (latest.c.sweep_id, latest.c.state, latest.c.error_class, latest.c.state_detail)
-    ranked = select(latest.c.id, *group, func.count().over(partition_by=group).label("n"),
-                    func.row_number().over(partition_by=group, order_by=latest.c.id).label("rn"))
+    ranked = (select(latest.c.id, *group, func.count().over(partition_by=group).label("n"),
+                     func.row_number().over(partition_by=group, order_by=latest.c.id).label("rn"))
+              .where(latest.c.state.in_(FAILURES + runstate.IN_FLIGHT)))
     if sweep_ids is not None:
         ranked = ranked.where(latest.c.sweep_id.in_(sweep_ids))
     ranked = ranked.subquery("ranked")
     return session.execute(select(ranked).where(ranked.c.rn <= EXAMPLES)).all()
 
 
-def _print_counts(session: Session, sweeps: list[Any], groups: list[Any], out: Console) -> None:
+def _print_counts(session: Session, sweeps: list[Any], counts: list[Any], out: Console) -> None:
     """The table: per sweep, its cells and its runs by state (latest attempts), and earlier ones."""
     from rich.table import Table
     from sqlalchemy import func, select
@@ -253,23 +271,22 @@ def _print_counts(session: Session, sweeps: list[Any], groups: list[Any], out: C
     from . import db
 
     ids = [s.id for s in sweeps]
-    counts: dict[str, dict[str, int]] = {}
-    for g in groups:
-        if g.rn == 1:
-            by_state = counts.setdefault(g.sweep_id, {})
-            by_state[g.state] = by_state.get(g.state, 0) + g.n
+    by_sweep: dict[str, dict[str, int]] = {}
+    for c in counts:
+        by_state = by_sweep.setdefault(c.sweep_id, {})
+        by_state[c.state] = by_state.get(c.state, 0) + c.n
     linked = dict(session.execute(
         select(db.SweepCell.sweep_id, func.count()).where(db.SweepCell.sweep_id.in_(ids))
         .group_by(db.SweepCell.sweep_id)).all())
     all_runs = dict(session.execute(
         select(db.Run.sweep_id, func.count()).where(db.Run.sweep_id.in_(ids)).group_by(db.Run.sweep_id)).all())
-    states = [s for s in runstate.STATES if any(s in c for c in counts.values())]
+    states = [s for s in runstate.STATES if any(s in c for c in by_sweep.values())]
     table = Table(title="Runs by state (latest attempt of each repeat; retried: earlier attempts)",
                   title_justify="left")
     for name in ("sweep", "created", "cells", *states, "retried"):
         table.add_column(name, justify="left" if name in ("sweep", "created") else "right")
     for sweep in sweeps:
-        c = counts.get(sweep.id, {})
+        c = by_sweep.get(sweep.id, {})
         retried = all_runs.get(sweep.id, 0) - sum(c.values())
         cells = max(sweep.n_cells or 0, linked.get(sweep.id, 0))
         table.add_row(sweep.id, _when(sweep.created_at), str(cells),
@@ -277,33 +294,38 @@ def _print_counts(session: Session, sweeps: list[Any], groups: list[Any], out: C
     out.print(table)
 
 
-def _print_failure_examples(session: Session, sweeps: list[Any], groups: list[Any]) -> None:
+def _print_failure_examples(session: Session, sweeps: list[Any], counts: list[Any], examples: list[Any]) -> None:
     """Per sweep, newest first: its failed and lost runs by error class, the first EXAMPLES of
     each with its message and log; then how to list them all."""
-    per_class: dict[tuple[str, str], list[int]] = {}  # (sweep, class) -> [count, example ids...]
-    for g in groups:
-        if g.state in FAILURES:
-            entry = per_class.setdefault((g.sweep_id, g.error_class or NO_CLASS), [0])
-            entry[0] += g.n if g.rn == 1 else 0
-            entry.append(g.id)
-    if not per_class:
-        return
     from . import db
 
-    shown = sorted(i for entry in per_class.values() for i in sorted(entry[1:])[:EXAMPLES])
-    runs = {r.id: r for r in _failure_rows(session, db.Run.__table__, db.Run.id.in_(shown))}
+    totals: dict[tuple[str, str], int] = {}  # (sweep, class) -> failed or lost runs
+    for c in counts:
+        if c.state in FAILURES:
+            key = (c.sweep_id, c.error_class or NO_CLASS)
+            totals[key] = totals.get(key, 0) + c.n
+    if not totals:
+        return
+    first: dict[tuple[str, str], list[int]] = {}  # (sweep, class) -> its first runs' ids
+    for g in examples:
+        if g.state in FAILURES:
+            first.setdefault((g.sweep_id, g.error_class or NO_CLASS), []).append(g.id)
+    first = {key: sorted(ids)[:EXAMPLES] for key, ids in first.items()}
+    runs = {r.id: r for r in _failure_rows(session, db.Run.__table__,
+                                           db.Run.id.in_(sorted(i for ids in first.values() for i in ids)))}
     for sweep in sweeps:
-        classes = sorted((klass, entry) for (s, klass), entry in per_class.items() if s == sweep.id)
+        classes = sorted((klass, n) for (s, klass), n in totals.items() if s == sweep.id)
         if not classes:
             continue
-        total = sum(entry[0] for _, entry in classes)
-        print(f"\nFailed or lost runs of sweep {sweep.id} ({total}; the first {EXAMPLES} of each class):")
-        for klass, entry in classes:
-            print(f"  {klass} ({entry[0]})")
-            for run_id in sorted(entry[1:])[:EXAMPLES]:
+        print(f"\nFailed or lost runs of sweep {sweep.id} ({sum(n for _, n in classes):,}; "
+              f"the first {EXAMPLES} of each class):")
+        for klass, n in classes:
+            print(f"  {klass} ({n:,})")
+            for run_id in first.get((sweep.id, klass), []):
                 _print_failure(runs[run_id], indent="    ")
-            if entry[0] > EXAMPLES:
-                print(f"    ... {entry[0] - EXAMPLES:,} more: {PROG} status --failed --sweep {sweep.id} --class {klass}")
+            if n > EXAMPLES:
+                only = f" --class {klass}" if klass != NO_CLASS else ""
+                print(f"    ... {n - EXAMPLES:,} more: {PROG} status --failed --sweep {sweep.id}{only}")
     print(f"\nEvery one: {PROG} status --failed [--sweep ID] [--class A,B]; "
           f"as CSV: {PROG} results --state failed,lost --csv")
 
@@ -344,13 +366,13 @@ def _failure_rows(session: Session, source: Any, *where: Any) -> Any:
 
 
 def _print_failure(row: Any, indent: str) -> None:
-    """A failed run in three lines: state, cell and run; class and message; log."""
+    """A failed run in two lines: state, cell, run and log; class and message."""
     why = row.error_class or NO_CLASS
     if row.error_message:
         why += f": {_one_line(row.error_message)}"
-    print(f"{indent}{row.state:<6} {row.framework}/{row.model}/{row.dataset}  {row.uid}")
+    print(f"{indent}{row.state:<6} {row.framework}/{row.model}/{row.dataset}  {row.uid}  "
+          f"log: {row.log_path or '(none recorded)'}")
     print(f"{indent}       {why}")
-    print(f"{indent}       log: {row.log_path or '(none recorded)'}")
 
 
 def _reconcile(session: Session, sweep_id: Optional[str], out: Console) -> None:
@@ -541,7 +563,7 @@ def _results_table(rows: Sequence[Any], total: int, sweep: Optional[str]) -> Tab
         title += f" of sweep {next(iter(sweeps))}"
     elif total == len(rows):
         title += f" from {len(sweeps)} sweeps"
-    else:
+    if total > len(rows):
         title += f"; the first {len(rows):,}"
     table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD)
     gpu = any(r["gpu_power_avg_w"] is not None for r in rows)  # GPU columns only where measured
@@ -661,6 +683,7 @@ def cmd_rerun(args: argparse.Namespace, out: Console) -> int:
                 failures += 1
                 out.print(f"  [red]refused[/] {_one_line(reason, 400)}", soft_wrap=True)
         return 1 if failures else 0
+
 
 # --- report and compare ---------------------------------------------------------------------------
 

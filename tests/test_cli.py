@@ -184,6 +184,8 @@ def test_results_and_summary_show_the_first_rows_and_say_how_to_see_all(tmp_path
         assert len(list(csv.DictReader(io.StringIO(capsys.readouterr().out)))) == n
         assert main(["results", *summary, "--csv", "--limit", "3"]) == 0
         assert len(list(csv.DictReader(io.StringIO(capsys.readouterr().out)))) == 3
+    assert main(["results", "--sweep", "s", "--limit", "5"]) == 0
+    assert f"{n} runs of sweep s; the first 5" in capsys.readouterr().out
     assert main(["results", "--limit", "0"]) == 1
     assert "--limit 0: show at least one row, or every one with --all" in capsys.readouterr().err
     assert main(["results", "--limit", "3", "--all"]) == 2  # one or the other (argparse says so)
