@@ -9,6 +9,11 @@ Measures, on this machine, with the orchestrator as it is checked out:
   does not answer here, failures of several classes, retried repeats);
 - `orchestrator --help` and `orchestrator status --help`.
 
+Commands run with Python's bytecode cache (the environment's PYTHONDONTWRITEBYTECODE lifted, the
+cache kept outside the source tree), each once before it is timed, as an installed orchestrator
+runs; each figure gives the wall time and the CPU time (user + system), which other work on a
+shared machine inflates less. The machine's load is printed first.
+
 Not a test: its figures go into README's "Scale". A module, so that `benchmarks/scale.py` may
 import the measurements (one function each) and the table printer.
 
@@ -228,56 +233,93 @@ def measure_collect(n: int, workdir: Path, recorded: bool = True) -> dict[str, f
     if recorded:
         record_as_launcher(url, results)
     factory = db.open_db(url)
-    t = time.perf_counter()
+    t, cpu = time.perf_counter(), time.process_time()
     report = collect(factory, runs)
-    first = time.perf_counter() - t
+    first, cpu = time.perf_counter() - t, time.process_time() - cpu
     t = time.perf_counter()
     again = collect(factory, runs)
     second = time.perf_counter() - t
     factory.kw["bind"].dispose()
     if report.added != n or again.already != n:
         raise SystemExit(f"collect of {n}: {report} then {again}; expected {n} added, then {n} already")
-    return {"n": n, "seconds": first, "ms_per_file": 1000 * first / n, "again_seconds": second}
+    return {"n": n, "seconds": first, "ms_per_file": 1000 * first / n, "cpu_ms_per_file": 1000 * cpu / n,
+            "again_seconds": second}
+
+
+def command_env(env: Optional[dict[str, str]] = None) -> dict[str, str]:
+    """The environment a command runs in: this one's, with Python's bytecode cache as a user has
+    it (kept under the work directory's pycache, not in the source tree), and `env`."""
+    out = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    out["PYTHONPYCACHEPREFIX"] = str(Path(tempfile.gettempdir()) / "scale_read.pycache")
+    return {**out, **(env or {})}
+
+
+#: What the commands import, compiled into the bytecode cache before anything is timed.
+WARM = ("orchestrator.__main__", "orchestrator.cli", "orchestrator.db", "orchestrator.tracking",
+        "orchestrator.collector", "orchestrator.backends.slurm", "rich.console", "rich.table", "sqlalchemy.orm")
+
+
+def warm_cache() -> None:
+    """Fills the bytecode cache with what the commands import (an installed orchestrator has it)."""
+    subprocess.run([sys.executable, "-c", "; ".join(f"import {m}" for m in WARM)], env=command_env(), check=True)
 
 
 def time_command(argv: Sequence[str], env: Optional[dict[str, str]] = None, cwd: Optional[Path] = None,
-                 repeat: int = 5, stdout: Any = subprocess.DEVNULL) -> dict[str, float]:
-    """Wall time of a command, a new process each time (as a user types it): median and best."""
-    times = []
-    for _ in range(repeat):
-        t = time.perf_counter()
-        done = subprocess.run(list(argv), env={**os.environ, **(env or {})}, cwd=cwd, stdout=stdout,
-                              stderr=subprocess.PIPE, text=True)
-        times.append(time.perf_counter() - t)
-        if done.returncode not in (0, 1) or "Traceback" in (done.stderr or ""):
-            raise SystemExit(f"{' '.join(argv)} failed ({done.returncode}): {done.stderr[-2000:]}")
-    return {"median": statistics.median(times), "best": min(times)}
+                 repeat: int = 5) -> dict[str, float]:
+    """A command's wall time, a new process each time (as a user types it): median and best; its
+    CPU time (user + system, median), which other work on the machine inflates less than the wall
+    time; its peak resident memory (MB, the largest); and how many lines it printed."""
+    times, cpu, rss = [], [], []
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        for _ in range(repeat):
+            out.seek(0), out.truncate(), err.seek(0), err.truncate()
+            # through a small process of its own, so that its peak memory is its own, not this one's
+            proc = subprocess.Popen([sys.executable, "-c", _USAGE, *argv], env=command_env(env), cwd=cwd,
+                                    stdout=out, stderr=err)
+            proc.wait()
+            err.seek(0)
+            stderr, _, usage = err.read().decode(errors="replace").rpartition("\nusage ")
+            if proc.returncode not in (0, 1) or "Traceback" in stderr or not usage:
+                raise SystemExit(f"{' '.join(argv)} failed ({proc.returncode}): {stderr[-2000:]}")
+            wall, seconds, kb = usage.split()
+            times.append(float(wall))
+            cpu.append(float(seconds))
+            rss.append(int(kb) / 1024)
+        out.seek(0)
+        lines = sum(chunk.count(b"\n") for chunk in iter(lambda: out.read(1 << 20), b""))
+    return {"median": statistics.median(times), "best": min(times), "cpu": statistics.median(cpu),
+            "rss_mb": max(rss), "lines": lines}
+
+
+#: Runs argv[1:] and writes its wall and CPU seconds and peak resident KB as stderr's last line.
+_USAGE = """import os, subprocess, sys, time
+t = time.perf_counter()
+proc = subprocess.Popen(sys.argv[1:])
+_, status, usage = os.wait4(proc.pid, 0)
+wall = time.perf_counter() - t
+sys.stderr.write(f"\\nusage {wall} {usage.ru_utime + usage.ru_stime} {usage.ru_maxrss}\\n")
+sys.exit(os.waitstatus_to_exitcode(status))
+"""
 
 
 def orchestrator_argv(*args: str) -> list[str]:
     return [sys.executable, "-m", "orchestrator", *args]
 
 
-def output_lines(argv: Sequence[str], env: dict[str, str], cwd: Path) -> int:
-    """How many lines a command prints (what a user has to read)."""
-    done = subprocess.run(list(argv), env={**os.environ, **env}, cwd=cwd, capture_output=True, text=True)
-    return done.stdout.count("\n")
-
-
 def measure_reads(path: Path, repeat: int, workdir: Path) -> dict[str, dict[str, float]]:
     """status, results, results --summary and results --csv on the database at `path`."""
     env = {"ORCHESTRATOR_DB": f"sqlite:///{path}", "COLUMNS": "160", **silent_slurm(workdir / "bin")}
+    warm_cache()
     out = {}
     for name, args in (("status", ("status",)), ("results", ("results",)), ("results --summary", ("results", "--summary")),
                        ("results --csv", ("results", "--csv"))):
-        argv = orchestrator_argv(*args)
-        out[name] = {**time_command(argv, env, workdir, repeat if name != "results --csv" else 1),
-                     "lines": output_lines(argv, env, workdir)}
+        out[name] = time_command(orchestrator_argv(*args), env, workdir, repeat)
     return out
 
 
 def measure_help(repeat: int) -> dict[str, dict[str, float]]:
     """`orchestrator --help` and `orchestrator status --help`: the CLI's start."""
+    warm_cache()
     return {name: time_command(orchestrator_argv(*args), repeat=repeat)
             for name, args in (("--help", ("--help",)), ("status --help", ("status", "--help")))}
 
@@ -297,12 +339,15 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     work.mkdir(parents=True, exist_ok=True)
     rows: list[Row] = []
     print(f"working in {work} ({os.cpu_count()} CPUs, load {os.getloadavg()[0]:.2f})", file=sys.stderr)
+    load = os.getloadavg()[0]
     try:
         if "collect" in only:
             for n in (int(x) for x in args.collect.split(",") if x):
                 m = measure_collect(n, work / f"collect-{n}")
-                rows.append(Row(f"collect {n:,} results", f"{m['seconds']:.2f} s, {m['ms_per_file']:.2f} ms/file",
-                                f"first collect in-process; again: {m['again_seconds']:.2f} s"))
+                rows.append(Row(f"collect {n:,} results", f"{m['seconds']:.2f} s, {m['ms_per_file']:.2f} ms/file "
+                                f"({m['cpu_ms_per_file']:.2f} ms CPU)",
+                                f"first collect, in-process, of files the launcher recorded; again: "
+                                f"{m['again_seconds']:.2f} s"))
                 shutil.rmtree(work / f"collect-{n}", ignore_errors=True)
         if only & {"status", "results"}:
             path = work / "big.db"
@@ -314,17 +359,18 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             reads = measure_reads(path, args.repeat, work)
             for name, m in reads.items():
                 if name.split()[0] in only:
-                    rows.append(Row(f"`{name}` over {args.runs:,} runs", f"{m['median']:.2f} s",
-                                    f"wall, new process, median of {args.repeat if name != 'results --csv' else 1}; "
-                                    f"{m['lines']:,} lines"))
+                    rows.append(Row(f"`{name}` over {args.runs:,} runs", f"{m['median']:.2f} s ({m['cpu']:.2f} s CPU)",
+                                    f"wall, new process, median of {args.repeat} (best {m['best']:.2f} s); "
+                                    f"{m['lines']:,} lines; peak {m['rss_mb']:,.0f} MB"))
         if "help" in only:
             for name, m in measure_help(args.repeat * 2).items():
-                rows.append(Row(f"`orchestrator {name}`", f"{m['median']:.2f} s",
-                                f"wall, median of {args.repeat * 2} (best {m['best']:.2f} s)"))
+                rows.append(Row(f"`orchestrator {name}`", f"{m['median']:.2f} s ({m['cpu']:.2f} s CPU)",
+                                f"wall, new process, median of {args.repeat * 2} (best {m['best']:.2f} s)"))
     finally:
         if args.keep is None:
             shutil.rmtree(work, ignore_errors=True)
     print_table(rows)
+    print(f"\nload average {load:.2f} at the start, {os.getloadavg()[0]:.2f} at the end, on {os.cpu_count()} CPUs")
     return 0
 
 
