@@ -84,9 +84,17 @@ def _from_result(result: dict[str, Any]) -> dict[str, Any]:
             "log_path": (result.get("paths") or {}).get("stderr")}
 
 
+#: How a waiting run's state_detail says its job can never start (the queued verdict below).
+NEVER = ": can never start: "
+
+
 def decide(evidence: Evidence, seen: Optional[Seen], *, job_id: Optional[str], backend: str,
-           submitted_at: Optional[float], now: float, grace_s: float, logs: str = "its log") -> Optional[dict[str, Any]]:
+           submitted_at: Optional[float], now: float, grace_s: float, logs: str = "its log",
+           previous: Optional[str] = None) -> Optional[dict[str, Any]]:
     """A run's new fields from its directory's evidence and its scheduler's word, or None.
+
+    `previous` is the run's state_detail so far: a job this poll finds cancelled that an earlier
+    poll found unable ever to start is `unplaceable` (rerunnable), whatever accounting kept of why.
 
     `seen` None means the scheduler gave no answer about this job (or the run has no job).
     """
@@ -106,7 +114,7 @@ def decide(evidence: Evidence, seen: Optional[Seen], *, job_id: Optional[str], b
         return None
     if seen.phase == "queued":
         reason = f" ({seen.detail})" if seen.detail else ""
-        never = f": can never start: {seen.never}" if seen.never else ""
+        never = f"{NEVER}{seen.never}" if seen.never else ""
         return {"state": runstate.SUBMITTED, "state_detail": f"{seen.state}{reason}{never}"}
     if seen.phase == "running":
         ended = current(evidence)
@@ -118,6 +126,11 @@ def decide(evidence: Evidence, seen: Optional[Seen], *, job_id: Optional[str], b
                 "node": started.get("node") or seen.detail, "started_at": started.get("started_at")}
     if seen.phase == "unknown" and now - (submitted_at or 0.0) < grace_s:
         return None  # just submitted: the scheduler may not list it yet
+    if (seen.phase == "ended" and seen.error_class == "cancelled" and evidence.result is None
+            and NEVER in (previous or "")):
+        return {"state": runstate.FAILED, "state_detail": seen.state, "error_class": "unplaceable",
+                "error_message": f"{backend} job {job_id} was cancelled while it waited; it could never "
+                                 f"start: {previous.split(NEVER, 1)[1]}", "ended_at": now}
     if seen.phase == "ended" and seen.imposed:
         own = evidence.result.get("error") if evidence.result else None
         said = f" (the job's own record: {own.get('class')}: {own.get('message')})" if own else ""
@@ -214,7 +227,7 @@ def reconcile(session: Session, sweep_id: Optional[str] = None,
             update = decide(look(run.run_dir), seen,
                             job_id=run.job_id if name else None, backend=name or "job", now=now,
                             submitted_at=run.submitted_at, grace_s=backend.grace_s if backend else 0.0,
-                            logs=f"its log under {logs}")
+                            logs=f"its log under {logs}", previous=run.state_detail)
             report.changed += _apply(run, update or {})
     session.commit()
     return report

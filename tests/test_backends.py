@@ -552,3 +552,18 @@ def test_a_silent_scheduler_keeps_states_and_says_as_of_when(tmp_path, monkeypat
         assert report.changed == 0 and session.scalar(db.select(db.Run.state)) == "running"
     (message,) = report.messages()
     assert message.startswith("slurm did not answer") and "states as of 14:05 for 1 open run" in message
+
+
+def test_a_job_cancelled_after_it_was_found_unable_ever_to_start_is_unplaceable():
+    """Whatever accounting kept of why (a task dropped from its array's pending range has no
+    record of its own), the run's own earlier verdict says it could never start."""
+    waited = "PENDING (PartitionConfig): can never start: --cpus-per-task=16, but its largest node has 2"
+    for seen in (Seen("ended", "CANCELLED", None, "cancelled", imposed=True),
+                 Seen("ended", LEFT_QUEUE, "left the queue before it started", "cancelled")):
+        update = decide(Evidence(), seen, job_id="7_1", backend="slurm", submitted_at=0.0, now=10.0,
+                        grace_s=0.0, previous=waited)
+        assert (update["state"], update["error_class"]) == ("failed", "unplaceable"), update
+        assert "--cpus-per-task=16" in update["error_message"]
+    plain = decide(Evidence(), Seen("ended", "CANCELLED", None, "cancelled", imposed=True), job_id="7_1",
+                   backend="slurm", submitted_at=0.0, now=10.0, grace_s=0.0, previous="PENDING (Priority)")
+    assert plain["state"] == "cancelled"
