@@ -14,7 +14,7 @@ into README's "How a number is made".
         [--pairs 3] [--threads 2] [--json out.json]
 
 Defaults per model (CPU): LeNet MNIST-shaped batch 64, 200 steps after 20 warm-up; ResNet-50
-ImageNet-shaped batch 8, 10 steps after 3 warm-up (`--batch-size`, `--iterations`, `--warmup`
+ImageNet-shaped batch 4, 10 steps after 3 warm-up (`--batch-size`, `--iterations`, `--warmup`
 override them for every model run).
 """
 from __future__ import annotations
@@ -32,14 +32,14 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from orchestrator.job import read_events, trainer_args  # noqa: E402
-from orchestrator.metrics import throughput  # noqa: E402
+from orchestrator.metrics import measured_steps, throughput  # noqa: E402
 from orchestrator.runtime import REPO, VenvRuntime  # noqa: E402
 from trainers.common.support import declared  # noqa: E402
 
 FRAMEWORKS = ("torch", "tensorflow", "mxnet", "caffe", "cntk", "numpy")
 MODELS = {  # model: (like, batch, iterations, warmup)
     "lenet": ("mnist", 64, 200, 20),
-    "resnet50": ("imagenet", 8, 10, 3),
+    "resnet50": ("imagenet", 4, 10, 3),
 }
 
 
@@ -52,8 +52,9 @@ def settings_for(model: str, args: argparse.Namespace) -> dict:
             "threads": args.threads, "precision": "fp32", "seed": 0}
 
 
-def run_trainer(framework: str, settings: dict, workdir: Path) -> float:
-    """One trainer run; its images/s as the orchestrator computes it from the events."""
+def run_trainer(framework: str, settings: dict, workdir: Path) -> tuple[float, list[float]]:
+    """One trainer run: its images/s as the orchestrator computes it from the events, and its
+    measured step times."""
     argv, env = VenvRuntime.for_framework(framework).command(trainer_args(settings, None))
     events, log = workdir / "events.jsonl", workdir / "trainer.log"
     with open(events, "wb") as out, open(log, "wb") as err:
@@ -61,11 +62,13 @@ def run_trainer(framework: str, settings: dict, workdir: Path) -> float:
                                cwd=str(REPO), stdin=subprocess.DEVNULL)
     if code != 0:
         raise SystemExit(f"{framework} trainer failed ({code}): {log.read_text()[-2000:]}")
-    return throughput(read_events(events)[0])["images_per_sec"]
+    stream = read_events(events)[0]
+    return throughput(stream)["images_per_sec"], [float(e["dt"]) for e in measured_steps(stream)]
 
 
-def run_minimal(framework: str, settings: dict, workdir: Path) -> float:
-    """One run of the framework's minimal loop; its images/s (its last stdout line)."""
+def run_minimal(framework: str, settings: dict, workdir: Path) -> tuple[float, list[float]]:
+    """One run of the framework's minimal loop: its images/s and measured step times (from its
+    last stdout line)."""
     runtime = VenvRuntime.for_framework(framework)
     _, env = runtime.command([])
     argv = [str(runtime.python), "-m", f"benchmarks.minimal.{framework}_loop",
@@ -80,24 +83,53 @@ def run_minimal(framework: str, settings: dict, workdir: Path) -> float:
     lines = done.stdout.decode(errors="replace").strip().splitlines()
     if done.returncode != 0 or not lines:
         raise SystemExit(f"{framework} minimal loop failed ({done.returncode}): {log.read_text()[-2000:]}")
-    return json.loads(lines[-1])["images_per_sec"]
+    record = json.loads(lines[-1])
+    return record["images_per_sec"], record["dt"][record["warmup"]:]
 
 
-def measure(framework: str, model: str, settings: dict, pairs: int, workdir: Path) -> dict:
-    """`pairs` alternating trainer/minimal runs; their rates and ratios."""
-    runs = {"trainer": run_trainer, "minimal": run_minimal}
-    rates: dict[str, list[float]] = {"trainer": [], "minimal": []}
-    for i in range(pairs):
+class Pairs:
+    """One framework × model: its alternating trainer/minimal pairs so far.
+
+    Beside the ratio of images/s (the headline, a sum over the steps, so a burst of load from
+    elsewhere weighs in), each pair gives the ratio of the median step times (minimal ÷
+    trainer), which such bursts hardly move."""
+
+    def __init__(self, framework: str, model: str, settings: dict):
+        self.framework, self.model, self.settings = framework, model, settings
+        self.rates: dict[str, list[float]] = {"trainer": [], "minimal": []}
+        self.steps: dict[str, list[list[float]]] = {"trainer": [], "minimal": []}
+        self.loads: list[float] = []
+
+    def run_pair(self, workdir: Path) -> None:
+        """Trainer then minimal, or the other way round every other pair (ABBA)."""
+        i = len(self.loads)
         order = ("trainer", "minimal") if i % 2 == 0 else ("minimal", "trainer")
+        self.loads.append(os.getloadavg()[0])
         for which in order:
-            rates[which].append(runs[which](framework, settings, workdir))
-        ratio = rates["trainer"][-1] / rates["minimal"][-1]
-        print(f"  {framework:10s} {model:9s} pair {i}: trainer {rates['trainer'][-1]:9.2f}  "
-              f"minimal {rates['minimal'][-1]:9.2f} img/s  ratio {ratio:.3f}", flush=True)
-    ratios = [t / m for t, m in zip(rates["trainer"], rates["minimal"])]
-    return {"framework": framework, "model": model, "settings": settings, "rates": rates,
-            "ratios": ratios, "median": statistics.median(ratios), "min": min(ratios),
-            "max": max(ratios), "pairs": len(ratios)}
+            rate, steps = (run_trainer if which == "trainer" else run_minimal)(
+                self.framework, self.settings, workdir)
+            self.rates[which].append(rate)
+            self.steps[which].append(steps)
+        print(f"  {self.framework:10s} {self.model:9s} pair {i}: trainer {self.rates['trainer'][-1]:9.2f}  "
+              f"minimal {self.rates['minimal'][-1]:9.2f} img/s  ratio {self.ratios[-1]:.3f}  "
+              f"median-step ratio {self.step_ratios[-1]:.3f}  (load {self.loads[-1]:.1f})", flush=True)
+
+    @property
+    def ratios(self) -> list[float]:
+        return [t / m for t, m in zip(self.rates["trainer"], self.rates["minimal"])]
+
+    @property
+    def step_ratios(self) -> list[float]:
+        return [statistics.median(m) / statistics.median(t)
+                for t, m in zip(self.steps["trainer"], self.steps["minimal"])]
+
+    def summary(self) -> dict:
+        ratios = self.ratios
+        return {"framework": self.framework, "model": self.model, "settings": self.settings,
+                "rates": self.rates, "step_times": self.steps, "loads": self.loads,
+                "ratios": ratios, "median": statistics.median(ratios), "min": min(ratios),
+                "max": max(ratios), "pairs": len(ratios), "step_ratios": self.step_ratios,
+                "step_median": statistics.median(self.step_ratios)}
 
 
 def main() -> int:
@@ -111,28 +143,33 @@ def main() -> int:
     ap.add_argument("--warmup", type=int)
     ap.add_argument("--json", type=Path, help="also write every run's figures here")
     args = ap.parse_args()
-    results = []
+    cells = []
+    for framework in args.frameworks.split(","):
+        runtime = VenvRuntime.for_framework(framework)
+        if not runtime.is_ready():
+            print(f"  {framework}: no environment at {runtime.env_dir} (scripts/frameworks.sh builds it); skipped")
+            continue
+        models = declared(f"trainers.{framework}").models
+        cells += [Pairs(framework, model, settings_for(model, args)) for model in args.models.split(",")
+                  if models is None or model in models]
     started = time.monotonic()
     with tempfile.TemporaryDirectory() as tmp:
-        for framework in args.frameworks.split(","):
-            runtime = VenvRuntime.for_framework(framework)
-            if not runtime.is_ready():
-                print(f"  {framework}: no environment at {runtime.env_dir} (scripts/frameworks.sh builds it); skipped")
-                continue
-            models = declared(f"trainers.{framework}").models
-            for model in args.models.split(","):
-                if models is not None and model not in models:
-                    continue
-                results.append(measure(framework, model, settings_for(model, args), args.pairs, Path(tmp)))
+        for _ in range(args.pairs):  # round after round: a long burst of load spoils no cell's every pair
+            for cell in cells:
+                cell.run_pair(Path(tmp))
+    results = [cell.summary() for cell in cells]
     print(f"\ntrainer ÷ minimal loop, images/s, CPU, {args.threads} threads "
           f"({time.monotonic() - started:.0f} s)")
     print(f"{'framework':10s} {'model':9s} {'batch':>5s} {'steps':>9s} {'median':>7s} {'min–max':>13s} "
-          f"{'pairs':>5s} {'trainer':>9s} {'minimal':>9s}")
+          f"{'pairs':>5s} {'trainer':>9s} {'minimal':>9s} {'step ratio':>10s}")
     for r in results:
         s = r["settings"]
         print(f"{r['framework']:10s} {r['model']:9s} {s['batch_size']:5d} {s['warmup']:>3d}+{s['iterations']:<5d} "
               f"{r['median']:7.3f} {r['min']:6.3f}–{r['max']:.3f} {r['pairs']:5d} "
-              f"{statistics.median(r['rates']['trainer']):9.2f} {statistics.median(r['rates']['minimal']):9.2f}")
+              f"{statistics.median(r['rates']['trainer']):9.2f} {statistics.median(r['rates']['minimal']):9.2f} "
+              f"{r['step_median']:10.3f}")
+    print("median: of the pairs' ratios of images/s; min–max: over the pairs; trainer, minimal: median "
+          "images/s; step ratio: median over the pairs of minimal ÷ trainer median step time")
     if args.json:
         args.json.write_text(json.dumps(results, indent=1))
     return 0
