@@ -293,6 +293,9 @@ def test_an_sbatch_landing_after_the_retype_runs_nothing_and_is_cancelled(slurm_
         time.sleep(1)
     (late,) = landed.read_text().split()[-1:]  # "Submitted batch job N"
     wait_until_final(slurm_workdir, timeout=300)
+    # the next launch finds the late array by name in accounting or the queue; accounting lags
+    # (more so under load), so wait until it lists the array under its name, as it soon will
+    assert sacct_eventually(slurm_workdir, [late], want=1, timeout=120), sacct(slurm_workdir, late)
     again = orchestrator(cells, slurm_workdir)  # all done: skipped; and the late array is found and recorded
     assert "0 cells submitted" in again.stdout, again.stdout
     assert orchestrator(["collect"], slurm_workdir).returncode == 0
