@@ -1,10 +1,16 @@
 """`orchestrator data`: put dataset files where the `dataset` configs look for them.
 
-No network is assumed (clusters' compute nodes rarely have one), so this command writes files in
+No network is assumed (clusters' compute nodes rarely have one), so `generate` writes files in
 the datasets' real formats — MNIST's IDX files, CIFAR-10's binary batches — with generated
 content, through the same writers the tests use. The trainers read them with their real
 readers. Throughput and memory do not depend on pixel values, but accuracy does: a site that
 wants accuracy puts the real files in the same place (`<data>/mnist`, `<data>/cifar10`).
+
+`digits` writes a real data set that needs no network: scikit-learn's 1,797 handwritten digits
+(8x8, 0..16), split once into a fixed training and test set (stratified, seeded: 1,438 and 359
+images), upsampled to MNIST's 28x28 (bilinear, 0..255) and stored as MNIST IDX files
+(`train-*` and `t10k-*`) in `<data>/digits`, so every trainer, Python 3.6 ones included, reads
+them with its MNIST reader and none needs scikit-learn.
 """
 from __future__ import annotations
 
@@ -13,6 +19,10 @@ import os
 from pathlib import Path
 
 GENERATORS = ("mnist", "cifar10")
+#: The share of each digit's images held out for testing, and the split's seed.
+DIGITS_TEST_FRACTION = 0.2
+DIGITS_SEED = 0
+DIGITS_SIZE = 28
 
 
 def main(argv: list[str]) -> int:
@@ -25,7 +35,17 @@ def main(argv: list[str]) -> int:
                      help="the data root (config paths.data; default: $ORCHESTRATOR_DATA or ./data)")
     gen.add_argument("-n", "--images", type=int, default=2048, help="images per dataset (default 2048)")
     gen.add_argument("--seed", type=int, default=0)
+    dig = sub.add_parser("digits", help="write scikit-learn's real handwritten digits (train/test split, "
+                                        "28x28) as MNIST IDX files")
+    dig.add_argument("--dir", default=os.environ.get("ORCHESTRATOR_DATA", "data"),
+                     help="the data root (config paths.data; default: $ORCHESTRATOR_DATA or ./data)")
     args = parser.parse_args(argv)
+    if args.action == "digits":
+        target = Path(args.dir) / "digits"
+        counts = write_digits(target)
+        print(f"wrote scikit-learn's digits to {target}: {counts['train']} training and {counts['test']} "
+              f"test images, 28x28, as MNIST IDX files")
+        return 0
 
     from trainers.common import data
 
@@ -35,3 +55,66 @@ def main(argv: list[str]) -> int:
         writers[name](str(target), args.images, args.seed)
         print(f"wrote {args.images} generated {name} images in its file format to {target}")
     return 0
+
+
+def digits_split(seed: int = DIGITS_SEED) -> dict[str, tuple]:
+    """scikit-learn's digits as {split: (uint8 N x 28 x 28 images, uint8 labels)}: a stratified split
+    (DIGITS_TEST_FRACTION of each digit held out) drawn with `seed`, each split in a seeded order."""
+    import numpy as np
+    from sklearn.datasets import load_digits
+
+    bunch = load_digits()
+    images8 = bunch.images.astype(np.float64)  # (1797, 8, 8), 0..16
+    labels = bunch.target.astype(np.int64)
+    rng = np.random.RandomState(seed)
+    test = []
+    for digit in range(10):
+        members = np.flatnonzero(labels == digit)
+        rng.shuffle(members)
+        test.extend(members[:int(round(len(members) * DIGITS_TEST_FRACTION))].tolist())
+    is_test = np.zeros(len(labels), dtype=bool)
+    is_test[test] = True
+    out = {}
+    for split, mask in (("train", ~is_test), ("test", is_test)):
+        idx = np.flatnonzero(mask)
+        rng.shuffle(idx)
+        out[split] = (upsample(images8[idx] * (255.0 / 16.0), DIGITS_SIZE), labels[idx].astype(np.uint8))
+    return out
+
+
+def upsample(images, size: int):
+    """Bilinear resize of N x h x w images to size x size (pixel centres aligned, edges clamped), as
+    uint8 rounded from the 0..255 input."""
+    import numpy as np
+
+    n, h, w = images.shape
+
+    def axis(src: int):
+        pos = np.clip((np.arange(size) + 0.5) * src / size - 0.5, 0, src - 1)
+        lo = np.floor(pos).astype(int)
+        hi = np.minimum(lo + 1, src - 1)
+        return lo, hi, pos - lo
+
+    r0, r1, fr = axis(h)
+    c0, c1, fc = axis(w)
+    rows = images[:, r0, :] * (1 - fr)[None, :, None] + images[:, r1, :] * fr[None, :, None]
+    out = rows[:, :, c0] * (1 - fc)[None, None, :] + rows[:, :, c1] * fc[None, None, :]
+    return np.clip(np.rint(out), 0, 255).astype(np.uint8)
+
+
+def write_digits(target: Path, seed: int = DIGITS_SEED) -> dict[str, int]:
+    """Write the digits' two splits as MNIST IDX files in `target`; {split: images}."""
+    import sklearn
+
+    from trainers.common import data
+
+    counts = {}
+    for split, (images, labels) in digits_split(seed).items():
+        data.write_idx(str(target), images, labels, split)
+        counts[split] = len(labels)
+    (target / data.DIGITS_SOURCE).write_text(
+        f"scikit-learn {sklearn.__version__} load_digits(): 1,797 real 8x8 handwritten digits; stratified "
+        f"split, {DIGITS_TEST_FRACTION:g} of each digit held out (seed {seed}); bilinear to "
+        f"{DIGITS_SIZE}x{DIGITS_SIZE}, 0..16 scaled to 0..255; {counts['train']} train (train-*), "
+        f"{counts['test']} test (t10k-*)\n")
+    return counts

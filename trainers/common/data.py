@@ -25,8 +25,17 @@ from trainers.common.inputs import DATASETS, resize_nearest
 
 MNIST_IMAGES = "train-images-idx3-ubyte"
 MNIST_LABELS = "train-labels-idx1-ubyte"
+# the held-out split, as MNIST names it (accuracy mode evaluates on it)
+MNIST_TEST_IMAGES = "t10k-images-idx3-ubyte"
+MNIST_TEST_LABELS = "t10k-labels-idx1-ubyte"
+MNIST_FILES = {"train": (MNIST_IMAGES, MNIST_LABELS),
+               "test": (MNIST_TEST_IMAGES, MNIST_TEST_LABELS)}
 CIFAR10_DIR = "cifar-10-batches-bin"
 CIFAR10_BATCHES = ["data_batch_%d.bin" % i for i in range(1, 6)]
+CIFAR10_TEST = "test_batch.bin"
+SPLITS = ("train", "test")
+# `orchestrator data digits` writes this beside the IDX files: where the images came from
+DIGITS_SOURCE = "SOURCE"
 CIFAR10_RECORD = 1 + 3 * 32 * 32
 _IDX_UBYTE = 0x08
 NO_IMAGENET_READER = ("reading ImageNet files is not supported yet; use --dataset synthetic "
@@ -62,35 +71,57 @@ class Dataset(object):
 
 # ---------------------------------------------------------------------------- readers
 
-def load(dataset, data_dir):
-    """Read a dataset's training files from `data_dir` (mnist, cifar10)."""
+def load(dataset, data_dir, split="train"):
+    """Read a dataset's files from `data_dir` (mnist, cifar10, digits): its training split, or
+    with split="test" its held-out one (MNIST's t10k files, CIFAR-10's test_batch.bin)."""
+    if split not in SPLITS:
+        raise ValueError("split is train or test, not %r" % (split,))
     if dataset == "mnist":
-        return read_mnist(data_dir)
+        return read_mnist(data_dir, split)
+    if dataset == "digits":
+        return read_digits(data_dir, split)
     if dataset == "cifar10":
-        return read_cifar10(data_dir)
+        return read_cifar10(data_dir, split)
     if dataset == "imagenet":
         raise Unsupported(NO_IMAGENET_READER)
     raise Unsupported("no reader for dataset %r" % (dataset,))
 
 
-def read_mnist(data_dir):
-    """MNIST training set from the IDX files (plain or .gz) in `data_dir`."""
-    images_path = _find_mnist(data_dir, MNIST_IMAGES)
-    labels_path = _find_mnist(data_dir, MNIST_LABELS)
+def read_mnist(data_dir, split="train", name="mnist"):
+    """MNIST's training (or test) set from the IDX files (plain or .gz) in `data_dir`."""
+    images_name, labels_name = MNIST_FILES[split]
+    images_path = _find_mnist(data_dir, images_name, name)
+    labels_path = _find_mnist(data_dir, labels_name, name)
     images = _parse_idx(_read_bytes(images_path), images_path, 3)
     labels = _parse_idx(_read_bytes(labels_path), labels_path, 1)
     if images.shape[1:] != (28, 28):
-        raise DataError("%s holds %dx%d images; MNIST images are 28x28"
-                        % (images_path, images.shape[1], images.shape[2]))
+        raise DataError("%s holds %dx%d images; %s images are 28x28"
+                        % (images_path, images.shape[1], images.shape[2], name))
     if len(images) != len(labels):
         raise DataError("%s holds %d images but %s holds %d labels"
                         % (images_path, len(images), labels_path, len(labels)))
     _check_labels(labels, 10, labels_path)
-    return Dataset("mnist", images.reshape(-1, 1, 28, 28), labels, 10)
+    return Dataset(name, images.reshape(-1, 1, 28, 28), labels, 10)
 
 
-def read_cifar10(data_dir):
-    """CIFAR-10 training set from the binary batches (data_batch_1.bin ...)."""
+def read_digits(data_dir, split="train"):
+    """scikit-learn's handwritten digits as `orchestrator data digits` stores them: MNIST IDX
+    files (28x28, ten classes) of a fixed train/test split, read by the MNIST reader."""
+    return read_mnist(data_dir, split, name="digits")
+
+
+def read_cifar10(data_dir, split="train"):
+    """CIFAR-10's training set from the binary batches (data_batch_1.bin ...), or with
+    split="test" its test_batch.bin."""
+    if split == "test":
+        path = os.path.join(data_dir, CIFAR10_TEST)
+        if not os.path.isfile(path):
+            path = os.path.join(data_dir, CIFAR10_DIR, CIFAR10_TEST)
+        if not os.path.isfile(path):
+            raise DataError("CIFAR-10 test file %s not found in %s (nor in %s/%s); accuracy mode "
+                            "evaluates on it: put the binary version's test_batch.bin there"
+                            % (CIFAR10_TEST, data_dir, data_dir, CIFAR10_DIR))
+        return _cifar10_records([path])
     folder = data_dir
     if not os.path.isfile(os.path.join(folder, CIFAR10_BATCHES[0])):
         nested = os.path.join(data_dir, CIFAR10_DIR)
@@ -104,11 +135,18 @@ def read_cifar10(data_dir):
                 "`python -m trainers.common.data cifar10 %s`, or run with "
                 "--dataset synthetic --like cifar10"
                 % (CIFAR10_BATCHES[0], data_dir, nested, data_dir))
-    images, labels = [], []
+    paths = []
     for name in CIFAR10_BATCHES:
         path = os.path.join(folder, name)
         if not os.path.isfile(path):
             break
+        paths.append(path)
+    return _cifar10_records(paths)
+
+
+def _cifar10_records(paths):
+    images, labels = [], []
+    for path in paths:
         raw = _read_bytes(path)
         if not raw or len(raw) % CIFAR10_RECORD:
             raise DataError(
@@ -134,11 +172,15 @@ def synthetic(like, n, seed):
     return Dataset("synthetic", images, labels, spec.classes)
 
 
-def _find_mnist(data_dir, name):
+def _find_mnist(data_dir, name, dataset="mnist"):
     for candidate in (name, name + ".gz"):
         path = os.path.join(data_dir, candidate)
         if os.path.isfile(path):
             return path
+    if dataset == "digits":
+        raise DataError(
+            "digits file %s not found in %s; write the data set there with `orchestrator data "
+            "digits` (scikit-learn's digits, no network needed)" % (name, data_dir))
     raise DataError(
         "MNIST file %s (or %s.gz) not found in %s; put the training files from "
         "http://yann.lecun.com/exdb/mnist/ there, write a small set with "
@@ -189,9 +231,17 @@ def write_mnist(data_dir, n=1000, seed=0, gz=False):
     rng = np.random.RandomState(seed)
     images = rng.randint(0, 256, size=(n, 28, 28)).astype(np.uint8)
     labels = rng.randint(0, 10, size=n).astype(np.uint8)
+    return write_idx(data_dir, images, labels, "train", gz)
+
+
+def write_idx(data_dir, images, labels, split="train", gz=False):
+    """Write uint8 images (N x 28 x 28) and labels as one split's MNIST IDX files (train-... or
+    t10k-...) in `data_dir`; return their paths."""
+    images = np.ascontiguousarray(images, dtype=np.uint8)
+    labels = np.ascontiguousarray(labels, dtype=np.uint8)
     _makedirs(data_dir)
     paths = []
-    for name, array in ((MNIST_IMAGES, images), (MNIST_LABELS, labels)):
+    for name, array in zip(MNIST_FILES[split], (images, labels)):
         blob = struct.pack(">BBBB", 0, 0, _IDX_UBYTE, array.ndim)
         blob += struct.pack(">" + "I" * array.ndim, *array.shape) + array.tobytes()
         path = os.path.join(data_dir, name + (".gz" if gz else ""))

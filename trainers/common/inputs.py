@@ -20,6 +20,9 @@ DATASETS = collections.OrderedDict([
     ("mnist", DatasetSpec((1, 28, 28), 10)),
     ("cifar10", DatasetSpec((3, 32, 32), 10)),
     ("imagenet", DatasetSpec((3, 224, 224), 1000)),
+    # scikit-learn's 1,797 real 8x8 handwritten digits, upsampled to MNIST's 28x28 by
+    # `orchestrator data digits` and stored as MNIST IDX files (trainers/common/data.py)
+    ("digits", DatasetSpec((1, 28, 28), 10)),
 ])
 
 # None: the dataset's native size; a number: the square input the network is published for.

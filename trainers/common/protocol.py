@@ -14,7 +14,9 @@ import os
 import platform
 import sys
 
+from trainers.common import accuracy
 from trainers.common import data as datasets
+from trainers.common import recipe
 from trainers.common.errors import (EXIT_CODES, Diverged, InvalidArgument, Unsupported,
                                     classify)
 from trainers.common.events import Events
@@ -27,6 +29,7 @@ from trainers.common.support import PRECISIONS, cpu_replicas_requested, declared
 from trainers.common.timing import timed
 
 SYNTHETIC = "synthetic"
+MODES = ("throughput", "accuracy")
 # tests only: TRAINER_FAULT=overflow feeds the framework images of float32's largest value, so
 # that a conformance test sees each framework's own step overflow into a non-finite loss
 FAULT_ENV = "TRAINER_FAULT"
@@ -63,6 +66,14 @@ def build_parser():
                         help="intra-op CPU threads (default: the CPUs this process may use)")
     parser.add_argument("--precision", choices=PRECISIONS, default="fp32")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--mode", choices=MODES, default="throughput",
+                        help="throughput: timed steps on pooled batches; accuracy: --epochs "
+                             "passes over the training split, evaluated after each")
+    parser.add_argument("--epochs", type=int, default=10, help="accuracy mode: epochs")
+    parser.add_argument("--target-accuracy", type=float, default=None,
+                        help="accuracy mode: the test top-1 whose time and epochs are reported")
+    parser.add_argument("--learning-rate", type=float, default=recipe.LEARNING_RATE,
+                        help="accuracy mode: the schedule's base rate (default: the recipe's)")
     return parser
 
 
@@ -119,6 +130,9 @@ def resolve(args, environ=None):
             if not os.path.isdir(args.data_dir):
                 raise datasets.DataError("--data-dir %s does not exist" % args.data_dir)
 
+    if args.mode == "accuracy":
+        _check_accuracy(args, devices)
+
     place = rank_from_env(environ) or (0, 1, 0)
     cpu_replicas = args.gpus > 0 and cpu_replicas_requested(environ)
     return Config(
@@ -128,7 +142,26 @@ def resolve(args, environ=None):
         seed=args.seed, global_batch=global_batch, per_device_batch=per_device,
         devices=devices, cpu_replicas=cpu_replicas, on_gpu=args.gpus > 0 and not cpu_replicas,
         rank=place[0], world_size=place[1], local_rank=place[2],
-        input_shape=tuple(input_shape(args.model, like)), classes=DATASETS[like].classes)
+        input_shape=tuple(input_shape(args.model, like)), classes=DATASETS[like].classes,
+        mode=args.mode, epochs=args.epochs, target_accuracy=args.target_accuracy,
+        learning_rate=args.learning_rate)
+
+
+def _check_accuracy(args, devices):
+    if args.epochs < 1:
+        raise InvalidArgument("--epochs must be at least 1, got %d" % args.epochs)
+    if args.target_accuracy is not None and not 0.0 < args.target_accuracy <= 1.0:
+        raise InvalidArgument("--target-accuracy is a fraction in (0, 1], got %r"
+                              % args.target_accuracy)
+    if not (args.learning_rate > 0 and math.isfinite(args.learning_rate)):
+        raise InvalidArgument("--learning-rate must be a positive number, got %r"
+                              % args.learning_rate)
+    if args.dataset == SYNTHETIC:
+        raise Unsupported("--mode accuracy needs a dataset with a test split (digits, mnist, "
+                          "cifar10); random synthetic images have nothing to learn")
+    if devices > 1:
+        raise Unsupported("--mode accuracy trains on one device (--gpus 0 or 1) for now; "
+                          "use --mode throughput for several")
 
 
 def run(trainer, argv=None, module=None):
@@ -198,6 +231,8 @@ def report_error(events, exc, trainer=None):
 
 
 def _train(obj, cfg, events, set_up):
+    if cfg.mode == "accuracy":
+        return _train_accuracy(obj, cfg, events, set_up)
     steps = cfg.warmup + cfg.iterations
     n_batches = pool_batches(cfg.per_device_batch, cfg.input_shape, steps)
     # read the data before building the model: a missing file should cost seconds
@@ -221,18 +256,7 @@ def _train(obj, cfg, events, set_up):
                       to_batch, rank=shard[0], world_size=shard[1])
     del dataset
 
-    events.emit("run_start", {
-        "framework": obj.framework, "version": info["version"], "build": info["build"],
-        "model": cfg.model, "params": int(info["params"]),
-        "input_shape": list(cfg.input_shape), "classes": cfg.classes,
-        "dataset": cfg.dataset, "like": cfg.like, "batch_size": cfg.global_batch,
-        "per_device_batch": cfg.per_device_batch, "gpus": cfg.gpus,
-        "devices": list(info["devices"]), "threads": cfg.threads,
-        "precision": cfg.precision, "seed": cfg.seed,
-        "python": platform.python_version(),
-        "scaling": cfg.scaling, "warmup": cfg.warmup, "iterations": cfg.iterations,
-        "processes": cfg.world_size, "pool_batches": len(pool),
-    })
+    events.emit("run_start", _run_start(obj, cfg, info, {"pool_batches": len(pool)}))
     for i in range(steps):
         if i == cfg.warmup:
             events.emit("warmup_end", step=cfg.warmup)
@@ -243,6 +267,46 @@ def _train(obj, cfg, events, set_up):
                 loss, i, "warm-up" if i < cfg.warmup else "measured"))
         events.emit("step", step=i, dt=dt, images=cfg.global_batch, loss=loss)
     events.emit("run_end", steps=cfg.iterations, images=cfg.iterations * cfg.global_batch)
+
+
+def _train_accuracy(obj, cfg, events, set_up):
+    train_set = datasets.load(cfg.dataset, cfg.data_dir, "train")
+    test_set = datasets.load(cfg.dataset, cfg.data_dir, "test")
+    accuracy.check_trainer(obj)
+    # the schedule's iterations, for a framework that states it in its solver (Caffe)
+    cfg.steps_per_epoch = accuracy.steps_per_epoch(len(train_set), cfg.global_batch)
+    cfg.train_images, cfg.test_images = len(train_set), len(test_set)
+    info = obj.setup(cfg)
+    set_up.append(True)
+    _check_setup(info, obj)
+    to_batch = obj.to_batch
+    if os.environ.get(FAULT_ENV) == "overflow":
+        def to_batch(images, labels):
+            images[...] = 3e38
+            return obj.to_batch(images, labels)
+    events.emit("run_start", _run_start(obj, cfg, info, {
+        "epochs": cfg.epochs, "target_accuracy": cfg.target_accuracy,
+        "learning_rate": cfg.learning_rate,
+        "steps_per_epoch": cfg.steps_per_epoch,
+        "train_images": len(train_set), "test_images": len(test_set)}))
+    accuracy.train(obj, cfg, events, train_set, test_set, to_batch)
+
+
+def _run_start(obj, cfg, info, more):
+    fields = {
+        "framework": obj.framework, "version": info["version"], "build": info["build"],
+        "model": cfg.model, "params": int(info["params"]),
+        "input_shape": list(cfg.input_shape), "classes": cfg.classes,
+        "dataset": cfg.dataset, "like": cfg.like, "batch_size": cfg.global_batch,
+        "per_device_batch": cfg.per_device_batch, "gpus": cfg.gpus,
+        "devices": list(info["devices"]), "threads": cfg.threads,
+        "precision": cfg.precision, "seed": cfg.seed,
+        "python": platform.python_version(),
+        "scaling": cfg.scaling, "warmup": cfg.warmup, "iterations": cfg.iterations,
+        "processes": cfg.world_size, "mode": cfg.mode,
+    }
+    fields.update(more)
+    return fields
 
 
 def _check_setup(info, obj):

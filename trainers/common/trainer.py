@@ -14,6 +14,11 @@ in one process:
     step(batch) -> loss     timed; must return with the device synchronised
     teardown()              always, also after an error
 
+Accuracy mode (trainers/common/accuracy.py) calls `to_batch` and `step` per minibatch of a
+shuffled epoch and adds two hooks: `set_learning_rate(lr)` when the schedule changes the rate
+and `predict(images)` for the evaluation after each epoch. A framework without them is
+refused that mode (`unsupported`).
+
 How many processes a run takes follows from the declaration (`Support.processes`); the
 launch is `trainers.common.launch`'s (`ranks()` names a framework's own starter, `isolate`
 asks for the run in a child process). `cfg` is a `trainers.common.protocol.Config`.
@@ -73,6 +78,17 @@ class Trainer(object):
     def step(self, batch):
         """One training step (copy in, forward, backward, update); return the loss as a
         float after the device has finished."""
+        raise NotImplementedError
+
+    def set_learning_rate(self, lr):
+        """Accuracy mode: train the following steps at rate `lr` (trainers/common/recipe.py's
+        schedule; called before the first step and where the rate changes)."""
+        raise NotImplementedError
+
+    def predict(self, images):
+        """Accuracy mode: the network's outputs (logits, N x classes, anything numpy can
+        read) for float32 NCHW images in [0, 1] of the configured batch size, in inference
+        mode (no dropout, BatchNorm's running statistics) and without changing any weight."""
         raise NotImplementedError
 
     def is_out_of_memory(self, exc):

@@ -25,6 +25,7 @@ from torch import nn
 from trainers.common import architectures as arch
 from trainers.common.counting import count_main
 from trainers.common.errors import Unsupported
+from trainers.common.recipe import init_limit
 
 
 def _max_pool(spec):
@@ -71,6 +72,13 @@ class LeNet(nn.Module):
         features, channels = _features(arch.LENET, in_channels, relu=False)
         self.features = nn.Sequential(*features)
         self.classifier = nn.Sequential(*_head(arch.LENET_HEAD, channels * h * w, classes))
+        # the recipe's LeNet initialisation (Caffe's xavier filler, zero biases)
+        for module in self.modules():
+            if isinstance(module, (nn.Conv2d, nn.Linear)):
+                fan_in = module.weight[0].numel()
+                limit = init_limit(fan_in)
+                nn.init.uniform_(module.weight, -limit, limit)
+                nn.init.zeros_(module.bias)
 
     def forward(self, x):
         return self.classifier(torch.flatten(self.features(x), 1))

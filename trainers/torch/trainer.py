@@ -115,6 +115,25 @@ class TorchTrainer(Trainer):
             torch.cuda.synchronize(self.device)
         return loss.item()
 
+    def set_learning_rate(self, lr):
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+
+    def predict(self, images):
+        model = self.model
+        model.eval()
+        try:
+            with torch.no_grad():
+                x = torch.from_numpy(images).to(self.device)
+                if self.amp_dtype is None:
+                    out = model(x)
+                else:
+                    with torch.autocast(self.device.type, dtype=self.amp_dtype):
+                        out = model(x)
+                return out.float().cpu().numpy()
+        finally:
+            model.train()
+
     def is_out_of_memory(self, exc):
         oom = getattr(torch.cuda, "OutOfMemoryError", None)
         if oom is not None and isinstance(exc, oom):

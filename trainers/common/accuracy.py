@@ -1,0 +1,110 @@
+"""Accuracy mode: train for a number of epochs and evaluate after each (docs/protocol.md).
+
+Everything here is shared; a framework adds only `set_learning_rate(lr)` and `predict(images)`
+(trainers.common.trainer.Trainer) beside the `to_batch` and `step` it has for throughput mode.
+
+Each epoch trains on the whole training split in shuffled minibatches of the configured batch
+(`recipe.epoch_order`, the last incomplete batch dropped, so every step has the same shape), at
+the schedule's rate (`recipe.learning_rate`). The step is timed exactly as in throughput mode;
+turning a batch into the framework's input (`to_batch`) happens before the timer starts. After
+the epoch the test split is evaluated, outside the timed steps: top-1, and top-5 where there
+are more than 10 classes. Events: `step` per step (warm-up none: `warmup_end` opens the window
+before the first step, so the first steps' graph building counts, as it does in real
+training), `epoch` per epoch, `run_end` at the end. A loss that is NaN or infinite ends the
+run as `diverged`, naming the epoch.
+"""
+import math
+import time
+
+import numpy as np
+
+from trainers.common import recipe
+from trainers.common.errors import Diverged, Unsupported
+from trainers.common.timing import timed
+
+TOP5_ABOVE_CLASSES = 10
+
+
+def check_trainer(obj):
+    """Refuse accuracy mode for a framework that does not implement its two hooks."""
+    from trainers.common.trainer import Trainer
+
+    missing = [name for name in ("set_learning_rate", "predict")
+               if getattr(type(obj), name) is getattr(Trainer, name)]
+    if missing:
+        raise Unsupported("%s does not support --mode accuracy; its trainer lacks %s"
+                          % (obj.framework, " and ".join(missing)))
+
+
+def steps_per_epoch(n_train, batch):
+    """Whole minibatches in one pass over `n_train` images (at least one is needed)."""
+    steps = n_train // batch
+    if steps < 1:
+        raise Unsupported("--batch-size %d is larger than the %d training images; one epoch "
+                          "needs at least one whole batch" % (batch, n_train))
+    return steps
+
+
+def train(obj, cfg, events, train_set, test_set, to_batch):
+    """Run cfg.epochs epochs of `obj` on `train_set`, evaluating on `test_set` after each."""
+    batch = cfg.global_batch
+    size = tuple(cfg.input_shape[1:])
+    per_epoch = steps_per_epoch(len(train_set), batch)
+    events.emit("warmup_end", step=0)
+    step = 0
+    train_s = 0.0
+    start = time.time()
+    rate = None
+    for epoch in range(cfg.epochs):
+        lr = recipe.learning_rate(epoch, cfg.epochs, cfg.learning_rate)
+        if lr != rate:
+            obj.set_learning_rate(lr)
+            rate = lr
+        order = recipe.epoch_order(len(train_set), cfg.seed, epoch)
+        losses = []
+        epoch_s = 0.0
+        for i in range(per_epoch):
+            images, labels = train_set.batch(order[i * batch:(i + 1) * batch], size=size)
+            loss, dt = timed(obj.step, to_batch(images, labels))
+            loss = float(loss)
+            if not math.isfinite(loss):
+                raise Diverged("loss became %r at epoch %d of %d (step %d, learning rate %g)"
+                               % (loss, epoch + 1, cfg.epochs, step, lr))
+            events.emit("step", step=step, dt=dt, images=batch, loss=loss, epoch=epoch + 1)
+            losses.append(loss)
+            epoch_s += dt
+            step += 1
+        train_s += epoch_s
+        eval_start = time.time()
+        top1, top5 = evaluate(obj, test_set, batch, size, cfg.classes)
+        fields = {"epoch": epoch + 1, "epochs": cfg.epochs, "steps": per_epoch,
+                  "images": per_epoch * batch, "lr": lr,
+                  "train_loss": float(np.mean(losses)), "train_s": epoch_s,
+                  "train_s_total": train_s, "eval_s": time.time() - eval_start,
+                  "elapsed_s": time.time() - start, "test_images": len(test_set),
+                  "top1": top1}
+        if top5 is not None:
+            fields["top5"] = top5
+        events.emit("epoch", fields)
+    events.emit("run_end", steps=step, images=step * batch, epochs=cfg.epochs)
+
+
+def evaluate(obj, test_set, batch, size, classes):
+    """(top-1, top-5 or None) of `obj.predict` over the whole test split, in batches of
+    `batch` (the last one padded with the split's first images, whose answers are dropped)."""
+    n = len(test_set)
+    correct1 = correct5 = 0
+    for begin in range(0, n, batch):
+        idx = np.arange(begin, begin + batch) % n
+        images, labels = test_set.batch(idx, size=size)
+        logits = np.asarray(obj.predict(images), dtype=np.float64).reshape(batch, -1)
+        keep = min(batch, n - begin)
+        logits, labels = logits[:keep], labels[:keep]
+        if not np.all(np.isfinite(logits)):
+            raise Diverged("the network's outputs on the test split are not finite")
+        correct1 += int((logits.argmax(axis=1) == labels).sum())
+        if classes > TOP5_ABOVE_CLASSES:
+            top = np.argsort(-logits, axis=1)[:, :5]
+            correct5 += int((top == labels[:, None]).any(axis=1).sum())
+    top5 = correct5 / float(n) if classes > TOP5_ABOVE_CLASSES else None
+    return correct1 / float(n), top5
