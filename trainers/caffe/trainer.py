@@ -35,6 +35,7 @@ import tempfile
 from trainers.common.errors import CRASH, OUT_OF_MEMORY
 from trainers.common.gpus import gpu_names, nvidia_smi
 from trainers.common.host import cpu_name, loaded_libraries, openblas_libraries, set_blas_threads
+from trainers.common import recipe
 from trainers.common.recipe import LEARNING_RATE, MOMENTUM, WEIGHT_DECAY
 from trainers.common.trainer import Trainer
 from trainers.caffe import SUPPORT, models, multigpu
@@ -54,6 +55,8 @@ class CaffeTrainer(Trainer):
         self.net = None
         self.workdir = None
         self.multi = None  # multigpu.CaffeTool when --gpus > 1
+        self.netparam = None
+        self.test_net = None  # accuracy mode: a TEST-phase net sharing the solver's weights
 
     # ---------------------------------------------------------------- protocol hooks
 
@@ -80,7 +83,8 @@ class CaffeTrainer(Trainer):
         caffe = self.caffe = _import_caffe()
         set_blas_threads(cfg.threads)
         self.workdir = tempfile.mkdtemp(prefix="caffe-trainer-")
-        netparam = models.build(cfg.model, cfg.input_shape, cfg.classes, cfg.per_device_batch)
+        netparam = self.netparam = models.build(cfg.model, cfg.input_shape, cfg.classes,
+                                                cfg.per_device_batch)
         solver = solver_param(caffe, cfg, os.path.join(self.workdir, "train.prototxt"))
         if cfg.gpus > 0:
             devices = gpu_names(cfg.gpus)
@@ -130,6 +134,20 @@ class CaffeTrainer(Trainer):
         self.solver.step(1)
         return float(blobs[models.LOSS].data.flat[0])  # on a GPU: a synchronising copy
 
+    def set_learning_rate(self, lr):
+        """Nothing to do: pycaffe cannot change a solver's rate, so the solver states the
+        recipe's schedule itself (`multistep` at recipe.decay_steps, see solver_param)."""
+
+    def predict(self, images):
+        if self.test_net is None:
+            self.test_net = models.instantiate(self.netparam, self.caffe.TEST)
+            self.test_net.share_with(self.net)
+        net = self.test_net
+        net.blobs[models.DATA].data[...] = images
+        net.blobs[models.LABEL].data[...] = 0
+        net.forward()
+        return net.blobs[net.bottom_names[models.LOSS][0]].data.copy()
+
     def is_out_of_memory(self, exc):
         # Caffe reports running out of memory by aborting the process (glog CHECK), which
         # trainers/caffe/__main__.py recognises from the log; here only the tool's failures
@@ -138,7 +156,7 @@ class CaffeTrainer(Trainer):
     def teardown(self):
         if self.multi is not None:
             self.multi.close()
-        self.solver = self.net = None
+        self.solver = self.net = self.test_net = None
         if self.workdir:
             shutil.rmtree(self.workdir, ignore_errors=True)
 
@@ -154,6 +172,13 @@ def solver_param(caffe, cfg, train_net):
     solver.weight_decay = WEIGHT_DECAY
     solver.lr_policy = "fixed"
     solver.max_iter = cfg.warmup + cfg.iterations
+    if getattr(cfg, "mode", None) == "accuracy":
+        # the recipe's schedule as Caffe states it: base rate, tenfold down at decay_steps
+        solver.base_lr = cfg.learning_rate
+        solver.lr_policy = "multistep"
+        solver.gamma = recipe.LR_DECAY
+        solver.stepvalue.extend(recipe.decay_steps(cfg.epochs, cfg.steps_per_epoch))
+        solver.max_iter = cfg.epochs * cfg.steps_per_epoch
     solver.display = 0
     solver.snapshot = 0
     solver.snapshot_after_train = False

@@ -32,6 +32,7 @@ import numpy as np
 from trainers.common import architectures as arch
 from trainers.common.counting import count_main
 from trainers.common.errors import Unsupported
+from trainers.common.recipe import INIT_SCALE
 
 # cntk is imported by build() and the layer helpers' callers, not at module import, so that
 # `--help` and this module's docstring work without CNTK's libraries on the path.
@@ -146,7 +147,10 @@ def lenet(x, classes):
     """Caffe's LeNet: conv 20@5x5, max-pool 2/2, conv 50@5x5, max-pool 2/2, fc 500, ReLU,
     fc classes; no nonlinearity after the convolutions, pooling rounds up (ceil mode)."""
     arch.lenet_features(x.shape[-2], x.shape[-1])
-    return head(features(x, arch.LENET), arch.LENET_HEAD, classes)
+    # the recipe's initialisation: U(+-sqrt(INIT_SCALE / fan_in)), which is He-uniform's
+    # U(+-scale sqrt(6 / fan_in)) at scale sqrt(INIT_SCALE / 6); biases zero (CNTK's default)
+    init = _cntk().initializer.he_uniform(scale=float(np.sqrt(INIT_SCALE / 6.0)))
+    return head(features(x, arch.LENET, init=init), arch.LENET_HEAD, classes, init=init)
 
 
 def alexnet(x, classes):

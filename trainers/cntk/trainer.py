@@ -48,6 +48,9 @@ class CNTKTrainer(Trainer):
         self.device = None
         self.distributed = False
         self.classes = None
+        self.z = None
+        self.learner = None
+        self.global_batch = None
 
     # ---------------------------------------------------------------- protocol hooks
 
@@ -85,10 +88,11 @@ class CNTKTrainer(Trainer):
         self.labels = C.input_variable(cfg.classes, np.float32, name="labels")
         z, params = self._model(cfg)
         loss = C.cross_entropy_with_softmax(z, self.labels)
-        learner = C.momentum_sgd(
+        learner = self.learner = C.momentum_sgd(
             z.parameters,
             lr=C.learning_parameter_schedule(LEARNING_RATE, minibatch_size=cfg.global_batch),
             momentum=C.momentum_schedule(MOMENTUM), unit_gain=False)
+        self.z, self.global_batch = z, cfg.global_batch
         if cfg.world_size > 1:
             learner = C.train.distributed.data_parallel_distributed_learner(
                 learner, num_quantization_bits=32, distributed_after=0)
@@ -123,6 +127,16 @@ class CNTKTrainer(Trainer):
         self.trainer.train_minibatch(batch)
         # reading the loss back waits for the device to finish the step
         return float(self.trainer.previous_minibatch_loss_average)
+
+    def set_learning_rate(self, lr):
+        self.learner.reset_learning_rate(
+            C.learning_parameter_schedule(lr, minibatch_size=self.global_batch))
+
+    def predict(self, images):
+        # a forward pass only: no gradients, no update (LeNet has no dropout or BatchNorm;
+        # CNTK's eval runs its layers in inference mode)
+        out = self.z.eval({self.features: np.ascontiguousarray(images)}, device=self.device)
+        return np.asarray(out).reshape(len(images), -1)
 
     def is_out_of_memory(self, exc):
         text = str(exc).lower()

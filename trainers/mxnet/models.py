@@ -20,11 +20,14 @@ from mxnet.gluon import nn
 from trainers.common import architectures as arch
 from trainers.common.counting import count_main
 from trainers.common.errors import Unsupported
+from trainers.common.recipe import INIT_SCALE
 
 # PyTorch's initialisations where the torch file sets them (Kaiming normal fan-out, N(0, 0.01));
 # elsewhere the trainer's Xavier default. The initialisation does not change a step's cost.
 KAIMING_FAN_OUT = mx.init.MSRAPrelu(factor_type="out", slope=0.0)
 NORMAL_001 = mx.init.Normal(0.01)
+# the recipe's LeNet initialisation: U(+-sqrt(INIT_SCALE / fan_in)); biases zero (Gluon's default)
+LENET_INIT = mx.init.Xavier(rnd_type="uniform", factor_type="in", magnitude=INIT_SCALE)
 
 
 def _max_pool(spec):
@@ -72,10 +75,11 @@ class LeNet(nn.HybridBlock):
         h, w = arch.lenet_features(height, width)
         with self.name_scope():
             self.features = nn.HybridSequential()
-            blocks, channels = _features(arch.LENET, in_channels)
+            blocks, channels = _features(arch.LENET, in_channels, init=LENET_INIT)
             self.features.add(*blocks)
             self.classifier = nn.HybridSequential()
-            self.classifier.add(*_head(arch.LENET_HEAD, channels * h * w, classes))
+            self.classifier.add(*_head(arch.LENET_HEAD, channels * h * w, classes,
+                                       init=LENET_INIT))
 
     def hybrid_forward(self, F, x):
         return self.classifier(self.features(x))

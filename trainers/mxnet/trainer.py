@@ -118,6 +118,14 @@ class MXNetTrainer(Trainer):
         mx.nd.waitall()  # the update too, not only the loss, has finished
         return float(total) / self.global_batch
 
+    def set_learning_rate(self, lr):
+        self.trainer.set_learning_rate(lr)
+
+    def predict(self, images):
+        # outside autograd.record(): inference mode (no dropout, BatchNorm's running statistics)
+        x = mx.nd.array(images, ctx=self.contexts[0], dtype=self.dtype)
+        return self.net(x).astype("float32").asnumpy()
+
     def is_out_of_memory(self, exc):
         # MXNet reports both as MXNetError: "cudaMalloc retry failed: out of memory" on a
         # GPU, "Failed to allocate CPU Memory" on the host

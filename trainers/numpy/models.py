@@ -48,6 +48,14 @@ class LeNet(object):
     def count(self):
         return int(sum(p.size for p in self.params.values()))
 
+    def logits(self, x):
+        """The network's outputs for a batch (NCHW float32), without keeping anything."""
+        p = self.params
+        p1, _ = _pool(_conv(x, p["conv1.w"], p["conv1.b"])[0])
+        p2, _ = _pool(_conv(p1, p["conv2.w"], p["conv2.b"])[0])
+        h = np.maximum(p2.reshape(len(x), -1).dot(p["fc1.w"].T) + p["fc1.b"], 0)
+        return h.dot(p["fc2.w"].T) + p["fc2.b"]
+
     def loss_and_grads(self, x, labels):
         """Mean softmax cross-entropy of a batch (NCHW float32, int labels); fills `grads`."""
         p = self.params

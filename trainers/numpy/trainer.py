@@ -50,6 +50,13 @@ class NumpyTrainer(Trainer):
                 "build": {"numpy": np.__version__, "blas": _blas(),
                           "blas_threads": blas_threads}}
 
+    def set_learning_rate(self, lr):
+        self.lr = np.float32(lr)
+
+    def predict(self, images):
+        with np.errstate(over="ignore", invalid="ignore"):
+            return self.model.logits(images)
+
     def step(self, batch):
         self.steps += 1
         if self.oom and self.steps == 2:

@@ -22,6 +22,7 @@ import sys
 from trainers.common import architectures as arch
 from trainers.common.counting import count_main
 from trainers.common.errors import Unsupported
+from trainers.common.recipe import INIT_SCALE
 
 import tensorflow as tf
 
@@ -36,6 +37,8 @@ KAIMING_FAN_OUT = keras.initializers.VarianceScaling(2.0, mode="fan_out",
                                                      distribution="untruncated_normal")
 NORMAL_001 = keras.initializers.RandomNormal(0.0, 0.01)
 TRUNC_NORMAL_001 = keras.initializers.TruncatedNormal(0.0, 0.01)
+# the recipe's LeNet initialisation: U(+-sqrt(INIT_SCALE / fan_in)) (limit sqrt(3 scale / fan_in))
+LENET_INIT = keras.initializers.VarianceScaling(INIT_SCALE / 3.0, mode="fan_in", distribution="uniform")
 
 
 def _conv(x, spec, use_bias=True, init="glorot_uniform"):
@@ -118,8 +121,8 @@ def lenet(inputs, classes):
     """Caffe's LeNet: conv 20@5x5, max-pool 2/2 (ceil), conv 50@5x5, max-pool 2/2 (ceil),
     fc 500, ReLU, fc classes; no nonlinearity after the convolutions."""
     arch.lenet_features(int(inputs.shape[1]), int(inputs.shape[2]))
-    x = layers.Flatten()(_features(inputs, arch.LENET, relu=False))
-    return _head(x, arch.LENET_HEAD, classes)
+    x = layers.Flatten()(_features(inputs, arch.LENET, relu=False, init=LENET_INIT))
+    return _head(x, arch.LENET_HEAD, classes, init=LENET_INIT)
 
 
 def alexnet(inputs, classes):

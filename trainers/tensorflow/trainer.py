@@ -45,6 +45,7 @@ class TensorFlowTrainer(Trainer):
         self.train_step = None
         self.on_gpu = False
         self.xla = False
+        self.forward = None
 
     # ---------------------------------------------------------------- protocol hooks
 
@@ -117,6 +118,17 @@ class TensorFlowTrainer(Trainer):
             tf.test.experimental.sync_devices()
         return float(loss.numpy())
 
+    def set_learning_rate(self, lr):
+        # a variable the compiled step reads, so no retracing
+        self.optimizer.learning_rate.assign(lr)
+
+    def predict(self, images):
+        if self.forward is None:
+            model = self.model
+            self.forward = tf.function(lambda x: tf.cast(model(x, training=False), tf.float32),
+                                       reduce_retracing=True)
+        return self.forward(tf.constant(images.transpose(0, 2, 3, 1))).numpy()
+
     def is_out_of_memory(self, exc):
         if isinstance(exc, tf.errors.ResourceExhaustedError):
             return True
@@ -124,7 +136,7 @@ class TensorFlowTrainer(Trainer):
         return "out of memory" in text or "oom when allocating" in text
 
     def teardown(self):
-        self.train_step = None
+        self.train_step = self.forward = None
         keras.backend.clear_session()
 
     # ---------------------------------------------------------------- the step
