@@ -163,7 +163,7 @@ def _measure(spec: JobSpec, run_dir: Path, paths: dict[str, str], deadline: floa
 
         runtime.ensure(log)
     argv, env = runtime.command(trainer_args(spec.settings, spec.data_dir), gpus=spec.settings["gpus"],
-                                binds=[spec.data_dir] if spec.data_dir else [])
+                                binds=[spec.data_dir] if spec.data_dir else [], run_dir=str(run_dir))
     env = {**os.environ, **env}
     gpus = int(spec.settings.get("gpus") or 0)
     idle_s = _idle_seconds(spec, gpus)

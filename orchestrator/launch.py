@@ -74,7 +74,7 @@ class Options:
             data=Path(paths["data"]).expanduser().absolute(),
             cache=cache,
             cluster=dict(cfg["cluster"]),
-            runtime={"kind": safety.one_of("runtime", cfg.get("runtime", "venv"), ("venv", "apptainer")),
+            runtime={"kind": safety.one_of("runtime", cfg.get("runtime", "venv"), ("venv", "apptainer", "container")),
                      "cache": str(cache), "images": str(Path(apptainer["images"]).expanduser().absolute()),
                      "binary": apptainer["binary"]},
             monitor_period_s=float(monitor.get("period_s", 0.1)),

@@ -10,6 +10,10 @@ trainer never runs in the orchestrator's own interpreter. Two backends build the
   lock makes concurrent jobs wait for one creation instead of racing.
 - `ApptainerRuntime` (clusters): `apptainer exec [--nv] <image>.sif python -m trainers.<fw>`,
   with the repository's `trainers/` bound into the image, so images hold only frameworks.
+- `ContainerRuntime` (`runtime=container`): `ch-run` (Charliecloud) in the image built from the
+  same recipe (`orchestrator/images.py`; built on first use, cached by recipe hash), with
+  `trainers/` (read-only) and the run directory bound in and the trainer's environment given
+  explicitly (`--unset-env=*`, nothing of the host's but `PASS_THROUGH`).
 
 Both give `ensure()` (make the environment ready or raise `EnvironmentNotReady` naming the way
 out) and `command()` (argv and environment variables for the trainer).
@@ -161,7 +165,8 @@ class VenvRuntime:
         text = lock.read_text() if lock.exists() else ""
         return "venv:sha256:" + hashlib.sha256(text.encode()).hexdigest()[:16]
 
-    def command(self, args: Sequence[str], gpus: int = 0, binds: Sequence[str] = ()) -> tuple[list[str], dict[str, str]]:
+    def command(self, args: Sequence[str], gpus: int = 0, binds: Sequence[str] = (),
+                run_dir: str | None = None) -> tuple[list[str], dict[str, str]]:
         argv = [str(self.python), "-m", self.trainer, *args]
         return argv, {**_trainer_env(str(REPO)), **self.trainer_env()}
 
@@ -200,7 +205,8 @@ class ApptainerRuntime:
                 digest.update(block)
         return "sif:sha256:" + digest.hexdigest()[:16]
 
-    def command(self, args: Sequence[str], gpus: int = 0, binds: Sequence[str] = ()) -> tuple[list[str], dict[str, str]]:
+    def command(self, args: Sequence[str], gpus: int = 0, binds: Sequence[str] = (),
+                run_dir: str | None = None) -> tuple[list[str], dict[str, str]]:
         argv = [self.binary, "exec"]
         if gpus:
             argv.append("--nv")
@@ -212,6 +218,112 @@ class ApptainerRuntime:
             argv += ["--env", f"{key}={value}"]
         argv += [str(self.image), "python3", "-m", self.trainer, *args]
         return argv, {}
+
+
+#: Host variables a containerised trainer still sees (everything else is unset): which GPUs the
+#: job was given, and OpenBLAS's core type where the host sets it for its processor.
+PASS_THROUGH = ("CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE",
+                "SLURM_JOB_ID", "SLURM_PROCID", "SLURM_LOCALID", "SLURM_NTASKS", "TZ")
+#: The uid and gid a trainer runs as when the orchestrator runs as root (nobody: it owns nothing).
+UNPRIVILEGED = 65534
+
+
+class ContainerRuntime:
+    """The framework's image (orchestrator/images.py) run with Charliecloud's `ch-run`.
+
+    As an ordinary user: `ch-run --unset-env=* --set-env=... --private-tmp -b trainers -b run_dir
+    IMAGE -- /opt/env/bin/python -m trainers.<fw>`; the image is mounted read-only, /tmp is private,
+    and the trainer sees the host only through the run directory (read-write), trainers/ and the
+    data directory. As root (CI): in a private mount namespace, the image, trainers/ (read-only),
+    the data directory (read-only) and the run directory are mounted onto a staging directory, and
+    ch-run runs as `nobody` (setpriv), so the trainer can write its run directory and nothing of
+    the host (not /etc/resolv.conf, /dev or the repository), not even as root.
+    """
+
+    kind = "container"
+    mount = "/opt/orchestrator"
+
+    def __init__(self, framework: str, cache: Path | None = None, binary: str = "ch-run",
+                 trainer: str | None = None, recipe_dir: Path | None = None):
+        from orchestrator.images import ImageStore, Recipe
+
+        self.framework = framework
+        self.trainer = trainer or f"trainers.{framework}"
+        self.cache = Path(cache) if cache else default_cache()
+        self.binary = binary
+        self.recipe = Recipe(framework, recipe_dir)
+        self.store = ImageStore(self.cache, binary)
+        self._manifest: dict | None = None
+
+    @property
+    def manifest(self) -> dict:
+        if self._manifest is None:
+            self._manifest = self.store.manifest(self.recipe)
+        if self._manifest is None:
+            raise EnvironmentNotReady(f"no {self.framework} image for the current recipe; "
+                                      f"run `orchestrator images build {self.framework}`")
+        return self._manifest
+
+    @property
+    def image(self) -> Path:
+        return self.store.image_dir(self.recipe)
+
+    def ensure(self, log: Callable[[str], None] = print) -> Path:
+        if shutil.which(self.binary) is None:
+            raise EnvironmentNotReady(
+                f"runtime=container but `{self.binary}` is not on this node's PATH; install Charliecloud "
+                f"(Debian: apt-get install charliecloud) or use runtime=venv")
+        if os.geteuid() == 0:
+            missing = [tool for tool in ("unshare", "setpriv", "mount") if shutil.which(tool) is None]
+            if missing:
+                raise EnvironmentNotReady(f"runtime=container as root needs {', '.join(missing)} (util-linux)")
+        self._manifest = self.store.ensure(self.recipe, log)
+        return self.image
+
+    def identity(self) -> str:
+        return "image:" + self.manifest["digest"][:23]
+
+    def trainer_env(self) -> dict[str, str]:
+        env = {**_trainer_env(self.mount), **self.recipe.trainer_env(),
+               "PATH": f"{self.manifest['env_dir']}/bin:/usr/local/bin:/usr/bin:/bin", "HOME": "/tmp",
+               "LANG": "C.UTF-8", "USER": "nobody" if os.geteuid() == 0 else os.environ.get("USER", "user")}
+        env.update({key: os.environ[key] for key in PASS_THROUGH if key in os.environ})
+        return env
+
+    def command(self, args: Sequence[str], gpus: int = 0, binds: Sequence[str] = (),
+                run_dir: str | None = None) -> tuple[list[str], dict[str, str]]:
+        """argv for the trainer in the image; `binds` (the data directory) appear at /mnt/data
+        (read-only as root), `run_dir` at /mnt/run (the trainer's working directory)."""
+        image = self.image
+        data = str(binds[0]) if binds else ""
+        args = ["/mnt/data" if data and arg == data else arg for arg in args]
+        inner = [f"{self.manifest['env_dir']}/bin/python", "-m", self.trainer, *args]
+        ch = [self.binary, "--unset-env=*", "--env-no-expand", "--private-tmp", "--cd", "/mnt/run" if run_dir else self.mount]
+        ch += [f"--set-env={key}={value}" for key, value in self.trainer_env().items()]
+        runner_env = {"USER": "nobody" if os.geteuid() == 0 else os.environ.get("USER") or "user"}
+        if os.geteuid() != 0:
+            ch += ["-b", f"{REPO / 'trainers'}:{self.mount}/trainers"]
+            if run_dir:
+                ch += ["-b", f"{run_dir}:/mnt/run"]
+            if data:
+                ch += ["-b", f"{data}:/mnt/data"]
+            return [*ch, str(image), "--", *inner], runner_env
+        # root: stage the mounts in a private mount namespace, then drop to nobody
+        stage = Path(os.environ.get("TMPDIR") or "/tmp") / "orchestrator-container-stage"
+        stage.mkdir(mode=0o755, exist_ok=True)
+        if run_dir:
+            os.chown(run_dir, UNPRIVILEGED, UNPRIVILEGED)
+        script = ('set -e; stage=$1 img=$2 trainers=$3 run=$4 data=$5; shift 5; '
+                  'mount --bind "$img" "$stage"; '
+                  'mount --bind "$trainers" "$stage/opt/orchestrator/trainers"; '
+                  'mount -o remount,bind,ro "$stage/opt/orchestrator/trainers"; '
+                  'if [ -n "$run" ]; then mount --bind "$run" "$stage/mnt/run"; fi; '
+                  'if [ -n "$data" ]; then mount --bind "$data" "$stage/mnt/data"; '
+                  'mount -o remount,bind,ro "$stage/mnt/data"; fi; '
+                  f'exec setpriv --reuid={UNPRIVILEGED} --regid={UNPRIVILEGED} --clear-groups -- "$@"')
+        argv = ["unshare", "--mount", "--propagation", "private", "--", "sh", "-c", script, "sh",
+                str(stage), str(image), str(REPO / "trainers"), run_dir or "", data, *ch, str(stage), "--", *inner]
+        return argv, runner_env
 
 
 def available_recipes() -> list[str]:
@@ -226,4 +338,6 @@ def make_runtime(kind: str, framework: str, cache: Path | None = None, images: P
         return VenvRuntime(framework, cache, trainer=trainer)
     if kind == "apptainer":
         return ApptainerRuntime(framework, images or default_cache() / "images", binary, trainer=trainer)
-    raise EnvironmentNotReady(f"runtime={kind!r} is not one of venv, apptainer")
+    if kind == "container":
+        return ContainerRuntime(framework, cache, trainer=trainer)
+    raise EnvironmentNotReady(f"runtime={kind!r} is not one of venv, apptainer, container")
