@@ -567,19 +567,26 @@ def _results_table(rows: Sequence[Any], total: int, sweep: Optional[str]) -> Tab
         title += f"; the first {len(rows):,}"
     table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD)
     gpu = any(r["gpu_power_avg_w"] is not None for r in rows)  # GPU columns only where measured
-    numeric = ("gpus", "batch", "rep", "images/s", "cpu %", "RSS MB", "GPU MB", "GPU W", "J/img")
+    acc = any(r["top1"] is not None for r in rows)  # accuracy mode's columns only where measured
+    acc_names = ("top-1", "best", "to target", "s to target", "s/epoch")
+    numeric = ("gpus", "batch", "rep", "images/s", "cpu %", "RSS MB", "GPU MB", "GPU W", "J/img", *acc_names)
     for name in ("framework/model/dataset", "hardware", "gpus", "batch", "prec", "rep", "state",
-                 "images/s", "cpu %", "RSS MB", *(("GPU MB", "GPU W", "J/img") if gpu else ()), "node"):
+                 "images/s", *(acc_names if acc else ()), "cpu %", "RSS MB",
+                 *(("GPU MB", "GPU W", "J/img") if gpu else ()), "node"):
         table.add_column(name, justify="right" if name in numeric else "left", no_wrap=True)
     for r in rows:
         repeat = f"{r['repeat']}" + (f".{r['attempt']}" if r["attempt"] and r["attempt"] > 1 else "")
         state = r["state"] + (f" ({r['error_class']})" if r["error_class"] else "")
         gpu_cells = (_num(r["gpu_mem_peak_mb"], 0), _num(r["gpu_power_avg_w"], 0),
                      _num(r["energy_per_image_j"], 3)) if gpu else ()
+        to_target = (f"{r['epochs_to_target']:.0f} ep" if r["epochs_to_target"] is not None
+                     else "not reached" if r["top1"] is not None else "")
+        acc_cells = (_num(r["top1"], 3), _num(r["top1_best"], 3), to_target, _num(r["time_to_target_s"], 1),
+                     _num(r["epoch_s"], 2)) if acc else ()
         table.add_row(*(Text(str(v)) for v in (
             f"{r['framework']}/{r['model']}/{r['dataset']}", r["hardware"], r["gpus"], r["batch_size"],
             r["precision"], repeat, state, _rate(r["images_per_sec"], r["images_per_sec_std"]),
-            _num(r["cpu_percent"], 0), _num(r["peak_rss_mb"], 0), *gpu_cells, r["node"] or "")))
+            *acc_cells, _num(r["cpu_percent"], 0), _num(r["peak_rss_mb"], 0), *gpu_cells, r["node"] or "")))
     return table
 
 

@@ -60,7 +60,7 @@ log = logging.getLogger(__name__)
 
 #: The Alembic revision the tables and views below are: the head of orchestrator/migrations/versions
 #: (test_db checks). A change to a table or a view is a new revision, and this becomes its id.
-SCHEMA_VERSION = "0005"
+SCHEMA_VERSION = "0006"
 
 #: A cell whose repeats' coefficient of variation (std/mean of images/s) exceeds this is noisy.
 NOISY_CV = 0.05
@@ -312,6 +312,7 @@ _RESULTS_TAIL = {
 
 #: The `results` view as a selectable (`select(results_view)`), its columns typed as their sources.
 results_view = table("results", *(column(name, attr.type) for name, attr in _RESULTS_HEAD.items()),
+                     column("mode", String),
                      *(column(m.column, Float) for m in metric_registry.VIEW_METRICS),
                      *(column(name, attr.type) for name, attr in _RESULTS_TAIL.items()))
 #: The `results` view's columns, in order: a run, its cell, its metrics (metric_registry), its details.
@@ -323,7 +324,10 @@ def results_select() -> Select:
     columns metric_registry gives them (divided by their divisor), and its details."""
     pivot = (select(Metric.run_id, *(_pivoted(m) for m in metric_registry.VIEW_METRICS))
              .group_by(Metric.run_id).subquery("m"))
-    return (select(*(attr.label(name) for name, attr in _RESULTS_HEAD.items()),
+    # throughput or accuracy: the cell's setting where it records one, else what the run measured
+    mode = func.coalesce(Cell.settings["mode"].as_string(),
+                         case((pivot.c.top1.isnot(None), "accuracy"), else_="throughput"))
+    return (select(*(attr.label(name) for name, attr in _RESULTS_HEAD.items()), mode.label("mode"),
                    *(pivot.c[m.column] for m in metric_registry.VIEW_METRICS),
                    *(attr.label(name) for name, attr in _RESULTS_TAIL.items()))
             .select_from(join(Run, Cell, Cell.id == Run.cell_id).outerjoin(pivot, pivot.c.run_id == Run.id)))

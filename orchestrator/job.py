@@ -81,8 +81,14 @@ def _exclusive(lock_path: str | None) -> Iterator[None]:
         yield
 
 
-def trainer_args(settings: dict[str, Any], data_dir: str | None) -> list[str]:
-    """The trainer protocol's command line for a cell's settings (docs/protocol.md)."""
+#: Accuracy mode's settings (config keys `mode`, `epochs`, `target_accuracy`), passed only in that mode.
+ACCURACY_KEYS = ("epochs", "target_accuracy")
+
+
+def trainer_args(settings: dict[str, Any], data_dir: str | None,
+                 config: dict[str, Any] | None = None) -> list[str]:
+    """The trainer protocol's command line for a cell's settings (docs/protocol.md). `mode`,
+    `epochs` and `target_accuracy` are read from the settings, else from the cell's config."""
     args = ["--model", settings["model"], "--dataset", settings["dataset"]]
     if settings.get("like"):
         args += ["--like", settings["like"]]
@@ -90,6 +96,15 @@ def trainer_args(settings: dict[str, Any], data_dir: str | None) -> list[str]:
         args += ["--data-dir", str(data_dir)]
     for key in ("batch_size", "scaling", "iterations", "warmup", "gpus", "threads", "precision", "seed"):
         args += ["--" + key.replace("_", "-"), str(settings[key])]
+
+    def setting(key: str) -> Any:
+        return settings[key] if key in settings else (config or {}).get(key)
+
+    if (setting("mode") or "throughput") != "throughput":
+        args += ["--mode", str(setting("mode"))]
+        for key in ACCURACY_KEYS:
+            if setting(key) is not None:
+                args += ["--" + key.replace("_", "-"), str(setting(key))]
     return args
 
 
@@ -162,7 +177,7 @@ def _measure(spec: JobSpec, run_dir: Path, paths: dict[str, str], deadline: floa
             print(line, flush=True)  # the job's own log shows the progress line too
 
         runtime.ensure(log)
-    argv, env = runtime.command(trainer_args(spec.settings, spec.data_dir), gpus=spec.settings["gpus"],
+    argv, env = runtime.command(trainer_args(spec.settings, spec.data_dir, spec.config), gpus=spec.settings["gpus"],
                                 binds=[spec.data_dir] if spec.data_dir else [], run_dir=str(run_dir))
     env = {**os.environ, **env}
     gpus = int(spec.settings.get("gpus") or 0)

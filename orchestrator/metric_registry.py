@@ -79,6 +79,20 @@ METRICS = (
     _M("energy_net_j", "J", False, "energy_j - gpu_idle_power_w x window length", "energy_net_j"),
     _M("energy_net_per_image_j", "J/img", False, "net GPU energy / measured images"),
     _M("images_per_sec_per_w", "img/s/W", True, "images_per_sec / gpu_power_avg_w", "images_per_sec_per_w"),
+    # accuracy mode (mode=accuracy): the test split after each epoch (trainers/common/accuracy.py)
+    _M("top1_final", "fraction", True, "test top-1 after the last epoch", "top1"),
+    _M("top5_final", "fraction", True, "test top-5 after the last epoch (datasets of more than 10 classes)",
+       "top5"),
+    _M("top1_best", "fraction", True, "best test top-1 over the epochs", "top1_best"),
+    _M("epochs", "epochs", None, "epochs trained"),
+    _M("epoch_time_s", "s", False, "training-step time per epoch, mean (evaluation excluded)", "epoch_s"),
+    _M("target_accuracy", "fraction", None, "the test top-1 the time and epochs to target are for"),
+    _M("epochs_to_target", "epochs", False, "epochs until the test top-1 first reached target_accuracy",
+       "epochs_to_target"),
+    _M("time_to_target_s", "s", False, "summed training-step time until target_accuracy was reached",
+       "time_to_target_s"),
+    _M("wall_to_target_s", "s", False, "wall time from the first step until target_accuracy was reached, "
+       "evaluations included", "wall_to_target_s"),
 )
 
 #: name -> its declaration.

@@ -257,6 +257,7 @@ def compute(events: Iterable[dict[str, Any]], samples: Iterable[dict[str, Any]] 
         values.update(host)
     else:
         reasons.append(f"no host metrics: no host sample within the {window['end'] - window['start']:.3f} s window")
+    values.update(accuracy(events))
     gpu, energy = gpu_metrics(samples, window, values.get("images_per_sec"))
     values.update(gpu)
     in_window = sum(1 for s in inside if s.get("sampler") == "gpu")
@@ -271,6 +272,37 @@ def compute(events: Iterable[dict[str, Any]], samples: Iterable[dict[str, Any]] 
                            f"GPU samples) is coarse; raise iterations")
     values = {k: v for k, v in values.items() if math.isfinite(v)}
     return Metrics(values, window, "; ".join(reasons) or None, energy)
+
+
+def accuracy(events: Iterable[dict[str, Any]]) -> dict[str, float]:
+    """Accuracy mode's metrics from the trainer's `epoch` events (none in throughput mode): final
+    and best test top-1, final top-5 where measured, epochs done, mean training seconds per epoch
+    and, for run_start's `target_accuracy`, the epochs to reach it, the training-step time to it
+    (summed step times) and the wall time to it (evaluation included)."""
+    events = list(events)
+    epochs = [e for e in events if e.get("event") == "epoch" and _number(e.get("top1"))]
+    if not epochs:
+        return {}
+    last = epochs[-1]
+    values = {"top1_final": float(last["top1"]), "top1_best": max(float(e["top1"]) for e in epochs),
+              "epochs": float(last.get("epoch", len(epochs)))}
+    if _number(last.get("top5")):
+        values["top5_final"] = float(last["top5"])
+    seconds = [float(e["train_s"]) for e in epochs if _number(e.get("train_s"))]
+    if seconds:
+        values["epoch_time_s"] = _mean(seconds)
+    start = next((e for e in events if e.get("event") == "run_start"), {})
+    target = start.get("target_accuracy")
+    if _number(target):
+        values["target_accuracy"] = float(target)
+        reached = next((e for e in epochs if float(e["top1"]) >= float(target)), None)
+        if reached is not None:
+            values["epochs_to_target"] = float(reached.get("epoch", epochs.index(reached) + 1))
+            if _number(reached.get("train_s_total")):
+                values["time_to_target_s"] = float(reached["train_s_total"])
+            if _number(reached.get("elapsed_s")):
+                values["wall_to_target_s"] = float(reached["elapsed_s"])
+    return values
 
 
 def _number(value: Any) -> bool:

@@ -19,7 +19,7 @@ def test_groups_have_the_documented_choices():
               for g in ("framework", "model", "dataset", "hardware", "cluster")}
     assert {"caffe", "cntk", "mxnet", "tensorflow", "tf", "torch"} <= set(groups["framework"])
     assert groups["model"] == ["alexnet", "googlenet", "lenet", "resnet50", "vgg16"]
-    assert groups["dataset"] == ["cifar10", "imagenet", "mnist", "synthetic"]
+    assert groups["dataset"] == ["cifar10", "digits", "imagenet", "mnist", "synthetic"]
     assert {"cpu12", "cpu20", "k20m", "p100"} <= set(groups["hardware"])
     assert "local" in groups["cluster"]
 
