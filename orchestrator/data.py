@@ -50,10 +50,14 @@ def main(argv: list[str]) -> int:
     from trainers.common import data
 
     writers = {"mnist": data.write_mnist, "cifar10": data.write_cifar10}
+    test_writers = {"mnist": data.write_mnist_test, "cifar10": data.write_cifar10_test}
     for name in args.datasets:
         target = Path(args.dir) / name
         writers[name](str(target), args.images, args.seed)
-        print(f"wrote {args.images} generated {name} images in its file format to {target}")
+        test = max(1, args.images // 5)
+        test_writers[name](str(target), test, args.seed + 1)  # a test split, for accuracy mode's path
+        print(f"wrote {args.images} generated {name} images (and a test split of {test}) in its file format "
+              f"to {target}; accuracy on them means nothing ({target / data.GENERATED})")
     return 0
 
 

@@ -257,7 +257,11 @@ def compute(events: Iterable[dict[str, Any]], samples: Iterable[dict[str, Any]] 
         values.update(host)
     else:
         reasons.append(f"no host metrics: no host sample within the {window['end'] - window['start']:.3f} s window")
-    values.update(accuracy(events))
+    learnt = accuracy(events)
+    values.update(learnt)
+    start = next((e for e in events if e.get("event") == "run_start"), {})
+    if learnt and start.get("data_generated"):
+        reasons.append(f"accuracy on generated data: {start['data_generated']}")
     gpu, energy = gpu_metrics(samples, window, values.get("images_per_sec"))
     values.update(gpu)
     in_window = sum(1 for s in inside if s.get("sampler") == "gpu")

@@ -110,6 +110,20 @@ def test_missing_digits_files_say_how_to_write_them(framework_run, tmp_path):
     assert "orchestrator data digits" in events[-1]["message"]
 
 
+def test_accuracy_on_generated_files_says_it_means_nothing(framework_run, tmp_path):
+    from orchestrator import metrics
+
+    done = orchestrator(["data", "generate", "mnist", "-n", "256"], user_dir(tmp_path))
+    assert done.returncode == 0 and "means nothing" in done.stdout, done.stdout + done.stderr
+    proc, events = framework_run("numpy", ["--model", "lenet", "--dataset", "mnist", "--data-dir",
+                                           str(tmp_path / "data" / "mnist"), "--batch-size", 32, "--threads", 1,
+                                           "--mode", "accuracy", "--epochs", 1])
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert events[0]["test_images"] == 51 and "means nothing" in events[0]["data_generated"]
+    measured = metrics.compute(events)
+    assert "top1_final" in measured and "accuracy on generated data" in measured.reason
+
+
 # --- into results.db ---------------------------------------------------------------------------
 
 def test_an_accuracy_run_lands_its_metrics_in_results(digits, tmp_path):

@@ -288,7 +288,8 @@ def _train_accuracy(obj, cfg, events, set_up):
         "epochs": cfg.epochs, "target_accuracy": cfg.target_accuracy,
         "learning_rate": cfg.learning_rate,
         "steps_per_epoch": cfg.steps_per_epoch,
-        "train_images": len(train_set), "test_images": len(test_set)}))
+        "train_images": len(train_set), "test_images": len(test_set),
+        "data_generated": datasets.generated_note(cfg.data_dir)}))
     accuracy.train(obj, cfg, events, train_set, test_set, to_batch)
 
 
