@@ -30,6 +30,7 @@ import fcntl
 import hashlib
 import json
 import os
+import shlex
 import shutil
 import stat
 import subprocess
@@ -43,7 +44,7 @@ import yaml
 from orchestrator.runtime import CONTAINERS, EnvironmentNotReady, VenvRuntime, default_cache
 
 #: Bump when the build steps change what an image holds: every image is rebuilt.
-BUILDER_VERSION = "1"
+BUILDER_VERSION = "2"
 BASE_SUITE = "bookworm"
 #: What every image has: Python 3 with venv (the trainers' interpreter unless a recipe says otherwise).
 BASE_PACKAGES = ("python3", "python3-venv")
@@ -159,6 +160,17 @@ class ImageStore:
             return json.loads(path.read_text())
         return None
 
+    def prune(self, recipe: Recipe) -> None:
+        """Removes this framework's images of earlier recipes and bases other than today's."""
+        keep = self.key(recipe)
+        for path in self.root.glob(f"{recipe.framework}-*"):
+            stem = path.name.split(".")[0]
+            if stem != keep and stem.rpartition("-")[0] == recipe.framework:
+                shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink(missing_ok=True)
+        for path in self.root.glob("base-*"):
+            if path.name.split(".")[0] != self.base_dir.name:
+                shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink(missing_ok=True)
+
     # --- building ---------------------------------------------------------------------
     def ensure(self, recipe: Recipe, log: Callable[[str], None] = print, force: bool = False) -> dict:
         """The image's manifest, building the image first if this recipe has none yet."""
@@ -266,6 +278,7 @@ class _Build:
                     f"post_install {s.name}", ["bash", f"/mnt/recipe/{s.name}"],
                     binds=[(self.recipe.dir, "/mnt/recipe")],
                     env={"ENV_DIR": ENV_DIR, "PYTHON": f"{ENV_DIR}/bin/python", "RECIPE_DIR": "/mnt/recipe"}))
+            self.timed("apptainer environment", self.apptainer_env)
             freeze = self.ch_run("pip freeze", [f"{ENV_DIR}/bin/python", "-m", "pip", "freeze"])
             (self.tmp / ENV_DIR.lstrip("/") / "requirements.lock").write_text(freeze)
             digest, size = self.timed("digest", lambda: tree_digest(self.tmp))
@@ -363,6 +376,18 @@ class _Build:
         tmp.rename(wheels)
         return wheels
 
+    def apptainer_env(self) -> None:
+        """What `apptainer exec <fw>.sif python3 -m trainers.<fw>` needs of this image once it is a
+        SIF (`apptainer build <fw>.sif <image dir>`): the venv first on PATH, the recipe's `env`."""
+        env_d = self.tmp / ".singularity.d" / "env"
+        env_d.mkdir(parents=True, exist_ok=True)
+        lines = ["# written by orchestrator/images.py from containers/%s/env.yaml" % self.fw,
+                 f'export PATH="{ENV_DIR}/bin:$PATH"', "export PYTHONNOUSERSITE=1"]
+        lines += [f"export {key}={shlex.quote(value)}" for key, value in self.recipe.trainer_env().items()]
+        (env_d / "90-orchestrator.sh").write_text("\n".join(lines) + "\n")
+        labels = {"org.orchestrator.framework": self.fw, "org.orchestrator.recipe": self.store.key(self.recipe)}
+        (self.tmp / ".singularity.d" / "labels.json").write_text(json.dumps(labels, indent=1))
+
     def venv(self, interpreter: str, wheels: Path) -> None:
         self.ch_run("venv", [interpreter, "-m", "venv", ENV_DIR])
         self.ch_run("pip install", [f"{ENV_DIR}/bin/python", "-m", "pip", "install", "--no-index", "--no-cache-dir",
@@ -413,6 +438,7 @@ def main(argv: Sequence[str]) -> int:
     for fw in wanted:
         try:
             store.ensure(Recipe(fw), force=args.force)
+            store.prune(Recipe(fw))
         except EnvironmentNotReady as exc:
             print(f"[images] {fw}: FAILED ({exc.error_class}): {exc}", file=sys.stderr)
             status = 1

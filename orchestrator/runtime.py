@@ -194,8 +194,9 @@ class ApptainerRuntime:
                 f"load its module (e.g. `module load apptainer`) or use runtime=venv")
         if not self.image.is_file():
             raise EnvironmentNotReady(
-                f"no image {self.image}; build it with `apptainer build {self.image} "
-                f"{CONTAINERS / (self.framework + '.def')}` or set apptainer.images")
+                f"no image {self.image}; build the image directory from the recipe with `orchestrator "
+                f"images build {self.framework}`, then `apptainer build {self.image} <that directory>` "
+                f"(`orchestrator images list` names it), or set apptainer.images")
         return self.image
 
     def identity(self) -> str:

@@ -78,7 +78,7 @@ def test_apptainer_command_binds_trainers_and_uses_nv_only_for_gpus(tmp_path):
 def test_apptainer_without_binary_or_image_says_how_to_fix(tmp_path):
     with pytest.raises(EnvironmentNotReady, match="not on this node's PATH"):
         ApptainerRuntime("torch", tmp_path, binary="no-such-apptainer").ensure()
-    with pytest.raises(EnvironmentNotReady, match="apptainer build .*torch.def"):
+    with pytest.raises(EnvironmentNotReady, match="orchestrator images build torch.*apptainer build .*torch.sif"):
         ApptainerRuntime("torch", tmp_path, binary="true").ensure()
 
 
