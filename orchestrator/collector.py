@@ -38,7 +38,7 @@ from sqlalchemy.orm import sessionmaker
 from . import runstate
 from .db import Cell, Metric, Run, Sweep, SweepCell
 from .metric_registry import unit_of
-from .resultfile import CELL_COLUMNS, RESULT_NAME, BadResult, read_result
+from .resultfile import CELL_COLUMNS, OPTIONAL_CELL_COLUMNS, RESULT_NAME, BadResult, read_result
 
 #: Files per transaction: large enough that a commit's cost vanishes, small enough that the
 #: write lock is never held for long (a launcher waits for it) and a crash loses little work.
@@ -202,7 +202,9 @@ def _parents(conn: Connection, files: list[_File], known: _Known, new: _Known) -
         now = time.time()
         conn.execute(insert(Cell), [
             {"id": c, "settings": first[c].result["cell"], "created_at": now,
-             **{key: first[c].result["cell"][key] for key in CELL_COLUMNS}} for c in sorted(cells - known.cells)])
+             **{key: first[c].result["cell"][key] for key in CELL_COLUMNS},
+             **{key: first[c].result["cell"].get(key) for key in OPTIONAL_CELL_COLUMNS}}
+            for c in sorted(cells - known.cells)])
         new.cells |= cells - known.cells
     by_sweep: dict[str, set[str]] = {}
     for sweep, cell in {(f.result["sweep_id"], f.result["cell_id"]) for f in files} - known.pairs:

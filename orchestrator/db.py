@@ -153,6 +153,11 @@ class Cell(Base):
     warmup: Mapped[int] = mapped_column(Integer)
     seed: Mapped[int] = mapped_column(Integer)
     precision: Mapped[str] = mapped_column(String)
+    #: Accuracy mode's settings (migration 0006): null in cells made before it, and epochs and
+    #: target_accuracy null in throughput mode's
+    mode: Mapped[Optional[str]] = mapped_column(String, nullable=True)
+    epochs: Mapped[Optional[int]] = mapped_column(Integer, nullable=True)
+    target_accuracy: Mapped[Optional[float]] = mapped_column(Float, nullable=True)
     #: The whole resolved settings dict, so settings added later are kept before they get a column.
     settings: Mapped[dict[str, Any]] = mapped_column(JSON)
     created_at: Mapped[float] = mapped_column(Float)
@@ -325,8 +330,7 @@ def results_select() -> Select:
     pivot = (select(Metric.run_id, *(_pivoted(m) for m in metric_registry.VIEW_METRICS))
              .group_by(Metric.run_id).subquery("m"))
     # throughput or accuracy: the cell's setting where it records one, else what the run measured
-    mode = func.coalesce(Cell.settings["mode"].as_string(),
-                         case((pivot.c.top1.isnot(None), "accuracy"), else_="throughput"))
+    mode = func.coalesce(Cell.mode, case((pivot.c.top1.isnot(None), "accuracy"), else_="throughput"))
     return (select(*(attr.label(name) for name, attr in _RESULTS_HEAD.items()), mode.label("mode"),
                    *(pivot.c[m.column] for m in metric_registry.VIEW_METRICS),
                    *(attr.label(name) for name, attr in _RESULTS_TAIL.items()))

@@ -34,6 +34,10 @@ CELL_COLUMNS: dict[str, tuple[type, ...]] = {
     "hardware": (str,), "gpus": (int,), "threads": (int,), "batch_size": (int,),
     "scaling": (str,), "iterations": (int,), "warmup": (int,), "seed": (int,), "precision": (str,),
 }
+#: ... and those a result file may leave out (accuracy mode's, which older cells lack).
+OPTIONAL_CELL_COLUMNS: dict[str, tuple[type, ...]] = {
+    "mode": (str, type(None)), "epochs": (int, type(None)), "target_accuracy": (int, float, type(None)),
+}
 
 
 class BadResult(ValueError):
@@ -124,6 +128,8 @@ def check_result(result: Any) -> None:
     cell = _need(result, "cell", dict)
     for key, types in CELL_COLUMNS.items():
         _need(cell, key, *types, where="cell")
+    for key, types in OPTIONAL_CELL_COLUMNS.items():
+        _optional(cell, key, *types, where="cell")
 
     for key in ("node", "job_id", "executor"):
         _optional(result, key, str)

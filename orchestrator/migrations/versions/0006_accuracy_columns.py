@@ -1,10 +1,14 @@
-"""Accuracy mode's columns in the `results` view; no table changes.
+"""Accuracy mode: its settings as columns of `cells`, its metrics and mode in the `results` view.
 
-`results` gains `mode` (throughput or accuracy: the cell's setting where it records one, else
-accuracy where the run measured a test top-1) and the accuracy metrics' columns from
-metric_registry (`top1`, `top5`, `top1_best`, `epoch_s`, `epochs_to_target`, `time_to_target_s`,
-`wall_to_target_s`). The views are rebuilt by env.py; rows untouched.
+`cells` gains `mode` (throughput | accuracy), `epochs` and `target_accuracy`, nullable: cells made
+before accuracy mode have none, and a throughput cell has no epochs or target. `results` gains
+`mode` (the cell's, else accuracy where the run measured a test top-1, else throughput) and the
+accuracy metrics' columns from metric_registry (`top1`, `top5`, `top1_best`, `epoch_s`,
+`epochs_to_target`, `time_to_target_s`, `wall_to_target_s`); env.py rebuilds the views. Rows
+untouched.
 """
+import sqlalchemy as sa
+from alembic import op
 
 revision = "0006"
 down_revision = "0005"
@@ -12,8 +16,11 @@ branch_labels = None
 depends_on = None
 
 #: The views this revision defines (orchestrator.migrations.views_sha256()).
-views_sha256 = "3ce2e659f72e7953"
+views_sha256 = "db02cf9073d48fb5"
 
 
 def upgrade() -> None:
-    pass  # the views are rebuilt after every upgrade (env.py)
+    with op.batch_alter_table("cells") as batch:
+        batch.add_column(sa.Column("mode", sa.String, nullable=True))
+        batch.add_column(sa.Column("epochs", sa.Integer, nullable=True))
+        batch.add_column(sa.Column("target_accuracy", sa.Float, nullable=True))
