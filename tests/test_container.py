@@ -180,3 +180,32 @@ def test_an_image_is_keyed_by_its_recipe_and_reused(images, tmp_path):
     listed = subprocess.run([sys.executable, "-m", "orchestrator", "images", "list"], stdout=subprocess.PIPE,
                             universal_newlines=True, cwd=str(REPO))
     assert images["torch"]["digest"][:23] in listed.stdout and images["cntk"]["digest"][:23] in listed.stdout
+
+
+ALL_FRAMEWORKS = ("torch", "cntk", "numpy", "mxnet", "tensorflow", "caffe")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fw", ALL_FRAMEWORKS)
+def test_every_framework_trains_in_its_image(fw, tmp_path):
+    """The slower suite (`CONTAINER_ALL=1 pytest -m slow tests/test_container.py`): every
+    framework's image built from its recipe (Caffe's compiles from source: 10-20 minutes) and its
+    trainer run through the orchestrator in it. CI runs torch and CNTK only (above)."""
+    from orchestrator.images import ImageStore, Recipe
+    from orchestrator.runtime import EnvironmentNotReady
+
+    if not os.environ.get("CONTAINER_ALL"):
+        pytest.skip("the every-framework container suite runs with CONTAINER_ALL=1 (CI runs torch and CNTK)")
+    if shutil.which("ch-run") is None or shutil.which("mmdebstrap") is None:
+        _skip("no ch-run or mmdebstrap")
+    try:
+        manifest = ImageStore().ensure(Recipe(fw), log=print)
+    except EnvironmentNotReady as exc:
+        if exc.error_class == "unsupported":
+            pytest.skip("%s cannot be built here: %s" % (fw, exc))
+        raise
+    workdir = user_dir(tmp_path)
+    done = orchestrator(["runtime=container", "framework=%s" % fw, "model=lenet", "iterations=3", "warmup=1"],
+                        workdir, timeout=900)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert rows(workdir, "select state, environment from runs") == [("done", "image:" + manifest["digest"][:23])]
