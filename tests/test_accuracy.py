@@ -180,3 +180,15 @@ def test_the_convergence_sweep_lands_a_row_per_framework(tmp_path):
     found = rows(workdir, "select framework, mode, top1, epochs_to_target from results order by framework")
     assert [(f, m) for f, m, _, _ in found] == [("numpy", "accuracy"), ("torch", "accuracy")], found
     assert all(top1 >= TARGET and epochs_to >= 1 for _, _, top1, epochs_to in found), found
+
+
+@pytest.mark.skipif(not _cells_take_accuracy_settings(),
+                    reason="orchestrator/cell.py does not yet resolve dataset=digits nor hash mode, epochs "
+                           "and target_accuracy into a cell's settings")
+def test_the_convergence_preset_is_five_frameworks_on_digits_in_accuracy_mode(tmp_path):
+    done = orchestrator(["-m", "+preset=convergence", "dry_run=true"], user_dir(tmp_path))
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "5 cells by hardware: 5 to run" in done.stdout, done.stdout
+    for name in ("caffe", "tensorflow", "torch", "mxnet", "cntk"):
+        assert name in done.stdout
+    assert done.stdout.count("accuracy") >= 5 and "digits" in done.stdout
