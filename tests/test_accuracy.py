@@ -192,3 +192,12 @@ def test_the_convergence_preset_is_five_frameworks_on_digits_in_accuracy_mode(tm
     for name in ("caffe", "tensorflow", "torch", "mxnet", "cntk"):
         assert name in done.stdout
     assert done.stdout.count("accuracy") >= 5 and "digits" in done.stdout
+
+
+@pytest.mark.skipif(not _cells_take_accuracy_settings(),
+                    reason="orchestrator/cell.py does not yet resolve dataset=digits nor hash mode, epochs "
+                           "and target_accuracy into a cell's settings")
+def test_the_batch_accuracy_preset_sweeps_five_batch_sizes_per_framework(tmp_path):
+    done = orchestrator(["-m", "+preset=batch-accuracy", "dry_run=true"], user_dir(tmp_path))
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "25 cells by hardware: 25 to run" in done.stdout, done.stdout
