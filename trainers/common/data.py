@@ -1,5 +1,10 @@
 """Dataset readers (MNIST IDX, CIFAR-10 binary, synthetic) and writers for the file formats.
 
+Each reader reads a training split and, for accuracy mode, a test split (MNIST's t10k-* files,
+CIFAR-10's test_batch.bin). `digits` is scikit-learn's handwritten digits as `orchestrator data
+digits` stores them: MNIST IDX files, read by the MNIST reader (so no trainer needs scikit-learn).
+Generated files carry a GENERATED marker, which accuracy mode reports.
+
 Every framework reads the same bytes the same way, so a difference in throughput is the
 framework's and not its input pipeline's. Images are kept as uint8 NCHW in memory (the
 full CIFAR-10 training set is 150 MB that way, 600 MB as float32) and turned into float32
