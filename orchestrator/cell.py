@@ -8,6 +8,7 @@ and a rerun finds the runs it already has.
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -57,7 +58,7 @@ class Cell:
     config: dict[str, Any] = field(repr=False, compare=False)
     overrides: tuple[str, ...] = ()
 
-    @property
+    @functools.cached_property
     def id(self) -> str:
         return cell_id(self.settings)
 
@@ -75,16 +76,27 @@ class Cell:
         holds the hydra node): each must name a file inside its group's folder of conf/."""
         if choices is None and "hydra" in cfg:
             choices = OmegaConf.select(cfg, "hydra.runtime.choices")
-        for group in safety.GROUPS:
-            if choices is not None and choices.get(group) is not None:
-                _refusing("", safety.choice, group, choices.get(group))
+        check_choices(choices)
         try:
             plain = OmegaConf.to_container(cfg, resolve=True)
         except OmegaConfBaseException as exc:
             raise CellError(f"the config cannot be resolved: {str(exc).splitlines()[0]}; "
                             f"fix the key it names (or its override)") from None
         plain.pop("hydra", None)
+        return cls.from_plain(plain, overrides)
+
+    @classmethod
+    def from_plain(cls, plain: dict[str, Any], overrides: tuple[str, ...] = (), choices: Any = None) -> "Cell":
+        """A cell from a config already resolved to plain data (orchestrator/expand.py's)."""
+        check_choices(choices)
         return cls(settings=resolve_settings(plain), config=plain, overrides=tuple(overrides))
+
+
+def check_choices(choices: Any) -> None:
+    """Each of Hydra's group choices names a file inside its group's folder of conf/."""
+    for group in safety.GROUPS:
+        if choices is not None and choices.get(group) is not None:
+            _refusing("", safety.choice, group, choices.get(group))
 
 
 def resolve_settings(cfg: dict[str, Any]) -> dict[str, Any]:

@@ -18,6 +18,11 @@ def print_refused(refused: list[tuple[str, str]]) -> None:
         console.print(f"[red]refused[/red] {reason}  [dim]({overrides})[/dim]")
 
 
+#: Up to this many cells, a dry run draws them as a table; beyond, as aligned plain lines (rich
+#: draws 1,000 rows in seconds).
+TABLE_ROWS = 60
+
+
 def print_cells(cells: list, refused: list[tuple[str, str]],
                 refused_settings: dict[str, dict] | None = None) -> None:
     """dry_run=true: the cells a sweep expands to, as a table, then how many there are on each
@@ -27,10 +32,20 @@ def print_cells(cells: list, refused: list[tuple[str, str]],
 
     from orchestrator.cell import SETTINGS
 
-    table = Table("cell", *SETTINGS, title=f"{len(cells)} cells (dry run: nothing submitted)")
-    for cell in cells:
-        table.add_row(cell.id, *(str(cell.settings[k]) for k in SETTINGS))
-    console.print(table)
+    title = f"{len(cells)} cells (dry run: nothing submitted)"
+    rows = [[cell.id, *(str(cell.settings[k]) for k in SETTINGS)] for cell in cells]
+    if len(rows) <= TABLE_ROWS:
+        table = Table("cell", *SETTINGS, title=title)
+        for row in rows:
+            table.add_row(*row)
+        console.print(table)
+    else:  # a long grid: aligned plain lines, which a terminal, grep and a pipe all take at once
+        header = ["cell", *SETTINGS]
+        widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(header)]
+        lines = [title, "  ".join(h.ljust(w) for h, w in zip(header, widths)).rstrip()]
+        lines += ["  ".join(v.ljust(w) for v, w in zip(row, widths)).rstrip() for row in rows]
+        console.file.write("\n".join(lines) + "\n")
+        console.file.flush()
     if refused_settings is not None:
         print_by_hardware(cells, refused, refused_settings)
     print_refused(refused)

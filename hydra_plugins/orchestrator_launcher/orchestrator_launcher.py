@@ -15,11 +15,10 @@ from dataclasses import dataclass
 from typing import Optional, Sequence
 
 from hydra.core.config_store import ConfigStore
-from hydra.core.hydra_config import HydraConfig
 from hydra.core.utils import JobReturn, JobStatus
 from hydra.plugins.launcher import Launcher
 from hydra.types import HydraContext, TaskFunction
-from omegaconf import DictConfig, OmegaConf, open_dict
+from omegaconf import DictConfig
 
 log = logging.getLogger(__name__)
 
@@ -43,35 +42,39 @@ class OrchestratorLauncher(Launcher):
         self.hydra_context = hydra_context
 
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
-        from orchestrator.cell import Cell, CellError
-        from orchestrator.launch import Options, refusal_settings, submit_sweep
         from orchestrator import console, safety
+        from orchestrator.cell import Cell, CellError
+        from orchestrator.expand import Expander
+        from orchestrator.launch import Options, refusal_settings, submit_sweep
 
         assert self.config is not None and self.hydra_context is not None
-        cells, refused, options = [], [], None
+        cells, refused, options, seen = [], [], None, set()
         refused_settings, left_out = {}, []  # a refused cell's settings, for the DB and the counts
+        expander = Expander(self.hydra_context.config_loader, self.config)
         # A bad value of one cell refuses that cell; a sweep-wide one (repeats, paths, cluster, the
         # database) stops the sweep with its message before anything is written.
         with safety.stop_on_bad_input():
-            for idx, overrides in enumerate(job_overrides):
-                sweep_config = self.hydra_context.config_loader.load_sweep_config(self.config, list(overrides))
-                with open_dict(sweep_config):
-                    sweep_config.hydra.job.num = initial_job_idx + idx
-                HydraConfig.instance().set_config(sweep_config)  # ${hydra:...} resolves per cell
+            for expanded in expander.expand(job_overrides, initial_job_idx):
+                overrides = expanded.overrides
                 try:
-                    cell = Cell.from_config(sweep_config, tuple(overrides))
+                    if expanded.error:
+                        raise CellError(expanded.error)
+                    cell = Cell.from_plain(expanded.plain, overrides)  # its choices: checked by the expander
                     if options is None:
                         options = Options.from_config(cell.config)
                     safety.check_request(options.backend, cell.config, cell.label)
                 except CellError as exc:
                     refused.append((" ".join(overrides), str(exc)))
-                    refused_settings[" ".join(overrides)] = refusal_settings(sweep_config)
+                    refused_settings[" ".join(overrides)] = refusal_settings(expanded.as_config())
                     continue
                 if _beyond_cpus(cell):  # a preset's threads sweep stops at the node's CPUs
                     left_out.append(cell)
                     continue
-                if cell.id not in {c.id for c in cells}:  # two spellings of one cell (tf, tensorflow)
+                if cell.id not in seen:  # two spellings of one cell (tf, tensorflow)
+                    seen.add(cell.id)
                     cells.append(cell)
+            log.debug("expanded %d cells: %d compositions, %d on Hydra's path", len(job_overrides),
+                      len(expander.composed), expander.slow)
 
             if not cells:
                 console.print_refused(refused)

@@ -1,0 +1,217 @@
+"""Where a sweep is expanded: the sweeper's override lists into cells, composing once per
+distinct configuration.
+
+Hydra composes a config from nothing for every override list (the defaults tree, every YAML
+file: ~0.1 s each here), so a sweep of 1,000 seeds over two hardware choices cost 1,000
+compositions, and Hydra's sweeper composed each a second time to check it. Yet only the
+*config-group* choices (`framework=tf`, `+preset/net=lenet_mnist`, anything under `hydra`)
+decide what is composed; every other override (`seed=3`, `batch_size=16`, `hardware.cpus=4`)
+is a plain value Hydra applies to the composed config afterwards, in order. So:
+
+- the group overrides of a list are its *composition key*: each key is composed once, through
+  Hydra's own `load_sweep_config` (a wrong name fails there, with Hydra's list of choices), and
+  resolved once;
+- a cell whose value overrides touch keys that no interpolation of the config mentions gets
+  that resolved config with its values set (Hydra's parsed, typed values: `seed=3` is 3,
+  `threads=null` is None) — the fast path, a dict copy;
+- any other cell (a value that is itself an interpolation, a key some `${...}` refers to, a
+  `+`/`++`/`~` override, a key the config lacks, a mapping replaced) takes Hydra's path: its
+  own copy of the composed config, the overrides applied by Hydra's `_apply_overrides_to_config`,
+  resolved with `hydra:` interpolations set for that cell. Same values, same errors as before.
+
+Both paths give the same plain config, hence the same cell id (`tests/test_sweep.py` expands a
+mixed grid both ways and compares).
+"""
+from __future__ import annotations
+
+import copy
+import re
+from dataclasses import dataclass, field
+from typing import Any, Iterator, Optional, Sequence
+
+from omegaconf import DictConfig, OmegaConf, open_dict, read_write
+from omegaconf.errors import OmegaConfBaseException
+
+from orchestrator.cell import CellError, check_choices
+
+_PLAIN = (str, int, float, bool, type(None))
+#: `key=123`: a line whose value is a plain integer literal of Hydra's grammar (a seed, a batch
+#: size), parsed here into the Override Hydra's parser makes of it (tests/test_sweep.py compares);
+#: ANTLR's parse costs ~0.6 ms a line, and a sweep of 5,000 seeds has 5,000 distinct ones.
+_INT_LINE = re.compile(r"([A-Za-z_][\w-]*(?:\.[A-Za-z_][\w-]*)*)=(-?(?:0|[1-9][0-9]*))")
+
+
+@dataclass
+class Composed:
+    """One composition key's config: composed once, resolved once (None where it does not resolve)."""
+
+    config: DictConfig
+    resolved: Optional[dict[str, Any]]
+    interpolations: str  # every `${...}` text of the config, joined: what a value override may touch
+    choices: Any = field(default=None)
+    refused: Optional[str] = None  # why its group choices refuse every cell of it (cell.check_choices)
+
+
+@dataclass(frozen=True)
+class Expanded:
+    """One override list, expanded: its plain config (None with `error` where it does not
+    resolve) and, where it took Hydra's path, its composed DictConfig."""
+
+    overrides: tuple[str, ...]
+    plain: Optional[dict[str, Any]]
+    choices: Any
+    config: Optional[DictConfig] = None
+    error: Optional[str] = None
+
+    def as_config(self) -> DictConfig:
+        """The cell's config as OmegaConf holds it (for what reads a config that did not resolve)."""
+        return self.config if self.config is not None else OmegaConf.create(self.plain)
+
+
+class Expander:
+    """Expands override lists against the master config, composing each distinct key once."""
+
+    def __init__(self, config_loader: Any, master_config: DictConfig) -> None:
+        from hydra.core.override_parser.overrides_parser import OverridesParser
+
+        self.loader, self.master = config_loader, master_config
+        self.parser = OverridesParser.create(config_loader=config_loader)
+        self.composed: dict[tuple[str, ...], Composed] = {}
+        self.lines: dict[str, Any] = {}  # override line -> Hydra's Override
+        self.groups: dict[str, bool] = {}  # key -> whether conf/ has a group of that name
+        self.fast = self.slow = 0  # how many cells took each path (the benchmark prints them)
+
+    def expand(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int = 0) -> Iterator[Expanded]:
+        for idx, overrides in enumerate(job_overrides):
+            yield self.one(tuple(overrides), initial_job_idx + idx)
+
+    def one(self, overrides: tuple[str, ...], job_num: int = 0) -> Expanded:
+        parsed = [self.parse(line) for line in overrides]
+        key = tuple(o.input_line for o in parsed if self._composes(o))
+        values = [o for o in parsed if not self._composes(o)]
+        composed = self.composed.get(key)
+        if composed is None:
+            composed = self.composed[key] = self._compose(list(key))
+        if composed.refused:
+            return Expanded(overrides, None, composed.choices, config=composed.config, error=composed.refused)
+        if composed.resolved is not None and all(self._settable(o, composed) for o in values):
+            self.fast += 1
+            plain = composed.resolved
+            for o in values:
+                plain = _with(plain, o.key_or_group.split("."), o.value())
+            return Expanded(overrides, plain, composed.choices)
+        self.slow += 1
+        return self._hydra_path(overrides, parsed, values, composed, job_num)
+
+    def parse(self, line: str) -> Any:
+        """Hydra's Override for one line (each distinct line parsed once)."""
+        override = self.lines.get(line)
+        if override is None:
+            match = _INT_LINE.fullmatch(line)
+            if match and not match.group(1).startswith("hydra"):
+                from hydra.core.override_parser.types import Override, OverrideType, ValueType
+
+                override = Override(type=OverrideType.CHANGE, key_or_group=match.group(1),
+                                    value_type=ValueType.ELEMENT, _value=int(match.group(2)), package=None,
+                                    input_line=line, config_loader=self.loader)
+            else:
+                (override,) = self.parser.parse_overrides([line])
+            self.lines[line] = override
+        return override
+
+    def _composes(self, override: Any) -> bool:
+        """A group choice (or a Hydra setting): part of what is composed, not a value set after."""
+        key = override.key_or_group
+        if override.package is not None or key == "hydra" or key.startswith(("hydra.", "hydra/")):
+            return True
+        group = self.groups.get(key)
+        if group is None:
+            group = self.groups[key] = self.loader.repository.group_exists(key)
+        return group
+
+    def _compose(self, key: list[str]) -> Composed:
+        from hydra.core.hydra_config import HydraConfig
+
+        cfg = self.loader.load_sweep_config(self.master, key)
+        choices = OmegaConf.select(cfg, "hydra.runtime.choices")
+        app = OmegaConf.masked_copy(cfg, [k for k in cfg if k != "hydra"])
+        texts = "\n".join(_interpolations(OmegaConf.to_container(app, resolve=False)))
+        resolved = None
+        if "hydra:" not in texts:  # ${hydra:job.num} and the like differ per cell: Hydra's path
+            HydraConfig.instance().set_config(cfg)
+            try:
+                resolved = OmegaConf.to_container(app, resolve=True)
+            except OmegaConfBaseException:
+                resolved = None  # each cell then says so, on Hydra's path
+        try:  # a group choice outside its folder refuses every cell of this composition
+            check_choices(choices)
+            refused = None
+        except CellError as exc:
+            refused = str(exc)
+        return Composed(config=cfg, resolved=resolved, interpolations=texts, choices=choices, refused=refused)
+
+    @staticmethod
+    def _settable(override: Any, composed: Composed) -> bool:
+        """Whether setting this override's value on the resolved config is what Hydra would make:
+        a plain `key=value` of a plain value, the key there already and not a mapping or list,
+        and no interpolation of the config mentioning its last part."""
+        if override.is_delete() or override.is_add() or override.is_force_add():
+            return False
+        value = override.value()
+        if not isinstance(value, _PLAIN) or (isinstance(value, str) and "${" in value):
+            return False
+        path = override.key_or_group.split(".")
+        node: Any = composed.resolved
+        for part in path:
+            if not isinstance(node, dict) or part not in node:
+                return False
+            node = node[part]
+        if isinstance(node, (dict, list)):
+            return False
+        return re.search(rf"(?<![\w-]){re.escape(path[-1])}(?![\w-])", composed.interpolations) is None
+
+    def _hydra_path(self, overrides: tuple[str, ...], parsed: list[Any], values: list[Any], composed: Composed,
+                    job_num: int) -> Expanded:
+        """The cell as Hydra composes it: a copy of the composed config, the value overrides
+        applied by Hydra (its errors raised as Hydra raises them), `hydra:` set for this cell."""
+        from hydra._internal.config_loader_impl import ConfigLoaderImpl, get_overrides_dirname
+        from hydra.core.hydra_config import HydraConfig
+
+        cfg = copy.deepcopy(composed.config)
+        ConfigLoaderImpl._apply_overrides_to_config(values, cfg)
+        task = [o for o in parsed if not o.is_hydra_override()]  # what Hydra records of the cell
+        dirname = cfg.hydra.job.config.override_dirname
+        with read_write(cfg.hydra.overrides), read_write(cfg.hydra.job), open_dict(cfg):
+            cfg.hydra.overrides.task = [o.input_line for o in task]
+            cfg.hydra.job.override_dirname = get_overrides_dirname(
+                overrides=task, kv_sep=dirname.kv_sep, item_sep=dirname.item_sep, exclude_keys=dirname.exclude_keys)
+            cfg.hydra.job.num = job_num
+        HydraConfig.instance().set_config(cfg)
+        try:
+            plain = OmegaConf.to_container(cfg, resolve=True)
+        except OmegaConfBaseException as exc:
+            return Expanded(overrides, None, composed.choices, config=cfg,
+                            error=f"the config cannot be resolved: {str(exc).splitlines()[0]}; "
+                                  f"fix the key it names (or its override)")
+        plain.pop("hydra", None)
+        return Expanded(overrides, plain, composed.choices, config=cfg)
+
+
+def _interpolations(node: Any) -> Iterator[str]:
+    """Every string of a container that holds an interpolation."""
+    if isinstance(node, dict):
+        for value in node.values():
+            yield from _interpolations(value)
+    elif isinstance(node, list):
+        for value in node:
+            yield from _interpolations(value)
+    elif isinstance(node, str) and "${" in node:
+        yield node
+
+
+def _with(plain: dict[str, Any], path: list[str], value: Any) -> dict[str, Any]:
+    """`plain` with the value at `path` replaced: the mappings along the path copied, the rest
+    shared with the composition's resolved config (which nothing downstream changes)."""
+    out = dict(plain)
+    out[path[0]] = value if len(path) == 1 else _with(plain[path[0]], path[1:], value)
+    return out

@@ -1,0 +1,106 @@
+"""orchestrator/expand.py: composing once per distinct configuration names the same cells, with
+the same configs and the same refusals, as composing every cell through Hydra (issue 13, item 1)."""
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
+from hydra.core.hydra_config import HydraConfig
+
+from orchestrator.cell import Cell, CellError
+from orchestrator.expand import Expander
+
+REPO = Path(__file__).resolve().parent.parent
+
+# group choices, plain values, a value some interpolation reads (paths.cache: apptainer.images),
+# a value that is itself an interpolation, a nested key inside a group, an added key, aliases
+# (tf and tensorflow: one cell), cells refused (GPUs on CPU hardware, a bad integer)
+GRID = [
+    ["framework=torch", "framework=tf", "framework=tensorflow"],
+    ["hardware=cpu12", "hardware=p100"],
+    ["gpus=0", "gpus=1"],
+    ["", "seed=2", "batch_size=16", "batch_size=-3", "threads=2", "hardware.cpus=4", "paths.cache=/tmp/elsewhere",
+     "iterations=${warmup}", "model.batch_size.mnist=8", "+extra_key=1", "model=alexnet", "dataset.like=cifar10"],
+]
+
+
+@pytest.fixture(scope="module")
+def hydra_loader():
+    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+        master = compose("config", return_hydra_config=True)
+        yield GlobalHydra.instance().config_loader(), master
+
+
+def _plain(loader, master, overrides):
+    """A cell the way the launcher made it before: Hydra composes this override list alone."""
+    cfg = loader.load_sweep_config(master, list(overrides))
+    HydraConfig.instance().set_config(cfg)
+    try:
+        return Cell.from_config(cfg, tuple(overrides))
+    except CellError as exc:
+        return str(exc)
+
+
+def _fast(expander, overrides):
+    expanded = expander.one(tuple(overrides))
+    try:
+        if expanded.error:
+            raise CellError(expanded.error)
+        return Cell.from_plain(expanded.plain, tuple(overrides))
+    except CellError as exc:
+        return str(exc)
+
+
+def test_the_fast_and_the_plain_expansion_name_the_same_cells(hydra_loader):
+    loader, master = hydra_loader
+    expander = Expander(loader, master)
+    grid = [[o for o in combo if o] for combo in itertools.product(*GRID)]
+    ids, refused = set(), 0
+    for overrides in grid:
+        fast, plain = _fast(expander, overrides), _plain(loader, master, overrides)
+        if isinstance(plain, str):
+            assert fast == plain, overrides
+            refused += 1
+            continue
+        assert isinstance(fast, Cell), (overrides, fast)
+        assert (fast.id, fast.settings, fast.config) == (plain.id, plain.settings, plain.config), overrides
+        ids.add(fast.id)
+    # the grid exercised both paths, refusals and cells, and the aliases met
+    assert expander.fast > 60 and expander.slow > 30, (expander.fast, expander.slow)
+    assert refused > 30 and len(ids) < len(grid) - refused
+    # one composition per distinct set of group choices, not one per cell
+    assert len(expander.composed) == 3 * 2 * 2  # framework × hardware × (model default or alexnet)
+
+
+def test_the_fast_path_takes_hydras_values(hydra_loader):
+    loader, master = hydra_loader
+    expander = Expander(loader, master)
+    cell = Cell.from_plain(expander.one(("hardware=p100", "seed=7", "threads=null", "precision=fp32",
+                                         "hardware.mem_gb=32")).plain)
+    assert expander.slow == 0
+    assert cell.settings["seed"] == 7 and cell.settings["threads"] == 16  # null: the hardware's CPUs
+    assert cell.config["hardware"]["mem_gb"] == 32
+    # a value another key interpolates is set before resolving, on Hydra's path
+    moved = expander.one(("paths.cache=/tmp/elsewhere",))
+    assert expander.slow == 1 and moved.plain["apptainer"]["images"] == "/tmp/elsewhere/images"
+
+
+def test_the_fast_parse_of_an_integer_is_hydras(hydra_loader):
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    loader, master = hydra_loader
+    expander, parser = Expander(loader, master), OverridesParser.create(config_loader=loader)
+    for line in ("seed=0", "seed=-0", "seed=12", "hardware.cpus=4", "x-y.z_1=10", "seed=007", "seed=1_000",
+                 "seed=1e3", "seed=+5", "+seed=5", "~seed"):
+        assert expander.parse(line) == parser.parse_overrides([line])[0], line
+
+
+def test_a_wrong_key_fails_as_hydra_fails(hydra_loader):
+    from hydra.errors import ConfigCompositionException
+
+    loader, master = hydra_loader
+    with pytest.raises(ConfigCompositionException, match="nosuchkey"):
+        Expander(loader, master).one(("nosuchkey=3",))
