@@ -27,7 +27,7 @@ from typing import Any, Iterator
 import yaml
 from submitit.core.utils import UncompletedJobError
 
-from orchestrator import metrics, provenance
+from orchestrator import provenance
 from orchestrator.monitor import Monitor, default_samplers
 from orchestrator.resultfile import RESULT_NAME, RESULT_SCHEMA, SIGNALLED
 from orchestrator.runtime import REPO, EnvironmentNotReady, make_runtime
@@ -231,6 +231,8 @@ def _measure(spec: JobSpec, run_dir: Path, paths: dict[str, str], deadline: floa
                        f"{f' ({bad_lines} unreadable output lines)' if bad_lines else ''}; "
                        f"last lines of {paths['stderr']}: {_tail(Path(paths['stderr']))}"})
         return outcome
+    from orchestrator import metrics  # numpy: imported where a job measures, not where a sweep is submitted
+
     measured = metrics.compute(events, samples)
     if measured.window is None:  # a trainer that ends cleanly must still have measured something
         outcome.update(state="failed", error={"class": "crash", "message": measured.reason})

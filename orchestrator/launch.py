@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from sqlalchemy import select
+from sqlalchemy import insert, select
 from sqlalchemy.orm import Session
 
 from orchestrator import db, runstate
@@ -119,17 +119,38 @@ def job_spec(cell: Cell, sweep_id: str, runs: list[db.Run], opts: Options) -> Jo
     )
 
 
-def _record_cell(session: Session, sweep_id: str, cell: Cell) -> None:
-    if session.get(db.Cell, cell.id) is None:
-        session.add(db.Cell(id=cell.id, settings=cell.settings, created_at=time.time(),
-                            **{k: cell.settings[k] for k in cell.settings}))
-    if session.get(db.SweepCell, (sweep_id, cell.id)) is None:
-        session.add(db.SweepCell(sweep_id=sweep_id, cell_id=cell.id, config=cell.config))
+#: Ids per `IN (...)` of the queries that look up a sweep's cells (SQLite allows 32,766 variables).
+CHUNK = 900
 
 
-def _plan_runs(session: Session, sweep_id: str, cell: Cell, opts: Options) -> tuple[list[db.Run], str]:
-    """The runs this sweep adds for a cell, or none and the reason it is skipped."""
-    existing = session.scalars(select(db.Run).where(db.Run.cell_id == cell.id)).all()
+def _known(session: Session, cells: list[Cell]) -> tuple[set[str], dict[str, list[db.Run]]]:
+    """What the database already has of these cells: their ids, and every run of each — a few
+    queries for the whole sweep (what a retype decides to skip by), not two per cell."""
+    ids = sorted({cell.id for cell in cells})
+    known: set[str] = set()
+    runs: dict[str, list[db.Run]] = {}
+    for i in range(0, len(ids), CHUNK):
+        chunk = ids[i:i + CHUNK]
+        known.update(session.scalars(select(db.Cell.id).where(db.Cell.id.in_(chunk))))
+        for run in session.scalars(select(db.Run).where(db.Run.cell_id.in_(chunk))):
+            runs.setdefault(run.cell_id, []).append(run)
+    return known, runs
+
+
+def _record_cells(session: Session, sweep_id: str, cells: list[Cell], known: set[str]) -> None:
+    """The sweep's cells (the new ones) and its membership rows: two bulk INSERTs."""
+    now = time.time()
+    new = [{"id": cell.id, "settings": cell.settings, "created_at": now, **cell.settings}
+           for cell in cells if cell.id not in known]
+    if new:
+        session.execute(insert(db.Cell), new)
+    session.execute(insert(db.SweepCell), [{"sweep_id": sweep_id, "cell_id": cell.id, "config": cell.config}
+                                           for cell in cells])
+
+
+def _plan_runs(session: Session, sweep_id: str, cell: Cell, opts: Options,
+               existing: list[db.Run]) -> tuple[list[db.Run], str]:
+    """The runs this sweep adds for a cell (given the runs it has), or none and the reason it is skipped."""
     wanted, reasons = [], []
     for repeat in range(opts.repeats):
         mine = [r for r in existing if r.repeat == repeat]
@@ -172,6 +193,10 @@ def submit_sweep(cells: list[Cell], opts: Options, argv: list[str] | None = None
     sweep (db.Refusal), with what their config said of their settings (`refused_settings`, by
     override line: refusal_settings), so that a report can name them and why."""
     report = SubmitReport(sweep_id=new_sweep_id(), refused=list(refused or []))
+    unique: dict[str, Cell] = {}
+    for cell in cells:  # each cell once, as first spelt
+        unique.setdefault(cell.id, cell)
+    cells = list(unique.values())
     factory = db.open_db(opts.db_url)
     with factory() as session:
         adopt_interrupted(session, opts.backend)
@@ -181,13 +206,15 @@ def submit_sweep(cells: list[Cell], opts: Options, argv: list[str] | None = None
         for overrides, reason in report.refused:
             session.add(_refusal(report.sweep_id, overrides, reason, (refused_settings or {}).get(overrides)))
         planned = []
-        for cell in cells:
-            _record_cell(session, report.sweep_id, cell)
-            runs, reason = _plan_runs(session, report.sweep_id, cell, opts)
-            if runs:
-                planned.append((cell, runs))
-            else:
-                report.skipped.append((cell, reason))
+        with session.no_autoflush:  # one flush at the commit, the rows inserted in bulk
+            known, existing = _known(session, cells)
+            _record_cells(session, report.sweep_id, cells, known)
+            for cell in cells:
+                runs, reason = _plan_runs(session, report.sweep_id, cell, opts, existing.get(cell.id, []))
+                if runs:
+                    planned.append((cell, runs))
+                else:
+                    report.skipped.append((cell, reason))
         session.commit()  # the sweep and its pending runs exist before anything is submitted
         submit_runs(session, report.sweep_id, planned, opts, report, foreground, progress)
     return report
@@ -301,9 +328,9 @@ def adopt_interrupted(session: Session, backend: Backend) -> None:
 
     The name recorded before `sbatch` is looked up in the scheduler; a job found under it is
     the run's job (task `index` of an array), so typing the sweep again does not submit it a
-    second time, and its tasks claim the pickles their dead submitter left (backends/slurm_task.py).
+    second time, and its tasks take their pickles from the array's bundle (backends/slurm_task.py).
     A submission the scheduler does not have is given up: its runs are cancelled (and planned
-    anew by the caller), its pickles removed so that an sbatch still on its way runs nothing,
+    anew by the caller), its bundle of pickles removed so that an sbatch still on its way runs nothing,
     and an array that lands later anyway is cancelled here the next time, and recorded. While
     the scheduler does not answer, nothing is decided: the runs stay pending.
     """

@@ -567,3 +567,20 @@ def test_a_job_cancelled_after_it_was_found_unable_ever_to_start_is_unplaceable(
     plain = decide(Evidence(), Seen("ended", "CANCELLED", None, "cancelled", imposed=True), job_id="7_1",
                    backend="slurm", submitted_at=0.0, now=10.0, grace_s=0.0, previous="PENDING (Priority)")
     assert plain["state"] == "cancelled"
+
+
+def test_an_arrays_task_pickles_are_one_bundle_each_task_takes_its_own(tmp_path):
+    """One file per array, written before sbatch (backends/slurm_task.py): each task finds its
+    own pickle by index; a task beyond it, or a bundle given up (removed), finds none."""
+    from orchestrator.backends.slurm_task import bundle_path, read_task, take, write_bundle
+
+    pickles = [b"", b"first", bytes(range(256)) * 40, b"last"]
+    bundle = bundle_path(tmp_path, "orch-x-abc123")
+    write_bundle(bundle, pickles)
+    assert [read_task(bundle, i) for i in range(4)] == pickles
+    assert read_task(bundle, 4) is None and read_task(bundle, -1) is None
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["orch-x-abc123.tasks"]  # no temporary left
+    target = tmp_path / "77_2_submitted.pkl"
+    assert take(bundle, 2, target) and target.read_bytes() == pickles[2]
+    bundle.unlink()  # given up after this task took its pickle: a requeued task still finds it
+    assert take(bundle, 2, target) and not take(bundle, 1, tmp_path / "77_1_submitted.pkl")

@@ -311,9 +311,9 @@ def run_command(argv: list[str], timeout: float = COMMAND_TIMEOUT_S) -> str:
 
 
 def _executor_class() -> type:
-    """submitit's SlurmExecutor whose pickles a task can claim by itself (see slurm_task.py):
-    every submission is an array, its pickles named `<job name>_<index>.pkl` until sbatch
-    returns, and the batch script runs `orchestrator.backends.slurm_task` first."""
+    """submitit's SlurmExecutor that writes an array's task pickles as one bundle before sbatch
+    and nothing after (see slurm_task.py): every submission is an array, and its batch script
+    runs `orchestrator.backends.slurm_task` first, which takes the task's pickle out."""
     import shlex
     import uuid
 
@@ -321,35 +321,43 @@ def _executor_class() -> type:
     from submitit.core import utils
     from submitit.slurm.slurm import SlurmJob
 
-    from orchestrator.backends.slurm_task import claim, pending_pickle
+    from orchestrator.backends.slurm_task import bundle_path, write_bundle
 
     class OrchestratorSlurmExecutor(submitit.SlurmExecutor):
         def _internal_process_submissions(self, delayed_submissions: list) -> list:
             folder = utils.JobPaths.get_first_id_independent_folder(self.folder)
             folder.mkdir(parents=True, exist_ok=True)
             name = self.parameters.get("job_name") or f"orch-{uuid.uuid4().hex[:8]}"
-            pickles = []
-            for index, delayed in enumerate(delayed_submissions):
+            for delayed in delayed_submissions:
                 delayed.set_timeout(self.parameters.get("time", 5), self.max_num_timeout)
-                delayed.dump(pending_pickle(folder, name, str(index)))
-                pickles.append(pending_pickle(folder, name, str(index)))
+            write_bundle(bundle_path(folder, name), [_pickled(d) for d in delayed_submissions])
             array = OrchestratorSlurmExecutor(self.folder, self.max_num_timeout, python=self.python)
             array.update_parameters(**{**self.parameters, "job_name": name})
             array.parameters["map_count"] = len(delayed_submissions)
             self._throttle()
             first = array._submit_command(self._submitit_command_str)
-            jobs = [SlurmJob(folder=self.folder, job_id=f"{first.job_id}_{index}",
-                             tasks=list(range(first.num_tasks))) for index in range(len(pickles))]
-            for job, pickle in zip(jobs, pickles):
-                if not claim(pickle, job.paths.submitted_pickle):  # (a started task may have claimed it)
-                    raise FileNotFoundError(f"{pickle} vanished before job {job.job_id} claimed it")
-            return jobs
+            return [SlurmJob(folder=self.folder, job_id=f"{first.job_id}_{index}", tasks=list(range(first.num_tasks)))
+                    for index in range(len(delayed_submissions))]
 
         @property
         def _submitit_command_str(self) -> str:
             return " ".join([self.python, "-u -m orchestrator.backends.slurm_task", shlex.quote(str(self.folder))])
 
     return OrchestratorSlurmExecutor
+
+
+def _pickled(delayed: Any) -> bytes:
+    """A task's pickle, as submitit's `DelayedSubmission.dump` makes it, with the standard pickler
+    (several times faster than cloudpickle on a job's spec); cloudpickle only for what the
+    standard one cannot name (a function made at run time)."""
+    import pickle
+
+    try:
+        return pickle.dumps(delayed, protocol=pickle.HIGHEST_PROTOCOL)
+    except (pickle.PicklingError, AttributeError, TypeError):
+        import cloudpickle
+
+        return cloudpickle.dumps(delayed, protocol=pickle.HIGHEST_PROTOCOL)
 
 
 def signal_delay_s(time_min: int) -> int:
@@ -525,10 +533,9 @@ class SlurmBackend(Backend):
         return f"{found}_{index}"  # every submission is an array (see _executor_class)
 
     def abandon(self, name: str, folder: Path) -> None:
-        from orchestrator.backends.slurm_task import pending_pickle
+        from orchestrator.backends.slurm_task import bundle_path
 
-        for pickle in folder.glob(pending_pickle(Path(), name, "*").name):
-            pickle.unlink(missing_ok=True)
+        bundle_path(folder, name).unlink(missing_ok=True)
 
     def cancel(self, job_ids: Iterable[str]) -> None:
         ids = sorted(set(job_ids))

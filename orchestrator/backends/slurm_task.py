@@ -1,14 +1,16 @@
-"""What a Slurm array task runs first: find its pickle, even when its submitter died, then run it.
+"""What a Slurm array task runs first: take its own pickle out of its array's bundle, then run it.
 
-submitit's submitter dumps each task's pickle, calls sbatch, and only then renames the pickles
-to the `<job>_<task>_submitted.pkl` names the tasks look for; a submitter killed between sbatch
-and the rename leaves tasks that wait 60 s and fail. Our executor (`slurm.OrchestratorSlurmExecutor`)
-names the pickles by the array's job name and task index instead, so a task whose submitter
-died claims its own pickle (one atomic rename, the same one the submitter would make).
+submitit writes one pickle per task and renames them all once sbatch has returned; a submitter
+killed in between leaves tasks that wait 60 s and fail, and on a shared file system one file per
+task is what a large array costs (a 5,000-task array: 5,000 file creations before sbatch, 5,000
+renames after). Our executor (`slurm.OrchestratorSlurmExecutor`) writes the tasks' pickles as
+*one bundle per array*, `<job name>.tasks`, complete before sbatch is called, and nothing after;
+each task copies its own entry out to the `<job>_<task>_submitted.pkl` submitit's job code
+loads (atomically, so a requeued task finds it there, whole).
 
-A task whose pickle is gone belongs to a submission the orchestrator has given up on (typing
-the sweep again cancelled its runs and removed their pickles before the late sbatch landed):
-it cancels itself, so nothing is measured twice.
+A task whose bundle is gone belongs to a submission the orchestrator has given up on (typing
+the sweep again cancelled its runs and removed the bundle before the late sbatch landed): it
+cancels itself, so nothing is measured twice.
 
 Run as `python -m orchestrator.backends.slurm_task FOLDER` (the executor's batch script). It
 imports only the standard library and submitit: it runs on compute nodes.
@@ -16,23 +18,63 @@ imports only the standard library and submitit: it runs on compute nodes.
 from __future__ import annotations
 
 import os
+import struct
 import subprocess
 import sys
 from pathlib import Path
+from typing import Sequence
+
+_COUNT = struct.Struct("<Q")
+_SPAN = struct.Struct("<QQ")
 
 
-def pending_pickle(folder: Path, job_name: str, task: str) -> Path:
-    """Where the submitter left a task's pickle before sbatch returned."""
-    return folder / f"{job_name}_{task}.pkl"
+def bundle_path(folder: Path, job_name: str) -> Path:
+    """Where the submitter leaves an array's task pickles, before sbatch."""
+    return folder / f"{job_name}.tasks"
 
 
-def claim(source: Path, target: Path) -> bool:
-    """Moves a pending pickle into place; True once it is there (whoever moved it)."""
+def write_bundle(path: Path, pickles: Sequence[bytes]) -> None:
+    """The tasks' pickles in one file: their count, the end offsets, then the pickles; written
+    under a temporary name and renamed, so a task never reads half of one."""
+    ends, total = [], 0
+    for data in pickles:
+        total += len(data)
+        ends.append(total)
+    tmp = path.with_name(path.name + ".tmp")
+    with tmp.open("wb") as out:
+        out.write(_COUNT.pack(len(pickles)))
+        out.write(struct.pack(f"<{len(ends) + 1}Q", 0, *ends))
+        for data in pickles:
+            out.write(data)
+    os.replace(tmp, path)
+
+
+def read_task(path: Path, index: int) -> bytes | None:
+    """Task `index`'s pickle from a bundle; None where the bundle (or that task) is not there."""
     try:
-        os.replace(source, target)
+        with path.open("rb") as bundle:
+            (count,) = _COUNT.unpack(bundle.read(_COUNT.size))
+            if not 0 <= index < count:
+                return None
+            bundle.seek(_COUNT.size + 8 * index)
+            start, end = _SPAN.unpack(bundle.read(_SPAN.size))
+            bundle.seek(_COUNT.size + 8 * (count + 1) + start)
+            return bundle.read(end - start)
     except FileNotFoundError:
-        pass
-    return target.exists()
+        return None
+
+
+def take(bundle: Path, index: int, target: Path) -> bool:
+    """Puts task `index`'s pickle where submitit's job code loads it; True once it is there."""
+    if target.exists():
+        return True
+    data = read_task(bundle, index)
+    if data is None:
+        return False
+    tmp = target.with_name(f"{target.name}.{os.getpid()}.tmp")
+    tmp.write_bytes(data)
+    os.replace(tmp, target)
+    return True
 
 
 def main(folder: str) -> int:
@@ -43,10 +85,10 @@ def main(folder: str) -> int:
     env = job_environment.JobEnvironment()
     target = env.paths.submitted_pickle
     task = os.environ.get("SLURM_ARRAY_TASK_ID", "0")
-    source = pending_pickle(Path(folder), os.environ.get("SLURM_JOB_NAME", ""), task)
-    if not target.exists() and not claim(source, target):
+    bundle = bundle_path(Path(folder), os.environ.get("SLURM_JOB_NAME", ""))
+    if not take(bundle, int(task), target):
         job = f"{os.environ.get('SLURM_ARRAY_JOB_ID', os.environ.get('SLURM_JOB_ID', ''))}_{task}"
-        print(f"orchestrator: no pickle for task {job} ({target} nor {source}): its submission was "
+        print(f"orchestrator: no pickle for task {job} ({target} nor {bundle}): its submission was "
               f"given up and its runs submitted again; cancelling this task", file=sys.stderr, flush=True)
         subprocess.run(["scancel", job], check=False)
         return 1
