@@ -411,7 +411,7 @@ def cmd_collect(args: argparse.Namespace, out: Console) -> int:
 
 #: The order `results` lists runs in.
 RESULTS_ORDER = ("framework", "model", "dataset", "hardware", "gpus", "batch_size", "precision", "sweep",
-                 "repeat", "attempt")
+                 "repeat", "attempt", "run")  # (the run's uid last: one order, whichever select reads it)
 
 
 def cmd_results(args: argparse.Namespace, out: Console) -> int:
@@ -420,13 +420,13 @@ def cmd_results(args: argparse.Namespace, out: Console) -> int:
     from . import db
 
     view = db.results_view
-    where = [view.c[key].in_(values) for key, values in _parse_where(args.where).items()]
+    filters = _parse_where(args.where)  # {results column: values}, one condition each
     if args.state:
         states = [s.strip() for s in args.state.split(",") if s.strip()]
         unknown = [s for s in states if s not in runstate.STATES]
         if unknown:
             raise CliError(f"--state {','.join(unknown)}: not a run state; use one of {', '.join(runstate.STATES)}")
-        where.append(view.c.state.in_(states))
+        filters.setdefault("state", []).extend(states)  # (with --where state=x: either)
     if args.limit is not None and args.limit < 1:
         raise CliError(f"--limit {args.limit}: show at least one row, or every one with --all")
     # a table shows its first LIMIT rows; CSV, meant for other programs, every one unless asked
@@ -436,15 +436,23 @@ def cmd_results(args: argparse.Namespace, out: Console) -> int:
     with Session() as session:
         sweeps = _pick_sweeps(session, args.sweep)  # an empty database is an error, not an empty table
         if args.sweep:
-            where.append(view.c.sweep.in_([s.id for s in sweeps]))
+            filters["sweep"] = [s.id for s in sweeps]
         if args.summary:
-            rows = db.summary_select(where, threshold).subquery("cells")
+            rows = db.summary_select(filters, threshold).subquery("cells")
             columns, order = db.SUMMARY_COLUMNS, db.SUMMARY_CELL
             empty = "no latest attempt with a throughput matches these filters"
         else:
-            rows = select(view).where(*where).subquery("runs")
+            rows = select(view).where(*(view.c[key].in_(values) for key, values in filters.items())).subquery("runs")
             columns, order = db.RESULTS_COLUMNS, RESULTS_ORDER
             empty = "no runs match these filters"
+        paged = None if args.summary or args.csv else db.results_page(filters, RESULTS_ORDER, limit)
+        if paged is not None:  # the page's runs first, their metrics after: not every run's
+            shown = session.execute(paged[0]).mappings().all()
+            if not shown:
+                raise CliError(f"{empty}; drop a --where/--state/--sweep filter, or see `status`")
+            total = session.scalar(paged[1])
+            _print_results(out, shown, total, args.sweep)
+            return 0
         totals = () if args.csv else (  # how many there are in all, from the same pass
             func.count().over().label("total"), *((func.sum(rows.c.noisy).over().label("noisy_total"),)
                                                   if args.summary else ()))
@@ -456,15 +464,23 @@ def cmd_results(args: argparse.Namespace, out: Console) -> int:
         if args.csv:  # streamed: never all rows in memory
             return _write_csv(_chain(first, result), columns)
         shown = [first, *result]
-    more = first["total"] - len(shown)
     if args.summary:
         _print_summary(shown, first["total"], first["noisy_total"] or 0, threshold, out)
+        _print_more(out, first["total"] - len(shown))
     else:
-        out.print(_results_table(shown, first["total"], args.sweep))
+        _print_results(out, shown, first["total"], args.sweep)
+    return 0
+
+
+def _print_results(out: Console, shown: Sequence[Any], total: int, sweep: Optional[str]) -> None:
+    out.print(_results_table(shown, total, sweep))
+    _print_more(out, total - len(shown))
+
+
+def _print_more(out: Console, more: int) -> None:
     if more:
         out.print(f"{more:,} more not shown: --limit N shows the first N, --all every one "
                   f"(--csv prints them all as CSV)", markup=False)
-    return 0
 
 
 def _chain(first: Any, rest: Any) -> Any:

@@ -27,7 +27,7 @@ from __future__ import annotations
 import logging
 import os
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Any, Mapping, Optional, Sequence
 
 from sqlalchemy import (
     JSON,
@@ -51,7 +51,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.engine import Connection, Dialect, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, OperationalError, ProgrammingError
-from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship, sessionmaker, validates
+from sqlalchemy.orm import DeclarativeBase, Mapped, aliased, mapped_column, relationship, sessionmaker, validates
 from sqlalchemy.sql import column, table
 
 from orchestrator import metric_registry, runstate
@@ -60,7 +60,7 @@ log = logging.getLogger(__name__)
 
 #: The Alembic revision the tables and views below are: the head of orchestrator/migrations/versions
 #: (test_db checks). A change to a table or a view is a new revision, and this becomes its id.
-SCHEMA_VERSION = "0006"
+SCHEMA_VERSION = "0007"
 
 #: A cell whose repeats' coefficient of variation (std/mean of images/s) exceeds this is noisy.
 NOISY_CV = 0.05
@@ -337,6 +337,62 @@ def results_select() -> Select:
             .select_from(join(Run, Cell, Cell.id == Run.cell_id).outerjoin(pivot, pivot.c.run_id == Run.id)))
 
 
+def results_columns(names: Sequence[str], runs: Any = None) -> Select:
+    """The `results` view's columns `names` only, for the runs of `runs` (a subquery of `runs`
+    rows, such as latest_runs(); every run by default): each metric column joined from its own
+    rows by (run_id, name), the primary key, instead of pivoting every metric of every run.
+    The same values as the view's (one row per run and metric name: max() of one is that one)."""
+    run = runs.c if runs is not None else Run.__table__.c
+    source = runs if runs is not None else Run.__table__
+    head = {"run": run.uid, "sweep": run.sweep_id, "cell": run.cell_id, "repeat": run.repeat,
+            "attempt": run.attempt, "state": run.state, "params": run.params}
+    tail = {name: run[attr.key] for name, attr in _RESULTS_TAIL.items()}
+    metrics = {m.column: m for m in metric_registry.VIEW_METRICS}
+    joined = join(source, Cell, Cell.id == run.cell_id)
+    picked = {}
+    needed = set(names) | ({"top1"} if "mode" in names else set())
+    for name in (column for column in metrics if column in needed):  # the registry's order: one SQL text
+        m = aliased(Metric, name=f"m_{name}")
+        joined = joined.outerjoin(m, and_(m.run_id == run.id, m.name == metrics[name].name))
+        picked[name] = m.value / metrics[name].divisor if metrics[name].divisor != 1 else m.value
+    for name in names:
+        if name in head:
+            picked[name] = head[name]
+        elif name in tail:
+            picked[name] = tail[name]
+        elif name == "mode":
+            picked[name] = func.coalesce(Cell.mode, case((picked["top1"].isnot(None), "accuracy"),
+                                                         else_="throughput"))
+        elif name not in metrics:
+            picked[name] = getattr(Cell, name)
+    return select(*(picked[name].label(name) for name in names)).select_from(joined)
+
+
+def _stored(name: str) -> Any:
+    """The runs or cells column behind a `results` column (None for a metric, or `mode`)."""
+    if name in _RESULTS_HEAD:
+        return _RESULTS_HEAD[name]
+    if name in _RESULTS_TAIL:
+        return _RESULTS_TAIL[name]
+    return None if name == "mode" or name in {m.column for m in metric_registry.VIEW_METRICS} else getattr(Cell, name)
+
+
+def results_page(filters: Mapping[str, Sequence[Any]], order: Sequence[str],
+                 limit: Optional[int]) -> Optional[tuple[Select, Select]]:
+    """The `results` view's first `limit` rows in `order` and how many rows there are in all, as
+    two selects that never pivot the metrics of runs not shown: the page's runs are picked from
+    runs and cells first, their columns read after (results_columns). None where a filter or the
+    order needs a metric or `mode` (then the view itself, which computes them for every run)."""
+    if limit is None or any(_stored(name) is None for name in (*filters, *order)):
+        return None
+    conditions = [_stored(name).in_(values) for name, values in filters.items()]
+    base = select(Run).join(Cell, Cell.id == Run.cell_id).where(*conditions)
+    page = base.order_by(*(_stored(name) for name in order)).limit(limit).subquery("page")
+    rows = results_columns(RESULTS_COLUMNS, page).subquery("shown")
+    total = select(func.count()).select_from(Run).join(Cell, Cell.id == Run.cell_id).where(*conditions)
+    return select(rows).order_by(*(rows.c[name] for name in order)), total
+
+
 def _pivoted(metric: metric_registry.MetricDef) -> Any:
     value = func.max(case((Metric.name == metric.name, Metric.value)))
     return (value / metric.divisor if metric.divisor != 1 else value).label(metric.column)
@@ -352,20 +408,23 @@ SUMMARY_COLUMNS = (
 )
 
 
-def summary_select(where: Sequence[Any] = (), noisy_cv: float = NOISY_CV) -> Select:
+def summary_select(filters: Mapping[str, Sequence[Any]] | None = None, noisy_cv: float = NOISY_CV) -> Select:
     """The `cell_summary` view: per cell, over the latest attempt of each repeat (latest_runs)
     where that attempt is done and measured images/s: n, median (window functions), mean,
     standard deviation (n-1, from sums of squares), CV, min and max of images/s, `noisy` (1 when
     the CV exceeds `noisy_cv`, 0 when not, null for one repeat), mean GPU power and energy per
     image, peak GPU memory.
 
-    `where` holds conditions on `results_view` columns that pick the runs first (what
-    `results --summary --where ... --sweep ...` asks); the view has none and NOISY_CV.
+    `filters` ({`results` column: values}) pick the runs first (what `results --summary --where
+    ... --sweep ...` asks); the view has none and NOISY_CV. Only the columns used are read
+    (results_columns), so a summary never pivots every metric of every run.
     """
-    r, latest = results_view, latest_runs()
+    filters = dict(filters or {})
     used = ("cell", *SUMMARY_CELL, "images_per_sec", "gpu_power_avg_w", "energy_per_image_j", "gpu_mem_peak_mb")
-    runs = (select(*(r.c[name] for name in used)).join(latest, latest.c.uid == r.c.run)
-            .where(latest.c.state == runstate.DONE, r.c.images_per_sec.is_not(None), *where)
+    picked = results_columns(list(dict.fromkeys(("state", *used, *filters))), latest_runs()).subquery("picked")
+    runs = (select(*(picked.c[name] for name in used))
+            .where(picked.c.state == runstate.DONE, picked.c.images_per_sec.is_not(None),
+                   *(picked.c[key].in_(values) for key, values in filters.items()))
             .subquery("measured"))
     ranked = select(runs, func.row_number().over(partition_by=runs.c.cell, order_by=runs.c.images_per_sec)
                     .label("rn"), func.count().over(partition_by=runs.c.cell).label("cnt")).subquery("ranked")

@@ -301,11 +301,40 @@ def test_cell_summary_over_the_latest_attempt_of_each_repeat_when_done(tmp_path)
     assert rows["alexnet"]["noisy"] == 0 and rows["alexnet"]["images_per_sec_median"] == 500.5
     con.close()
 
-    # the same select with filters and another threshold (what `results --summary` runs)
+    # the same select with filters (a setting, a metric) and another threshold (what `results --summary` runs)
     with Session() as session:
         view = {r["model"]: dict(r) for r in session.execute(db.summary_select()).mappings()}
         assert view == rows
-        (loose,) = session.execute(db.summary_select([db.results_view.c.model == "lenet"], noisy_cv=0.2)).mappings()
+        (loose,) = session.execute(db.summary_select({"model": ["lenet"]}, noisy_cv=0.2)).mappings()
         assert loose["model"] == "lenet" and loose["noisy"] == 0 and loose["n"] == 3
-        (some,) = session.execute(db.summary_select([db.results_view.c.images_per_sec.between(600, 1200)])).mappings()
+        (some,) = session.execute(db.summary_select({"images_per_sec": [1000.0, 1100.0]})).mappings()
         assert (some["model"], some["n"], some["images_per_sec_median"]) == ("lenet", 2, 1050.0)
+
+
+def test_a_page_of_results_is_the_views_first_rows(tmp_path):
+    """results_page picks the page's runs first and reads their metrics after: the same rows, in
+    the same order, as the first rows of the view, and the view's count; refused (None) where a
+    filter needs a metric."""
+    from sqlalchemy import func, select
+
+    Session = db.open_db(f"sqlite:///{tmp_path / 'results.db'}")
+    with Session.begin() as session:
+        for i, (model, state) in enumerate([("lenet", "done"), ("alexnet", "failed"), ("lenet", "done"),
+                                            ("vgg16", "done"), ("lenet", "pending"), ("alexnet", "done")]):
+            run = add_run(session, uid_suffix=f"{i}:1", model=model, state=state,
+                          metrics={"images_per_sec": 100.0 * i, "gpu_power_avg_w": 10.0 + i} if state == "done" else None)
+            run.repeat = i
+    order = ("framework", "model", "dataset", "hardware", "gpus", "batch_size", "precision", "sweep", "repeat",
+             "attempt", "run")
+    view = db.results_view
+    with Session() as session:
+        for filters, limit in (({}, 4), ({"model": ["lenet", "vgg16"]}, 2), ({"state": ["done"]}, 10)):
+            page, total = db.results_page(filters, order, limit)
+            conditions = [view.c[k].in_(v) for k, v in filters.items()]
+            want = session.execute(select(view).where(*conditions).order_by(*(view.c[c] for c in order))
+                                   .limit(limit)).mappings().all()
+            got = session.execute(page).mappings().all()
+            assert [dict(r) for r in got] == [dict(r) for r in want] and got, filters
+            assert session.scalar(total) == session.scalar(select(func.count()).select_from(view).where(*conditions))
+        assert db.results_page({"images_per_sec": [100.0]}, order, 5) is None
+        assert db.results_page({}, order, None) is None  # every row: the view
