@@ -34,7 +34,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Optional, Sequence
+from typing import Any, Callable, Iterable, Optional, Sequence
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]  # the orchestrator, and the tests' result_factory
@@ -326,48 +326,66 @@ def measure_help(repeat: int) -> dict[str, dict[str, float]]:
 
 # --- the table ----------------------------------------------------------------------------------
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def read_rows(only: set[str], work: Path, collect: Sequence[int] = (1_000, 10_000), runs: int = 100_000,
+              repeat: int = 5) -> list[Row]:
+    """The table's rows for the measurements named in `only` (collect, status, results, help),
+    working under `work` (the 100,000-run database is kept there and reused if present)."""
+    rows: list[Row] = []
+    for n in collect if "collect" in only else ():
+        m = measure_collect(n, work / f"collect-{n}")
+        rows.append(Row(f"collect {n:,} results", f"{m['seconds']:.2f} s, {m['ms_per_file']:.2f} ms/file "
+                        f"({m['cpu_ms_per_file']:.2f} ms CPU)",
+                        f"first collect, in-process, of files the launcher recorded; again: "
+                        f"{m['again_seconds']:.2f} s"))
+        shutil.rmtree(work / f"collect-{n}", ignore_errors=True)
+    if only & {"status", "results"}:
+        path = work / "big.db"
+        if not path.exists():
+            t = time.perf_counter()
+            counts = build_runs_db(path, n_runs=runs, n_cells=runs * 24 // 25, n_open=max(1, runs // 100))
+            print(f"built {path}: {counts} in {time.perf_counter() - t:.1f} s", file=sys.stderr)
+        for name, m in measure_reads(path, repeat, work).items():
+            if name.split()[0] in only:
+                rows.append(Row(f"`{name}` over {runs:,} runs", f"{m['median']:.2f} s ({m['cpu']:.2f} s CPU)",
+                                f"wall, new process, median of {repeat} (best {m['best']:.2f} s); "
+                                f"{m['lines']:,} lines; peak {m['rss_mb']:,.0f} MB"))
+    if "help" in only:
+        for name, m in measure_help(repeat * 2).items():
+            rows.append(Row(f"`orchestrator {name}`", f"{m['median']:.2f} s ({m['cpu']:.2f} s CPU)",
+                            f"wall, new process, median of {repeat * 2} (best {m['best']:.2f} s)"))
+    return rows
+
+
+def add_read_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--collect", default="1000,10000", help="file counts for collect (comma-separated)")
     ap.add_argument("--runs", type=int, default=100_000, help="runs in the database status and results read")
     ap.add_argument("--repeat", type=int, default=5, help="wall times per command (the median is shown)")
+
+
+def rows_from_arguments(only: set[str], work: Path, args: argparse.Namespace) -> list[Row]:
+    return read_rows(only, work, [int(x) for x in args.collect.split(",") if x], args.runs, args.repeat)
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_read_arguments(ap)
     ap.add_argument("--only", default="collect,status,results,help", help="which measurements")
     ap.add_argument("--keep", type=Path, help="work here and keep it (default: a temporary directory)")
     args = ap.parse_args(argv)
-    only = set(args.only.split(","))
-    work = args.keep or Path(tempfile.mkdtemp(prefix="scale_read."))
+    return print_measured(args.keep, "scale_read.", lambda work: rows_from_arguments(set(args.only.split(",")), work, args))
+
+
+def print_measured(keep: Optional[Path], prefix: str, measure: Callable[[Path], list[Row]]) -> int:
+    """Runs `measure` in a work directory (`keep`, else a temporary one, removed after) and
+    prints its rows as the table, with the machine's load before and after."""
+    work = keep or Path(tempfile.mkdtemp(prefix=prefix))
     work.mkdir(parents=True, exist_ok=True)
-    rows: list[Row] = []
-    print(f"working in {work} ({os.cpu_count()} CPUs, load {os.getloadavg()[0]:.2f})", file=sys.stderr)
     load = os.getloadavg()[0]
+    print(f"working in {work} ({os.cpu_count()} CPUs, load {load:.2f})", file=sys.stderr)
     try:
-        if "collect" in only:
-            for n in (int(x) for x in args.collect.split(",") if x):
-                m = measure_collect(n, work / f"collect-{n}")
-                rows.append(Row(f"collect {n:,} results", f"{m['seconds']:.2f} s, {m['ms_per_file']:.2f} ms/file "
-                                f"({m['cpu_ms_per_file']:.2f} ms CPU)",
-                                f"first collect, in-process, of files the launcher recorded; again: "
-                                f"{m['again_seconds']:.2f} s"))
-                shutil.rmtree(work / f"collect-{n}", ignore_errors=True)
-        if only & {"status", "results"}:
-            path = work / "big.db"
-            if not path.exists():
-                t = time.perf_counter()
-                counts = build_runs_db(path, n_runs=args.runs, n_cells=args.runs * 24 // 25,
-                                       n_open=max(1, args.runs // 100))
-                print(f"built {path}: {counts} in {time.perf_counter() - t:.1f} s", file=sys.stderr)
-            reads = measure_reads(path, args.repeat, work)
-            for name, m in reads.items():
-                if name.split()[0] in only:
-                    rows.append(Row(f"`{name}` over {args.runs:,} runs", f"{m['median']:.2f} s ({m['cpu']:.2f} s CPU)",
-                                    f"wall, new process, median of {args.repeat} (best {m['best']:.2f} s); "
-                                    f"{m['lines']:,} lines; peak {m['rss_mb']:,.0f} MB"))
-        if "help" in only:
-            for name, m in measure_help(args.repeat * 2).items():
-                rows.append(Row(f"`orchestrator {name}`", f"{m['median']:.2f} s ({m['cpu']:.2f} s CPU)",
-                                f"wall, new process, median of {args.repeat * 2} (best {m['best']:.2f} s)"))
+        rows = measure(work)
     finally:
-        if args.keep is None:
+        if keep is None:
             shutil.rmtree(work, ignore_errors=True)
     print_table(rows)
     print(f"\nload average {load:.2f} at the start, {os.getloadavg()[0]:.2f} at the end, on {os.cpu_count()} CPUs")
