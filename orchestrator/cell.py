@@ -21,12 +21,17 @@ from omegaconf.errors import OmegaConfBaseException
 from orchestrator import safety
 from orchestrator.safety import ConfigError
 
-#: The keys a cell's id hashes, in the order they are shown.
-SETTINGS = (
+#: The keys a cell's id hashes, in the order they are shown ...
+THROUGHPUT_SETTINGS = (
     "framework", "model", "dataset", "like", "hardware", "gpus", "threads",
     "batch_size", "scaling", "iterations", "warmup", "seed", "precision",
 )
-DATASET_SHAPES = ("mnist", "cifar10", "imagenet")
+#: ... and, for a cell in accuracy mode only, these (None in throughput mode, which a cell made
+#: before accuracy mode existed is: its id is unchanged, a retyped sweep finds it).
+ACCURACY_SETTINGS = ("mode", "epochs", "target_accuracy")
+SETTINGS = THROUGHPUT_SETTINGS + ACCURACY_SETTINGS
+MODES = ("throughput", "accuracy")
+DATASET_SHAPES = ("mnist", "cifar10", "imagenet", "digits")
 PRECISIONS = ("fp32", "fp16", "bf16")
 SCALINGS = ("strong", "weak")
 #: How to put each integer setting right.
@@ -37,6 +42,7 @@ WAY_OUT = {
     "iterations": "use iterations=N (the measured steps; default 50)",
     "warmup": "use warmup=N (the steps before the measurement; default 10)",
     "seed": "use seed=N",
+    "epochs": "use epochs=N (accuracy mode's passes over the training split; default 10)",
 }
 
 
@@ -45,8 +51,10 @@ class CellError(ValueError):
 
 
 def cell_id(settings: dict[str, Any]) -> str:
-    """A short, stable hash of the benchmark settings (canonical JSON, sorted keys)."""
-    canonical = json.dumps({k: settings[k] for k in SETTINGS}, sort_keys=True, separators=(",", ":"))
+    """A short, stable hash of the benchmark settings (canonical JSON, sorted keys): the
+    throughput settings, and accuracy mode's where the cell is in that mode."""
+    keys = SETTINGS if settings.get("mode") == "accuracy" else THROUGHPUT_SETTINGS
+    canonical = json.dumps({k: settings[k] for k in keys}, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canonical.encode()).hexdigest()[:12]
 
 
@@ -124,6 +132,7 @@ def resolve_settings(cfg: dict[str, Any]) -> dict[str, Any]:
                             f"batch size for {shape}-shaped data; use batch_size=N")
     batch_size = _int(batch_size, "batch_size", where, minimum=1)
 
+    accuracy = _accuracy_settings(cfg, where)
     _refusing(where, safety.one_of, "scaling", cfg["scaling"], SCALINGS)
     _refusing(where, safety.one_of, "precision", cfg["precision"], PRECISIONS)
     _refusing(where, _check_hardware, hardware)
@@ -142,7 +151,26 @@ def resolve_settings(cfg: dict[str, Any]) -> dict[str, Any]:
         "warmup": _int(cfg["warmup"], "warmup", where, minimum=0),
         "seed": _int(cfg["seed"], "seed", where, minimum=0),
         "precision": cfg["precision"],
+        **accuracy,
     }
+
+
+def _accuracy_settings(cfg: dict[str, Any], where: str) -> dict[str, Any]:
+    """mode, epochs, target_accuracy: checked and set in accuracy mode, None in throughput mode
+    (the default, and what a config from before accuracy mode means)."""
+    mode = cfg.get("mode") or "throughput"
+    _refusing(where, safety.one_of, "mode", mode, MODES)
+    if mode == "throughput":
+        return {key: None for key in ACCURACY_SETTINGS}
+    target = cfg.get("target_accuracy")
+    if target is not None:
+        target = _refusing(where, safety.number, "target_accuracy", target, 0.0,
+                           "use target_accuracy=X with 0 < X <= 1 (a test top-1), or target_accuracy=null")
+        if not 0 < target <= 1:
+            raise CellError(f"{where}: target_accuracy={target} is not a test top-1 in (0, 1]; "
+                            f"use target_accuracy=0.9, or target_accuracy=null")
+    return {"mode": mode, "epochs": _int(cfg.get("epochs", 10), "epochs", where, minimum=1),
+            "target_accuracy": None if target is None else float(target)}
 
 
 def _check_placement(where: str, gpus: int, hardware: dict[str, Any], framework: dict[str, Any],

@@ -30,17 +30,18 @@ def print_cells(cells: list, refused: list[tuple[str, str]],
     submitted."""
     from rich.table import Table
 
-    from orchestrator.cell import SETTINGS
+    from orchestrator.cell import ACCURACY_SETTINGS, SETTINGS
 
     title = f"{len(cells)} cells (dry run: nothing submitted)"
-    rows = [[cell.id, *(str(cell.settings[k]) for k in SETTINGS)] for cell in cells]
+    shown = [k for k in SETTINGS if k not in ACCURACY_SETTINGS or any(c.settings.get(k) is not None for c in cells)]
+    rows = [[cell.id, *(str(cell.settings[k]) for k in shown)] for cell in cells]
     if len(rows) <= TABLE_ROWS:
-        table = Table("cell", *SETTINGS, title=title)
+        table = Table("cell", *shown, title=title)
         for row in rows:
             table.add_row(*row)
         console.print(table)
     else:  # a long grid: aligned plain lines, which a terminal, grep and a pipe all take at once
-        header = ["cell", *SETTINGS]
+        header = ["cell", *shown]
         widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(header)]
         lines = [title, "  ".join(h.ljust(w) for h, w in zip(header, widths)).rstrip()]
         lines += ["  ".join(v.ljust(w) for v, w in zip(row, widths)).rstrip() for row in rows]

@@ -4,12 +4,11 @@ CPU with the one recipe, a learning rate that diverges ending `diverged` with it
 metrics reaching results.db through the result file and the collector."""
 import json
 import os
-import sys
 from pathlib import Path
 
 import pytest
 
-from conftest import REPO, orchestrator, rows, user_dir
+from conftest import orchestrator, rows, user_dir
 
 EPOCHS = 10
 TARGET = 0.90
@@ -161,16 +160,6 @@ def test_an_accuracy_run_lands_its_metrics_in_results(digits, tmp_path):
     assert "top-1" in shown.stdout and "%.3f" % metrics["top1_final"] in shown.stdout, shown.stdout
 
 
-def _cells_take_accuracy_settings():
-    sys.path.insert(0, str(REPO))
-    from orchestrator import cell
-
-    return "digits" in cell.DATASET_SHAPES and "mode" in cell.SETTINGS
-
-
-@pytest.mark.skipif(not _cells_take_accuracy_settings(),
-                    reason="orchestrator/cell.py does not yet resolve dataset=digits nor hash mode, epochs "
-                           "and target_accuracy into a cell's settings")
 def test_the_convergence_sweep_lands_a_row_per_framework(tmp_path):
     workdir = user_dir(tmp_path)
     assert orchestrator(["data", "digits"], workdir).returncode == 0
@@ -182,9 +171,6 @@ def test_the_convergence_sweep_lands_a_row_per_framework(tmp_path):
     assert all(top1 >= TARGET and epochs_to >= 1 for _, _, top1, epochs_to in found), found
 
 
-@pytest.mark.skipif(not _cells_take_accuracy_settings(),
-                    reason="orchestrator/cell.py does not yet resolve dataset=digits nor hash mode, epochs "
-                           "and target_accuracy into a cell's settings")
 def test_the_convergence_preset_is_five_frameworks_on_digits_in_accuracy_mode(tmp_path):
     done = orchestrator(["-m", "+preset=convergence", "dry_run=true"], user_dir(tmp_path))
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
@@ -194,9 +180,6 @@ def test_the_convergence_preset_is_five_frameworks_on_digits_in_accuracy_mode(tm
     assert done.stdout.count("accuracy") >= 5 and "digits" in done.stdout
 
 
-@pytest.mark.skipif(not _cells_take_accuracy_settings(),
-                    reason="orchestrator/cell.py does not yet resolve dataset=digits nor hash mode, epochs "
-                           "and target_accuracy into a cell's settings")
 def test_the_batch_accuracy_preset_sweeps_five_batch_sizes_per_framework(tmp_path):
     done = orchestrator(["-m", "+preset=batch-accuracy", "dry_run=true"], user_dir(tmp_path))
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
