@@ -92,3 +92,21 @@ def test_the_readme_sweep_parses(tmp_path):
     for name in ("caffe", "tensorflow", "torch"):
         assert done.stdout.count(name) == 2
     assert list(tmp_path.iterdir()) == []
+
+
+def test_accuracy_mode_is_part_of_a_cells_id_only_in_that_mode():
+    """A throughput cell hashes the settings it hashed before accuracy mode existed (a retyped
+    old sweep finds its cells); an accuracy cell's epochs and target make other cells."""
+    from orchestrator.cell import THROUGHPUT_SETTINGS
+
+    plain = cell("model=lenet", "dataset=digits")
+    assert plain.settings["mode"] is None and plain.settings["epochs"] is None
+    assert plain.id == cell_id({k: plain.settings[k] for k in THROUGHPUT_SETTINGS})
+    accurate = cell("model=lenet", "dataset=digits", "mode=accuracy")
+    assert accurate.settings["mode"] == "accuracy" and accurate.settings["epochs"] == 10
+    longer = cell("model=lenet", "dataset=digits", "mode=accuracy", "epochs=20")
+    assert len({plain.id, accurate.id, longer.id}) == 3
+    with pytest.raises(CellError, match="target_accuracy"):
+        cell("mode=accuracy", "target_accuracy=2")
+    with pytest.raises(CellError, match="mode"):
+        cell("mode=fastest")
