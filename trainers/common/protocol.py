@@ -244,14 +244,7 @@ def _train(obj, cfg, events, set_up):
         dataset = datasets.load(cfg.dataset, cfg.data_dir)
         shard = (cfg.rank, cfg.world_size)
 
-    info = obj.setup(cfg)
-    set_up.append(True)
-    _check_setup(info, obj)
-    to_batch = obj.to_batch
-    if os.environ.get(FAULT_ENV) == "overflow":
-        def to_batch(images, labels):
-            images[...] = 3e38
-            return obj.to_batch(images, labels)
+    info, to_batch = _set_up(obj, cfg, set_up)
     pool = build_pool(dataset, n_batches, cfg.per_device_batch, cfg.input_shape,
                       to_batch, rank=shard[0], world_size=shard[1])
     del dataset
@@ -276,6 +269,19 @@ def _train_accuracy(obj, cfg, events, set_up):
     # the schedule's iterations, for a framework that states it in its solver (Caffe)
     cfg.steps_per_epoch = accuracy.steps_per_epoch(len(train_set), cfg.global_batch)
     cfg.train_images, cfg.test_images = len(train_set), len(test_set)
+    info, to_batch = _set_up(obj, cfg, set_up)
+    events.emit("run_start", _run_start(obj, cfg, info, {
+        "epochs": cfg.epochs, "target_accuracy": cfg.target_accuracy,
+        "learning_rate": cfg.learning_rate,
+        "steps_per_epoch": cfg.steps_per_epoch,
+        "train_images": len(train_set), "test_images": len(test_set),
+        "data_generated": datasets.generated_note(cfg.data_dir)}))
+    accuracy.train(obj, cfg, events, train_set, test_set, to_batch)
+
+
+def _set_up(obj, cfg, set_up):
+    """The framework's setup (its report checked) and the batch converter the run uses: the
+    trainer's own, or one that makes every value overflow (the fault tests' $TRAINER_FAULT=overflow)."""
     info = obj.setup(cfg)
     set_up.append(True)
     _check_setup(info, obj)
@@ -284,13 +290,7 @@ def _train_accuracy(obj, cfg, events, set_up):
         def to_batch(images, labels):
             images[...] = 3e38
             return obj.to_batch(images, labels)
-    events.emit("run_start", _run_start(obj, cfg, info, {
-        "epochs": cfg.epochs, "target_accuracy": cfg.target_accuracy,
-        "learning_rate": cfg.learning_rate,
-        "steps_per_epoch": cfg.steps_per_epoch,
-        "train_images": len(train_set), "test_images": len(test_set),
-        "data_generated": datasets.generated_note(cfg.data_dir)}))
-    accuracy.train(obj, cfg, events, train_set, test_set, to_batch)
+    return info, to_batch
 
 
 def _run_start(obj, cfg, info, more):
