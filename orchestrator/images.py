@@ -11,12 +11,13 @@ An image is a directory tree (a root filesystem that `ch-run` runs as is, and th
 3. **interpreter**: the first of the recipe's `python:` list the image has; where it has none
    (Python 3.6 for CNTK: Debian has no such package), the host's interpreter of that list is
    copied into the image at the same path (a self-contained prefix such as pyenv's);
-4. **wheels**: the recipe's requirements, downloaded on the host by that same interpreter's pip
-   (so the host's pip configuration and indexes apply) into `<cache>/images/wheels/`;
+4. **wheels**: the recipe's requirements (and `downloads.txt`, sources a post_install script
+   fetches), downloaded on the host by that same interpreter's pip (so the host's pip
+   configuration and indexes apply) into `<cache>/images/wheels/`;
 5. **venv**: `<interpreter> -m venv /opt/env` and `pip install --no-index` of those wheels, inside
    the image (`ch-run -w`);
 6. **post_install**: the recipe's scripts, inside the image, with ENV_DIR, PYTHON and RECIPE_DIR
-   set as the venv runtime sets them.
+   set as the venv runtime sets them, and pip pointed at those downloads only (no index).
 
 The image lands in `<cache>/images/<fw>-<hash>/`, where the hash covers the recipe's files, the
 base and this builder's version, so a changed recipe builds a new image and an unchanged one is
@@ -55,7 +56,9 @@ MOUNT_POINTS = ("opt/orchestrator/trainers", "mnt/run", "mnt/data", "mnt/recipe"
 #: What the build steps run with inside the image: nothing of the host's environment.
 BUILD_ENV = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME": "/root",
              "LANG": "C.UTF-8", "PIP_DISABLE_PIP_VERSION_CHECK": "1",
-             "DEBIAN_FRONTEND": "noninteractive"}
+             "DEBIAN_FRONTEND": "noninteractive",
+             # ch-run maps one uid: GNU tar as root would chown unpacked files to the archive's owners
+             "TAR_OPTIONS": "--no-same-owner"}
 
 
 class ImageBuildError(EnvironmentNotReady):
@@ -78,10 +81,18 @@ class Recipe:
         self.requirements = venv.requirements
         self.post_install = venv.post_install
         self.debian = self.dir / "debian-packages.txt"
+        #: sources a post_install script fetches with `pip download` (Caffe's sdist), fetched on the host
+        self.downloads_file = self.dir / "downloads.txt"
 
     def files(self) -> list[Path]:
         files = [self.dir / "env.yaml", self.requirements, *self.post_install]
-        return files + ([self.debian] if self.debian.is_file() else [])
+        return files + [f for f in (self.debian, self.downloads_file) if f.is_file()]
+
+    def downloads(self) -> list[str]:
+        if not self.downloads_file.is_file():
+            return []
+        return [line.split("#")[0].strip() for line in self.downloads_file.read_text().splitlines()
+                if line.split("#")[0].strip()]
 
     def debian_packages(self) -> list[str]:
         if not self.debian.is_file():
@@ -273,11 +284,12 @@ class _Build:
             interpreter = self.timed("interpreter", self.interpreter)
             wheels = self.timed("wheels", self.wheels)
             self.timed("venv", lambda: self.venv(interpreter, wheels))
-            for script in self.recipe.post_install:
+            for script in self.recipe.post_install:  # offline: what pip fetches comes from the wheels
                 self.timed(f"post_install {script.name}", lambda s=script: self.ch_run(
                     f"post_install {s.name}", ["bash", f"/mnt/recipe/{s.name}"],
-                    binds=[(self.recipe.dir, "/mnt/recipe")],
-                    env={"ENV_DIR": ENV_DIR, "PYTHON": f"{ENV_DIR}/bin/python", "RECIPE_DIR": "/mnt/recipe"}))
+                    binds=[(self.recipe.dir, "/mnt/recipe"), (wheels, "/mnt/wheels")],
+                    env={"ENV_DIR": ENV_DIR, "PYTHON": f"{ENV_DIR}/bin/python", "RECIPE_DIR": "/mnt/recipe",
+                         "PIP_NO_INDEX": "1", "PIP_FIND_LINKS": "/mnt/wheels"}))
             self.timed("apptainer environment", self.apptainer_env)
             freeze = self.ch_run("pip freeze", [f"{ENV_DIR}/bin/python", "-m", "pip", "freeze"])
             (self.tmp / ENV_DIR.lstrip("/") / "requirements.lock").write_text(freeze)
@@ -361,7 +373,8 @@ class _Build:
         host = self.recipe.venv.interpreter()
         version = subprocess.run([host, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
                                  capture_output=True, text=True).stdout.strip()
-        key = hashlib.sha256(self.recipe.requirements.read_bytes() + version.encode()).hexdigest()[:12]
+        key = hashlib.sha256(self.recipe.requirements.read_bytes() + version.encode()
+                             + "\n".join(self.recipe.downloads()).encode()).hexdigest()[:12]
         wheels = self.store.root / "wheels" / f"{self.fw}-{key}"
         if (wheels / ".done").is_file():
             return wheels
@@ -371,6 +384,10 @@ class _Build:
         _step("wheels", [host, "-m", "pip", "download", "--progress-bar", "off", "--disable-pip-version-check",
                          "-d", str(tmp), "-r", str(self.recipe.requirements)], self.fw, self.log,
               fix=f"Fix {self.recipe.requirements} or the network/proxy, then build again")
+        for source in self.recipe.downloads():
+            _step("wheels", [host, "-m", "pip", "download", "--progress-bar", "off", "--disable-pip-version-check",
+                             "--no-deps", "--no-binary", ":all:", "-d", str(tmp), source], self.fw, self.log,
+                  fix=f"Fix {self.recipe.downloads_file} or the network/proxy, then build again")
         (tmp / ".done").write_text("")
         shutil.rmtree(wheels, ignore_errors=True)
         tmp.rename(wheels)
