@@ -209,3 +209,20 @@ def test_every_framework_trains_in_its_image(fw, tmp_path):
                         workdir, timeout=900)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert rows(workdir, "select state, environment from runs") == [("done", "image:" + manifest["digest"][:23])]
+
+
+def test_as_an_ordinary_user_the_command_is_plain_ch_run_with_its_binds(images, tmp_path, monkeypatch):
+    """Not root: no mount namespace and no setpriv; the environment is unset before it is set."""
+    from orchestrator.runtime import ContainerRuntime
+
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    runtime = ContainerRuntime("torch")
+    argv, env = runtime.command(["--data-dir", str(tmp_path)], binds=[str(tmp_path)], run_dir=str(tmp_path / "r"))
+    assert argv[0] == "ch-run" and argv[1] == "--unset-env=*"
+    sets = [i for i, a in enumerate(argv) if a.startswith("--set-env=")]
+    assert sets and min(sets) > 1 and "--private-tmp" in argv
+    assert "-b" in argv and "%s:/opt/orchestrator/trainers" % (REPO / "trainers") in argv
+    assert "%s:/mnt/run" % (tmp_path / "r") in argv and "%s:/mnt/data" % tmp_path in argv
+    cut = argv.index("--")
+    assert argv[cut - 1] == str(runtime.image) and argv[cut + 1:cut + 4] == ["/opt/env/bin/python", "-m", "trainers.torch"]
+    assert argv[-2:] == ["--data-dir", "/mnt/data"] and set(env) == {"USER"}
