@@ -85,19 +85,25 @@ class Cell:
         if choices is None and "hydra" in cfg:
             choices = OmegaConf.select(cfg, "hydra.runtime.choices")
         check_choices(choices)
-        try:
-            plain = OmegaConf.to_container(cfg, resolve=True)
-        except OmegaConfBaseException as exc:
-            raise CellError(f"the config cannot be resolved: {str(exc).splitlines()[0]}; "
-                            f"fix the key it names (or its override)") from None
-        plain.pop("hydra", None)
-        return cls.from_plain(plain, overrides)
+        return cls.from_plain(resolved_config(cfg), overrides)
 
     @classmethod
-    def from_plain(cls, plain: dict[str, Any], overrides: tuple[str, ...] = (), choices: Any = None) -> "Cell":
-        """A cell from a config already resolved to plain data (orchestrator/expand.py's)."""
-        check_choices(choices)
+    def from_plain(cls, plain: dict[str, Any], overrides: tuple[str, ...] = ()) -> "Cell":
+        """A cell from a config already resolved to plain data (orchestrator/expand.py's), its
+        group choices checked where it was composed."""
         return cls(settings=resolve_settings(plain), config=plain, overrides=tuple(overrides))
+
+
+def resolved_config(cfg: DictConfig) -> dict[str, Any]:
+    """A composed config as plain data, every interpolation resolved, without Hydra's node;
+    CellError naming the key where one does not resolve."""
+    try:
+        plain = OmegaConf.to_container(cfg, resolve=True)
+    except OmegaConfBaseException as exc:
+        raise CellError(f"the config cannot be resolved: {str(exc).splitlines()[0]}; "
+                        f"fix the key it names (or its override)") from None
+    plain.pop("hydra", None)
+    return plain
 
 
 def check_choices(choices: Any) -> None:

@@ -26,13 +26,13 @@ from __future__ import annotations
 
 import copy
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Iterator, Optional, Sequence
 
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 from omegaconf.errors import OmegaConfBaseException
 
-from orchestrator.cell import CellError, check_choices
+from orchestrator.cell import CellError, check_choices, resolved_config
 
 _PLAIN = (str, int, float, bool, type(None))
 #: `key=123`: a line whose value is a plain integer literal of Hydra's grammar (a seed, a batch
@@ -48,7 +48,6 @@ class Composed:
     config: DictConfig
     resolved: Optional[dict[str, Any]]
     interpolations: str  # every `${...}` text of the config, joined: what a value override may touch
-    choices: Any = field(default=None)
     refused: Optional[str] = None  # why its group choices refuse every cell of it (cell.check_choices)
 
 
@@ -59,7 +58,6 @@ class Expanded:
 
     overrides: tuple[str, ...]
     plain: Optional[dict[str, Any]]
-    choices: Any
     config: Optional[DictConfig] = None
     error: Optional[str] = None
 
@@ -88,19 +86,20 @@ class Expander:
 
     def one(self, overrides: tuple[str, ...], job_num: int = 0) -> Expanded:
         parsed = [self.parse(line) for line in overrides]
-        key = tuple(o.input_line for o in parsed if self._composes(o))
-        values = [o for o in parsed if not self._composes(o)]
+        composes = [self._composes(o) for o in parsed]
+        key = tuple(o.input_line for o, c in zip(parsed, composes) if c)
+        values = [o for o, c in zip(parsed, composes) if not c]
         composed = self.composed.get(key)
         if composed is None:
             composed = self.composed[key] = self._compose(list(key))
         if composed.refused:
-            return Expanded(overrides, None, composed.choices, config=composed.config, error=composed.refused)
+            return Expanded(overrides, None, config=composed.config, error=composed.refused)
         if composed.resolved is not None and all(self._settable(o, composed) for o in values):
             self.fast += 1
             plain = composed.resolved
             for o in values:
                 plain = _with(plain, o.key_or_group.split("."), o.value())
-            return Expanded(overrides, plain, composed.choices)
+            return Expanded(overrides, plain)
         self.slow += 1
         return self._hydra_path(overrides, parsed, values, composed, job_num)
 
@@ -135,7 +134,6 @@ class Expander:
 
         searchpath = any(line.lstrip("+~").startswith("hydra.searchpath") for line in key)
         cfg = (self.loader if searchpath else self.sharing).load_sweep_config(self.master, key)
-        choices = OmegaConf.select(cfg, "hydra.runtime.choices")
         app = OmegaConf.masked_copy(cfg, [k for k in cfg if k != "hydra"])
         texts = "\n".join(_interpolations(OmegaConf.to_container(app, resolve=False)))
         resolved = None
@@ -146,11 +144,11 @@ class Expander:
             except OmegaConfBaseException:
                 resolved = None  # each cell then says so, on Hydra's path
         try:  # a group choice outside its folder refuses every cell of this composition
-            check_choices(choices)
+            check_choices(OmegaConf.select(cfg, "hydra.runtime.choices"))
             refused = None
         except CellError as exc:
             refused = str(exc)
-        return Composed(config=cfg, resolved=resolved, interpolations=texts, choices=choices, refused=refused)
+        return Composed(config=cfg, resolved=resolved, interpolations=texts, refused=refused)
 
     @staticmethod
     def _settable(override: Any, composed: Composed) -> bool:
@@ -190,13 +188,9 @@ class Expander:
             cfg.hydra.job.num = job_num
         HydraConfig.instance().set_config(cfg)
         try:
-            plain = OmegaConf.to_container(cfg, resolve=True)
-        except OmegaConfBaseException as exc:
-            return Expanded(overrides, None, composed.choices, config=cfg,
-                            error=f"the config cannot be resolved: {str(exc).splitlines()[0]}; "
-                                  f"fix the key it names (or its override)")
-        plain.pop("hydra", None)
-        return Expanded(overrides, plain, composed.choices, config=cfg)
+            return Expanded(overrides, resolved_config(cfg), config=cfg)
+        except CellError as exc:
+            return Expanded(overrides, None, config=cfg, error=str(exc))
 
 
 def _sharing_loader(loader: Any) -> Any:
