@@ -188,15 +188,12 @@ def submit_sweep(cells: list[Cell], opts: Options, argv: list[str] | None = None
                  progress: Callable[[str], None] = lambda line: None,
                  refused_settings: Mapping[str, Mapping[str, Any]] | None = None) -> SubmitReport:
     """Records the sweep and submits one job per cell that still needs runs; returns at once.
+    `cells` are distinct (the launcher keeps the first spelling of a cell typed twice: tf, tensorflow).
 
     The cells refused at expansion (`refused`: override line, reason) are recorded with the
     sweep (db.Refusal), with what their config said of their settings (`refused_settings`, by
     override line: refusal_settings), so that a report can name them and why."""
     report = SubmitReport(sweep_id=new_sweep_id(), refused=list(refused or []))
-    unique: dict[str, Cell] = {}
-    for cell in cells:  # each cell once, as first spelt
-        unique.setdefault(cell.id, cell)
-    cells = list(unique.values())
     factory = db.open_db(opts.db_url)
     with factory() as session:
         adopt_interrupted(session, opts.backend)
