@@ -329,12 +329,20 @@ def results_select() -> Select:
     columns metric_registry gives them (divided by their divisor), and its details."""
     pivot = (select(Metric.run_id, *(_pivoted(m) for m in metric_registry.VIEW_METRICS))
              .group_by(Metric.run_id).subquery("m"))
-    # throughput or accuracy: the cell's setting where it records one, else what the run measured
-    mode = func.coalesce(Cell.mode, case((pivot.c.top1.isnot(None), "accuracy"), else_="throughput"))
-    return (select(*(attr.label(name) for name, attr in _RESULTS_HEAD.items()), mode.label("mode"),
+    return (select(*(attr.label(name) for name, attr in _RESULTS_HEAD.items()), _mode(pivot.c.top1).label("mode"),
                    *(pivot.c[m.column] for m in metric_registry.VIEW_METRICS),
                    *(attr.label(name) for name, attr in _RESULTS_TAIL.items()))
             .select_from(join(Run, Cell, Cell.id == Run.cell_id).outerjoin(pivot, pivot.c.run_id == Run.id)))
+
+
+def _mode(top1: Any) -> Any:
+    """throughput or accuracy: the cell's setting where it records one, else what the run measured."""
+    return func.coalesce(Cell.mode, case((top1.isnot(None), "accuracy"), else_="throughput"))
+
+
+#: The `results` columns read from runs and cells as they are, and the metric columns by name.
+_STORED = {**_RESULTS_HEAD, **_RESULTS_TAIL}
+_METRIC_COLUMNS = {m.column: m for m in metric_registry.VIEW_METRICS}
 
 
 def results_columns(names: Sequence[str], runs: Any = None) -> Select:
@@ -344,25 +352,21 @@ def results_columns(names: Sequence[str], runs: Any = None) -> Select:
     The same values as the view's (one row per run and metric name: max() of one is that one)."""
     run = runs.c if runs is not None else Run.__table__.c
     source = runs if runs is not None else Run.__table__
-    head = {"run": run.uid, "sweep": run.sweep_id, "cell": run.cell_id, "repeat": run.repeat,
-            "attempt": run.attempt, "state": run.state, "params": run.params}
-    tail = {name: run[attr.key] for name, attr in _RESULTS_TAIL.items()}
-    metrics = {m.column: m for m in metric_registry.VIEW_METRICS}
+    metrics = _METRIC_COLUMNS
     joined = join(source, Cell, Cell.id == run.cell_id)
     picked = {}
     needed = set(names) | ({"top1"} if "mode" in names else set())
-    for name in (column for column in metrics if column in needed):  # the registry's order: one SQL text
-        m = aliased(Metric, name=f"m_{name}")
-        joined = joined.outerjoin(m, and_(m.run_id == run.id, m.name == metrics[name].name))
-        picked[name] = m.value / metrics[name].divisor if metrics[name].divisor != 1 else m.value
+    for name, metric in metrics.items():  # in the registry's order: one SQL text for one question
+        if name in needed:
+            m = aliased(Metric, name=f"m_{name}")
+            joined = joined.outerjoin(m, and_(m.run_id == run.id, m.name == metric.name))
+            picked[name] = m.value / metric.divisor if metric.divisor != 1 else m.value
     for name in names:
-        if name in head:
-            picked[name] = head[name]
-        elif name in tail:
-            picked[name] = tail[name]
+        if name in _STORED:  # a run's column from `runs`, a cell's from cells
+            attr = _STORED[name]
+            picked[name] = run[attr.key] if attr.class_ is Run else attr
         elif name == "mode":
-            picked[name] = func.coalesce(Cell.mode, case((picked["top1"].isnot(None), "accuracy"),
-                                                         else_="throughput"))
+            picked[name] = _mode(picked["top1"])
         elif name not in metrics:
             picked[name] = getattr(Cell, name)
     return select(*(picked[name].label(name) for name in names)).select_from(joined)
@@ -370,11 +374,9 @@ def results_columns(names: Sequence[str], runs: Any = None) -> Select:
 
 def _stored(name: str) -> Any:
     """The runs or cells column behind a `results` column (None for a metric, or `mode`)."""
-    if name in _RESULTS_HEAD:
-        return _RESULTS_HEAD[name]
-    if name in _RESULTS_TAIL:
-        return _RESULTS_TAIL[name]
-    return None if name == "mode" or name in {m.column for m in metric_registry.VIEW_METRICS} else getattr(Cell, name)
+    if name in _STORED:
+        return _STORED[name]
+    return None if name == "mode" or name in _METRIC_COLUMNS else getattr(Cell, name)
 
 
 def results_page(filters: Mapping[str, Sequence[Any]], order: Sequence[str],
