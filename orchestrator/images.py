@@ -40,9 +40,8 @@ import time
 from pathlib import Path
 from typing import Callable, Sequence
 
-import yaml
 
-from orchestrator.runtime import CONTAINERS, EnvironmentNotReady, VenvRuntime, default_cache
+from orchestrator.runtime import CONTAINERS, EnvironmentNotReady, VenvRuntime, default_cache, output_tail
 
 #: Bump when the build steps change what an image holds: every image is rebuilt.
 BUILDER_VERSION = "2"
@@ -229,7 +228,7 @@ def _step(name: str, argv: Sequence[str], what: str, log: Callable[[str], None],
         raise ImageBuildError(f"{what}: building the image failed at step `{name}`: "
                               f"cannot run {argv[0]}: {exc}") from None
     if done.returncode != 0:
-        tail = "\n".join(done.stdout.strip().splitlines()[-15:])
+        tail = output_tail(done.stdout)
         raise ImageBuildError(
             f"{what}: building the image failed at step `{name}` (`{' '.join(map(str, argv))}`, "
             f"exit {done.returncode}):\n{tail}\n{fix or 'Fix the recipe in containers/, then build again'}; "

@@ -52,6 +52,11 @@ def default_cache() -> Path:
     return Path(os.environ.get("ORCHESTRATOR_CACHE", Path.home() / ".cache" / "orchestrator"))
 
 
+def output_tail(output: str, lines: int = 15) -> str:
+    """The last lines of a failed build step's output: what a message shows of why it failed."""
+    return "\n".join(output.strip().splitlines()[-lines:])
+
+
 def _trainer_env(pythonpath: str) -> dict[str, str]:
     return {"PYTHONPATH": pythonpath, "PYTHONUNBUFFERED": "1", "TF_CPP_MIN_LOG_LEVEL": "2",
             "GLOG_minloglevel": "2"}
@@ -149,7 +154,7 @@ class VenvRuntime:
             done = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                   env=script_env)
             if done.returncode != 0:
-                tail = "\n".join(done.stdout.strip().splitlines()[-15:])
+                tail = output_tail(done.stdout)
                 raise EnvironmentNotReady(
                     f"{self.framework}: creating the environment failed at `{' '.join(argv)}` "
                     f"(exit {done.returncode}):\n{tail}\nFix the recipe in {self.recipe_dir} "
