@@ -90,27 +90,30 @@ class Recipe:
     def downloads(self) -> list[str]:
         if not self.downloads_file.is_file():
             return []
-        return [line.split("#")[0].strip() for line in self.downloads_file.read_text().splitlines()
-                if line.split("#")[0].strip()]
+        return _listed(self.downloads_file)
 
     def debian_packages(self) -> list[str]:
         if not self.debian.is_file():
             return []
-        return [line.split("#")[0].strip() for line in self.debian.read_text().splitlines()
-                if line.split("#")[0].strip()]
+        return _listed(self.debian)
 
     def interpreters(self) -> list[str]:
         candidates = self.spec.get("python") or ["python3"]
         return [candidates] if isinstance(candidates, str) else [str(c) for c in candidates]
 
     def trainer_env(self) -> dict[str, str]:
-        return {key: str(value).replace("{env_dir}", ENV_DIR) for key, value in (self.spec.get("env") or {}).items()}
+        return self.venv.trainer_env(ENV_DIR)
 
     def digest(self) -> str:
         h = hashlib.sha256()
         for path in self.files():
             h.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
         return h.hexdigest()
+
+
+def _listed(path: Path) -> list[str]:
+    """A recipe list file's entries: a line each, `#` comments and blank lines left out."""
+    return [entry for entry in (line.split("#")[0].strip() for line in path.read_text().splitlines()) if entry]
 
 
 def base_hash() -> str:

@@ -112,10 +112,11 @@ class VenvRuntime:
         """Scripts run after pip, in order, with ENV_DIR, PYTHON and RECIPE_DIR set."""
         return [self.recipe_dir / name for name in self.recipe.get("post_install") or []]
 
-    def trainer_env(self) -> dict[str, str]:
-        """The recipe's `env` for the trainer, `{env_dir}` replaced by the environment's path."""
-        return {key: str(value).replace("{env_dir}", str(self.env_dir))
-                for key, value in (self.recipe.get("env") or {}).items()}
+    def trainer_env(self, env_dir: str | None = None) -> dict[str, str]:
+        """The recipe's `env` for the trainer, `{env_dir}` replaced by the environment's path
+        (this venv's, or `env_dir`: where an image holds the same environment)."""
+        where = env_dir if env_dir is not None else str(self.env_dir)
+        return {key: str(value).replace("{env_dir}", where) for key, value in (self.recipe.get("env") or {}).items()}
 
     @property
     def python(self) -> Path:
