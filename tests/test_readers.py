@@ -166,9 +166,11 @@ def test_synthetic_has_the_shape_of_its_dataset(like, shape, classes):
     assert not np.array_equal(ds.images, other_rank.images)
 
 
-def test_imagenet_files_are_unsupported_with_the_way_out(tmp_path):
-    with pytest.raises(Unsupported) as err:
+def test_a_missing_imagenet_tree_names_the_path_and_the_way_out(tmp_path):
+    with pytest.raises(DataError) as err:
         data.load("imagenet", str(tmp_path))
+    assert str(tmp_path / "train") in str(err.value)
+    assert "orchestrator data generate imagenet" in str(err.value)
     assert "--dataset synthetic --like imagenet" in str(err.value)
 
 

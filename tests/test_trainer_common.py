@@ -182,8 +182,17 @@ def test_resolve_dataset_rules(tmp_path):
     with pytest.raises(errors.DataError, match="does not exist"):
         _resolve("--model", "lenet", "--dataset", "mnist", "--batch-size", "1",
                  "--data-dir", str(tmp_path / "nowhere"))
-    with pytest.raises(errors.Unsupported, match="--like imagenet"):
+    with pytest.raises(errors.InvalidArgument, match="--data-dir"):
         _resolve("--model", "lenet", "--dataset", "imagenet", "--batch-size", "1")
+    with pytest.raises(errors.DataError, match="generate imagenet"):
+        _resolve("--model", "lenet", "--dataset", "imagenet", "--batch-size", "1",
+                 "--data-dir", str(tmp_path / "nowhere"))
+    with pytest.raises(errors.Unsupported, match="--input pipeline"):
+        _resolve("--model", "lenet", "--dataset", "mnist", "--batch-size", "1",
+                 "--data-dir", str(tmp_path), "--input", "pipeline")
+    cfg = _resolve("--model", "alexnet", "--dataset", "imagenet", "--batch-size", "1",
+                   "--data-dir", str(tmp_path), "--input", "pipeline", "--loader-workers", "3")
+    assert cfg.input == "pipeline" and cfg.loader_workers == 3 and cfg.classes == 1000
     cfg = _resolve("--model", "alexnet", "--dataset", "mnist", "--batch-size", "1",
                    "--data-dir", str(tmp_path))
     assert cfg.like == "mnist" and cfg.input_shape == (1, 224, 224)

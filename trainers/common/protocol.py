@@ -16,6 +16,7 @@ import sys
 
 from trainers.common import accuracy
 from trainers.common import data as datasets
+from trainers.common import imagenet
 from trainers.common import recipe
 from trainers.common.errors import (EXIT_CODES, Diverged, InvalidArgument, Unsupported,
                                     classify)
@@ -30,6 +31,9 @@ from trainers.common.timing import timed
 
 SYNTHETIC = "synthetic"
 MODES = ("throughput", "accuracy")
+# memory: the steps cycle batches prepared before timing; pipeline: each timed step takes its
+# batch from the ImageNet loader (decode, crop, convert included), as real training does
+INPUTS = ("memory", "pipeline")
 # tests only: TRAINER_FAULT=overflow feeds the framework images of float32's largest value, so
 # that a conformance test sees each framework's own step overflow into a non-finite loss
 FAULT_ENV = "TRAINER_FAULT"
@@ -74,6 +78,12 @@ def build_parser():
                         help="accuracy mode: the test top-1 whose time and epochs are reported")
     parser.add_argument("--learning-rate", type=float, default=recipe.LEARNING_RATE,
                         help="accuracy mode: the schedule's base rate (default: the recipe's)")
+    parser.add_argument("--input", choices=INPUTS, default="memory",
+                        help="memory: timed steps on batches prepared before timing; pipeline: "
+                             "each timed step takes the next batch from the loader (--dataset "
+                             "imagenet)")
+    parser.add_argument("--loader-workers", type=int, default=None,
+                        help="ImageNet loader processes (default: the CPUs this process may use)")
     return parser
 
 
@@ -120,18 +130,17 @@ def resolve(args, environ=None):
             raise InvalidArgument("--like is for --dataset synthetic; --dataset %s has its "
                                   "own shape" % args.dataset)
         like = args.dataset
-        if args.dataset == "imagenet":
-            raise Unsupported(datasets.NO_IMAGENET_READER)
-        else:
-            if not args.data_dir:
-                raise InvalidArgument(
-                    "--dataset %s reads files: give --data-dir (or use --dataset "
-                    "synthetic --like %s)" % (args.dataset, args.dataset))
-            if not os.path.isdir(args.data_dir):
-                raise datasets.DataError("--data-dir %s does not exist" % args.data_dir)
+        if not args.data_dir:
+            raise InvalidArgument(
+                "--dataset %s reads files: give --data-dir (or use --dataset "
+                "synthetic --like %s)" % (args.dataset, args.dataset))
+        if not os.path.isdir(args.data_dir):
+            raise datasets.DataError("--data-dir %s does not exist%s" % (
+                args.data_dir, "; " + imagenet.WAY_OUT if args.dataset == "imagenet" else ""))
 
     if args.mode == "accuracy":
         _check_accuracy(args, devices)
+    workers = _check_input(args)
 
     place = rank_from_env(environ) or (0, 1, 0)
     cpu_replicas = args.gpus > 0 and cpu_replicas_requested(environ)
@@ -144,7 +153,27 @@ def resolve(args, environ=None):
         rank=place[0], world_size=place[1], local_rank=place[2],
         input_shape=tuple(input_shape(args.model, like)), classes=DATASETS[like].classes,
         mode=args.mode, epochs=args.epochs, target_accuracy=args.target_accuracy,
-        learning_rate=args.learning_rate)
+        learning_rate=args.learning_rate, input=args.input, loader_workers=workers)
+
+
+def _check_input(args):
+    """--input pipeline reads ImageNet's files in the timed steps; the loader's workers."""
+    if args.loader_workers is not None and args.loader_workers < 0:
+        raise InvalidArgument("--loader-workers must be 0 or more, got %d" % args.loader_workers)
+    if args.input == "pipeline":
+        if args.dataset != "imagenet":
+            raise Unsupported(
+                "--input pipeline times taking each batch from the ImageNet loader (JPEG decode, "
+                "crop, conversion); --dataset %s %s, so there is no reading to time: use "
+                "--dataset imagenet, or --input memory" % (args.dataset, (
+                    "is random tensors made in memory" if args.dataset == SYNTHETIC else
+                    "is read whole into memory before the run")))
+        if args.mode != "throughput":
+            raise Unsupported("--input pipeline is for --mode throughput; accuracy mode prepares "
+                              "each batch before its timed step: use --input memory")
+    if args.dataset != "imagenet":
+        return None
+    return imagenet.default_workers() if args.loader_workers is None else args.loader_workers
 
 
 def _check_accuracy(args, devices):
@@ -236,6 +265,8 @@ def _train(obj, cfg, events, set_up):
     steps = cfg.warmup + cfg.iterations
     n_batches = pool_batches(cfg.per_device_batch, cfg.input_shape, steps)
     # read the data before building the model: a missing file should cost seconds
+    if cfg.dataset == "imagenet":
+        return _train_imagenet(obj, cfg, events, set_up, steps, n_batches)
     if cfg.dataset == SYNTHETIC:
         dataset = datasets.synthetic(cfg.like, n_batches * cfg.per_device_batch,
                                      seed=[cfg.seed, cfg.rank])
@@ -250,10 +281,45 @@ def _train(obj, cfg, events, set_up):
     del dataset
 
     events.emit("run_start", _run_start(obj, cfg, info, {"pool_batches": len(pool)}))
+    _steps(obj, cfg, events, steps, lambda i: obj.step(pool[i % len(pool)]))
+
+
+def _train_imagenet(obj, cfg, events, set_up, steps, n_batches):
+    """ImageNet's JPEGs through the shared loader (trainers/common/imagenet.py): with --input
+    memory its first batches become the pool, as for any dataset; with --input pipeline every
+    timed step takes the next batch from the loader and converts it (to_float, to_batch)."""
+    folder = imagenet.read(cfg.data_dir, "train")
+    loader = imagenet.Loader(folder, cfg.per_device_batch, seed=cfg.seed, rank=cfg.rank,
+                             world_size=cfg.world_size, workers=cfg.loader_workers)
+    try:
+        info, to_batch = _set_up(obj, cfg, set_up)
+        more = {"input": cfg.input, "loader_workers": loader.workers, "train_images": len(folder),
+                "data_generated": datasets.generated_note(cfg.data_dir)}
+        if cfg.input == "memory":
+            pool = []
+            for _ in range(n_batches):
+                images, labels = next(loader)
+                pool.append(to_batch(imagenet.to_float(images), labels))
+            loader.close()
+            more["pool_batches"] = len(pool)
+            events.emit("run_start", _run_start(obj, cfg, info, more))
+            _steps(obj, cfg, events, steps, lambda i: obj.step(pool[i % len(pool)]))
+        else:
+            def step(i):
+                images, labels = next(loader)
+                return obj.step(to_batch(imagenet.to_float(images), labels))
+            events.emit("run_start", _run_start(obj, cfg, info, more))
+            _steps(obj, cfg, events, steps, step)
+    finally:
+        loader.close()
+
+
+def _steps(obj, cfg, events, steps, step):
+    """The warm-up and measured steps, `step(i)` timed (it returns the loss)."""
     for i in range(steps):
         if i == cfg.warmup:
             events.emit("warmup_end", step=cfg.warmup)
-        loss, dt = timed(obj.step, pool[i % len(pool)])
+        loss, dt = timed(step, i)
         loss = float(loss)
         if not math.isfinite(loss):
             raise Diverged("loss became %r at step %d (%s)" % (
@@ -265,6 +331,8 @@ def _train(obj, cfg, events, set_up):
 def _train_accuracy(obj, cfg, events, set_up):
     train_set = datasets.load(cfg.dataset, cfg.data_dir, "train")
     test_set = datasets.load(cfg.dataset, cfg.data_dir, "test")
+    if cfg.dataset == "imagenet":  # decoded per batch: the training crops drawn from the run's seed
+        train_set.seed = cfg.seed
     accuracy.check_trainer(obj)
     # the schedule's iterations, for a framework that states it in its solver (Caffe)
     cfg.steps_per_epoch = accuracy.steps_per_epoch(len(train_set), cfg.global_batch)
@@ -304,7 +372,7 @@ def _run_start(obj, cfg, info, more):
         "precision": cfg.precision, "seed": cfg.seed,
         "python": platform.python_version(),
         "scaling": cfg.scaling, "warmup": cfg.warmup, "iterations": cfg.iterations,
-        "processes": cfg.world_size, "mode": cfg.mode,
+        "processes": cfg.world_size, "mode": cfg.mode, "input": cfg.input,
     }
     fields.update(more)
     return fields
