@@ -422,7 +422,8 @@ def build(frameworks: Sequence[str], cache: Path | None = None, log: Callable[[s
 
 
 def main(argv: Sequence[str]) -> int:
-    """`orchestrator images build FW[,FW...]|all [--force]` / `orchestrator images list`."""
+    """`orchestrator images build FW[,FW...]|all [--force]` / `orchestrator images list` /
+    `orchestrator images def FW [--base cpu|cuda12|cuda11|cuda10] [-o FILE]`."""
     import argparse
 
     parser = argparse.ArgumentParser(prog="orchestrator images",
@@ -433,6 +434,15 @@ def main(argv: Sequence[str]) -> int:
     p.add_argument("frameworks", help="comma-separated frameworks, or all")
     p.add_argument("--force", action="store_true", help="build again even if an image of this recipe exists")
     sub.add_parser("list", help="the images of the current recipes: digest, size, build time")
+    from orchestrator.apptainer import BASES
+
+    p = sub.add_parser("def", help="print (or write) the Apptainer definition of a framework's recipe on a base "
+                                   "(orchestrator/apptainer.py); the CPU image needs none: apptainer build "
+                                   "<fw>.sif <image dir>")
+    p.add_argument("framework")
+    p.add_argument("--base", default="cpu", help="the base image: " + "; ".join(
+        f"{b.name}: {b.system}, {b.serves()}" for b in BASES.values()) + " (default cpu)")
+    p.add_argument("-o", "--output", help="write the definition to this file instead of printing it")
     try:
         args = parser.parse_args(list(argv))
     except SystemExit as exc:
@@ -440,6 +450,8 @@ def main(argv: Sequence[str]) -> int:
     from orchestrator.runtime import available_recipes
 
     names = available_recipes()
+    if args.command == "def":
+        return _definition(args, names)
     store = ImageStore()
     if args.command == "list":
         for fw in names:
@@ -462,3 +474,23 @@ def main(argv: Sequence[str]) -> int:
             print(f"[images] {fw}: FAILED ({exc.error_class}): {exc}", file=sys.stderr)
             status = 1
     return status
+
+
+def _definition(args, names: Sequence[str]) -> int:
+    """`images def`: the recipe's Apptainer definition on a base, printed or written to -o."""
+    from orchestrator.apptainer import DefinitionError, generate
+
+    if args.framework not in names:
+        print(f"no recipe for {args.framework}; containers/ has: {', '.join(names)}", file=sys.stderr)
+        return 2
+    try:
+        text = generate(args.framework, args.base)
+    except DefinitionError as exc:
+        print(f"[images] {exc}", file=sys.stderr)
+        return 2
+    if args.output:
+        Path(args.output).write_text(text)
+        print(f"[images] {args.framework}: {args.base} definition written to {args.output}", file=sys.stderr)
+    else:
+        sys.stdout.write(text)
+    return 0

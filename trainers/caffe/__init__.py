@@ -16,8 +16,12 @@ SUPPORT = Support(
     cpu=["fp32"],
     gpu=["fp32"],
     multi_gpu=EXTERNAL_TOOL,  # `caffe train --gpu=0,1,...` (NCCL), timed from its log
+    # the GPU build (containers/caffe/gpu.yaml, base cuda10: CUDA 10.0, cuDNN 7) compiles sm_35,
+    # sm_60 and sm_70 kernels: Kepler (K20m) and newer
+    gpu_build=((3, 5), None),
     notes={
         "fp16": "BVLC Caffe has no fp16 solver",
         "bf16": "BVLC Caffe has no bf16 solver",
-        "gpus": "the venv's build is CPU-only; the CUDA build is containers/caffe.def",
+        "gpus": "the venv's build is CPU-only; the CUDA build: orchestrator images def caffe "
+                "--base cuda10",
     })
