@@ -24,7 +24,7 @@ with the class `classify_exit` reads from the end of Caffe's log.
 GPUs: one GPU trains through pycaffe (set_mode_gpu, set_device). Several GPUs are what the
 `caffe train --gpu=0,1,...` tool does (NCCL, one solver thread per GPU); pycaffe has no
 such path, so with --gpus > 1 this trainer runs that tool instead (trainers/caffe/multigpu.py)
-and times the steps from its log. Both need a CUDA build of Caffe (containers/caffe.def); the
+and times the steps from its log. Both need a CUDA build of Caffe (containers/caffe/gpu.yaml); the
 venv's build is CPU-only, and sees no GPU.
 """
 import ctypes

@@ -18,13 +18,13 @@ SUPPORT = Support(
     # CPU ranks under the venv's OpenMPI 4 stand-in libraries: enough to check the launch and
     # the data-parallel learner, not a supported way to train (mpi.py)
     cpu_replicas=True,
-    # the cntk-gpu image (containers/cntk.def: CUDA 10.0, cuDNN 7, OpenMPI 1.10) covers
-    # compute capability 3.0 up to 7.5 (K20m and P100, not Ampere or newer)
+    # the cntk-gpu image (containers/cntk/gpu.yaml, base cuda10: CUDA 10.0, cuDNN 7,
+    # OpenMPI 1.10) covers compute capability 3.0 up to 7.5 (K20m and P100, not Ampere or newer)
     gpu_build=((3, 0), (7, 5)),
     notes={
         "fp16": "CNTK has no CPU fp16 kernels, and fp16 training needs Pascal or newer",
         "bf16": "CNTK has no bfloat16",
-        "gpus": "the venv's CNTK is CPU-only; CNTK's GPU build is cntk-gpu, CUDA 10.0, "
-                "containers/cntk.def",
+        "gpus": "the venv's CNTK is CPU-only; CNTK's GPU build is cntk-gpu, CUDA 10.0: "
+                "orchestrator images def cntk --base cuda10",
         "gpu_build": "CNTK 2.7 is the last release: its CUDA 10.0 build predates Ampere",
     })

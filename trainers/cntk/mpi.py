@@ -18,7 +18,7 @@ Each rank learns its place from OpenMPI's variables (OMPI_COMM_WORLD_RANK, _SIZE
 _LOCAL_RANK; PMI_RANK/PMI_SIZE under other launchers) and hands it to `trainers.common` as
 TRAINER_RANK, TRAINER_WORLD_SIZE and TRAINER_LOCAL_RANK (trainers/cntk/__main__.py).
 
-mpiexec must be the OpenMPI CNTK was built against (1.10: containers/cntk.def); set
+mpiexec must be the OpenMPI CNTK was built against (1.10: the image of containers/cntk/gpu.yaml); set
 CNTK_MPIEXEC to its path when it is not the `mpiexec` on PATH. The local venv maps CNTK's
 OpenMPI 1.10 sonames onto OpenMPI 4 (containers/cntk/mpi_compat.sh), which is enough for
 one process but not for MPI communication.

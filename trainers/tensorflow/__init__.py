@@ -26,6 +26,6 @@ SUPPORT = Support(
         "gpus": "tensorflow-cpu, or no GPU on this node; install tensorflow[and-cuda] or use "
                 "the CUDA image",
         "gpu_build": "Kepler GPUs need a CUDA <= 11 image of TensorFlow <= 2.11: build one "
-                     "from containers/tensorflow.def and lower gpu_build in "
-                     "trainers/tensorflow/__init__.py",
+                     "with `orchestrator images def tensorflow --base cuda11` and lower "
+                     "gpu_build in trainers/tensorflow/__init__.py",
     })

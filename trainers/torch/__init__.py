@@ -15,15 +15,16 @@ SUPPORT = Support(
     gpu_precision_capability={"bf16": (8, 0)},
     multi_gpu=PROCESS_PER_DEVICE,  # DistributedDataParallel: NCCL on GPUs, gloo for CPU replicas
     cpu_replicas=True,
-    # the cluster image (containers/torch.def, an NGC PyTorch image, CUDA 12): NGC's release
-    # notes state compute capability 6.0 (Pascal) and later
+    # the GPU build (containers/torch/gpu.yaml, base cuda12: PyPI's CUDA 12 wheel); NGC's
+    # release notes state compute capability 6.0 (Pascal) and later for CUDA 12 PyTorch
     gpu_build=((6, 0), None),
     notes={
         "fp16": "CPUs lack fast fp16 arithmetic, and a slow emulation would say nothing about "
                 "the framework",
         "bf16": "bf16 on GPUs needs Ampere (8.0) or newer",
-        "gpus": "a CPU-only build, or no GPU on this node; the CUDA build: containers/torch.def",
-        "gpu_build": "Kepler GPUs need a CUDA <= 11 image: build one from "
-                     "containers/torch.def as its comments say and lower gpu_build in "
-                     "trainers/torch/__init__.py",
+        "gpus": "a CPU-only build, or no GPU on this node; the CUDA build: orchestrator "
+                "images def torch --base cuda12",
+        "gpu_build": "Kepler GPUs need a CUDA <= 11 build, and PyTorch's CUDA 11 wheels "
+                     "carry no sm_35: build PyTorch from source, add a cuda11 entry to "
+                     "containers/torch/gpu.yaml and lower gpu_build here",
     })
