@@ -22,7 +22,6 @@ package, so no definition is built on this project's machines.
 """
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 import shlex
@@ -32,7 +31,7 @@ from typing import Sequence
 
 import yaml
 
-from orchestrator.images import BASE_PACKAGES, ENV_DIR, MOUNT_POINTS, Recipe
+from orchestrator.images import BASE_PACKAGES, ENV_DIR, MOUNT_POINTS, Recipe, _listed
 from orchestrator.runtime import REPO, EnvironmentNotReady
 
 #: Where the recipe's files land in the image (%files), as RECIPE_DIR for its scripts.
@@ -94,6 +93,8 @@ BASES = {
 
 def _show_range(bounds: Sequence[float | None]) -> str:
     low, high = bounds
+    if low is None and high is None:
+        return "any compute capability"
     if low is not None and high is not None:
         return f"compute capability {low:.1f} to {high:.1f}"
     return f"compute capability >= {low:.1f}" if low is not None else f"compute capability <= {high:.1f}"
@@ -134,6 +135,8 @@ def gpu_builds(recipe: Recipe) -> dict[str, GpuBuild]:
     if not path.is_file():
         return {}
     data = yaml.safe_load(path.read_text()) or {}
+    if not isinstance(data, dict):
+        raise DefinitionError(f"{path} is not a mapping of base to build; write `cuda12:` entries (containers/README.md)")
     known = set(GpuBuild.__dataclass_fields__) - {"base"}
     builds = {}
     for base, entry in data.items():
@@ -145,8 +148,12 @@ def gpu_builds(recipe: Recipe) -> dict[str, GpuBuild]:
         if unknown:
             raise DefinitionError(f"{path}: {base} has unknown keys {', '.join(unknown)}; the keys are "
                                   f"{', '.join(sorted(known))}")
-        low, high = (list(entry.get("capability") or []) + [None, None])[:2]
-        builds[base] = GpuBuild(base, (None if low is None else float(low), None if high is None else float(high)),
+        try:
+            low, high = (None if c is None else float(c) for c in (list(entry.get("capability") or []) + [None, None])[:2])
+        except (TypeError, ValueError):
+            raise DefinitionError(f"{path}: {base}'s capability {entry.get('capability')!r} is not [low, high]; "
+                                  f"write e.g. `capability: [6.0, null]`") from None
+        builds[base] = GpuBuild(base, (low, high),
                                 dict(entry.get("requirements") or {}), dict(entry.get("packages") or {}),
                                 list(entry.get("more_packages") or []), entry.get("python"),
                                 entry.get("post_install"), {k: str(v) for k, v in (entry.get("env") or {}).items()})
@@ -215,7 +222,7 @@ class Definition:
 
     def requirement_lines(self) -> list[str]:
         """requirements.txt's entries, with this base's replacements (the GPU wheels)."""
-        lines = _entries(self.recipe.requirements)
+        lines = _listed(self.recipe.requirements)  # as the recipe's list files
         swaps = {re.sub(r"[-_.]+", "-", k).lower(): v for k, v in (self.gpu.requirements if self.gpu else {}).items()}
         names = {requirement_name(line) for line in lines}
         unknown = sorted(set(swaps) - names)
@@ -260,10 +267,7 @@ class Definition:
         return list(dict.fromkeys(files))
 
     def recipe_hash(self) -> str:
-        h = hashlib.sha256()
-        for path in self.files():
-            h.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
-        return h.hexdigest()
+        return self.recipe.digest(self.files())
 
     # --- the text -------------------------------------------------------------------------
     def text(self) -> str:
@@ -319,13 +323,6 @@ def _lowest(base: Base) -> float:
 
 def _highest(base: Base) -> float | None:
     return (base.capability or (None, None))[1]
-
-
-def _entries(path: Path) -> list[str]:
-    """A requirements file's lines, comments and blanks left out (as Recipe's list files)."""
-    from orchestrator.images import _listed
-
-    return _listed(path)
 
 
 def _rel(path: Path) -> str:

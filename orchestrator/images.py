@@ -104,9 +104,10 @@ class Recipe:
     def trainer_env(self) -> dict[str, str]:
         return self.venv.trainer_env(ENV_DIR)
 
-    def digest(self) -> str:
+    def digest(self, files: Sequence[Path] | None = None) -> str:
+        """sha256 over the recipe's files (or `files`: what an Apptainer definition used)."""
         h = hashlib.sha256()
-        for path in self.files():
+        for path in self.files() if files is None else files:
             h.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
         return h.hexdigest()
 

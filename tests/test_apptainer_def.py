@@ -160,6 +160,11 @@ def test_a_gpu_swap_of_a_requirement_the_recipe_lacks_is_refused(tmp_path):
     (recipe_dir / "gpu.yaml").write_text("cuda12:\n  capability: [3.0, null]\n")
     with pytest.raises(DefinitionError, match=r"beyond what its base serves .*; fix its `capability:`"):
         generate("torch", "cuda12", recipe_dir)
+    (recipe_dir / "gpu.yaml").write_text("cuda12:\n  capability: [six]\n")
+    with pytest.raises(DefinitionError, match=r"is not \[low, high\]; write e.g."):
+        generate("torch", "cuda12", recipe_dir)
+    (recipe_dir / "gpu.yaml").write_text("cuda12: {}\n")
+    assert "org.orchestrator.gpu_capability any compute capability" in generate("torch", "cuda12", recipe_dir)
     (recipe_dir / "gpu.yaml").write_text("cuda12:\n  post_install: [../../etc/passwd]\n")
     with pytest.raises(DefinitionError, match=r"are not files of .*; name scripts in the recipe's directory"):
         generate("torch", "cuda12", recipe_dir)
@@ -195,3 +200,12 @@ def test_the_command_line(tmp_path):
     bad = run("torch", "--base", "gpu")
     assert bad.returncode == 2 and "no base 'gpu'; use --base with one of: cpu" in bad.stderr
     assert run("nosuch").returncode == 2
+
+
+def test_the_readme_names_every_base_image():
+    """The README's table of bases is the code's (BASES), so the docs say which image a build pulls."""
+    readme = (REPO / "README.md").read_text()
+    for base in BASES.values():
+        assert "| `%s`" % base.name in readme
+        if base.name != "cpu":
+            assert "`%s`" % base.image in readme, base.image
