@@ -260,9 +260,10 @@ class Definition:
         return env
 
     def files(self) -> list[Path]:
-        """Every recipe file the definition uses: copied in with %files, hashed into its label."""
+        """Every recipe file the definition uses: copied in with %files, hashed into its label (on
+        the cpu base the image build's files exactly, so both ways to a CPU SIF name one recipe)."""
         files = [*self.recipe.files(), *self.scripts()]
-        if gpu_file(self.recipe).is_file():
+        if self.gpu:
             files.append(gpu_file(self.recipe))
         return list(dict.fromkeys(files))
 

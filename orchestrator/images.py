@@ -405,7 +405,9 @@ class _Build:
                  f'export PATH="{ENV_DIR}/bin:$PATH"', "export PYTHONNOUSERSITE=1"]
         lines += [f"export {key}={shlex.quote(value)}" for key, value in self.recipe.trainer_env().items()]
         (env_d / "90-orchestrator.sh").write_text("\n".join(lines) + "\n")
-        labels = {"org.orchestrator.framework": self.fw, "org.orchestrator.recipe": self.store.key(self.recipe)}
+        labels = {"org.orchestrator.framework": self.fw, "org.orchestrator.recipe": self.store.key(self.recipe),
+                  # as `orchestrator images def` labels a definition: the recipe's files, hashed
+                  "org.orchestrator.recipe_sha256": self.recipe.digest()}
         (self.tmp / ".singularity.d" / "labels.json").write_text(json.dumps(labels, indent=1))
 
     def venv(self, interpreter: str, wheels: Path) -> None:

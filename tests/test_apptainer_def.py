@@ -109,6 +109,8 @@ def test_definition_carries_the_recipe(fw, base):
     assert labels["org.orchestrator.recipe_sha256"] == digest
     assert labels["org.orchestrator.base"] == base
     assert ("org.orchestrator.gpu_capability" in labels) == (base != "cpu")
+    if base == "cpu":  # the image directory's SIF carries the same hash (images.py, labels.json)
+        assert digest == recipe.digest()
 
 
 def test_the_first_gpu_build_is_what_the_framework_declares():
