@@ -9,7 +9,9 @@ trainer never runs in the orchestrator's own interpreter. Two backends build the
   keyed by a hash of that recipe, with a visible progress line, and reused afterwards. A file
   lock makes concurrent jobs wait for one creation instead of racing.
 - `ApptainerRuntime` (clusters): `apptainer exec [--nv] <image>.sif python -m trainers.<fw>`,
-  with the repository's `trainers/` bound into the image, so images hold only frameworks.
+  with the repository's `trainers/` bound into the image, so images hold only frameworks. The SIF
+  comes from the same recipe: the image directory (`apptainer build <fw>.sif <dir>`) or, for a
+  GPU build, the definition `orchestrator images def <fw> --base ...` generates (apptainer.py).
 - `ContainerRuntime` (`runtime=container`): `ch-run` (Charliecloud) in the image built from the
   same recipe (`orchestrator/images.py`; built on first use, cached by recipe hash), with
   `trainers/` (read-only) and the run directory bound in and the trainer's environment given
@@ -202,7 +204,9 @@ class ApptainerRuntime:
             raise EnvironmentNotReady(
                 f"no image {self.image}; build the image directory from the recipe with `orchestrator "
                 f"images build {self.framework}`, then `apptainer build {self.image} <that directory>` "
-                f"(`orchestrator images list` names it), or set apptainer.images")
+                f"(`orchestrator images list` names it); for a GPU build, `orchestrator images def "
+                f"{self.framework} --base cuda12|cuda11|cuda10 -o {self.framework}.def`, then `apptainer build "
+                f"{self.image} {self.framework}.def`; or set apptainer.images")
         return self.image
 
     def identity(self) -> str:
