@@ -284,7 +284,8 @@ class Definition:
                 f"# Build from the repository's root (the %files paths are relative to it):",
                 f"#   apptainer build {fw}{'' if b.name == 'cpu' else '-' + b.name}.sif <this file>",
                 ""]
-        out += ["%setup", f'    mkdir -p "${{APPTAINER_ROOTFS}}{RECIPE_IN_IMAGE}"', ""]  # %files' destination
+        # Apptainer copies a %files source relative to the build's working directory and makes the
+        # destination's parents (internal/pkg/build/files/copy.go, CopyFromHost)
         out += ["%files"] + [f"    {_rel(path)} {RECIPE_IN_IMAGE}/{path.name}" for path in self.files()] + [""]
         out += ["%post", "    set -eu", "    export DEBIAN_FRONTEND=noninteractive LANG=C.UTF-8"]
         out += [f"    {line}" for line in b.setup]

@@ -17,7 +17,7 @@ from orchestrator.apptainer import BASES, Definition, DefinitionError, generate,
 from orchestrator.images import Recipe, _listed
 from orchestrator.runtime import available_recipes
 
-SECTIONS = ("%setup", "%files", "%post", "%environment", "%labels", "%help")
+SECTIONS = ("%files", "%post", "%environment", "%labels", "%help")
 
 
 def parse(text):
