@@ -71,15 +71,15 @@ class Base:
 
 
 #: The base-image switch. CUDA 12 dropped Kepler (3.x); CUDA 11 still compiles and runs sm_35
-#: (the K20m); BVLC Caffe and CNTK 2.7 need cuDNN 7, hence CUDA 10.
+#: (the K20m; 11.x wheels built for 11.2 run on its 11.8 libraries); BVLC Caffe and CNTK 2.7 need cuDNN 7, hence CUDA 10.
 BASES = {
     "cpu": Base("cpu", (("Bootstrap", "debootstrap"), ("OSVersion", "bookworm"),
                         ("MirrorURL", "http://deb.debian.org/debian")),
                 "Debian bookworm (debootstrap), the image build's own base", "python3.11", None),
     "cuda12": Base("cuda12", (("Bootstrap", "docker"), ("From", "nvidia/cuda:12.6.3-cudnn-runtime-ubuntu24.04")),
                    "CUDA 12.6 + cuDNN 9 runtime on Ubuntu 24.04 (P100 and newer)", "python3.12", (5.0, None)),
-    "cuda11": Base("cuda11", (("Bootstrap", "docker"), ("From", "nvidia/cuda:11.2.2-cudnn8-runtime-ubuntu20.04")),
-                   "CUDA 11.2 + cuDNN 8 runtime on Ubuntu 20.04 (Kepler K20m and newer)", "python3.8", (3.5, None)),
+    "cuda11": Base("cuda11", (("Bootstrap", "docker"), ("From", "nvidia/cuda:11.8.0-cudnn8-runtime-ubuntu22.04")),
+                   "CUDA 11.8 + cuDNN 8 runtime on Ubuntu 22.04 (Kepler K20m and newer)", "python3.10", (3.5, None)),
     "cuda10": Base("cuda10", (("Bootstrap", "docker"), ("From", "nvidia/cuda:10.0-cudnn7-devel-ubuntu18.04")),
                    "CUDA 10.0 + cuDNN 7 with nvcc on Ubuntu 18.04 (Kepler to Turing; Caffe, CNTK)",
                    "python3.6", (3.0, 7.5),
