@@ -24,6 +24,9 @@ base and this builder's version, so a changed recipe builds a new image and an u
 reused. `<cache>/images/<fw>-<hash>.json` records its digest (sha256 over every path, mode,
 link target and file content: `image:sha256:...` in a run's provenance), its size and how long
 each step took. A step that fails raises `ImageBuildError` naming the step and the command.
+
+The same recipe also gives Apptainer definitions, for a CUDA base on GPU nodes
+(`orchestrator images def <fw> --base ...`, orchestrator/apptainer.py).
 """
 from __future__ import annotations
 
