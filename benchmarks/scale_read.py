@@ -121,7 +121,7 @@ def run_row(uid: str, sweep: str, cid: str, repeat: int, attempt: int, state: st
     row = {"uid": uid, "sweep_id": sweep, "cell_id": cid, "repeat": repeat, "attempt": attempt, "state": state,
            "state_detail": None, "job_id": None, "executor": "slurm", "node": None, "submitted_at": T0,
            "started_at": None, "ended_at": None, "collected_at": None, "error_class": None,
-           "error_message": None, "run_dir": None, "log_path": None, "result_path": None}
+           "error_message": None, "run_dir": None, "log_path": None, "result_path": None, "latest": True}
     row.update(more)
     return row
 
@@ -189,6 +189,9 @@ def build_runs_db(path: Path, n_runs: int = 100_000, n_cells: int = 96_000, n_op
                                 params=61706, framework_version="2.3.1", provenance=prov,
                                 cpu_model=prov["cpu"]["model"], git_revision=prov["git"]["revision"]))
             counts["done"] += 1
+    retried_keys = {(cid, repeat) for _, cid, repeat in retry}
+    for row in runs:  # as db.mark_latest leaves them: an attempt followed by another is not the latest
+        row["latest"] = (row["cell_id"], row["repeat"]) not in retried_keys
     for sweep, cid, repeat in retry:
         runs.append(run_row(f"{sweep}:{cid}:{repeat}:2", sweep, cid, repeat, 2, "done", job_id="9003",
                             collected_at=T0 + 300, started_at=T0, ended_at=T0 + 100))

@@ -36,7 +36,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import sessionmaker
 
 from . import runstate
-from .db import Cell, Metric, Run, Sweep, SweepCell
+from .db import Cell, Metric, Run, Sweep, SweepCell, mark_latest
 from .metric_registry import unit_of
 from .resultfile import CELL_COLUMNS, OPTIONAL_CELL_COLUMNS, RESULT_NAME, BadResult, read_result
 
@@ -262,6 +262,7 @@ def _runs(conn: Connection, files: list[_File]) -> list[str]:
         outcomes[claims[i][0]] = CONTENDED
     if inserts:
         conn.execute(insert(Run), inserts)
+        mark_latest(conn, [(r["cell_id"], r["repeat"]) for r in inserts])
     ids = {r.uid: r.id for r in rows.values()}
     if inserts:
         ids.update(conn.execute(select(Run.uid, Run.id).where(Run.uid.in_([r["uid"] for r in inserts]))).all())

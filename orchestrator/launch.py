@@ -182,6 +182,13 @@ def new_run(session: Session, sweep_id: str, cell_id: str, repeat: int, attempt:
     return run
 
 
+def mark_new_runs(session: Session, runs: list[db.Run]) -> None:
+    """Inserts the new runs (new_run's) and makes each the latest attempt of its repeat in the
+    same transaction (db.mark_latest): the attempts they follow stop being the current word."""
+    session.flush()
+    db.mark_latest(session.connection(), [(run.cell_id, run.repeat) for run in runs])
+
+
 def submit_sweep(cells: list[Cell], opts: Options, argv: list[str] | None = None,
                  refused: list[tuple[str, str]] | None = None,
                  foreground: bool = False,
@@ -212,6 +219,7 @@ def submit_sweep(cells: list[Cell], opts: Options, argv: list[str] | None = None
                     planned.append((cell, runs))
                 else:
                     report.skipped.append((cell, reason))
+        mark_new_runs(session, [run for _, runs in planned for run in runs])
         session.commit()  # the sweep and its pending runs exist before anything is submitted
         submit_runs(session, report.sweep_id, planned, opts, report, foreground, progress)
     return report

@@ -442,3 +442,21 @@ def test_a_claim_that_finds_a_run_taken_since_the_lookup_lands_the_batch_file_by
     con = sqlite3.connect(tmp_path / "results.db")
     assert con.execute("select count(*), count(collected_at) from runs").fetchone() == (6, 6)
     assert con.execute("select count(*) from metrics").fetchone() == (6 * 12,)
+
+
+def test_unrecorded_attempts_landed_out_of_order_leave_the_highest_one_latest(tmp_path):
+    """Results copied from elsewhere, attempt 2 collected before attempt 1 of the same repeat:
+    the flag every reader of "the latest attempt" uses (db.latest_runs) stays on attempt 2."""
+    runs = tmp_path / "runs"
+    second, first = make_result(attempt=2), make_result(attempt=1)
+    other = make_result(repeat=1)
+    Session = db.open_db(f"sqlite:///{tmp_path / 'results.db'}")
+    write_result(runs, second)
+    write_result(runs, other)
+    assert collect(Session, runs).added == 2
+    write_result(runs, first)
+    assert collect(Session, runs).added == 1
+    con = sqlite3.connect(tmp_path / "results.db")
+    assert con.execute("select repeat, attempt, latest from runs order by repeat, attempt").fetchall() == [
+        (0, 1, 0), (0, 2, 1), (1, 1, 1)]
+    assert con.execute("select count(*), sum(n) from cell_summary").fetchone() == (1, 2)

@@ -289,6 +289,8 @@ def test_cell_summary_over_the_latest_attempt_of_each_repeat_when_done(tmp_path)
         for repeat, ips in ((0, 500.0), (1, 501.0)):
             run = add_run(session, uid_suffix=f"{repeat}:1", model="alexnet", metrics={"images_per_sec": ips})
             run.repeat = repeat
+        session.flush()  # as the launcher and the collector do after inserting runs
+        db.mark_latest(session.connection(), session.execute(select(Run.cell_id, Run.repeat)).all())
     con = sqlite3.connect(path)
     con.row_factory = sqlite3.Row
     rows = {r["model"]: dict(r) for r in con.execute("select * from cell_summary")}
@@ -338,3 +340,27 @@ def test_a_page_of_results_is_the_views_first_rows(tmp_path):
             assert session.scalar(total) == session.scalar(select(func.count()).select_from(view).where(*conditions))
         assert db.results_page({"images_per_sec": [100.0]}, order, 5) is None
         assert db.results_page({}, order, None) is None  # every row: the view
+
+
+def test_the_upgrade_to_0009_marks_the_highest_attempt_of_each_repeat_latest(tmp_path):
+    """A database from before runs.latest (0008): the upgrade sets the flag by the rule
+    db.mark_latest keeps, and leaves every row and metric as it was."""
+    path = tmp_path / "results.db"
+    Session = db.open_db(f"sqlite:///{path}")
+    with Session.begin() as session:
+        for repeat, attempt in ((0, 1), (0, 2), (0, 3), (1, 1), (2, 2)):
+            run = add_run(session, uid_suffix=f"{repeat}:{attempt}", metrics={"images_per_sec": 100.0 * attempt})
+            run.repeat, run.attempt = repeat, attempt
+    Session.kw["bind"].dispose()
+    con = sqlite3.connect(path)  # back to 0008: no flag, the grouping's index
+    con.executescript("DROP VIEW cell_summary; DROP VIEW results; DROP INDEX ix_runs_current; "
+                      "ALTER TABLE runs DROP COLUMN latest; "
+                      "CREATE INDEX ix_runs_latest ON runs (cell_id, repeat, attempt, sweep_id, state, "
+                      "error_class, state_detail); UPDATE alembic_version SET version_num = '0008';")
+    con.close()
+    db.open_db(f"sqlite:///{path}").kw["bind"].dispose()
+    con = sqlite3.connect(path)
+    assert con.execute("select repeat, attempt, latest from runs order by repeat, attempt").fetchall() == [
+        (0, 1, 0), (0, 2, 0), (0, 3, 1), (1, 1, 1), (2, 2, 1)]
+    assert con.execute("select count(*) from metrics").fetchone() == (5,)
+    assert con.execute("select n, images_per_sec_median from cell_summary").fetchall() == [(3, 200.0)]  # 300, 100, 200
