@@ -29,8 +29,15 @@ THROUGHPUT_SETTINGS = (
 #: ... and, for a cell in accuracy mode only, these (None in throughput mode, which a cell made
 #: before accuracy mode existed is: its id is unchanged, a retyped sweep finds it).
 ACCURACY_SETTINGS = ("mode", "epochs", "target_accuracy")
-SETTINGS = THROUGHPUT_SETTINGS + ACCURACY_SETTINGS
+#: ... and `input` where it is not the default `memory` (None there, so a cell made before the
+#: setting existed keeps its id).
+INPUT_SETTINGS = ("input",)
+SETTINGS = THROUGHPUT_SETTINGS + ACCURACY_SETTINGS + INPUT_SETTINGS
 MODES = ("throughput", "accuracy")
+#: memory: batches prepared before the timed steps; pipeline: each timed step takes its batch from
+#: the ImageNet loader (trainers/common/imagenet.py). Only dataset=imagenet is read per step.
+INPUTS = ("memory", "pipeline")
+PIPELINE_DATASETS = ("imagenet",)
 DATASET_SHAPES = ("mnist", "cifar10", "imagenet", "digits")
 PRECISIONS = ("fp32", "fp16", "bf16")
 SCALINGS = ("strong", "weak")
@@ -52,8 +59,12 @@ class CellError(ValueError):
 
 def cell_id(settings: dict[str, Any]) -> str:
     """A short, stable hash of the benchmark settings (canonical JSON, sorted keys): the
-    throughput settings, and accuracy mode's where the cell is in that mode."""
+    throughput settings, accuracy mode's where the cell is in that mode, and `input` where it is
+    not `memory`."""
     keys = SETTINGS if settings.get("mode") == "accuracy" else THROUGHPUT_SETTINGS
+    keys = tuple(k for k in keys if k not in INPUT_SETTINGS)
+    if settings.get("input") not in (None, "memory"):
+        keys += INPUT_SETTINGS
     canonical = json.dumps({k: settings[k] for k in keys}, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canonical.encode()).hexdigest()[:12]
 
@@ -139,6 +150,7 @@ def resolve_settings(cfg: dict[str, Any]) -> dict[str, Any]:
     batch_size = _int(batch_size, "batch_size", where, minimum=1)
 
     accuracy = _accuracy_settings(cfg, where)
+    pipeline = _input_setting(cfg, where, dataset["name"], accuracy["mode"])
     _refusing(where, safety.one_of, "scaling", cfg["scaling"], SCALINGS)
     _refusing(where, safety.one_of, "precision", cfg["precision"], PRECISIONS)
     _refusing(where, _check_hardware, hardware)
@@ -158,7 +170,27 @@ def resolve_settings(cfg: dict[str, Any]) -> dict[str, Any]:
         "seed": _int(cfg["seed"], "seed", where, minimum=0),
         "precision": cfg["precision"],
         **accuracy,
+        "input": pipeline,
     }
+
+
+def _input_setting(cfg: dict[str, Any], where: str, dataset: str, mode: str | None) -> str | None:
+    """input: None for `memory` (the default, and what a config from before the setting means), else
+    `pipeline`, which only a dataset read per step (imagenet) in throughput mode can have."""
+    value = cfg.get("input") or "memory"
+    _refusing(where, safety.one_of, "input", value, INPUTS)
+    if value == "memory":
+        return None
+    if dataset not in PIPELINE_DATASETS:
+        what = ("random tensors made in memory" if dataset == "synthetic"
+                else "read whole into memory before the timed steps")
+        raise CellError(f"{where}: input={value} times reading each batch from the ImageNet loader, but "
+                        f"dataset={dataset} is {what}: there is no reading to time; use dataset=imagenet "
+                        f"(`orchestrator data generate imagenet` writes a small tree), or input=memory")
+    if mode == "accuracy":
+        raise CellError(f"{where}: input={value} is for mode=throughput (accuracy mode prepares each batch "
+                        f"before its timed step); use input=memory")
+    return value
 
 
 def _accuracy_settings(cfg: dict[str, Any], where: str) -> dict[str, Any]:

@@ -30,10 +30,11 @@ def print_cells(cells: list, refused: list[tuple[str, str]],
     submitted."""
     from rich.table import Table
 
-    from orchestrator.cell import ACCURACY_SETTINGS, SETTINGS
+    from orchestrator.cell import ACCURACY_SETTINGS, INPUT_SETTINGS, SETTINGS
 
     title = f"{len(cells)} cells (dry run: nothing submitted)"
-    shown = [k for k in SETTINGS if k not in ACCURACY_SETTINGS or any(c.settings.get(k) is not None for c in cells)]
+    optional = ACCURACY_SETTINGS + INPUT_SETTINGS  # shown only where a cell has them
+    shown = [k for k in SETTINGS if k not in optional or any(c.settings.get(k) is not None for c in cells)]
     rows = [[cell.id, *(str(cell.settings[k]) for k in shown)] for cell in cells]
     if len(rows) <= TABLE_ROWS:
         table = Table("cell", *shown, title=title)

@@ -88,7 +88,7 @@ ACCURACY_KEYS = ("epochs", "target_accuracy")
 def trainer_args(settings: dict[str, Any], data_dir: str | None,
                  config: dict[str, Any] | None = None) -> list[str]:
     """The trainer protocol's command line for a cell's settings (docs/protocol.md). `mode`,
-    `epochs` and `target_accuracy` are read from the settings, else from the cell's config."""
+    `epochs`, `target_accuracy` and `input` are read from the settings, else from the cell's config."""
     args = ["--model", settings["model"], "--dataset", settings["dataset"]]
     if settings.get("like"):
         args += ["--like", settings["like"]]
@@ -100,6 +100,8 @@ def trainer_args(settings: dict[str, Any], data_dir: str | None,
     def setting(key: str) -> Any:
         return settings[key] if key in settings else (config or {}).get(key)
 
+    if (setting("input") or "memory") != "memory":
+        args += ["--input", str(setting("input"))]
     if (setting("mode") or "throughput") != "throughput":
         args += ["--mode", str(setting("mode"))]
         for key in ACCURACY_KEYS:

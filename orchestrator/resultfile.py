@@ -38,6 +38,9 @@ CELL_COLUMNS: dict[str, tuple[type, ...]] = {
 OPTIONAL_CELL_COLUMNS: dict[str, tuple[type, ...]] = {
     "mode": (str, type(None)), "epochs": (int, type(None)), "target_accuracy": (int, float, type(None)),
 }
+#: Settings a result file records in its cell (None where the cell has the default) that have no column
+#: of `cells` yet: they are kept in its `settings` JSON. `input`: memory (None) or pipeline.
+JSON_CELL_SETTINGS: dict[str, tuple[str, ...]] = {"input": ("memory", "pipeline")}
 
 
 class BadResult(ValueError):
@@ -130,6 +133,9 @@ def check_result(result: Any) -> None:
         _need(cell, key, *types, where="cell")
     for key, types in OPTIONAL_CELL_COLUMNS.items():
         _optional(cell, key, *types, where="cell")
+    for key, values in JSON_CELL_SETTINGS.items():
+        if _optional(cell, key, str, where="cell") not in (None, *values):
+            raise BadResult(f"cell.{key} is {cell[key]!r}, not one of {', '.join(values)}")
 
     for key in ("node", "job_id", "executor"):
         _optional(result, key, str)

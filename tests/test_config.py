@@ -110,3 +110,26 @@ def test_accuracy_mode_is_part_of_a_cells_id_only_in_that_mode():
         cell("mode=accuracy", "target_accuracy=2")
     with pytest.raises(CellError, match="mode"):
         cell("mode=fastest")
+
+
+def test_input_is_part_of_a_cells_id_only_when_it_is_pipeline():
+    """input=memory (the default) hashes what a cell hashed before the setting existed, so every
+    existing id is unchanged; input=pipeline makes another cell; a dataset without per-step reading
+    (synthetic, mnist ...) or accuracy mode is refused with input=pipeline, naming the way out."""
+    from orchestrator.cell import THROUGHPUT_SETTINGS
+
+    before = cell("model=alexnet", "dataset=imagenet")
+    memory = cell("model=alexnet", "dataset=imagenet", "input=memory")
+    pipeline = cell("model=alexnet", "dataset=imagenet", "input=pipeline")
+    assert before.settings["input"] is None and memory.settings["input"] is None
+    assert before.id == memory.id == cell_id({k: before.settings[k] for k in THROUGHPUT_SETTINGS})
+    assert pipeline.settings["input"] == "pipeline" and pipeline.id != memory.id
+    assert cell("model=lenet").id == cell_id({k: cell("model=lenet").settings[k] for k in THROUGHPUT_SETTINGS})
+    with pytest.raises(CellError, match="dataset=synthetic is random tensors.*use dataset=imagenet"):
+        cell("model=alexnet", "input=pipeline")
+    with pytest.raises(CellError, match="dataset=mnist is read whole into memory"):
+        cell("model=lenet", "dataset=mnist", "input=pipeline")
+    with pytest.raises(CellError, match="mode=throughput"):
+        cell("model=alexnet", "dataset=imagenet", "input=pipeline", "mode=accuracy")
+    with pytest.raises(CellError, match="input"):
+        cell("model=alexnet", "dataset=imagenet", "input=disk")

@@ -216,3 +216,16 @@ def test_torch_and_tensorflow_run_imagenet_through_the_pipeline_end_to_end(tmp_p
     dry = orchestrator(["-m", "framework=torch", "model=alexnet", "dataset=imagenet", "batch_size=4", "threads=1",
                         "iterations=3", "warmup=1", "dry_run=true"], workdir)
     assert dry.returncode == 0 and "1 cells" in dry.stdout and "pipeline" not in dry.stdout, dry.stdout
+
+
+def test_a_result_file_records_input_and_one_with_a_bad_input_is_refused_naming_the_field(tmp_path):
+    from orchestrator.resultfile import BadResult, read_result
+    from result_factory import make_result
+
+    path = tmp_path / "result.json"
+    path.write_text(json.dumps(make_result(dataset="imagenet", input="pipeline")))
+    assert read_result(path)["cell"]["input"] == "pipeline"
+    for value, message in (("disk", "cell.input is 'disk', not one of memory, pipeline"), (3, "cell.input")):
+        path.write_text(json.dumps(make_result(input=value)))
+        with pytest.raises(BadResult, match=message):
+            read_result(path)
