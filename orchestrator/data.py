@@ -1,7 +1,8 @@
 """`orchestrator data`: put dataset files where the `dataset` configs look for them.
 
 No network is assumed (clusters' compute nodes rarely have one), so `generate` writes files in
-the datasets' real formats — MNIST's IDX files, CIFAR-10's binary batches — with generated
+the datasets' real formats — MNIST's IDX files, CIFAR-10's binary batches, an ILSVRC folder tree
+of JPEGs (`train/<wnid>/*.JPEG`, `val/<wnid>/*.JPEG`, written with Pillow) — with generated
 content, through the same writers the tests use. The trainers read them with their real
 readers. Throughput and memory do not depend on pixel values, but accuracy does: a site that
 wants accuracy puts the real files in the same place (`<data>/mnist`, `<data>/cifar10`).
@@ -18,7 +19,10 @@ import argparse
 import os
 from pathlib import Path
 
-GENERATORS = ("mnist", "cifar10")
+GENERATORS = ("mnist", "cifar10", "imagenet")
+#: imagenet: how many classes (wnid folders) the generated tree has, and its images' size.
+IMAGENET_CLASSES = 10
+IMAGENET_SIZE = "500x375"
 #: The share of each digit's images held out for testing, and the split's seed.
 DIGITS_TEST_FRACTION = 0.2
 DIGITS_SEED = 0
@@ -29,12 +33,17 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="orchestrator data", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="action", required=True)
-    gen = sub.add_parser("generate", help="write generated MNIST / CIFAR-10 files in their real formats")
+    gen = sub.add_parser("generate", help="write generated MNIST / CIFAR-10 files / an ILSVRC JPEG tree in "
+                                          "their real formats")
     gen.add_argument("datasets", nargs="+", choices=GENERATORS)
     gen.add_argument("--dir", default=os.environ.get("ORCHESTRATOR_DATA", "data"),
                      help="the data root (config paths.data; default: $ORCHESTRATOR_DATA or ./data)")
     gen.add_argument("-n", "--images", type=int, default=2048, help="images per dataset (default 2048)")
     gen.add_argument("--seed", type=int, default=0)
+    gen.add_argument("--classes", type=int, default=IMAGENET_CLASSES,
+                     help=f"imagenet: class folders (default {IMAGENET_CLASSES})")
+    gen.add_argument("--size", default=IMAGENET_SIZE,
+                     help=f"imagenet: the JPEGs' WIDTHxHEIGHT (default {IMAGENET_SIZE}, about ImageNet's mean)")
     dig = sub.add_parser("digits", help="write scikit-learn's real handwritten digits (train/test split, "
                                         "28x28) as MNIST IDX files")
     dig.add_argument("--dir", default=os.environ.get("ORCHESTRATOR_DATA", "data"),
@@ -52,6 +61,9 @@ def main(argv: list[str]) -> int:
     writers = {"mnist": data.write_mnist, "cifar10": data.write_cifar10}
     test_writers = {"mnist": data.write_mnist_test, "cifar10": data.write_cifar10_test}
     for name in args.datasets:
+        if name == "imagenet":
+            write_imagenet(Path(args.dir) / name, args.images, args.classes, args.size, args.seed)
+            continue
         target = Path(args.dir) / name
         writers[name](str(target), args.images, args.seed)
         test = max(1, args.images // 5)
@@ -59,6 +71,23 @@ def main(argv: list[str]) -> int:
         print(f"wrote {args.images} generated {name} images (and a test split of {test}) in its file format "
               f"to {target}; accuracy on them means nothing ({target / data.GENERATED})")
     return 0
+
+
+def write_imagenet(target: Path, images: int, classes: int, size: str, seed: int) -> None:
+    """`images` training JPEGs over `classes` wnid folders (and a fifth as many in val/), at `size`."""
+    from trainers.common import imagenet
+
+    width, sep, height = size.partition("x")
+    if not (sep and width.isdigit() and height.isdigit() and int(width) > 0 and int(height) > 0):
+        raise SystemExit(f"orchestrator data generate: --size {size!r} is not WIDTHxHEIGHT; use e.g. --size 500x375")
+    if not 1 <= classes <= imagenet.CLASSES:
+        raise SystemExit(f"orchestrator data generate: --classes {classes} is not 1..{imagenet.CLASSES}")
+    per_class = max(1, images // classes)
+    val = max(1, per_class // 5)
+    count = imagenet.write_imagenet(str(target), classes, per_class, val, (int(width), int(height)), seed)
+    print(f"wrote {count} generated JPEGs ({classes} classes x {per_class} in train/<wnid>/, x {val} in "
+          f"val/<wnid>/, {size}) in the ILSVRC layout to {target}; accuracy on them means nothing "
+          f"({target / imagenet.GENERATED})")
 
 
 def digits_split(seed: int = DIGITS_SEED) -> dict[str, tuple]:
