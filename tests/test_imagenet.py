@@ -229,3 +229,13 @@ def test_a_result_file_records_input_and_one_with_a_bad_input_is_refused_naming_
         path.write_text(json.dumps(make_result(input=value)))
         with pytest.raises(BadResult, match=message):
             read_result(path)
+
+
+def test_caffe_on_several_gpus_refuses_the_pipeline_naming_the_way_out():
+    """Caffe's several-GPU runs hand the `caffe train` tool a file of batches made before it starts."""
+    from trainers.caffe import multigpu
+    from trainers.common.errors import Unsupported
+    from trainers.common.protocol import Config
+
+    with pytest.raises(Unsupported, match="use --input memory, or --gpus 1"):
+        multigpu.preflight(Config(input="pipeline", gpus=2, warmup=1))

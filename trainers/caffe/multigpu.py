@@ -54,6 +54,10 @@ def caffe_binary():
 
 
 def preflight(cfg):
+    if getattr(cfg, "input", "memory") == "pipeline":
+        raise Unsupported("--gpus %d trains with the `caffe train` tool on batches written to a file "
+                          "before it starts, so no step can take its batch from the loader: use "
+                          "--input memory, or --gpus 1 for --input pipeline" % cfg.gpus)
     if caffe_binary() is None:
         raise Unsupported("--gpus %d runs the `caffe train` tool, which is not on PATH (set "
                           "%s to it)" % (cfg.gpus, CAFFE_BIN_ENV))
