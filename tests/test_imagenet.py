@@ -239,3 +239,25 @@ def test_caffe_on_several_gpus_refuses_the_pipeline_naming_the_way_out():
 
     with pytest.raises(Unsupported, match="use --input memory, or --gpus 1"):
         multigpu.preflight(Config(input="pipeline", gpus=2, warmup=1))
+
+
+@pytest.fixture(scope="module")
+def small_tree(tmp_path_factory):
+    root = tmp_path_factory.mktemp("imagenet")
+    imagenet.write_imagenet(str(root), classes=3, per_class=4, val_per_class=1, size=(320, 240))
+    return root
+
+
+def test_every_framework_takes_its_imagenet_batches_from_the_shared_loader(framework, small_tree):
+    """Each framework (its own environment, Pillow in its recipe) through the one loader: AlexNet
+    where the framework declares it (numpy: LeNet at 224x224), input=pipeline, two workers."""
+    model = "alexnet" if framework.support.problem("fp32", 0, "alexnet") is None else "lenet"
+    proc, events = framework.run(["--model", model, "--dataset", "imagenet", "--data-dir", str(small_tree),
+                                  "--batch-size", "2", "--threads", "1", "--warmup", "1", "--iterations", "2",
+                                  "--input", "pipeline", "--loader-workers", "2"])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    start = events[0]
+    assert start["event"] == "run_start" and start["input"] == "pipeline" and start["loader_workers"] == 2
+    assert start["input_shape"] == [3, 224, 224] and start["classes"] == 1000 and start["train_images"] == 12
+    assert "means nothing" in start["data_generated"]
+    assert [e["event"] for e in events].count("step") == 3 and events[-1]["event"] == "run_end"
