@@ -14,6 +14,9 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig
 
+from orchestrator.expand import share_loaded_configs
+
+share_loaded_configs()  # before Hydra's first composition: every one then reads each file once
 CONF = str(Path(__file__).resolve().parent.parent / "conf")
 
 

@@ -10,7 +10,7 @@ is a plain value Hydra applies to the composed config afterwards, in order. So:
 
 - the group overrides of a list are its *composition key*: each key is composed once, through
   Hydra's own `load_sweep_config` (a wrong name fails there, with Hydra's list of choices), and
-  resolved once; the compositions share one cache of loaded YAML files (`_sharing_loader`);
+  resolved once; every composition shares one cache of loaded YAML files (`share_loaded_configs`);
 - a cell whose value overrides touch keys that no interpolation of the config mentions gets
   that resolved config with its values set (Hydra's parsed, typed values: `seed=3` is 3,
   `threads=null` is None) — the fast path, a dict copy;
@@ -73,7 +73,6 @@ class Expander:
         from hydra.core.override_parser.overrides_parser import OverridesParser
 
         self.loader, self.master = config_loader, master_config
-        self.sharing = _sharing_loader(config_loader)
         self.parser = OverridesParser.create(config_loader=config_loader)
         self.composed: dict[tuple[str, ...], Composed] = {}
         self.lines: dict[str, Any] = {}  # override line -> Hydra's Override
@@ -132,8 +131,7 @@ class Expander:
     def _compose(self, key: list[str]) -> Composed:
         from hydra.core.hydra_config import HydraConfig
 
-        searchpath = any(line.lstrip("+~").startswith("hydra.searchpath") for line in key)
-        cfg = (self.loader if searchpath else self.sharing).load_sweep_config(self.master, key)
+        cfg = self.loader.load_sweep_config(self.master, key)
         app = OmegaConf.masked_copy(cfg, [k for k in cfg if k != "hydra"])
         texts = "\n".join(_interpolations(OmegaConf.to_container(app, resolve=False)))
         resolved = None
@@ -193,25 +191,29 @@ class Expander:
             return Expanded(overrides, None, config=cfg, error=str(exc))
 
 
-def _sharing_loader(loader: Any) -> Any:
-    """A copy of Hydra's config loader whose compositions share one cache of the YAML files they
-    load (Hydra makes a new cache per composition, so each reads and parses every file again:
-    more than half of a composition's time). A file's loaded config is never changed by a
-    composition (Hydra merges copies), so sharing it changes nothing but the time; a key that
-    changes the search path itself (hydra.searchpath=...) is composed by Hydra's own loader."""
-    from hydra._internal.config_repository import CachingConfigRepository
-    from hydra.core.override_parser.overrides_parser import OverridesParser
+def share_loaded_configs() -> None:
+    """One cache of loaded YAML files for every composition in this process: Hydra's own two of
+    the primary config (its mode, then the sweep's) and each of the expander's. Hydra makes a new
+    cache per composition, so each reads and parses every file again: more than half of a
+    composition's time. A file's loaded config is never changed by a composition (Hydra merges
+    copies), so sharing it changes nothing but the time. Keyed by the search path's sources too,
+    so a composition that changes it (hydra.searchpath=...) reads its own files. Hydra 1.3.2's
+    ConfigRepository.load_config, wrapped once (pyproject pins Hydra)."""
+    from hydra._internal.config_repository import ConfigRepository
 
-    sharing = copy.copy(loader)
-    repository = CachingConfigRepository(loader.repository)
+    load = ConfigRepository.load_config
+    if getattr(load, "shared", False):
+        return
+    loaded: dict[tuple[Any, ...], Any] = {}
 
-    def parse_overrides_and_share_the_cache(config_name: Optional[str], overrides: list[str]) -> tuple[list[Any], Any]:
-        parsed = OverridesParser.create().parse_overrides(overrides=overrides)
-        sharing._process_config_searchpath(config_name, parsed, repository)
-        return parsed, repository
+    def load_config(self: Any, config_path: str) -> Any:
+        key = (tuple((type(s).__name__, s.provider, s.path) for s in self.sources), config_path)
+        if key not in loaded:
+            loaded[key] = load(self, config_path)
+        return loaded[key]
 
-    sharing._parse_overrides_and_create_caching_repo = parse_overrides_and_share_the_cache
-    return sharing
+    load_config.shared = True  # type: ignore[attr-defined]
+    ConfigRepository.load_config = load_config  # type: ignore[method-assign]
 
 
 def _interpolations(node: Any) -> Iterator[str]:
