@@ -236,7 +236,7 @@ def test_a_database_of_the_release_before_gains_its_columns(tmp_path):
 
 
 def _open_in_process(url, start, queue):
-    start.wait(timeout=30)
+    start.wait(timeout=120)  # generous: spawning and importing on a loaded 2-core CI machine
     db.open_db(url)
     queue.put("ok")
 
@@ -251,7 +251,7 @@ def test_two_processes_upgrading_an_old_database_at_once(tmp_path):
     for p in procs:
         p.start()
     try:
-        assert [queue.get(timeout=60) for _ in procs] == ["ok", "ok"]
+        assert [queue.get(timeout=180) for _ in procs] == ["ok", "ok"]
     finally:
         for p in procs:
             p.join(timeout=10)
