@@ -36,7 +36,7 @@ def write_tree(root: Path, images: int, size: tuple[int, int], seed: int = 0) ->
     for k in range(images):
         folder = root / "train" / ("n%08d" % (k % 10))
         folder.mkdir(parents=True, exist_ok=True)
-        pixels = ramp * rng.randint(64, 256, size=3) + rng.normal(0, 12, size=(height, width, 3))
+        pixels = ramp * rng.randint(64, 256, size=3) + rng.normal(0, 25, size=(height, width, 3))
         Image.fromarray(pixels.clip(0, 255).astype(np.uint8)).save(str(folder / ("%d.JPEG" % k)), quality=90)
 
 
