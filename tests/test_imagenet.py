@@ -261,3 +261,31 @@ def test_every_framework_takes_its_imagenet_batches_from_the_shared_loader(frame
     assert start["input_shape"] == [3, 224, 224] and start["classes"] == 1000 and start["train_images"] == 12
     assert "means nothing" in start["data_generated"]
     assert [e["event"] for e in events].count("step") == 3 and events[-1]["event"] == "run_end"
+
+
+def test_rerun_where_input_picks_the_pipeline_cells(tmp_path):
+    """`input` has no column of `cells` (it is in their settings JSON): `rerun --where input=pipeline`
+    still picks by it."""
+    from orchestrator import db, rerun
+    from orchestrator.cell import cell_id
+    from result_factory import make_settings
+
+    Session = db.open_db("sqlite:///%s" % (tmp_path / "results.db"))
+    ids = {}
+    with Session.begin() as s:
+        s.add(db.Sweep(id="s", created_at=1.0, argv=[], overrides=[], n_cells=2))
+        for value in (None, "pipeline"):
+            settings = make_settings(model="alexnet", dataset="imagenet", input=value)
+            ids[value] = cid = cell_id(settings)
+            s.add(db.Cell(id=cid, settings=settings, created_at=1.0,
+                          **{k: v for k, v in settings.items() if k != "input"}))
+            s.flush()
+            s.add(db.SweepCell(sweep_id="s", cell_id=cid, config={"hardware": {"name": "local"}}))
+            run = db.Run(uid="s:%s:0:1" % cid, sweep_id="s", cell_id=cid, repeat=0, attempt=1, state="pending")
+            s.add(run)
+            for state in ("submitted", "running", "failed"):
+                run.state = state
+    with Session() as s:
+        picks, problems = rerun.pick(s, where={"input": ["pipeline"]})
+        assert [p.last.cell_id for p in picks] == [ids["pipeline"]] and not problems
+        assert {p.last.cell_id for p in rerun.pick(s)[0]} == set(ids.values())
