@@ -289,3 +289,13 @@ def test_rerun_where_input_picks_the_pipeline_cells(tmp_path):
         picks, problems = rerun.pick(s, where={"input": ["pipeline"]})
         assert [p.last.cell_id for p in picks] == [ids["pipeline"]] and not problems
         assert {p.last.cell_id for p in rerun.pick(s)[0]} == set(ids.values())
+
+
+def test_accuracy_mode_reads_the_tree_training_on_train_and_evaluating_on_val(framework_run, small_tree):
+    proc, events = framework_run("torch", ["--model", "alexnet", "--dataset", "imagenet", "--data-dir", str(small_tree),
+                                           "--batch-size", "4", "--threads", "1", "--mode", "accuracy", "--epochs", "1"])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert (events[0]["train_images"], events[0]["test_images"]) == (12, 3)
+    assert "means nothing" in events[0]["data_generated"]
+    [epoch] = [e for e in events if e["event"] == "epoch"]
+    assert epoch["steps"] == 3 and 0 <= epoch["top1"] <= 1 and 0 <= epoch["top5"] <= 1  # 1000 classes: top-5 too
