@@ -53,14 +53,6 @@ WAY_OUT = {
 }
 
 
-def stored_setting(row: Any, key: str) -> Any:
-    """A setting of a `cells` row (db.Cell): its column, or for a setting that has none (`input`,
-    kept in the row's `settings` JSON, as db.Cell keeps settings added later) the JSON's value."""
-    if key in row.__table__.c:
-        return getattr(row, key)
-    return (row.settings or {}).get(key)
-
-
 class CellError(ValueError):
     """A grid point that cannot be a cell (bad value, or no hardware can place it)."""
 

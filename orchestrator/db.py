@@ -63,7 +63,7 @@ log = logging.getLogger(__name__)
 
 #: The Alembic revision the tables and views below are: the head of orchestrator/migrations/versions
 #: (test_db checks). A change to a table or a view is a new revision, and this becomes its id.
-SCHEMA_VERSION = "0009"
+SCHEMA_VERSION = "0010"
 #: How much of an SQLite file reads map into memory (_sqlite_pragmas).
 MMAP_BYTES = 1 << 30
 
@@ -163,6 +163,9 @@ class Cell(Base):
     mode: Mapped[Optional[str]] = mapped_column(String, nullable=True)
     epochs: Mapped[Optional[int]] = mapped_column(Integer, nullable=True)
     target_accuracy: Mapped[Optional[float]] = mapped_column(Float, nullable=True)
+    #: How the timed steps take their batches (migration 0010): null for memory (the default, and
+    #: every cell made before the setting), `pipeline` where each step reads from the ImageNet loader
+    input: Mapped[Optional[str]] = mapped_column(String, nullable=True)
     #: The whole resolved settings dict, so settings added later are kept before they get a column.
     settings: Mapped[dict[str, Any]] = mapped_column(JSON)
     created_at: Mapped[float] = mapped_column(Float)
@@ -330,7 +333,7 @@ _RESULTS_HEAD = {
     "run": Run.uid, "sweep": Run.sweep_id, "cell": Run.cell_id, "repeat": Run.repeat, "attempt": Run.attempt,
     "state": Run.state, "framework": Cell.framework, "model": Cell.model, "dataset": Cell.dataset,
     "hardware": Cell.hardware, "gpus": Cell.gpus, "threads": Cell.threads, "batch_size": Cell.batch_size,
-    "precision": Cell.precision, "params": Run.params,
+    "precision": Cell.precision, "input": Cell.input, "params": Run.params,
 }
 #: ... and these after them.
 _RESULTS_TAIL = {

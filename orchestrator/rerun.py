@@ -20,7 +20,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, aliased
 
 from orchestrator import db, runstate
-from orchestrator.cell import Cell, stored_setting
+from orchestrator.cell import Cell
 from orchestrator.launch import Options, SubmitReport, mark_new_runs, new_run, submit_runs
 
 
@@ -47,7 +47,7 @@ def pick(session: Session, sweep_id: Optional[str] = None, classes: Optional[lis
         if classes and (last.error_class or last.state) not in classes:
             continue
         cell_row = session.get(db.Cell, last.cell_id)
-        if where and not all(str(stored_setting(cell_row, k)) in {str(v) for v in vs} for k, vs in where.items()):
+        if where and not all(str(getattr(cell_row, k, None)) in {str(v) for v in vs} for k, vs in where.items()):
             continue
         link = session.get(db.SweepCell, (last.sweep_id, last.cell_id))
         if link is None or not link.config:

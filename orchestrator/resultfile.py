@@ -37,10 +37,10 @@ CELL_COLUMNS: dict[str, tuple[type, ...]] = {
 #: ... and those a result file may leave out (accuracy mode's, which older cells lack).
 OPTIONAL_CELL_COLUMNS: dict[str, tuple[type, ...]] = {
     "mode": (str, type(None)), "epochs": (int, type(None)), "target_accuracy": (int, float, type(None)),
+    "input": (str, type(None)),
 }
-#: Settings a result file records in its cell (None where the cell has the default) that have no column
-#: of `cells` yet: they are kept in its `settings` JSON. `input`: memory (None) or pipeline.
-JSON_CELL_SETTINGS: dict[str, tuple[str, ...]] = {"input": ("memory", "pipeline")}
+#: ... of which these take only these words (where not None). `input`: memory (None) or pipeline.
+CELL_WORDS: dict[str, tuple[str, ...]] = {"input": ("memory", "pipeline")}
 
 
 class BadResult(ValueError):
@@ -133,8 +133,8 @@ def check_result(result: Any) -> None:
         _need(cell, key, *types, where="cell")
     for key, types in OPTIONAL_CELL_COLUMNS.items():
         _optional(cell, key, *types, where="cell")
-    for key, values in JSON_CELL_SETTINGS.items():
-        if _optional(cell, key, str, where="cell") not in (None, *values):
+    for key, values in CELL_WORDS.items():
+        if cell.get(key) not in (None, *values):
             raise BadResult(f"cell.{key} is {cell[key]!r}, not one of {', '.join(values)}")
 
     for key in ("node", "job_id", "executor"):

@@ -354,7 +354,7 @@ def test_the_upgrade_to_0009_marks_the_highest_attempt_of_each_repeat_latest(tmp
     Session.kw["bind"].dispose()
     con = sqlite3.connect(path)  # back to 0008: no flag, the grouping's index
     con.executescript("DROP VIEW cell_summary; DROP VIEW results; DROP INDEX ix_runs_current; "
-                      "ALTER TABLE runs DROP COLUMN latest; "
+                      "ALTER TABLE runs DROP COLUMN latest; ALTER TABLE cells DROP COLUMN input; "
                       "CREATE INDEX ix_runs_latest ON runs (cell_id, repeat, attempt, sweep_id, state, "
                       "error_class, state_detail); UPDATE alembic_version SET version_num = '0008';")
     con.close()
@@ -364,3 +364,25 @@ def test_the_upgrade_to_0009_marks_the_highest_attempt_of_each_repeat_latest(tmp
         (0, 1, 0), (0, 2, 0), (0, 3, 1), (1, 1, 1), (2, 2, 1)]
     assert con.execute("select count(*) from metrics").fetchone() == (5,)
     assert con.execute("select n, images_per_sec_median from cell_summary").fetchall() == [(3, 200.0)]  # 300, 100, 200
+
+
+def test_the_upgrade_to_0010_copies_a_cells_input_from_its_settings(tmp_path):
+    """Cells recorded while `input` lived only in the settings JSON (0009) get it as a column,
+    which the results view shows; a cell without it stays null (memory)."""
+    path = tmp_path / "results.db"
+    Session = db.open_db(f"sqlite:///{path}")
+    with Session.begin() as session:
+        add_run(session, uid_suffix="0:1", model="alexnet")
+        add_run(session, uid_suffix="0:1", model="lenet")
+    Session.kw["bind"].dispose()
+    con = sqlite3.connect(path)  # back to 0009: input in the JSON only
+    con.executescript("DROP VIEW cell_summary; DROP VIEW results; ALTER TABLE cells DROP COLUMN input; "
+                      "UPDATE cells SET settings = json_set(settings, '$.input', 'pipeline') WHERE model = 'alexnet'; "
+                      "UPDATE alembic_version SET version_num = '0009';")
+    con.close()
+    db.open_db(f"sqlite:///{path}").kw["bind"].dispose()
+    con = sqlite3.connect(path)
+    assert con.execute("select model, input from cells order by model").fetchall() == [
+        ("alexnet", "pipeline"), ("lenet", None)]
+    assert con.execute("select model, input from results order by model").fetchall() == [
+        ("alexnet", "pipeline"), ("lenet", None)]

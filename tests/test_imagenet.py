@@ -202,10 +202,11 @@ def test_torch_and_tensorflow_run_imagenet_through_the_pipeline_end_to_end(tmp_p
     done = orchestrator(["-m", "framework=torch,tf", "model=alexnet", "dataset=imagenet", "input=pipeline",
                          "batch_size=4", "threads=1", "iterations=3", "warmup=1", "wait=true"], workdir, timeout=1200)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    found = rows(workdir, "select r.framework, r.state, r.images_per_sec, json_extract(c.settings, '$.input') "
-                          "from results r join cells c on c.id = r.cell order by r.framework")
+    found = rows(workdir, "select framework, state, images_per_sec, input from results order by framework")
     assert [(f, s, i) for f, s, _, i in found] == [("tensorflow", "done", "pipeline"), ("torch", "done", "pipeline")], found
     assert all(rate > 0 for _, _, rate, _ in found), found
+    listed = orchestrator(["results", "--where", "input=pipeline", "--csv"], workdir)
+    assert listed.returncode == 0 and len(listed.stdout.strip().splitlines()) == 3, listed.stdout + listed.stderr
     results = sorted((tmp_path / "runs").rglob("result.json"))
     assert len(results) == 2
     for path in results:
@@ -264,8 +265,7 @@ def test_every_framework_takes_its_imagenet_batches_from_the_shared_loader(frame
 
 
 def test_rerun_where_input_picks_the_pipeline_cells(tmp_path):
-    """`input` has no column of `cells` (it is in their settings JSON): `rerun --where input=pipeline`
-    still picks by it."""
+    """`rerun --where input=pipeline` picks by the cells' `input` column (null: memory)."""
     from orchestrator import db, rerun
     from orchestrator.cell import cell_id
     from result_factory import make_settings
@@ -277,8 +277,7 @@ def test_rerun_where_input_picks_the_pipeline_cells(tmp_path):
         for value in (None, "pipeline"):
             settings = make_settings(model="alexnet", dataset="imagenet", input=value)
             ids[value] = cid = cell_id(settings)
-            s.add(db.Cell(id=cid, settings=settings, created_at=1.0,
-                          **{k: v for k, v in settings.items() if k != "input"}))
+            s.add(db.Cell(id=cid, settings=settings, created_at=1.0, **settings))
             s.flush()
             s.add(db.SweepCell(sweep_id="s", cell_id=cid, config={"hardware": {"name": "local"}}))
             run = db.Run(uid="s:%s:0:1" % cid, sweep_id="s", cell_id=cid, repeat=0, attempt=1, state="pending")

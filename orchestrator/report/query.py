@@ -67,13 +67,9 @@ def sweeps(session: Session, sweep_ids: Sequence[str]) -> list[SweepInfo]:
 
 def cells(session: Session, sweep_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
     """cell id -> its settings (cell.SETTINGS), for every cell the sweeps named."""
-    stored = [key for key in SETTINGS if key in db.Cell.__table__.c]  # the others: `settings` JSON
-    out = {}
-    for row in session.execute(select(db.Cell.id, db.Cell.settings, *(getattr(db.Cell, k) for k in stored))
-                               .where(db.Cell.id.in_(_sweep_cells(sweep_ids)))):
-        settings = dict(zip(stored, row[2:]))
-        out[row[0]] = {key: settings[key] if key in settings else (row[1] or {}).get(key) for key in SETTINGS}
-    return out
+    columns = [getattr(db.Cell, key) for key in SETTINGS]
+    return {row[0]: dict(zip(SETTINGS, row[1:])) for row in session.execute(
+        select(db.Cell.id, *columns).where(db.Cell.id.in_(_sweep_cells(sweep_ids))))}
 
 
 def refusals(session: Session, sweep_ids: Sequence[str]) -> list[tuple[dict[str, Any], str]]:
