@@ -342,6 +342,27 @@ def test_a_page_of_results_is_the_views_first_rows(tmp_path):
         assert db.results_page({}, order, None) is None  # every row: the view
 
 
+#: What each revision since 0008 added, undone by hand (SQLite's DROP COLUMN), newest first:
+#: a database at an older revision made from today's, for testing the upgrade from it.
+UNDO = {
+    "0010": "ALTER TABLE cells DROP COLUMN input;",
+    "0009": "DROP INDEX ix_runs_current; ALTER TABLE runs DROP COLUMN latest; CREATE INDEX ix_runs_latest "
+            "ON runs (cell_id, repeat, attempt, sweep_id, state, error_class, state_detail);",
+}
+
+
+def upgraded_from(path, revision, then=""):
+    """The database at `path` taken back to `revision` (its views dropped, what later revisions
+    added undone, `then` run), then opened: upgraded to the head. A connection to it."""
+    undo = "".join(sql for rev, sql in UNDO.items() if rev > revision)
+    con = sqlite3.connect(path)
+    con.executescript(f"DROP VIEW cell_summary; DROP VIEW results; {undo} {then} "
+                      f"UPDATE alembic_version SET version_num = '{revision}';")
+    con.close()
+    db.open_db(f"sqlite:///{path}").kw["bind"].dispose()
+    return sqlite3.connect(path)
+
+
 def test_the_upgrade_to_0009_marks_the_highest_attempt_of_each_repeat_latest(tmp_path):
     """A database from before runs.latest (0008): the upgrade sets the flag by the rule
     db.mark_latest keeps, and leaves every row and metric as it was."""
@@ -352,14 +373,7 @@ def test_the_upgrade_to_0009_marks_the_highest_attempt_of_each_repeat_latest(tmp
             run = add_run(session, uid_suffix=f"{repeat}:{attempt}", metrics={"images_per_sec": 100.0 * attempt})
             run.repeat, run.attempt = repeat, attempt
     Session.kw["bind"].dispose()
-    con = sqlite3.connect(path)  # back to 0008: no flag, the grouping's index
-    con.executescript("DROP VIEW cell_summary; DROP VIEW results; DROP INDEX ix_runs_current; "
-                      "ALTER TABLE runs DROP COLUMN latest; ALTER TABLE cells DROP COLUMN input; "
-                      "CREATE INDEX ix_runs_latest ON runs (cell_id, repeat, attempt, sweep_id, state, "
-                      "error_class, state_detail); UPDATE alembic_version SET version_num = '0008';")
-    con.close()
-    db.open_db(f"sqlite:///{path}").kw["bind"].dispose()
-    con = sqlite3.connect(path)
+    con = upgraded_from(path, "0008")  # no flag, the grouping's index
     assert con.execute("select repeat, attempt, latest from runs order by repeat, attempt").fetchall() == [
         (0, 1, 0), (0, 2, 0), (0, 3, 1), (1, 1, 1), (2, 2, 1)]
     assert con.execute("select count(*) from metrics").fetchone() == (5,)
@@ -375,13 +389,9 @@ def test_the_upgrade_to_0010_copies_a_cells_input_from_its_settings(tmp_path):
         add_run(session, uid_suffix="0:1", model="alexnet")
         add_run(session, uid_suffix="0:1", model="lenet")
     Session.kw["bind"].dispose()
-    con = sqlite3.connect(path)  # back to 0009: input in the JSON only
-    con.executescript("DROP VIEW cell_summary; DROP VIEW results; ALTER TABLE cells DROP COLUMN input; "
-                      "UPDATE cells SET settings = json_set(settings, '$.input', 'pipeline') WHERE model = 'alexnet'; "
-                      "UPDATE alembic_version SET version_num = '0009';")
-    con.close()
-    db.open_db(f"sqlite:///{path}").kw["bind"].dispose()
-    con = sqlite3.connect(path)
+    con = upgraded_from(path, "0009",  # input in the JSON only
+                        then="UPDATE cells SET settings = json_set(settings, '$.input', 'pipeline') "
+                             "WHERE model = 'alexnet';")
     assert con.execute("select model, input from cells order by model").fetchall() == [
         ("alexnet", "pipeline"), ("lenet", None)]
     assert con.execute("select model, input from results order by model").fetchall() == [
