@@ -9,7 +9,11 @@ CVs and the ratio container ÷ venv (1.0 = no cost), and the images' build time 
 their manifests. Not a test: the figures go into README's "Containers".
 
     .venv/bin/python benchmarks/container_overhead.py [--frameworks torch,cntk] [--models lenet,resnet50]
-        [--pairs 3] [--iterations 100] [--threads 2] [--json out.json]
+        [--pairs 3] [--iterations 100] [--threads 2] [--together] [--json out.json]
+
+`--together` runs each pair's two at the same time, one on each CPU (swapped every other pair,
+`--threads 1`): a machine whose speed drifts within minutes (a shared VM) then slows both alike,
+and the pair's ratio keeps only what differs between them.
 """
 from __future__ import annotations
 
@@ -22,6 +26,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Optional
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -33,19 +38,30 @@ from orchestrator.runtime import REPO, ContainerRuntime, VenvRuntime  # noqa: E4
 MODELS = {"lenet": (64, 100, 10, "mnist"), "resnet50": (4, 10, 3, "imagenet")}
 
 
-def one_run(runtime, settings: dict, workdir: Path) -> float:
-    """One trainer run as a job runs it; its images/s."""
+def start_run(runtime, settings: dict, workdir: Path, cpu: Optional[int] = None) -> tuple:
+    """One trainer run as a job runs it, started (on CPU `cpu` alone, if given): what finish_run takes."""
     run_dir = workdir / f"run-{time.monotonic_ns()}"
     run_dir.mkdir()
     argv, env = runtime.command(trainer_args(settings, None), run_dir=str(run_dir))
     env = {**os.environ, **env}
-    events = run_dir.parent / f"{run_dir.name}.events"
-    with open(events, "wb") as out, open(run_dir.parent / f"{run_dir.name}.log", "wb") as err:
-        code = subprocess.run(argv, stdout=out, stderr=err, env=env, cwd=str(REPO), stdin=subprocess.DEVNULL).returncode
-    if code != 0:
-        raise SystemExit(f"{runtime.kind} {settings['model']} failed ({code}): "
-                         f"{(run_dir.parent / f'{run_dir.name}.log').read_text()[-2000:]}")
+    events, log = run_dir.parent / f"{run_dir.name}.events", run_dir.parent / f"{run_dir.name}.log"
+    with open(events, "wb") as out, open(log, "wb") as err:
+        proc = subprocess.Popen(argv, stdout=out, stderr=err, env=env, cwd=str(REPO), stdin=subprocess.DEVNULL,
+                                preexec_fn=None if cpu is None else lambda: os.sched_setaffinity(0, {cpu}))
+    return runtime, settings, proc, events, log
+
+
+def finish_run(started: tuple) -> float:
+    """The started run's images/s, once it ends."""
+    runtime, settings, proc, events, log = started
+    if proc.wait() != 0:
+        raise SystemExit(f"{runtime.kind} {settings['model']} failed ({proc.returncode}): {log.read_text()[-2000:]}")
     return metrics.compute(read_events(events)[0], [])["images_per_sec"]
+
+
+def one_run(runtime, settings: dict, workdir: Path) -> float:
+    """One trainer run as a job runs it; its images/s."""
+    return finish_run(start_run(runtime, settings, workdir))
 
 
 def main() -> int:
@@ -56,8 +72,11 @@ def main() -> int:
     ap.add_argument("--iterations", type=int, default=None, help="measured steps (default: per model)")
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--json", help="write every run's images/s and the summary here")
+    ap.add_argument("--together", action="store_true",
+                    help="run each pair's two at once, each on a CPU of its own (swapped every other pair), "
+                         "so that whatever else loads the machine loads both alike (needs 2 CPUs, --threads 1)")
     args = ap.parse_args()
-    report = {"threads": args.threads, "pairs": args.pairs, "cells": [], "images": {}}
+    report = {"threads": args.threads, "pairs": args.pairs, "together": args.together, "cells": [], "images": {}}
     with tempfile.TemporaryDirectory() as tmp:
         os.chmod(tmp, 0o755)  # a root job's trainer runs as nobody in its run directory
         for fw in args.frameworks.split(","):
@@ -74,10 +93,15 @@ def main() -> int:
                             "gpus": 0, "threads": args.threads, "precision": "fp32", "seed": 0}
                 rates: dict[str, list[float]] = {"container": [], "venv": []}
                 for i in range(args.pairs):
-                    for kind in (("container", "venv") if i % 2 == 0 else ("venv", "container")):
-                        rate = one_run(runtimes[kind], settings, Path(tmp))
-                        rates[kind].append(rate)
-                        print(f"{fw} {model} pair {i}: {kind:9s} {rate:10.2f} img/s", flush=True)
+                    order = ("container", "venv") if i % 2 == 0 else ("venv", "container")
+                    if args.together:  # order: which one takes CPU 0
+                        started = [start_run(runtimes[kind], settings, Path(tmp), cpu) for cpu, kind in enumerate(order)]
+                        done = dict(zip(order, (finish_run(run) for run in started)))
+                    else:
+                        done = {kind: one_run(runtimes[kind], settings, Path(tmp)) for kind in order}
+                    for kind in order:
+                        rates[kind].append(done[kind])
+                        print(f"{fw} {model} pair {i}: {kind:9s} {done[kind]:10.2f} img/s", flush=True)
                 med = {k: statistics.median(v) for k, v in rates.items()}
                 cv = {k: (statistics.stdev(v) / statistics.fmean(v) * 100 if len(v) > 1 else 0.0)
                       for k, v in rates.items()}
@@ -85,7 +109,8 @@ def main() -> int:
                         "ratio": med["container"] / med["venv"],
                         "pair_ratios": [c / v for c, v in zip(rates["container"], rates["venv"])]}
                 report["cells"].append(cell)
-    print(f"\n{args.threads} threads, {args.pairs} alternating pairs, load average {os.getloadavg()[0]:.1f}")
+    how = "simultaneous pairs, one CPU each, swapped" if args.together else "alternating pairs"
+    print(f"\n{args.threads} threads, {args.pairs} {how}, load average {os.getloadavg()[0]:.1f}")
     print(f"{'framework':10s} {'model':9s} {'container img/s':>16s} {'venv img/s':>12s} {'ratio':>7s}  pair ratios")
     for c in report["cells"]:
         print(f"{c['framework']:10s} {c['model']:9s} {c['median']['container']:10.2f} ({c['cv']['container']:3.1f}%)"
