@@ -7,6 +7,7 @@ DistributedDataParallel, one process per GPU (NCCL), which `trainers.common` lau
 reports. CPU replicas (trainers.common.support.CPU_REPLICAS_ENV) are the same processes
 over gloo.
 """
+import datetime
 import os
 import re
 
@@ -144,7 +145,15 @@ class TorchTrainer(Trainer):
 
     def teardown(self):
         if self.distributed and torch.distributed.is_initialized():
-            torch.distributed.destroy_process_group()
+            # CPU replicas (gloo): every rank past its last collective before any destroys the
+            # group. A rank that tears its connections down while another's gloo thread still
+            # exchanges the last step's gradients aborts that one ("terminate called without an
+            # active exception", seen once in CI). Bounded, so a rank whose peer failed still ends.
+            try:
+                if torch.distributed.get_backend() == "gloo":
+                    torch.distributed.monitored_barrier(timeout=datetime.timedelta(seconds=30))
+            finally:
+                torch.distributed.destroy_process_group()
 
 
 def _nccl_available():
