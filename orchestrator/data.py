@@ -75,7 +75,7 @@ def main(argv: list[str]) -> int:
 
 def write_imagenet(target: Path, images: int, classes: int, size: str, seed: int) -> None:
     """`images` training JPEGs over `classes` wnid folders (and a fifth as many in val/), at `size`."""
-    from trainers.common import imagenet
+    from trainers.common import data, imagenet
 
     width, sep, height = size.partition("x")
     if not (sep and width.isdigit() and height.isdigit() and int(width) > 0 and int(height) > 0):
@@ -87,7 +87,7 @@ def write_imagenet(target: Path, images: int, classes: int, size: str, seed: int
     count = imagenet.write_imagenet(str(target), classes, per_class, val, (int(width), int(height)), seed)
     print(f"wrote {count} generated JPEGs ({classes} classes x {per_class} in train/<wnid>/, x {val} in "
           f"val/<wnid>/, {size}) in the ILSVRC layout to {target}; accuracy on them means nothing "
-          f"({target / imagenet.GENERATED})")
+          f"({target / data.GENERATED})")
 
 
 def digits_split(seed: int = DIGITS_SEED) -> dict[str, tuple]:

@@ -28,7 +28,7 @@ import zlib
 import numpy as np
 
 from trainers.common.errors import DataError, Unsupported
-from trainers.common.inputs import DATASETS, resize_nearest
+from trainers.common.inputs import DATASETS, resize_nearest, to_float
 
 MNIST_IMAGES = "train-images-idx3-ubyte"
 MNIST_LABELS = "train-labels-idx1-ubyte"
@@ -75,7 +75,7 @@ class Dataset(object):
         images = self.images[indices]
         if size is not None:
             images = resize_nearest(images, size[0], size[1])
-        return images.astype(np.float32) / np.float32(255.0), self.labels[indices]
+        return to_float(images), self.labels[indices]
 
 
 # ---------------------------------------------------------------------------- readers
@@ -196,9 +196,10 @@ def generated_note(data_dir):
     return None
 
 
-def _mark_generated(data_dir):
+def mark_generated(data_dir, note=GENERATED_NOTE):
+    """The GENERATED marker (generated_note reads it) beside files a writer made up."""
     with open(os.path.join(data_dir, GENERATED), "w") as f:
-        f.write(GENERATED_NOTE + "\n")
+        f.write(note + "\n")
 
 
 def _find_mnist(data_dir, name, dataset="mnist"):
@@ -261,7 +262,7 @@ def write_mnist(data_dir, n=1000, seed=0, gz=False):
     images = rng.randint(0, 256, size=(n, 28, 28)).astype(np.uint8)
     labels = rng.randint(0, 10, size=n).astype(np.uint8)
     paths = write_idx(data_dir, images, labels, "train", gz)
-    _mark_generated(data_dir)
+    mark_generated(data_dir)
     return paths
 
 
@@ -270,7 +271,7 @@ def write_mnist_test(data_dir, n=200, seed=1):
     rng = np.random.RandomState(seed)
     paths = write_idx(data_dir, rng.randint(0, 256, size=(n, 28, 28)),
                       rng.randint(0, 10, size=n), "test")
-    _mark_generated(data_dir)
+    mark_generated(data_dir)
     return paths
 
 
@@ -283,7 +284,7 @@ def write_cifar10_test(data_dir, n=200, seed=1):
     path = os.path.join(data_dir, CIFAR10_TEST)
     with open(path, "wb") as f:
         f.write(records.tobytes())
-    _mark_generated(data_dir)
+    mark_generated(data_dir)
     return [path]
 
 
@@ -322,7 +323,7 @@ def write_cifar10(data_dir, n=1000, seed=0, files=1):
         paths.append(path)
     with open(os.path.join(data_dir, "batches.meta.txt"), "w") as f:
         f.write("airplane\nautomobile\nbird\ncat\ndeer\ndog\nfrog\nhorse\nship\ntruck\n")
-    _mark_generated(data_dir)
+    mark_generated(data_dir)
     return paths
 
 

@@ -46,6 +46,12 @@ def input_shape(model, like):
     return (channels, size, size)
 
 
+def to_float(images):
+    """A uint8 NCHW batch as the float32 [0, 1] every framework's `to_batch` takes (every
+    dataset's batches, ImageNet's loader's included, are converted here)."""
+    return images.astype(np.float32) / np.float32(255.0)
+
+
 def resize_nearest(images, height, width):
     """Nearest-neighbour resize of an NCHW array to height x width (any dtype).
 

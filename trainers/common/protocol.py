@@ -22,7 +22,7 @@ from trainers.common.errors import (EXIT_CODES, Diverged, InvalidArgument, Unsup
                                     classify)
 from trainers.common.events import Events
 from trainers.common.host import available_cpus
-from trainers.common.inputs import DATASETS, MODELS, input_shape
+from trainers.common.inputs import DATASETS, MODELS, input_shape, to_float
 from trainers.common.launch import launch, rank_from_env
 from trainers.common.pool import build_pool, pool_batches
 from trainers.common.scaling import SCALINGS, split_batch
@@ -299,7 +299,7 @@ def _train_imagenet(obj, cfg, events, set_up, steps, n_batches):
             pool = []
             for _ in range(n_batches):
                 images, labels = next(loader)
-                pool.append(to_batch(imagenet.to_float(images), labels))
+                pool.append(to_batch(to_float(images), labels))
             loader.close()
             more["pool_batches"] = len(pool)
             events.emit("run_start", _run_start(obj, cfg, info, more))
@@ -307,7 +307,7 @@ def _train_imagenet(obj, cfg, events, set_up, steps, n_batches):
         else:
             def step(i):
                 images, labels = next(loader)
-                return obj.step(to_batch(imagenet.to_float(images), labels))
+                return obj.step(to_batch(to_float(images), labels))
             events.emit("run_start", _run_start(obj, cfg, info, more))
             _steps(obj, cfg, events, steps, step)
     finally:
