@@ -160,10 +160,15 @@ def gpu_builds(recipe: Recipe) -> dict[str, GpuBuild]:
     return builds
 
 
+def canonical(name: str) -> str:
+    """A project name normalised as pip does (PEP 503): `Tensorflow_CPU` is `tensorflow-cpu`."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
 def requirement_name(line: str) -> str | None:
     """A requirement line's project name, normalised as pip does (None for an option line)."""
     found = _REQUIREMENT_NAME.match(line)
-    return re.sub(r"[-_.]+", "-", found.group(1)).lower() if found and not line.lstrip().startswith("-") else None
+    return canonical(found.group(1)) if found and not line.lstrip().startswith("-") else None
 
 
 class Definition:
@@ -223,7 +228,7 @@ class Definition:
     def requirement_lines(self) -> list[str]:
         """requirements.txt's entries, with this base's replacements (the GPU wheels)."""
         lines = _listed(self.recipe.requirements)  # as the recipe's list files
-        swaps = {re.sub(r"[-_.]+", "-", k).lower(): v for k, v in (self.gpu.requirements if self.gpu else {}).items()}
+        swaps = {canonical(k): v for k, v in (self.gpu.requirements if self.gpu else {}).items()}
         names = {requirement_name(line) for line in lines}
         unknown = sorted(set(swaps) - names)
         if unknown:
@@ -233,7 +238,7 @@ class Definition:
         out = []
         for line in lines:
             name = requirement_name(line)
-            replaced = swaps.get(name, line) if name in swaps else line
+            replaced = swaps.get(name, line)
             if replaced:
                 out.append(str(replaced))
         for line in out:
