@@ -1,8 +1,12 @@
 """The schema on real SQLite files: tables, pragmas, constraints, the views and the migrations
 (including an upgrade of a database made by the last release before migrations)."""
 import multiprocessing
+import queue as queue_module
+import re
 import shutil
 import sqlite3
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -171,9 +175,55 @@ def test_schema_version_is_the_head_revision_which_pins_the_views():
         f"views_sha256 = {migrations.views_sha256()!r}, and make it db.SCHEMA_VERSION")
 
 
+def built_by_the_revisions(path):
+    """A new database at `path` made the long way: every revision from nothing (open_db makes a
+    new one from db.py's tables at once)."""
+    engine = create_engine(f"sqlite:///{path}")
+    with engine.begin() as conn:
+        migrations.upgrade(conn)
+    engine.dispose()
+
+
+def sqlite_layout(path):
+    """A database's layout as SQLite reports it, not as its DDL is worded (create_all and
+    Alembic's batch mode word the same table differently): each table's columns (by name: a
+    revision's added column comes last, where create_all puts it in db.py's order), indexes,
+    foreign keys and CHECK constraints, each view's SQL, and the recorded revision."""
+    con = sqlite3.connect(path)
+    layout = {}
+    for kind, name, sql in con.execute("select type, name, sql from sqlite_master where name not like 'sqlite_%'"):
+        if kind == "view":
+            layout[name] = sql
+        elif kind == "table":
+            layout[name] = {
+                "columns": sorted(c[1:] for c in con.execute(f"pragma table_info({name})")),
+                "indexes": sorted((i[1], i[2], tuple(c[2] for c in con.execute(f"pragma index_info({i[1]})")))
+                                  for i in con.execute(f"pragma index_list({name})")),
+                "foreign keys": sorted(con.execute(f"pragma foreign_key_list({name})").fetchall()),
+                "checks": sorted(re.findall(r"CHECK \((.*?)\)(?:,|\n|$)", sql)),
+            }
+    layout["revision"] = con.execute("select version_num from alembic_version").fetchall()
+    con.close()
+    return layout
+
+
 def test_the_revisions_build_exactly_the_tables_db_py_defines(tmp_path):
-    db.open_db(f"sqlite:///{tmp_path / 'r.db'}")
+    built_by_the_revisions(tmp_path / "r.db")
     assert_tables_are_db_pys(tmp_path / "r.db")
+
+
+def test_a_new_database_is_made_at_once_as_the_revisions_build_it(tmp_path):
+    made, built = tmp_path / "made.db", tmp_path / "built.db"
+    # a new process, to see what it imports: making a new database needs no Alembic
+    done = subprocess.run([sys.executable, "-c", "import sys; from orchestrator import db; "
+                           f"db.open_db('sqlite:///{made}'); print(sorted(m for m in sys.modules if 'alembic' in m))"],
+                          capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]", done.stdout
+    built_by_the_revisions(built)
+    layout = sqlite_layout(made)
+    assert layout == sqlite_layout(built)
+    assert layout["revision"] == [(db.SCHEMA_VERSION,)] and layout["runs"]["checks"]  # ck_runs_state
+    assert_tables_are_db_pys(made)
 
 
 def test_a_database_made_by_the_last_release_is_upgraded_in_place(tmp_path, caplog):
@@ -236,9 +286,15 @@ def test_a_database_of_the_release_before_gains_its_columns(tmp_path):
 
 
 def _open_in_process(url, start, queue):
-    start.wait(timeout=120)  # generous: spawning and importing on a loaded 2-core CI machine
-    db.open_db(url)
-    queue.put("ok")
+    try:
+        start.wait(timeout=120)  # generous: spawning and importing on a loaded 2-core CI machine
+        t0 = time.monotonic()
+        db.open_db(url)
+        queue.put("ok")
+    except BaseException as exc:  # said to the test, which otherwise only sees a silence
+        queue.put(f"{type(exc).__name__}: {exc} (after {time.monotonic() - t0:.1f} s)"
+                  if "t0" in locals() else f"{type(exc).__name__} before opening: {exc}")
+        raise
 
 
 def test_two_processes_upgrading_an_old_database_at_once(tmp_path):
@@ -251,7 +307,13 @@ def test_two_processes_upgrading_an_old_database_at_once(tmp_path):
     for p in procs:
         p.start()
     try:
-        assert [queue.get(timeout=180) for _ in procs] == ["ok", "ok"]
+        said = []
+        for _ in procs:
+            try:
+                said.append(queue.get(timeout=180))
+            except queue_module.Empty:
+                said.append(f"nothing in 180 s (exit codes {[p.exitcode for p in procs]})")
+        assert said == ["ok", "ok"]
     finally:
         for p in procs:
             p.join(timeout=10)
