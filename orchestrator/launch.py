@@ -13,9 +13,9 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
-from sqlalchemy import insert, select
+from sqlalchemy import bindparam, insert, select, update
 from sqlalchemy.orm import Session
 
 from orchestrator import db, runstate
@@ -148,8 +148,7 @@ def _record_cells(session: Session, sweep_id: str, cells: list[Cell], known: set
                                            for cell in cells])
 
 
-def _plan_runs(session: Session, sweep_id: str, cell: Cell, opts: Options,
-               existing: list[db.Run]) -> tuple[list[db.Run], str]:
+def _plan_runs(sweep_id: str, cell: Cell, opts: Options, existing: list[db.Run]) -> tuple[list[db.Run], str]:
     """The runs this sweep adds for a cell (given the runs it has), or none and the reason it is skipped."""
     wanted, reasons = [], []
     for repeat in range(opts.repeats):
@@ -168,25 +167,53 @@ def _plan_runs(session: Session, sweep_id: str, cell: Cell, opts: Options,
         else:
             attempt = 1 + max((r.attempt for r in mine), default=0)
             wanted.append((repeat, attempt))
-    runs = [new_run(session, sweep_id, cell.id, repeat, attempt, opts) for repeat, attempt in wanted]
+    runs = [new_run(sweep_id, cell.id, repeat, attempt, opts) for repeat, attempt in wanted]
     return runs, "; ".join(reasons)
 
 
-def new_run(session: Session, sweep_id: str, cell_id: str, repeat: int, attempt: int, opts: Options) -> db.Run:
-    """Records one attempt at one repeat, pending, with its run directory (`<repeat>[.<attempt>]`)."""
+def new_run(sweep_id: str, cell_id: str, repeat: int, attempt: int, opts: Options) -> db.Run:
+    """One attempt at one repeat, pending, with its run directory (`<repeat>[.<attempt>]`): a row
+    for insert_runs to write (never added to a session, so that a sweep's thousands of runs cost
+    one INSERT, not the ORM's bookkeeping of each)."""
     name = str(repeat) if attempt == 1 else f"{repeat}.{attempt}"
-    run = db.Run(uid=run_uid(sweep_id, cell_id, repeat, attempt), sweep_id=sweep_id, cell_id=cell_id,
-                 repeat=repeat, attempt=attempt, state=runstate.PENDING, executor=opts.backend.name,
-                 run_dir=str(opts.runs / sweep_id / cell_id / name))
-    session.add(run)
-    return run
+    return db.Run(uid=run_uid(sweep_id, cell_id, repeat, attempt), sweep_id=sweep_id, cell_id=cell_id,
+                  repeat=repeat, attempt=attempt, state=runstate.PENDING, executor=opts.backend.name,
+                  run_dir=str(opts.runs / sweep_id / cell_id / name), latest=True)
 
 
-def mark_new_runs(session: Session, runs: list[db.Run]) -> None:
-    """Inserts the new runs (new_run's) and makes each the latest attempt of its repeat in the
-    same transaction (db.mark_latest): the attempts they follow stop being the current word."""
-    session.flush()
-    db.mark_latest(session.connection(), [(run.cell_id, run.repeat) for run in runs])
+#: The columns new_run sets (and rerun's submitted_at): what insert_runs writes of each run.
+_NEW_RUN_COLUMNS = ("uid", "sweep_id", "cell_id", "repeat", "attempt", "state", "executor", "run_dir",
+                    "submitted_at", "latest")
+
+
+def insert_runs(session: Session, runs: list[db.Run], earlier: Iterable[db.Run] | None = None) -> None:
+    """Inserts new runs (new_run's) in one executemany, in the session's transaction, and makes
+    each the latest attempt of its repeat (db.mark_latest): the attempts they follow stop being
+    the current word. `earlier`: every run the database has of these runs' cells (None: not
+    known, so every repeat is marked); a new run whose repeat has none there is its only
+    attempt, inserted latest already (a first submission's thousands need no UPDATE)."""
+    if not runs:
+        return
+    session.execute(insert(db.Run), [{k: getattr(run, k) for k in _NEW_RUN_COLUMNS} for run in runs])
+    keys = [(run.cell_id, run.repeat) for run in runs]
+    if earlier is not None:
+        had = {(run.cell_id, run.repeat) for run in earlier}
+        keys = [key for key in keys if key in had]
+    db.mark_latest(session.connection(), keys)
+
+
+def update_runs(session: Session, changes: Iterable[tuple[db.Run, dict[str, Any]]]) -> None:
+    """Sets columns of recorded runs (insert_runs' rows, held outside the session): each run's
+    values (the same columns for every run), on the objects too, for what reads them after.
+    One executemany by uid, in the session's transaction (the caller commits)."""
+    rows = []
+    for run, values in changes:
+        for key, value in values.items():
+            setattr(run, key, value)
+        rows.append({"b_uid": run.uid, **values})
+    if rows:
+        table = db.Run.__table__
+        session.execute(update(table).where(table.c.uid == bindparam("b_uid")), rows)
 
 
 def submit_sweep(cells: list[Cell], opts: Options, argv: list[str] | None = None,
@@ -210,16 +237,16 @@ def submit_sweep(cells: list[Cell], opts: Options, argv: list[str] | None = None
         for overrides, reason in report.refused:
             session.add(_refusal(report.sweep_id, overrides, reason, (refused_settings or {}).get(overrides)))
         planned = []
-        with session.no_autoflush:  # one flush at the commit, the rows inserted in bulk
-            known, existing = _known(session, cells)
-            _record_cells(session, report.sweep_id, cells, known)
-            for cell in cells:
-                runs, reason = _plan_runs(session, report.sweep_id, cell, opts, existing.get(cell.id, []))
-                if runs:
-                    planned.append((cell, runs))
-                else:
-                    report.skipped.append((cell, reason))
-        mark_new_runs(session, [run for _, runs in planned for run in runs])
+        known, existing = _known(session, cells)
+        _record_cells(session, report.sweep_id, cells, known)
+        for cell in cells:
+            runs, reason = _plan_runs(report.sweep_id, cell, opts, existing.get(cell.id, []))
+            if runs:
+                planned.append((cell, runs))
+            else:
+                report.skipped.append((cell, reason))
+        insert_runs(session, [run for _, runs in planned for run in runs],
+                    earlier=[run for runs in existing.values() for run in runs])
         session.commit()  # the sweep and its pending runs exist before anything is submitted
         submit_runs(session, report.sweep_id, planned, opts, report, foreground, progress)
     return report
@@ -277,6 +304,7 @@ def submit_runs(session: Session, sweep_id: str, planned: list[tuple[Cell, list[
     if foreground:
         for cell, runs in planned:
             _mark(session, runs, runstate.RUNNING, job_id=None)
+            session.commit()
             run_cell(job_spec(cell, sweep_id, runs, opts))
             report.submitted.append((cell, "foreground", len(runs)))
         return
@@ -292,17 +320,17 @@ def submit_runs(session: Session, sweep_id: str, planned: list[tuple[Cell, list[
             checked, reason = False, None
             report.notes.append(f"requests not checked against the cluster ({exc}); submitted as asked")
         if reason:
-            for cell, runs in group:
-                _mark(session, runs, runstate.FAILED, job_id=None, error=("unplaceable", reason))
-                report.refused.append((" ".join(cell.overrides), f"{cell.label}: {reason}"))
+            _mark(session, [run for _, runs in group for run in runs], runstate.FAILED, job_id=None,
+                  error=("unplaceable", reason))
+            session.commit()
+            report.refused += [(" ".join(cell.overrides), f"{cell.label}: {reason}") for cell, _ in group]
             continue
         batches += [(params, group[i:i + step]) for i in range(0, len(group), step)]
     executor = None
     for params, members in batches:
         name = f"orch-{sweep_id}-{secrets.token_hex(3)}"
-        for index, (cell, runs) in enumerate(members):
-            for run in runs:
-                run.state_detail = f"{SUBMITTING} {name}[{index}/{len(members)}]"
+        update_runs(session, [(run, {"state_detail": f"{SUBMITTING} {name}[{index}/{len(members)}]"})
+                              for index, (_, runs) in enumerate(members) for run in runs])
         session.commit()
         try:
             if executor is None:
@@ -310,14 +338,16 @@ def submit_runs(session: Session, sweep_id: str, planned: list[tuple[Cell, list[
             job_ids = opts.backend.submit(executor, run_cell, [job_spec(c, sweep_id, r, opts) for c, r in members],
                                           params, name)
         except Exception as exc:  # one group's submission failing never stops the sweep
-            for cell, runs in members:
-                _mark(session, runs, runstate.FAILED, job_id=None, error=("submit", f"{type(exc).__name__}: {exc}"))
-                report.failed.append((cell, str(exc)))
+            _mark(session, [run for _, runs in members for run in runs], runstate.FAILED, job_id=None,
+                  error=("submit", f"{type(exc).__name__}: {exc}"))
+            session.commit()
+            report.failed += [(cell, str(exc)) for cell, _ in members]
             continue
+        now = time.time()
+        update_runs(session, [(run, {"state": runstate.SUBMITTED, "job_id": job_id, "submitted_at": now,
+                                     "state_detail": None})
+                              for (_, runs), job_id in zip(members, job_ids) for run in runs])
         for (cell, runs), job_id in zip(members, job_ids):
-            for run in runs:
-                run.state, run.job_id, run.submitted_at = runstate.SUBMITTED, job_id, time.time()
-                run.state_detail = None
             report.submitted.append((cell, job_id, len(runs)))
             progress(f"submitted {cell.label} as job {job_id}")
         session.commit()
@@ -403,9 +433,8 @@ def _given_up(session: Session) -> dict[str, list[db.Run]]:
 
 def _mark(session: Session, runs: list[db.Run], state: str, job_id: str | None,
           error: tuple[str, str] | None = None) -> None:
-    now = time.time()
-    for run in runs:
-        run.state, run.job_id, run.submitted_at = state, job_id, now
-        if error:
-            run.error_class, run.error_message = error
-    session.commit()
+    """Puts recorded runs in `state` (with the failure class and message of `error`); the caller commits."""
+    values = {"state": state, "job_id": job_id, "submitted_at": time.time()}
+    if error:
+        values.update(error_class=error[0], error_message=error[1])
+    update_runs(session, [(run, values) for run in runs])

@@ -21,7 +21,7 @@ from sqlalchemy.orm import Session, aliased
 
 from orchestrator import db, runstate
 from orchestrator.cell import Cell
-from orchestrator.launch import Options, SubmitReport, mark_new_runs, new_run, submit_runs
+from orchestrator.launch import Options, SubmitReport, insert_runs, new_run, submit_runs
 
 
 @dataclass
@@ -75,11 +75,11 @@ def submit(session: Session, picks: list[Pick]) -> list[SubmitReport]:
         opts = Options.from_config(mine[0].cell.config)
         planned: dict[str, tuple[Cell, list[db.Run]]] = {}
         for p in mine:
-            run = new_run(session, sweep_id, p.cell.id, p.last.repeat, p.attempt, opts)
+            run = new_run(sweep_id, p.cell.id, p.last.repeat, p.attempt, opts)
             run.submitted_at = time.time()
             key = p.cell.id + repr(sorted(p.cell.config["hardware"].items()))
             planned.setdefault(key, (p.cell, []))[1].append(run)
-        mark_new_runs(session, [run for _, runs in planned.values() for run in runs])
+        insert_runs(session, [run for _, runs in planned.values() for run in runs])
         session.commit()
         submit_runs(session, sweep_id, list(planned.values()), opts, report)
         reports.append(report)
