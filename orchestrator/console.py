@@ -82,14 +82,27 @@ def print_left_out(cells: list) -> None:
                   f"({shown})")
 
 
+#: A submission report names at most this many cells of each kind (refused, skipped, not
+#: submitted), then counts the rest: a retyped sweep of 1,000 done cells is one summary, not
+#: 1,000 lines (which rich took 0.4 s to draw).
+SHOWN = 10
+#: What a skipped cell's reason starts with (launch._plan_runs), for the summary's counts.
+SKIP_KINDS = (("already done", "done"), ("in flight", "in flight"), ("interrupted submission", "interrupted"))
+
+
 def print_submit_report(report: "SubmitReport", opts: "Options") -> None:
     for note in report.notes:
         console.print(f"[yellow]note[/yellow] {note}")
-    print_refused(report.refused)
-    for cell, reason in report.skipped:
+    print_refused(report.refused[:SHOWN])
+    _print_more(len(report.refused), "refused", "dry_run=true lists every cell of the sweep and why")
+    for cell, reason in report.skipped[:SHOWN]:
         console.print(f"[yellow]skipped[/yellow] {cell.id} {cell.label}: {reason} (force=true runs it again)")
-    for cell, error in report.failed:
+    kinds = {label: sum(text in reason for _, reason in report.skipped) for text, label in SKIP_KINDS}
+    _print_more(len(report.skipped), "skipped", "force=true runs them again; "
+                + ", ".join(f"{n:,} {label}" for label, n in kinds.items() if n))
+    for cell, error in report.failed[:SHOWN]:
         console.print(f"[red]not submitted[/red] {cell.id} {cell.label}: {error}")
+    _print_more(len(report.failed), "not submitted", "the same way; orchestrator status --failed lists them")
     runs = sum(n for _, _, n in report.submitted)
     console.print(f"sweep [bold]{report.sweep_id}[/bold]: {len(report.submitted)} cells submitted "
                   f"({runs} runs) to {opts.cluster.get('executor', 'local')}, {len(report.skipped)} skipped, "
@@ -97,6 +110,12 @@ def print_submit_report(report: "SubmitReport", opts: "Options") -> None:
     if report.submitted and not opts.wait:
         console.print(f"follow it with: orchestrator status --sweep {report.sweep_id}; "
                       f"then: orchestrator collect && orchestrator results --sweep {report.sweep_id}")
+
+
+def _print_more(total: int, kind: str, hint: str) -> None:
+    """The cells of a kind beyond the SHOWN named, counted."""
+    if total > SHOWN:
+        console.print(f"... and {total - SHOWN:,} more {kind} ({total:,} in all: {hint})", markup=False)
 
 
 def follow(sweep_id: str, opts: "Options", poll_s: float = 2.0) -> dict[str, int]:
