@@ -54,7 +54,7 @@ SLURM_VERSION           = 22.05.8
 def fake_slurm(bin_dir: Path) -> tuple[dict[str, str], Path]:
     """PATH with a Slurm that answers at once: `sbatch` counts its calls (one line each in the
     returned file) and hands out job ids; `scontrol` describes the site above; `sacct`/`squeue`
-    list nothing (no earlier submission to adopt)."""
+    list nothing (no earlier submission to adopt); `srun` is there for submitit to find."""
     bin_dir.mkdir(parents=True, exist_ok=True)
     calls = bin_dir / "sbatch.calls"
     nodes = [NODE.format(name=f"cpu{i:03d}", cpus=48, mem=192000, gres="(null)", partition="cpu") for i in range(1, 65)]
@@ -68,6 +68,8 @@ def fake_slurm(bin_dir: Path) -> tuple[dict[str, str], Path]:
         "scontrol": (f'case "$*" in *partition*) cat {bin_dir}/partitions.txt;; *node*) cat {bin_dir}/nodes.txt;; '
                      f'*config*) cat {bin_dir}/config.txt;; esac\n'),
         "sacct": "exit 0\n", "squeue": "exit 0\n",
+        # submitit looks for `srun` before it submits (it runs inside the job, never here)
+        "srun": "echo 'srun: not on a fake cluster' >&2; exit 1\n",
     }
     for name, body in scripts.items():
         (bin_dir / name).write_text("#!/bin/sh\n" + body)
@@ -107,6 +109,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if "submit" in only:
             scale_read.warm_cache()
             env, calls = fake_slurm(work / "fake-slurm")
+            measure_submit(2, work / "submit-warm", env, calls)  # compiles what a sweep imports, untimed
+            shutil.rmtree(work / "submit-warm", ignore_errors=True)
             for n in (int(x) for x in args.submit.split(",") if x):
                 m = measure_submit(n, work / f"submit-{n}", env, calls)
                 how = "wall, new process, start → exit; fake sbatch"
