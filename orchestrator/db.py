@@ -185,7 +185,8 @@ class SweepCell(Base):
     sweep_id: Mapped[str] = mapped_column(ForeignKey("sweeps.id"), primary_key=True)
     cell_id: Mapped[str] = mapped_column(ForeignKey("cells.id"), primary_key=True)
     #: The cell's whole resolved config as this sweep composed it (paths, hardware, cluster):
-    #: what `orchestrator rerun` resubmits, with more time or memory if asked.
+    #: what `orchestrator rerun` resubmits, with more time or memory if asked. Null where the
+    #: sweep skipped the cell (done or in flight already): no run of this sweep needs it.
     config: Mapped[Optional[dict[str, Any]]] = mapped_column(JSON, nullable=True)
 
 

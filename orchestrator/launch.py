@@ -123,32 +123,43 @@ def job_spec(cell: Cell, sweep_id: str, runs: list[db.Run], opts: Options) -> Jo
 CHUNK = 900
 
 
-def _known(session: Session, cells: list[Cell]) -> tuple[set[str], dict[str, list[db.Run]]]:
-    """What the database already has of these cells: their ids, and every run of each — a few
-    queries for the whole sweep (what a retype decides to skip by), not two per cell."""
+#: What a retype decides by, of each run the database has of a sweep's cells (_plan_runs).
+_KNOWN_RUN_COLUMNS = ("uid", "cell_id", "repeat", "attempt", "state", "state_detail", "job_id")
+
+
+def _known(session: Session, cells: list[Cell]) -> tuple[set[str], dict[str, list[Any]]]:
+    """What the database already has of these cells: their ids, and every run of each (the
+    columns _plan_runs reads, as rows: not ORM objects, which a retype of 1,000 cells paid for)
+    — a few queries for the whole sweep, not two per cell."""
     ids = sorted({cell.id for cell in cells})
     known: set[str] = set()
-    runs: dict[str, list[db.Run]] = {}
+    runs: dict[str, list[Any]] = {}
+    table = db.Run.__table__
     for i in range(0, len(ids), CHUNK):
         chunk = ids[i:i + CHUNK]
         known.update(session.scalars(select(db.Cell.id).where(db.Cell.id.in_(chunk))))
-        for run in session.scalars(select(db.Run).where(db.Run.cell_id.in_(chunk))):
+        query = select(*(table.c[k] for k in _KNOWN_RUN_COLUMNS)).where(table.c.cell_id.in_(chunk))
+        for run in session.execute(query):
             runs.setdefault(run.cell_id, []).append(run)
     return known, runs
 
 
-def _record_cells(session: Session, sweep_id: str, cells: list[Cell], known: set[str]) -> None:
-    """The sweep's cells (the new ones) and its membership rows: two bulk INSERTs."""
+def _record_cells(session: Session, sweep_id: str, cells: list[Cell], known: set[str], planned: set[str]) -> None:
+    """The sweep's cells (the new ones) and its membership rows: two bulk INSERTs. A member's
+    resolved config (what `rerun` resubmits, and tracking's cluster) is kept where this sweep
+    runs it (`planned`): a skipped cell has no run here to need it (a retype of 1,000 done cells
+    wrote 1,000 configs for nothing)."""
     now = time.time()
     new = [{"id": cell.id, "settings": cell.settings, "created_at": now, **cell.settings}
            for cell in cells if cell.id not in known]
     if new:
-        session.execute(insert(db.Cell), new)
-    session.execute(insert(db.SweepCell), [{"sweep_id": sweep_id, "cell_id": cell.id, "config": cell.config}
-                                           for cell in cells])
+        session.execute(insert(db.Cell.__table__), new)
+    session.execute(insert(db.SweepCell.__table__), [
+        {"sweep_id": sweep_id, "cell_id": cell.id, "config": cell.config if cell.id in planned else None}
+        for cell in cells])
 
 
-def _plan_runs(sweep_id: str, cell: Cell, opts: Options, existing: list[db.Run]) -> tuple[list[db.Run], str]:
+def _plan_runs(sweep_id: str, cell: Cell, opts: Options, existing: list[Any]) -> tuple[list[db.Run], str]:
     """The runs this sweep adds for a cell (given the runs it has), or none and the reason it is skipped."""
     wanted, reasons = [], []
     for repeat in range(opts.repeats):
@@ -186,7 +197,7 @@ _NEW_RUN_COLUMNS = ("uid", "sweep_id", "cell_id", "repeat", "attempt", "state", 
                     "submitted_at", "latest")
 
 
-def insert_runs(session: Session, runs: list[db.Run], earlier: Iterable[db.Run] | None = None) -> None:
+def insert_runs(session: Session, runs: list[db.Run], earlier: Iterable[Any] | None = None) -> None:
     """Inserts new runs (new_run's) in one executemany, in the session's transaction, and makes
     each the latest attempt of its repeat (db.mark_latest): the attempts they follow stop being
     the current word. `earlier`: every run the database has of these runs' cells (None: not
@@ -194,7 +205,7 @@ def insert_runs(session: Session, runs: list[db.Run], earlier: Iterable[db.Run] 
     attempt, inserted latest already (a first submission's thousands need no UPDATE)."""
     if not runs:
         return
-    session.execute(insert(db.Run), [{k: getattr(run, k) for k in _NEW_RUN_COLUMNS} for run in runs])
+    session.execute(insert(db.Run.__table__), [{k: getattr(run, k) for k in _NEW_RUN_COLUMNS} for run in runs])
     keys = [(run.cell_id, run.repeat) for run in runs]
     if earlier is not None:
         had = {(run.cell_id, run.repeat) for run in earlier}
@@ -238,13 +249,13 @@ def submit_sweep(cells: list[Cell], opts: Options, argv: list[str] | None = None
             session.add(_refusal(report.sweep_id, overrides, reason, (refused_settings or {}).get(overrides)))
         planned = []
         known, existing = _known(session, cells)
-        _record_cells(session, report.sweep_id, cells, known)
         for cell in cells:
             runs, reason = _plan_runs(report.sweep_id, cell, opts, existing.get(cell.id, []))
             if runs:
                 planned.append((cell, runs))
             else:
                 report.skipped.append((cell, reason))
+        _record_cells(session, report.sweep_id, cells, known, {cell.id for cell, _ in planned})
         insert_runs(session, [run for _, runs in planned for run in runs],
                     earlier=[run for runs in existing.values() for run in runs])
         session.commit()  # the sweep and its pending runs exist before anything is submitted
