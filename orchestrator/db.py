@@ -187,7 +187,7 @@ class SweepCell(Base):
     #: The cell's whole resolved config as this sweep composed it (paths, hardware, cluster):
     #: what `orchestrator rerun` resubmits, with more time or memory if asked. Null where the
     #: sweep skipped the cell (done or in flight already): no run of this sweep needs it.
-    config: Mapped[Optional[dict[str, Any]]] = mapped_column(JSON, nullable=True)
+    config: Mapped[Optional[dict[str, Any]]] = mapped_column(JSON(none_as_null=True), nullable=True)
 
 
 class Run(Base):

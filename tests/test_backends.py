@@ -526,6 +526,28 @@ def test_a_cluster_that_cannot_be_asked_refuses_nothing_and_says_so_once(tmp_pat
     assert len(report.notes) == 1 and "not checked" in report.notes[0] and "scontrol" in report.notes[0]
 
 
+def test_a_retype_names_the_first_skipped_cells_counts_the_rest_and_keeps_no_config_for_them(tmp_path, capsys):
+    import sqlite3
+    from types import SimpleNamespace
+
+    from orchestrator import console
+
+    first, _, _ = launch(tmp_path, REAL, fitting=12, too_big=0)
+    again, report, runs = launch(tmp_path, REAL, fitting=12, too_big=0)
+    assert [n for _, n in first.calls] == [12] and again.calls == [] and len(runs) == 12
+    assert len(report.skipped) == 12 and all("in flight" in why for _, why in report.skipped)
+    console.print_submit_report(report, SimpleNamespace(cluster={"executor": "slurm"}, wait=False))
+    out = capsys.readouterr().out
+    assert sum(line.startswith("skipped ") for line in out.splitlines()) == console.SHOWN
+    assert "... and 2 more skipped (12 in all: force=true runs them again; 12 in flight)" in out
+    assert "0 cells submitted (0 runs) to slurm, 12 skipped" in out
+    con = sqlite3.connect(tmp_path / "results.db")
+    by_sweep = con.execute("select sweep_id, count(*), count(config) from sweep_cells group by sweep_id "
+                           "order by min(rowid)").fetchall()
+    assert [(n, kept) for _, n, kept in by_sweep] == [(12, 12), (12, 0)]  # the retype's skipped: none kept
+    con.close()
+
+
 def test_a_silent_scheduler_keeps_states_and_says_as_of_when(tmp_path, monkeypatch):
     """reconcile with a Slurm that cannot be asked (no sacct/squeue on PATH): nothing changes,
     and the report dates the states it keeps from the scheduler's last answer."""
