@@ -13,7 +13,9 @@ for the login node that launches and collects; jobs on compute nodes never open 
 
 Schema changes are Alembic revisions (orchestrator/migrations), applied by `open_db`: the
 database records its revision in `alembic_version`, and one older than `SCHEMA_VERSION` (or made
-before migrations existed) is upgraded in place, in one transaction that holds the write lock.
+before migrations existed) is upgraded in place, in one transaction that holds the write lock;
+a new, empty one is made at the head directly from the tables below (test_db checks the two
+ways give the same database).
 
 Two views, defined here as SQLAlchemy selects and rebuilt by every upgrade: `results`, one row
 per run with its metrics pivoted into columns (names and scales: metric_registry.py), and

@@ -3,7 +3,9 @@
 Nobody runs `alembic` by hand and no alembic.ini exists: `open_db` reads the revision the
 database records (Alembic's `alembic_version` table) and, when it is not `db.SCHEMA_VERSION`,
 calls `upgrade` on a connection that holds the database's write lock; Alembic then applies the
-revisions in versions/ (env.py is its environment). A database made before migrations existed
+revisions in versions/ (env.py is its environment). A new, empty database skips them: open_db
+makes it from db.py's tables and stamps the head (Alembic's recipe for a fresh database), which
+test_db checks against what these revisions build. A database made before migrations existed
 has tables but no version: the baseline revision (0001) brings it to the layout of the last
 release without migrations and keeps its rows.
 
