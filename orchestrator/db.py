@@ -7,7 +7,7 @@ the `sqlite3` shell, or attach to a notebook; any SQLAlchemy URL works for a sha
 
 Concurrency: a launcher and one or more collectors may work on the same SQLite file at once.
 Each connection switches the file to WAL journaling (readers never block the writer) and waits
-up to `BUSY_TIMEOUT_S` for the write lock instead of failing at once with "database is locked".
+up to `rows.BUSY_TIMEOUT_S` for the write lock instead of failing at once with "database is locked".
 WAL needs every process on one host (it shares memory through the `-shm` file), which holds
 for the login node that launches and collects; jobs on compute nodes never open the database.
 
@@ -27,7 +27,6 @@ filters and threshold.
 from __future__ import annotations
 
 import logging
-import os
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Optional, Sequence
 
@@ -64,20 +63,13 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, aliased, mapped_column, rela
 from sqlalchemy.sql import column, table
 
 from orchestrator import metric_registry, runstate
+# the schema's revision and the connection settings, kept where status reads them without SQLAlchemy
+from orchestrator.rows import SCHEMA_VERSION, sqlite_pragmas
 
 log = logging.getLogger(__name__)
 
-#: The Alembic revision the tables and views below are: the head of orchestrator/migrations/versions
-#: (test_db checks). A change to a table or a view is a new revision, and this becomes its id.
-SCHEMA_VERSION = "0010"
-#: How much of an SQLite file reads map into memory (_sqlite_pragmas).
-MMAP_BYTES = 1 << 30
-
 #: A cell whose repeats' coefficient of variation (std/mean of images/s) exceeds this is noisy.
 NOISY_CV = 0.05
-
-#: How long a SQLite connection waits for another writer before giving up.
-BUSY_TIMEOUT_S = 30.0
 
 
 class NoDatabase(RuntimeError):
@@ -513,11 +505,6 @@ def create_views(conn: Connection) -> None:
                              + view_sql(name, conn.dialect))
 
 
-def default_url() -> str:
-    """The database the orchestrator uses unless told otherwise (`ORCHESTRATOR_DB`)."""
-    return os.environ.get("ORCHESTRATOR_DB", "sqlite:///results.db")
-
-
 def sqlite_path(url: str) -> Optional[Path]:
     """The file behind a SQLite URL, or None for other databases and in-memory SQLite."""
     parsed = make_url(url)
@@ -575,7 +562,7 @@ def _upgrade(engine: Engine) -> Optional[str]:
     returns the revision it was at.
 
     On SQLite the upgrader first takes the write lock (BEGIN IMMEDIATE), so the other waits
-    (up to BUSY_TIMEOUT_S) and then finds the database at the head and does nothing; elsewhere
+    (up to rows.BUSY_TIMEOUT_S) and then finds the database at the head and does nothing; elsewhere
     the loser's "already exists" error is retried once.
     """
     if engine.dialect.name == "sqlite":
@@ -616,26 +603,5 @@ _ALEMBIC_VERSION = Table("alembic_version", MetaData(),
 
 
 def _sqlite_pragmas(dbapi_connection: Any, connection_record: Any) -> None:
-    """Per connection: WAL so readers and a writer overlap, and wait for the lock, not fail."""
-    cursor = dbapi_connection.cursor()
-    cursor.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
-    cursor.execute("PRAGMA journal_mode = WAL")
-    # In WAL mode NORMAL cannot corrupt the file; a commit lost to a power cut only leaves its
-    # run uncollected, and the next `collect` lands it again from its result.json.
-    cursor.execute("PRAGMA synchronous = NORMAL")
-    cursor.execute("PRAGMA foreign_keys = ON")
-    # Reads through memory-mapped pages instead of copies into SQLite's small page cache: a
-    # summary over 100,000 runs visits ~180 MB of pages (its query 2.4 s -> 1.7 s; README, "Scale").
-    # Address space only; the OS shares and evicts the pages; WAL keeps writers safe.
-    cursor.execute(f"PRAGMA mmap_size = {MMAP_BYTES}")
-    try:  # cell_summary needs sqrt(); SQLite builds without its math functions get Python's
-        cursor.execute("SELECT sqrt(4)")
-    except Exception:
-        dbapi_connection.create_function("sqrt", 1, _sqrt)
-    cursor.close()
-
-
-def _sqrt(x: Any) -> Optional[float]:
-    import math
-
-    return None if x is None or x < 0 else math.sqrt(x)
+    """Per connection: rows.sqlite_pragmas (WAL, the busy timeout, mmap, sqrt)."""
+    sqlite_pragmas(dbapi_connection)

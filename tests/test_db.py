@@ -16,7 +16,7 @@ from alembic.runtime.migration import MigrationContext
 from sqlalchemy import create_engine, inspect, select, text
 from sqlalchemy.exc import IntegrityError
 
-from orchestrator import db, migrations
+from orchestrator import db, migrations, rows
 from orchestrator.cell import cell_id as make_cell_id
 from orchestrator.db import Cell, Metric, Run, Sweep, SweepCell
 from result_factory import make_settings
@@ -126,9 +126,9 @@ def test_read_only_open_of_a_missing_file_creates_nothing(tmp_path):
 
 def test_default_url_follows_the_environment(monkeypatch):
     monkeypatch.delenv("ORCHESTRATOR_DB", raising=False)
-    assert db.default_url() == "sqlite:///results.db"
+    assert rows.default_url() == "sqlite:///results.db"
     monkeypatch.setenv("ORCHESTRATOR_DB", "sqlite:////tmp/x.db")
-    assert db.default_url() == "sqlite:////tmp/x.db"
+    assert rows.default_url() == "sqlite:////tmp/x.db"
 
 
 OLD_DB = Path(__file__).parent / "data" / "results-5f8e814.db"  # made by that release: data/results-5f8e814.py
@@ -172,7 +172,7 @@ def test_schema_version_is_the_head_revision_which_pins_the_views():
     assert db.SCHEMA_VERSION == scripts.get_current_head()
     assert scripts.get_revision(db.SCHEMA_VERSION).module.views_sha256 == migrations.views_sha256(), (
         "the views' definitions changed: add a revision under orchestrator/migrations/versions with "
-        f"views_sha256 = {migrations.views_sha256()!r}, and make it db.SCHEMA_VERSION")
+        f"views_sha256 = {migrations.views_sha256()!r}, and make it rows.SCHEMA_VERSION")
 
 
 def built_by_the_revisions(path):
