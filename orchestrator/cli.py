@@ -20,9 +20,11 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Optional, Sequence
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any, Iterator, Optional, Sequence
 
 from . import runstate
+from .rows import Rows, in_list
 
 if TYPE_CHECKING:  # imported by the commands that use them, when they run
     from rich.console import Console
@@ -162,12 +164,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # --help, or a usage error argparse has already printed
         return exc.code if isinstance(exc.code, int) else 2
-    # every command reads the database: only now its code is imported
-    from sqlalchemy.exc import ArgumentError, SQLAlchemyError
+    from .rows import default_url
 
-    from . import db
-
-    args.db = getattr(args, "db", None) or db.default_url()
+    args.db = getattr(args, "db", None) or default_url()
     args.runs = getattr(args, "runs", None) or default_runs()
     try:
         return args.func(args, _console())
@@ -178,16 +177,37 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return 1
     except ConfigError as exc:  # a recorded config `rerun` resubmits, refused by today's checks
         message = str(exc)
-    except db.NoDatabase as exc:
-        message = f"{exc}; {LAUNCH_HINT} (or point --db / ORCHESTRATOR_DB at an existing database)"
-    except db.SchemaError as exc:
-        message = str(exc)
-    except (ArgumentError, ImportError) as exc:
-        message = f"cannot use database URL {_shown(args.db)!r}: {exc}"
-    except SQLAlchemyError as exc:
-        message = f"database error ({_shown(args.db)}): {getattr(exc, 'orig', None) or exc}"
+    except Exception as exc:  # noqa: BLE001 - the database's errors; anything else is re-raised
+        said = _database_error(exc, args.db)
+        if said is None:
+            raise
+        message = said
     print(message, file=sys.stderr)
     return 1
+
+
+def _database_error(exc: Exception, url: str) -> Optional[str]:
+    """What to say of a database error (None: it is not one). SQLAlchemy's and db's errors are
+    looked for only where the command imported them (`status` on a current SQLite file reads it
+    with sqlite3 alone: orchestrator.rows)."""
+    import sqlite3
+
+    if "orchestrator.db" in sys.modules:
+        from sqlalchemy.exc import ArgumentError, SQLAlchemyError
+
+        from . import db
+
+        if isinstance(exc, db.NoDatabase):
+            return f"{exc}; {LAUNCH_HINT} (or point --db / ORCHESTRATOR_DB at an existing database)"
+        if isinstance(exc, db.SchemaError):
+            return str(exc)
+        if isinstance(exc, (ArgumentError, ImportError)):
+            return f"cannot use database URL {_shown(url)!r}: {exc}"
+        if isinstance(exc, SQLAlchemyError):
+            return f"database error ({_shown(url)}): {getattr(exc, 'orig', None) or exc}"
+    if isinstance(exc, sqlite3.Error):
+        return f"database error ({_shown(url)}): {exc}"
+    return None
 
 
 def _console() -> Console:
@@ -203,21 +223,18 @@ def _console() -> Console:
 # --- status -----------------------------------------------------------------------------------
 
 def cmd_status(args: argparse.Namespace, out: Console) -> int:
-    from . import db
-
     classes = [c.strip() for c in args.classes.split(",") if c.strip()] if args.classes else None
     if classes and not args.failed:
         raise CliError(f"--class picks what --failed lists: {PROG} status --failed --class {args.classes}")
-    Session = db.open_db(args.db, create=False)  # a read never creates a database
-    with Session() as session:
-        sweeps = _pick_sweeps(session, args.sweep)
-        _reconcile(session, sweeps[0].id if args.sweep else None, out)
+    with _reading(args.db) as rows:
+        sweeps = _pick_sweeps(rows, args.sweep)
+        _reconcile(rows, sweeps[0].id if args.sweep else None, out)
         ids = [s.id for s in sweeps] if args.sweep else None
         if args.failed:
-            return _list_failures(session, ids, classes)
-        counts = _latest_counts(session, ids)
-        _print_counts(session, sweeps, counts, out)
-        examples = (_latest_examples(session, ids)
+            return _list_failures(rows, ids, classes)
+        counts = _latest_counts(rows, ids)
+        _print_counts(rows, sweeps, counts, out)
+        examples = (_latest_examples(rows, ids)
                     if any(c.state in FAILURES + runstate.IN_FLIGHT for c in counts) else [])
         waiting: dict[tuple[str, str], int] = {}  # the scheduler's words for why queued runs wait
         for g in examples:
@@ -225,61 +242,73 @@ def cmd_status(args: argparse.Namespace, out: Console) -> int:
                 waiting[g.state, g.state_detail] = waiting.get((g.state, g.state_detail), 0) + g.n
         for (state, detail), n in sorted(waiting.items()):
             out.print(f"{n} {state}: {detail}", markup=False)
-        _print_failure_examples(session, sweeps, counts, examples)
+        _print_failure_examples(rows, sweeps, counts, examples)
     return 0
 
 
-def _latest_counts(session: Session, sweep_ids: Optional[list[str]]) -> list[Any]:
-    """How many latest attempts of their repeats (db.latest_runs) the sweeps (None: all) have,
-    per sweep, state and error class (`n`): one pass, from the index of migration 0005."""
-    from sqlalchemy import func, select
+@contextmanager
+def _reading(url: str) -> Iterator[Rows]:
+    """The database at `url`, for a command that reads it with SQL text (orchestrator.rows):
+    through sqlite3 alone when it is a SQLite file at the current revision (`status` without
+    SQLAlchemy's import), else through db.open_db, which upgrades an old one and explains a
+    missing or unusable one (a read never creates a database)."""
+    from .rows import connect
 
+    direct = connect(url)
+    if direct is not None:
+        with direct:
+            yield direct
+        return
     from . import db
 
-    latest = db.latest_runs()
-    group = (latest.c.sweep_id, latest.c.state, latest.c.error_class)
-    query = select(*group, func.count().label("n")).group_by(*group)
+    with db.open_db(url, create=False)() as session:
+        yield Rows.of(session)
+
+
+def _latest(sweep_ids: Optional[list[str]], *where: str) -> tuple[str, dict[str, Any]]:
+    """The WHERE clause over `runs` that picks latest attempts (runs.latest, migration 0009) of
+    the sweeps (None: all) and `where`; its parameters."""
+    clauses, params = ["runs.latest = :latest", *where], {"latest": True}
     if sweep_ids is not None:
-        query = query.where(latest.c.sweep_id.in_(sweep_ids))
-    return session.execute(query).all()
+        ids, more = in_list("sweep", sweep_ids)
+        clauses.append(f"runs.sweep_id IN {ids}")
+        params.update(more)
+    return " AND ".join(clauses), params
 
 
-def _latest_examples(session: Session, sweep_ids: Optional[list[str]]) -> list[Any]:
+def _latest_counts(rows: Rows, sweep_ids: Optional[list[str]]) -> list[Any]:
+    """How many latest attempts of their repeats the sweeps (None: all) have, per sweep, state
+    and error class (`n`): one pass, from the index of migration 0009 (ix_runs_current)."""
+    where, params = _latest(sweep_ids)
+    return rows.all(f"SELECT sweep_id, state, error_class, count(*) AS n FROM runs WHERE {where} "
+                    "GROUP BY sweep_id, state, error_class", params)
+
+
+def _latest_examples(rows: Rows, sweep_ids: Optional[list[str]]) -> list[Any]:
     """The latest attempts that are in flight or failed, in one pass that sorts only those: per
     sweep, state, error class and state detail, their count `n` and the ids of the first EXAMPLES
     (a row each, `rn` 1 to EXAMPLES)."""
-    from sqlalchemy import func, select
-
-    from . import db
-
-    latest = db.latest_runs()
-    group = (latest.c.sweep_id, latest.c.state, latest.c.error_class, latest.c.state_detail)
-    ranked = (select(latest.c.id, *group, func.count().over(partition_by=group).label("n"),
-                     func.row_number().over(partition_by=group, order_by=latest.c.id).label("rn"))
-              .where(latest.c.state.in_(FAILURES + runstate.IN_FLIGHT)))
-    if sweep_ids is not None:
-        ranked = ranked.where(latest.c.sweep_id.in_(sweep_ids))
-    ranked = ranked.subquery("ranked")
-    return session.execute(select(ranked).where(ranked.c.rn <= EXAMPLES)).all()
+    states, params = in_list("state", FAILURES + runstate.IN_FLIGHT)
+    where, more = _latest(sweep_ids, f"state IN {states}")
+    group = "sweep_id, state, error_class, state_detail"
+    return rows.all(f"SELECT * FROM (SELECT id, {group}, count(*) OVER (PARTITION BY {group}) AS n, "
+                    f"row_number() OVER (PARTITION BY {group} ORDER BY id) AS rn FROM runs WHERE {where}) "
+                    "AS ranked WHERE rn <= :examples", {**params, **more, "examples": EXAMPLES})
 
 
-def _print_counts(session: Session, sweeps: list[Any], counts: list[Any], out: Console) -> None:
+def _print_counts(rows: Rows, sweeps: list[Any], counts: list[Any], out: Console) -> None:
     """The table: per sweep, its cells and its runs by state (latest attempts), and earlier ones."""
     from rich.table import Table
-    from sqlalchemy import func, select
 
-    from . import db
-
-    ids = [s.id for s in sweeps]
     by_sweep: dict[str, dict[str, int]] = {}
     for c in counts:
         by_state = by_sweep.setdefault(c.sweep_id, {})
         by_state[c.state] = by_state.get(c.state, 0) + c.n
-    linked = dict(session.execute(
-        select(db.SweepCell.sweep_id, func.count()).where(db.SweepCell.sweep_id.in_(ids))
-        .group_by(db.SweepCell.sweep_id)).all())
-    all_runs = dict(session.execute(
-        select(db.Run.sweep_id, func.count()).where(db.Run.sweep_id.in_(ids)).group_by(db.Run.sweep_id)).all())
+    ids, params = in_list("sweep", [s.id for s in sweeps])
+    linked = {r.sweep_id: r.n for r in rows.rows(
+        f"SELECT sweep_id, count(*) AS n FROM sweep_cells WHERE sweep_id IN {ids} GROUP BY sweep_id", params)}
+    all_runs = {r.sweep_id: r.n for r in rows.rows(
+        f"SELECT sweep_id, count(*) AS n FROM runs WHERE sweep_id IN {ids} GROUP BY sweep_id", params)}
     states = [s for s in runstate.STATES if any(s in c for c in by_sweep.values())]
     table = Table(title="Runs by state (latest attempt of each repeat; retried: earlier attempts)",
                   title_justify="left")
@@ -294,11 +323,9 @@ def _print_counts(session: Session, sweeps: list[Any], counts: list[Any], out: C
     out.print(table)
 
 
-def _print_failure_examples(session: Session, sweeps: list[Any], counts: list[Any], examples: list[Any]) -> None:
+def _print_failure_examples(rows: Rows, sweeps: list[Any], counts: list[Any], examples: list[Any]) -> None:
     """Per sweep, newest first: its failed and lost runs by error class, the first EXAMPLES of
     each with its message and log; then how to list them all."""
-    from . import db
-
     totals: dict[tuple[str, str], int] = {}  # (sweep, class) -> failed or lost runs
     for c in counts:
         if c.state in FAILURES:
@@ -311,8 +338,9 @@ def _print_failure_examples(session: Session, sweeps: list[Any], counts: list[An
         if g.state in FAILURES:
             first.setdefault((g.sweep_id, g.error_class or NO_CLASS), []).append(g.id)
     first = {key: sorted(ids)[:EXAMPLES] for key, ids in first.items()}
-    runs = {r.id: r for r in _failure_rows(session, db.Run.__table__,
-                                           db.Run.id.in_(sorted(i for ids in first.values() for i in ids)))}
+    wanted = sorted(i for ids in first.values() for i in ids)
+    ids, params = in_list("run", wanted) if wanted else ("(NULL)", {})
+    runs = {r.id: r for r in _failure_rows(rows, f"runs.id IN {ids}", params)}
     for sweep in sweeps:
         classes = sorted((klass, n) for (s, klass), n in totals.items() if s == sweep.id)
         if not classes:
@@ -330,39 +358,32 @@ def _print_failure_examples(session: Session, sweeps: list[Any], counts: list[An
           f"as CSV: {PROG} results --state failed,lost --csv")
 
 
-def _list_failures(session: Session, sweep_ids: Optional[list[str]], classes: Optional[list[str]]) -> int:
+def _list_failures(rows: Rows, sweep_ids: Optional[list[str]], classes: Optional[list[str]]) -> int:
     """`status --failed`: every failed or lost run (latest attempts), streamed."""
-    from . import db
-
-    latest = db.latest_runs()
-    where = [latest.c.state.in_(FAILURES)]
-    if sweep_ids is not None:
-        where.append(latest.c.sweep_id.in_(sweep_ids))
+    states, params = in_list("state", FAILURES)
+    where = [f"runs.state IN {states}"]
     if classes:
-        where.append(latest.c.error_class.in_(classes))
+        names, more = in_list("class", classes)
+        where.append(f"runs.error_class IN {names}")
+        params.update(more)
+    latest, more = _latest(sweep_ids, *where)
     which = f" of class {', '.join(classes)}" if classes else ""
     print(f"Failed or lost runs{which} (latest attempts):")
     n = 0
-    for row in _failure_rows(session, latest, *where):
+    for row in _failure_rows(rows, latest, {**params, **more}):
         _print_failure(row, indent="  ")
         n += 1
     print(f"{n} run(s)")
     return 0
 
 
-def _failure_rows(session: Session, source: Any, *where: Any) -> Any:
-    """Failed runs of `source` (`runs`, or db.latest_runs()) with their cells' names, streamed."""
-    from sqlalchemy import select
-
-    from . import db
-
-    c = source.c
-    return session.execute(
-        select(c.id, c.sweep_id, c.uid, c.state, c.error_class, c.error_message, c.log_path,
-               db.Cell.framework, db.Cell.model, db.Cell.dataset)
-        .join(db.Cell, db.Cell.id == c.cell_id).where(*where)
-        .order_by(c.sweep_id, c.error_class, db.Cell.framework, db.Cell.model, db.Cell.dataset, c.uid),
-        execution_options={"yield_per": 500})
+def _failure_rows(rows: Rows, where: str, params: dict[str, Any]) -> Iterator[Any]:
+    """Failed runs (`where` over `runs`) with their cells' names, streamed."""
+    return rows.rows(
+        "SELECT runs.id, runs.sweep_id, runs.uid, runs.state, runs.error_class, runs.error_message, "
+        "runs.log_path, cells.framework, cells.model, cells.dataset "
+        f"FROM runs JOIN cells ON cells.id = runs.cell_id WHERE {where} "
+        "ORDER BY runs.sweep_id, runs.error_class, cells.framework, cells.model, cells.dataset, runs.uid", params)
 
 
 def _print_failure(row: Any, indent: str) -> None:
@@ -375,12 +396,12 @@ def _print_failure(row: Any, indent: str) -> None:
     print(f"{indent}       {why}")
 
 
-def _reconcile(session: Session, sweep_id: Optional[str], out: Console) -> None:
+def _reconcile(rows: Rows, sweep_id: Optional[str], out: Console) -> None:
     """Brings open runs' states up to date (orchestrator.tracking); says which scheduler did not
     answer, in which case its runs keep their states."""
     from . import tracking
 
-    for message in tracking.reconcile(session, sweep_id).messages():
+    for message in tracking.reconcile(rows, sweep_id).messages():
         out.print(f"[yellow]{message}[/]")
 
 
@@ -397,7 +418,7 @@ def cmd_collect(args: argparse.Namespace, out: Console) -> int:
         raise CliError(f"--batch {args.batch}: result files per transaction, 1 to 10000 (default {BATCH_SIZE})")
     factory = db.open_db(args.db)
     with factory() as session:  # first the runs' fate: a requeued job's old failure must wait
-        _reconcile(session, None, out)
+        _reconcile(Rows.of(session), None, out)
     report = collect(factory, runs, batch_size=args.batch or BATCH_SIZE)
     out.print(str(report), markup=False)
     for path, reason in report.broken:
@@ -434,7 +455,7 @@ def cmd_results(args: argparse.Namespace, out: Console) -> int:
     threshold = _noisy_cv(args) if args.summary else db.NOISY_CV
     Session = db.open_db(args.db, create=False)  # a read never creates a database
     with Session() as session:
-        sweeps = _pick_sweeps(session, args.sweep)  # an empty database is an error, not an empty table
+        sweeps = _pick_sweeps(Rows.of(session), args.sweep)  # an empty database is an error, not an empty table
         if args.sweep:
             filters["sweep"] = [s.id for s in sweeps]
         if args.summary:
@@ -610,6 +631,8 @@ def _results_table(rows: Sequence[Any], total: int, sweep: Optional[str]) -> Tab
 
 def _shown(url: str) -> str:
     """A database URL fit to print: its password, if any, masked."""
+    if "@" not in url:  # no password to mask (and no SQLAlchemy to import for `status`)
+        return url
     from sqlalchemy.engine import make_url
     from sqlalchemy.exc import ArgumentError
 
@@ -619,17 +642,12 @@ def _shown(url: str) -> str:
         return url
 
 
-def _pick_sweeps(session: Session, wanted: Optional[str]) -> list[Any]:
+def _pick_sweeps(rows: Rows, wanted: Optional[str]) -> list[Any]:
     """The sweeps a command shows, newest first: all of them, 'latest', an id or a unique prefix;
     their id, created_at and n_cells (never their override lists, which may be large)."""
-    from sqlalchemy import select
-
-    from . import db
-
-    sweeps = session.execute(select(db.Sweep.id, db.Sweep.created_at, db.Sweep.n_cells)
-                             .order_by(db.Sweep.created_at.desc(), db.Sweep.id)).all()
-    if not sweeps or session.scalar(select(db.Run.id).limit(1)) is None:
-        raise CliError(f"the database {_shown(str(session.get_bind().url))} holds no runs yet; {LAUNCH_HINT}")
+    sweeps = rows.all("SELECT id, created_at, n_cells FROM sweeps ORDER BY created_at DESC, id")
+    if not sweeps or not rows.all("SELECT id FROM runs LIMIT 1"):
+        raise CliError(f"the database {_shown(rows.url)} holds no runs yet; {LAUNCH_HINT}")
     if wanted is None:
         return sweeps
     if wanted == "latest":
@@ -671,8 +689,8 @@ def cmd_rerun(args: argparse.Namespace, out: Console) -> int:
 
     factory = db.open_db(args.db, create=False)
     with factory() as session:
-        _reconcile(session, None, out)
-        sweep = _pick_sweeps(session, args.sweep)[0].id if args.sweep else None
+        _reconcile(Rows.of(session), None, out)
+        sweep = _pick_sweeps(Rows.of(session), args.sweep)[0].id if args.sweep else None
         where: dict[str, list[Any]] = {}
         for item in args.where:
             key, sep, value = item.partition("=")
@@ -718,9 +736,9 @@ def cmd_report(args: argparse.Namespace, out: Console) -> int:
     factory = db.open_db(args.db, create=False)
     with factory() as session:
         if args.sweep:
-            ids = list(dict.fromkeys(s.id for wanted in args.sweep for s in _pick_sweeps(session, wanted)))
+            ids = list(dict.fromkeys(s.id for wanted in args.sweep for s in _pick_sweeps(Rows.of(session), wanted)))
         else:
-            ids = [s.id for s in _pick_sweeps(session, None)]
+            ids = [s.id for s in _pick_sweeps(Rows.of(session), None)]
         report = write_report(session, ids, Path(args.out), threshold)
     out.print(f"report of {len(ids)} sweep(s), {report.cells} cells: {report.index}", markup=False, soft_wrap=True)
     out.print(f"  {len(report.tables)} table files in {report.out / 'tables'}, {len(report.figures)} figure files in "
@@ -739,7 +757,7 @@ def cmd_compare(args: argparse.Namespace, out: Console) -> int:
         factory = db.open_db(args.db, create=False)
         with factory() as session:
             try:
-                sweep = _pick_sweeps(session, wanted)[0]
+                sweep = _pick_sweeps(Rows.of(session), wanted)[0]
             except CliError as exc:  # neither a file nor a sweep
                 why = str(exc).removeprefix(f"--sweep {wanted}: ")
                 raise compare.UsageError(f"{wanted}: no such file, and as a sweep: {why}") from None

@@ -123,6 +123,7 @@ def follow(sweep_id: str, opts: "Options", poll_s: float = 2.0) -> dict[str, int
     from sqlalchemy import func, select
 
     from orchestrator import db, runstate, tracking
+    from orchestrator.rows import Rows
 
     factory = db.open_db(opts.db_url)
     backends = {opts.backend.name: opts.backend}  # one instance: it counts polls without an answer
@@ -132,7 +133,7 @@ def follow(sweep_id: str, opts: "Options", poll_s: float = 2.0) -> dict[str, int
         task = bar.add_task(f"sweep {sweep_id}", total=None, states="")
         while True:
             with factory() as session:
-                report = tracking.reconcile(session, sweep_id, backends)
+                report = tracking.reconcile(Rows.of(session), sweep_id, backends)
                 counts = dict(session.execute(
                     select(latest.c.state, func.count()).where(latest.c.sweep_id == sweep_id)
                     .group_by(latest.c.state)).all())

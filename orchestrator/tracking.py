@@ -27,12 +27,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from sqlalchemy import bindparam, select, update
-from sqlalchemy.orm import Session
-
-from orchestrator import db, runstate
+from orchestrator import runstate
 from orchestrator.backends import Backend, Seen, UnknownBackend, backend_class
 from orchestrator.resultfile import RESULT_NAME, SIGNALLED, BadResult, read_result
+from orchestrator.rows import Rows, in_list
 
 
 @dataclass
@@ -192,22 +190,28 @@ class Reconciled:
         return out
 
 
-def reconcile(session: Session, sweep_id: Optional[str] = None,
+#: The columns of an open run that reconcile reads (and `_changed` compares).
+_OPEN_RUN = ("id", "sweep_id", "cell_id", "executor", "job_id", "run_dir", "submitted_at", "observed_at",
+             "state", "state_detail", "node", "started_at", "ended_at", "error_class", "error_message", "log_path")
+
+
+def reconcile(rows: Rows, sweep_id: Optional[str] = None,
               backends: Optional[dict[str, Backend]] = None) -> Reconciled:
     """Brings every open, uncollected run up to date; commits. `backends` (name -> instance)
     lets a caller that polls repeatedly keep the count of polls in a row without an answer.
 
-    The open runs are read as rows and only what changed is written (one executemany per set
-    of columns): `status` reconciles every open run each time it is typed (1,000 of them: the
-    ORM's objects cost more than the rest of the pass)."""
+    SQL text over `rows` (orchestrator.rows): `status` reconciles every open run each time it is
+    typed, without importing SQLAlchemy. The open runs are read as rows and only what changed is
+    written, one executemany per set of columns."""
     backends = {} if backends is None else backends
-    runs_table = db.Run.__table__
-    query = select(runs_table).where(runs_table.c.collected_at.is_(None), runs_table.c.state.in_(runstate.OPEN))
+    states, params = in_list("state", runstate.OPEN)
+    query = f"SELECT {', '.join(_OPEN_RUN)} FROM runs WHERE collected_at IS NULL AND state IN {states}"
     if sweep_id:
-        query = query.where(runs_table.c.sweep_id == sweep_id)
+        query += " AND sweep_id = :sweep_id"
+        params["sweep_id"] = sweep_id
     report = Reconciled()
     by_backend: dict[str, list[Any]] = {}
-    for run in session.execute(query):
+    for run in rows.rows(query, params):
         by_backend.setdefault(run.executor if run.job_id else "", []).append(run)
     now = time.time()
     changes: dict[tuple[str, ...], list[dict[str, Any]]] = {}  # the columns set -> each run's values
@@ -216,7 +220,7 @@ def reconcile(session: Session, sweep_id: Optional[str] = None,
         if name:
             try:
                 backend = backends.get(name) or backends.setdefault(
-                    name, backend_class(name)(_cluster_config(session, runs[0])))
+                    name, backend_class(name)(_cluster_config(rows, runs[0])))
             except UnknownBackend:
                 backend = None
             answers = backend.poll({r.job_id for r in runs}) if backend else None
@@ -242,16 +246,23 @@ def reconcile(session: Session, sweep_id: Optional[str] = None,
             values.update(changed)
             if values:
                 changes.setdefault(tuple(sorted(values)), []).append({"b_id": run.id, **values})
-    for rows in changes.values():
-        session.execute(update(runs_table).where(runs_table.c.id == bindparam("b_id")), rows)
-    session.commit()
+    for columns, values in changes.items():
+        rows.many(f"UPDATE runs SET {', '.join(f'{c} = :{c}' for c in columns)} WHERE id = :b_id", values)
+    rows.commit()
     return report
 
 
-def _cluster_config(session: Session, run: db.Run) -> dict[str, Any]:
+def _cluster_config(rows: Rows, run: Any) -> dict[str, Any]:
     """The cluster config the run's sweep recorded (a later shell has no other), or none."""
-    link = session.get(db.SweepCell, (run.sweep_id, run.cell_id))
-    cluster = (link.config or {}).get("cluster") if link is not None else None
+    found = rows.all("SELECT config FROM sweep_cells WHERE sweep_id = :sweep_id AND cell_id = :cell_id",
+                     {"sweep_id": run.sweep_id, "cell_id": run.cell_id})
+    config = found[0].config if found else None
+    if isinstance(config, (str, bytes)):  # a JSON column read as SQL text: SQLite gives its text
+        try:
+            config = json.loads(config)
+        except ValueError:
+            config = None
+    cluster = config.get("cluster") if isinstance(config, dict) else None
     return dict(cluster) if isinstance(cluster, dict) else {}
 
 

@@ -554,6 +554,7 @@ def test_a_silent_scheduler_keeps_states_and_says_as_of_when(tmp_path, monkeypat
     import time as clock
 
     from orchestrator import db, tracking
+    from orchestrator.rows import Rows, connect
 
     monkeypatch.setenv("PATH", str(tmp_path))
     monkeypatch.setenv("ORCHESTRATOR_LOST_GRACE_S", "0")
@@ -569,11 +570,14 @@ def test_a_silent_scheduler_keeps_states_and_says_as_of_when(tmp_path, monkeypat
         run.state, run.job_id, run.executor, run.submitted_at = "running", "77_0", "slurm", 1.0
         run.observed_at, run.run_dir = seen_at, str(tmp_path / "runs/s/c/0")
         session.add(run)
-    with factory() as session:
-        report = tracking.reconcile(session)
+    with factory() as session:  # through SQLAlchemy (collect, rerun, the progress bar) ...
+        report = tracking.reconcile(Rows.of(session))
         assert report.changed == 0 and session.scalar(db.select(db.Run.state)) == "running"
     (message,) = report.messages()
     assert message.startswith("slurm did not answer") and "states as of 14:05 for 1 open run" in message
+    with connect(f"sqlite:///{tmp_path / 'r.db'}") as direct:  # ... and through sqlite3 alone (status)
+        assert tracking.reconcile(direct).messages() == [message]
+        assert direct.all("SELECT state, observed_at FROM runs") == [("running", seen_at)]
 
 
 def test_a_job_cancelled_after_it_was_found_unable_ever_to_start_is_unplaceable():

@@ -339,13 +339,32 @@ def _imported_by(argv, cwd=None):
 def test_the_cli_imports_only_what_a_command_needs(env):
     """`--help` and a usage error import no database code, no Hydra and no rich; a command on the
     database imports SQLAlchemy and rich, never Hydra, numpy, submitit, nor Alembic (only when a
-    database needs upgrading)."""
+    database needs upgrading); `status` on an up-to-date SQLite file reads it with sqlite3 alone,
+    and on any other goes through db.open_db (SQLAlchemy) as every command does."""
     for argv in (["--help"], ["-h"], ["status", "--help"], ["results", "--help"], ["--db", "x", "collect", "-h"],
                  ["results", "--nope"]):
         assert _imported_by(argv) == "[]", argv
     assert main(["collect"]) == 0  # (an up-to-date database, so no upgrade)
-    for argv in (["status"], ["results"], ["results", "--summary", "--csv"]):
+    assert _imported_by(["status"], cwd=env) == "['rich']"
+    for argv in (["results"], ["results", "--summary", "--csv"]):
         assert _imported_by(argv, cwd=env) == "['rich', 'sqlalchemy']", argv
+    with sqlite3.connect(env / "results.db") as conn:  # a revision this release does not know
+        conn.execute("UPDATE alembic_version SET version_num = 'ffff'")
+    assert "sqlalchemy" in _imported_by(["status"], cwd=env)
+
+
+def test_the_sqlite_file_status_reads_is_the_one_sqlalchemy_opens(tmp_path):
+    """rows.sqlite_file (status's sqlite3 path) names the file db.sqlite_path names, or none where
+    only SQLAlchemy can read the URL (options, escapes, other databases), never another file."""
+    from orchestrator.rows import sqlite_file
+
+    for url in ("sqlite:///results.db", f"sqlite:///{tmp_path}/r.db", "sqlite:///sub/dir/r.db",
+                "sqlite:///r.db?timeout=5", "sqlite:///r%20s.db", "sqlite://", "sqlite:///:memory:",
+                "sqlite+pysqlite:///r.db", "postgresql://u@localhost/db", "sqlite:///a#b.db"):
+        mine = sqlite_file(url)
+        assert mine is None or Path(mine) == db.sqlite_path(url), url
+    assert sqlite_file("sqlite:///results.db") == "results.db"
+    assert sqlite_file(f"sqlite:///{tmp_path}/r.db") == f"{tmp_path}/r.db"
 
 
 def test_main_sends_subcommands_and_help_to_the_cli_and_the_rest_to_hydra():
