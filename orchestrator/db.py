@@ -5,11 +5,14 @@ Only the launcher (which records what it hands to the executor) and the collecto
 access. The file is SQLite by default so that a sweep's results are one file to copy, query with
 the `sqlite3` shell, or attach to a notebook; any SQLAlchemy URL works for a shared server.
 
-Concurrency: a launcher and one or more collectors may work on the same SQLite file at once.
-Each connection switches the file to WAL journaling (readers never block the writer) and waits
-up to `rows.BUSY_TIMEOUT_S` for the write lock instead of failing at once with "database is locked".
-WAL needs every process on one host (it shares memory through the `-shm` file), which holds
-for the login node that launches and collects; jobs on compute nodes never open the database.
+Concurrency: a launcher, `status` and any number of collectors may open, make or upgrade the
+same SQLite file at once: on a local disk each connection uses WAL journaling (readers never
+block the writer) and waits up to `sqlite_sharing.BUSY_TIMEOUT_S` for the write lock, and the journal
+switch and the schema's making or upgrade are done by one process at a time (sqlite_sharing.py says
+why SQLite's own waiting does not cover them). On a network file system, where several login nodes
+may reach one file, the file keeps the rollback journal and writers on every host take turns
+through a writer lease (sqlite_sharing.py, README "Shared results"); a group is better served by a
+database server (any SQLAlchemy URL). Jobs on compute nodes never open the database.
 
 Schema changes are Alembic revisions (orchestrator/migrations), applied by `open_db`: the
 database records its revision in `alembic_version`, and one older than `SCHEMA_VERSION` (or made
@@ -27,6 +30,7 @@ filters and threshold.
 from __future__ import annotations
 
 import logging
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Optional, Sequence
 
@@ -62,7 +66,7 @@ from sqlalchemy.exc import ArgumentError, DBAPIError, OperationalError, Programm
 from sqlalchemy.orm import DeclarativeBase, Mapped, aliased, mapped_column, relationship, sessionmaker, validates
 from sqlalchemy.sql import column, table
 
-from orchestrator import metric_registry, runstate
+from orchestrator import metric_registry, runstate, sqlite_sharing
 # the schema's revision and the connection settings, kept where status reads them without SQLAlchemy
 from orchestrator.rows import SCHEMA_VERSION, sqlite_pragmas
 
@@ -106,11 +110,14 @@ class Unusable(ArgumentError):
         if isinstance(exc, ArgumentError):
             return cls(shown, f"it is not a database URL SQLAlchemy can use ({cause})",
                        f"write {cls.WHERE} as sqlite:///path/results.db or dialect://user@host/name")
+        path = sqlite_path(url)
+        if path is not None and sqlite_sharing.damaged(cause):
+            return cls(shown, f"the SQLite file is damaged ({cause})", sqlite_sharing.damaged_way_out(str(path)))
         if "not a database" in cause:
             return cls(shown, f"the file is not a SQLite database ({cause})",
                        f"move it away (a new results database is made there), or point {cls.WHERE} at "
                        f"the orchestrator's database")
-        if sqlite_path(url) is not None:
+        if path is not None:
             return cls(shown, f"the SQLite file cannot be opened or written ({cause})",
                        f"check that its directory exists and is writable, or point {cls.WHERE} elsewhere")
         return cls(shown, f"the database server does not answer or refuses ({cause})",
@@ -527,7 +534,7 @@ def open_db(url: str, create: bool = True) -> sessionmaker:
         path = sqlite_path(url)
         if not create and path is not None and not path.exists():
             raise NoDatabase(f"no {path} here")
-        engine = create_engine(url)
+        engine = create_engine(url, **({"connect_args": sqlite_sharing.connect_args(str(path))} if path else {}))
         if engine.dialect.name == "sqlite":
             event.listen(engine, "connect", _sqlite_pragmas)
         with engine.connect() as conn:
@@ -537,7 +544,8 @@ def open_db(url: str, create: bool = True) -> sessionmaker:
             engine.dispose()
             raise NoDatabase(f"{path or url} holds no orchestrator tables")
         if current != SCHEMA_VERSION:
-            before = _upgrade(engine)
+            with sqlite_sharing.setup_lock(str(path)) if path else nullcontext():
+                before = _upgrade(engine)
             if has_runs and before != SCHEMA_VERSION:
                 log.warning("upgraded %s in place from schema %s to %s", path or make_url(url).render_as_string(),
                             before or "(none recorded: made before migrations)", SCHEMA_VERSION)
@@ -561,8 +569,9 @@ def _upgrade(engine: Engine) -> Optional[str]:
     holds the write lock, safely when two processes open an outdated or fresh database together;
     returns the revision it was at.
 
-    On SQLite the upgrader first takes the write lock (BEGIN IMMEDIATE), so the other waits
-    (up to rows.BUSY_TIMEOUT_S) and then finds the database at the head and does nothing; elsewhere
+    On SQLite the upgrader holds the setup lock (open_db) and takes the write lock (BEGIN
+    IMMEDIATE), so the other waits (up to sqlite_sharing.BUSY_TIMEOUT_S) and then finds the
+    database at the head and does nothing; elsewhere
     the loser's "already exists" error is retried once.
     """
     if engine.dialect.name == "sqlite":
@@ -603,5 +612,5 @@ _ALEMBIC_VERSION = Table("alembic_version", MetaData(),
 
 
 def _sqlite_pragmas(dbapi_connection: Any, connection_record: Any) -> None:
-    """Per connection: rows.sqlite_pragmas (WAL, the busy timeout, mmap, sqrt)."""
+    """Per connection: rows.sqlite_pragmas (the journal mode, the busy timeout, mmap, sqrt)."""
     sqlite_pragmas(dbapi_connection)

@@ -23,13 +23,11 @@ from collections import namedtuple
 from functools import lru_cache
 from typing import Any, Iterator, Mapping, Optional, Sequence
 
+from .sqlite_sharing import BUSY_TIMEOUT_S, apply_pragmas, connect_args
+
 #: The Alembic revision the tables and views of db.py are: the head of orchestrator/migrations/versions
 #: (test_db checks). A change to a table or a view is a new revision, and this becomes its id.
 SCHEMA_VERSION = "0010"
-#: How long a SQLite connection waits for another writer before giving up.
-BUSY_TIMEOUT_S = 30.0
-#: How much of an SQLite file reads map into memory (sqlite_pragmas).
-MMAP_BYTES = 1 << 30
 #: How a plain SQLite file URL begins (`sqlite:///results.db`, `sqlite:////abs/results.db`).
 SQLITE_FILE = "sqlite:///"
 
@@ -40,24 +38,14 @@ def default_url() -> str:
 
 
 def sqlite_pragmas(conn: Any) -> None:
-    """Per connection (sqlite3's, or the one under SQLAlchemy's): WAL so readers and a writer
-    overlap, and wait for the lock, not fail."""
-    cursor = conn.cursor()
-    cursor.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
-    cursor.execute("PRAGMA journal_mode = WAL")
-    # In WAL mode NORMAL cannot corrupt the file; a commit lost to a power cut only leaves its
-    # run uncollected, and the next `collect` lands it again from its result.json.
-    cursor.execute("PRAGMA synchronous = NORMAL")
-    cursor.execute("PRAGMA foreign_keys = ON")
-    # Reads through memory-mapped pages instead of copies into SQLite's small page cache: a
-    # summary over 100,000 runs visits ~180 MB of pages (its query 2.4 s -> 1.7 s; README, "Scale").
-    # Address space only; the OS shares and evicts the pages; WAL keeps writers safe.
-    cursor.execute(f"PRAGMA mmap_size = {MMAP_BYTES}")
+    """Per connection (sqlite3's, or the one under SQLAlchemy's): the file's journal mode, waits and
+    durability (sqlite_sharing.apply_pragmas: WAL on a local disk, the rollback journal on a network
+    file system), and sqrt() where SQLite lacks it."""
+    apply_pragmas(conn)
     try:  # cell_summary needs sqrt(); SQLite builds without its math functions get Python's
-        cursor.execute("SELECT sqrt(4)")
+        conn.execute("SELECT sqrt(4)")
     except Exception:
         conn.create_function("sqrt", 1, _sqrt)
-    cursor.close()
 
 
 def _sqrt(x: Any) -> Optional[float]:
@@ -175,7 +163,7 @@ def connect(url: str) -> Optional[SqliteRows]:
     try:
         # mode=rw: never make a file here (a missing one is db.open_db's to explain)
         conn = sqlite3.connect(f"file:{_quote(os.path.abspath(path))}?mode=rw", uri=True,
-                               timeout=BUSY_TIMEOUT_S)
+                               timeout=BUSY_TIMEOUT_S, **connect_args(path))
     except sqlite3.Error:
         return None
     try:
