@@ -17,6 +17,10 @@ Not a test: the figures go into README's "Scale". `tests/test_sweep.py` asserts 
 asserted (the sbatch counts, the fast and the plain expansion naming the same cells).
 
     .venv/bin/python benchmarks/scale.py [--submit 100,1000,5000] [--only submit,collect,status,results,help]
+                                         [--db URL]
+
+`--db URL` (a server such as `scripts/postgres.sh url` prints) measures collect, status and results
+on databases made there (benchmarks/scale_read.py); submit stays on SQLite files.
 """
 from __future__ import annotations
 

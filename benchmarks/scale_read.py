@@ -18,7 +18,12 @@ Not a test: its figures go into README's "Scale". A module, so that `benchmarks/
 import the measurements (one function each) and the table printer.
 
     .venv/bin/python benchmarks/scale_read.py [--collect 1000,10000] [--runs 100000] [--repeat 5]
-                                              [--only collect,status,results,help] [--keep DIR]
+                                              [--only collect,status,results,help] [--keep DIR] [--db URL]
+
+With `--db URL` (a database server's URL whose role may CREATE DATABASE, such as
+`scripts/postgres.sh url` prints) the measurements run on databases made there instead of SQLite
+files: `scale_collect_<n>` for each collect (made afresh, dropped after) and `scale_runs_<n>` for
+status and results (kept, and reused if it is there, as --keep's big.db is).
 """
 from __future__ import annotations
 
@@ -32,9 +37,10 @@ import subprocess
 import sys
 import tempfile
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable, Optional, Sequence
+from typing import Any, Callable, Iterable, Iterator, Optional, Sequence
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]  # the orchestrator, and the tests' result_factory
@@ -44,6 +50,8 @@ from result_factory import T0, make_provenance, make_result, make_settings, writ
 from orchestrator import db  # noqa: E402
 from orchestrator.cell import cell_id  # noqa: E402
 from orchestrator.resultfile import CELL_COLUMNS  # noqa: E402
+from sqlalchemy import create_engine, inspect  # noqa: E402
+from sqlalchemy.engine import make_url  # noqa: E402
 
 FRAMEWORKS = ("torch", "tensorflow", "mxnet", "caffe", "cntk", "numpy")
 MODELS = ("lenet", "alexnet", "resnet50", "googlenet", "vgg16")
@@ -105,6 +113,60 @@ def bulk_insert(con: sqlite3.Connection, table: str, rows: Sequence[dict[str, An
         ([json.dumps(v) if isinstance(v, (dict, list)) else v for v in (r[k] for k in keys)] for r in rows))
 
 
+@contextmanager
+def bulk(url: str, analyze: bool = False) -> Iterator[tuple[Callable[[str, Sequence[dict[str, Any]]], None],
+                                                             Callable[[str], list[Any]]]]:
+    """(insert(table, rows), select(sql) -> rows) in one transaction on the database at `url`
+    (made already): Python's sqlite3 on a SQLite file, SQLAlchemy Core elsewhere. Like
+    bulk_insert, every row gets the columns of the first one. `analyze`: statistics after."""
+    path = db.sqlite_path(url)
+    if path is not None:
+        con = sqlite3.connect(str(path))
+        con.execute("PRAGMA synchronous = OFF")
+        with con:
+            yield (lambda table, rows: bulk_insert(con, table, rows)), (lambda sql: con.execute(sql).fetchall())
+        if analyze:
+            con.execute("ANALYZE")
+        con.close()
+        return
+    tables = db.Base.metadata.tables
+    engine = create_engine(url)
+
+    def insert(conn: Any, table: str, rows: Sequence[dict[str, Any]]) -> None:
+        if rows:
+            keys = list(rows[0])
+            for i in range(0, len(rows), 20_000):
+                conn.execute(tables[table].insert(), [{k: r[k] for k in keys} for r in rows[i:i + 20_000]])
+
+    with engine.begin() as conn:
+        yield (lambda table, rows: insert(conn, table, rows)), (lambda sql: conn.exec_driver_sql(sql).fetchall())
+    if analyze:  # and the visibility map an index-only scan needs (PostgreSQL's VACUUM)
+        with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+            conn.exec_driver_sql("VACUUM ANALYZE" if engine.dialect.name == "postgresql" else "ANALYZE")
+    engine.dispose()
+
+
+def server_database(server: str, name: str, fresh: bool = True) -> str:
+    """The URL of database `name` on the server of URL `server` (made if missing; made afresh,
+    dropping one of that name, if `fresh`)."""
+    engine = create_engine(server, isolation_level="AUTOCOMMIT")
+    with engine.connect() as conn:
+        if fresh:
+            conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        exists = conn.exec_driver_sql("SELECT 1 FROM pg_database WHERE datname = %(n)s", {"n": name}).first()
+        if not exists:
+            conn.exec_driver_sql(f'CREATE DATABASE "{name}"')
+    engine.dispose()
+    return make_url(server).set(database=name).render_as_string(hide_password=False)
+
+
+def drop_server_database(server: str, url: str) -> None:
+    engine = create_engine(server, isolation_level="AUTOCOMMIT")
+    with engine.connect() as conn:
+        conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{make_url(url).database}" WITH (FORCE)')
+    engine.dispose()
+
+
 def cell_row(cid: str, settings: dict[str, Any]) -> dict[str, Any]:
     return {"id": cid, **{k: settings[k] for k in CELL_COLUMNS}, "settings": settings, "created_at": T0}
 
@@ -133,31 +195,27 @@ def record_as_launcher(url: str, results: Sequence[dict[str, Any]]) -> None:
     by_sweep: dict[str, list[dict[str, Any]]] = {}
     for r in results:
         by_sweep.setdefault(r["sweep_id"], []).append(r)
-    con = sqlite3.connect(str(db.sqlite_path(url)))
-    with con:
-        bulk_insert(con, "sweeps", [sweep_row(s, [r["cell"] for r in rs], T0 + i) for i, (s, rs) in
-                                    enumerate(sorted(by_sweep.items()))])
-        bulk_insert(con, "cells", [cell_row(r["cell_id"], r["cell"]) for r in results])
-        bulk_insert(con, "sweep_cells", [{"sweep_id": r["sweep_id"], "cell_id": r["cell_id"],
-                                          "config": {"cell": r["cell"], "cluster": {"executor": "slurm"}}}
-                                         for r in results])
-        bulk_insert(con, "runs", [run_row(r["run_uid"], r["sweep_id"], r["cell_id"], r["repeat"], r["attempt"],
-                                          r["state"], job_id=f"1000_{i}") for i, r in enumerate(results)])
-    con.close()
+    with bulk(url) as (insert, _):
+        insert("sweeps", [sweep_row(s, [r["cell"] for r in rs], T0 + i) for i, (s, rs) in
+                          enumerate(sorted(by_sweep.items()))])
+        insert("cells", [cell_row(r["cell_id"], r["cell"]) for r in results])
+        insert("sweep_cells", [{"sweep_id": r["sweep_id"], "cell_id": r["cell_id"],
+                                "config": {"cell": r["cell"], "cluster": {"executor": "slurm"}}} for r in results])
+        insert("runs", [run_row(r["run_uid"], r["sweep_id"], r["cell_id"], r["repeat"], r["attempt"],
+                                r["state"], job_id=f"1000_{i}") for i, r in enumerate(results)])
 
 
-def build_runs_db(path: Path, n_runs: int = 100_000, n_cells: int = 96_000, n_open: int = 1_000,
+def build_runs_db(where: Any, n_runs: int = 100_000, n_cells: int = 96_000, n_open: int = 1_000,
                   sweeps: int = 4, failed_every: int = 20, retried: int = 500) -> dict[str, int]:
     """A database of `n_runs` runs as years of sweeps leave it, written in bulk (seconds, not hours):
     `n_cells` cells over `sweeps` sweeps (the first cells with a second repeat), `n_open` runs still
     submitted, one in `failed_every` failed (several classes, some lost), up to `retried` of those
-    failed repeats (one in five) tried again (attempt 2, done); every done run with the 12 metrics of a CPU run."""
-    url = f"sqlite:///{path}"
+    failed repeats (one in five) tried again (attempt 2, done); every done run with the 12 metrics of a CPU run.
+    `where`: a SQLite file's path, or a database's URL."""
+    url = where if isinstance(where, str) else f"sqlite:///{where}"
     db.open_db(url).kw["bind"].dispose()
     metrics = make_result()["metrics"]
     prov = make_provenance(make_settings())
-    con = sqlite3.connect(str(path))
-    con.execute("PRAGMA synchronous = OFF")
     cells = [settings_of(i) for i in range(n_cells)]
     ids = [cell_id(c) for c in cells]
     sweep_of = [f"sweep-{i % sweeps}" for i in range(n_cells)]
@@ -196,19 +254,17 @@ def build_runs_db(path: Path, n_runs: int = 100_000, n_cells: int = 96_000, n_op
         runs.append(run_row(f"{sweep}:{cid}:{repeat}:2", sweep, cid, repeat, 2, "done", job_id="9003",
                             collected_at=T0 + 300, started_at=T0, ended_at=T0 + 100))
     counts["runs"] = len(runs)
-    with con:
-        bulk_insert(con, "sweeps", [sweep_row(f"sweep-{s}", cells[s::sweeps], T0 + s) for s in range(sweeps)])
-        bulk_insert(con, "cells", [cell_row(cid, c) for cid, c in zip(ids, cells)])
-        bulk_insert(con, "sweep_cells", [{"sweep_id": s, "cell_id": cid} for s, cid in zip(sweep_of, ids)])
-        bulk_insert(con, "runs", runs)
-        done = con.execute("SELECT id FROM runs WHERE state = 'done'").fetchall()
+    with bulk(url, analyze=True) as (insert, select):
+        insert("sweeps", [sweep_row(f"sweep-{s}", cells[s::sweeps], T0 + s) for s in range(sweeps)])
+        insert("cells", [cell_row(cid, c) for cid, c in zip(ids, cells)])
+        insert("sweep_cells", [{"sweep_id": s, "cell_id": cid, "config": None} for s, cid in zip(sweep_of, ids)])
+        insert("runs", runs)
+        done = select("SELECT id FROM runs WHERE state = 'done'")
         for (run_id,) in done:
             scale = 1.0 + (run_id % 97) / 1000.0
             metric_rows.extend({"run_id": run_id, "name": k, "value": v * scale, "unit": None}
                                for k, v in metrics.items())
-        bulk_insert(con, "metrics", metric_rows)
-    con.execute("ANALYZE")
-    con.close()
+        insert("metrics", metric_rows)
     counts["cells"] = n_cells
     return counts
 
@@ -226,12 +282,13 @@ def silent_slurm(bin_dir: Path) -> dict[str, str]:
 
 # --- the measurements ---------------------------------------------------------------------------
 
-def measure_collect(n: int, workdir: Path, recorded: bool = True) -> dict[str, float]:
+def measure_collect(n: int, workdir: Path, recorded: bool = True, url: Optional[str] = None) -> dict[str, float]:
     """One collection of `n` fresh result files (the launcher's rows there first, if `recorded`),
-    then a second one that finds them all landed; seconds and ms per file."""
+    then a second one that finds them all landed; seconds and ms per file. `url`: a new, empty
+    database to collect into (a SQLite file in `workdir` by default)."""
     from orchestrator.collector import collect
 
-    runs, url = workdir / "runs", f"sqlite:///{workdir / 'results.db'}"
+    runs, url = workdir / "runs", url or f"sqlite:///{workdir / 'results.db'}"
     results = write_results(runs, n)
     if recorded:
         record_as_launcher(url, results)
@@ -309,9 +366,11 @@ def orchestrator_argv(*args: str) -> list[str]:
     return [sys.executable, "-m", "orchestrator", *args]
 
 
-def measure_reads(path: Path, repeat: int, workdir: Path) -> dict[str, dict[str, float]]:
-    """status, results, results --summary and results --csv on the database at `path`."""
-    env = {"ORCHESTRATOR_DB": f"sqlite:///{path}", "COLUMNS": "160", **silent_slurm(workdir / "bin")}
+def measure_reads(where: Any, repeat: int, workdir: Path) -> dict[str, dict[str, float]]:
+    """status, results, results --summary and results --csv on the database at `where` (a SQLite
+    file's path, or a database's URL)."""
+    url = where if isinstance(where, str) else f"sqlite:///{where}"
+    env = {"ORCHESTRATOR_DB": url, "COLUMNS": "160", **silent_slurm(workdir / "bin")}
     warm_cache()
     out = {}
     for name, args in (("status", ("status",)), ("results", ("results",)), ("results --summary", ("results", "--summary")),
@@ -330,26 +389,38 @@ def measure_help(repeat: int) -> dict[str, dict[str, float]]:
 # --- the table ----------------------------------------------------------------------------------
 
 def read_rows(only: set[str], work: Path, collect: Sequence[int] = (1_000, 10_000), runs: int = 100_000,
-              repeat: int = 5) -> list[Row]:
+              repeat: int = 5, server: Optional[str] = None) -> list[Row]:
     """The table's rows for the measurements named in `only` (collect, status, results, help),
-    working under `work` (the 100,000-run database is kept there and reused if present)."""
+    working under `work` (the 100,000-run database is kept there and reused if present); on
+    databases made on the server of URL `server` instead of SQLite files, if given."""
     rows: list[Row] = []
+    on = f" ({make_url(server).get_backend_name()})" if server else ""
     for n in collect if "collect" in only else ():
-        m = measure_collect(n, work / f"collect-{n}")
-        rows.append(Row(f"collect {n:,} results", f"{m['seconds']:.2f} s, {m['ms_per_file']:.2f} ms/file "
+        url = server_database(server, f"scale_collect_{n}") if server else None
+        try:
+            m = measure_collect(n, work / f"collect-{n}", url=url)
+        finally:
+            if url:
+                drop_server_database(server, url)
+        rows.append(Row(f"collect {n:,} results{on}", f"{m['seconds']:.2f} s, {m['ms_per_file']:.2f} ms/file "
                         f"({m['cpu_ms_per_file']:.2f} ms CPU)",
                         f"first collect, in-process, of files the launcher recorded; again: "
                         f"{m['again_seconds']:.2f} s"))
         shutil.rmtree(work / f"collect-{n}", ignore_errors=True)
     if only & {"status", "results"}:
-        path = work / "big.db"
-        if not path.exists():
+        if server:
+            path: Any = server_database(server, f"scale_runs_{runs}", fresh=False)
+            missing = not _count(path, "runs")
+        else:
+            path = work / "big.db"
+            missing = not path.exists()
+        if missing:
             t = time.perf_counter()
             counts = build_runs_db(path, n_runs=runs, n_cells=runs * 24 // 25, n_open=max(1, runs // 100))
             print(f"built {path}: {counts} in {time.perf_counter() - t:.1f} s", file=sys.stderr)
         for name, m in measure_reads(path, repeat, work).items():
             if name.split()[0] in only:
-                rows.append(Row(f"`{name}` over {runs:,} runs", f"{m['median']:.2f} s ({m['cpu']:.2f} s CPU)",
+                rows.append(Row(f"`{name}` over {runs:,} runs{on}", f"{m['median']:.2f} s ({m['cpu']:.2f} s CPU)",
                                 f"wall, new process, median of {repeat} (best {m['best']:.2f} s); "
                                 f"{m['lines']:,} lines; peak {m['rss_mb']:,.0f} MB"))
     if "help" in only:
@@ -359,14 +430,29 @@ def read_rows(only: set[str], work: Path, collect: Sequence[int] = (1_000, 10_00
     return rows
 
 
+def _count(url: str, table: str) -> int:
+    """Rows in `table` (0 where there is no such table)."""
+    engine = create_engine(url)
+    try:
+        with engine.connect() as conn:
+            if not inspect(conn).has_table(table):
+                return 0
+            return int(conn.exec_driver_sql(f"SELECT count(*) FROM {table}").scalar() or 0)
+    finally:
+        engine.dispose()
+
+
 def add_read_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--collect", default="1000,10000", help="file counts for collect (comma-separated)")
     ap.add_argument("--runs", type=int, default=100_000, help="runs in the database status and results read")
     ap.add_argument("--repeat", type=int, default=5, help="wall times per command (the median is shown)")
+    ap.add_argument("--db", metavar="URL", help="a database server (e.g. `scripts/postgres.sh url`) to measure "
+                    "collect, status and results on, in databases made there, instead of SQLite files")
 
 
 def rows_from_arguments(only: set[str], work: Path, args: argparse.Namespace) -> list[Row]:
-    return read_rows(only, work, [int(x) for x in args.collect.split(",") if x], args.runs, args.repeat)
+    return read_rows(only, work, [int(x) for x in args.collect.split(",") if x], args.runs, args.repeat,
+                     getattr(args, "db", None))
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

@@ -32,7 +32,7 @@ from typing import Any, Optional
 
 from sqlalchemy import bindparam, delete, insert, select, update
 from sqlalchemy.engine import Connection
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy.exc import IntegrityError, OperationalError
 from sqlalchemy.orm import sessionmaker
 
 from . import runstate
@@ -151,6 +151,10 @@ def _alone(session_factory: sessionmaker, file: _File, known: _Known) -> str:
             continue
         except _Contended:
             continue
+        except OperationalError as exc:
+            if not _transient(exc) or attempt == 2:
+                return f"{type(exc).__name__}: {exc}"
+            continue  # a server ended it for another's sake (deadlock, serialization): again
         except Exception as exc:  # noqa: BLE001 - reported with the file, collection goes on
             return f"{type(exc).__name__}: {exc}"
         if outcome != CONTENDED:
@@ -275,6 +279,18 @@ def _runs(conn: Connection, files: list[_File]) -> list[str]:
         if metrics:
             conn.execute(insert(Metric), metrics)
     return outcomes
+
+
+#: SQLSTATEs of a transaction a database server ended so that another could go on (PostgreSQL's
+#: serialization_failure and deadlock_detected): the same work, tried again, succeeds.
+TRANSIENT_SQLSTATES = ("40001", "40P01")
+
+
+def _transient(exc: OperationalError) -> bool:
+    """Whether the server ended the transaction for another's sake (psycopg names the SQLSTATE
+    `sqlstate`, psycopg2 `pgcode`); never on SQLite, whose batches hold the write lock."""
+    orig = getattr(exc, "orig", None)
+    return (getattr(orig, "sqlstate", None) or getattr(orig, "pgcode", None)) in TRANSIENT_SQLSTATES
 
 
 class _Contended(Exception):

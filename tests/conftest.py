@@ -337,3 +337,50 @@ def user_workdir(tmp_path):
             return rows(workdir, sql)
 
     return Workdir()
+
+
+# --- the results database: SQLite and PostgreSQL ----------------------------------------------
+
+@pytest.fixture(scope="session")
+def postgres_server():
+    """The URL of the test PostgreSQL server (scripts/postgres.sh), or a loud skip saying how to start it."""
+    from db_urls import HOW, postgres_server as find
+
+    url, why = find()
+    if url is None:
+        pytest.skip(f"POSTGRESQL TESTS SKIPPED: {why}; {HOW}")
+    return url
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def db_url(request, tmp_path):
+    """A fresh, empty results database's URL, once per database: a new SQLite file under the
+    test's directory, and a new database (CREATE DATABASE t_<random>) on the test PostgreSQL
+    server, dropped after the test (skipped loudly where no server runs)."""
+    if request.param == "sqlite":
+        yield "sqlite:///%s" % (tmp_path / "results.db")
+        return
+    from db_urls import create_database, drop_database
+
+    server = request.getfixturevalue("postgres_server")
+    url = create_database(server)
+    try:
+        yield url
+    finally:
+        drop_database(server, url)
+
+
+@pytest.fixture
+def other_db_url(db_url, request, tmp_path):
+    """A second fresh database of db_url's kind (for tests that compare two databases)."""
+    from db_urls import create_database, drop_database, is_sqlite
+
+    if is_sqlite(db_url):
+        yield "sqlite:///%s" % (tmp_path / "other.db")
+        return
+    server = request.getfixturevalue("postgres_server")
+    url = create_database(server)
+    try:
+        yield url
+    finally:
+        drop_database(server, url)

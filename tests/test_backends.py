@@ -485,13 +485,15 @@ class CannedSlurm(SlurmBackend):
         return [f"{len(self.calls)}_{i}" for i in range(len(specs))]
 
 
-def launch(tmp_path, facts, fitting=3, too_big=2, **cluster):
+def launch(tmp_path, facts, fitting=3, too_big=2, db_url=None, **cluster):
+    """A sweep of `fitting` cells a node holds and `too_big` it does not, submitted to a canned
+    Slurm; recorded in the database of `db_url` (a SQLite file under tmp_path by default)."""
     from sqlalchemy import select
 
     from orchestrator import db
     from orchestrator.launch import Options, submit_sweep
 
-    where = [f"paths.db=sqlite:///{tmp_path}/results.db", f"paths.runs={tmp_path}/runs"]
+    where = [f"paths.db='{db_url or f'sqlite:///{tmp_path}/results.db'}'", f"paths.runs={tmp_path}/runs"]
     cells = [cell("cluster=slurm", "hardware=p100", "hardware.cpus=1", "hardware.mem_gb=1", f"seed={i}", *where)
              for i in range(fitting)]
     cells += [cell("cluster=slurm", "hardware=p100", f"seed={i}", *where) for i in range(too_big)]
@@ -503,8 +505,8 @@ def launch(tmp_path, facts, fitting=3, too_big=2, **cluster):
     return opts.backend, report, runs
 
 
-def test_a_request_no_node_holds_is_refused_before_sbatch_and_a_big_group_split(tmp_path):
-    backend, report, runs = launch(tmp_path, REAL, max_array_size=2)
+def test_a_request_no_node_holds_is_refused_before_sbatch_and_a_big_group_split(tmp_path, db_url):
+    backend, report, runs = launch(tmp_path, REAL, max_array_size=2, db_url=db_url)
     assert [n for _, n in backend.calls] == [2, 1] and len({name for name, _ in backend.calls}) == 2
     assert sorted(j for s, _, j in runs if s == "submitted") == ["1_0", "1_1", "2_0"]
     assert [(s, c) for s, c, _ in runs if s != "submitted"] == [("failed", "unplaceable")] * 2
@@ -514,13 +516,15 @@ def test_a_request_no_node_holds_is_refused_before_sbatch_and_a_big_group_split(
     assert "--cpus-per-task=16, but its largest node has 2 CPUs (localhost)" in why and "hardware.cpus" in why
 
 
-def test_the_cluster_facts_give_the_array_limit(tmp_path):
-    backend, _, _ = launch(tmp_path, cluster_from(REAL_PARTITIONS, REAL_NODES, "MaxArraySize = 2\n"), too_big=0)
+def test_the_cluster_facts_give_the_array_limit(tmp_path, db_url):
+    backend, _, _ = launch(tmp_path, cluster_from(REAL_PARTITIONS, REAL_NODES, "MaxArraySize = 2\n"), too_big=0,
+                           db_url=db_url)
     assert [n for _, n in backend.calls] == [2, 1]
 
 
-def test_a_cluster_that_cannot_be_asked_refuses_nothing_and_says_so_once(tmp_path):
-    backend, report, runs = launch(tmp_path, SchedulerUnavailable("scontrol: Unable to contact slurm controller"))
+def test_a_cluster_that_cannot_be_asked_refuses_nothing_and_says_so_once(tmp_path, db_url):
+    backend, report, runs = launch(tmp_path, SchedulerUnavailable("scontrol: Unable to contact slurm controller"),
+                                   db_url=db_url)
     assert sorted(n for _, n in backend.calls) == [2, 3]  # two signatures, Slurm's default array limit
     assert [s for s, _, _ in runs] == ["submitted"] * 5 and not report.refused
     assert len(report.notes) == 1 and "not checked" in report.notes[0] and "scontrol" in report.notes[0]
@@ -548,7 +552,7 @@ def test_a_retype_names_the_first_skipped_cells_counts_the_rest_and_keeps_no_con
     con.close()
 
 
-def test_a_silent_scheduler_keeps_states_and_says_as_of_when(tmp_path, monkeypatch):
+def test_a_silent_scheduler_keeps_states_and_says_as_of_when(tmp_path, db_url, monkeypatch):
     """reconcile with a Slurm that cannot be asked (no sacct/squeue on PATH): nothing changes,
     and the report dates the states it keeps from the scheduler's last answer."""
     import time as clock
@@ -558,7 +562,7 @@ def test_a_silent_scheduler_keeps_states_and_says_as_of_when(tmp_path, monkeypat
 
     monkeypatch.setenv("PATH", str(tmp_path))
     monkeypatch.setenv("ORCHESTRATOR_LOST_GRACE_S", "0")
-    factory = db.open_db(f"sqlite:///{tmp_path / 'r.db'}")
+    factory = db.open_db(db_url)
     seen_at = clock.mktime((2026, 11, 23, 14, 5, 0, 0, 0, -1))
     with factory.begin() as session:
         session.add(db.Sweep(id="s", created_at=1.0))
@@ -575,9 +579,15 @@ def test_a_silent_scheduler_keeps_states_and_says_as_of_when(tmp_path, monkeypat
         assert report.changed == 0 and session.scalar(db.select(db.Run.state)) == "running"
     (message,) = report.messages()
     assert message.startswith("slurm did not answer") and "states as of 14:05 for 1 open run" in message
-    with connect(f"sqlite:///{tmp_path / 'r.db'}") as direct:  # ... and through sqlite3 alone (status)
-        assert tracking.reconcile(direct).messages() == [message]
-        assert direct.all("SELECT state, observed_at FROM runs") == [("running", seen_at)]
+    if db_url.startswith("sqlite"):
+        with connect(db_url) as direct:  # ... and through sqlite3 alone (status on a SQLite file)
+            assert tracking.reconcile(direct).messages() == [message]
+            assert direct.all("SELECT state, observed_at FROM runs") == [("running", seen_at)]
+    else:
+        assert connect(db_url) is None  # status on a server goes through SQLAlchemy
+        from db_urls import query
+
+        assert query(db_url, "SELECT state, observed_at FROM runs") == [("running", seen_at)]
 
 
 def test_a_job_cancelled_after_it_was_found_unable_ever_to_start_is_unplaceable():

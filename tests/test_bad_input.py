@@ -1,7 +1,6 @@
 """Bad input, typed or in a site's YAML: a clear message with the way out, never a command run,
 never a traceback, nothing written (issue 12, items 7 and 8)."""
 import copy
-import sqlite3
 
 import pytest
 from hydra import compose, initialize_config_dir
@@ -224,13 +223,21 @@ def test_a_bad_value_of_one_cell_refuses_that_cell_only(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
-def test_an_existing_database_passes_the_dry_runs_check_unchanged(tmp_path):
+def test_an_existing_database_passes_the_dry_runs_check_unchanged(db_url, other_db_url):
+    from sqlalchemy import create_engine, inspect
+
+    from db_urls import is_sqlite, query, sqlite_file
     from orchestrator import db
 
-    url = f"sqlite:///{tmp_path}/results.db"
+    url = db_url
     db.open_db(url)
-    before = sqlite3.connect(tmp_path / "results.db").execute("select count(*) from sweeps").fetchone()
+    before = query(url, "select count(*) from sweeps")
     safety.check_database(url)  # an orchestrator database: fine, and not touched
-    safety.check_database(f"sqlite:///{tmp_path}/new.db")  # none yet: a launch makes it
-    assert not (tmp_path / "new.db").exists()
-    assert sqlite3.connect(tmp_path / "results.db").execute("select count(*) from sweeps").fetchone() == before
+    safety.check_database(other_db_url)  # none yet (no file; a server's database without tables): a launch makes it
+    if is_sqlite(other_db_url):
+        assert not sqlite_file(other_db_url).exists()
+    else:
+        engine = create_engine(other_db_url)
+        assert inspect(engine).get_table_names() == []
+        engine.dispose()
+    assert query(url, "select count(*) from sweeps") == before

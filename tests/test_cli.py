@@ -1,5 +1,6 @@
-"""`status`, `collect` and `results` end to end on real files and real SQLite databases (one made by
-the last release before migrations, too)."""
+"""`status`, `collect` and `results` end to end on real files and real databases: SQLite files (one
+made by the last release before migrations, too) and, where the test is about the commands and not
+the file, PostgreSQL databases (`any_db`)."""
 import csv
 import io
 import shutil
@@ -12,6 +13,7 @@ import pytest
 
 from orchestrator import db
 from orchestrator.cli import main
+from db_urls import is_sqlite, query
 from result_factory import make_result, write_result, write_text
 
 
@@ -34,15 +36,24 @@ def env(tmp_path, monkeypatch):
     return tmp_path
 
 
-def test_collect_reports_counts_and_second_run_adds_nothing(env, capsys):
+@pytest.fixture
+def any_db(env, db_url, monkeypatch):
+    """env's directory with ORCHESTRATOR_DB naming a fresh database of each kind (db_url)."""
+    monkeypatch.setenv("ORCHESTRATOR_DB", db_url)
+    return db_url
+
+
+def test_collect_reports_counts_and_second_run_adds_nothing(env, any_db, capsys):
     assert main(["collect"]) == 0
     assert capsys.readouterr().out.strip() == "4 added, 0 already in the DB, 0 broken"
-    assert (env / "results.db").exists()
+    if is_sqlite(any_db):
+        assert (env / "results.db").exists()
+    assert query(any_db, "select count(*) from runs") == [(4,)]
     assert main(["collect"]) == 0
     assert capsys.readouterr().out.strip() == "0 added, 4 already in the DB, 0 broken"
 
 
-def test_collect_with_a_broken_file_lands_the_rest_and_exits_1(env, capsys):
+def test_collect_with_a_broken_file_lands_the_rest_and_exits_1(env, any_db, capsys):
     bad = write_text(env / "runs", "new/deadbeef/0/result.json", '{"schema": 1, "run_uid": ')
     assert main(["collect"]) == 1
     out = capsys.readouterr().out
@@ -53,7 +64,7 @@ def test_collect_with_a_broken_file_lands_the_rest_and_exits_1(env, capsys):
     assert len(list(csv.DictReader(io.StringIO(capsys.readouterr().out)))) == 4
 
 
-def test_status_counts_by_state_newest_first_and_lists_failures(env, capsys):
+def test_status_counts_by_state_newest_first_and_lists_failures(env, any_db, capsys):
     main(["collect"])
     capsys.readouterr()
     assert main(["status"]) == 0
@@ -71,12 +82,13 @@ def test_status_counts_by_state_newest_first_and_lists_failures(env, capsys):
     assert main(["status", "--sweep", "latest"]) == 0
     out = capsys.readouterr().out
     assert "│ new " in out and "│ old " not in out
-    assert main(["--db", "sqlite:///results.db", "status", "--sweep", "old"]) == 0
+    typed = "sqlite:///results.db" if is_sqlite(any_db) else any_db  # the URL as a user types it
+    assert main(["--db", typed, "status", "--sweep", "old"]) == 0
     out = capsys.readouterr().out
     assert "│ old " in out and "Failed or lost" not in out
 
 
-def test_status_is_a_summary_and_failed_lists_every_failure(env, capsys):
+def test_status_is_a_summary_and_failed_lists_every_failure(env, any_db, capsys):
     """Per sweep and error class, the count and the first EXAMPLES runs (message and log);
     `status --failed [--class]` lists every one."""
     runs = env / "runs"
@@ -115,7 +127,7 @@ def test_status_is_a_summary_and_failed_lists_every_failure(env, capsys):
         capsys.readouterr().err)
 
 
-def test_status_of_an_unknown_sweep_names_the_known_ones(env, capsys):
+def test_status_of_an_unknown_sweep_names_the_known_ones(env, any_db, capsys):
     main(["collect"])
     capsys.readouterr()
     assert main(["status", "--sweep", "nope"]) == 1
@@ -123,7 +135,7 @@ def test_status_of_an_unknown_sweep_names_the_known_ones(env, capsys):
     assert "--sweep nope: no such sweep" in err and "new, old" in err
 
 
-def test_results_csv_with_where_filters(env, capsys):
+def test_results_csv_with_where_filters(env, any_db, capsys):
     main(["collect"])
     capsys.readouterr()
     assert main(["results", "--csv", "--where", "framework=torch", "--where", "model=lenet"]) == 0
@@ -140,7 +152,7 @@ def test_results_csv_with_where_filters(env, capsys):
     assert [(r["sweep"], r["model"], r["state"]) for r in rows] == [("new", "alexnet", "done")]
 
 
-def test_results_table_shows_rate_with_spread(env, capsys):
+def test_results_table_shows_rate_with_spread(env, any_db, capsys):
     main(["collect"])
     capsys.readouterr()
     assert main(["results", "--sweep", "new"]) == 0
@@ -150,22 +162,22 @@ def test_results_table_shows_rate_with_spread(env, capsys):
     assert "failed (out_of_memory)" in out
 
 
-def _many_runs(tmp_path, monkeypatch, n):
-    """A working directory whose database holds `n` done runs of `n` cells (seeds), collected."""
+def _many_runs(tmp_path, monkeypatch, n, db_url):
+    """A working directory whose database (db_url) holds `n` done runs of `n` cells (seeds), collected."""
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("COLUMNS", "250")
-    monkeypatch.delenv("ORCHESTRATOR_DB", raising=False)
+    monkeypatch.setenv("ORCHESTRATOR_DB", db_url)
     monkeypatch.delenv("ORCHESTRATOR_NOISY_CV", raising=False)
     for seed in range(n):
         write_result(tmp_path / "runs", make_result(sweep="s", seed=seed))
     assert main(["collect"]) == 0
 
 
-def test_results_and_summary_show_the_first_rows_and_say_how_to_see_all(tmp_path, monkeypatch, capsys):
+def test_results_and_summary_show_the_first_rows_and_say_how_to_see_all(tmp_path, db_url, monkeypatch, capsys):
     from orchestrator import cli
 
     n = cli.LIMIT + 12
-    _many_runs(tmp_path, monkeypatch, n)
+    _many_runs(tmp_path, monkeypatch, n, db_url)
     capsys.readouterr()
     for summary in ([], ["--summary"]):
         assert main(["results", *summary]) == 0
@@ -191,11 +203,11 @@ def test_results_and_summary_show_the_first_rows_and_say_how_to_see_all(tmp_path
     assert main(["results", "--limit", "3", "--all"]) == 2  # one or the other (argparse says so)
 
 
-def test_results_csv_streams_its_rows(tmp_path, monkeypatch, capsys):
+def test_results_csv_streams_its_rows(tmp_path, db_url, monkeypatch, capsys):
     """The CSV writer is handed the database's rows as they come, never a list of all of them."""
     from orchestrator import cli
 
-    _many_runs(tmp_path, monkeypatch, 5)
+    _many_runs(tmp_path, monkeypatch, 5, db_url)
     capsys.readouterr()
     handed = []
     write_csv = cli._write_csv
@@ -212,7 +224,7 @@ def test_results_csv_streams_its_rows(tmp_path, monkeypatch, capsys):
     assert len(capsys.readouterr().out.splitlines()) == 2 * (1 + 5)
 
 
-def test_results_bad_filters_say_what_to_do(env, capsys):
+def test_results_bad_filters_say_what_to_do(env, any_db, capsys):
     main(["collect"])
     capsys.readouterr()
     assert main(["results", "--where", "frmework=torch"]) == 1
@@ -242,10 +254,10 @@ def test_empty_database_and_missing_runs_dir(env, capsys):
     assert "no runs directory elsewhere here" in capsys.readouterr().err
 
 
-def test_results_summary_shows_median_spread_and_noisy_cells(tmp_path, monkeypatch, capsys):
+def test_results_summary_shows_median_spread_and_noisy_cells(tmp_path, db_url, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("COLUMNS", "250")
-    monkeypatch.delenv("ORCHESTRATOR_DB", raising=False)
+    monkeypatch.setenv("ORCHESTRATOR_DB", db_url)
     monkeypatch.delenv("ORCHESTRATOR_NOISY_CV", raising=False)
     runs = tmp_path / "runs"
     for repeat, ips in enumerate((1000.0, 1040.0, 960.0)):  # CV 4%
@@ -272,9 +284,9 @@ def test_results_summary_shows_median_spread_and_noisy_cells(tmp_path, monkeypat
     assert list(csv.DictReader(io.StringIO(capsys.readouterr().out)))[0]["noisy"] == "0"
 
 
-def test_results_summary_filters_by_any_results_column_in_sql(tmp_path, monkeypatch, capsys):
+def test_results_summary_filters_by_any_results_column_in_sql(tmp_path, db_url, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
-    monkeypatch.delenv("ORCHESTRATOR_DB", raising=False)
+    monkeypatch.setenv("ORCHESTRATOR_DB", db_url)
     runs = tmp_path / "runs"
     for repeat, ips in enumerate((1000.0, 1040.0, 960.0)):
         write_result(runs, make_result(sweep="s", repeat=repeat, metrics={"images_per_sec": ips}))

@@ -1,16 +1,19 @@
-"""The collector on real result files and real SQLite databases, including two at once."""
+"""The collector on real result files and real databases (`db_url`: SQLite files and PostgreSQL
+databases), including two collectors at once, and four `orchestrator collect` processes."""
 import json
 import multiprocessing
+import re
 import shutil
-import sqlite3
 from pathlib import Path
 
 import pytest
 from sqlalchemy import func, select, update
+from sqlalchemy.exc import DBAPIError
 
 from orchestrator import db
 from orchestrator.collector import collect
 from orchestrator.db import Cell, Metric, Run, Sweep, SweepCell
+from db_urls import execute, is_sqlite, query
 from result_factory import make_result, write_result, write_text
 
 
@@ -23,10 +26,10 @@ def three_results(runs: Path):
     ]
 
 
-def test_collect_lands_runs_metrics_and_view_rows(tmp_path):
+def test_collect_lands_runs_metrics_and_view_rows(tmp_path, db_url):
     runs = tmp_path / "runs"
     paths = three_results(runs)
-    Session = db.open_db(f"sqlite:///{tmp_path / 'results.db'}")
+    Session = db.open_db(db_url)
 
     report = collect(Session, runs)
 
@@ -66,16 +69,15 @@ def test_collect_lands_runs_metrics_and_view_rows(tmp_path):
         cell = s.get(Cell, lenet.cell_id)
         assert cell.settings["model"] == "lenet" and cell.batch_size == 64 and cell.like is None
 
-    con = sqlite3.connect(tmp_path / "results.db")
-    rows = con.execute("select model, state, images_per_sec, peak_rss_mb from results order by model").fetchall()
+    rows = query(db_url, "select model, state, images_per_sec, peak_rss_mb from results order by model")
     assert rows == [("alexnet", "done", 50.0, None), ("lenet", "done", 1000.0, 512.0), ("vgg16", "failed", None, None)]
 
 
-def test_a_run_the_launcher_recorded_is_updated_in_place(tmp_path):
+def test_a_run_the_launcher_recorded_is_updated_in_place(tmp_path, db_url):
     runs = tmp_path / "runs"
     result = make_result(model="lenet")
     write_result(runs, result)
-    Session = db.open_db(f"sqlite:///{tmp_path / 'results.db'}")
+    Session = db.open_db(db_url)
     with Session.begin() as s:
         s.add(Sweep(id="sweep-a", created_at=1.0, argv=["-m", "model=lenet"], overrides=[["model=lenet"]],
                     n_cells=1, note=None))
@@ -97,10 +99,10 @@ def test_a_run_the_launcher_recorded_is_updated_in_place(tmp_path):
         assert s.get(Sweep, "sweep-a").note is None
 
 
-def test_collecting_twice_adds_nothing_even_from_a_moved_tree(tmp_path):
+def test_collecting_twice_adds_nothing_even_from_a_moved_tree(tmp_path, db_url):
     runs = tmp_path / "runs"
     three_results(runs)
-    Session = db.open_db(f"sqlite:///{tmp_path / 'results.db'}")
+    Session = db.open_db(db_url)
     assert collect(Session, runs).added == 3
 
     again = collect(Session, runs)
@@ -115,10 +117,10 @@ def test_collecting_twice_adds_nothing_even_from_a_moved_tree(tmp_path):
         assert s.scalar(select(func.count()).select_from(Metric)) == 12 + 1
 
 
-def test_recollecting_after_a_reset_replaces_metrics(tmp_path):
+def test_recollecting_after_a_reset_replaces_metrics(tmp_path, db_url):
     runs = tmp_path / "runs"
     path = write_result(runs, make_result(metrics={"images_per_sec": 1.0}))
-    Session = db.open_db(f"sqlite:///{tmp_path / 'results.db'}")
+    Session = db.open_db(db_url)
     collect(Session, runs)
     fixed = json.loads(path.read_text())
     fixed["metrics"] = {"images_per_sec": 2.0, "images_per_sec_std": 0.5}
@@ -131,7 +133,7 @@ def test_recollecting_after_a_reset_replaces_metrics(tmp_path):
             "images_per_sec": 2.0, "images_per_sec_std": 0.5}
 
 
-def test_broken_files_are_reported_left_in_place_and_do_not_stop_the_rest(tmp_path):
+def test_broken_files_are_reported_left_in_place_and_do_not_stop_the_rest(tmp_path, db_url):
     runs = tmp_path / "runs"
     good = three_results(runs)
     valid = json.dumps(make_result(model="googlenet"))
@@ -169,7 +171,7 @@ def test_broken_files_are_reported_left_in_place_and_do_not_stop_the_rest(tmp_pa
     # a job's temporary file, not yet renamed into place, is not a result
     write_text(runs, "sweep-a/x10/0/result.json.tmp", valid[:10])
 
-    Session = db.open_db(f"sqlite:///{tmp_path / 'results.db'}")
+    Session = db.open_db(db_url)
     report = collect(Session, runs)
 
     assert report.added == len(good) and report.already == 0
@@ -194,12 +196,12 @@ def _collect_in_process(url: str, runs: str, batch: int, start, queue) -> None:
 
 
 @pytest.mark.parametrize("batch", [500, 3])  # all in one batch each; batches that interleave
-def test_two_collectors_at_once_land_each_run_exactly_once(tmp_path, batch):
+def test_two_collectors_at_once_land_each_run_exactly_once(tmp_path, db_url, batch):
     runs = tmp_path / "runs"
     n = 24
     for i in range(n):  # many runs of few cells, so both collectors race for the same sweep/cells
         write_result(runs, make_result(model=("lenet", "alexnet", "vgg16")[i % 3], repeat=i // 3))
-    url = f"sqlite:///{tmp_path / 'results.db'}"  # not created yet: both processes create it at once
+    url = db_url  # not made yet (no file, or no tables): both processes make it at once
 
     ctx = multiprocessing.get_context("spawn")
     start, queue = ctx.Barrier(2), ctx.Queue()
@@ -217,15 +219,14 @@ def test_two_collectors_at_once_land_each_run_exactly_once(tmp_path, batch):
 
     assert sum(added for added, _, _ in outcomes) == n
     assert all(added + already == n and broken == [] for added, already, broken in outcomes)
-    con = sqlite3.connect(tmp_path / "results.db")
-    assert con.execute("select count(*), count(distinct uid), count(collected_at) from runs").fetchone() == (n, n, n)
-    assert con.execute("select count(*) from metrics").fetchone() == (n * 12,)
-    assert con.execute("select count(*) from sweeps").fetchone() == (1,)
-    assert con.execute("select count(*) from cells").fetchone() == (3,)
-    assert con.execute("select count(*) from results").fetchone() == (n,)
+    assert query(url, "select count(*), count(distinct uid), count(collected_at) from runs") == [(n, n, n)]
+    assert query(url, "select count(*) from metrics") == [(n * 12,)]
+    assert query(url, "select count(*) from sweeps") == [(1,)]
+    assert query(url, "select count(*) from cells") == [(3,)]
+    assert query(url, "select count(*) from results") == [(n,)]
 
 
-def test_a_collect_killed_mid_way_and_run_again_lands_every_run_once(tmp_path):
+def test_a_collect_killed_mid_way_and_run_again_lands_every_run_once(tmp_path, db_url):
     """`orchestrator collect` SIGKILLed three times while it lands 600 runs, then run to its end:
     every run lands once, with all its metrics (one transaction per batch of 10 files, each run
     claimed by one UPDATE)."""
@@ -237,7 +238,11 @@ def test_a_collect_killed_mid_way_and_run_again_lands_every_run_once(tmp_path):
     runs, n = tmp_path / "runs", 600
     for i in range(n):
         write_result(runs, make_result(model=("lenet", "alexnet")[i % 2], repeat=i // 2))
-    env = {**os.environ, "ORCHESTRATOR_DB": f"sqlite:///{tmp_path / 'results.db'}", "ORCHESTRATOR_RUNS": str(runs)}
+    env = {**os.environ, "ORCHESTRATOR_DB": db_url, "ORCHESTRATOR_RUNS": str(runs)}
+
+    def collected():
+        return query(db_url, "select count(*) from runs where collected_at is not null")[0][0]
+
     argv = [sys.executable, "-m", "orchestrator", "collect", "--batch", "10"]
     landed = []
     for _ in range(3):
@@ -245,29 +250,26 @@ def test_a_collect_killed_mid_way_and_run_again_lands_every_run_once(tmp_path):
         before = landed[-1] if landed else 0
         deadline = time.time() + 60
         while time.time() < deadline and proc.poll() is None:  # kill it once it has landed some
-            if (tmp_path / "results.db").exists():
+            if not is_sqlite(db_url) or (tmp_path / "results.db").exists():
                 try:
-                    count = sqlite3.connect(tmp_path / "results.db").execute(
-                        "select count(*) from runs where collected_at is not null").fetchone()[0]
-                except sqlite3.OperationalError:
+                    count = collected()
+                except DBAPIError:  # no runs table yet
                     count = 0
                 if count > before + 20:
                     break
             time.sleep(0.05)
         proc.kill()
         proc.wait()
-        landed.append(sqlite3.connect(tmp_path / "results.db").execute(
-            "select count(*) from runs where collected_at is not null").fetchone()[0])
+        landed.append(collected())
     assert landed[-1] < n, landed  # it really was stopped mid-way
     done = subprocess.run(argv, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stdout.startswith(f"{n - landed[-1]} added, {landed[-1]} already"), done.stdout
-    con = sqlite3.connect(tmp_path / "results.db")
-    assert con.execute("select count(*), count(distinct uid), count(collected_at) from runs").fetchone() == (n, n, n)
-    assert con.execute("select count(*) from metrics").fetchone() == (n * 12,)
+    assert query(db_url, "select count(*), count(distinct uid), count(collected_at) from runs") == [(n, n, n)]
+    assert query(db_url, "select count(*) from metrics") == [(n * 12,)]
 
 
-def test_a_gpu_run_lands_its_energy_method_and_gpu_columns(tmp_path):
+def test_a_gpu_run_lands_its_energy_method_and_gpu_columns(tmp_path, db_url):
     runs = tmp_path / "runs"
     result = make_result(gpus=1, metrics={"images_per_sec": 2065.9, "gpu_power_avg_w": 597.0,
                                           "gpu_idle_power_w": 78.6, "energy_j": 11112.5, "energy_net_j": 9649.0,
@@ -275,46 +277,49 @@ def test_a_gpu_run_lands_its_energy_method_and_gpu_columns(tmp_path):
                                           "gpu_mem_peak_bytes": 14550 * 2**20, "gpu_util_avg": 98.9})
     result["energy"] = {"method": "counter", "samples": 516, "period_s": 0.1, "idle_s": 5.0}
     write_result(runs, result)
-    Session = db.open_db(f"sqlite:///{tmp_path / 'results.db'}")
+    Session = db.open_db(db_url)
     assert collect(Session, runs).added == 1
-    con = sqlite3.connect(tmp_path / "results.db")
-    row = con.execute("select energy_method, gpu_name, gpu_power_avg_w, gpu_idle_power_w, energy_net_j, "
-                      "images_per_sec_per_w, gpu_mem_peak_mb, gpu_util, git_dirty from results").fetchone()
+    (row,) = query(db_url, "select energy_method, gpu_name, gpu_power_avg_w, gpu_idle_power_w, energy_net_j, "
+                           "images_per_sec_per_w, gpu_mem_peak_mb, gpu_util, git_dirty from results")
     assert row == ("counter", "Tesla P100-PCIE-16GB", 597.0, 78.6, 9649.0, 3.46, 14550.0, 98.9, 0)
-    con.close()
 
 
-def test_a_file_the_database_refuses_in_a_batch_loses_none_of_the_others(tmp_path):
+def test_a_file_the_database_refuses_in_a_batch_loses_none_of_the_others(tmp_path, db_url):
     """The batch it was in rolls back; each of its files then lands alone: that one is reported
     broken (with the database's reason, tried twice), the rest land with their metrics."""
     runs = tmp_path / "runs"
     results = [make_result(model="lenet", repeat=i) for i in range(10)]
     for r in results:
         write_result(runs, r)
-    Session = db.open_db(f"sqlite:///{tmp_path / 'results.db'}")
+    Session = db.open_db(db_url)
     refused = results[6]["run_uid"]
     with Session.begin() as s:  # the database refuses one run, whatever the collector does
-        s.connection().exec_driver_sql(
-            f"CREATE TRIGGER refuse BEFORE INSERT ON runs WHEN NEW.uid = '{refused}' "
-            f"BEGIN SELECT RAISE(ABORT, 'refused by the test'); END")
+        if is_sqlite(db_url):
+            s.connection().exec_driver_sql(
+                f"CREATE TRIGGER refuse BEFORE INSERT ON runs WHEN NEW.uid = '{refused}' "
+                f"BEGIN SELECT RAISE(ABORT, 'refused by the test'); END")
+        else:  # a constraint's error, as SQLite's RAISE(ABORT) is
+            s.connection().exec_driver_sql(
+                f"CREATE FUNCTION refuse() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+                f"IF NEW.uid = '{refused}' THEN RAISE EXCEPTION 'refused by the test' "
+                f"USING ERRCODE = 'integrity_constraint_violation'; END IF; RETURN NEW; END $$")
+            s.connection().exec_driver_sql(
+                "CREATE TRIGGER refuse BEFORE INSERT ON runs FOR EACH ROW EXECUTE FUNCTION refuse()")
 
     report = collect(Session, runs, batch_size=4)
 
     assert (report.added, report.already) == (9, 0)
     ((path, reason),) = report.broken
     assert path == write_result(runs, results[6]) and "refused it twice: refused by the test" in reason
-    con = sqlite3.connect(tmp_path / "results.db")
-    assert con.execute("select count(*), count(collected_at) from runs").fetchone() == (9, 9)
-    assert con.execute("select count(*) from metrics").fetchone() == (9 * 12,)
-    assert con.execute("select count(*) from runs where uid = ?", (refused,)).fetchone() == (0,)
-    con.execute("DROP TRIGGER refuse")
-    con.commit()
-    con.close()
+    assert query(db_url, "select count(*), count(collected_at) from runs") == [(9, 9)]
+    assert query(db_url, "select count(*) from metrics") == [(9 * 12,)]
+    assert query(db_url, "select count(*) from runs where uid = :uid", {"uid": refused}) == [(0,)]
+    execute(db_url, "DROP TRIGGER refuse" if is_sqlite(db_url) else "DROP TRIGGER refuse ON runs")
     again = collect(Session, runs, batch_size=4)
     assert (again.added, again.already, again.broken) == (1, 9, [])
 
 
-def test_in_flight_and_ended_runs_in_one_batch_keep_their_rules(tmp_path):
+def test_in_flight_and_ended_runs_in_one_batch_keep_their_rules(tmp_path, db_url):
     """In one batch: a run the launcher recorded lands; a failed result of a run whose job is
     still in flight waits (nothing written); a run tracking ended keeps its verdict; a lost run
     takes its late result; a run nobody recorded is created."""
@@ -328,7 +333,7 @@ def test_in_flight_and_ended_runs_in_one_batch_keep_their_rules(tmp_path):
     unrecorded = make_result(model="googlenet")
     for r in (submitted, in_flight, cancelled, lost, unrecorded):
         write_result(runs, r)
-    Session = db.open_db(f"sqlite:///{tmp_path / 'results.db'}")
+    Session = db.open_db(db_url)
     with Session.begin() as s:  # the launcher's rows, moved as tracking moved them
         s.add(Sweep(id="sweep-a", created_at=1.0, argv=[], overrides=[["model=x"]] * 1000, n_cells=4))
         for r, moves in ((submitted, ["submitted"]), (in_flight, ["submitted", "running"]),
@@ -361,7 +366,7 @@ def test_in_flight_and_ended_runs_in_one_batch_keep_their_rules(tmp_path):
     assert (again.added, again.already, again.waiting) == (1, 4, 0)
 
 
-def test_collect_costs_statements_per_batch_not_per_file_and_never_reads_a_sweeps_overrides(tmp_path):
+def test_collect_costs_statements_per_batch_not_per_file_and_never_reads_a_sweeps_overrides(tmp_path, db_url):
     """A few statements per batch, whatever its size (claims and inserts go in bulk); sweeps and
     cells looked up by id; no query reads `sweeps.overrides` (a large sweep's is megabytes)."""
     from sqlalchemy import event
@@ -370,7 +375,7 @@ def test_collect_costs_statements_per_batch_not_per_file_and_never_reads_a_sweep
     results = [make_result(sweep=f"sweep-{i % 3}", seed=i) for i in range(n)]  # many cells, few sweeps
     for r in results:
         write_result(runs, r)
-    Session = db.open_db(f"sqlite:///{tmp_path / 'results.db'}")
+    Session = db.open_db(db_url)
     with Session.begin() as s:  # half of them recorded by the launcher (claimed by an UPDATE each)
         for i in range(3):
             s.add(Sweep(id=f"sweep-{i}", created_at=1.0, argv=[], overrides=[["seed=1"]] * n, n_cells=n // 3))
@@ -392,16 +397,15 @@ def test_collect_costs_statements_per_batch_not_per_file_and_never_reads_a_sweep
     # one look at what was landed, then per batch of 100 files a dozen statements, none per file
     assert len(statements) <= 1 + 3 * 13, statements
     assert not [sql for sql in statements if "overrides" in sql and not sql.startswith("INSERT")]
-    con = sqlite3.connect(tmp_path / "results.db")
-    assert con.execute("select count(*), count(collected_at) from runs").fetchone() == (n, n)
-    assert con.execute("select count(*) from sweeps").fetchone() == (3,)
-    assert con.execute("select count(*) from cells").fetchone() == (n,)
-    assert con.execute("select count(*) from sweep_cells").fetchone() == (n,)
-    assert con.execute("select count(*) from metrics").fetchone() == (n * 12,)
-    assert con.execute("select count(*) from results").fetchone() == (n,)
+    assert query(db_url, "select count(*), count(collected_at) from runs") == [(n, n)]
+    assert query(db_url, "select count(*) from sweeps") == [(3,)]
+    assert query(db_url, "select count(*) from cells") == [(n,)]
+    assert query(db_url, "select count(*) from sweep_cells") == [(n,)]
+    assert query(db_url, "select count(*) from metrics") == [(n * 12,)]
+    assert query(db_url, "select count(*) from results") == [(n,)]
 
 
-def test_a_claim_that_finds_a_run_taken_since_the_lookup_lands_the_batch_file_by_file(tmp_path, monkeypatch):
+def test_a_claim_that_finds_a_run_taken_since_the_lookup_lands_the_batch_file_by_file(tmp_path, db_url, monkeypatch):
     """Where a claim changes fewer runs than it should (another process took one after the batch
     looked them up: a server database, where batches do not hold a lock), the batch rolls back
     and its files land alone, none lost, none twice; so too where the database cannot count the
@@ -412,7 +416,7 @@ def test_a_claim_that_finds_a_run_taken_since_the_lookup_lands_the_batch_file_by
     results = [make_result(model="lenet", repeat=i) for i in range(6)]
     for r in results:
         write_result(runs, r)
-    Session = db.open_db(f"sqlite:///{tmp_path / 'results.db'}")
+    Session = db.open_db(db_url)
     with Session.begin() as s:
         s.add(Sweep(id="sweep-a", created_at=1.0, argv=[], overrides=[], n_cells=1))
         s.add(Cell(id=results[0]["cell_id"], settings=results[0]["cell"], created_at=1.0, **results[0]["cell"]))
@@ -425,7 +429,8 @@ def test_a_claim_that_finds_a_run_taken_since_the_lookup_lands_the_batch_file_by
     def another_collector(conn, cursor, sql, params, context, many):
         if sql.startswith("UPDATE runs") and not fired:  # the first claim: one run taken just before
             fired.append(sql)
-            cursor.connection.execute("UPDATE runs SET collected_at = 1 WHERE uid = ?", (results[3]["run_uid"],))
+            cursor.connection.execute("UPDATE runs SET collected_at = 1 WHERE uid = " + ("?" if is_sqlite(db_url) else "%s"),
+                                      (results[3]["run_uid"],))
 
     engine = Session.kw["bind"]
     event.listen(engine, "before_cursor_execute", another_collector)
@@ -439,24 +444,80 @@ def test_a_claim_that_finds_a_run_taken_since_the_lookup_lands_the_batch_file_by
         s.execute(update(Run).values(collected_at=None))
     monkeypatch.setattr(engine.dialect, "supports_sane_multi_rowcount", False)
     assert (collect(Session, runs, batch_size=6).added, collect(Session, runs).already) == (6, 6)
-    con = sqlite3.connect(tmp_path / "results.db")
-    assert con.execute("select count(*), count(collected_at) from runs").fetchone() == (6, 6)
-    assert con.execute("select count(*) from metrics").fetchone() == (6 * 12,)
+    assert query(db_url, "select count(*), count(collected_at) from runs") == [(6, 6)]
+    assert query(db_url, "select count(*) from metrics") == [(6 * 12,)]
 
 
-def test_unrecorded_attempts_landed_out_of_order_leave_the_highest_one_latest(tmp_path):
+def test_unrecorded_attempts_landed_out_of_order_leave_the_highest_one_latest(tmp_path, db_url):
     """Results copied from elsewhere, attempt 2 collected before attempt 1 of the same repeat:
     the flag every reader of "the latest attempt" uses (db.latest_runs) stays on attempt 2."""
     runs = tmp_path / "runs"
     second, first = make_result(attempt=2), make_result(attempt=1)
     other = make_result(repeat=1)
-    Session = db.open_db(f"sqlite:///{tmp_path / 'results.db'}")
+    Session = db.open_db(db_url)
     write_result(runs, second)
     write_result(runs, other)
     assert collect(Session, runs).added == 2
     write_result(runs, first)
     assert collect(Session, runs).added == 1
-    con = sqlite3.connect(tmp_path / "results.db")
-    assert con.execute("select repeat, attempt, latest from runs order by repeat, attempt").fetchall() == [
+    assert query(db_url, "select repeat, attempt, latest from runs order by repeat, attempt") == [
         (0, 1, 0), (0, 2, 1), (1, 1, 1)]
-    assert con.execute("select count(*), sum(n) from cell_summary").fetchone() == (1, 2)
+    assert query(db_url, "select count(*), sum(n) from cell_summary") == [(1, 2)]
+
+
+def test_four_collect_commands_at_once_land_each_result_exactly_once(tmp_path, db_url):
+    """Four `orchestrator collect` processes started together on one database and the same files
+    (many runs of few cells over two sweeps; half of them recorded by the launcher, claimed by an
+    UPDATE each, the others inserted, collected): every run lands once, with its metrics once,
+    and each process accounts for every file (added here or already there), none broken."""
+    import os
+    import subprocess
+    import sys
+
+    runs, n = tmp_path / "runs", 480
+    results = [make_result(sweep=f"sweep-{i % 2}", model=("lenet", "alexnet", "vgg16", "resnet50")[i // 2 % 4],
+                           repeat=i // 8) for i in range(n)]
+    for r in results:
+        write_result(runs, r)
+    Session = db.open_db(db_url)
+    with Session.begin() as s:  # what the launcher recorded of half of them
+        recorded = results[::2]
+        for sweep in sorted({r["sweep_id"] for r in recorded}):
+            s.add(Sweep(id=sweep, created_at=1.0, argv=[], overrides=[], n_cells=4))
+        for cell in {r["cell_id"]: r for r in recorded}.values():
+            s.add(Cell(id=cell["cell_id"], settings=cell["cell"], created_at=1.0, **cell["cell"]))
+        s.flush()
+        for r in recorded:
+            s.add(Run(uid=r["run_uid"], sweep_id=r["sweep_id"], cell_id=r["cell_id"], repeat=r["repeat"],
+                      attempt=1, state="pending"))
+    Session.kw["bind"].dispose()
+
+    env = {**os.environ, "ORCHESTRATOR_DB": db_url, "ORCHESTRATOR_RUNS": str(runs), "COLUMNS": "200"}
+    argv = [sys.executable, "-m", "orchestrator", "collect", "--batch", "20"]
+    procs = [subprocess.Popen(argv, env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for _ in range(4)]
+    said = []
+    try:
+        for p in procs:
+            out, err = p.communicate(timeout=300)
+            said.append((p.returncode, out, err))
+    finally:
+        for p in procs:
+            if p.poll() is None:  # only on failure: no collector left behind
+                p.kill()
+    assert [rc for rc, _, _ in said] == [0, 0, 0, 0], said
+    counts = []
+    for _, out, _ in said:  # "<n> added, <m> already in the DB, 0 broken"
+        (line,) = [line for line in out.splitlines() if re.match(r"\d+ added, \d+ already in the DB, ", line)]
+        assert line.endswith(" 0 broken"), out
+        counts.append(tuple(int(n) for n in re.findall(r"\d+", line)[:2]))
+    assert sum(added for added, _ in counts) == n, counts
+    assert all(added + already == n for added, already in counts), counts
+    assert query(db_url, "select count(*), count(distinct uid), count(collected_at) from runs") == [(n, n, n)]
+    assert query(db_url, "select count(*), count(distinct run_id) from metrics") == [(n * 12, n)]
+    assert query(db_url, "select count(*) from (select run_id, name from metrics group by run_id, name "
+                         "having count(*) > 1) as twice") == [(0,)]
+    assert query(db_url, "select count(*) from sweeps") == [(2,)]
+    assert query(db_url, "select count(*) from cells") == [(4,)]
+    assert query(db_url, "select count(*) from sweep_cells") == [(8,)]
+    assert query(db_url, "select count(*), sum(case when latest then 1 else 0 end) from runs") == [(n, n)]

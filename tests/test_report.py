@@ -2,7 +2,7 @@
 browser, `compare` and its exit statuses, and the presets.
 
 Most tests build a results database directly, as the launcher and the collector would leave it
-(GPU cells cannot run here); one runs a real sweep on this machine and opens its report in
+(GPU cells cannot run here), on SQLite and on PostgreSQL (`db_url`); one runs a real sweep on this machine and opens its report in
 headless Chromium; the study preset is expanded as a user types it."""
 import csv
 import shutil
@@ -23,10 +23,11 @@ MB = 2**20
 
 
 class Study:
-    """A results database made by hand: one sweep, cells with runs in any state, refusals."""
+    """A results database made by hand (at `url`, else results.db under `path`): one sweep, cells
+    with runs in any state, refusals."""
 
-    def __init__(self, path, sweep="s1"):
-        self.url = f"sqlite:///{path / 'results.db'}"
+    def __init__(self, path, sweep="s1", url=None):
+        self.url = url or f"sqlite:///{path / 'results.db'}"
         self.factory = db.open_db(self.url)
         self.sweep = sweep
         with self.factory.begin() as session:
@@ -88,8 +89,8 @@ def entry(table, **settings):
     return found[0]
 
 
-def test_every_cell_without_a_number_says_why(tmp_path):
-    study = Study(tmp_path)
+def test_every_cell_without_a_number_says_why(tmp_path, db_url):
+    study = Study(tmp_path, url=db_url)
     study.cell(ips(100, 110, 120, rss_peak_bytes=300 * MB), framework="torch")
     study.cell(["failed:out_of_memory", "failed:out_of_memory", "done"], framework="tensorflow")
     study.cell(["pending", "pending"], framework="mxnet")
@@ -129,8 +130,8 @@ def test_every_cell_without_a_number_says_why(tmp_path):
     assert by_fw["cntk", "0"]["status"] == "lost" and by_fw["torch", "0"]["median"] == "110.0"
 
 
-def test_a_cell_whose_repeats_differ_is_marked_noisy(tmp_path):
-    study = Study(tmp_path)
+def test_a_cell_whose_repeats_differ_is_marked_noisy(tmp_path, db_url):
+    study = Study(tmp_path, url=db_url)
     study.cell(ips(100, 101, 99), framework="torch")              # CV 1 %
     study.cell(ips(100, 100, 130), framework="tensorflow")         # CV 16 %
     study.cell(ips(100), framework="mxnet")                        # one repeat: no CV
@@ -143,10 +144,10 @@ def test_a_cell_whose_repeats_differ_is_marked_noisy(tmp_path):
     assert entry(study.tables(noisy_cv=0.2)["images_per_sec"], framework="tensorflow").noisy is False
 
 
-def test_gpu_power_is_the_jobs_gpus_summed_not_averaged(tmp_path):
+def test_gpu_power_is_the_jobs_gpus_summed_not_averaged(tmp_path, db_url):
     """The monitor sums power over the job's GPUs (the reference study averaged it): a 2-GPU
     cell drawing 2 x 250 W shows 500 W, the median of its repeats' sums."""
-    study = Study(tmp_path)
+    study = Study(tmp_path, url=db_url)
     study.cell(ips(900, 910, 905, gpu_power_avg_w=250.0), hardware="p100", gpus=1)
     cid = study.cell([{"images_per_sec": 1700, "gpu_power_avg_w": w} for w in (480.0, 500.0, 520.0)],
                      hardware="p100", gpus=2)
@@ -158,8 +159,8 @@ def test_gpu_power_is_the_jobs_gpus_summed_not_averaged(tmp_path):
     assert "| mnist | lenet | torch | 250 (n=3, CV 0.0%) | 500 (n=3, CV 4.0%) |" in tables.markdown(power)
 
 
-def test_scaling_speedups_from_cells_that_differ_only_in_gpus_or_threads(tmp_path):
-    study = Study(tmp_path)
+def test_scaling_speedups_from_cells_that_differ_only_in_gpus_or_threads(tmp_path, db_url):
+    study = Study(tmp_path, url=db_url)
     for gpus, speed in ((1, 100.0), (2, 190.0), (4, 360.0)):
         study.cell(ips(speed, speed, energy_per_image_j=0.5 * gpus), hardware="p100", gpus=gpus, threads=16)
         study.cell(ips(speed * 1.0, speed), hardware="p100", gpus=gpus, threads=16, scaling="weak",
@@ -209,8 +210,8 @@ def _write_scaled(source, target, factor, keep=None):
     return target
 
 
-def test_compare_round_trip_verdicts_and_exit_statuses(tmp_path):
-    study = Study(tmp_path)
+def test_compare_round_trip_verdicts_and_exit_statuses(tmp_path, db_url):
+    study = Study(tmp_path, url=db_url)
     study.cell(ips(1000, 1010, 990), framework="torch")
     study.cell(ips(200, 204, 198), framework="tensorflow")
     study.cell(ips(100, 160, 60), framework="mxnet")        # CV 46 %: a 33 % drop is within its noise
@@ -224,6 +225,7 @@ def test_compare_round_trip_verdicts_and_exit_statuses(tmp_path):
     assert torch.median == 1000.0 and round(torch.stats.cv, 4) == 0.01
     assert report.cells == 4
     workdir = user_dir(tmp_path)
+    workdir[1]["ORCHESTRATOR_DB"] = study.url
 
     itself = orchestrator(["compare", "--base", str(csv_path), "--new", "s1"], workdir, timeout=120)
     assert itself.returncode == 0, itself.stdout + itself.stderr
