@@ -62,7 +62,7 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy.engine import Connection, Dialect, make_url
-from sqlalchemy.exc import ArgumentError, DBAPIError, OperationalError, ProgrammingError
+from sqlalchemy.exc import ArgumentError, DBAPIError, IntegrityError, OperationalError, ProgrammingError
 from sqlalchemy.orm import DeclarativeBase, Mapped, aliased, mapped_column, relationship, sessionmaker, validates
 from sqlalchemy.sql import column, table
 
@@ -140,6 +140,9 @@ class Sweep(Base):
     overrides: Mapped[list[list[str]]] = mapped_column(JSON, default=list)
     n_cells: Mapped[int] = mapped_column(Integer, default=0)
     note: Mapped[Optional[str]] = mapped_column(String, nullable=True)
+    #: Who typed it, and on which host (migration 0011): null in sweeps recorded before.
+    submit_user: Mapped[Optional[str]] = mapped_column(String, nullable=True)
+    submit_host: Mapped[Optional[str]] = mapped_column(String, nullable=True)
 
     runs: Mapped[list["Run"]] = relationship(back_populates="sweep")
 
@@ -212,6 +215,10 @@ class Run(Base):
     submitted_at: Mapped[Optional[float]] = mapped_column(Float, nullable=True)
     started_at: Mapped[Optional[float]] = mapped_column(Float, nullable=True)
     ended_at: Mapped[Optional[float]] = mapped_column(Float, nullable=True)
+    #: Who submitted this attempt (its sweep's typist, or whoever reran it), and from which host
+    #: (migration 0011): null in runs recorded before, and in runs only a result file told of.
+    submit_user: Mapped[Optional[str]] = mapped_column(String, nullable=True)
+    submit_host: Mapped[Optional[str]] = mapped_column(String, nullable=True)
     #: Set once, by the collector that claimed this run's result.json (see collector.py).
     collected_at: Mapped[Optional[float]] = mapped_column(Float, nullable=True)
     error_class: Mapped[Optional[str]] = mapped_column(String, nullable=True)
@@ -346,6 +353,7 @@ _RESULTS_TAIL = {
     "node": Run.node, "error_class": Run.error_class, "error_message": Run.error_message,
     "log_path": Run.log_path, "energy_method": Run.energy_method, "gpu_name": Run.gpu_name,
     "framework_version": Run.framework_version, "git_revision": Run.git_revision, "git_dirty": Run.git_dirty,
+    "submit_user": Run.submit_user, "submit_host": Run.submit_host,
 }
 
 #: The `results` view as a selectable (`select(results_view)`), its columns typed as their sources.
@@ -537,21 +545,28 @@ def open_db(url: str, create: bool = True) -> sessionmaker:
         engine = create_engine(url, **({"connect_args": sqlite_sharing.connect_args(str(path))} if path else {}))
         if engine.dialect.name == "sqlite":
             event.listen(engine, "connect", _sqlite_pragmas)
-        with engine.connect() as conn:
-            has_runs = inspect(conn).has_table("runs")
-            current = schema_version(conn)
-        if not create and not has_runs:
-            engine.dispose()
-            raise NoDatabase(f"{path or url} holds no orchestrator tables")
-        if current != SCHEMA_VERSION:
-            with sqlite_sharing.setup_lock(str(path)) if path else nullcontext():
-                before = _upgrade(engine)
-            if has_runs and before != SCHEMA_VERSION:
-                log.warning("upgraded %s in place from schema %s to %s", path or make_url(url).render_as_string(),
-                            before or "(none recorded: made before migrations)", SCHEMA_VERSION)
+        # on a network file system, what is found and what is done about it in one turn of the
+        # lease: another host never sees the schema half made (sqlite_sharing.py)
+        with sqlite_sharing.lease_held(str(path)) if path else nullcontext():
+            has_runs, current = _layout(engine)
+            if not create and not has_runs:
+                engine.dispose()
+                raise NoDatabase(f"{path or url} holds no orchestrator tables")
+            if current != SCHEMA_VERSION:
+                with sqlite_sharing.setup_lock(str(path)) if path else nullcontext():
+                    before = _upgrade(engine)
+                if has_runs and before != SCHEMA_VERSION:
+                    log.warning("upgraded %s in place from schema %s to %s", path or make_url(url).render_as_string(),
+                                before or "(none recorded: made before migrations)", SCHEMA_VERSION)
     except (ArgumentError, ImportError, DBAPIError) as exc:  # never a traceback: why, and what to do
         raise Unusable.of(url, exc) from exc
     return sessionmaker(engine, expire_on_commit=False)
+
+
+def _layout(engine: Engine) -> tuple[bool, Optional[str]]:
+    """Whether the database has the runs table, and the revision it records."""
+    with engine.connect() as conn:
+        return inspect(conn).has_table("runs"), schema_version(conn)
 
 
 def schema_version(conn: Connection) -> Optional[str]:
@@ -571,8 +586,10 @@ def _upgrade(engine: Engine) -> Optional[str]:
 
     On SQLite the upgrader holds the setup lock (open_db) and takes the write lock (BEGIN
     IMMEDIATE), so the other waits (up to sqlite_sharing.BUSY_TIMEOUT_S) and then finds the
-    database at the head and does nothing; elsewhere
-    the loser's "already exists" error is retried once.
+    database at the head and does nothing. On PostgreSQL the upgrader first takes a lock of
+    this database (pg_advisory_xact_lock, released with the transaction), with the same effect:
+    two CREATE TABLEs of one name never race (the loser's error is a unique violation in the
+    catalog, an IntegrityError). Elsewhere the loser's "already exists" error is retried once.
     """
     if engine.dialect.name == "sqlite":
         with engine.connect() as conn:
@@ -580,10 +597,16 @@ def _upgrade(engine: Engine) -> Optional[str]:
             before = _create_or_upgrade(conn)
             conn.commit()
         return before
+    if engine.dialect.name == "postgresql":
+        with engine.begin() as conn:
+            # one upgrader at a time, as BEGIN IMMEDIATE does on SQLite: the other waits for this
+            # transaction, then finds the database at the head (a lock of this database only)
+            conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({_UPGRADE_LOCK})")
+            return _create_or_upgrade(conn)
     try:
         with engine.begin() as conn:
             return _create_or_upgrade(conn)
-    except (OperationalError, ProgrammingError):  # another process created the same table first
+    except (OperationalError, ProgrammingError, IntegrityError):  # another process created the same table first
         with engine.begin() as conn:
             return _create_or_upgrade(conn)
 
@@ -604,6 +627,9 @@ def _create_or_upgrade(conn: Connection) -> Optional[str]:
     conn.execute(_ALEMBIC_VERSION.insert().values(version_num=SCHEMA_VERSION))
     return None
 
+
+#: The key of the PostgreSQL advisory lock an upgrade holds (any constant: "orch" in ASCII).
+_UPGRADE_LOCK = 0x6F726368
 
 #: Alembic's version table, as Alembic makes it (`alembic.runtime.migration`).
 _ALEMBIC_VERSION = Table("alembic_version", MetaData(),

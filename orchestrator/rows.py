@@ -27,7 +27,7 @@ from .sqlite_sharing import BUSY_TIMEOUT_S, apply_pragmas, connect_args
 
 #: The Alembic revision the tables and views of db.py are: the head of orchestrator/migrations/versions
 #: (test_db checks). A change to a table or a view is a new revision, and this becomes its id.
-SCHEMA_VERSION = "0010"
+SCHEMA_VERSION = "0011"
 #: How a plain SQLite file URL begins (`sqlite:///results.db`, `sqlite:////abs/results.db`).
 SQLITE_FILE = "sqlite:///"
 
@@ -46,6 +46,7 @@ def sqlite_pragmas(conn: Any) -> None:
         conn.execute("SELECT sqrt(4)")
     except Exception:
         conn.create_function("sqrt", 1, _sqrt)
+    conn.commit()  # no transaction is open: a connection on a network file system ends its lease's turn
 
 
 def _sqrt(x: Any) -> Optional[float]:

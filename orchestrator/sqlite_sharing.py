@@ -14,22 +14,26 @@ to the busy timeout. open_db makes or upgrades the schema under the same lock.
 
 **Hosts that share a network file system.** There no journal mode is safe for writers on two
 hosts (WAL lost half the rows on every cluster file system tried; the rollback journal lost
-commits through each client's page cache, and POSIX locks are only local on some), so on a
-network file system (filesystems.py):
+commits through each client's page cache, and POSIX locks are only local on some), and a reader
+on one host can see another's commit half (measured on GlusterFS: "database disk image is
+malformed" in a collector reading while the other host committed). So on a network file system
+(filesystems.py):
 - the journal is the rollback journal (`delete`), synchronous FULL, no memory mapping;
-- a writer first takes the **writer lease**, `<file>.writer`, a file made with O_EXCL (atomic on
+- a connection first takes the **lease**, `<file>.writer`, a file made with O_EXCL (atomic on
   NFS v3+, Lustre, GPFS, BeeGFS and the FUSE cluster file systems, whatever their locks do),
   naming its host, process and user; it keeps its mtime fresh while held, and removes it after
-  its commit. Another writer, on any host, waits for it (up to the busy timeout) and is then
-  refused in one line that names the holder and the way out. A lease nobody refreshes for
-  LEASE_STALE_S (its holder died) is broken; on the holder's own host, at once when its process
-  is gone.
-- a writer reads what the previous one wrote: the releasing writer records the file's change
-  counter and size in `<file>.written`; the next, once it holds the lease, drops this host's
-  cached pages of the file and checks that it sees that counter and size (waiting out the
-  client's attribute cache), or refuses before writing anything.
-The lease is taken where SQLite itself says a statement writes (an authorizer on every
-connection to such a file), so no command can write without it; readers take nothing.
+  the transaction (commit, rollback or close). Another process, on any host, waits for it (up
+  to the busy timeout) and is then refused in one line that names the holder and the way out:
+  hosts take turns, one at a time. A lease nobody refreshes for LEASE_STALE_S (its holder died)
+  is broken; on the holder's own host, at once when its process is gone.
+- each holder sees what the previous one wrote: the releasing holder leaves the file's change
+  counter and size in the *name* of a file, `<file>.written-<inode>-<counter>-<pages>` (a
+  directory listing is fresh on another host where a file's content may not be: measured), and
+  the next, once it holds the lease, drops this host's cached pages of the file and waits until
+  it sees that counter and size, or refuses before reading or writing anything.
+The lease is taken where SQLite itself prepares a statement (an authorizer on every connection
+to such a file, with the statement cache off so that every statement is prepared), so no command
+reads or writes without it.
 
 `ORCHESTRATOR_SQLITE_JOURNAL` (wal, delete, truncate or persist) overrides the journal mode
 for a site that knows better, said once; with `wal` there is no lease (WAL cannot work across
@@ -80,8 +84,8 @@ class Policy(NamedTuple):
 
 
 class LeaseRefused(sqlite3.OperationalError):
-    """Another host (or process) holds the writer lease past the wait, or this host's view of
-    the file lags behind the last writer's: nothing was written. The message names who and what
+    """Another host (or process) holds the lease past the wait, or this host's view of the file
+    lags behind the last holder's: nothing was read or written. The message names who and what
     to do."""
 
 
@@ -104,7 +108,7 @@ def _policy(path: str, override: str) -> Policy:
         _say(f"{path}: journal mode {journal}, as {JOURNAL_ENV} says (the file system is {fs.name})"
              + ("; no writer lease: only one host may write it" if fs.network and journal == "wal" else ""))
     elif fs.network:
-        _say(f"{path} lies on {fs.name}, a network file system: writers take turns through "
+        _say(f"{path} lies on {fs.name}, a network file system: commands take turns through "
              f"{os.path.basename(path)}.writer (rollback journal, no WAL); a group that shares results "
              f"should use a database server (README, \"Shared results\")")
     return policy
@@ -218,18 +222,21 @@ def _take_flock(lock_path: str) -> int:
 
 # --- the writer lease: one writer at a time, across hosts ---------------------------------------
 
-def _header_state(path: str, drop_cache: bool) -> tuple[int, int]:
-    """(change counter, size) of a SQLite file as this host sees it now; with `drop_cache`, this
-    host's cached pages of it are dropped first, so the read goes to the file system."""
+def _header_state(path: str, drop_cache: bool) -> tuple[int, int, int]:
+    """(inode, change counter, size in pages) of a SQLite file as this host sees it now, from its
+    header (a rollback-journal file keeps both there); with `drop_cache`, this host's cached pages
+    of it are dropped first, so that the read goes to the file system."""
     try:
         fd = os.open(path, os.O_RDONLY)
     except FileNotFoundError:
-        return (0, 0)
+        return (0, 0, 0)
     try:
         if drop_cache:
             os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-        header = os.pread(fd, 28, 0)
-        return (int.from_bytes(header[24:28], "big") if len(header) == 28 else 0, os.fstat(fd).st_size)
+        header = os.pread(fd, 32, 0)
+        if len(header) < 32:
+            return (os.fstat(fd).st_ino, 0, 0)
+        return (os.fstat(fd).st_ino, int.from_bytes(header[24:28], "big"), int.from_bytes(header[28:32], "big"))
     finally:
         os.close(fd)
 
@@ -238,7 +245,9 @@ class _Lease:
     """This process's hold on `<path>.writer`, counted per connection that holds it."""
 
     def __init__(self, path: str) -> None:
-        self.path, self.file, self.written = path, path + ".writer", path + ".written"
+        self.path, self.file = path, path + ".writer"
+        self.folder, base = os.path.split(path)
+        self.record = base + ".written-"  # + "<inode>-<change counter>-<pages>"
         self.holders = 0
         self.token = ""
         self.guard = threading.Lock()
@@ -264,22 +273,43 @@ class _Lease:
             self.holders -= 1
             if self.holders:
                 return
-            counter, size = _header_state(self.path, drop_cache=False)
-            mine = {"host": socket.gethostname(), "pid": os.getpid(), "counter": counter, "size": size,
-                    "at": time.time()}
-            tmp = f"{self.written}.{socket.gethostname()}.{os.getpid()}"
-            try:
-                with open(tmp, "w") as f:
-                    json.dump(mine, f)
-                    f.flush()
-                    os.fsync(f.fileno())
-                os.replace(tmp, self.written)
-            except OSError:
-                pass  # the next writer then checks nothing; it still writes alone
+            self._record()
             self._drop()
 
+    def _record(self) -> None:
+        """Leaves what this writer left the file at for the next, in a file's *name*: another
+        host's client may show a replaced or rewritten file's old content for a while (measured
+        on GlusterFS: a file replaced by rename read stale on the other mount 199 times in 200,
+        one rewritten in place 1 in 200), while a directory's listing was never stale."""
+        state = "-".join(str(v) for v in _header_state(self.path, drop_cache=False))
+        user, host = who()
+        try:
+            records = self._records()
+            if [name for _, _, name in records] == [self.record + state]:
+                return  # a reader's turn: the file is as the last holder left it
+            with open(os.path.join(self.folder, self.record + state), "w") as f:
+                json.dump({"host": host, "pid": os.getpid(), "user": user, "at": time.time()}, f)
+            for _, _, name in records:
+                if name != self.record + state:
+                    os.unlink(os.path.join(self.folder, name))
+        except OSError:
+            pass  # the next writer then checks nothing, or an older state; it still writes alone
+
+    def _records(self) -> list[tuple[tuple[int, int, int], str, str]]:
+        """The states the last writers recorded: (inode, counter, pages), the file's name, its path."""
+        found = []
+        for name in os.listdir(self.folder or "."):
+            if name.startswith(self.record):
+                try:
+                    ino, counter, pages = (int(v) for v in name[len(self.record):].split("-"))
+                except ValueError:
+                    continue
+                found.append(((ino, counter, pages), os.path.join(self.folder, name), name))
+        return found
+
     def _take(self, wait_s: float) -> None:
-        me = {"host": socket.gethostname(), "pid": os.getpid(), "user": _user(), "since": time.time()}
+        user, host = who()
+        me = {"host": host, "pid": os.getpid(), "user": user, "since": time.time()}
         deadline, pause = time.monotonic() + wait_s, 0.01
         seen, seen_at = None, time.monotonic()
         while True:
@@ -304,7 +334,7 @@ class _Lease:
                 continue
             except OSError as exc:
                 raise LeaseRefused(
-                    f"cannot make the writer lease {self.file} ({exc.strerror}): nothing was written; make "
+                    f"cannot make the lease {self.file} ({exc.strerror}): nothing was read or written; make "
                     f"its directory writable for every user who collects, or use a database server "
                     f"(README, \"Shared results\")") from exc
             with os.fdopen(fd, "w") as f:
@@ -316,23 +346,30 @@ class _Lease:
             return
 
     def _check_fresh(self) -> None:
-        try:
-            with open(self.written) as f:
-                last = json.load(f)
-        except (OSError, ValueError):
+        """Waits until this host sees the file as the last writer left it (its recorded change
+        counter and size, or a later one), dropping cached pages before each look; refuses after
+        FRESH_WAIT_S. A record of another file (another inode: the file was moved away and made
+        again) is no measure."""
+        records = self._records()
+        if not records:
             return  # no writer recorded one yet
-        want = (last.get("counter"), last.get("size"))
+        want, record, _ = max(records)
         deadline = time.monotonic() + FRESH_WAIT_S
         while True:
             seen = _header_state(self.path, drop_cache=True)
-            if seen == want or last.get("host") == socket.gethostname() and last.get("pid") == os.getpid():
+            if seen[0] != want[0] or seen[1:] == want[1:] or seen[1] > want[1]:
                 return
             if time.monotonic() > deadline:
+                try:
+                    with open(record) as f:
+                        last = json.load(f).get("host", "?")
+                except (OSError, ValueError):
+                    last = "?"
                 raise LeaseRefused(
-                    f"this host's view of {self.path} lags behind the last writer's ({last.get('host')}: "
-                    f"change {want[0]}, {want[1]} bytes; seen here: change {seen[0]}, {seen[1]} bytes): "
-                    f"nothing was written; try again, or write from {last.get('host')}, or use a "
-                    f"database server (README, \"Shared results\")")
+                    f"this host's view of {self.path} lags behind the last writer's ({last}: change {want[1]}, "
+                    f"{want[2]} pages; seen here: change {seen[1]}, {seen[2]} pages, after {FRESH_WAIT_S:.0f} s): "
+                    f"nothing was read or written; try again, or write from {last}, or use a database server "
+                    f"(README, \"Shared results\")")
             time.sleep(0.1)
 
     def _drop(self) -> None:
@@ -348,11 +385,13 @@ class _Lease:
         self.token = ""
 
 
-def _user() -> str:
+def who() -> tuple[str, str]:
+    """This process's user and host, as a lease names its holder and the database its submitter."""
     try:
-        return getpass.getuser()
+        user = getpass.getuser()
     except Exception:  # noqa: BLE001 - no name for this uid
-        return str(os.getuid())
+        user = str(os.getuid())
+    return user, socket.gethostname()
 
 
 def _alive(pid: Any) -> bool:
@@ -388,7 +427,7 @@ def _break(file: str, holder: dict[str, Any]) -> None:
         os.rename(file, aside)
     except FileNotFoundError:
         return
-    _say(f"broke the abandoned writer lease of {holder.get('host')} (pid {holder.get('pid')})")
+    _say(f"broke the abandoned lease of {holder.get('host')} (pid {holder.get('pid')})")
     try:
         os.unlink(aside)
     except OSError:
@@ -406,8 +445,8 @@ def _heartbeat(file: str, stop: threading.Event) -> None:
 def _refusal(path: str, holder: dict[str, Any], wait_s: float) -> str:
     since = holder.get("since")
     held = f", for {time.time() - since:.0f} s" if isinstance(since, (int, float)) else ""
-    return (f"{path} is being written by {holder.get('host', '?')} (pid {holder.get('pid', '?')}, user "
-            f"{holder.get('user', '?')}{held}); waited {wait_s:.0f} s and wrote nothing: try again when it "
+    return (f"{path} is in use by {holder.get('host', '?')} (pid {holder.get('pid', '?')}, user "
+            f"{holder.get('user', '?')}{held}); waited {wait_s:.0f} s, read and wrote nothing: try again when it "
             f"ends, or give this host its own results file (ORCHESTRATOR_DB=sqlite:////local/disk/results.db), "
             f"or share results through a database server (README, \"Shared results\")")
 
@@ -424,16 +463,25 @@ def lease_of(path: str) -> _Lease:
         return _leases[path]
 
 
-#: Authorizer actions that change the main database (temp objects excepted).
-_WRITES = frozenset(getattr(sqlite3, name) for name in (
-    "SQLITE_CREATE_INDEX", "SQLITE_CREATE_TABLE", "SQLITE_CREATE_TRIGGER", "SQLITE_CREATE_VIEW",
-    "SQLITE_DELETE", "SQLITE_DROP_INDEX", "SQLITE_DROP_TABLE", "SQLITE_DROP_TRIGGER", "SQLITE_DROP_VIEW",
-    "SQLITE_INSERT", "SQLITE_UPDATE", "SQLITE_ALTER_TABLE", "SQLITE_REINDEX", "SQLITE_ANALYZE"))
+@contextmanager
+def lease_held(path: str) -> Iterator[None]:
+    """Holds the writer lease of the file at `path` for the block, where its policy takes one
+    (making or upgrading the schema: what a reader on another host must not see half done)."""
+    if not policy_for(path).lease:
+        yield
+        return
+    lease = lease_of(path)
+    lease.acquire()
+    try:
+        yield
+    finally:
+        lease.release()
 
 
 class LeasedConnection(sqlite3.Connection):
-    """A connection to a file on a network file system: takes the writer lease when a statement
-    first writes (SQLite's authorizer says which do), gives it back after its commit or rollback."""
+    """A connection to a file on a network file system: takes the lease when it first prepares a
+    statement (SQLite's authorizer is asked at every prepare; connect_args turns the statement
+    cache off, so that none is skipped), gives it back after its commit, rollback or close."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -446,10 +494,7 @@ class LeasedConnection(sqlite3.Connection):
             self.set_authorizer(self._authorize)
 
     def _authorize(self, action: int, arg1: Any, arg2: Any, dbname: Any, source: Any) -> int:
-        writes = (action in _WRITES and dbname != "temp"
-                  or action == sqlite3.SQLITE_TRANSACTION and arg1 == "BEGIN"
-                  or action == sqlite3.SQLITE_PRAGMA and arg2 is not None and arg1 == "journal_mode")
-        if writes and not self._holds and self._lease is not None:
+        if not self._holds and self._lease is not None:
             try:
                 self._lease.acquire()
             except LeaseRefused as exc:  # an authorizer cannot raise: said by execute instead
@@ -522,7 +567,7 @@ class LeasedCursor(sqlite3.Cursor):
 def connect_args(path: str) -> dict[str, Any]:
     """sqlite3.connect's extra arguments for the file at `path`: the leased connection where
     the policy takes a lease."""
-    return {"factory": LeasedConnection} if policy_for(path).lease else {}
+    return {"factory": LeasedConnection, "cached_statements": 0} if policy_for(path).lease else {}
 
 
 def damaged(message: str) -> bool:

@@ -172,24 +172,31 @@ def _leased(path):
     return con
 
 
-def test_a_writer_holds_the_lease_from_its_first_write_to_its_commit_and_readers_take_none(tmp_path, on_network_fs):
+def test_a_connection_holds_the_lease_from_its_first_statement_to_its_commit(tmp_path, on_network_fs):
     path = str(tmp_path / "results.db")
     con = _leased(path)
     lease = tmp_path / "results.db.writer"
     con.execute("CREATE TABLE t (x)")
     con.commit()
     assert not lease.exists()
-    con.execute("SELECT count(*) FROM t").fetchall()
-    assert not lease.exists()  # a read takes nothing
+    for _ in range(2):  # every statement is prepared, so the second read takes it too
+        con.execute("SELECT count(*) FROM t").fetchall()
+        assert lease.exists()  # a read takes it as well: another host's commit is never half seen
+        con.commit()
+        assert not lease.exists()
     con.execute("INSERT INTO t VALUES (1)")
     holder = json.loads(lease.read_text())
     assert (holder["host"], holder["pid"]) == (socket.gethostname(), os.getpid())
-    other = _leased(path)  # another connection of the same process reads meanwhile
+    other = _leased(path)  # another connection of the same process shares this process's turn
     assert other.execute("SELECT count(*) FROM t").fetchone() == (0,)
+    other.close()
+    assert lease.exists()
     con.commit()
     assert not lease.exists()
-    written = json.loads((tmp_path / "results.db.written").read_text())
-    assert written["size"] == os.path.getsize(path) and written["counter"] > 0
+    (record,) = tmp_path.glob("results.db.written-*")  # the older record is gone
+    ino, counter, pages = (int(v) for v in record.name.split("-")[1:])
+    assert ino == os.stat(path).st_ino and counter > 0 and pages * 4096 == os.path.getsize(path)
+    assert json.loads(record.read_text())["host"] == socket.gethostname()
 
 
 def _other_host_holds(lease_path, host="login1", refresh=True):
@@ -219,9 +226,10 @@ def test_a_writer_waits_for_another_hosts_lease_then_is_refused_naming_it(tmp_pa
             con.execute("INSERT INTO t VALUES (1)")
         assert time.monotonic() - t0 >= 1.0
         said = str(refused.value)
-        assert "is being written by login1 (pid 4242, user alice" in said
-        assert "wrote nothing" in said and "database server" in said and "\n" not in said
-        assert con.execute("SELECT count(*) FROM t").fetchone() == (0,)  # and reads go on
+        assert "is in use by login1 (pid 4242, user alice" in said
+        assert "read and wrote nothing" in said and "database server" in said and "\n" not in said
+        with pytest.raises(sqlite_sharing.LeaseRefused, match="is in use by login1"):
+            con.execute("SELECT count(*) FROM t")  # a read waits its turn too
     finally:
         stop.set()
     (tmp_path / "results.db.writer").unlink()
@@ -238,7 +246,7 @@ def test_an_abandoned_lease_is_broken(tmp_path, on_network_fs, monkeypatch, caps
     con.execute("CREATE TABLE t (x)")
     con.commit()
     stop.set()
-    assert "broke the abandoned writer lease of login1 (pid 4242)" in capsys.readouterr().err
+    assert "broke the abandoned lease of login1 (pid 4242)" in capsys.readouterr().err
     # on its own host, a lease whose process is gone is broken at once
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
     (tmp_path / "results.db.writer").write_text(json.dumps({"host": socket.gethostname(),
@@ -250,21 +258,32 @@ def test_an_abandoned_lease_is_broken(tmp_path, on_network_fs, monkeypatch, caps
     assert time.monotonic() - t0 < 5
 
 
-def test_a_writer_whose_view_lags_behind_the_last_commit_writes_nothing(tmp_path, on_network_fs, monkeypatch):
+def test_a_connection_whose_view_lags_behind_the_last_commit_reads_and_writes_nothing(tmp_path, on_network_fs, monkeypatch):
     monkeypatch.setattr(sqlite_sharing, "FRESH_WAIT_S", 0.3)
     path = str(tmp_path / "results.db")
     con = _leased(path)
     con.execute("CREATE TABLE t (x)")
     con.commit()
-    written = json.loads((tmp_path / "results.db.written").read_text())
+    (record,) = tmp_path.glob("results.db.written-*")
+    ino, counter, pages = (int(v) for v in record.name.split("-")[1:])
     # as if login2 had committed once more than this host can see
-    (tmp_path / "results.db.written").write_text(json.dumps({**written, "host": "login2", "pid": 1,
-                                                              "counter": written["counter"] + 1}))
+    record.rename(tmp_path / f"results.db.written-{ino}-{counter + 1}-{pages}")
+    (tmp_path / f"results.db.written-{ino}-{counter + 1}-{pages}").write_text(json.dumps({"host": "login2"}))
+    t0 = time.monotonic()
     with pytest.raises(sqlite_sharing.LeaseRefused, match="this host's view of .* lags behind the last writer's "
-                                                          r"\(login2: change \d+"):
+                                                          rf"\(login2: change {counter + 1}, {pages} pages; seen "
+                                                          rf"here: change {counter}, {pages} pages"):
         con.execute("INSERT INTO t VALUES (1)")
+    assert time.monotonic() - t0 >= 0.3  # it waited for its view to catch up first
     assert not (tmp_path / "results.db.writer").exists()
-    assert con.execute("SELECT count(*) FROM t").fetchone() == (0,)
+    with pytest.raises(sqlite_sharing.LeaseRefused, match="lags behind"):  # nor is a stale view read
+        con.execute("SELECT count(*) FROM t")
+    # a record of another file (moved away, made again: another inode) is no measure
+    (tmp_path / f"results.db.written-{ino}-{counter + 1}-{pages}").rename(
+        tmp_path / f"results.db.written-{ino + 1}-{counter + 1}-{pages}")
+    con.execute("INSERT INTO t VALUES (1)")
+    con.commit()
+    assert con.execute("SELECT count(*) FROM t").fetchone() == (1,)
 
 
 def _libc_unshare_uts(host):
@@ -306,7 +325,8 @@ def test_writers_on_two_hosts_take_turns_and_nothing_is_lost(tmp_path, on_networ
     assert con.execute("SELECT host, count(*) FROM t GROUP BY host ORDER BY host").fetchall() == \
         [("login1", 60), ("login2", 60), ("login3", 60)]
     assert con.execute("PRAGMA integrity_check").fetchone() == ("ok",)
-    assert json.loads((tmp_path / "results.db.written").read_text())["host"] in ("login1", "login2", "login3")
+    (record,) = tmp_path.glob("results.db.written-*")
+    assert json.loads(record.read_text())["host"] in ("login1", "login2", "login3")
 
 
 # --- a damaged file -----------------------------------------------------------------------------
