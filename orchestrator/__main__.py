@@ -1,7 +1,7 @@
 """`python -m orchestrator` / `orchestrator`: subcommands for the DB, Hydra for everything else.
 
     python -m orchestrator -m framework=torch model=lenet,alexnet   # a sweep (Hydra)
-    orchestrator status | collect | results | rerun | data | images        # the CLI (orchestrator/cli.py)
+    orchestrator status | collect | results | rerun | db | data | images   # the CLI (orchestrator/cli.py)
     orchestrator --help                                                    # the CLI's, with the config groups
 
 The CLI's path imports neither Hydra nor what a sweep needs, so that it starts at once.
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import sys
 
-SUBCOMMANDS = ("status", "collect", "results", "rerun", "report", "compare", "data", "images")
+SUBCOMMANDS = ("status", "collect", "results", "rerun", "report", "compare", "db", "data", "images")
 #: The CLI's options that may come before its subcommand, each with a value.
 CLI_OPTIONS = ("--db", "--runs")
 

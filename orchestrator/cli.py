@@ -51,6 +51,9 @@ NO_CLASS = "no error recorded"
 
 #: Names a user may type for a framework, as the config tree's `tf` alias does.
 FRAMEWORK_ALIASES = {"tf": "tensorflow"}
+#: Short names `--where` takes for `results` columns (`user` alone is a word SQL keeps for itself:
+#: PostgreSQL answers `SELECT user` with the session's role, so the column is submit_user).
+WHERE_ALIASES = {"user": "submit_user", "host": "submit_host"}
 
 
 class CliError(Exception):
@@ -87,7 +90,7 @@ def build_parser() -> argparse.ArgumentParser:
                f"dataset=synthetic,mnist\n{_config_groups()}\n"
                f"({PROG} --cfg job [overrides] prints the composed config; `data` writes datasets: "
                f"{PROG} data --help)")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="{status,collect,results,rerun,report,compare}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="{status,collect,results,rerun,report,compare,db}")
 
     p = sub.add_parser("status", parents=[common], help="where each sweep's runs stand, and what failed")
     p.add_argument("--sweep", metavar="ID", help="one sweep (an id, a unique prefix, or 'latest')")
@@ -141,6 +144,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--noisy-cv", type=float, default=None, metavar="PCT",
                    help=f"mark a cell noisy above this CV in %% (default $ORCHESTRATOR_NOISY_CV or {NOISY_CV_PERCENT:g})")
     p.set_defaults(func=cmd_report)
+
+    p = sub.add_parser("db", parents=[common], help="the results database itself: `db copy SRC DST`")
+    db_sub = p.add_subparsers(dest="db_command", required=True, metavar="{copy}")
+    q = db_sub.add_parser("copy", help="every sweep, cell, run and metric of SRC that DST lacks, into DST",
+                          description="Copies every sweep, cell, run, metric and refusal of SRC that DST lacks "
+                                      "(rows matched by their ids and run uids: twice adds nothing). DST is made "
+                                      "when missing, refused at another schema revision.")
+    q.add_argument("src", metavar="SRC", help="a database URL (sqlite:///results.db, postgresql://user@host/name)")
+    q.add_argument("dst", metavar="DST", help="a database URL")
+    q.set_defaults(func=cmd_db_copy)
 
     p = sub.add_parser("compare", parents=[common],
                        help="per-cell ratios of a new sweep against a base; exit 1 on a regression beyond noise",
@@ -204,8 +217,14 @@ def _database_error(exc: Exception, url: str) -> Optional[str]:
         if isinstance(exc, (ArgumentError, ImportError)):
             return f"cannot use database URL {_shown(url)!r}: {exc}"
         if isinstance(exc, SQLAlchemyError):
-            return f"database error ({_shown(url)}): {getattr(exc, 'orig', None) or exc}"
-    if isinstance(exc, sqlite3.Error):
+            exc = getattr(exc, "orig", None) or exc
+    if isinstance(exc, sqlite3.Error) or "sqlalchemy" in type(exc).__module__:
+        from .rows import sqlite_file
+        from .sqlite_sharing import damaged, damaged_way_out
+
+        path = sqlite_file(url)
+        if path is not None and damaged(str(exc)):
+            return damaged_way_out(path)
         return f"database error ({_shown(url)}): {exc}"
     return None
 
@@ -460,7 +479,8 @@ def cmd_results(args: argparse.Namespace, out: Console) -> int:
             filters["sweep"] = [s.id for s in sweeps]
         if args.summary:
             rows = db.summary_select(filters, threshold).subquery("cells")
-            columns, order = db.SUMMARY_COLUMNS, db.SUMMARY_CELL
+            # the cell's id last: cells alike in every shown setting (seeds) in one order on every database
+            columns, order = db.SUMMARY_COLUMNS, (*db.SUMMARY_CELL, "cell")
             empty = "no latest attempt with a throughput matches these filters"
         else:
             rows = select(view).where(*(view.c[key].in_(values) for key, values in filters.items())).subquery("runs")
@@ -572,7 +592,7 @@ def _parse_where(items: list[str]) -> dict[str, list[Any]]:
     where: dict[str, list[Any]] = {}
     for item in items:
         key, sep, value = item.partition("=")
-        key = key.strip()
+        key = WHERE_ALIASES.get(key.strip(), key.strip())
         if not sep or not key:
             raise CliError(f"--where {item!r}: expected KEY=VALUE, e.g. --where framework=torch")
         if key not in db.RESULTS_COLUMNS:
@@ -745,6 +765,24 @@ def cmd_report(args: argparse.Namespace, out: Console) -> int:
               f"{report.out / 'figures'}", markup=False, soft_wrap=True)
     for why in report.skipped:
         out.print(f"  not drawn: {why}", markup=False, soft_wrap=True)
+    return 0
+
+
+def cmd_db_copy(args: argparse.Namespace, out: Console) -> int:
+    from . import db
+    from .db_copy import CopyRefused, copy
+
+    if args.src == args.dst:
+        raise CliError(f"db copy: SRC and DST are one database ({_shown(args.src)}); name another DST")
+    try:
+        report = copy(args.src, args.dst)
+    except CopyRefused as exc:
+        raise CliError(f"db copy into {_shown(args.dst)}: {exc}") from None
+    except db.NoDatabase as exc:
+        raise CliError(f"db copy from {_shown(args.src)}: {exc}; nothing was copied") from None
+    except db.Unusable as exc:  # which of the two it is, by its URL
+        raise CliError(f"db copy: cannot use {exc.url}: {exc}; nothing was copied") from None
+    out.print(f"{_shown(args.src)} -> {_shown(args.dst)}: {report}", markup=False, soft_wrap=True)
     return 0
 
 

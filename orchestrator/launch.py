@@ -24,6 +24,7 @@ from orchestrator.backends.base import signature
 from orchestrator.cell import Cell
 from orchestrator.job import JobSpec, RunSpec, run_cell
 from orchestrator.resultfile import run_uid
+from orchestrator.sqlite_sharing import who
 
 #: A pending run's state_detail while its group is being handed to the executor.
 SUBMITTING = "submitting as"
@@ -187,14 +188,16 @@ def new_run(sweep_id: str, cell_id: str, repeat: int, attempt: int, opts: Option
     for insert_runs to write (never added to a session, so that a sweep's thousands of runs cost
     one INSERT, not the ORM's bookkeeping of each)."""
     name = str(repeat) if attempt == 1 else f"{repeat}.{attempt}"
+    user, host = who()
     return db.Run(uid=run_uid(sweep_id, cell_id, repeat, attempt), sweep_id=sweep_id, cell_id=cell_id,
                   repeat=repeat, attempt=attempt, state=runstate.PENDING, executor=opts.backend.name,
-                  run_dir=str(opts.runs / sweep_id / cell_id / name), latest=True)
+                  run_dir=str(opts.runs / sweep_id / cell_id / name), latest=True, submit_user=user,
+                  submit_host=host)
 
 
 #: The columns new_run sets (and rerun's submitted_at): what insert_runs writes of each run.
 _NEW_RUN_COLUMNS = ("uid", "sweep_id", "cell_id", "repeat", "attempt", "state", "executor", "run_dir",
-                    "submitted_at", "latest")
+                    "submitted_at", "latest", "submit_user", "submit_host")
 
 
 def insert_runs(session: Session, runs: list[db.Run], earlier: Iterable[Any] | None = None) -> None:
@@ -242,8 +245,10 @@ def submit_sweep(cells: list[Cell], opts: Options, argv: list[str] | None = None
     factory = db.open_db(opts.db_url)
     with factory() as session:
         adopt_interrupted(session, opts.backend)
+        user, host = who()
         session.add(db.Sweep(id=report.sweep_id, created_at=time.time(), argv=list(argv or sys.argv),
-                             overrides=[list(c.overrides) for c in cells], n_cells=len(cells)))
+                             overrides=[list(c.overrides) for c in cells], n_cells=len(cells),
+                             submit_user=user, submit_host=host))
         session.flush()  # the sweep first: its refusals refer to it
         for overrides, reason in report.refused:
             session.add(_refusal(report.sweep_id, overrides, reason, (refused_settings or {}).get(overrides)))

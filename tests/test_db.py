@@ -1,5 +1,6 @@
-"""The schema on real SQLite files: tables, pragmas, constraints, the views and the migrations
-(including an upgrade of a database made by the last release before migrations)."""
+"""The schema on real SQLite files and real PostgreSQL databases (`db_url`): tables, pragmas,
+constraints, the views and the migrations (including an upgrade of a database made by the last
+release before migrations, a SQLite file)."""
 import multiprocessing
 import queue as queue_module
 import re
@@ -19,6 +20,7 @@ from sqlalchemy.exc import IntegrityError
 from orchestrator import db, migrations, rows
 from orchestrator.cell import cell_id as make_cell_id
 from orchestrator.db import Cell, Metric, Run, Sweep, SweepCell
+from db_urls import execute, is_sqlite, plain_rows, query, sqlite_file
 from result_factory import make_settings
 
 
@@ -43,50 +45,46 @@ def add_run(session, uid_suffix="0:1", state="done", metrics=None, **settings):
     return run
 
 
-def test_open_db_creates_tables_view_and_sqlite_pragmas(tmp_path):
-    path = tmp_path / "results.db"
-    Session = db.open_db(f"sqlite:///{path}")
+def test_open_db_creates_tables_view_and_sqlite_pragmas(db_url):
+    Session = db.open_db(db_url)
     engine = Session.kw["bind"]
     insp = inspect(engine)
     assert {"sweeps", "cells", "sweep_cells", "runs", "metrics"} <= set(insp.get_table_names())
     assert {"results", "cell_summary"} <= set(insp.get_view_names())
-    with engine.connect() as conn:
-        assert conn.execute(text("PRAGMA journal_mode")).scalar() == "wal"
-        assert conn.execute(text("PRAGMA busy_timeout")).scalar() == 30000
-        assert conn.execute(text("PRAGMA foreign_keys")).scalar() == 1
+    if is_sqlite(db_url):
+        with engine.connect() as conn:
+            assert conn.execute(text("PRAGMA journal_mode")).scalar() == "wal"
+            assert conn.execute(text("PRAGMA busy_timeout")).scalar() == 30000
+            assert conn.execute(text("PRAGMA foreign_keys")).scalar() == 1
     # opening again is harmless and keeps the data
     with Session.begin() as session:
         add_run(session)
-    Session2 = db.open_db(f"sqlite:///{path}")
+    Session2 = db.open_db(db_url)
     with Session2() as session:
         assert session.scalar(select(Run.uid)).startswith("s1:")
     with engine.connect() as conn:
         assert db.schema_version(conn) == db.SCHEMA_VERSION
 
 
-def test_results_view_one_row_per_run_with_pivoted_metrics(tmp_path):
-    path = tmp_path / "results.db"
-    Session = db.open_db(f"sqlite:///{path}")
+def test_results_view_one_row_per_run_with_pivoted_metrics(db_url):
+    Session = db.open_db(db_url)
     with Session.begin() as session:
         add_run(session, metrics={"images_per_sec": 1234.5, "images_per_sec_std": 10.0,
                                   "cpu_percent_avg": 150.0, "rss_peak_bytes": 3 * 2**20,
                                   "gpu_mem_peak_bytes": 512 * 2**20, "step_time_mean": 0.05})
         add_run(session, state="failed", model="alexnet")
-    # the plain sqlite3 module (what `sqlite3 results.db` uses), no SQLAlchemy involved
-    con = sqlite3.connect(path)
-    con.row_factory = sqlite3.Row
-    rows = con.execute("select framework, model, dataset, images_per_sec from results order by model").fetchall()
-    assert [tuple(r) for r in rows] == [("torch", "alexnet", "mnist", None), ("torch", "lenet", "mnist", 1234.5)]
-    full = con.execute("select * from results where model = 'lenet'").fetchone()
+    # the plain driver (sqlite3, what `sqlite3 results.db` uses; psycopg, what psql does), no SQLAlchemy involved
+    rows = plain_rows(db_url, "select framework, model, dataset, images_per_sec from results order by model")
+    assert [tuple(r.values()) for r in rows] == [("torch", "alexnet", "mnist", None), ("torch", "lenet", "mnist", 1234.5)]
+    (full,) = plain_rows(db_url, "select * from results where model = 'lenet'")
     assert tuple(full.keys()) == db.RESULTS_COLUMNS and len(set(db.RESULTS_COLUMNS)) == len(db.RESULTS_COLUMNS)
     assert full["peak_rss_mb"] == 3.0 and full["gpu_mem_peak_mb"] == 512.0
     assert full["cpu_percent"] == 150.0 and full["images_per_sec_std"] == 10.0
     assert full["energy_j"] is None and full["repeat"] == 0 and full["state"] == "done"
-    con.close()
 
 
-def test_run_state_must_be_a_known_state(tmp_path):
-    Session = db.open_db(f"sqlite:///{tmp_path / 'r.db'}")
+def test_run_state_must_be_a_known_state(db_url):
+    Session = db.open_db(db_url)
     with pytest.raises(ValueError, match="not one of pending, submitted"):
         Run(uid="x", sweep_id="s", cell_id="c", repeat=0, attempt=1, state="finished")
     # and the database refuses one written behind the ORM's back
@@ -97,8 +95,8 @@ def test_run_state_must_be_a_known_state(tmp_path):
             session.execute(text("UPDATE runs SET state = 'finished'"))
 
 
-def test_run_uid_and_metric_names_are_unique(tmp_path):
-    Session = db.open_db(f"sqlite:///{tmp_path / 'r.db'}")
+def test_run_uid_and_metric_names_are_unique(db_url):
+    Session = db.open_db(db_url)
     with Session.begin() as session:
         run = add_run(session)
         run_id, uid, cell_id = run.id, run.uid, run.cell_id
@@ -122,6 +120,15 @@ def test_read_only_open_of_a_missing_file_creates_nothing(tmp_path):
     sqlite3.connect(tmp_path / "other.db").execute("create table t (x)").connection.commit()
     with pytest.raises(db.NoDatabase, match="no orchestrator tables"):
         db.open_db(f"sqlite:///{tmp_path / 'other.db'}", create=False)
+
+
+def test_read_only_open_of_a_database_without_its_tables_adds_none(db_url):
+    execute(db_url, "CREATE TABLE t (x INTEGER)")
+    with pytest.raises(db.NoDatabase, match="no orchestrator tables"):
+        db.open_db(db_url, create=False)
+    engine = create_engine(db_url)
+    assert inspect(engine).get_table_names() == ["t"] and inspect(engine).get_view_names() == []
+    engine.dispose()
 
 
 def test_default_url_follows_the_environment(monkeypatch):
@@ -159,9 +166,14 @@ def columns_of(path):
     return columns
 
 
-def assert_tables_are_db_pys(path):
+def as_url(where):
+    """A database URL, or the URL of a SQLite file's path."""
+    return where if isinstance(where, str) else f"sqlite:///{where}"
+
+
+def assert_tables_are_db_pys(where):
     """The tables as the revisions left them are exactly the ones db.py defines."""
-    engine = create_engine(f"sqlite:///{path}")
+    engine = create_engine(as_url(where))
     with engine.connect() as conn:
         assert compare_metadata(MigrationContext.configure(conn), db.Base.metadata) == []
     engine.dispose()
@@ -175,10 +187,10 @@ def test_schema_version_is_the_head_revision_which_pins_the_views():
         f"views_sha256 = {migrations.views_sha256()!r}, and make it rows.SCHEMA_VERSION")
 
 
-def built_by_the_revisions(path):
-    """A new database at `path` made the long way: every revision from nothing (open_db makes a
-    new one from db.py's tables at once)."""
-    engine = create_engine(f"sqlite:///{path}")
+def built_by_the_revisions(where):
+    """A new database at `where` (a URL, or a SQLite file's path) made the long way: every
+    revision from nothing (open_db makes a new one from db.py's tables at once)."""
+    engine = create_engine(as_url(where))
     with engine.begin() as conn:
         migrations.upgrade(conn)
     engine.dispose()
@@ -207,21 +219,49 @@ def sqlite_layout(path):
     return layout
 
 
-def test_the_revisions_build_exactly_the_tables_db_py_defines(tmp_path):
-    built_by_the_revisions(tmp_path / "r.db")
-    assert_tables_are_db_pys(tmp_path / "r.db")
+def postgres_layout(url):
+    """A PostgreSQL database's layout as its catalog reports it: each table's columns (by name,
+    with type, nullability and default), indexes (their definitions), foreign keys, CHECK and
+    other constraints, each view's SQL, and the recorded revision."""
+    layout = {}
+    for (name,) in query(url, "select viewname from pg_views where schemaname = current_schema()"):
+        layout[name] = query(url, "select pg_get_viewdef(cast(:v as regclass), true)", {"v": name})[0][0]
+    for (name,) in query(url, "select tablename from pg_tables where schemaname = current_schema()"):
+        constraints = query(url, "select contype, conname, pg_get_constraintdef(oid) from pg_constraint "
+                                 "where conrelid = cast(:t as regclass)", {"t": name})
+        layout[name] = {
+            "columns": sorted(query(url, "select column_name, data_type, is_nullable, column_default "
+                                         "from information_schema.columns where table_schema = current_schema() "
+                                         "and table_name = :t", {"t": name})),
+            "indexes": sorted(query(url, "select indexname, indexdef from pg_indexes "
+                                         "where schemaname = current_schema() and tablename = :t", {"t": name})),
+            "foreign keys": sorted(c[1:] for c in constraints if c[0] == "f"),
+            "checks": sorted(c[1:] for c in constraints if c[0] == "c"),
+            "keys": sorted(c for c in constraints if c[0] in "pu"),
+        }
+    layout["revision"] = query(url, "select version_num from alembic_version")
+    return layout
 
 
-def test_a_new_database_is_made_at_once_as_the_revisions_build_it(tmp_path):
-    made, built = tmp_path / "made.db", tmp_path / "built.db"
+def layout_of(url):
+    return sqlite_layout(sqlite_file(url)) if is_sqlite(url) else postgres_layout(url)
+
+
+def test_the_revisions_build_exactly_the_tables_db_py_defines(db_url):
+    built_by_the_revisions(db_url)
+    assert_tables_are_db_pys(db_url)
+
+
+def test_a_new_database_is_made_at_once_as_the_revisions_build_it(db_url, other_db_url):
+    made, built = db_url, other_db_url
     # a new process, to see what it imports: making a new database needs no Alembic
     done = subprocess.run([sys.executable, "-c", "import sys; from orchestrator import db; "
-                           f"db.open_db('sqlite:///{made}'); print(sorted(m for m in sys.modules if 'alembic' in m))"],
+                           f"db.open_db('{made}'); print(sorted(m for m in sys.modules if 'alembic' in m))"],
                           capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]", done.stdout
     built_by_the_revisions(built)
-    layout = sqlite_layout(made)
-    assert layout == sqlite_layout(built)
+    layout = layout_of(made)
+    assert layout == layout_of(built)
     assert layout["revision"] == [(db.SCHEMA_VERSION,)] and layout["runs"]["checks"]  # ck_runs_state
     assert_tables_are_db_pys(made)
 
@@ -323,21 +363,16 @@ def test_two_processes_upgrading_an_old_database_at_once(tmp_path):
     assert after.pop("alembic_version") == [(db.SCHEMA_VERSION,)] and after == before
 
 
-def test_a_database_from_a_newer_orchestrator_is_refused_not_touched(tmp_path):
-    path = tmp_path / "results.db"
-    db.open_db(f"sqlite:///{path}")
-    con = sqlite3.connect(path)
-    con.execute("UPDATE alembic_version SET version_num = '9999'")
-    con.commit()
-    con.close()
+def test_a_database_from_a_newer_orchestrator_is_refused_not_touched(db_url):
+    db.open_db(db_url).kw["bind"].dispose()
+    execute(db_url, "UPDATE alembic_version SET version_num = '9999'")
     with pytest.raises(db.SchemaError, match="schema revision 9999, which this orchestrator does not know"):
-        db.open_db(f"sqlite:///{path}")
-    assert sqlite3.connect(path).execute("select version_num from alembic_version").fetchall() == [("9999",)]
+        db.open_db(db_url)
+    assert query(db_url, "select version_num from alembic_version") == [("9999",)]
 
 
-def test_cell_summary_over_the_latest_attempt_of_each_repeat_when_done(tmp_path):
-    path = tmp_path / "results.db"
-    Session = db.open_db(f"sqlite:///{path}")
+def test_cell_summary_over_the_latest_attempt_of_each_repeat_when_done(db_url):
+    Session = db.open_db(db_url)
     with Session.begin() as session:
         # lenet: repeats 0..4; repeat 1 was rerun (attempt 2 supersedes 900); repeat 3 failed;
         # repeat 4 measured 5000 once, then its rerun failed: its latest attempt is not done
@@ -353,9 +388,7 @@ def test_cell_summary_over_the_latest_attempt_of_each_repeat_when_done(tmp_path)
             run.repeat = repeat
         session.flush()  # as the launcher and the collector do after inserting runs
         db.mark_latest(session.connection(), session.execute(select(Run.cell_id, Run.repeat)).all())
-    con = sqlite3.connect(path)
-    con.row_factory = sqlite3.Row
-    rows = {r["model"]: dict(r) for r in con.execute("select * from cell_summary")}
+    rows = {r["model"]: r for r in plain_rows(db_url, "select * from cell_summary")}
     lenet = rows["lenet"]
     assert lenet["n"] == 3 and lenet["images_per_sec_median"] == 1100.0
     assert lenet["images_per_sec_min"] == 1000.0 and lenet["images_per_sec_max"] == 1300.0
@@ -363,7 +396,6 @@ def test_cell_summary_over_the_latest_attempt_of_each_repeat_when_done(tmp_path)
     assert lenet["images_per_sec_cv"] == pytest.approx(152.7525 / 1133.3333, rel=1e-6)
     assert lenet["noisy"] == 1 and lenet["gpu_power_avg_w"] == pytest.approx(101.0)
     assert rows["alexnet"]["noisy"] == 0 and rows["alexnet"]["images_per_sec_median"] == 500.5
-    con.close()
 
     # the same select with filters (a setting, a metric) and another threshold (what `results --summary` runs)
     with Session() as session:
@@ -375,13 +407,13 @@ def test_cell_summary_over_the_latest_attempt_of_each_repeat_when_done(tmp_path)
         assert (some["model"], some["n"], some["images_per_sec_median"]) == ("lenet", 2, 1050.0)
 
 
-def test_a_page_of_results_is_the_views_first_rows(tmp_path):
+def test_a_page_of_results_is_the_views_first_rows(db_url):
     """results_page picks the page's runs first and reads their metrics after: the same rows, in
     the same order, as the first rows of the view, and the view's count; refused (None) where a
     filter needs a metric."""
     from sqlalchemy import func, select
 
-    Session = db.open_db(f"sqlite:///{tmp_path / 'results.db'}")
+    Session = db.open_db(db_url)
     with Session.begin() as session:
         for i, (model, state) in enumerate([("lenet", "done"), ("alexnet", "failed"), ("lenet", "done"),
                                             ("vgg16", "done"), ("lenet", "pending"), ("alexnet", "done")]):
@@ -404,57 +436,71 @@ def test_a_page_of_results_is_the_views_first_rows(tmp_path):
         assert db.results_page({}, order, None) is None  # every row: the view
 
 
-#: What each revision since 0008 added, undone by hand (SQLite's DROP COLUMN), newest first:
-#: a database at an older revision made from today's, for testing the upgrade from it.
+#: What each revision since 0008 added, undone by hand (DROP COLUMN, which SQLite and PostgreSQL
+#: spell alike), newest first: a database at an older revision made from today's, for testing the
+#: upgrade from it.
 UNDO = {
-    "0010": "ALTER TABLE cells DROP COLUMN input;",
-    "0009": "DROP INDEX ix_runs_current; ALTER TABLE runs DROP COLUMN latest; CREATE INDEX ix_runs_latest "
-            "ON runs (cell_id, repeat, attempt, sweep_id, state, error_class, state_detail);",
+    "0011": [f"ALTER TABLE {t} DROP COLUMN {c}" for t in ("sweeps", "runs") for c in ("submit_user", "submit_host")],
+    "0010": ["ALTER TABLE cells DROP COLUMN input"],
+    "0009": ["DROP INDEX ix_runs_current", "ALTER TABLE runs DROP COLUMN latest", "CREATE INDEX ix_runs_latest "
+             "ON runs (cell_id, repeat, attempt, sweep_id, state, error_class, state_detail)"],
 }
 
 
-def upgraded_from(path, revision, then=""):
-    """The database at `path` taken back to `revision` (its views dropped, what later revisions
-    added undone, `then` run), then opened: upgraded to the head. A connection to it."""
-    undo = "".join(sql for rev, sql in UNDO.items() if rev > revision)
-    con = sqlite3.connect(path)
-    con.executescript(f"DROP VIEW cell_summary; DROP VIEW results; {undo} {then} "
-                      f"UPDATE alembic_version SET version_num = '{revision}';")
-    con.close()
-    db.open_db(f"sqlite:///{path}").kw["bind"].dispose()
-    return sqlite3.connect(path)
+def upgraded_from(url, revision, *then):
+    """The database at `url` taken back to `revision` (its views dropped, what later revisions
+    added undone, `then` run), then opened: upgraded to the head. Its URL, to query."""
+    undo = [sql for rev, statements in UNDO.items() if rev > revision for sql in statements]
+    execute(url, "DROP VIEW cell_summary", "DROP VIEW results", *undo, *then,
+            f"UPDATE alembic_version SET version_num = '{revision}'")
+    db.open_db(url).kw["bind"].dispose()
+    return url
 
 
-def test_the_upgrade_to_0009_marks_the_highest_attempt_of_each_repeat_latest(tmp_path):
+def test_the_upgrade_to_0009_marks_the_highest_attempt_of_each_repeat_latest(db_url):
     """A database from before runs.latest (0008): the upgrade sets the flag by the rule
     db.mark_latest keeps, and leaves every row and metric as it was."""
-    path = tmp_path / "results.db"
-    Session = db.open_db(f"sqlite:///{path}")
+    Session = db.open_db(db_url)
     with Session.begin() as session:
         for repeat, attempt in ((0, 1), (0, 2), (0, 3), (1, 1), (2, 2)):
             run = add_run(session, uid_suffix=f"{repeat}:{attempt}", metrics={"images_per_sec": 100.0 * attempt})
             run.repeat, run.attempt = repeat, attempt
     Session.kw["bind"].dispose()
-    con = upgraded_from(path, "0008")  # no flag, the grouping's index
-    assert con.execute("select repeat, attempt, latest from runs order by repeat, attempt").fetchall() == [
+    url = upgraded_from(db_url, "0008")  # no flag, the grouping's index
+    assert query(url, "select repeat, attempt, latest from runs order by repeat, attempt") == [
         (0, 1, 0), (0, 2, 0), (0, 3, 1), (1, 1, 1), (2, 2, 1)]
-    assert con.execute("select count(*) from metrics").fetchone() == (5,)
-    assert con.execute("select n, images_per_sec_median from cell_summary").fetchall() == [(3, 200.0)]  # 300, 100, 200
+    assert query(url, "select count(*) from metrics") == [(5,)]
+    assert query(url, "select n, images_per_sec_median from cell_summary") == [(3, 200.0)]  # 300, 100, 200
+    assert_tables_are_db_pys(url)
 
 
-def test_the_upgrade_to_0010_copies_a_cells_input_from_its_settings(tmp_path):
+def test_the_upgrade_to_0010_copies_a_cells_input_from_its_settings(db_url):
     """Cells recorded while `input` lived only in the settings JSON (0009) get it as a column,
     which the results view shows; a cell without it stays null (memory)."""
-    path = tmp_path / "results.db"
-    Session = db.open_db(f"sqlite:///{path}")
+    Session = db.open_db(db_url)
     with Session.begin() as session:
         add_run(session, uid_suffix="0:1", model="alexnet")
         add_run(session, uid_suffix="0:1", model="lenet")
     Session.kw["bind"].dispose()
-    con = upgraded_from(path, "0009",  # input in the JSON only
-                        then="UPDATE cells SET settings = json_set(settings, '$.input', 'pipeline') "
-                             "WHERE model = 'alexnet';")
-    assert con.execute("select model, input from cells order by model").fetchall() == [
+    set_input = ("UPDATE cells SET settings = json_set(settings, '$.input', 'pipeline') WHERE model = 'alexnet'"
+                 if is_sqlite(db_url) else
+                 "UPDATE cells SET settings = cast(jsonb_set(cast(settings AS jsonb), '{input}', '\"pipeline\"') AS json) "
+                 "WHERE model = 'alexnet'")
+    url = upgraded_from(db_url, "0009", set_input)  # input in the JSON only
+    assert query(url, "select model, input from cells order by model") == [
         ("alexnet", "pipeline"), ("lenet", None)]
-    assert con.execute("select model, input from results order by model").fetchall() == [
+    assert query(url, "select model, input from results order by model") == [
         ("alexnet", "pipeline"), ("lenet", None)]
+
+
+def test_the_upgrade_to_0011_leaves_who_submitted_earlier_rows_unknown(db_url):
+    """Sweeps and runs recorded before 0011 get null submitters (not the upgrading user's name),
+    and the results view shows the new columns."""
+    Session = db.open_db(db_url)
+    with Session.begin() as session:
+        add_run(session)
+    Session.kw["bind"].dispose()
+    url = upgraded_from(db_url, "0010")
+    assert query(url, "select submit_user, submit_host from sweeps") == [(None, None)]
+    assert query(url, "select submit_user, submit_host from results") == [(None, None)]
+    assert_tables_are_db_pys(url)

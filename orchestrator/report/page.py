@@ -135,7 +135,8 @@ def render(sweeps: Sequence[query.SweepInfo], span: tuple[Optional[float], Optio
     """The whole page."""
     title = "Benchmark report: " + (sweeps[0].id if len(sweeps) == 1 else f"{len(sweeps)} sweeps")
     commands = "".join(f"<tr><td><code>{_e(s.id)}</code></td><td>{_e(_when(s.created_at))}</td>"
-                       f"<td><pre>{_e(s.command)}</pre></td></tr>" for s in sweeps)
+                       f"<td>{_e(s.by or 'not recorded')}</td><td><pre>{_e(s.command)}</pre></td></tr>"
+                       for s in sweeps)
     toc = " · ".join(f'<a href="#t-{_e(t.spec.metric.name)}">{_e(t.spec.title)}</a>' for t in tables)
     figures_html = "".join(_figure(f) for f in figures)
     skipped_html = "".join(f"<li>{_e(s)}</li>" for s in skipped)
@@ -149,7 +150,7 @@ def render(sweeps: Sequence[query.SweepInfo], span: tuple[Optional[float], Optio
 Each number is the median over a cell's repeats (the latest attempt of each); n repeats; noisy (shaded) where their
 coefficient of variation exceeds {noisy_cv * 100:g}%. A cell without a number says why.</p>
 <h2>Sweeps</h2>
-<table><tr><th>sweep</th><th>created</th><th>command</th></tr>{commands}</table>
+<table><tr><th>sweep</th><th>created</th><th>by</th><th>command</th></tr>{commands}</table>
 <h2>Cells</h2>
 {_counts(tables[0]) if tables else ""}
 <h2>Figures</h2>

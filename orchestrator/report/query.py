@@ -53,6 +53,8 @@ class SweepInfo:
     created_at: float
     command: str
     n_cells: int
+    #: `user@host` who typed it (None: recorded before the database kept it)
+    by: Optional[str] = None
 
 
 def _sweep_cells(sweep_ids: Sequence[str]) -> Select:
@@ -62,7 +64,9 @@ def _sweep_cells(sweep_ids: Sequence[str]) -> Select:
 def sweeps(session: Session, sweep_ids: Sequence[str]) -> list[SweepInfo]:
     """The sweeps, oldest first, with the command that made each."""
     rows = session.scalars(select(db.Sweep).where(db.Sweep.id.in_(sweep_ids)).order_by(db.Sweep.created_at))
-    return [SweepInfo(s.id, s.created_at, shlex.join(str(a) for a in (s.argv or [])), s.n_cells or 0) for s in rows]
+    return [SweepInfo(s.id, s.created_at, shlex.join(str(a) for a in (s.argv or [])), s.n_cells or 0,
+                      f"{s.submit_user or '?'}@{s.submit_host or '?'}" if s.submit_user or s.submit_host else None)
+            for s in rows]
 
 
 def cells(session: Session, sweep_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
