@@ -29,7 +29,6 @@ from .rows import Rows, in_list
 if TYPE_CHECKING:  # imported by the commands that use them, when they run
     from rich.console import Console
     from rich.table import Table
-    from sqlalchemy.orm import Session
 from .safety import ConfigError
 
 PROG = "python -m orchestrator"

@@ -66,7 +66,7 @@ from sqlalchemy.exc import ArgumentError, DBAPIError, IntegrityError, Operationa
 from sqlalchemy.orm import DeclarativeBase, Mapped, aliased, mapped_column, relationship, sessionmaker, validates
 from sqlalchemy.sql import column, table
 
-from orchestrator import metric_registry, runstate, sqlite_sharing
+from orchestrator import metric_registry, runstate, sqlite_lease, sqlite_sharing
 # the schema's revision and the connection settings, kept where status reads them without SQLAlchemy
 from orchestrator.rows import SCHEMA_VERSION, sqlite_pragmas
 
@@ -542,12 +542,12 @@ def open_db(url: str, create: bool = True) -> sessionmaker:
         path = sqlite_path(url)
         if not create and path is not None and not path.exists():
             raise NoDatabase(f"no {path} here")
-        engine = create_engine(url, **({"connect_args": sqlite_sharing.connect_args(str(path))} if path else {}))
+        engine = create_engine(url, **({"connect_args": sqlite_lease.connect_args(str(path))} if path else {}))
         if engine.dialect.name == "sqlite":
             event.listen(engine, "connect", _sqlite_pragmas)
         # on a network file system, what is found and what is done about it in one turn of the
         # lease: another host never sees the schema half made (sqlite_sharing.py)
-        with sqlite_sharing.lease_held(str(path)) if path else nullcontext():
+        with sqlite_lease.lease_held(str(path)) if path else nullcontext():
             has_runs, current = _layout(engine)
             if not create and not has_runs:
                 engine.dispose()

@@ -80,8 +80,8 @@ def check_destination(url: str) -> None:
             f"the destination is at schema revision {version or '(none recorded)'}, this orchestrator's is "
             f"{SCHEMA_VERSION}; nothing was copied: "
             + ("copy with the newer orchestrator that wrote it" if newer else
-               f"bring it up to date first (any command of this orchestrator on it does: "
-               f"orchestrator status --db DST), or copy into a new database"))
+               "bring it up to date first (any command of this orchestrator on it does: "
+               "orchestrator status --db DST), or copy into a new database"))
 
 
 def copy(src_url: str, dst_url: str) -> Copied:

@@ -24,7 +24,7 @@ from orchestrator.backends.base import signature
 from orchestrator.cell import Cell
 from orchestrator.job import JobSpec, RunSpec, run_cell
 from orchestrator.resultfile import run_uid
-from orchestrator.sqlite_sharing import who
+from orchestrator.sqlite_lease import who
 
 #: A pending run's state_detail while its group is being handed to the executor.
 SUBMITTING = "submitting as"

@@ -23,7 +23,8 @@ from collections import namedtuple
 from functools import lru_cache
 from typing import Any, Iterator, Mapping, Optional, Sequence
 
-from .sqlite_sharing import BUSY_TIMEOUT_S, apply_pragmas, connect_args
+from .sqlite_lease import connect_args
+from .sqlite_sharing import BUSY_TIMEOUT_S, apply_pragmas
 
 #: The Alembic revision the tables and views of db.py are: the head of orchestrator/migrations/versions
 #: (test_db checks). A change to a table or a view is a new revision, and this becomes its id.

@@ -33,7 +33,7 @@ malformed" in a collector reading while the other host committed). So on a netwo
   it sees that counter and size, or refuses before reading or writing anything.
 The lease is taken where SQLite itself prepares a statement (an authorizer on every connection
 to such a file, with the statement cache off so that every statement is prepared), so no command
-reads or writes without it.
+reads or writes without it: sqlite_lease.py.
 
 `ORCHESTRATOR_SQLITE_JOURNAL` (wal, delete, truncate or persist) overrides the journal mode
 for a site that knows better, said once; with `wal` there is no lease (WAL cannot work across
@@ -43,17 +43,14 @@ hosts at all, so choosing it says one host writes). This module imports only the
 from __future__ import annotations
 
 import fcntl
-import getpass
-import json
 import os
-import socket
 import sqlite3
 import sys
 import threading
 import time
 from contextlib import contextmanager
 from functools import lru_cache
-from typing import Any, Iterator, NamedTuple, Optional
+from typing import Iterator, NamedTuple
 
 from .filesystems import FileSystem, filesystem_of
 
@@ -65,13 +62,6 @@ MMAP_BYTES = 1 << 30
 #: The override of the journal mode, and the modes it may name.
 JOURNAL_ENV = "ORCHESTRATOR_SQLITE_JOURNAL"
 JOURNAL_MODES = ("wal", "delete", "truncate", "persist")
-#: A lease's holder refreshes it this often; a lease unchanged for LEASE_STALE_S is abandoned.
-LEASE_HEARTBEAT_S = 2.0
-LEASE_STALE_S = 20.0
-#: How long a new lease holder waits for this host's view of the file to show the last commit.
-FRESH_WAIT_S = 5.0
-
-
 class Policy(NamedTuple):
     """How a SQLite file is opened: its journal mode, whether reads map it into memory, whether
     writers take the cross-host lease, and the file system that decided it."""
@@ -81,12 +71,6 @@ class Policy(NamedTuple):
     journal: str
     mmap: bool
     lease: bool
-
-
-class LeaseRefused(sqlite3.OperationalError):
-    """Another host (or process) holds the lease past the wait, or this host's view of the file
-    lags behind the last holder's: nothing was read or written. The message names who and what
-    to do."""
 
 
 def policy_for(path: str) -> Policy:
@@ -105,16 +89,17 @@ def _policy(path: str, override: str) -> Policy:
     journal = override or ("delete" if fs.network else "wal")
     policy = Policy(path, fs, journal, mmap=not fs.network, lease=fs.network and journal != "wal")
     if override:
-        _say(f"{path}: journal mode {journal}, as {JOURNAL_ENV} says (the file system is {fs.name})"
+        say(f"{path}: journal mode {journal}, as {JOURNAL_ENV} says (the file system is {fs.name})"
              + ("; no writer lease: only one host may write it" if fs.network and journal == "wal" else ""))
     elif fs.network:
-        _say(f"{path} lies on {fs.name}, a network file system: commands take turns through "
+        say(f"{path} lies on {fs.name}, a network file system: commands take turns through "
              f"{os.path.basename(path)}.writer (rollback journal, no WAL); a group that shares results "
              f"should use a database server (README, \"Shared results\")")
     return policy
 
 
-def _say(line: str) -> None:
+def say(line: str) -> None:
+    """One line to stderr, as the orchestrator's own."""
     print(f"[orchestrator] {line}", file=sys.stderr)
 
 
@@ -159,7 +144,7 @@ def _switch_journal(conn: sqlite3.Connection, path: str, journal: str) -> None:
                 return
             why = f"it stayed {mode}"
         except sqlite3.OperationalError as exc:
-            if isinstance(exc, LeaseRefused) or "locked" not in str(exc) and "busy" not in str(exc):
+            if "locked" not in str(exc) and "busy" not in str(exc):  # (a refused lease says neither)
                 raise
             why = str(exc)
         if time.monotonic() > deadline:
@@ -218,356 +203,6 @@ def _take_flock(lock_path: str) -> int:
         except OSError:  # ENOLCK, ENOSYS, EOPNOTSUPP: no flock on this file system
             os.close(fd)
             return -1
-
-
-# --- the writer lease: one writer at a time, across hosts ---------------------------------------
-
-def _header_state(path: str, drop_cache: bool) -> tuple[int, int, int]:
-    """(inode, change counter, size in pages) of a SQLite file as this host sees it now, from its
-    header (a rollback-journal file keeps both there); with `drop_cache`, this host's cached pages
-    of it are dropped first, so that the read goes to the file system."""
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except FileNotFoundError:
-        return (0, 0, 0)
-    try:
-        if drop_cache:
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-        header = os.pread(fd, 32, 0)
-        if len(header) < 32:
-            return (os.fstat(fd).st_ino, 0, 0)
-        return (os.fstat(fd).st_ino, int.from_bytes(header[24:28], "big"), int.from_bytes(header[28:32], "big"))
-    finally:
-        os.close(fd)
-
-
-class _Lease:
-    """This process's hold on `<path>.writer`, counted per connection that holds it."""
-
-    def __init__(self, path: str) -> None:
-        self.path, self.file = path, path + ".writer"
-        self.folder, base = os.path.split(path)
-        self.record = base + ".written-"  # + "<inode>-<change counter>-<pages>"
-        self.holders = 0
-        self.token = ""
-        self.guard = threading.Lock()
-        self.stop: Optional[threading.Event] = None
-
-    def acquire(self, wait_s: Optional[float] = None) -> None:
-        with self.guard:
-            if self.holders:
-                self.holders += 1
-                return
-            self._take(BUSY_TIMEOUT_S if wait_s is None else wait_s)
-            try:
-                self._check_fresh()
-            except BaseException:
-                self._drop()
-                raise
-            self.holders = 1
-
-    def release(self) -> None:
-        with self.guard:
-            if not self.holders:
-                return
-            self.holders -= 1
-            if self.holders:
-                return
-            self._record()
-            self._drop()
-
-    def _record(self) -> None:
-        """Leaves what this writer left the file at for the next, in a file's *name*: another
-        host's client may show a replaced or rewritten file's old content for a while (measured
-        on GlusterFS: a file replaced by rename read stale on the other mount 199 times in 200,
-        one rewritten in place 1 in 200), while a directory's listing was never stale."""
-        state = "-".join(str(v) for v in _header_state(self.path, drop_cache=False))
-        user, host = who()
-        try:
-            records = self._records()
-            if [name for _, _, name in records] == [self.record + state]:
-                return  # a reader's turn: the file is as the last holder left it
-            with open(os.path.join(self.folder, self.record + state), "w") as f:
-                json.dump({"host": host, "pid": os.getpid(), "user": user, "at": time.time()}, f)
-            for _, _, name in records:
-                if name != self.record + state:
-                    os.unlink(os.path.join(self.folder, name))
-        except OSError:
-            pass  # the next writer then checks nothing, or an older state; it still writes alone
-
-    def _records(self) -> list[tuple[tuple[int, int, int], str, str]]:
-        """The states the last writers recorded: (inode, counter, pages), the file's name, its path."""
-        found = []
-        for name in os.listdir(self.folder or "."):
-            if name.startswith(self.record):
-                try:
-                    ino, counter, pages = (int(v) for v in name[len(self.record):].split("-"))
-                except ValueError:
-                    continue
-                found.append(((ino, counter, pages), os.path.join(self.folder, name), name))
-        return found
-
-    def _take(self, wait_s: float) -> None:
-        user, host = who()
-        me = {"host": host, "pid": os.getpid(), "user": user, "since": time.time()}
-        deadline, pause = time.monotonic() + wait_s, 0.01
-        seen, seen_at = None, time.monotonic()
-        while True:
-            me["token"] = os.urandom(8).hex()
-            try:
-                fd = os.open(self.file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-            except FileExistsError:
-                holder, stamp = _read_lease(self.file)
-                if holder is None:  # removed between the two calls: try again
-                    continue
-                now = time.monotonic()
-                if stamp != seen:
-                    seen, seen_at = stamp, now
-                gone = holder.get("host") == socket.gethostname() and not _alive(holder.get("pid"))
-                if gone or now - seen_at > LEASE_STALE_S:
-                    _break(self.file, holder)
-                    continue
-                if now > deadline:
-                    raise LeaseRefused(_refusal(self.path, holder, wait_s))
-                time.sleep(pause)
-                pause = min(pause * 2, 0.25)
-                continue
-            except OSError as exc:
-                raise LeaseRefused(
-                    f"cannot make the lease {self.file} ({exc.strerror}): nothing was read or written; make "
-                    f"its directory writable for every user who collects, or use a database server "
-                    f"(README, \"Shared results\")") from exc
-            with os.fdopen(fd, "w") as f:
-                json.dump(me, f)
-            self.token = me["token"]
-            self.stop = threading.Event()
-            threading.Thread(target=_heartbeat, args=(self.file, self.stop), daemon=True,
-                             name="writer-lease").start()
-            return
-
-    def _check_fresh(self) -> None:
-        """Waits until this host sees the file as the last writer left it (its recorded change
-        counter and size, or a later one), dropping cached pages before each look; refuses after
-        FRESH_WAIT_S. A record of another file (another inode: the file was moved away and made
-        again) is no measure."""
-        records = self._records()
-        if not records:
-            return  # no writer recorded one yet
-        want, record, _ = max(records)
-        deadline = time.monotonic() + FRESH_WAIT_S
-        while True:
-            seen = _header_state(self.path, drop_cache=True)
-            if seen[0] != want[0] or seen[1:] == want[1:] or seen[1] > want[1]:
-                return
-            if time.monotonic() > deadline:
-                try:
-                    with open(record) as f:
-                        last = json.load(f).get("host", "?")
-                except (OSError, ValueError):
-                    last = "?"
-                raise LeaseRefused(
-                    f"this host's view of {self.path} lags behind the last writer's ({last}: change {want[1]}, "
-                    f"{want[2]} pages; seen here: change {seen[1]}, {seen[2]} pages, after {FRESH_WAIT_S:.0f} s): "
-                    f"nothing was read or written; try again, or write from {last}, or use a database server "
-                    f"(README, \"Shared results\")")
-            time.sleep(0.1)
-
-    def _drop(self) -> None:
-        if self.stop is not None:
-            self.stop.set()
-            self.stop = None
-        holder, _ = _read_lease(self.file)
-        if holder is not None and holder.get("token") == self.token:
-            try:
-                os.unlink(self.file)
-            except FileNotFoundError:
-                pass
-        self.token = ""
-
-
-def who() -> tuple[str, str]:
-    """This process's user and host, as a lease names its holder and the database its submitter."""
-    try:
-        user = getpass.getuser()
-    except Exception:  # noqa: BLE001 - no name for this uid
-        user = str(os.getuid())
-    return user, socket.gethostname()
-
-
-def _alive(pid: Any) -> bool:
-    try:
-        os.kill(int(pid), 0)
-    except ProcessLookupError:
-        return False
-    except (PermissionError, ValueError, TypeError, OverflowError):
-        return True  # another user's process, or not a pid: assume alive
-    return True
-
-
-def _read_lease(file: str) -> tuple[Optional[dict[str, Any]], Any]:
-    """The lease's holder and a stamp that changes whenever it is refreshed or replaced."""
-    try:
-        with open(file) as f:
-            st = os.fstat(f.fileno())
-            text = f.read()
-    except FileNotFoundError:
-        return None, None
-    try:
-        holder = json.loads(text)
-    except ValueError:  # being written right now
-        holder = {}
-    return holder, (st.st_ino, st.st_mtime_ns, st.st_size)
-
-
-def _break(file: str, holder: dict[str, Any]) -> None:
-    """Removes an abandoned lease: renamed aside first, so that of two processes breaking it at
-    once only one removes it."""
-    aside = f"{file}.broken.{os.getpid()}.{os.urandom(4).hex()}"
-    try:
-        os.rename(file, aside)
-    except FileNotFoundError:
-        return
-    _say(f"broke the abandoned lease of {holder.get('host')} (pid {holder.get('pid')})")
-    try:
-        os.unlink(aside)
-    except OSError:
-        pass
-
-
-def _heartbeat(file: str, stop: threading.Event) -> None:
-    while not stop.wait(LEASE_HEARTBEAT_S):
-        try:
-            os.utime(file)
-        except OSError:
-            return
-
-
-def _refusal(path: str, holder: dict[str, Any], wait_s: float) -> str:
-    since = holder.get("since")
-    held = f", for {time.time() - since:.0f} s" if isinstance(since, (int, float)) else ""
-    return (f"{path} is in use by {holder.get('host', '?')} (pid {holder.get('pid', '?')}, user "
-            f"{holder.get('user', '?')}{held}); waited {wait_s:.0f} s, read and wrote nothing: try again when it "
-            f"ends, or give this host its own results file (ORCHESTRATOR_DB=sqlite:////local/disk/results.db), "
-            f"or share results through a database server (README, \"Shared results\")")
-
-
-_leases: dict[str, _Lease] = {}
-_leases_guard = threading.Lock()
-
-
-def lease_of(path: str) -> _Lease:
-    path = os.path.realpath(path)
-    with _leases_guard:
-        if path not in _leases:
-            _leases[path] = _Lease(path)
-        return _leases[path]
-
-
-@contextmanager
-def lease_held(path: str) -> Iterator[None]:
-    """Holds the writer lease of the file at `path` for the block, where its policy takes one
-    (making or upgrading the schema: what a reader on another host must not see half done)."""
-    if not policy_for(path).lease:
-        yield
-        return
-    lease = lease_of(path)
-    lease.acquire()
-    try:
-        yield
-    finally:
-        lease.release()
-
-
-class LeasedConnection(sqlite3.Connection):
-    """A connection to a file on a network file system: takes the lease when it first prepares a
-    statement (SQLite's authorizer is asked at every prepare; connect_args turns the statement
-    cache off, so that none is skipped), gives it back after its commit, rollback or close."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._lease: Optional[_Lease] = None
-        self._holds = False
-        self._refused: Optional[LeaseRefused] = None
-        path = path_of(self)
-        if path:
-            self._lease = lease_of(path)
-            self.set_authorizer(self._authorize)
-
-    def _authorize(self, action: int, arg1: Any, arg2: Any, dbname: Any, source: Any) -> int:
-        if not self._holds and self._lease is not None:
-            try:
-                self._lease.acquire()
-            except LeaseRefused as exc:  # an authorizer cannot raise: said by execute instead
-                self._refused = exc
-                return sqlite3.SQLITE_DENY
-            self._holds = True
-        return sqlite3.SQLITE_OK
-
-    def _give_back(self) -> None:
-        if self._holds and self._lease is not None:
-            self._holds = False
-            self._lease.release()
-
-    def commit(self) -> None:
-        try:
-            super().commit()
-        finally:
-            if not self.in_transaction:
-                self._give_back()
-
-    def rollback(self) -> None:
-        try:
-            super().rollback()
-        finally:
-            self._give_back()
-
-    def close(self) -> None:
-        try:
-            super().close()
-        finally:
-            self._give_back()
-
-    def cursor(self, factory: Any = None) -> sqlite3.Cursor:
-        return super().cursor(factory or LeasedCursor)
-
-    def execute(self, *args: Any) -> sqlite3.Cursor:
-        return self.cursor().execute(*args)
-
-    def executemany(self, *args: Any) -> sqlite3.Cursor:
-        return self.cursor().executemany(*args)
-
-    def refused(self, exc: sqlite3.DatabaseError) -> BaseException:
-        """What a statement's failure means: the lease's refusal where that denied it."""
-        refused, self._refused = self._refused, None
-        return refused if refused is not None else exc
-
-
-class LeasedCursor(sqlite3.Cursor):
-    """Says a refused lease as itself, not as SQLite's 'not authorized'."""
-
-    def execute(self, *args: Any) -> "LeasedCursor":
-        try:
-            return super().execute(*args)
-        except sqlite3.DatabaseError as exc:
-            said = self.connection.refused(exc)
-            if said is exc:
-                raise
-            raise said from None
-
-    def executemany(self, *args: Any) -> "LeasedCursor":
-        try:
-            return super().executemany(*args)
-        except sqlite3.DatabaseError as exc:
-            said = self.connection.refused(exc)
-            if said is exc:
-                raise
-            raise said from None
-
-
-def connect_args(path: str) -> dict[str, Any]:
-    """sqlite3.connect's extra arguments for the file at `path`: the leased connection where
-    the policy takes a lease."""
-    return {"factory": LeasedConnection, "cached_statements": 0} if policy_for(path).lease else {}
 
 
 def damaged(message: str) -> bool:

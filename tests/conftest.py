@@ -352,13 +352,11 @@ def postgres_server():
     return url
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
-def db_url(request, tmp_path):
-    """A fresh, empty results database's URL, once per database: a new SQLite file under the
-    test's directory, and a new database (CREATE DATABASE t_<random>) on the test PostgreSQL
-    server, dropped after the test (skipped loudly where no server runs)."""
-    if request.param == "sqlite":
-        yield "sqlite:///%s" % (tmp_path / "results.db")
+def _fresh_database(kind, request, tmp_path, name):
+    """A fresh, empty database of `kind`: a new SQLite file `name` under the test's directory, or a
+    new database (CREATE DATABASE t_<random>) on the test PostgreSQL server, dropped afterwards."""
+    if kind == "sqlite":
+        yield "sqlite:///%s" % (tmp_path / name)
         return
     from db_urls import create_database, drop_database
 
@@ -370,17 +368,16 @@ def db_url(request, tmp_path):
         drop_database(server, url)
 
 
+@pytest.fixture(params=["sqlite", "postgresql"])
+def db_url(request, tmp_path):
+    """A fresh, empty results database's URL, once per database (PostgreSQL skipped loudly where
+    no server runs)."""
+    yield from _fresh_database(request.param, request, tmp_path, "results.db")
+
+
 @pytest.fixture
 def other_db_url(db_url, request, tmp_path):
     """A second fresh database of db_url's kind (for tests that compare two databases)."""
-    from db_urls import create_database, drop_database, is_sqlite
+    from db_urls import is_sqlite
 
-    if is_sqlite(db_url):
-        yield "sqlite:///%s" % (tmp_path / "other.db")
-        return
-    server = request.getfixturevalue("postgres_server")
-    url = create_database(server)
-    try:
-        yield url
-    finally:
-        drop_database(server, url)
+    yield from _fresh_database("sqlite" if is_sqlite(db_url) else "postgresql", request, tmp_path, "other.db")

@@ -9,7 +9,7 @@ from sqlalchemy import create_engine, text
 from sqlalchemy.pool import NullPool
 
 from orchestrator import db, db_copy
-from orchestrator.db import Metric, Refusal, Run
+from orchestrator.db import Refusal, Run
 from test_db import add_run
 
 #: What a store holds, read without its own numbering (run ids): compared across stores.

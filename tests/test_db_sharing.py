@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from orchestrator import filesystems, rows, sqlite_sharing
+from orchestrator import filesystems, rows, sqlite_lease, sqlite_sharing
 from orchestrator.filesystems import FileSystem, Mount, classify, mount_of, parse_mounts
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "benchmarks"))
@@ -131,7 +131,7 @@ def on_network_fs(monkeypatch):
 
 def test_a_local_file_gets_wal_and_memory_mapped_reads_and_no_lease(tmp_path):
     sqlite_sharing._policy.cache_clear()
-    con = sqlite3.connect(tmp_path / "results.db", **sqlite_sharing.connect_args(str(tmp_path / "results.db")))
+    con = sqlite3.connect(tmp_path / "results.db", **sqlite_lease.connect_args(str(tmp_path / "results.db")))
     rows.sqlite_pragmas(con)
     assert type(con) is sqlite3.Connection
     assert [con.execute(f"PRAGMA {p}").fetchone()[0] for p in ("journal_mode", "synchronous", "mmap_size")] == \
@@ -140,9 +140,9 @@ def test_a_local_file_gets_wal_and_memory_mapped_reads_and_no_lease(tmp_path):
 
 def test_a_file_on_a_network_file_system_gets_the_rollback_journal_and_the_lease(tmp_path, on_network_fs, capsys):
     path = str(tmp_path / "results.db")
-    con = sqlite3.connect(path, **sqlite_sharing.connect_args(path))
+    con = sqlite3.connect(path, **sqlite_lease.connect_args(path))
     rows.sqlite_pragmas(con)
-    assert isinstance(con, sqlite_sharing.LeasedConnection)
+    assert isinstance(con, sqlite_lease.LeasedConnection)
     assert [con.execute(f"PRAGMA {p}").fetchone()[0] for p in ("journal_mode", "synchronous", "mmap_size")] == \
         ["delete", 2, 0]
     said = capsys.readouterr().err
@@ -167,7 +167,7 @@ def test_the_journal_override_is_obeyed_and_said_once(tmp_path, on_network_fs, m
 # --- the writer lease -----------------------------------------------------------------------------
 
 def _leased(path):
-    con = sqlite3.connect(path, **sqlite_sharing.connect_args(path))
+    con = sqlite3.connect(path, **sqlite_lease.connect_args(path))
     rows.sqlite_pragmas(con)
     return con
 
@@ -222,13 +222,13 @@ def test_a_writer_waits_for_another_hosts_lease_then_is_refused_naming_it(tmp_pa
     stop = _other_host_holds(tmp_path / "results.db.writer")
     try:
         t0 = time.monotonic()
-        with pytest.raises(sqlite_sharing.LeaseRefused) as refused:
+        with pytest.raises(sqlite_lease.LeaseRefused) as refused:
             con.execute("INSERT INTO t VALUES (1)")
         assert time.monotonic() - t0 >= 1.0
         said = str(refused.value)
         assert "is in use by login1 (pid 4242, user alice" in said
         assert "read and wrote nothing" in said and "database server" in said and "\n" not in said
-        with pytest.raises(sqlite_sharing.LeaseRefused, match="is in use by login1"):
+        with pytest.raises(sqlite_lease.LeaseRefused, match="is in use by login1"):
             con.execute("SELECT count(*) FROM t")  # a read waits its turn too
     finally:
         stop.set()
@@ -239,7 +239,7 @@ def test_a_writer_waits_for_another_hosts_lease_then_is_refused_naming_it(tmp_pa
 
 
 def test_an_abandoned_lease_is_broken(tmp_path, on_network_fs, monkeypatch, capsys):
-    monkeypatch.setattr(sqlite_sharing, "LEASE_STALE_S", 0.5)
+    monkeypatch.setattr(sqlite_lease, "LEASE_STALE_S", 0.5)
     path = str(tmp_path / "results.db")
     con = _leased(path)
     stop = _other_host_holds(tmp_path / "results.db.writer", refresh=False)  # its holder died
@@ -251,7 +251,7 @@ def test_an_abandoned_lease_is_broken(tmp_path, on_network_fs, monkeypatch, caps
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
     (tmp_path / "results.db.writer").write_text(json.dumps({"host": socket.gethostname(),
                                                             "pid": int(dead.stdout), "token": "x"}))
-    monkeypatch.setattr(sqlite_sharing, "LEASE_STALE_S", 60)
+    monkeypatch.setattr(sqlite_lease, "LEASE_STALE_S", 60)
     t0 = time.monotonic()
     con.execute("INSERT INTO t VALUES (1)")
     con.commit()
@@ -259,7 +259,7 @@ def test_an_abandoned_lease_is_broken(tmp_path, on_network_fs, monkeypatch, caps
 
 
 def test_a_connection_whose_view_lags_behind_the_last_commit_reads_and_writes_nothing(tmp_path, on_network_fs, monkeypatch):
-    monkeypatch.setattr(sqlite_sharing, "FRESH_WAIT_S", 0.3)
+    monkeypatch.setattr(sqlite_lease, "FRESH_WAIT_S", 0.3)
     path = str(tmp_path / "results.db")
     con = _leased(path)
     con.execute("CREATE TABLE t (x)")
@@ -270,13 +270,13 @@ def test_a_connection_whose_view_lags_behind_the_last_commit_reads_and_writes_no
     record.rename(tmp_path / f"results.db.written-{ino}-{counter + 1}-{pages}")
     (tmp_path / f"results.db.written-{ino}-{counter + 1}-{pages}").write_text(json.dumps({"host": "login2"}))
     t0 = time.monotonic()
-    with pytest.raises(sqlite_sharing.LeaseRefused, match="this host's view of .* lags behind the last writer's "
+    with pytest.raises(sqlite_lease.LeaseRefused, match="this host's view of .* lags behind the last writer's "
                                                           rf"\(login2: change {counter + 1}, {pages} pages; seen "
                                                           rf"here: change {counter}, {pages} pages"):
         con.execute("INSERT INTO t VALUES (1)")
     assert time.monotonic() - t0 >= 0.3  # it waited for its view to catch up first
     assert not (tmp_path / "results.db.writer").exists()
-    with pytest.raises(sqlite_sharing.LeaseRefused, match="lags behind"):  # nor is a stale view read
+    with pytest.raises(sqlite_lease.LeaseRefused, match="lags behind"):  # nor is a stale view read
         con.execute("SELECT count(*) FROM t")
     # a record of another file (moved away, made again: another inode) is no measure
     (tmp_path / f"results.db.written-{ino}-{counter + 1}-{pages}").rename(
