@@ -19,7 +19,6 @@ magics for file systems that cannot be mounted here (NFS, Lustre, GPFS, BeeGFS, 
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import os
 from typing import NamedTuple, Optional, Sequence
 
@@ -155,7 +154,7 @@ class _StatFs(ctypes.Structure):
 def statfs_magic(path: str) -> Optional[int]:
     """statfs(2)'s f_type for `path` (None where it cannot be asked)."""
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        libc = ctypes.CDLL(None, use_errno=True)  # this process's own libc (find_library would run ldconfig)
         buf = _StatFs()
         if libc.statfs(os.fsencode(path), ctypes.byref(buf)) != 0:
             return None
