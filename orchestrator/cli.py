@@ -204,6 +204,7 @@ def _database_error(exc: Exception, url: str) -> Optional[str]:
     with sqlite3 alone: orchestrator.rows)."""
     import sqlite3
 
+    said = exc if isinstance(exc, sqlite3.Error) else None  # the driver's error, said as it is
     if "orchestrator.db" in sys.modules:
         from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 
@@ -215,17 +216,17 @@ def _database_error(exc: Exception, url: str) -> Optional[str]:
             return str(exc)
         if isinstance(exc, (ArgumentError, ImportError)):
             return f"cannot use database URL {_shown(url)!r}: {exc}"
-        if isinstance(exc, SQLAlchemyError):
-            exc = getattr(exc, "orig", None) or exc
-    if isinstance(exc, sqlite3.Error) or "sqlalchemy" in type(exc).__module__:
-        from .rows import sqlite_file
-        from .sqlite_sharing import damaged, damaged_way_out
+        if isinstance(exc, SQLAlchemyError):  # any driver's (sqlite3, psycopg ...) under SQLAlchemy's
+            said = getattr(exc, "orig", None) or exc
+    if said is None:
+        return None
+    from .rows import sqlite_file
+    from .sqlite_sharing import damaged, damaged_way_out
 
-        path = sqlite_file(url)
-        if path is not None and damaged(str(exc)):
-            return damaged_way_out(path)
-        return f"database error ({_shown(url)}): {exc}"
-    return None
+    path = sqlite_file(url)
+    if path is not None and damaged(str(said)):
+        return damaged_way_out(path)
+    return f"database error ({_shown(url)}): {' '.join(str(said).split())}"  # one line (psycopg's have several)
 
 
 def _console() -> Console:

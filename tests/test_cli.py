@@ -331,7 +331,7 @@ def test_a_database_from_a_newer_orchestrator_is_a_message(env, capsys):
     con.commit()
     con.close()
     capsys.readouterr()
-    assert main(["results"]) == 1
+    assert main(["results", "--where", "images_per_sec=900"]) == 1  # a metric's filter reads the view
     err = capsys.readouterr().err
     assert "schema revision ffff, which this orchestrator does not know" in err and "Traceback" not in err
 
@@ -420,3 +420,15 @@ def test_an_unreachable_database_server_is_a_message_from_every_subcommand(env, 
     assert ("its driver is not installed" in err or "the database server does not answer" in err), err
     assert "point ORCHESTRATOR_DB (paths.db=, --db) at sqlite:///results.db" in err
     assert not (env / "results.db").exists()
+
+
+def test_a_database_error_of_any_driver_is_said_in_one_line(env, any_db, capsys):
+    """An error the database raises while a command reads (here the results view, dropped) is one line naming the database, whichever driver raised it (sqlite3 or psycopg)."""
+    from db_urls import execute
+
+    assert main(["collect"]) == 0
+    execute(any_db, "DROP VIEW cell_summary", "DROP VIEW results")
+    capsys.readouterr()
+    assert main(["results", "--where", "images_per_sec=900"]) == 1  # a metric's filter reads the view
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("database error (") and "results" in err and len(err.splitlines()) == 1, err
