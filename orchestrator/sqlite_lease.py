@@ -105,18 +105,18 @@ class _Lease:
         user, host = who()
         try:
             records = self._records()
-            if [name for _, _, name in records] == [self.record + state]:
+            if [name for _, name in records] == [self.record + state]:
                 return  # a reader's turn: the file is as the last holder left it
             with open(os.path.join(self.folder, self.record + state), "w") as f:
                 json.dump({"host": host, "pid": os.getpid(), "user": user, "at": time.time()}, f)
-            for _, _, name in records:
+            for _, name in records:
                 if name != self.record + state:
                     os.unlink(os.path.join(self.folder, name))
         except OSError:
             pass  # the next writer then checks nothing, or an older state; it still writes alone
 
-    def _records(self) -> list[tuple[tuple[int, int, int], str, str]]:
-        """The states the last writers recorded: (inode, counter, pages), the file's name, its path."""
+    def _records(self) -> list[tuple[tuple[int, int, int], str]]:
+        """The states the last writers recorded: (inode, counter, pages) and the file's name."""
         found = []
         for name in os.listdir(self.folder or "."):
             if name.startswith(self.record):
@@ -124,7 +124,7 @@ class _Lease:
                     ino, counter, pages = (int(v) for v in name[len(self.record):].split("-"))
                 except ValueError:
                     continue
-                found.append(((ino, counter, pages), os.path.join(self.folder, name), name))
+                found.append(((ino, counter, pages), name))
         return found
 
     def _take(self, wait_s: float) -> None:
@@ -143,7 +143,7 @@ class _Lease:
                 now = time.monotonic()
                 if stamp != seen:
                     seen, seen_at = stamp, now
-                gone = holder.get("host") == socket.gethostname() and not _alive(holder.get("pid"))
+                gone = holder.get("host") == host and not _alive(holder.get("pid"))
                 if gone or now - seen_at > LEASE_STALE_S:
                     _break(self.file, holder)
                     continue
@@ -173,7 +173,7 @@ class _Lease:
         records = self._records()
         if not records:
             return  # no writer recorded one yet
-        want, record, _ = max(records)
+        want, record = max(records)
         deadline = time.monotonic() + FRESH_WAIT_S
         while True:
             seen = _header_state(self.path, drop_cache=True)
@@ -181,7 +181,7 @@ class _Lease:
                 return
             if time.monotonic() > deadline:
                 try:
-                    with open(record) as f:
+                    with open(os.path.join(self.folder, record)) as f:
                         last = json.load(f).get("host", "?")
                 except (OSError, ValueError):
                     last = "?"

@@ -172,6 +172,14 @@ def _leased(path):
     return con
 
 
+def _leased_with_table(tmp_path):
+    """A leased connection to results.db under `tmp_path`, with an empty table t (x) committed."""
+    con = _leased(str(tmp_path / "results.db"))
+    con.execute("CREATE TABLE t (x)")
+    con.commit()
+    return con
+
+
 def test_a_connection_holds_the_lease_from_its_first_statement_to_its_commit(tmp_path, on_network_fs):
     path = str(tmp_path / "results.db")
     con = _leased(path)
@@ -215,10 +223,7 @@ def _other_host_holds(lease_path, host="login1", refresh=True):
 
 def test_a_writer_waits_for_another_hosts_lease_then_is_refused_naming_it(tmp_path, on_network_fs, monkeypatch):
     monkeypatch.setattr(sqlite_sharing, "BUSY_TIMEOUT_S", 1.0)
-    path = str(tmp_path / "results.db")
-    con = _leased(path)
-    con.execute("CREATE TABLE t (x)")
-    con.commit()
+    con = _leased_with_table(tmp_path)
     stop = _other_host_holds(tmp_path / "results.db.writer")
     try:
         t0 = time.monotonic()
@@ -260,10 +265,7 @@ def test_an_abandoned_lease_is_broken(tmp_path, on_network_fs, monkeypatch, caps
 
 def test_a_connection_whose_view_lags_behind_the_last_commit_reads_and_writes_nothing(tmp_path, on_network_fs, monkeypatch):
     monkeypatch.setattr(sqlite_lease, "FRESH_WAIT_S", 0.3)
-    path = str(tmp_path / "results.db")
-    con = _leased(path)
-    con.execute("CREATE TABLE t (x)")
-    con.commit()
+    con = _leased_with_table(tmp_path)
     (record,) = tmp_path.glob("results.db.written-*")
     ino, counter, pages = (int(v) for v in record.name.split("-")[1:])
     # as if login2 had committed once more than this host can see
