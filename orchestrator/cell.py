@@ -11,46 +11,20 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
-import os
 from dataclasses import dataclass, field
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from orchestrator import safety
+from orchestrator import safety, setting_registry
 from orchestrator.safety import ConfigError
 
-#: The keys a cell's id hashes, in the order they are shown ...
-THROUGHPUT_SETTINGS = (
-    "framework", "model", "dataset", "like", "hardware", "gpus", "threads",
-    "batch_size", "scaling", "iterations", "warmup", "seed", "precision",
-)
-#: ... and, for a cell in accuracy mode only, these (None in throughput mode, which a cell made
-#: before accuracy mode existed is: its id is unchanged, a retyped sweep finds it).
-ACCURACY_SETTINGS = ("mode", "epochs", "target_accuracy")
-#: ... and `input` where it is not the default `memory` (None there, so a cell made before the
-#: setting existed keeps its id).
-INPUT_SETTINGS = ("input",)
-SETTINGS = THROUGHPUT_SETTINGS + ACCURACY_SETTINGS + INPUT_SETTINGS
-MODES = ("throughput", "accuracy")
-#: memory: batches prepared before the timed steps; pipeline: each timed step takes its batch from
-#: the ImageNet loader (trainers/common/imagenet.py). Only dataset=imagenet is read per step.
-INPUTS = ("memory", "pipeline")
+#: The settings a cell holds, in the order they are shown (declared in setting_registry).
+SETTINGS = setting_registry.NAMES
+#: dataset=imagenet is the only one read per step: what input=pipeline times.
 PIPELINE_DATASETS = ("imagenet",)
 DATASET_SHAPES = ("mnist", "cifar10", "imagenet", "digits")
-PRECISIONS = ("fp32", "fp16", "bf16")
-SCALINGS = ("strong", "weak")
-#: How to put each integer setting right.
-WAY_OUT = {
-    "gpus": "use gpus=0 for the CPU or gpus=N for N GPUs",
-    "threads": "use threads=N, or leave it out for the job's CPUs",
-    "batch_size": "use batch_size=N, or leave it out for the model's default",
-    "iterations": "use iterations=N (the measured steps; default 50)",
-    "warmup": "use warmup=N (the steps before the measurement; default 10)",
-    "seed": "use seed=N",
-    "epochs": "use epochs=N (accuracy mode's passes over the training split; default 10)",
-}
 
 
 class CellError(ValueError):
@@ -58,13 +32,10 @@ class CellError(ValueError):
 
 
 def cell_id(settings: dict[str, Any]) -> str:
-    """A short, stable hash of the benchmark settings (canonical JSON, sorted keys): the
-    throughput settings, accuracy mode's where the cell is in that mode, and `input` where it is
-    not `memory`."""
-    keys = SETTINGS if settings.get("mode") == "accuracy" else THROUGHPUT_SETTINGS
-    keys = tuple(k for k in keys if k not in INPUT_SETTINGS)
-    if settings.get("input") not in (None, "memory"):
-        keys += INPUT_SETTINGS
+    """A short, stable hash of the benchmark settings (canonical JSON, sorted keys): the keys
+    setting_registry.hashed_keys names (a setting added later is hashed only away from its
+    default, so the ids of cells made before it stay)."""
+    keys = setting_registry.hashed_keys(settings)
     canonical = json.dumps({k: settings[k] for k in keys}, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canonical.encode()).hexdigest()[:12]
 
@@ -125,90 +96,69 @@ def check_choices(choices: Any) -> None:
 
 
 def resolve_settings(cfg: dict[str, Any]) -> dict[str, Any]:
-    """The resolved benchmark settings of a plain config dict (defaults filled in, checked)."""
+    """The resolved benchmark settings of a plain config dict: setting_registry.read_settings's
+    values (defaults filled in), each checked against its declaration, then the rules that join
+    several (a batch size the data's shape has, input=pipeline's dataset, the placement)."""
     _refusing("", _check_groups, cfg)
-    model, dataset, hardware = cfg["model"], cfg["dataset"], cfg["hardware"]
-    where = f"{cfg['framework']['name']}/{model['name']}/{dataset['name']}"
-
-    like = dataset.get("like") or (model.get("native") if dataset["name"] == "synthetic" else None)
-    shape = like if dataset["name"] == "synthetic" else dataset["name"]
+    where = f"{cfg['framework']['name']}/{cfg['model']['name']}/{cfg['dataset']['name']}"
+    raw = setting_registry.read_settings(lambda path: lookup(cfg, path))
+    shape = setting_registry.shape_of(raw)
     if shape not in DATASET_SHAPES:
-        _refusing(where, safety.one_of, "dataset.like", like, DATASET_SHAPES)
-
-    gpus = _int(cfg["gpus"], "gpus", where, minimum=0)
-    threads = cfg.get("threads")
-    if threads is None:
-        threads = hardware.get("cpus") or os.cpu_count() or 1
-    threads = _int(threads, "threads", where, minimum=1)
-
-    batch_size = cfg.get("batch_size")
-    if batch_size is None:
-        batch_size = (model.get("batch_size") or {}).get(shape)
-        if batch_size is None:
-            raise CellError(f"{where}: model.batch_size.{shape}=None: model={model['name']} has no default "
-                            f"batch size for {shape}-shaped data; use batch_size=N")
-    batch_size = _int(batch_size, "batch_size", where, minimum=1)
-
-    accuracy = _accuracy_settings(cfg, where)
-    pipeline = _input_setting(cfg, where, dataset["name"], accuracy["mode"])
-    _refusing(where, safety.one_of, "scaling", cfg["scaling"], SCALINGS)
-    _refusing(where, safety.one_of, "precision", cfg["precision"], PRECISIONS)
-    _refusing(where, _check_hardware, hardware)
-    _check_placement(where, gpus, hardware, cfg["framework"], cfg["precision"], model["name"])
-    return {
-        "framework": cfg["framework"]["name"],
-        "model": model["name"],
-        "dataset": dataset["name"],
-        "like": like,
-        "hardware": hardware["name"],
-        "gpus": gpus,
-        "threads": threads,
-        "batch_size": batch_size,
-        "scaling": cfg["scaling"],
-        "iterations": _int(cfg["iterations"], "iterations", where, minimum=1),
-        "warmup": _int(cfg["warmup"], "warmup", where, minimum=0),
-        "seed": _int(cfg["seed"], "seed", where, minimum=0),
-        "precision": cfg["precision"],
-        **accuracy,
-        "input": pipeline,
-    }
+        _refusing(where, safety.one_of, "dataset.like", raw["like"], DATASET_SHAPES)
+    if raw["batch_size"] is None:
+        raise CellError(f"{where}: model.batch_size.{shape}=None: model={raw['model']} has no default "
+                        f"batch size for {shape}-shaped data; use batch_size=N")
+    settings = {name: _checked(where, setting_registry.BY_NAME[name], value) for name, value in raw.items()}
+    if settings["target_accuracy"] is not None and not 0 < settings["target_accuracy"] <= 1:
+        raise CellError(f"{where}: target_accuracy={settings['target_accuracy']} is not a test top-1 in (0, 1]; "
+                        f"use target_accuracy=0.9, or target_accuracy=null")
+    _check_input(where, settings)
+    _refusing(where, _check_hardware, cfg["hardware"])
+    _check_placement(where, settings["gpus"], cfg["hardware"], cfg["framework"], settings["precision"],
+                     settings["model"])
+    return settings
 
 
-def _input_setting(cfg: dict[str, Any], where: str, dataset: str, mode: str | None) -> str | None:
-    """input: None for `memory` (the default, and what a config from before the setting means), else
-    `pipeline`, which only a dataset read per step (imagenet) in throughput mode can have."""
-    value = cfg.get("input") or "memory"
-    _refusing(where, safety.one_of, "input", value, INPUTS)
-    if value == "memory":
+def lookup(plain: Any, path: str) -> Any:
+    """The value at a dotted path of a plain config, None where any part is absent."""
+    for part in path.split("."):
+        if not isinstance(plain, dict):
+            return None
+        plain = plain.get(part)
+    return plain
+
+
+def _checked(where: str, setting: setting_registry.SettingDef, value: Any) -> Any:
+    """One setting's value checked against its declaration, as a cell stores it."""
+    if value is None and (setting.nullable or setting.hashed != setting_registry.ALWAYS):
         return None
+    if setting.choices:
+        value = _refusing(where, safety.one_of, setting.name, value, setting.choices)
+    elif setting.kind is int:
+        value = _refusing(where, safety.integer, setting.name, value, int(setting.minimum or 0),
+                          way_out=setting.way_out)
+    elif setting.kind is float:
+        value = float(_refusing(where, safety.number, setting.name, value, setting.minimum or 0.0,
+                                setting.way_out))
+    elif value is not None:
+        value = _refusing(where, safety.name, setting.name, value)
+    return setting_registry.stored(setting.name, value)
+
+
+def _check_input(where: str, settings: dict[str, Any]) -> None:
+    """input=pipeline only where a dataset read per step (imagenet) is timed, in throughput mode."""
+    value, dataset = settings["input"], settings["dataset"]
+    if value is None:
+        return
     if dataset not in PIPELINE_DATASETS:
         what = ("random tensors made in memory" if dataset == "synthetic"
                 else "read whole into memory before the timed steps")
         raise CellError(f"{where}: input={value} times reading each batch from the ImageNet loader, but "
                         f"dataset={dataset} is {what}: there is no reading to time; use dataset=imagenet "
                         f"(`orchestrator data generate imagenet` writes a small tree), or input=memory")
-    if mode == "accuracy":
+    if settings["mode"] == "accuracy":
         raise CellError(f"{where}: input={value} is for mode=throughput (accuracy mode prepares each batch "
                         f"before its timed step); use input=memory")
-    return value
-
-
-def _accuracy_settings(cfg: dict[str, Any], where: str) -> dict[str, Any]:
-    """mode, epochs, target_accuracy: checked and set in accuracy mode, None in throughput mode
-    (the default, and what a config from before accuracy mode means)."""
-    mode = cfg.get("mode") or "throughput"
-    _refusing(where, safety.one_of, "mode", mode, MODES)
-    if mode == "throughput":
-        return {key: None for key in ACCURACY_SETTINGS}
-    target = cfg.get("target_accuracy")
-    if target is not None:
-        target = _refusing(where, safety.number, "target_accuracy", target, 0.0,
-                           "use target_accuracy=X with 0 < X <= 1 (a test top-1), or target_accuracy=null")
-        if not 0 < target <= 1:
-            raise CellError(f"{where}: target_accuracy={target} is not a test top-1 in (0, 1]; "
-                            f"use target_accuracy=0.9, or target_accuracy=null")
-    return {"mode": mode, "epochs": _int(cfg.get("epochs", 10), "epochs", where, minimum=1),
-            "target_accuracy": None if target is None else float(target)}
 
 
 def _check_placement(where: str, gpus: int, hardware: dict[str, Any], framework: dict[str, Any],
@@ -271,10 +221,6 @@ def _check_hardware(hardware: dict[str, Any]) -> None:
     if hardware.get("gpu_capability") is not None:
         safety.number("hardware.gpu_capability", hardware["gpu_capability"], 0.0,
                       "use the GPU's CUDA compute capability, e.g. hardware.gpu_capability=7.0")
-
-
-def _int(value: Any, name: str, where: str, minimum: int) -> int:
-    return _refusing(where, safety.integer, name, value, minimum, way_out=WAY_OUT.get(name))
 
 
 def _refusing(where: str, check: Any, *args: Any, **kwargs: Any) -> Any:

@@ -23,7 +23,7 @@ from pathlib import Path
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Iterator, Optional, Sequence
 
-from . import runstate
+from . import runstate, setting_registry
 from .rows import Rows, in_list
 
 if TYPE_CHECKING:  # imported by the commands that use them, when they run
@@ -450,8 +450,7 @@ def cmd_collect(args: argparse.Namespace, out: Console) -> int:
 # --- results ----------------------------------------------------------------------------------
 
 #: The order `results` lists runs in.
-RESULTS_ORDER = ("framework", "model", "dataset", "hardware", "gpus", "batch_size", "precision", "sweep",
-                 "repeat", "attempt", "run")  # (the run's uid last: one order, whichever select reads it)
+RESULTS_ORDER = (*setting_registry.HEADLINE, "sweep", "repeat", "attempt", "run")  # (the run's uid last: one order, whichever select reads it)
 
 
 def cmd_results(args: argparse.Namespace, out: Console) -> int:

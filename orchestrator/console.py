@@ -30,11 +30,13 @@ def print_cells(cells: list, refused: list[tuple[str, str]],
     submitted."""
     from rich.table import Table
 
-    from orchestrator.cell import ACCURACY_SETTINGS, INPUT_SETTINGS, SETTINGS
+    from orchestrator.setting_registry import ALWAYS, SETTINGS
 
     title = f"{len(cells)} cells (dry run: nothing submitted)"
-    optional = ACCURACY_SETTINGS + INPUT_SETTINGS  # shown only where a cell has them
-    shown = [k for k in SETTINGS if k not in optional or any(c.settings.get(k) is not None for c in cells)]
+    # a setting hashed only in some cells (accuracy mode's, one away from its default) is shown
+    # only where a cell has it
+    shown = [s.name for s in SETTINGS
+             if s.hashed == ALWAYS or any(c.settings.get(s.name) is not None for c in cells)]
     rows = [[cell.id, *(str(cell.settings[k]) for k in shown)] for cell in cells]
     if len(rows) <= TABLE_ROWS:
         table = Table("cell", *shown, title=title)

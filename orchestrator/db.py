@@ -66,7 +66,7 @@ from sqlalchemy.exc import ArgumentError, DBAPIError, IntegrityError, Operationa
 from sqlalchemy.orm import DeclarativeBase, Mapped, aliased, mapped_column, relationship, sessionmaker, validates
 from sqlalchemy.sql import column, table
 
-from orchestrator import metric_registry, runstate, sqlite_lease, sqlite_sharing
+from orchestrator import metric_registry, runstate, setting_registry, sqlite_lease, sqlite_sharing
 # the schema's revision and the connection settings, kept where status reads them without SQLAlchemy
 from orchestrator.rows import SCHEMA_VERSION, sqlite_pragmas
 
@@ -147,38 +147,32 @@ class Sweep(Base):
     runs: Mapped[list["Run"]] = relationship(back_populates="sweep")
 
 
+#: A setting's column type, by its declared kind.
+_SQL_TYPES = {str: String, int: Integer, float: Float}
+
+
+def _setting_columns(all_nullable: bool = False) -> list[Column]:
+    """A column per cell setting (setting_registry), null where a cell may lack the value."""
+    return [Column(s.name, _SQL_TYPES[s.kind](),
+                   nullable=all_nullable or s.nullable or s.hashed != setting_registry.ALWAYS)
+            for s in setting_registry.SETTINGS]
+
+
 class Cell(Base):
-    """One measurement's settings; the id is their hash, so equal settings share a row across sweeps."""
+    """One measurement's settings; the id is their hash, so equal settings share a row across sweeps.
 
-    __tablename__ = "cells"
+    A column per setting (setting_registry: accuracy mode's from migration 0006, `input` from
+    0010, null in cells made before), and the whole resolved settings dict, so settings added
+    later are kept before they get a column."""
 
-    id: Mapped[str] = mapped_column(String, primary_key=True)
-    framework: Mapped[str] = mapped_column(String)
-    model: Mapped[str] = mapped_column(String)
-    dataset: Mapped[str] = mapped_column(String)
-    like: Mapped[Optional[str]] = mapped_column(String, nullable=True)
-    hardware: Mapped[str] = mapped_column(String)
-    gpus: Mapped[int] = mapped_column(Integer)
-    threads: Mapped[int] = mapped_column(Integer)
-    batch_size: Mapped[int] = mapped_column(Integer)
-    scaling: Mapped[str] = mapped_column(String)
-    iterations: Mapped[int] = mapped_column(Integer)
-    warmup: Mapped[int] = mapped_column(Integer)
-    seed: Mapped[int] = mapped_column(Integer)
-    precision: Mapped[str] = mapped_column(String)
-    #: Accuracy mode's settings (migration 0006): null in cells made before it, and epochs and
-    #: target_accuracy null in throughput mode's
-    mode: Mapped[Optional[str]] = mapped_column(String, nullable=True)
-    epochs: Mapped[Optional[int]] = mapped_column(Integer, nullable=True)
-    target_accuracy: Mapped[Optional[float]] = mapped_column(Float, nullable=True)
-    #: How the timed steps take their batches (migration 0010): null for memory (the default, and
-    #: every cell made before the setting), `pipeline` where each step reads from the ImageNet loader
-    input: Mapped[Optional[str]] = mapped_column(String, nullable=True)
-    #: The whole resolved settings dict, so settings added later are kept before they get a column.
-    settings: Mapped[dict[str, Any]] = mapped_column(JSON)
-    created_at: Mapped[float] = mapped_column(Float)
-
-    __table_args__ = (Index("ix_cells_fmd", "framework", "model", "dataset"),)
+    __table__ = Table(
+        "cells", Base.metadata,
+        Column("id", String, primary_key=True),
+        *_setting_columns(),
+        Column("settings", JSON, nullable=False),
+        Column("created_at", Float, nullable=False),
+        Index("ix_cells_fmd", "framework", "model", "dataset"),
+    )
 
 
 class SweepCell(Base):
@@ -285,25 +279,19 @@ class Metric(Base):
 class Refusal(Base):
     """A cell a sweep's expansion refused (its hardware or framework cannot hold it, or a bad value
     only it has): never a cell, a run or a job, recorded so that a report can say why it has no
-    number. The settings are what the config said, as far as it resolved (None where it did not)."""
+    number. The settings are what the config said, as far as it resolved (None where it did not):
+    the headline ones (setting_registry.HEADLINE) as columns, every one in `settings`."""
 
-    __tablename__ = "refusals"
-
-    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
-    sweep_id: Mapped[str] = mapped_column(ForeignKey("sweeps.id"), index=True)
-    #: The cell's override line, as the launcher printed it beside the reason.
-    overrides: Mapped[str] = mapped_column(String)
-    reason: Mapped[str] = mapped_column(String)
-    framework: Mapped[Optional[str]] = mapped_column(String, nullable=True)
-    model: Mapped[Optional[str]] = mapped_column(String, nullable=True)
-    dataset: Mapped[Optional[str]] = mapped_column(String, nullable=True)
-    hardware: Mapped[Optional[str]] = mapped_column(String, nullable=True)
-    gpus: Mapped[Optional[int]] = mapped_column(Integer, nullable=True)
-    threads: Mapped[Optional[int]] = mapped_column(Integer, nullable=True)
-    batch_size: Mapped[Optional[int]] = mapped_column(Integer, nullable=True)
-    precision: Mapped[Optional[str]] = mapped_column(String, nullable=True)
-    #: Every cell setting (cell.SETTINGS) the config resolved to, the others None.
-    settings: Mapped[Optional[dict[str, Any]]] = mapped_column(JSON, nullable=True)
+    __table__ = Table(
+        "refusals", Base.metadata,
+        Column("id", Integer, primary_key=True, autoincrement=True),
+        Column("sweep_id", ForeignKey("sweeps.id"), index=True, nullable=False),
+        #: The cell's override line, as the launcher printed it beside the reason.
+        Column("overrides", String, nullable=False),
+        Column("reason", String, nullable=False),
+        *(c for c in _setting_columns(all_nullable=True) if c.name in setting_registry.HEADLINE),
+        Column("settings", JSON, nullable=True),
+    )
 
 
 def latest_runs() -> Any:
@@ -344,9 +332,8 @@ _MARK_LATEST = (update(_runs)
 #: The `results` view's columns from runs and cells: these come before the metric columns ...
 _RESULTS_HEAD = {
     "run": Run.uid, "sweep": Run.sweep_id, "cell": Run.cell_id, "repeat": Run.repeat, "attempt": Run.attempt,
-    "state": Run.state, "framework": Cell.framework, "model": Cell.model, "dataset": Cell.dataset,
-    "hardware": Cell.hardware, "gpus": Cell.gpus, "threads": Cell.threads, "batch_size": Cell.batch_size,
-    "precision": Cell.precision, "input": Cell.input, "params": Run.params,
+    "state": Run.state, **{name: getattr(Cell, name) for name in setting_registry.IN_RESULTS},
+    "params": Run.params,
 }
 #: ... and these after them.
 _RESULTS_TAIL = {
@@ -445,7 +432,7 @@ def _pivoted(metric: metric_registry.MetricDef) -> Any:
 
 
 #: The cell settings the summary groups by (and sorts on).
-SUMMARY_CELL = ("framework", "model", "dataset", "hardware", "gpus", "threads", "batch_size", "precision")
+SUMMARY_CELL = setting_registry.HEADLINE
 #: The `cell_summary` view's columns, in order.
 SUMMARY_COLUMNS = (
     "cell", *SUMMARY_CELL, "n", "images_per_sec_median", "images_per_sec_mean", "images_per_sec_std",

@@ -27,7 +27,7 @@ from typing import Any, Iterator
 import yaml
 from submitit.core.utils import UncompletedJobError
 
-from orchestrator import provenance
+from orchestrator import provenance, setting_registry
 from orchestrator.monitor import Monitor, default_samplers
 from orchestrator.resultfile import RESULT_NAME, RESULT_SCHEMA, SIGNALLED
 from orchestrator.runtime import REPO, EnvironmentNotReady, make_runtime
@@ -81,33 +81,14 @@ def _exclusive(lock_path: str | None) -> Iterator[None]:
         yield
 
 
-#: Accuracy mode's settings (config keys `mode`, `epochs`, `target_accuracy`), passed only in that mode.
-ACCURACY_KEYS = ("epochs", "target_accuracy")
-
-
 def trainer_args(settings: dict[str, Any], data_dir: str | None,
                  config: dict[str, Any] | None = None) -> list[str]:
-    """The trainer protocol's command line for a cell's settings (docs/protocol.md). `mode`,
-    `epochs`, `target_accuracy` and `input` are read from the settings, else from the cell's config."""
-    args = ["--model", settings["model"], "--dataset", settings["dataset"]]
-    if settings.get("like"):
-        args += ["--like", settings["like"]]
-    if data_dir:
-        args += ["--data-dir", str(data_dir)]
-    for key in ("batch_size", "scaling", "iterations", "warmup", "gpus", "threads", "precision", "seed"):
-        args += ["--" + key.replace("_", "-"), str(settings[key])]
-
-    def setting(key: str) -> Any:
-        return settings[key] if key in settings else (config or {}).get(key)
-
-    if (setting("input") or "memory") != "memory":
-        args += ["--input", str(setting("input"))]
-    if (setting("mode") or "throughput") != "throughput":
-        args += ["--mode", str(setting("mode"))]
-        for key in ACCURACY_KEYS:
-            if setting(key) is not None:
-                args += ["--" + key.replace("_", "-"), str(setting(key))]
-    return args
+    """The trainer protocol's command line for a cell's settings (docs/protocol.md): the flags
+    setting_registry gives them. A setting a cell's settings lack (one made before the setting
+    existed) is read from the cell's config."""
+    known = {**{k: v for k, v in (config or {}).items() if k in setting_registry.BY_NAME}, **settings}
+    args = setting_registry.trainer_flags(known)
+    return args + ["--data-dir", str(data_dir)] if data_dir else args
 
 
 def _job_id() -> str | None:

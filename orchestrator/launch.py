@@ -18,7 +18,7 @@ from typing import Any, Callable, Iterable, Mapping
 from sqlalchemy import bindparam, insert, select, update
 from sqlalchemy.orm import Session
 
-from orchestrator import db, runstate
+from orchestrator import db, runstate, setting_registry
 from orchestrator.backends import Backend, SchedulerUnavailable, backend_for
 from orchestrator.backends.base import signature
 from orchestrator.cell import Cell
@@ -269,39 +269,28 @@ def submit_sweep(cells: list[Cell], opts: Options, argv: list[str] | None = None
 
 
 def refusal_settings(cfg: Any) -> dict[str, Any]:
-    """A refused cell's settings (cell.SETTINGS) as far as its composed config resolves, None where
-    it does not: where a report puts the cell's `n/a` and its reason. Defaults are filled in as
-    cell.resolve_settings fills them (threads: the hardware's CPUs; batch size: the model's for the
-    data's shape), since the cell it would have been cannot be made."""
-    import os
-
+    """A refused cell's settings as far as its composed config resolves, None where it does not:
+    where a report puts the cell's `n/a` and its reason. The defaults are setting_registry's, read
+    as expansion reads them (read_settings), from a config that may not resolve or check."""
     from omegaconf import OmegaConf
 
-    from orchestrator.cell import SETTINGS
-
-    def get(key: str, kind: type | tuple[type, ...] = (str, int, float)) -> Any:
+    def get(key: str) -> Any:
         try:
             value = OmegaConf.select(cfg, key, default=None, throw_on_resolution_failure=False)
         except Exception:  # a key that does not resolve is as good as unknown here
             return None
-        return value if isinstance(value, kind) and not isinstance(value, bool) else None
+        return value if isinstance(value, (str, int, float)) and not isinstance(value, bool) else None
 
-    settings: dict[str, Any] = {key: get(key, str) for key in ("scaling", "precision")}
-    settings.update({key: get(f"{key}.name", str) for key in ("framework", "model", "dataset", "hardware")})
-    settings.update({key: get(key, int) for key in ("gpus", "iterations", "warmup", "seed")})
-    settings["threads"] = get("threads", int) or get("hardware.cpus", int) or os.cpu_count()
-    synthetic = settings["dataset"] == "synthetic"
-    settings["like"] = get("dataset.like", str) or (get("model.native", str) if synthetic else None)
-    shape = settings["like"] if synthetic else settings["dataset"]
-    settings["batch_size"] = get("batch_size", int) or (get(f"model.batch_size.{shape}", int) if shape else None)
-    return {key: settings.get(key) for key in SETTINGS}
+    settings = setting_registry.read_settings(get)
+    return {name: setting_registry.stored(name, value)
+            if isinstance(value, setting_registry.BY_NAME[name].json_types) else None
+            for name, value in settings.items()}
 
 
 def _refusal(sweep_id: str, overrides: str, reason: str, settings: Mapping[str, Any] | None) -> db.Refusal:
     settings = dict(settings or {})
-    columns = ("framework", "model", "dataset", "hardware", "gpus", "threads", "batch_size", "precision")
     return db.Refusal(sweep_id=sweep_id, overrides=overrides, reason=reason, settings=settings or None,
-                      **{key: settings.get(key) for key in columns})
+                      **{key: settings.get(key) for key in setting_registry.HEADLINE})
 
 
 def submit_runs(session: Session, sweep_id: str, planned: list[tuple[Cell, list[db.Run]]], opts: Options,

@@ -12,7 +12,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from orchestrator import runstate
+from orchestrator import runstate, setting_registry
 
 #: The result.json layout jobs write and this collector reads.
 RESULT_SCHEMA = 1
@@ -28,19 +28,14 @@ def run_uid(sweep_id: str, cell_id: str, repeat: int, attempt: int) -> str:
     """A run's key, shared by its DB row and its result.json: `<sweep>:<cell>:<repeat>:<attempt>`."""
     return f"{sweep_id}:{cell_id}:{repeat}:{attempt}"
 
-#: result["cell"] keys that become columns of `cells`, with their JSON types.
+#: result["cell"] keys that become columns of `cells`, with their JSON types (setting_registry) ...
 CELL_COLUMNS: dict[str, tuple[type, ...]] = {
-    "framework": (str,), "model": (str,), "dataset": (str,), "like": (str, type(None)),
-    "hardware": (str,), "gpus": (int,), "threads": (int,), "batch_size": (int,),
-    "scaling": (str,), "iterations": (int,), "warmup": (int,), "seed": (int,), "precision": (str,),
-}
-#: ... and those a result file may leave out (accuracy mode's, which older cells lack).
+    s.name: s.json_types for s in setting_registry.SETTINGS if s.hashed == setting_registry.ALWAYS}
+#: ... and those a result file may leave out (settings added later, which older cells lack).
 OPTIONAL_CELL_COLUMNS: dict[str, tuple[type, ...]] = {
-    "mode": (str, type(None)), "epochs": (int, type(None)), "target_accuracy": (int, float, type(None)),
-    "input": (str, type(None)),
-}
-#: ... of which these take only these words (where not None). `input`: memory (None) or pipeline.
-CELL_WORDS: dict[str, tuple[str, ...]] = {"input": ("memory", "pipeline")}
+    s.name: s.json_types for s in setting_registry.SETTINGS if s.hashed != setting_registry.ALWAYS}
+#: ... of which these take only these words (where not None).
+CELL_WORDS: dict[str, tuple[str, ...]] = {s.name: s.choices for s in setting_registry.SETTINGS if s.choices}
 
 
 class BadResult(ValueError):

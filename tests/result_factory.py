@@ -16,7 +16,7 @@ def make_settings(**overrides: Any) -> dict[str, Any]:
         "framework": "torch", "model": "lenet", "dataset": "mnist", "like": None,
         "hardware": "local", "gpus": 0, "threads": 2, "batch_size": 64, "scaling": "strong",
         "iterations": 20, "warmup": 5, "seed": 0, "precision": "fp32",
-        "mode": None, "epochs": None, "target_accuracy": None,  # throughput mode (cell.ACCURACY_SETTINGS)
+        "mode": None, "epochs": None, "target_accuracy": None,  # throughput mode (setting_registry: hashed in accuracy mode only)
     }
     settings.update(overrides)
     return settings

@@ -97,7 +97,8 @@ def test_the_readme_sweep_parses(tmp_path):
 def test_accuracy_mode_is_part_of_a_cells_id_only_in_that_mode():
     """A throughput cell hashes the settings it hashed before accuracy mode existed (a retyped
     old sweep finds its cells); an accuracy cell's epochs and target make other cells."""
-    from orchestrator.cell import THROUGHPUT_SETTINGS
+    from orchestrator.setting_registry import ALWAYS, SETTINGS
+    THROUGHPUT_SETTINGS = [s.name for s in SETTINGS if s.hashed == ALWAYS]
 
     plain = cell("model=lenet", "dataset=digits")
     assert plain.settings["mode"] is None and plain.settings["epochs"] is None
@@ -116,7 +117,8 @@ def test_input_is_part_of_a_cells_id_only_when_it_is_pipeline():
     """input=memory (the default) hashes what a cell hashed before the setting existed, so every
     existing id is unchanged; input=pipeline makes another cell; a dataset without per-step reading
     (synthetic, mnist ...) or accuracy mode is refused with input=pipeline, naming the way out."""
-    from orchestrator.cell import THROUGHPUT_SETTINGS
+    from orchestrator.setting_registry import ALWAYS, SETTINGS
+    THROUGHPUT_SETTINGS = [s.name for s in SETTINGS if s.hashed == ALWAYS]
 
     before = cell("model=alexnet", "dataset=imagenet")
     memory = cell("model=alexnet", "dataset=imagenet", "input=memory")

@@ -17,7 +17,7 @@ from sqlalchemy import Float, Select, case, cast, func, literal, select, union_a
 from sqlalchemy.orm import Session
 
 from orchestrator import db, runstate
-from orchestrator.cell import SETTINGS
+from orchestrator.setting_registry import HEADLINE, NAMES as SETTINGS
 from orchestrator.metric_registry import MetricDef
 
 
@@ -81,8 +81,7 @@ def refusals(session: Session, sweep_ids: Sequence[str]) -> list[tuple[dict[str,
     out = []
     for row in session.scalars(select(db.Refusal).where(db.Refusal.sweep_id.in_(sweep_ids)).order_by(db.Refusal.id)):
         settings = {key: None for key in SETTINGS} | dict(row.settings or {})
-        settings.update({key: getattr(row, key) for key in ("framework", "model", "dataset", "hardware", "gpus",
-                                                              "threads", "batch_size", "precision")})
+        settings.update({key: getattr(row, key) for key in HEADLINE})
         out.append((settings, row.reason))
     return out
 

@@ -23,7 +23,8 @@ from pathlib import Path
 from typing import Any, Optional, Sequence
 
 from orchestrator import runstate
-from orchestrator.cell import SETTINGS
+from orchestrator import setting_registry
+from orchestrator.setting_registry import NAMES as SETTINGS
 from orchestrator.metric_registry import BY_NAME, MetricDef
 from orchestrator.report import query
 from orchestrator.report.labels import DATASETS, MODELS, hardware_label, hardware_order, order_of
@@ -346,8 +347,7 @@ def write_markdown(table: Table, path: Path) -> Path:
 # --- reading a CSV back (compare) ---------------------------------------------------------------
 
 #: The columns a CSV given to `compare` must have; the other CSV_COLUMNS are optional.
-REQUIRED = ("dataset", "model", "framework", "hardware", "gpus", "median")
-_INTS = ("gpus", "threads", "batch_size", "iterations", "warmup", "seed")
+REQUIRED = (*(s.name for s in setting_registry.SETTINGS if s.names_a_number), "median")
 
 
 class CsvError(ValueError):
@@ -393,7 +393,7 @@ def _entry(row: dict[str, Any]) -> Entry:
         except ValueError:
             raise ValueError(f"{key}={text!r} is not a number") from None
 
-    settings = {k: value(k, int if k in _INTS else str) for k in SETTINGS}
+    settings = {s.name: value(s.name, s.kind) for s in setting_registry.SETTINGS}
     median = value("median", float)
     if median is None:
         return Entry(settings, (row.get("status") or "").strip() or NOT_MEASURED,

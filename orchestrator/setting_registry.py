@@ -1,0 +1,182 @@
+"""Every cell setting declared once: what a cell measures, and everything derived from that.
+
+A cell's settings are the values that define a measurement (orchestrator/cell.py hashes them into
+the cell's id). Each is declared here with its type, its range or choices, how its value is read
+from a composed config with its default filled in, whether and when it is hashed into the cell
+id, whether the trainer is told it (`--batch-size`), and where it is shown. From this table come:
+the cell id's keys (cell.cell_id), the resolution of a cell's defaults (read_settings: one
+function, which expansion checks strictly and a refused cell's record reads leniently), the
+result file's `cell` fields and types (resultfile), the `cells` and `refusals` columns (db), the
+`results` view's setting columns and the order `results` lists runs in, the summary's grouping,
+the trainer's command line (job.trainer_args), the report's columns and its CSV types.
+
+Adding a setting is one entry here (and a schema revision giving it a column: orchestrator/
+migrations). A setting added after cells exist must not change their ids: give it a `default`
+and `hashed=UNLESS_DEFAULT`, so a cell at the default hashes exactly as before.
+
+This module imports nothing heavy: the CLI reads it on every start.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping, Optional
+
+#: When a setting is hashed into the cell id: always; only where the cell is in accuracy mode;
+#: only where its value is not its default (a setting added after cells existed).
+ALWAYS, IN_ACCURACY_MODE, UNLESS_DEFAULT = "always", "in accuracy mode", "unless default"
+
+#: A config lookup: the value at a dotted path of the composed config, None where absent.
+Lookup = Callable[[str], Any]
+
+
+@dataclass(frozen=True)
+class SettingDef:
+    """One cell setting.
+
+    `read(get, so_far)` is its default rule: its value from the config (`get`), given the settings
+    read before it (`so_far`, in table order). A value equal to `default` is stored as None where
+    `default` is set: what a cell made before the setting existed holds. `minimum` and `choices`
+    are its range; `way_out` the line a refusal of a bad value ends with."""
+
+    name: str
+    kind: type
+    read: Callable[[Lookup, Mapping[str, Any]], Any]
+    hashed: str = ALWAYS
+    default: Any = None
+    nullable: bool = False
+    choices: tuple[str, ...] = ()
+    minimum: Optional[float] = None
+    way_out: Optional[str] = None
+    #: Passed to the trainer as --<name> (docs/protocol.md), where not None.
+    trainer_flag: bool = True
+    #: Shown and grouped by everywhere a run or cell is named in a line: a `cells` row's headline,
+    #: the `refusals` columns, the `results` view (with `in_results`), the summary's grouping, the
+    #: order `results` lists runs in.
+    headline: bool = False
+    #: A column of the `results` view (headline settings are).
+    in_results: bool = False
+    #: A table CSV given to `compare` must have it (it says what a number is).
+    names_a_number: bool = False
+
+    @property
+    def json_types(self) -> tuple[type, ...]:
+        """The types a result file's `cell` field may hold (an int is a float's JSON too)."""
+        types: tuple[type, ...] = (int, float) if self.kind is float else (self.kind,)
+        return types + ((type(None),) if self.nullable or self.hashed != ALWAYS else ())
+
+
+def _name(group: str) -> Callable[[Lookup, Mapping[str, Any]], Any]:
+    return lambda get, so_far: get(f"{group}.name")
+
+
+def _key(key: str, default: Any = None) -> Callable[[Lookup, Mapping[str, Any]], Any]:
+    return lambda get, so_far: _first(get(key), default)
+
+
+def _first(*values: Any) -> Any:
+    """The first value that is not None (0 is a value)."""
+    return next((v for v in values if v is not None), None)
+
+
+def _like(get: Lookup, so_far: Mapping[str, Any]) -> Any:
+    """A synthetic dataset takes its shape from dataset.like, else the model's native data."""
+    return _first(get("dataset.like"), get("model.native") if so_far["dataset"] == "synthetic" else None)
+
+
+def shape_of(settings: Mapping[str, Any]) -> Any:
+    """The data shape a cell's batch size default is read for: `like` for synthetic data."""
+    return settings["like"] if settings["dataset"] == "synthetic" else settings["dataset"]
+
+
+def _batch_size(get: Lookup, so_far: Mapping[str, Any]) -> Any:
+    shape = shape_of(so_far)
+    return _first(get("batch_size"), get(f"model.batch_size.{shape}") if isinstance(shape, str) else None)
+
+
+def _threads(get: Lookup, so_far: Mapping[str, Any]) -> Any:
+    return _first(get("threads"), get("hardware.cpus"), os.cpu_count(), 1)
+
+
+def _accuracy_only(key: str, default: Any = None) -> Callable[[Lookup, Mapping[str, Any]], Any]:
+    return lambda get, so_far: _first(get(key), default) if so_far.get("mode") == "accuracy" else None
+
+
+_S = SettingDef  # short, for the table below
+#: In the order they are shown.
+SETTINGS: tuple[SettingDef, ...] = (
+    _S("framework", str, _name("framework"), trainer_flag=False, headline=True, names_a_number=True),
+    _S("model", str, _name("model"), headline=True, names_a_number=True),
+    _S("dataset", str, _name("dataset"), headline=True, names_a_number=True),
+    _S("like", str, _like, nullable=True),
+    _S("hardware", str, _name("hardware"), trainer_flag=False, headline=True, names_a_number=True),
+    _S("gpus", int, _key("gpus"), minimum=0, way_out="use gpus=0 for the CPU or gpus=N for N GPUs",
+       headline=True, names_a_number=True),
+    _S("threads", int, _threads, minimum=1, way_out="use threads=N, or leave it out for the job's CPUs",
+       headline=True),
+    _S("batch_size", int, _batch_size, minimum=1,
+       way_out="use batch_size=N, or leave it out for the model's default", headline=True),
+    _S("scaling", str, _key("scaling"), choices=("strong", "weak")),
+    _S("iterations", int, _key("iterations"), minimum=1,
+       way_out="use iterations=N (the measured steps; default 50)"),
+    _S("warmup", int, _key("warmup"), minimum=0, way_out="use warmup=N (the steps before the measurement; default 10)"),
+    _S("seed", int, _key("seed"), minimum=0, way_out="use seed=N"),
+    _S("precision", str, _key("precision"), choices=("fp32", "fp16", "bf16"), headline=True),
+    # accuracy mode (migration 0006): None in throughput mode, the default, which a cell made before
+    # accuracy mode existed is: its id is unchanged, a retyped sweep finds it
+    _S("mode", str, _key("mode", "throughput"), hashed=UNLESS_DEFAULT, default="throughput",
+       choices=("throughput", "accuracy")),
+    _S("epochs", int, _accuracy_only("epochs", 10), hashed=IN_ACCURACY_MODE, minimum=1,
+       way_out="use epochs=N (accuracy mode's passes over the training split; default 10)"),
+    _S("target_accuracy", float, _accuracy_only("target_accuracy"), hashed=IN_ACCURACY_MODE, minimum=0.0,
+       way_out="use target_accuracy=X with 0 < X <= 1 (a test top-1), or target_accuracy=null"),
+    # memory: batches prepared before the timed steps; pipeline: each timed step takes its batch from
+    # the ImageNet loader (trainers/common/imagenet.py). None for memory (migration 0010).
+    _S("input", str, _key("input", "memory"), hashed=UNLESS_DEFAULT, default="memory",
+       choices=("memory", "pipeline"), in_results=True),
+)
+BY_NAME: dict[str, SettingDef] = {s.name: s for s in SETTINGS}
+#: Every setting's name, in the order they are shown.
+NAMES: tuple[str, ...] = tuple(BY_NAME)
+#: The headline settings (see SettingDef.headline), in order.
+HEADLINE: tuple[str, ...] = tuple(s.name for s in SETTINGS if s.headline)
+#: The settings that are columns of the `results` view, in order.
+IN_RESULTS: tuple[str, ...] = tuple(s.name for s in SETTINGS if s.headline or s.in_results)
+
+
+def read_settings(get: Lookup) -> dict[str, Any]:
+    """Every setting's value from a config (`get`: a dotted path's value, None where absent), its
+    default rule applied, unchecked: expansion checks them (cell.resolve_settings), a refused
+    cell's record keeps them as far as they read."""
+    so_far: dict[str, Any] = {}
+    for s in SETTINGS:
+        so_far[s.name] = s.read(get, so_far)
+    return so_far
+
+
+def stored(name: str, value: Any) -> Any:
+    """A checked value as a cell holds it: None for a setting's default (see SettingDef)."""
+    default = BY_NAME[name].default
+    return None if default is not None and value == default else value
+
+
+def hashed_keys(settings: Mapping[str, Any]) -> tuple[str, ...]:
+    """The settings a cell's id hashes: every ALWAYS setting, the IN_ACCURACY_MODE ones where the
+    cell is in accuracy mode, the UNLESS_DEFAULT ones where not at their default (None)."""
+    accuracy = settings.get("mode") == "accuracy"
+    return tuple(s.name for s in SETTINGS if s.hashed == ALWAYS
+                 or (s.hashed == IN_ACCURACY_MODE and accuracy)
+                 or (s.hashed == UNLESS_DEFAULT and settings.get(s.name) not in (None, s.default)))
+
+
+def trainer_flags(settings: Mapping[str, Any]) -> list[str]:
+    """The trainer's command line for these settings: `--<name> <value>` for each it is told,
+    where set and not at its default, accuracy mode's only in that mode (docs/protocol.md)."""
+    accuracy = settings.get("mode") == "accuracy"
+    args: list[str] = []
+    for s in SETTINGS:
+        value = settings.get(s.name)
+        if s.trainer_flag and value is not None and value != s.default \
+                and (accuracy or s.hashed != IN_ACCURACY_MODE):
+            args += ["--" + s.name.replace("_", "-"), str(value)]
+    return args

@@ -1,0 +1,127 @@
+"""The cell's settings are declared once (orchestrator/setting_registry.py): every place that names
+them derives from it, existing cell ids do not change, and the trainer accepts what it is told."""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+from orchestrator import db, resultfile, setting_registry
+from orchestrator.cell import cell_id
+from orchestrator.job import trainer_args
+from orchestrator.setting_registry import SETTINGS
+
+ROOT = Path(__file__).resolve().parent.parent
+NAMES = set(setting_registry.NAMES)
+
+BASE = dict(framework="torch", model="lenet", dataset="mnist", like=None, hardware="local", gpus=0, threads=2,
+            batch_size=64, scaling="weak", iterations=50, warmup=10, seed=0, precision="fp32",
+            mode=None, epochs=None, target_accuracy=None, input=None)
+
+
+@pytest.mark.parametrize("settings, expected", [
+    # ids computed by the cell.py of commit 39e1a2c, before the registry: they must never change
+    (BASE, "f63572be9ce6"),
+    ({**BASE, "mode": "accuracy", "epochs": 10, "dataset": "digits"}, "d7bbc22d2ee2"),
+    ({**BASE, "mode": "accuracy", "epochs": 20, "target_accuracy": 0.9}, "2eb41bb365fb"),
+    ({**BASE, "dataset": "imagenet", "model": "alexnet", "input": "pipeline", "batch_size": 32}, "239e2e8d2c0a"),
+    ({**BASE, "dataset": "synthetic", "like": "cifar10", "gpus": 2, "framework": "tensorflow",
+      "precision": "fp16"}, "130406c0698c"),
+])
+def test_existing_cell_ids_do_not_change(settings, expected):
+    assert cell_id(settings) == expected
+
+
+def test_a_setting_at_its_default_is_not_hashed():
+    """A setting declared UNLESS_DEFAULT (added after cells existed) leaves a cell's id alone at its
+    default and makes another cell away from it."""
+    later = [s for s in SETTINGS if s.hashed == setting_registry.UNLESS_DEFAULT]
+    assert later, "the registry has settings added after cells existed (mode, input)"
+    for s in later:
+        assert s.default is not None and s.choices, s.name
+        other = next(c for c in s.choices if c != s.default)
+        assert cell_id({**BASE, s.name: s.default}) == cell_id(BASE)
+        assert cell_id({**BASE, s.name: other}) != cell_id(BASE)
+
+
+def _declarations(text: str, label: str) -> list[str]:
+    """Each tuple, list, set or dict literal in `text` naming five or more settings."""
+    found = []
+    for node in ast.walk(ast.parse(text)):
+        if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+            elts = node.elts
+        elif isinstance(node, ast.Dict):
+            elts = [k for k in node.keys if k is not None]
+        else:
+            continue
+        named = {e.value for e in elts if isinstance(e, ast.Constant) and e.value in NAMES}
+        if len(named) >= 5:
+            found.append(f"{label}:{node.lineno} names {', '.join(sorted(named))}")
+    return found
+
+
+def test_no_collection_outside_the_registry_names_five_settings():
+    """A tuple, list, set or dict literal naming five or more settings is a second declaration of
+    them. Migrations are exempt: each is a frozen record of the schema at its revision."""
+    modules = [p for p in (ROOT / "orchestrator").rglob("*.py")
+               if p.name != "setting_registry.py" and "migrations" not in p.parts]
+    assert len(modules) > 30
+    found = [line for p in sorted(modules) for line in _declarations(p.read_text(), str(p.relative_to(ROOT)))]
+    assert not found, "settings declared outside orchestrator/setting_registry.py:\n" + "\n".join(found)
+
+
+def test_the_check_finds_a_second_declaration():
+    text = 'KEYS = ("framework", "model", "dataset", "gpus", "seed")\nOK = {"framework": 1, "model": 2}\n'
+    assert _declarations(text, "m.py") == ["m.py:1 names dataset, framework, gpus, model, seed"]
+
+
+def test_every_setting_has_its_columns_and_result_field():
+    """The `cells` table has a column per setting, `refusals` one per headline setting, the results
+    view one per headline setting (and `input`), and a result file's `cell` a field per setting."""
+    assert set(db.Cell.__table__.c.keys()) >= NAMES
+    assert set(db.Refusal.__table__.c.keys()) >= set(setting_registry.HEADLINE)
+    assert set(db.RESULTS_COLUMNS) >= set(setting_registry.IN_RESULTS)
+    assert set(resultfile.CELL_COLUMNS) | set(resultfile.OPTIONAL_CELL_COLUMNS) == NAMES
+    for s in SETTINGS:
+        column = db.Cell.__table__.c[s.name]
+        assert column.nullable == (s.nullable or s.hashed != setting_registry.ALWAYS), s.name
+
+
+def test_the_trainer_accepts_every_flag_it_is_told():
+    """Each setting passed to the trainer is an option of the trainer protocol's parser, with the same
+    choices: the registry and trainers/common/protocol.py agree."""
+    from trainers.common.protocol import build_parser
+
+    parser = build_parser()
+    options = {a.option_strings[0]: a for a in parser._actions if a.option_strings}
+    for s in SETTINGS:
+        flag = "--" + s.name.replace("_", "-")
+        if not s.trainer_flag:
+            continue
+        assert flag in options, f"the trainer has no {flag}"
+        if s.choices:
+            assert set(options[flag].choices) == set(s.choices), s.name
+    accuracy = {**BASE, "mode": "accuracy", "epochs": 3, "target_accuracy": 0.5}
+    args = parser.parse_args(trainer_args(accuracy, "/tmp/data"))
+    assert (args.mode, args.epochs, args.target_accuracy, args.data_dir) == ("accuracy", 3, 0.5, "/tmp/data")
+    assert "--epochs" not in trainer_args({**BASE, "epochs": 3}, None)
+    assert "--input" not in trainer_args({**BASE, "input": "memory"}, None)
+
+
+def test_refused_and_expanded_cells_read_defaults_the_same_way():
+    """read_settings is the one default rule: a config that resolves gives the refusal record the
+    settings expansion gives the cell."""
+    from omegaconf import OmegaConf
+
+    from orchestrator.cell import lookup, resolve_settings
+    from orchestrator.launch import refusal_settings
+
+    plain = {"framework": {"name": "torch"}, "model": {"name": "lenet", "batch_size": {"mnist": 64}},
+             "dataset": {"name": "mnist"}, "hardware": {"name": "local", "cpus": 3}, "cluster": {"name": "local"}, "gpus": 0, "threads": None,
+             "batch_size": None, "scaling": "weak", "iterations": 5, "warmup": 1, "seed": 0, "precision": "fp32"}
+    read = setting_registry.read_settings(lambda path: lookup(plain, path))
+    assert read["threads"] == 3 and read["batch_size"] == 64 and read["mode"] == "throughput"
+    refused = refusal_settings(OmegaConf.create(plain))
+    assert refused == {**read, "mode": None, "input": None}
+    assert resolve_settings(plain) == refused
