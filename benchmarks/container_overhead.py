@@ -6,7 +6,7 @@ pairs, venv first in odd ones) so that drift of the machine hits both alike; eac
 trainer's command exactly as a job builds it (`runtime.command`), its images/s the trainer's own
 timing over the measured steps. Prints per framework × model the median images/s of each, their
 CVs and the ratio container ÷ venv (1.0 = no cost), and the images' build time and size from
-their manifests. Not a test: the figures go into README's "Containers".
+their manifests. Not a test: the figures go into docs/containers.md ("Measured").
 
     .venv/bin/python benchmarks/container_overhead.py [--frameworks torch,cntk] [--models lenet,resnet50]
         [--pairs 3] [--iterations 100] [--threads 2] [--together] [--json out.json]

@@ -4,7 +4,7 @@ Runs the PyTorch trainer (LeNet on synthetic MNIST-shaped data by default, on th
 --gpus) in its venv, `--pairs` times with the monitor sampling every `--period` s (host and, with
 --gpus, NVML) and as many times without it, alternating on/off so drift of the machine hits both
 alike, and prints the median images/s of each and their ratio. Not a test: the figure goes into
-README's "How a number is made".
+docs/measurement.md.
 
     .venv/bin/python benchmarks/monitor_overhead.py [--pairs 5] [--iterations 200] [--threads 2]
 """

@@ -13,8 +13,8 @@ wider (5 batch sizes × 2 precisions: 2,160 cells, fewer sweeps). Then it times,
     orchestrator compare --base <first sweep> --new latest
 
 Rows are written with plain SQL (executemany) into a database the orchestrator made (open_db),
-so the schema, views and indexes are the real ones. Not a test: the figure goes into README's
-"Reports".
+so the schema, views and indexes are the real ones. Not a test: the figure goes into docs/reports.md
+("Speed").
 
     .venv/bin/python benchmarks/report_scale.py [--runs 100000] [--variants 1] [--keep DIR]
 """

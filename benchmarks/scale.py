@@ -13,7 +13,7 @@ Measures, on this machine, the orchestrator's own cost (never a trainer's):
 - **trainer ratios** (`benchmarks/trainer_overhead.py`, only with `--only ...,trainers`: it
   takes minutes per framework).
 
-Not a test: the figures go into README's "Scale". `tests/test_sweep.py` asserts what may be
+Not a test: the figures go into docs/scale.md. `tests/test_sweep.py` asserts what may be
 asserted (the sbatch counts, the fast and the plain expansion naming the same cells).
 
     .venv/bin/python benchmarks/scale.py [--submit 100,1000,5000] [--only submit,collect,status,results,help]

@@ -14,7 +14,7 @@ cache kept outside the source tree), each once before it is timed, as an install
 runs; each figure gives the wall time and the CPU time (user + system), which other work on a
 shared machine inflates less. The machine's load is printed first.
 
-Not a test: its figures go into README's "Scale". A module, so that `benchmarks/scale.py` may
+Not a test: its figures go into docs/scale.md. A module, so that `benchmarks/scale.py` may
 import the measurements (one function each) and the table printer.
 
     .venv/bin/python benchmarks/scale_read.py [--collect 1000,10000] [--runs 100000] [--repeat 5]
@@ -71,7 +71,7 @@ class Row:
 
 
 def print_table(rows: Iterable[Row], out: Any = None) -> None:
-    """The rows as a Markdown table (what the README carries)."""
+    """The rows as a Markdown table (what docs/scale.md carries)."""
     rows = list(rows)
     out = out or sys.stdout
     widths = [max(len(h), *(len(getattr(r, f)) for r in rows)) if rows else len(h)

@@ -8,7 +8,7 @@ pair to the next (ABBA), so that the drift of a shared machine hits both alike. 
 gives one ratio, trainer ÷ minimal images/s (the trainer's own figure: measured images ÷ summed
 step times, from its event stream; the loop's computed the same way); the table gives the
 median ratio, its min–max over the pairs and the number of pairs. Not a test: the figures go
-into README's "How a number is made".
+into docs/measurement.md ("Trainer ÷ minimal loop").
 
     .venv/bin/python benchmarks/trainer_overhead.py [--frameworks torch,numpy] [--models lenet]
         [--pairs 3] [--threads 2] [--json out.json]

@@ -11,7 +11,7 @@ block the writer) and waits up to `sqlite_sharing.BUSY_TIMEOUT_S` for the write 
 switch and the schema's making or upgrade are done by one process at a time (sqlite_sharing.py says
 why SQLite's own waiting does not cover them). On a network file system, where several login nodes
 may reach one file, the file keeps the rollback journal and writers on every host take turns
-through a writer lease (sqlite_sharing.py, README "Shared results"); a group is better served by a
+through a writer lease (sqlite_sharing.py, docs/shared-results.md); a group is better served by a
 database server (any SQLAlchemy URL). Jobs on compute nodes never open the database.
 
 Schema changes are Alembic revisions (orchestrator/migrations), applied by `open_db`: the

@@ -3,8 +3,8 @@
 A results file on a network file system (a project directory on NFS, Lustre, GPFS, BeeGFS,
 CephFS, GlusterFS ... seen from several login nodes) must not be opened as one on a local disk:
 SQLite's WAL shares memory through a `-shm` file that other hosts cannot see, and each client's
-page cache can hide another host's commits (measured: ../shared/site-facts.md, README "Shared
-results"). sqlite_file.py decides what to do; this module only answers *what is under the path*.
+page cache can hide another host's commits (measured: ../shared/site-facts.md, docs/shared-results.md).
+sqlite_file.py decides what to do; this module only answers *what is under the path*.
 
 Two witnesses, both read without privileges and in microseconds:
 - the mount table (`/proc/self/mounts`): the file-system type of the mount that holds the path

@@ -1,7 +1,7 @@
 """SQL text over one connection to the results database, with or without SQLAlchemy.
 
 `status` is the command typed most often, while a sweep runs, and it must answer in half a
-second over 100,000 runs (README, "Scale"); importing SQLAlchemy alone takes 0.25–0.3 s of that
+second over 100,000 runs (docs/scale.md); importing SQLAlchemy alone takes 0.25–0.3 s of that
 on a 2-core login node. So what `status` runs — the reconciliation of open runs
 (tracking.reconcile) and its counts and examples — is SQL text with `:name` parameters, run
 through one of two small adapters with the same three methods:

@@ -1,5 +1,5 @@
 """The lease that makes hosts of a network file system take turns with one SQLite file, and the
-connection that takes it (the why and the measurements: sqlite_sharing.py, README "Shared results").
+connection that takes it (the why and the measurements: sqlite_sharing.py, docs/shared-results.md).
 
 - The lease is `<file>.writer`, made with O_EXCL, naming its holder (host, process, user), kept
   fresh by a heartbeat, removed after the holder's transaction; others wait up to the busy
@@ -156,7 +156,7 @@ class _Lease:
                 raise LeaseRefused(
                     f"cannot make the lease {self.file} ({exc.strerror}): nothing was read or written; make "
                     f"its directory writable for every user who collects, or use a database server "
-                    f"(README, \"Shared results\")") from exc
+                    f"(docs/shared-results.md)") from exc
             with os.fdopen(fd, "w") as f:
                 json.dump(me, f)
             self.token = me["token"]
@@ -189,7 +189,7 @@ class _Lease:
                     f"this host's view of {self.path} lags behind the last writer's ({last}: change {want[1]}, "
                     f"{want[2]} pages; seen here: change {seen[1]}, {seen[2]} pages, after {FRESH_WAIT_S:.0f} s): "
                     f"nothing was read or written; try again, or write from {last}, or use a database server "
-                    f"(README, \"Shared results\")")
+                    f"(docs/shared-results.md)")
             time.sleep(0.1)
 
     def _drop(self) -> None:
@@ -268,7 +268,7 @@ def _refusal(path: str, holder: dict[str, Any], wait_s: float) -> str:
     return (f"{path} is in use by {holder.get('host', '?')} (pid {holder.get('pid', '?')}, user "
             f"{holder.get('user', '?')}{held}); waited {wait_s:.0f} s, read and wrote nothing: try again when it "
             f"ends, or give this host its own results file (ORCHESTRATOR_DB=sqlite:////local/disk/results.db), "
-            f"or share results through a database server (README, \"Shared results\")")
+            f"or share results through a database server (docs/shared-results.md)")
 
 
 _leases: dict[str, _Lease] = {}

@@ -1,6 +1,6 @@
 """How one SQLite results file is opened so that any number of commands may share it.
 
-Two problems, two mechanisms (README, "Shared results"; the measurements behind them:
+Two problems, two mechanisms (docs/shared-results.md; the measurements behind them:
 ../shared/site-facts.md):
 
 **Processes on one host, at one instant.** Switching a file's journal mode (a new file, or one
@@ -94,7 +94,7 @@ def _policy(path: str, override: str) -> Policy:
     elif fs.network:
         say(f"{path} lies on {fs.name}, a network file system: commands take turns through "
              f"{os.path.basename(path)}.writer (rollback journal, no WAL); a group that shares results "
-             f"should use a database server (README, \"Shared results\")")
+             f"should use a database server (docs/shared-results.md)")
     return policy
 
 
@@ -127,7 +127,7 @@ def apply_pragmas(conn: sqlite3.Connection) -> None:
     conn.execute(f"PRAGMA synchronous = {'NORMAL' if journal == 'wal' else 'FULL'}")
     conn.execute("PRAGMA foreign_keys = ON")
     # Reads through memory-mapped pages instead of copies into SQLite's small page cache: a
-    # summary over 100,000 runs visits ~180 MB of pages (its query 2.4 s -> 1.7 s; README, "Scale").
+    # summary over 100,000 runs visits ~180 MB of pages (its query 2.4 s -> 1.7 s; docs/scale.md).
     # Never on a network file system, whose pages another host may change under the map.
     conn.execute(f"PRAGMA mmap_size = {MMAP_BYTES if policy is None or policy.mmap else 0}")
 

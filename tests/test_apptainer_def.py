@@ -204,10 +204,10 @@ def test_the_command_line(tmp_path):
     assert run("nosuch").returncode == 2
 
 
-def test_the_readme_names_every_base_image():
-    """The README's table of bases is the code's (BASES), so the docs say which image a build pulls."""
-    readme = (REPO / "README.md").read_text()
+def test_the_docs_name_every_base_image():
+    """docs/containers.md's table of bases is the code's (BASES), so the docs say which image a build pulls."""
+    page = (REPO / "docs" / "containers.md").read_text()
     for base in BASES.values():
-        assert "| `%s`" % base.name in readme
+        assert "| `%s`" % base.name in page
         if base.name != "cpu":
-            assert "`%s`" % base.image in readme, base.image
+            assert "`%s`" % base.image in page, base.image

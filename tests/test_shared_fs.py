@@ -7,7 +7,7 @@ must pass integrity_check, and every command must succeed.
 
 The release before the lease lost one host's whole commit in each of 20 rounds of this (both
 collectors exited 0); with it, 80 rounds (40 each collecting its own sweep, 20 both collecting
-everything, 20 making the file together) lost nothing (README, "Shared results"). Here a few
+everything, 20 making the file together) lost nothing (docs/shared-results.md). Here a few
 rounds of each kind: about 30 s."""
 import os
 import sys

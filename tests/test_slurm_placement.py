@@ -1,7 +1,7 @@
 """What the test cluster can place, against the real single-node Slurm cluster of slurm/.
 
 Its one node (this machine's CPUs, ~95 % of its memory, 2 fake k20m and 2 fake p100 GPUs) is
-smaller than conf/hardware/p100.yaml asks (16 CPUs, 64 GB): the README's example is refused
+smaller than conf/hardware/p100.yaml asks (16 CPUs, 64 GB): the README's Slurm example is refused
 before sbatch, naming the node. A job that was let through anyway waits PENDING
 (PartitionConfig) for ever: `status` says it can never start and ends it `unplaceable`.
 Arrays are split at MaxArraySize (lowered here with `cluster.max_array_size`). Each test is a

@@ -33,7 +33,7 @@ manylinux1 wheel pip 18.1 installs) through 3.11, installs from the registries w
 compiler or a system library, and its decoder and resampler release the GIL. The faster
 decoders need more: Pillow-SIMD compiles from source, PyTurboJPEG needs the system's
 libturbojpeg, OpenCV's wheels are ~60 MB per environment, and DALI decodes on GPUs only. The
-loader's images/s on this project's machine are in the README ("ImageNet input"); measure
+loader's images/s on this project's machine are in docs/imagenet-input.md; measure
 yours with `python benchmarks/loader.py`.
 
 The loader (`Loader`) is a multiprocessing pool: each task is one batch (a list of paths, a

@@ -4,8 +4,8 @@ db.latest_runs groups the runs by (cell_id, repeat) for their highest attempt an
 those three; `status` then counts the runs it finds by sweep, state, error class and state
 detail. An index on (cell_id, repeat, attempt, sweep_id, state, error_class, state_detail)
 answers all of it from the index alone, without a sort for the GROUP BY nor a visit to each
-run's row (on 100,000 runs: one pass instead of three, each a fraction of the time; README,
-"Scale"). An index only: rows untouched, views unchanged.
+run's row (on 100,000 runs: one pass instead of three, each a fraction of the time; docs/scale.md).
+An index only: rows untouched, views unchanged.
 """
 from alembic import op
 

@@ -1,7 +1,7 @@
 """The `cell_summary` view reads only the columns it uses (db.results_columns), not the whole
 `results` view: each metric it needs is joined by (run_id, name), the metrics' primary key, for the
 latest attempts only, instead of pivoting every metric row of every run (1.1 million rows at
-100,000 runs: README, "Scale"). Same columns, same values; env.py rebuilds the views. Rows untouched.
+100,000 runs: docs/scale.md). Same columns, same values; env.py rebuilds the views. Rows untouched.
 """
 revision = "0007"
 down_revision = "0006"

@@ -1,6 +1,6 @@
 """The `cell_summary` view aggregates each cell's latest runs before it joins the cell's own
 columns (framework, model, ...), once per cell, instead of carrying them through the window and the
-grouping of every run (at 100,000 runs, 1.1 s instead of 1.5 s: README, "Scale"); `results_columns`
+grouping of every run (at 100,000 runs, 1.1 s instead of 1.5 s: docs/scale.md); `results_columns`
 joins `cells` only where a cell's column is asked for. Same columns, same values; env.py rebuilds
 the views. Rows untouched.
 """

@@ -5,8 +5,8 @@ Every reader of "the current word on a measurement" (status, rerun, reports, the
 (db.latest_runs, index of 0005). Now a flag says it, kept by db.mark_latest wherever runs are
 inserted; set here for the runs already there, by the same rule (the highest attempt of its
 cell and repeat). ix_runs_current (latest, sweep_id, state, error_class, state_detail) answers
-`status` from the index alone: at 100,000 runs its counts take 0.03 s instead of 0.3 s (README,
-"Scale"). ix_runs_latest served only the grouping and goes. env.py rebuilds the views.
+`status` from the index alone: at 100,000 runs its counts take 0.03 s instead of 0.3 s (docs/scale.md).
+ix_runs_latest served only the grouping and goes. env.py rebuilds the views.
 """
 import sqlalchemy as sa
 from alembic import op
