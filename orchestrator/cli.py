@@ -23,6 +23,8 @@ from pathlib import Path
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Iterator, Optional, Sequence
 
+from trainers.common import failure_classes
+
 from . import runstate, setting_registry
 from .rows import Rows, in_list
 
@@ -45,7 +47,7 @@ LIMIT = 50
 NOISY_CV_PERCENT = 5.0
 #: The states `status` lists as failures (latest attempts), and the class of one without any.
 FAILURES = (runstate.FAILED, runstate.LOST)
-NO_CLASS = "no error recorded"
+NO_CLASS = failure_classes.NO_CLASS
 
 
 #: Names a user may type for a framework, as the config tree's `tf` alias does.
@@ -96,7 +98,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--failed", action="store_true",
                    help="list every failed or lost run (latest attempts), not the summary")
     p.add_argument("--class", dest="classes", metavar="A,B",
-                   help="with --failed: only these error classes (out_of_memory, timeout, crash, lost, ...)")
+                   help=f"with --failed: only these error classes ({', '.join(failure_classes.NAMES)})")
     p.set_defaults(func=cmd_status)
 
     p = sub.add_parser("collect", parents=[common], help="land finished runs' result.json files in the DB")
@@ -127,7 +129,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the repeats whose latest attempt failed, was lost or cancelled")
     p.add_argument("--sweep", metavar="ID", help="only runs of this sweep (an id, a unique prefix, or 'latest')")
     p.add_argument("--class", dest="classes", metavar="A,B",
-                   help="only these failure classes (timeout, out_of_memory, crash, lost, cancelled, ...)")
+                   help=f"only these failure classes ({', '.join(failure_classes.NAMES)}; without it, "
+                        f"all but {', '.join(sorted(set(failure_classes.NAMES) - set(failure_classes.RETRIED)))})")
     p.add_argument("--where", action="append", default=[], metavar="KEY=VALUE",
                    help="only cells whose setting KEY equals VALUE (e.g. framework=tensorflow); repeatable")
     p.add_argument("--time", type=int, metavar="MIN", help="give the reruns this time limit (minutes)")

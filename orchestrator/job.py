@@ -27,10 +27,11 @@ from typing import Any, Iterator
 import yaml
 from submitit.core.utils import UncompletedJobError
 
-from orchestrator import provenance, setting_registry
+from orchestrator import provenance, runstate, setting_registry
 from orchestrator.monitor import Monitor, default_samplers
-from orchestrator.resultfile import RESULT_NAME, RESULT_SCHEMA, SIGNALLED
+from orchestrator.resultfile import RESULT_NAME, RESULT_SCHEMA
 from orchestrator.runtime import REPO, EnvironmentNotReady, make_runtime
+from trainers.common import failure_classes as fc
 
 
 
@@ -105,7 +106,7 @@ class TimeLimit(Exception):
 
 
 #: the way out of every time-limit failure, whichever clock ran out
-MORE_TIME = "raise hardware.time_min (or `orchestrator rerun --failed --time MIN`) or lower iterations"
+MORE_TIME = fc.way_out(fc.TIMEOUT)
 
 
 def _limit(spec: JobSpec) -> str:
@@ -133,15 +134,16 @@ def run_once(spec: JobSpec, run: RunSpec, deadline: float | None = None) -> Path
     try:
         result.update(_measure(spec, run_dir, paths, deadline))
     except TimeLimit as exc:
-        result.update(state="failed", error={"class": "timeout", "message": str(exc)})
+        result.update(state=runstate.FAILED, error={"class": fc.TIMEOUT, "message": str(exc)})
     except EnvironmentNotReady as exc:
-        result.update(state="failed", error={"class": exc.error_class, "message": str(exc)})
+        result.update(state=runstate.FAILED, error={"class": exc.error_class, "message": str(exc)})
     except UncompletedJobError as exc:  # submitit's handler of Slurm's end-of-time signal
-        result.update(state="failed", error={"class": "timeout", "message": (
+        result.update(state=runstate.FAILED, error={"class": fc.TIMEOUT, "message": (
             f"the scheduler signalled the end of the job's time limit{_limit(spec)} before the trainer "
             f"finished ({exc}); {MORE_TIME}")})
     except Exception as exc:  # the job's own failure must still leave a result behind
-        result.update(state="failed", error={"class": "crash", "message": f"job: {type(exc).__name__}: {exc}"})
+        result.update(state=runstate.FAILED, error={"class": fc.CRASH,
+                                                    "message": f"job: {type(exc).__name__}: {exc}"})
     result["ended_at"] = time.time()
     path = run_dir / RESULT_NAME
     _write_json(path, result)
@@ -198,18 +200,18 @@ def _measure(spec: JobSpec, run_dir: Path, paths: dict[str, str], deadline: floa
         outcome["provenance"] = {"error": f"{type(exc).__name__}: {exc}"}
     error = next((e for e in events if e.get("event") == "error"), None)
     if error:
-        outcome.update(state="failed", error={"class": error.get("class", "crash"),
-                                              "message": error.get("message", "")})
+        outcome.update(state=runstate.FAILED, error=_trainer_error(error))
         return outcome
     if returncode < 0:  # killed from outside (Slurm's SIGTERM on requeue, cancel, node loss)
-        outcome.update(state="failed", error={
-            "class": SIGNALLED,
+        outcome.update(state=runstate.FAILED, error={
+            "class": fc.SIGNALLED,
             "message": f"the trainer was ended by {_signal_name(-returncode)} (the scheduler or a user "
                        f"stopped the job; the scheduler's record says why)"})
         return outcome
     if returncode != 0 or not any(e.get("event") == "run_end" for e in events):
-        outcome.update(state="failed", error={
-            "class": "crash",
+        # the exit status still names the trainer's class where its error event was lost
+        outcome.update(state=runstate.FAILED, error={
+            "class": fc.from_exit_code(returncode) or fc.CRASH,
             "message": f"trainer exited with status {returncode} without an error event"
                        f"{f' ({bad_lines} unreadable output lines)' if bad_lines else ''}; "
                        f"last lines of {paths['stderr']}: {_tail(Path(paths['stderr']))}"})
@@ -218,13 +220,23 @@ def _measure(spec: JobSpec, run_dir: Path, paths: dict[str, str], deadline: floa
 
     measured = metrics.compute(events, samples)
     if measured.window is None:  # a trainer that ends cleanly must still have measured something
-        outcome.update(state="failed", error={"class": "crash", "message": measured.reason})
+        outcome.update(state=runstate.FAILED, error={"class": fc.CRASH, "message": measured.reason})
         return outcome
-    outcome.update(state="done", error=None, window=measured.window, metrics=dict(measured),
+    outcome.update(state=runstate.DONE, error=None, window=measured.window, metrics=dict(measured),
                    notes=measured.reason)
     if measured.energy:
         outcome["energy"] = {**measured.energy, "period_s": spec.monitor_period_s, "idle_s": idle_s}
     return outcome
+
+
+def _trainer_error(event: dict[str, Any]) -> dict[str, str]:
+    """The result's error from the trainer's error event: a class no entry of
+    trainers/common/failure_classes.py declares (a site's own trainer) is a crash that names it."""
+    klass, message = event.get("class"), str(event.get("message", ""))
+    if klass in fc.BY_NAME:
+        return {"class": klass, "message": message}
+    return {"class": fc.CRASH, "message": f"the trainer reported class {klass!r}, which is not one of "
+                                          f"{', '.join(fc.NAMES)}: {message}"}
 
 
 def _idle_seconds(spec: JobSpec, gpus: int) -> float:

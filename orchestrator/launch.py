@@ -25,6 +25,7 @@ from orchestrator.cell import Cell
 from orchestrator.job import JobSpec, RunSpec, run_cell
 from orchestrator.resultfile import run_uid
 from orchestrator.sqlite_lease import who
+from trainers.common import failure_classes
 
 #: A pending run's state_detail while its group is being handed to the executor.
 SUBMITTING = "submitting as"
@@ -326,7 +327,7 @@ def submit_runs(session: Session, sweep_id: str, planned: list[tuple[Cell, list[
             report.notes.append(f"requests not checked against the cluster ({exc}); submitted as asked")
         if reason:
             _mark(session, [run for _, runs in group for run in runs], runstate.FAILED, job_id=None,
-                  error=("unplaceable", reason))
+                  error=(failure_classes.UNPLACEABLE, reason))
             session.commit()
             report.refused += [(" ".join(cell.overrides), f"{cell.label}: {reason}") for cell, _ in group]
             continue

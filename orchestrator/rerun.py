@@ -2,8 +2,10 @@
 
 `orchestrator rerun --failed` picks every (cell, repeat) whose latest attempt (db.latest_runs)
 is rerunnable (runstate.RERUNNABLE: failed, lost or cancelled); a repeat whose job the
-scheduler still has in flight is open, so it is never offered. Filters narrow it by sweep, failure
-class or cell setting. Each gets attempt n+1 in the sweep it failed in (run directory
+scheduler still has in flight is open, so it is never offered. Without `--class`, a repeat whose
+class trainers/common/failure_classes.py declares not `retried` (unsupported: run unchanged, it
+can only be refused again) is left out and counted; `--class` names what it picks, any class.
+Filters narrow it by sweep, failure class or cell setting. Each gets attempt n+1 in the sweep it failed in (run directory
 `<repeat>.<attempt>/`), submitted with the config that sweep recorded for the cell — so a
 rerun measures the same thing — with more time or memory if asked (neither is part of the
 cell's identity). Submission goes through the launcher's own `submit_runs`.
@@ -22,6 +24,7 @@ from sqlalchemy.orm import Session, aliased
 from orchestrator import db, runstate
 from orchestrator.cell import Cell
 from orchestrator.launch import Options, SubmitReport, insert_runs, new_run, submit_runs
+from trainers.common import failure_classes
 
 
 @dataclass
@@ -36,11 +39,15 @@ class Pick:
 def pick(session: Session, sweep_id: Optional[str] = None, classes: Optional[list[str]] = None,
          where: Optional[dict[str, list[Any]]] = None, time_min: Optional[int] = None,
          mem_gb: Optional[int] = None) -> tuple[list[Pick], list[str]]:
-    """The repeats to rerun, and the reasons some failed ones cannot be."""
+    """The repeats to rerun, and the reasons some failed ones cannot be (or are not, unasked)."""
     latest = aliased(db.Run, db.latest_runs())
     query = (select(latest).where(latest.state.in_(runstate.RERUNNABLE))
              .order_by(latest.cell_id, latest.repeat))
     picks, problems = [], []
+    for name in classes or ():
+        if name not in failure_classes.BY_NAME and name not in runstate.RERUNNABLE:
+            problems.append(f"--class {name}: not a failure class; one of {', '.join(failure_classes.NAMES)}")
+    unasked: dict[str, int] = {}  # class not retried unless named -> repeats left out
     for last in session.scalars(query).all():
         if sweep_id and last.sweep_id != sweep_id:
             continue
@@ -48,6 +55,10 @@ def pick(session: Session, sweep_id: Optional[str] = None, classes: Optional[lis
             continue
         cell_row = session.get(db.Cell, last.cell_id)
         if where and not all(str(getattr(cell_row, k, None)) in {str(v) for v in vs} for k, vs in where.items()):
+            continue
+        declared = failure_classes.BY_NAME.get(last.error_class)
+        if not classes and declared is not None and not declared.retried:
+            unasked[declared.name] = unasked.get(declared.name, 0) + 1
             continue
         link = session.get(db.SweepCell, (last.sweep_id, last.cell_id))
         if link is None or not link.config:
@@ -61,6 +72,9 @@ def pick(session: Session, sweep_id: Optional[str] = None, classes: Optional[lis
             config["hardware"]["mem_gb"] = int(mem_gb)
         cell = Cell(settings=dict(cell_row.settings), config=config)
         picks.append(Pick(last=last, cell=cell, attempt=last.attempt + 1))
+    for name, n in sorted(unasked.items()):
+        problems.append(f"{n} repeat(s) of class {name} unchanged ({failure_classes.BY_NAME[name].meaning}): "
+                        f"{failure_classes.way_out(name)}")
     return picks, problems
 
 

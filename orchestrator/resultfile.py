@@ -13,15 +13,13 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator import runstate, setting_registry
+from trainers.common import failure_classes
 
 #: The result.json layout jobs write and this collector reads.
 RESULT_SCHEMA = 1
 RESULT_STATES = (runstate.DONE, runstate.FAILED)
 #: The file a job writes per run, in the run's directory.
 RESULT_NAME = "result.json"
-#: The error class of a trainer ended by a signal from outside (a scheduler's SIGTERM on
-#: requeue, cancel or node loss): the scheduler's own record says which, and tracking asks it.
-SIGNALLED = "signal"
 
 
 def run_uid(sweep_id: str, cell_id: str, repeat: int, attempt: int) -> str:
@@ -121,7 +119,9 @@ def check_result(result: Any) -> None:
 
     error = _need(result, "error", dict, type(None))
     if error is not None:
-        _need(error, "class", str, where="error")
+        if _need(error, "class", str, where="error") not in failure_classes.BY_NAME:
+            raise BadResult(f"error.class {error['class']!r} is not a failure class (one of "
+                            f"{', '.join(failure_classes.NAMES)}: trainers/common/failure_classes.py)")
         _need(error, "message", str, where="error")
     cell = _need(result, "cell", dict)
     for key, types in CELL_COLUMNS.items():

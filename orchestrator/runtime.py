@@ -33,6 +33,8 @@ from typing import Callable, Sequence
 
 import yaml
 
+from trainers.common import failure_classes
+
 REPO = Path(__file__).resolve().parent.parent
 CONTAINERS = REPO / "containers"
 
@@ -45,7 +47,7 @@ class EnvironmentNotReady(RuntimeError):
     interpreter of the version it needs).
     """
 
-    def __init__(self, message: str, error_class: str = "env"):
+    def __init__(self, message: str, error_class: str = failure_classes.ENV):
         super().__init__(message)
         self.error_class = error_class
 
@@ -98,7 +100,7 @@ class VenvRuntime:
                 return found
         raise EnvironmentNotReady(
             f"{self.framework}: none of the interpreters {candidates} exists here; install one "
-            f"or list yours under `python:` in {self.recipe_dir / 'env.yaml'}", "unsupported")
+            f"or list yours under `python:` in {self.recipe_dir / 'env.yaml'}", failure_classes.UNSUPPORTED)
 
     @property
     def env_dir(self) -> Path:

@@ -29,8 +29,9 @@ from typing import Any, Optional
 
 from orchestrator import runstate
 from orchestrator.backends import Backend, Seen, UnknownBackend, backend_class
-from orchestrator.resultfile import RESULT_NAME, SIGNALLED, BadResult, read_result
+from orchestrator.resultfile import RESULT_NAME, BadResult, read_result
 from orchestrator.rows import Rows, in_list
+from trainers.common import failure_classes as fc
 
 
 @dataclass
@@ -119,7 +120,7 @@ def decide(evidence: Evidence, seen: Optional[Seen], *, job_id: Optional[str], b
         return {"state": runstate.SUBMITTED, "state_detail": f"{seen.state}{reason}{never}"}
     if seen.phase == "running":
         ended = current(evidence)
-        if ended is not None and (ended.get("error") or {}).get("class") != SIGNALLED:
+        if ended is not None and (ended.get("error") or {}).get("class") != fc.SIGNALLED:
             return _from_result(ended)  # this run ended; the job runs its next repeat
         # (a trainer ended by a signal while Slurm still holds the job: wait for Slurm's word)
         started = evidence.started or {}
@@ -127,15 +128,15 @@ def decide(evidence: Evidence, seen: Optional[Seen], *, job_id: Optional[str], b
                 "node": started.get("node") or seen.detail, "started_at": started.get("started_at")}
     if seen.phase == "unknown" and now - (submitted_at or 0.0) < grace_s:
         return None  # just submitted: the scheduler may not list it yet
-    if (seen.phase == "ended" and seen.error_class == "cancelled" and evidence.result is None
+    if (seen.phase == "ended" and seen.error_class == fc.CANCELLED and evidence.result is None
             and NEVER in (previous or "")):
-        return {"state": runstate.FAILED, "state_detail": seen.state, "error_class": "unplaceable",
+        return {"state": runstate.FAILED, "state_detail": seen.state, "error_class": fc.UNPLACEABLE,
                 "error_message": f"{backend} job {job_id} was cancelled while it waited; it could never "
                                  f"start: {previous.split(NEVER, 1)[1]}", "ended_at": now}
     if seen.phase == "ended" and seen.imposed:
         own = evidence.result.get("error") if evidence.result else None
         said = f" (the job's own record: {own.get('class')}: {own.get('message')})" if own else ""
-        state = runstate.CANCELLED if seen.error_class == "cancelled" else runstate.FAILED
+        state = _state_of(seen.error_class)
         detail = f" ({seen.detail})" if seen.detail else ""
         return {"state": state, "state_detail": seen.state, "error_class": seen.error_class,
                 "error_message": f"{backend} ended job {job_id} as {seen.state}{detail}{said}; see {logs}",
@@ -145,19 +146,24 @@ def decide(evidence: Evidence, seen: Optional[Seen], *, job_id: Optional[str], b
     if evidence.broken is not None:
         return _broken(evidence.broken, now)
     if seen.phase == "ended" and seen.error_class:
-        state = runstate.CANCELLED if seen.error_class == "cancelled" else runstate.FAILED
+        state = _state_of(seen.error_class)
         detail = f" ({seen.detail})" if seen.detail else ""
         return {"state": state, "state_detail": seen.state, "error_class": seen.error_class,
                 "error_message": f"{backend} ended job {job_id} as {seen.state}{detail} before it wrote "
                                  f"a result; see {logs}", "ended_at": now}
     says = f" ({backend} reports {seen.state})" if seen.state else f" ({backend} no longer knows it)"
-    return {"state": runstate.LOST, "state_detail": seen.state or None, "error_class": "lost",
+    return {"state": runstate.LOST, "state_detail": seen.state or None, "error_class": fc.LOST,
             "error_message": f"job {job_id} ended without writing {RESULT_NAME}{says}; see {logs}",
             "ended_at": now}
 
 
+def _state_of(error_class: str) -> str:
+    """The state of a run its scheduler ended with `error_class`: cancelled, else failed."""
+    return runstate.CANCELLED if error_class == fc.CANCELLED else runstate.FAILED
+
+
 def _broken(reason: str, now: float) -> dict[str, Any]:
-    return {"state": runstate.FAILED, "state_detail": None, "error_class": "broken_result",
+    return {"state": runstate.FAILED, "state_detail": None, "error_class": fc.BROKEN_RESULT,
             "error_message": f"{RESULT_NAME} is present but broken: {reason}", "ended_at": now}
 
 

@@ -16,6 +16,7 @@ from result_factory import make_settings
 
 from orchestrator import db
 from orchestrator.cell import cell_id
+from trainers.common.failure_classes import way_out
 from orchestrator.report import compare, scaling, tables
 from orchestrator.report.build import write_report
 
@@ -115,7 +116,8 @@ def test_every_cell_without_a_number_says_why(tmp_path, db_url):
     study2.cell(["failed:out_of_memory", "failed:out_of_memory"], framework="tensorflow", model="vgg16")
     speed2 = study2.tables()["images_per_sec"]
     assert entry(speed2, framework="tensorflow", model="vgg16").reason == "failed: out_of_memory"
-    assert entry(speed2, framework="tensorflow", model="vgg16").detail == "it ended out_of_memory second line"
+    assert entry(speed2, framework="tensorflow", model="vgg16").detail == \
+        f"it ended out_of_memory second line (way out: {way_out('out_of_memory')})"  # the registry's
 
     md = tables.markdown(speed)
     assert "| mnist | lenet | torch |" in md and "110 (n=3, CV 9.1%, noisy)" in md

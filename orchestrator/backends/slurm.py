@@ -38,6 +38,7 @@ from orchestrator.backends.slurm_cluster import (DEFAULT_MAX_ARRAY_SIZE, Cluster
                                                  doubtful, hopeless, refusal, request_from_params,
                                                  request_from_squeue, request_from_tres)
 from orchestrator.safety import sbatch_request
+from trainers.common import failure_classes as fc
 
 #: How long one sacct/squeue call may take before the scheduler counts as not answering.
 COMMAND_TIMEOUT_S = 30.0
@@ -50,11 +51,11 @@ STATES = {
     "SUSPENDED": ("running", None), "STOPPED": ("running", None), "RUNNING": ("running", None),
     "COMPLETING": ("running", None), "STAGE_OUT": ("running", None), "SIGNALING": ("running", None),
     "RESIZING": ("running", None),
-    "COMPLETED": ("ended", None), "FAILED": ("ended", "crash"), "SPECIAL_EXIT": ("ended", "crash"),
-    "TIMEOUT": ("ended", "timeout"), "DEADLINE": ("ended", "timeout"),
-    "CANCELLED": ("ended", "cancelled"), "REVOKED": ("ended", "cancelled"),
-    "OUT_OF_MEMORY": ("ended", "out_of_memory"), "NODE_FAIL": ("ended", "node_fail"),
-    "BOOT_FAIL": ("ended", "node_fail"), "PREEMPTED": ("ended", "preempted"),
+    "COMPLETED": ("ended", None), "FAILED": ("ended", fc.CRASH), "SPECIAL_EXIT": ("ended", fc.CRASH),
+    "TIMEOUT": ("ended", fc.TIMEOUT), "DEADLINE": ("ended", fc.TIMEOUT),
+    "CANCELLED": ("ended", fc.CANCELLED), "REVOKED": ("ended", fc.CANCELLED),
+    "OUT_OF_MEMORY": ("ended", fc.OUT_OF_MEMORY), "NODE_FAIL": ("ended", fc.NODE_FAIL),
+    "BOOT_FAIL": ("ended", fc.NODE_FAIL), "PREEMPTED": ("ended", fc.PREEMPTED),
 }
 #: Ends Slurm imposed from outside the job: its word beats the job's own result file, which
 #: at best says the trainer got a signal.
@@ -201,7 +202,7 @@ def _waiting(seen: Seen, record: Record, request: Optional[Request], cluster: Op
     since = _when(record.submitted)
     if after_s is not None and now is not None and since is not None and now - since >= after_s:
         return Seen("ended", UNPLACEABLE, f"waited {(now - since) / 60:.0f} min ({record.reason}) and could never "
-                    f"start: {why}; cancelled", "unplaceable", imposed=True, never=why)
+                    f"start: {why}; cancelled", fc.UNPLACEABLE, imposed=True, never=why)
     then = f"; ended as unplaceable {after_s / 60:g} min after its submission (or scancel it)" if after_s is not None else ""
     return Seen(seen.phase, seen.state, seen.detail, never=why + then)
 
@@ -209,13 +210,13 @@ def _waiting(seen: Seen, record: Record, request: Optional[Request], cluster: Op
 def _gave_up(seen: Seen, record: Record, request: Optional[Request], cluster: Optional[Cluster]) -> Seen:
     """A job cancelled before it ever had a node, while waiting for a reason that never clears,
     is unplaceable, not cancelled: rerunnable once its request is fixed."""
-    if seen.error_class != "cancelled" or record.detail is not None:
+    if seen.error_class != fc.CANCELLED or record.detail is not None:
         return seen
     why = hopeless(record.reason, request, cluster)
     if not why:
         return seen
     return Seen("ended", seen.state, f"cancelled while it waited ({record.reason}); it could never start: {why}",
-                "unplaceable", imposed=seen.imposed)
+                fc.UNPLACEABLE, imposed=seen.imposed)
 
 
 def _lookup(records: list[Record]) -> tuple[dict[str, Record], dict[str, list[Record]]]:
@@ -277,7 +278,7 @@ def verdicts(wanted: Iterable[str], sacct: Optional[list[Record]], squeue: Optio
             seen = _seen(accounted)
             if seen.phase == "queued" and squeue is not None:
                 # accounting keeps a never-started array task pending after it left the queue
-                seen = Seen("ended", LEFT_QUEUE, "left the queue before it started", "cancelled")
+                seen = Seen("ended", LEFT_QUEUE, "left the queue before it started", fc.CANCELLED)
             elif seen.phase == "queued":  # (no squeue: no submission time, so no deadline)
                 seen = _waiting(seen, accounted, request, cluster, None, None)
             if seen.phase == "ended":

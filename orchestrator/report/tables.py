@@ -28,6 +28,7 @@ from orchestrator.setting_registry import NAMES as SETTINGS
 from orchestrator.metric_registry import BY_NAME, MetricDef
 from orchestrator.report import query
 from orchestrator.report.labels import DATASETS, MODELS, hardware_label, hardware_order, order_of
+from trainers.common import failure_classes
 
 #: The trainer's parameter count: a column of runs, tabled like a metric.
 PARAMS = MetricDef("params", "parameters", None, "trainable parameters, as the trainer counts them", "params")
@@ -168,7 +169,9 @@ def _no_number(metric: MetricDef, settings: dict[str, Any], attempts: list[query
     failed = [a for a in attempts if a.state == runstate.FAILED]
     if failed:
         top = max(failed, key=lambda a: a.n)
-        return runstate.FAILED, f"failed: {top.error_class or 'no class'}", _first_line(top.message)
+        way_out = failure_classes.way_out(top.error_class)
+        return (runstate.FAILED, f"failed: {top.error_class or failure_classes.NO_CLASS}",
+                _first_line(top.message) + (f" (way out: {way_out})" if way_out else ""))
     for state in (runstate.LOST, runstate.CANCELLED):
         if by_state[state]:
             top = next(a for a in attempts if a.state == state)

@@ -1,21 +1,17 @@
-"""The four ways a run can fail, and how an exception is sorted into one of them.
+"""How an exception that ended a trainer is sorted into one of the trainer's four failure
+classes (unsupported, out_of_memory, diverged, crash; declared with the others, their meaning,
+way out and exit status, in trainers/common/failure_classes.py).
 
-The orchestrator treats the classes differently (an `unsupported` cell is not retried, an
-`out_of_memory` one marks the batch size as too large, a `diverged` one is a numerical
-result, a `crash` is a bug to look at), so the sorting must not depend on each framework
-author's taste: it is done here, once. A framework only teaches it how its own
+The orchestrator treats the classes differently (an `unsupported` cell is not retried unless
+asked, an `out_of_memory` one marks the batch size as too large, a `diverged` one is a
+numerical result, a `crash` is a bug to look at), so the sorting must not depend on each
+framework author's taste: it is done here, once. A framework only teaches it how its own
 out-of-memory errors look (`Trainer.is_out_of_memory`).
 """
 import traceback
 
-UNSUPPORTED = "unsupported"
-OUT_OF_MEMORY = "out_of_memory"
-DIVERGED = "diverged"
-CRASH = "crash"
-
-# Non-zero exit statuses, distinct per class so that the class survives even when the
-# event stream is lost (2 is left to argparse's own usage errors).
-EXIT_CODES = {CRASH: 1, UNSUPPORTED: 3, OUT_OF_MEMORY: 4, DIVERGED: 5}
+from trainers.common.failure_classes import (CRASH, DIVERGED, EXIT_CODES, OUT_OF_MEMORY,  # noqa: F401
+                                             UNSUPPORTED)
 
 
 class Unsupported(Exception):
