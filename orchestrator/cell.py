@@ -53,6 +53,12 @@ class Cell:
         return cell_id(self.settings)
 
     @property
+    def where(self) -> str:
+        """framework/model/dataset: how a refusal names the cell (CellError's prefix)."""
+        s = self.settings
+        return f"{s['framework']}/{s['model']}/{s['dataset']}"
+
+    @property
     def label(self) -> str:
         s = self.settings
         return f"{s['framework']}/{s['model']}/{s['dataset']} gpus={s['gpus']} bs={s['batch_size']}"

@@ -1,8 +1,9 @@
 """What the launcher tells the user: the submission report, and following a sweep to its end."""
 from __future__ import annotations
 
+import re
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Optional
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -13,9 +14,37 @@ if TYPE_CHECKING:
 console = Console(highlight=False)
 
 
-def print_refused(refused: list[tuple[str, str]]) -> None:
+#: A cell's refusal is `<framework>/<model>/<dataset>: <problem>` (cell.CellError).
+_WHERE = re.compile(r"([^\s:/]+/[^\s:/]+/[^\s:/]+): (.+)", re.S)
+#: A group of refused cells names this many of them by their override lines.
+FIRST = 2
+
+
+def group_refusals(refused: list[tuple[str, str]]) -> list[tuple[str, list[tuple[str, str]]]]:
+    """(problem, [(framework/model/dataset, override line)]) for each distinct problem, in the order
+    first met: a grid refuses many cells for one reason (a framework on a GPU it cannot use)."""
+    groups: dict[str, list[tuple[str, str]]] = {}
     for overrides, reason in refused:
-        console.print(f"[red]refused[/red] {reason}  [dim]({overrides})[/dim]")
+        match = _WHERE.fullmatch(reason)
+        where, problem = match.groups() if match else ("", reason)
+        groups.setdefault(problem, []).append((where, overrides))
+    return list(groups.items())
+
+
+def print_refused(refused: list[tuple[str, str]], limit: Optional[int] = None) -> None:
+    """One line per reason: the cell where it is one, else the count and the first cells."""
+    groups = group_refusals(refused)
+    for problem, cells in groups[:limit]:
+        if len(cells) == 1:
+            where, overrides = cells[0]
+            console.print(f"[red]refused[/red] {where + ': ' if where else ''}{problem}  [dim]({overrides})[/dim]")
+            continue
+        first = "; ".join(f"{where} {overrides}".strip() for where, overrides in cells[:FIRST])
+        more = f"; and {len(cells) - FIRST:,} more" if len(cells) > FIRST else ""
+        console.print(f"[red]refused[/red] {len(cells):,} cells: {problem}  [dim]({first}{more})[/dim]")
+    if limit is not None and len(groups) > limit:
+        console.print(f"... and {len(groups) - limit:,} more reasons ({len(refused):,} refused in all: "
+                      f"dry_run=true lists every cell of the sweep and why)", markup=False)
 
 
 #: Up to this many cells, a dry run draws them as a table; beyond, as aligned plain lines (rich
@@ -73,7 +102,7 @@ def print_by_hardware(cells: list, refused: list[tuple[str, str]], refused_setti
         table.add_row(label, str(run + no), str(run), str(no or ""))
     table.add_row("all", str(total), str(len(cells)), str(len(refused) or ""), style="bold")
     console.print(f"{total} cells by hardware: {len(cells)} to run"
-                  + (f", {len(refused)} cannot be placed (each named below, and why)" if refused else ""))
+                  + (f", {len(refused)} cannot be placed (below, by reason)" if refused else ""))
     console.print(table)
 
 
@@ -95,8 +124,7 @@ SKIP_KINDS = (("already done", "done"), ("in flight", "in flight"), ("interrupte
 def print_submit_report(report: "SubmitReport", opts: "Options") -> None:
     for note in report.notes:
         console.print(f"[yellow]note[/yellow] {note}")
-    print_refused(report.refused[:SHOWN])
-    _print_more(len(report.refused), "refused", "dry_run=true lists every cell of the sweep and why")
+    print_refused(report.refused, limit=SHOWN)
     for cell, reason in report.skipped[:SHOWN]:
         console.print(f"[yellow]skipped[/yellow] {cell.id} {cell.label}: {reason} (force=true runs it again)")
     kinds = {label: sum(text in reason for _, reason in report.skipped) for text, label in SKIP_KINDS}

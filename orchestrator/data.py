@@ -17,9 +17,13 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 from pathlib import Path
 
 GENERATORS = ("mnist", "cifar10", "imagenet")
+#: The datasets whose files a sweep writes itself where they are missing, at submission: real data
+#: that needs no network (scikit-learn's digits), as trainers make synthetic data in memory.
+MADE_ON_FIRST_USE = ("digits",)
 #: imagenet: how many classes (wnid folders) the generated tree has, and its images' size.
 IMAGENET_CLASSES = 10
 IMAGENET_SIZE = "500x375"
@@ -71,6 +75,44 @@ def main(argv: list[str]) -> int:
         print(f"wrote {args.images} generated {name} images (and a test split of {test}) in its file format "
               f"to {target}; accuracy on them means nothing ({target / data.GENERATED})")
     return 0
+
+
+def missing_files(dataset: dict) -> str | None:
+    """Why a cell's dataset (its composed `dataset` config) cannot be read, with the command that
+    writes its files; None where its folder is there, it reads no files (synthetic), or a sweep
+    makes it at submission (MADE_ON_FIRST_USE). Asked at expansion, on the login node: the data
+    root is the cluster's shared file system, where the jobs read it."""
+    name, folder = dataset.get("name"), dataset.get("dir")
+    if not folder or name in MADE_ON_FIRST_USE or Path(folder).expanduser().is_dir():
+        return None
+    root = Path(folder).expanduser().parent
+    make = (f"`orchestrator data generate {name} --dir {root}` writes generated files in its format "
+            f"(throughput only: accuracy on them means nothing)" if name in GENERATORS
+            else f"`orchestrator data` lists what it can write")
+    return (f"dataset={name} reads {folder}, which does not exist: put the real files there, or {make}; "
+            f"or use dataset=synthetic dataset.like={name}")
+
+
+def made_on_first_use(folders: set[str]) -> list[str]:
+    """Writes each MADE_ON_FIRST_USE dataset folder that is missing (digits: scikit-learn's, no
+    network), into a private folder renamed into place, so two sweeps starting at once both find
+    it whole; the notes to print, one per folder written."""
+    notes = []
+    for folder in sorted(folders):
+        target = Path(folder).expanduser()
+        if target.is_dir():
+            continue
+        target.parent.mkdir(parents=True, exist_ok=True)
+        private = target.parent / f".{target.name}.{os.getpid()}.partial"
+        counts = write_digits(private)
+        try:
+            private.rename(target)
+        except OSError:  # another sweep made it first: theirs is whole, ours goes
+            shutil.rmtree(private, ignore_errors=True)
+            continue
+        notes.append(f"wrote scikit-learn's digits to {target} on first use: {counts['train']} training and "
+                     f"{counts['test']} test images (`orchestrator data digits` writes them ahead)")
+    return notes
 
 
 def write_imagenet(target: Path, images: int, classes: int, size: str, seed: int) -> None:

@@ -21,10 +21,23 @@ is a plain value Hydra applies to the composed config afterwards, in order. So:
 
 Both paths give the same plain config, hence the same cell id (`tests/test_sweep.py` expands a
 mixed grid both ways and compares).
+
+A grid of group choices (the study preset: 9 networks × 5 frameworks × 6 hardware configurations,
+270 keys) would still compose every key. Yet each group choice changes its own keys of the config:
+so a key differing from the first composed key (the *reference*) in several group choices is
+*factorized*: each change is composed alone (once: 1 + 8 + 4 + 5 compositions for the study), and
+their differences from the reference are applied together to the reference's config, unresolved
+and resolved alike. That is the config Hydra composes where no two changes touch one key, in the
+unresolved config or in the resolved one (where an interpolation reads a key that one change
+sets, its resolved value is part of that change: a value reading keys of two changes is an
+overlap). Where two changes overlap, a change is not a group choice, or a defaults list of conf/
+interpolates (a choice that depends on another), the key is composed whole, as before; and a
+cell the fast path cannot take composes its key whole too. `tests/test_expand.py` compares a factorized grid with whole compositions.
 """
 from __future__ import annotations
 
 import copy
+import functools
 import re
 from dataclasses import dataclass
 from typing import Any, Iterator, Optional, Sequence
@@ -43,12 +56,15 @@ _INT_LINE = re.compile(r"([A-Za-z_][\w-]*(?:\.[A-Za-z_][\w-]*)*)=(-?(?:0|[1-9][0
 
 @dataclass
 class Composed:
-    """One composition key's config: composed once, resolved once (None where it does not resolve)."""
+    """One composition key's config: composed once, resolved once (None where it does not resolve).
+    `config` is None for a factorized key (composed whole only where a cell needs it)."""
 
-    config: DictConfig
+    config: Optional[DictConfig]
     resolved: Optional[dict[str, Any]]
     interpolations: str  # every `${...}` text of the config, joined: what a value override may touch
     refused: Optional[str] = None  # why its group choices refuse every cell of it (cell.check_choices)
+    raw: Optional[dict[str, Any]] = None  # the config without `hydra`, unresolved
+    choices: Optional[dict[str, Any]] = None  # hydra.runtime.choices
 
 
 @dataclass(frozen=True)
@@ -78,6 +94,9 @@ class Expander:
         self.lines: dict[str, Any] = {}  # override line -> Hydra's Override
         self.groups: dict[str, bool] = {}  # key -> whether conf/ has a group of that name
         self.fast = self.slow = 0  # how many cells took each path (the benchmark prints them)
+        self.reference: Optional[tuple[str, ...]] = None  # the first key composed whole
+        self.factorized = 0  # how many keys were factorized
+        self._factorable: Optional[bool] = None
 
     def expand(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int = 0) -> Iterator[Expanded]:
         for idx, overrides in enumerate(job_overrides):
@@ -88,9 +107,10 @@ class Expander:
         composes = [self._composes(o) for o in parsed]
         key = tuple(o.input_line for o, c in zip(parsed, composes) if c)
         values = [o for o, c in zip(parsed, composes) if not c]
-        composed = self.composed.get(key)
-        if composed is None:
-            composed = self.composed[key] = self._compose(list(key))
+        composed = self._composed(key)
+        if composed.config is None and (composed.refused or composed.resolved is None
+                                        or not all(self._settable(o, composed) for o in values)):
+            composed = self.composed[key] = self._compose(list(key))  # this cell needs it whole
         if composed.refused:
             return Expanded(overrides, None, config=composed.config, error=composed.refused)
         if composed.resolved is not None and all(self._settable(o, composed) for o in values):
@@ -101,6 +121,59 @@ class Expander:
             return Expanded(overrides, plain)
         self.slow += 1
         return self._hydra_path(overrides, parsed, values, composed, job_num)
+
+    def _composed(self, key: tuple[str, ...]) -> Composed:
+        composed = self.composed.get(key)
+        if composed is None:
+            composed = self._factorize(key) or self._compose(list(key))
+            self.composed[key] = composed
+            if self.reference is None and composed.config is not None:
+                self.reference = key
+        return composed
+
+    def _factorize(self, key: tuple[str, ...]) -> Optional[Composed]:
+        """The key as the reference's config with each of its differing group choices' changes
+        applied, where it can be (see the module's docstring); None where it must be composed whole."""
+        ref_key = self.reference
+        if ref_key is None or len(ref_key) != len(key) or not self._can_factorize():
+            return None
+        changed = [i for i, (a, b) in enumerate(zip(ref_key, key)) if a != b]
+        if len(changed) < 2 or any(not self._same_group(self.parse(ref_key[i]), self.parse(key[i]))
+                                   for i in changed):
+            return None
+        ref = self.composed[ref_key]
+        alone = [self._composed(ref_key[:i] + (key[i],) + ref_key[i + 1:]) for i in changed]
+        if any(c.raw is None or c.resolved is None or c.refused for c in (ref, *alone)):
+            return None
+        made = {}
+        for part in ("raw", "resolved", "choices"):
+            changes = [_changes(getattr(ref, part), getattr(c, part)) for c in alone]
+            if _overlap(changes):
+                return None  # two choices touch one key (or one's value reads what another changes)
+            made[part] = functools.reduce(_applied, changes, getattr(ref, part))
+        try:
+            check_choices(made["choices"])
+        except CellError:
+            return None
+        self.factorized += 1
+        return Composed(config=None, interpolations="\n".join(_interpolations(made["raw"])), **made)
+
+    def _same_group(self, a: Any, b: Any) -> bool:
+        """Two choices of one config group, neither of them Hydra's own."""
+        return (a.key_or_group == b.key_or_group and a.package == b.package and a.type == b.type
+                and not a.is_delete() and not a.key_or_group.startswith("hydra")
+                and self._composes(a) and self._composes(b))
+
+    def _can_factorize(self) -> bool:
+        """No defaults list of conf/ interpolates (a group choice that depends on another's)."""
+        if self._factorable is None:
+            import yaml
+
+            from orchestrator.safety import CONF
+
+            self._factorable = not any("${" in str((yaml.safe_load(p.read_text()) or {}).get("defaults", ""))
+                                       for p in CONF.rglob("*.yaml"))
+        return self._factorable
 
     def parse(self, line: str) -> Any:
         """Hydra's Override for one line (each distinct line parsed once)."""
@@ -146,7 +219,9 @@ class Expander:
             refused = None
         except CellError as exc:
             refused = str(exc)
-        return Composed(config=cfg, resolved=resolved, interpolations=texts, refused=refused)
+        return Composed(config=cfg, resolved=resolved, interpolations=texts, refused=refused,
+                        raw=OmegaConf.to_container(app, resolve=False),
+                        choices=OmegaConf.to_container(OmegaConf.select(cfg, "hydra.runtime.choices") or {}))
 
     @staticmethod
     def _settable(override: Any, composed: Composed) -> bool:
@@ -228,9 +303,52 @@ def _interpolations(node: Any) -> Iterator[str]:
         yield node
 
 
+#: A key a group choice's change removes.
+_GONE = object()
+
+
+def _changes(before: Any, after: Any, path: tuple[str, ...] = ()) -> dict[tuple[str, ...], Any]:
+    """path -> new value (or _GONE) of every leaf where `after` differs from `before`; a mapping
+    on one side only, or a list, is one leaf."""
+    if not (isinstance(before, dict) and isinstance(after, dict)):
+        return {} if before == after and type(before) is type(after) else {path: after}
+    out: dict[tuple[str, ...], Any] = {}
+    for key in before.keys() | after.keys():
+        if key not in after:
+            out[path + (key,)] = _GONE
+        elif key not in before:
+            out[path + (key,)] = after[key]
+        else:
+            out.update(_changes(before[key], after[key], path + (key,)))
+    return out
+
+
+def _overlap(changes: list[dict[tuple[str, ...], Any]]) -> bool:
+    """Whether two of the change sets touch one key (the same path, or one inside the other)."""
+    seen: list[tuple[str, ...]] = []
+    for change in changes:
+        for path in change:
+            if any(path[:len(p)] == p or p[:len(path)] == path for p in seen):
+                return True
+        seen.extend(change)
+    return False
+
+
+def _applied(plain: dict[str, Any], change: dict[tuple[str, ...], Any]) -> dict[str, Any]:
+    """`plain` with each path of `change` set to its value (or removed), the rest shared."""
+    for path, value in change.items():
+        plain = _with(plain, list(path), value)
+    return plain
+
+
 def _with(plain: dict[str, Any], path: list[str], value: Any) -> dict[str, Any]:
     """`plain` with the value at `path` replaced: the mappings along the path copied, the rest
     shared with the composition's resolved config (which nothing downstream changes)."""
     out = dict(plain)
-    out[path[0]] = value if len(path) == 1 else _with(plain[path[0]], path[1:], value)
+    if len(path) > 1:
+        out[path[0]] = _with(plain[path[0]], path[1:], value)
+    elif value is _GONE:
+        del out[path[0]]
+    else:
+        out[path[0]] = value
     return out

@@ -22,6 +22,7 @@ from orchestrator import db, runstate, setting_registry
 from orchestrator.backends import Backend, SchedulerUnavailable, backend_for
 from orchestrator.backends.base import signature
 from orchestrator.cell import Cell
+from orchestrator.data import MADE_ON_FIRST_USE, made_on_first_use
 from orchestrator.job import JobSpec, RunSpec, run_cell
 from orchestrator.resultfile import run_uid
 from orchestrator.sqlite_lease import who
@@ -262,6 +263,9 @@ def submit_sweep(cells: list[Cell], opts: Options, argv: list[str] | None = None
             else:
                 report.skipped.append((cell, reason))
         _record_cells(session, report.sweep_id, cells, known, {cell.id for cell, _ in planned})
+        report.notes += made_on_first_use({cell.config["dataset"]["dir"] for cell, _ in planned
+                                           if cell.config["dataset"].get("name") in MADE_ON_FIRST_USE
+                                           and cell.config["dataset"].get("dir")})
         insert_runs(session, [run for _, runs in planned for run in runs],
                     earlier=[run for runs in existing.values() for run in runs])
         session.commit()  # the sweep and its pending runs exist before anything is submitted

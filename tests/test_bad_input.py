@@ -241,3 +241,35 @@ def test_an_existing_database_passes_the_dry_runs_check_unchanged(db_url, other_
         assert inspect(engine).get_table_names() == []
         engine.dispose()
     assert query(url, "select count(*) from sweeps") == before
+
+
+def test_a_dataset_without_files_is_refused_at_expansion_with_the_command_that_writes_them(tmp_path):
+    """dataset=mnist with no files under paths.data: refused before anything is submitted, naming the
+    folder and `orchestrator data generate`; the synthetic cell beside it is placed."""
+    env = workdir(tmp_path)
+    done = run_cli(["-m", "framework=numpy", "model=lenet", "dataset=mnist,synthetic", "dry_run=true"], tmp_path, **env)
+    assert done.returncode == 0, done.stderr
+    assert "1 cells (dry run" in done.stdout
+    said = " ".join(done.stdout.split())
+    assert "numpy/lenet/mnist: dataset=mnist reads" in said and "which does not exist" in said, said
+    assert f"orchestrator data generate mnist --dir {tmp_path / 'data'}" in said, said
+    # digits is made at submission, not refused
+    done = run_cli(["-m", "framework=numpy", "model=lenet", "dataset=digits", "mode=accuracy", "dry_run=true"],
+                   tmp_path, **env)
+    assert done.returncode == 0 and "1 cells (dry run" in done.stdout and "refused" not in done.stdout, done.stdout
+    assert list(tmp_path.iterdir()) == []  # a dry run writes nothing
+
+
+def test_digits_are_written_on_first_use_once(tmp_path):
+    """A sweep on dataset=digits writes scikit-learn's digits where they are missing, into a private
+    folder renamed into place; a second finds them and writes nothing."""
+    from orchestrator.data import made_on_first_use
+    from trainers.common import data
+
+    target = tmp_path / "data" / "digits"
+    notes = made_on_first_use({str(target)})
+    assert len(notes) == 1 and "1438 training and 359 test images" in notes[0].replace(",", ""), notes
+    images = data.load("digits", str(target), "train")
+    assert len(images) == 1438 and images.shape[-2:] == (28, 28)
+    assert made_on_first_use({str(target)}) == []
+    assert sorted(p.name for p in target.parent.iterdir()) == ["digits"]  # no private folder left

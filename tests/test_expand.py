@@ -104,3 +104,56 @@ def test_a_wrong_key_fails_as_hydra_fails(hydra_loader):
     loader, master = hydra_loader
     with pytest.raises(ConfigCompositionException, match="nosuchkey"):
         Expander(loader, master).one(("nosuchkey=3",))
+
+
+def test_a_grid_of_group_choices_is_factorized_into_the_configs_hydra_composes(hydra_loader):
+    """The study preset's grid (networks × frameworks × hardware configurations, each a group
+    choice): each choice is composed alone, the rest factorized, and every cell is the one Hydra
+    composes whole (the same id, settings and config, the same refusals)."""
+    loader, master = hydra_loader
+    expander = Expander(loader, master)
+    nets, frameworks, ons = ["lenet_mnist", "vgg16_imagenet"], ["caffe", "torch", "cntk"], ["cpu12", "k20m_x2", "p100_x1"]
+    grid = [["+preset=study", f"+preset/net={n}", f"framework={f}", f"+preset/on={o}", "cluster=slurm", "seed=1"]
+            for n, f, o in itertools.product(nets, frameworks, ons)]
+    refused = 0
+    for overrides in grid:
+        fast, plain = _fast(expander, overrides), _plain(loader, master, overrides)
+        if isinstance(plain, str):
+            assert fast == plain, overrides
+            refused += 1
+            continue
+        assert isinstance(fast, Cell), (overrides, fast)
+        assert (fast.id, fast.settings, fast.config) == (plain.id, plain.settings, plain.config), overrides
+    assert refused == 2  # torch on a K20m, either network
+    # composed whole: the first key and each choice alone (1 + 1 + 2 + 2); the other 12 factorized
+    assert expander.factorized == 12 and sum(c.config is not None for c in expander.composed.values()) == 6
+
+
+def test_two_choices_that_touch_one_key_give_hydras_config(hydra_loader):
+    """hardware= and +preset/on= both choose the hardware: whichever way the key is made, it is the
+    config Hydra composes."""
+    loader, master = hydra_loader
+    expander = Expander(loader, master)
+    for overrides in (["hardware=cpu12", "+preset/on=cpu12"], ["hardware=p100", "+preset/on=cpu20"],
+                      ["hardware=p100", "+preset/on=k20m_x1"]):
+        fast, plain = _fast(expander, overrides), _plain(loader, master, overrides)
+        assert (fast.id, fast.config) == (plain.id, plain.config), overrides
+
+
+def test_changes_that_touch_one_key_overlap():
+    """Two choices' changes may be applied together only where no key is in both (or inside one the
+    other replaces); a removed key is a change too."""
+    from orchestrator.expand import _applied, _changes, _overlap
+
+    ref = {"framework": {"name": "torch", "threads": 2}, "hardware": {"name": "cpu12"}, "label": "torch-cpu12"}
+    fw = {"framework": {"name": "caffe"}, "hardware": {"name": "cpu12"}, "label": "caffe-cpu12"}
+    hw = {"framework": {"name": "torch", "threads": 2}, "hardware": {"name": "p100", "gpus": 2}, "label": "torch-p100"}
+    a, b = _changes(ref, fw), _changes(ref, hw)
+    assert a == {("framework", "name"): "caffe", ("framework", "threads"): a[("framework", "threads")],
+                 ("label",): "caffe-cpu12"}
+    assert _overlap([a, b])  # both change `label` (an interpolation reading both groups' keys)
+    del fw["label"], hw["label"], ref["label"]
+    a, b = _changes(ref, fw), _changes(ref, hw)
+    assert not _overlap([a, b])
+    assert _applied(_applied(ref, a), b) == {"framework": {"name": "caffe"}, "hardware": {"name": "p100", "gpus": 2}}
+    assert _overlap([{("hardware",): {}}, {("hardware", "name"): "x"}])  # one inside the other

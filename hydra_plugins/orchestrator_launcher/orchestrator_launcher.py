@@ -44,6 +44,7 @@ class OrchestratorLauncher(Launcher):
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
         from orchestrator import console, safety
         from orchestrator.cell import Cell, CellError
+        from orchestrator.data import missing_files
         from orchestrator.expand import Expander
         from orchestrator.launch import Options, refusal_settings, submit_sweep
 
@@ -63,6 +64,9 @@ class OrchestratorLauncher(Launcher):
                     if options is None:
                         options = Options.from_config(cell.config)
                     safety.check_request(options.backend, cell.config, cell.label)
+                    missing = missing_files(cell.config["dataset"])
+                    if missing:
+                        raise CellError(f"{cell.where}: {missing}")
                 except CellError as exc:
                     refused.append((" ".join(overrides), str(exc)))
                     refused_settings[" ".join(overrides)] = refusal_settings(expanded.as_config())
