@@ -31,17 +31,18 @@ def group_refusals(refused: list[tuple[str, str]]) -> list[tuple[str, list[tuple
     return list(groups.items())
 
 
-def print_refused(refused: list[tuple[str, str]], limit: Optional[int] = None) -> None:
+def print_refused(refused: list[tuple[str, str]], limit: Optional[int] = None,
+                  label: str = "[red]refused[/red]") -> None:
     """One line per reason: the cell where it is one, else the count and the first cells."""
     groups = group_refusals(refused)
     for problem, cells in groups[:limit]:
         if len(cells) == 1:
             where, overrides = cells[0]
-            console.print(f"[red]refused[/red] {where + ': ' if where else ''}{problem}  [dim]({overrides})[/dim]")
+            console.print(f"{label} {where + ': ' if where else ''}{problem}  [dim]({overrides})[/dim]")
             continue
         first = "; ".join(f"{where} {overrides}".strip() for where, overrides in cells[:FIRST])
         more = f"; and {len(cells) - FIRST:,} more" if len(cells) > FIRST else ""
-        console.print(f"[red]refused[/red] {len(cells):,} cells: {problem}  [dim]({first}{more})[/dim]")
+        console.print(f"{label} {len(cells):,} cells: {problem}  [dim]({first}{more})[/dim]")
     if limit is not None and len(groups) > limit:
         console.print(f"... and {len(groups) - limit:,} more reasons ({len(refused):,} refused in all: "
                       f"dry_run=true lists every cell of the sweep and why)", markup=False)

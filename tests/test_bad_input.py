@@ -245,19 +245,25 @@ def test_an_existing_database_passes_the_dry_runs_check_unchanged(db_url, other_
 
 def test_a_dataset_without_files_is_refused_at_expansion_with_the_command_that_writes_them(tmp_path):
     """dataset=mnist with no files under paths.data: refused before anything is submitted, naming the
-    folder and `orchestrator data generate`; the synthetic cell beside it is placed."""
+    folder and `orchestrator data generate`; the synthetic cell beside it is submitted. A dry run
+    counts the cell and says it needs its data."""
     env = workdir(tmp_path)
-    done = run_cli(["-m", "framework=numpy", "model=lenet", "dataset=mnist,synthetic", "dry_run=true"], tmp_path, **env)
+    dry = run_cli(["-m", "framework=numpy", "model=lenet", "dataset=mnist,synthetic", "dry_run=true"], tmp_path, **env)
+    assert dry.returncode == 0, dry.stderr
+    said = " ".join(dry.stdout.split())
+    assert "2 cells (dry run" in said and "needs data (a submission now refuses it) numpy/lenet/mnist: " in said, said
+    for text in ("dataset=mnist reads", "which does not exist", f"orchestrator data generate mnist --dir {tmp_path / 'data'}"):
+        assert text in said, (text, said)
+    done = run_cli(["-m", "framework=numpy", "model=lenet", "dataset=mnist,synthetic", "iterations=2", "warmup=1",
+                    "threads=1", "batch_size=8"], tmp_path, **env)
     assert done.returncode == 0, done.stderr
-    assert "1 cells (dry run" in done.stdout
     said = " ".join(done.stdout.split())
-    assert "numpy/lenet/mnist: dataset=mnist reads" in said and "which does not exist" in said, said
-    assert f"orchestrator data generate mnist --dir {tmp_path / 'data'}" in said, said
+    assert "refused numpy/lenet/mnist: dataset=mnist reads" in said and "1 cells submitted" in said, said
     # digits is made at submission, not refused
     done = run_cli(["-m", "framework=numpy", "model=lenet", "dataset=digits", "mode=accuracy", "dry_run=true"],
                    tmp_path, **env)
     assert done.returncode == 0 and "1 cells (dry run" in done.stdout and "refused" not in done.stdout, done.stdout
-    assert list(tmp_path.iterdir()) == []  # a dry run writes nothing
+    assert not (tmp_path / "data").exists()  # a dry run writes nothing
 
 
 def test_digits_are_written_on_first_use_once(tmp_path):

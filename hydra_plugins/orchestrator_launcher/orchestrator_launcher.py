@@ -51,6 +51,7 @@ class OrchestratorLauncher(Launcher):
         assert self.config is not None and self.hydra_context is not None
         cells, refused, options, seen = [], [], None, set()
         refused_settings, left_out = {}, []  # a refused cell's settings, for the DB and the counts
+        unready = []  # a dry run's cells whose dataset files are not there yet
         expander = Expander(self.hydra_context.config_loader, self.config)
         # A bad value of one cell refuses that cell; a sweep-wide one (repeats, paths, cluster, the
         # database) stops the sweep with its message before anything is written.
@@ -65,7 +66,9 @@ class OrchestratorLauncher(Launcher):
                         options = Options.from_config(cell.config)
                     safety.check_request(options.backend, cell.config, cell.label)
                     missing = missing_files(cell.config["dataset"])
-                    if missing:
+                    if missing and options.dry_run:  # placed, but a submission would refuse it now
+                        unready.append((" ".join(overrides), f"{cell.where}: {missing}"))
+                    elif missing:
                         raise CellError(f"{cell.where}: {missing}")
                 except CellError as exc:
                     refused.append((" ".join(overrides), str(exc)))
@@ -89,6 +92,7 @@ class OrchestratorLauncher(Launcher):
             if options.dry_run:
                 safety.check_database(options.db_url)
                 console.print_cells(cells, refused, refused_settings)
+                console.print_refused(unready, label="[yellow]needs data[/yellow] (a submission now refuses it)")
                 return [JobReturn(overrides=list(o), status=JobStatus.COMPLETED) for o in job_overrides]
             report = submit_sweep(cells, options, argv=["python", "-m", "orchestrator", *sys.argv[1:]],
                                   refused=refused, refused_settings=refused_settings)
