@@ -11,7 +11,7 @@ import tempfile
 import time
 
 import pytest
-from conftest import FAST, orchestrator, rows, user_dir, wait_until_final
+from helpers import FAST, orchestrator, rows, user_dir, wait_until_final
 from result_factory import make_settings
 
 from orchestrator import db
