@@ -10,10 +10,9 @@ if [ ! -f "$stamp" ]; then
   echo "[setup] installing the orchestrator into $VENV"
   [ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
   "$VENV/bin/pip" install -q --upgrade pip 2>&1 | grep -v '^WARNING: Location' || true
-  # compat mode puts the repository itself on sys.path, which Hydra's plugin discovery
-  # (the hydra_plugins namespace package) and the conf/ tree both rely on.
-  "$VENV/bin/pip" install -q -e "$ROOT[test]" --config-settings editable_mode=compat 2>&1 \
-    | grep -v '^WARNING: Location' || true
+  # a plain .pth puts the repository itself on sys.path (pyproject.toml's package-dir), which
+  # Hydra's plugin discovery (the hydra_plugins namespace package) and the conf/ tree rely on.
+  "$VENV/bin/pip" install -q -e "$ROOT[test]" 2>&1 | grep -v '^WARNING: Location' || true
   "$VENV/bin/python" -c "import orchestrator, hydra, submitit, sqlalchemy" 
   rm -f "$VENV"/.installed-*
   touch "$stamp"

@@ -1,11 +1,13 @@
-"""Shared fixtures: real trainer environments, scratch databases and data files."""
+"""Shared fixtures: real trainer environments, scratch databases and data files. (The helpers
+test modules import by name are in helpers.py: a conftest is pytest's, not a module to import.)"""
 import os
 import sys
 from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
+from helpers import REPO, orchestrator, rows, user_dir
+
 sys.path.insert(0, str(REPO))
 
 
@@ -226,70 +228,6 @@ def framework_run(framework_env):
 
 
 # --- a user's directory, the orchestrator's CLI in it, and the test Slurm cluster ------------
-
-#: a cell measured in a blink
-FAST = ["iterations=3", "warmup=1"]
-#: the test cluster's node has only this machine's cores: ask for one CPU and 1 GB per cell
-SMALL = ["cluster=slurm", "hardware.cpus=1", "hardware.mem_gb=1", *FAST]
-
-
-def user_dir(path, base_env=None):
-    """A user's directory (path, env): its own results.db, runs/ and data/; the shared
-    environment cache."""
-    env = dict(base_env or os.environ, ORCHESTRATOR_DB="sqlite:///%s/results.db" % path,
-               ORCHESTRATOR_RUNS=str(path / "runs"), ORCHESTRATOR_DATA=str(path / "data"), COLUMNS="200")
-    return path, env
-
-
-def orchestrator(args, workdir, timeout=600):
-    """`python -m orchestrator ARGS` run in a user's directory, as the user types it."""
-    import subprocess
-
-    cwd, env = workdir
-    return subprocess.run([sys.executable, "-m", "orchestrator"] + list(args), cwd=str(cwd), env=env,
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True,
-                          timeout=timeout)
-
-
-def run_cli(args, cwd, **env):
-    """`python -m orchestrator ARGS` in cwd with these variables added to the environment."""
-    return orchestrator(args, (cwd, dict(os.environ, **env)), timeout=120)
-
-
-def rows(workdir, sql):
-    """The rows of a query on the user directory's results.db."""
-    import sqlite3
-
-    con = sqlite3.connect(str(workdir[0] / "results.db"))
-    try:
-        return con.execute(sql).fetchall()
-    finally:
-        con.close()
-
-
-def wait_until_final(workdir, timeout=900, poll=2):
-    """`orchestrator status` until no run is open; its last output."""
-    import time
-
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        status = orchestrator(["status"], workdir)
-        assert status.returncode == 0, status.stderr
-        if rows(workdir, "select count(*) from runs where state in ('pending','submitted','running')") == [(0,)]:
-            return status.stdout
-        time.sleep(poll)
-    raise AssertionError("runs did not end in time:\n" + orchestrator(["status"], workdir).stdout)
-
-
-def harness_site(path):
-    """The override that adds framework `harness` the way a site adds a trainer: a framework
-    YAML (in a config dir of its own) naming its module and environment. The harness is
-    tests/numpy_trainer.py (the numpy framework under a module name of the site's), run in the
-    torch env."""
-    (path / "framework").mkdir(parents=True)
-    (path / "framework" / "harness.yaml").write_text("name: harness\ntrainer: tests.numpy_trainer\nenv: torch\n")
-    return "hydra.searchpath=[file://%s]" % path
-
 
 @pytest.fixture(scope="session")
 def slurm_env():

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import orchestrator, rows, user_dir
+from helpers import orchestrator, rows, user_dir
 
 EPOCHS = 10
 TARGET = 0.90

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from conftest import REPO
+from helpers import REPO
 
 from orchestrator.apptainer import BASES, Definition, DefinitionError, generate, gpu_builds, requirement_name
 from orchestrator.images import Recipe, _listed

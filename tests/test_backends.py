@@ -16,7 +16,7 @@ from orchestrator.backends.slurm_cluster import (Request, cluster_from, hopeless
 from orchestrator.cell import Cell
 from orchestrator.tracking import Evidence, decide
 
-from conftest import REPO
+from helpers import REPO
 
 # sacct -X -n -P --format=JobID,State,NodeList, as Slurm 22.05 prints it
 SACCT = """\

@@ -13,7 +13,7 @@ from orchestrator.cell import Cell, CellError
 from orchestrator.launch import Options
 from orchestrator.safety import ConfigError
 
-from conftest import REPO, run_cli
+from helpers import REPO, run_cli
 
 INJECTION = "comment=ok\ntouch pwned #"
 

@@ -6,7 +6,7 @@ from hydra import compose, initialize_config_dir
 
 from orchestrator.cell import Cell, CellError, cell_id
 
-from conftest import REPO, run_cli
+from helpers import REPO, run_cli
 
 
 def cell(*overrides):

@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from conftest import REPO, orchestrator, rows, user_dir
+from helpers import REPO, orchestrator, rows, user_dir
 
 #: Frameworks CI runs in containers (the most different stacks: Python 3.11 + PyTorch, Python 3.6 + CNTK).
 CI_FRAMEWORKS = ("torch", "cntk")

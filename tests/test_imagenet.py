@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from conftest import orchestrator, rows, user_dir
+from helpers import orchestrator, rows, user_dir
 from trainers.common import imagenet
 from trainers.common.errors import DataError
 

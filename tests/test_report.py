@@ -11,7 +11,7 @@ import tempfile
 import time
 
 import pytest
-from conftest import FAST, orchestrator, rows, user_dir, wait_until_final
+from helpers import FAST, orchestrator, rows, user_dir, wait_until_final
 from result_factory import make_settings
 
 from orchestrator import db
@@ -197,6 +197,57 @@ def test_scaling_speedups_from_cells_that_differ_only_in_gpus_or_threads(tmp_pat
     assert "p100 ×2" in html and "cpu12, 4 threads" in html
 
 
+def _right_edge_is_blank(png, columns=3):
+    """Whether the rightmost `columns` pixel columns of an image are all background (a text cut at
+    the figure's edge leaves glyph pixels there)."""
+    from PIL import Image
+
+    image = Image.open(png).convert("RGB")
+    width, height = image.size
+    edge = image.crop((width - columns, 0, width, height))
+    return all(min(rgb) >= 245 for _, rgb in edge.getcolors(columns * height))
+
+
+def assert_figures_fit(files, shots):
+    """Nothing of any figure touches its right edge: neither in matplotlib's PNG nor in its SVG
+    as Chromium draws it alone (at its own size, into `shots`), as the page shows it."""
+    pngs = [p for p in files if p.suffix == ".png"]
+    assert pngs and all(_right_edge_is_blank(p) for p in pngs), pngs
+    for svg in (p for p in files if p.suffix == ".svg"):
+        width, height = (float(svg.read_text().split(f'{k}="')[1].split("pt")[0]) * 4 / 3 for k in ("width", "height"))
+        alone = shots / f"{svg.stem}.html"
+        alone.write_text(f'<!DOCTYPE html><html><body style="margin:0;background:white">'
+                         f'<img src="{svg.resolve().as_uri()}" style="display:block"></body></html>')
+        shot = shots / f"{svg.stem}.png"
+        browsed = chromium([f"--screenshot={shot}", f"--window-size={round(width)},{round(height) + 10}",
+                            "--hide-scrollbars", alone.resolve().as_uri()])
+        assert browsed.returncode == 0 and shot.is_file(), browsed.stderr[-2000:]
+        assert _right_edge_is_blank(shot), shot
+
+
+def test_figures_fit_their_titles_and_all_na_ones_are_listed_not_drawn(tmp_path):
+    """A figure's title and subtitle wrap inside it (checked on matplotlib's PNG and on each SVG
+    as Chromium draws it alone); a dataset × network whose every cell is n/a has no figure (no
+    empty axes) but a line under "Not drawn" saying why."""
+    study = Study(tmp_path)
+    study.cell(ips(100, 110, 120), framework="torch")
+    study.cell(ips(60, 61, 62), framework="tensorflow")
+    study.cell(ips(200, 205), framework="torch", hardware="p100", gpus=1)
+    study.cell(["failed:unsupported"] * 2, framework="torch", model="vgg16")
+    study.refuse("numpy/vgg16/mnist: numpy does not support --gpus 1; it supports the CPU only", framework="numpy",
+                 model="vgg16", gpus=1, hardware="p100")
+    report = study.report(tmp_path / "report")
+    names = sorted(p.name for p in report.figures)
+    assert names == ["throughput_mnist_lenet.png", "throughput_mnist_lenet.svg"]
+    assert report.skipped[0] == ("vgg16 on mnist: training speed: no cell has images/s: all 2 n/a "
+                                 "(1 failed: unsupported, 1 refused)"), report.skipped
+    html = report.index.read_text()
+    not_drawn = html[html.index("<h3>Not drawn</h3>"):html.index("<h2>Tables</h2>")]
+    assert "vgg16 on mnist: training speed: no cell has images/s" in not_drawn
+    assert 'id="fig-throughput_mnist_vgg16"' not in html
+    assert_figures_fit(report.figures, tmp_path)
+
+
 def _write_scaled(source, target, factor, keep=None):
     """A copy of a table CSV with every number multiplied by `factor` (rows `keep` picks only)."""
     with open(source) as f:
@@ -331,6 +382,7 @@ def test_a_real_sweeps_report_renders_in_chromium(tmp_path, torch_python):
     assert image.size == (1400, 3000)
     colours = image.convert("RGB").resize((140, 300)).getcolors(140 * 300)
     assert len(colours) > 50 and max(n for n, _ in colours) < 0.9 * 140 * 300  # drawn, not a blank page
+    assert_figures_fit(list((out / "figures").iterdir()), tmp_path)
     dom = chromium(["--virtual-time-budget=10000", "--dump-dom", page]).stdout
     assert 'data-figures="2"' in dom and 'data-figures-loaded="2"' in dom, dom[:500]
     assert "failed: unsupported" in dom and "numpy does not support --gpus 1" in dom

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO
-from conftest import SMALL, harness_site, orchestrator, rows, wait_until_final
+from helpers import REPO
+from helpers import SMALL, harness_site, orchestrator, rows, wait_until_final
 
 pytestmark = pytest.mark.slow
 

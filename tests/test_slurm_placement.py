@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from conftest import SMALL, orchestrator, rows
+from helpers import SMALL, orchestrator, rows
 
 pytestmark = pytest.mark.slow
 

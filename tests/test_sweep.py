@@ -14,7 +14,7 @@ import pytest
 
 from orchestrator.runtime import default_cache
 
-from conftest import FAST, harness_site, orchestrator, rows, user_dir, wait_until_final
+from helpers import FAST, harness_site, orchestrator, rows, user_dir, wait_until_final
 
 @pytest.fixture
 def workdir(tmp_path, torch_python):

@@ -3,19 +3,23 @@
 - per dataset × network, grouped bars of training speed: frameworks on the axis, one bar per
   hardware configuration, error bars from the repeats (min to max), hatched when noisy; a cell
   without a number is marked `n/a` on the axis, never drawn as zero; a log axis where the
-  values span more than `LOG_SPAN`;
+  values span more than `LOG_SPAN`; where no cell has a number, no figure, but why not;
 - multi-GPU scaling: speedup and parallel efficiency from 1 to N GPUs, strong and weak labelled,
   with the ideal line;
 - CPU thread scaling: speedup over the fewest threads, the ideal line and the node's physical
   core count marked;
 - throughput against energy per image, one point per framework × hardware configuration, the
   efficient ones (no other point both faster and cheaper) joined and labelled.
+
+Each drawing function returns the figure it wrote, or a line saying why it drew none (the page
+lists those under "Not drawn"). Titles are wrapped to their figure's width (`_fit_titles`).
 """
 from __future__ import annotations
 
 import math
 import multiprocessing
 import os
+from collections import Counter
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -50,8 +54,34 @@ def _figure(width: float, height: float, ncols: int = 1) -> tuple[Any, list[Any]
     return fig, list(axes)
 
 
+def _fit_titles(fig: Any) -> None:
+    """Re-wraps every axes title that runs past the figure's right edge to the room it has, laid
+    out again until all fit: a figure's width is chosen for its bars, not for its words."""
+    import textwrap
+
+    from matplotlib.text import Text
+
+    for _ in range(4):  # each wrap lets the layout move things; it settles in one or two
+        fig.draw_without_rendering()  # lays out (constrained), so the titles have their final places
+        right = fig.bbox.x1 - fig.dpi * FIT_PAD
+        wrapped = False
+        for ax in fig.axes:
+            shown = {ax.get_title(loc) for loc in ("left", "center", "right")} - {""}
+            for title in (a for a in ax.get_children() if isinstance(a, Text) and a.get_text() in shown):
+                box = title.get_window_extent()
+                if box.x1 <= right or box.x0 >= right:
+                    continue
+                lines = title.get_text().split("\n")
+                chars = max(1, int(max(len(line) for line in lines) * (right - box.x0) / box.width) - 1)
+                title.set_text("\n".join(textwrap.fill(line, chars) for line in lines))
+                wrapped = True
+        if not wrapped:
+            return
+
+
 def _save(fig: Any, out: Path, name: str, caption: str) -> Written:
     svg, png = out / f"{name}.svg", out / f"{name}.png"
+    _fit_titles(fig)
     fig.savefig(svg, format="svg", metadata={"Date": None})
     fig.set_layout_engine("none")  # laid out once, by the first save: the second keeps those positions
     fig.savefig(png, format="png", dpi=100)
@@ -71,6 +101,9 @@ MARKERS = "osD^vPX*h<>p"
 MAX_NA_LABELS = 40
 #: Figures never grow wider than this (inches), however many cells they show.
 MAX_WIDTH = 18.0
+#: A title ends at least this far (inches) from the figure's right edge (fonts differ a little
+#: between matplotlib, which measures, and the browser, which draws the SVG's text).
+FIT_PAD = 0.15
 
 
 def _styles(values: Sequence[Any], kind: str) -> dict[Any, Any]:
@@ -97,17 +130,21 @@ def _key_legend(fig: Any, colours: dict[str, Any], colour_title: str, markers: d
                frameon=False)
 
 
-def throughput_bars(table: Table, dataset: str, model: str, out: Path) -> Optional[Written]:
+def throughput_bars(table: Table, dataset: str, model: str, out: Path) -> Written | str:
     """One dataset × network: frameworks (and other row settings) on the axis, a bar per hardware
-    configuration; None when no cell of it exists."""
+    configuration; where no cell of it has a number, why not (an axis of n/a marks says nothing
+    the tables do not)."""
     from matplotlib.patches import Patch
 
     rows = [r for r in table.rows if (str(r[ROW_SETTINGS.index("dataset")]), str(r[ROW_SETTINGS.index("model")]))
             == (dataset, model)]
     columns = [c for c in table.columns if any(table.at(r, c) is not None for r in rows)]
-    if not rows or not columns:
-        return None
-    values = [e.median for r in rows for c in columns if (e := table.at(r, c)) is not None and e.status == OK]
+    cells = [e for r in rows for c in columns if (e := table.at(r, c)) is not None]
+    values = [e.median for e in cells if e.status == OK]
+    if not values:
+        reasons = Counter(e.reason or e.status for e in cells)
+        return (f"{model} on {dataset}: training speed: no cell has images/s: all {len(cells)} n/a ("
+                + ", ".join(f"{n} {reason}" for reason, n in sorted(reasons.items())) + ")")
     log = _spans(values)
     missing_total = sum(1 for r in rows for c in columns if (e := table.at(r, c)) is not None and e.status != OK)
     width, legend = 0.8 / len(columns), []
@@ -186,12 +223,12 @@ def _cases(table: Table) -> list[tuple[str, str]]:
     return sorted({_case(e.settings) for e in table.entries}, key=_case_order)
 
 
-def gpu_scaling(series: Sequence[scaling.Series], out: Path) -> Optional[Written]:
+def gpu_scaling(series: Sequence[scaling.Series], out: Path) -> Written | str:
     """Per dataset × network, speedup (above) and parallel efficiency (below) over GPUs, a line
     per cell: colour the framework, marker the hardware, solid strong and dashed weak scaling; the
     ideal dotted."""
     if not series:
-        return None
+        return NOT_DRAWN["gpu_scaling"]
     from matplotlib.figure import Figure
     from matplotlib.lines import Line2D
 
@@ -246,11 +283,11 @@ def _joined(series: Sequence[scaling.Series], what: str) -> tuple[list[float], l
     return xs, ys
 
 
-def thread_scaling(series: Sequence[scaling.Series], out: Path) -> Optional[Written]:
+def thread_scaling(series: Sequence[scaling.Series], out: Path) -> Written | str:
     """Speedup over the fewest threads, a line per cell (labelled where they are few; otherwise
     colour the framework, marker the hardware); the ideal and the nodes' physical cores marked."""
     if not series:
-        return None
+        return NOT_DRAWN["thread_scaling"]
     fig, (ax,) = _figure(7.0, 4.2)
     few = len(series) <= 10
     colours = _styles([s.label if few else s.settings["framework"] for s in series], "colour")
@@ -286,7 +323,7 @@ def thread_scaling(series: Sequence[scaling.Series], out: Path) -> Optional[Writ
                                               "the ideal dotted, the node's physical cores marked")
 
 
-def efficiency(speed: Table, energy: Table, out: Path) -> Optional[Written]:
+def efficiency(speed: Table, energy: Table, out: Path) -> Written | str:
     """Images/s against J/image per dataset × network, a point per framework × hardware
     configuration (colour the hardware, marker the framework); the points no other beats on both
     outlined, joined and labelled: the efficient choices."""
@@ -298,7 +335,7 @@ def efficiency(speed: Table, energy: Table, out: Path) -> Optional[Written]:
             framework = " ".join(v for k, v in zip(speed.row_fields, speed.row_values(e.row)) if k not in ("dataset", "model"))
             points.setdefault(_case(e.settings), []).append((j, e.median, framework, speed.column_label(e.column)))
     if not points:
-        return None
+        return NOT_DRAWN["efficiency"]
     from matplotlib.figure import Figure
 
     cases = sorted(points, key=_case_order)
@@ -352,7 +389,7 @@ def _pareto(points: Sequence[tuple[float, float, str, str]]) -> set[tuple[float,
     return front
 
 
-#: Why a figure is missing, by its drawing function (None: it may be missing without a word).
+#: Why a figure is missing, by its drawing function (where the reason is always the same).
 NOT_DRAWN = {
     "gpu_scaling": "multi-GPU scaling: no cell was measured on 1 GPU and on more with every other setting equal",
     "thread_scaling": "thread scaling: no cell was measured with several thread counts and every other setting equal",
@@ -360,8 +397,8 @@ NOT_DRAWN = {
 }
 
 
-def _draw(job: tuple[str, tuple]) -> Optional[Written]:
-    """One figure: `job` is (a drawing function's name here, its arguments)."""
+def _draw(job: tuple[str, tuple]) -> Written | str:
+    """One figure, or why it is not drawn: `job` is (a drawing function's name here, its arguments)."""
     from matplotlib import rc_context
 
     name, args = job
@@ -394,6 +431,4 @@ def write_all(speed: Table, energy: Table, cores: dict[str, int], out: Path,
             drawn = list(pool.map(_draw, jobs))
     else:
         drawn = [_draw(job) for job in jobs]
-    written = [figure for figure in drawn if figure is not None]
-    skipped = [NOT_DRAWN[name] for (name, _), figure in zip(jobs, drawn) if figure is None and name in NOT_DRAWN]
-    return written, skipped
+    return [d for d in drawn if isinstance(d, Written)], [d for d in drawn if isinstance(d, str)]

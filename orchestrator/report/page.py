@@ -155,7 +155,7 @@ coefficient of variation exceeds {noisy_cv * 100:g}%. A cell without a number sa
 {_counts(tables[0]) if tables else ""}
 <h2>Figures</h2>
 {figures_html or "<p>No figure: nothing was measured.</p>"}
-{f'<p>Not drawn:</p><ul>{skipped_html}</ul>' if skipped_html else ""}
+{f'<h3>Not drawn</h3><ul class="not-drawn">{skipped_html}</ul>' if skipped_html else ""}
 <h2>Tables</h2>
 <p>{toc}</p>
 {"".join(table_html(t) for t in tables)}
