@@ -23,8 +23,8 @@ from pathlib import Path
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Iterator, Optional, Sequence
 
-from . import runstate
-from .rows import Rows, in_list
+from . import queries, runstate
+from .rows import Rows
 
 if TYPE_CHECKING:  # imported by the commands that use them, when they run
     from rich.console import Console
@@ -251,10 +251,11 @@ def cmd_status(args: argparse.Namespace, out: Console) -> int:
         ids = [s.id for s in sweeps] if args.sweep else None
         if args.failed:
             return _list_failures(rows, ids, classes)
-        counts = _latest_counts(rows, ids)
+        counts = queries.latest_counts(rows, ids)
         _print_counts(rows, sweeps, counts, out)
-        examples = (_latest_examples(rows, ids)
-                    if any(c.state in FAILURES + runstate.IN_FLIGHT for c in counts) else [])
+        shown = FAILURES + runstate.IN_FLIGHT
+        examples = (queries.latest_examples(rows, ids, shown, EXAMPLES)
+                    if any(c.state in shown for c in counts) else [])
         waiting: dict[tuple[str, str], int] = {}  # the scheduler's words for why queued runs wait
         for g in examples:
             if g.rn == 1 and g.state in runstate.IN_FLIGHT and g.state_detail is not None:
@@ -284,37 +285,6 @@ def _reading(url: str) -> Iterator[Rows]:
         yield Rows.of(session)
 
 
-def _latest(sweep_ids: Optional[list[str]], *where: str) -> tuple[str, dict[str, Any]]:
-    """The WHERE clause over `runs` that picks latest attempts (runs.latest, migration 0009) of
-    the sweeps (None: all) and `where`; its parameters."""
-    clauses, params = ["runs.latest = :latest", *where], {"latest": True}
-    if sweep_ids is not None:
-        ids, more = in_list("sweep", sweep_ids)
-        clauses.append(f"runs.sweep_id IN {ids}")
-        params.update(more)
-    return " AND ".join(clauses), params
-
-
-def _latest_counts(rows: Rows, sweep_ids: Optional[list[str]]) -> list[Any]:
-    """How many latest attempts of their repeats the sweeps (None: all) have, per sweep, state
-    and error class (`n`): one pass, from the index of migration 0009 (ix_runs_current)."""
-    where, params = _latest(sweep_ids)
-    return rows.all(f"SELECT sweep_id, state, error_class, count(*) AS n FROM runs WHERE {where} "
-                    "GROUP BY sweep_id, state, error_class", params)
-
-
-def _latest_examples(rows: Rows, sweep_ids: Optional[list[str]]) -> list[Any]:
-    """The latest attempts that are in flight or failed, in one pass that sorts only those: per
-    sweep, state, error class and state detail, their count `n` and the ids of the first EXAMPLES
-    (a row each, `rn` 1 to EXAMPLES)."""
-    states, params = in_list("state", FAILURES + runstate.IN_FLIGHT)
-    where, more = _latest(sweep_ids, f"state IN {states}")
-    group = "sweep_id, state, error_class, state_detail"
-    return rows.all(f"SELECT * FROM (SELECT id, {group}, count(*) OVER (PARTITION BY {group}) AS n, "
-                    f"row_number() OVER (PARTITION BY {group} ORDER BY id) AS rn FROM runs WHERE {where}) "
-                    "AS ranked WHERE rn <= :examples", {**params, **more, "examples": EXAMPLES})
-
-
 def _print_counts(rows: Rows, sweeps: list[Any], counts: list[Any], out: Console) -> None:
     """The table: per sweep, its cells and its runs by state (latest attempts), and earlier ones."""
     from rich.table import Table
@@ -323,11 +293,7 @@ def _print_counts(rows: Rows, sweeps: list[Any], counts: list[Any], out: Console
     for c in counts:
         by_state = by_sweep.setdefault(c.sweep_id, {})
         by_state[c.state] = by_state.get(c.state, 0) + c.n
-    ids, params = in_list("sweep", [s.id for s in sweeps])
-    linked = {r.sweep_id: r.n for r in rows.rows(
-        f"SELECT sweep_id, count(*) AS n FROM sweep_cells WHERE sweep_id IN {ids} GROUP BY sweep_id", params)}
-    all_runs = {r.sweep_id: r.n for r in rows.rows(
-        f"SELECT sweep_id, count(*) AS n FROM runs WHERE sweep_id IN {ids} GROUP BY sweep_id", params)}
+    linked, all_runs = queries.sweep_sizes(rows, [s.id for s in sweeps])
     states = [s for s in runstate.STATES if any(s in c for c in by_sweep.values())]
     table = Table(title="Runs by state (latest attempt of each repeat; retried: earlier attempts)",
                   title_justify="left")
@@ -357,9 +323,7 @@ def _print_failure_examples(rows: Rows, sweeps: list[Any], counts: list[Any], ex
         if g.state in FAILURES:
             first.setdefault((g.sweep_id, g.error_class or NO_CLASS), []).append(g.id)
     first = {key: sorted(ids)[:EXAMPLES] for key, ids in first.items()}
-    wanted = sorted(i for ids in first.values() for i in ids)
-    ids, params = in_list("run", wanted) if wanted else ("(NULL)", {})
-    runs = {r.id: r for r in _failure_rows(rows, f"runs.id IN {ids}", params)}
+    runs = queries.failures_by_id(rows, sorted(i for ids in first.values() for i in ids))
     for sweep in sweeps:
         classes = sorted((klass, n) for (s, klass), n in totals.items() if s == sweep.id)
         if not classes:
@@ -379,30 +343,14 @@ def _print_failure_examples(rows: Rows, sweeps: list[Any], counts: list[Any], ex
 
 def _list_failures(rows: Rows, sweep_ids: Optional[list[str]], classes: Optional[list[str]]) -> int:
     """`status --failed`: every failed or lost run (latest attempts), streamed."""
-    states, params = in_list("state", FAILURES)
-    where = [f"runs.state IN {states}"]
-    if classes:
-        names, more = in_list("class", classes)
-        where.append(f"runs.error_class IN {names}")
-        params.update(more)
-    latest, more = _latest(sweep_ids, *where)
     which = f" of class {', '.join(classes)}" if classes else ""
     print(f"Failed or lost runs{which} (latest attempts):")
     n = 0
-    for row in _failure_rows(rows, latest, {**params, **more}):
+    for row in queries.latest_failures(rows, sweep_ids, FAILURES, classes):
         _print_failure(row, indent="  ")
         n += 1
     print(f"{n} run(s)")
     return 0
-
-
-def _failure_rows(rows: Rows, where: str, params: dict[str, Any]) -> Iterator[Any]:
-    """Failed runs (`where` over `runs`) with their cells' names, streamed."""
-    return rows.rows(
-        "SELECT runs.id, runs.sweep_id, runs.uid, runs.state, runs.error_class, runs.error_message, "
-        "runs.log_path, cells.framework, cells.model, cells.dataset "
-        f"FROM runs JOIN cells ON cells.id = runs.cell_id WHERE {where} "
-        "ORDER BY runs.sweep_id, runs.error_class, cells.framework, cells.model, cells.dataset, runs.uid", params)
 
 
 def _print_failure(row: Any, indent: str) -> None:
@@ -665,8 +613,8 @@ def _shown(url: str) -> str:
 def _pick_sweeps(rows: Rows, wanted: Optional[str]) -> list[Any]:
     """The sweeps a command shows, newest first: all of them, 'latest', an id or a unique prefix;
     their id, created_at and n_cells (never their override lists, which may be large)."""
-    sweeps = rows.all("SELECT id, created_at, n_cells FROM sweeps ORDER BY created_at DESC, id")
-    if not sweeps or not rows.all("SELECT id FROM runs LIMIT 1"):
+    sweeps = queries.sweeps(rows)
+    if not sweeps or not queries.has_runs(rows):
         raise CliError(f"the database {_shown(rows.url)} holds no runs yet; {LAUNCH_HINT}")
     if wanted is None:
         return sweeps

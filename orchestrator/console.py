@@ -120,23 +120,21 @@ def _print_more(total: int, kind: str, hint: str) -> None:
 
 def follow(sweep_id: str, opts: "Options", poll_s: float = 2.0) -> dict[str, int]:
     """A progress bar over the sweep's repeats (their latest attempts) until none is open."""
-    from sqlalchemy import func, select
-
-    from orchestrator import db, runstate, tracking
+    from orchestrator import db, queries, runstate, tracking
     from orchestrator.rows import Rows
 
     factory = db.open_db(opts.db_url)
     backends = {opts.backend.name: opts.backend}  # one instance: it counts polls without an answer
-    latest = db.latest_runs()
     with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
                   TextColumn("{task.fields[states]}"), TimeElapsedColumn(), console=console) as bar:
         task = bar.add_task(f"sweep {sweep_id}", total=None, states="")
         while True:
             with factory() as session:
-                report = tracking.reconcile(Rows.of(session), sweep_id, backends)
-                counts = dict(session.execute(
-                    select(latest.c.state, func.count()).where(latest.c.sweep_id == sweep_id)
-                    .group_by(latest.c.state)).all())
+                rows = Rows.of(session)
+                report = tracking.reconcile(rows, sweep_id, backends)
+                counts: dict[str, int] = {}
+                for c in queries.latest_counts(rows, [sweep_id]):
+                    counts[c.state] = counts.get(c.state, 0) + c.n
             finished = sum(counts.get(s, 0) for s in runstate.FINAL)
             silent = " | ".join(report.messages())
             bar.update(task, total=sum(counts.values()), completed=finished,
