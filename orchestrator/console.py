@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rich.console import Console
@@ -147,10 +148,19 @@ def follow(sweep_id: str, opts: "Options", poll_s: float = 2.0) -> dict[str, int
 
 def follow_and_collect(sweep_id: str, opts: "Options") -> None:
     """wait=true: follow the jobs, collect their results, print the sweep's table."""
-    from orchestrator import cli
-
     follow(sweep_id, opts)
-    args = ["--db", opts.db_url, "--runs", str(opts.runs)]
-    cli.main(args + ["collect"])
-    cli.main(args + ["results", "--sweep", sweep_id])
-    cli.main(args + ["status", "--sweep", sweep_id])
+    collect_and_show(opts.db_url, Path(opts.runs), sweep_id)
+
+
+def collect_and_show(db_url: str, runs: Path, sweep_id: str) -> None:
+    """After a sweep's runs ended: their result files under `runs` collected, the sweep's results
+    and where its runs stand, as `collect`, `results --sweep` and `status --sweep` print them
+    (each problem said in one line, as those commands say it)."""
+    from orchestrator.commands import collect, results, status
+    from orchestrator.commands.common import answer
+    from orchestrator.commands.render import console as command_console
+
+    out = command_console()
+    answer(lambda: collect.collect(db_url, runs, out), db_url)
+    answer(lambda: results.results(db_url, out, sweep_id), db_url)
+    answer(lambda: status.status(db_url, out, sweep_id), db_url)
