@@ -1,7 +1,7 @@
 """`python -m orchestrator` / `orchestrator`: subcommands for the DB, Hydra for everything else.
 
     python -m orchestrator -m framework=torch model=lenet,alexnet   # a sweep (Hydra)
-    orchestrator status | collect | results | rerun | db | data | images   # the CLI (orchestrator/cli.py)
+    orchestrator status | collect | results | rerun | db | data | images   # the CLI (orchestrator/commands/)
     orchestrator --help                                                    # the CLI's, with the config groups
 
 The CLI's path imports neither Hydra nor what a sweep needs, so that it starts at once.
@@ -10,29 +10,16 @@ from __future__ import annotations
 
 import sys
 
-SUBCOMMANDS = ("status", "collect", "results", "rerun", "report", "compare", "db", "data", "images")
-#: The CLI's options that may come before its subcommand, each with a value.
-CLI_OPTIONS = ("--db", "--runs")
+from orchestrator.commands import command_at
 
 
 def is_cli(argv: list[str]) -> bool:
-    """Whether `argv` (without the program) is for the CLI: a subcommand, perhaps after --db/--runs
-    options, or -h/--help; anything else is Hydra's."""
-    i = 0
-    while i < len(argv) and argv[i].partition("=")[0] in CLI_OPTIONS:
-        i += 1 if "=" in argv[i] else 2
-    return i < len(argv) and argv[i] in (*SUBCOMMANDS, "-h", "--help")
+    """Whether `argv` (without the program) is for the CLI: a subcommand (commands.NAMES), perhaps
+    after --db/--runs options, or -h/--help; anything else is Hydra's."""
+    return command_at(argv) is not None
 
 
 def main() -> int:
-    if len(sys.argv) > 1 and sys.argv[1] == "data":
-        from orchestrator import data
-
-        return data.main(sys.argv[2:])
-    if len(sys.argv) > 1 and sys.argv[1] == "images":
-        from orchestrator import images
-
-        return images.main(sys.argv[2:])
     if is_cli(sys.argv[1:]):
         from orchestrator import cli
 

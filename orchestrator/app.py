@@ -48,7 +48,7 @@ CONF = str(Path(__file__).resolve().parent.parent / "conf")
 def main(cfg: DictConfig) -> None:
     from hydra.core.hydra_config import HydraConfig
 
-    from orchestrator import cli, console, safety
+    from orchestrator import console, safety
     from orchestrator.cell import Cell, CellError
     from orchestrator.launch import Options, submit_sweep
 
@@ -68,7 +68,4 @@ def main(cfg: DictConfig) -> None:
         report = submit_sweep([cell], opts, argv=["python", "-m", "orchestrator", *sys.argv[1:]], foreground=True)
     console.print_submit_report(report, opts)
     if report.submitted:
-        args = ["--db", opts.db_url, "--runs", str(opts.runs / report.sweep_id)]
-        cli.main(args + ["collect"])
-        cli.main(args + ["results", "--sweep", report.sweep_id])
-        cli.main(args + ["status", "--sweep", report.sweep_id])
+        console.collect_and_show(opts.db_url, opts.runs / report.sweep_id, report.sweep_id)

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import re
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING, Optional
 
 from rich.console import Console
@@ -151,23 +152,21 @@ def _print_more(total: int, kind: str, hint: str) -> None:
 
 def follow(sweep_id: str, opts: "Options", poll_s: float = 2.0) -> dict[str, int]:
     """A progress bar over the sweep's repeats (their latest attempts) until none is open."""
-    from sqlalchemy import func, select
-
-    from orchestrator import db, runstate, tracking
+    from orchestrator import db, queries, runstate, tracking
     from orchestrator.rows import Rows
 
     factory = db.open_db(opts.db_url)
     backends = {opts.backend.name: opts.backend}  # one instance: it counts polls without an answer
-    latest = db.latest_runs()
     with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
                   TextColumn("{task.fields[states]}"), TimeElapsedColumn(), console=console) as bar:
         task = bar.add_task(f"sweep {sweep_id}", total=None, states="")
         while True:
             with factory() as session:
-                report = tracking.reconcile(Rows.of(session), sweep_id, backends)
-                counts = dict(session.execute(
-                    select(latest.c.state, func.count()).where(latest.c.sweep_id == sweep_id)
-                    .group_by(latest.c.state)).all())
+                rows = Rows.of(session)
+                report = tracking.reconcile(rows, sweep_id, backends)
+                counts: dict[str, int] = {}
+                for c in queries.latest_counts(rows, [sweep_id]):
+                    counts[c.state] = counts.get(c.state, 0) + c.n
             finished = sum(counts.get(s, 0) for s in runstate.FINAL)
             silent = " | ".join(report.messages())
             bar.update(task, total=sum(counts.values()), completed=finished,
@@ -180,10 +179,19 @@ def follow(sweep_id: str, opts: "Options", poll_s: float = 2.0) -> dict[str, int
 
 def follow_and_collect(sweep_id: str, opts: "Options") -> None:
     """wait=true: follow the jobs, collect their results, print the sweep's table."""
-    from orchestrator import cli
-
     follow(sweep_id, opts)
-    args = ["--db", opts.db_url, "--runs", str(opts.runs)]
-    cli.main(args + ["collect"])
-    cli.main(args + ["results", "--sweep", sweep_id])
-    cli.main(args + ["status", "--sweep", sweep_id])
+    collect_and_show(opts.db_url, Path(opts.runs), sweep_id)
+
+
+def collect_and_show(db_url: str, runs: Path, sweep_id: str) -> None:
+    """After a sweep's runs ended: their result files under `runs` collected, the sweep's results
+    and where its runs stand, as `collect`, `results --sweep` and `status --sweep` print them
+    (each problem said in one line, as those commands say it)."""
+    from orchestrator.commands import collect, results, status
+    from orchestrator.commands.common import answer
+    from orchestrator.commands.render import console as command_console
+
+    out = command_console()
+    answer(lambda: collect.collect(db_url, runs, out), db_url)
+    answer(lambda: results.results(db_url, out, sweep_id), db_url)
+    answer(lambda: status.status(db_url, out, sweep_id), db_url)

@@ -15,7 +15,6 @@ them with its MNIST reader and none needs scikit-learn.
 """
 from __future__ import annotations
 
-import argparse
 import os
 import shutil
 from pathlib import Path
@@ -31,50 +30,6 @@ IMAGENET_SIZE = "500x375"
 DIGITS_TEST_FRACTION = 0.2
 DIGITS_SEED = 0
 DIGITS_SIZE = 28
-
-
-def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="orchestrator data", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = parser.add_subparsers(dest="action", required=True)
-    gen = sub.add_parser("generate", help="write generated MNIST / CIFAR-10 files / an ILSVRC JPEG tree in "
-                                          "their real formats")
-    gen.add_argument("datasets", nargs="+", choices=GENERATORS)
-    gen.add_argument("--dir", default=os.environ.get("ORCHESTRATOR_DATA", "data"),
-                     help="the data root (config paths.data; default: $ORCHESTRATOR_DATA or ./data)")
-    gen.add_argument("-n", "--images", type=int, default=2048, help="images per dataset (default 2048)")
-    gen.add_argument("--seed", type=int, default=0)
-    gen.add_argument("--classes", type=int, default=IMAGENET_CLASSES,
-                     help=f"imagenet: class folders (default {IMAGENET_CLASSES})")
-    gen.add_argument("--size", default=IMAGENET_SIZE,
-                     help=f"imagenet: the JPEGs' WIDTHxHEIGHT (default {IMAGENET_SIZE}, about ImageNet's mean)")
-    dig = sub.add_parser("digits", help="write scikit-learn's real handwritten digits (train/test split, "
-                                        "28x28) as MNIST IDX files")
-    dig.add_argument("--dir", default=os.environ.get("ORCHESTRATOR_DATA", "data"),
-                     help="the data root (config paths.data; default: $ORCHESTRATOR_DATA or ./data)")
-    args = parser.parse_args(argv)
-    if args.action == "digits":
-        target = Path(args.dir) / "digits"
-        counts = write_digits(target)
-        print(f"wrote scikit-learn's digits to {target}: {counts['train']} training and {counts['test']} "
-              f"test images, 28x28, as MNIST IDX files")
-        return 0
-
-    from trainers.common import data
-
-    writers = {"mnist": data.write_mnist, "cifar10": data.write_cifar10}
-    test_writers = {"mnist": data.write_mnist_test, "cifar10": data.write_cifar10_test}
-    for name in args.datasets:
-        if name == "imagenet":
-            write_imagenet(Path(args.dir) / name, args.images, args.classes, args.size, args.seed)
-            continue
-        target = Path(args.dir) / name
-        writers[name](str(target), args.images, args.seed)
-        test = max(1, args.images // 5)
-        test_writers[name](str(target), test, args.seed + 1)  # a test split, for accuracy mode's path
-        print(f"wrote {args.images} generated {name} images (and a test split of {test}) in its file format "
-              f"to {target}; accuracy on them means nothing ({target / data.GENERATED})")
-    return 0
 
 
 def missing_files(dataset: dict) -> str | None:

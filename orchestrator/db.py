@@ -58,6 +58,7 @@ from sqlalchemy import (
     inspect,
     join,
     select,
+    text,
     true as sa_true,
     update,
 )
@@ -66,7 +67,7 @@ from sqlalchemy.exc import ArgumentError, DBAPIError, IntegrityError, Operationa
 from sqlalchemy.orm import DeclarativeBase, Mapped, aliased, mapped_column, relationship, sessionmaker, validates
 from sqlalchemy.sql import column, table
 
-from orchestrator import metric_registry, runstate, setting_registry, sqlite_lease, sqlite_sharing
+from orchestrator import metric_registry, queries, runstate, setting_registry, sqlite_lease, sqlite_sharing
 # the schema's revision and the connection settings, kept where status reads them without SQLAlchemy
 from orchestrator.rows import SCHEMA_VERSION, sqlite_pragmas
 
@@ -298,12 +299,13 @@ def latest_runs() -> Any:
     """The latest attempt of each repeat of each cell, as a subquery of `runs` rows.
 
     Attempts are numbered per (cell, repeat) across sweeps (a rerun or a forced sweep adds
-    attempt n+1), so the highest attempt is the current word on that measurement. This is the
-    one definition `status`, `rerun`, the progress bar and the `cell_summary` view all use: the
-    runs whose `latest` flag mark_latest set, read from one index (at 100,000 runs, `status`'s
-    counts in 0.03 s instead of 0.3 s grouping every attempt to find the highest).
+    attempt n+1), so the highest attempt is the current word on that measurement. The condition
+    is queries.LATEST, the one `status` asks as SQL text; `rerun`, the report and the
+    `cell_summary` view read it through this: the runs whose `latest` flag mark_latest set, read
+    from one index (at 100,000 runs, `status`'s counts in 0.03 s instead of 0.3 s grouping every
+    attempt to find the highest).
     """
-    return select(Run).where(Run.latest == sa_true()).subquery("latest_runs")
+    return select(Run).where(text(queries.LATEST).bindparams(**queries.LATEST_PARAMS)).subquery("latest_runs")
 
 
 def mark_latest(conn: Any, keys: Iterable[tuple[str, int]]) -> None:

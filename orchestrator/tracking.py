@@ -27,10 +27,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from orchestrator import runstate
+from orchestrator import queries, runstate
 from orchestrator.backends import Backend, Seen, UnknownBackend, backend_class
 from orchestrator.resultfile import RESULT_NAME, BadResult, read_result
-from orchestrator.rows import Rows, in_list
+from orchestrator.rows import Rows
 from trainers.common import failure_classes as fc
 
 
@@ -206,18 +206,13 @@ def reconcile(rows: Rows, sweep_id: Optional[str] = None,
     """Brings every open, uncollected run up to date; commits. `backends` (name -> instance)
     lets a caller that polls repeatedly keep the count of polls in a row without an answer.
 
-    SQL text over `rows` (orchestrator.rows): `status` reconciles every open run each time it is
+    SQL text (orchestrator.queries) over `rows` (orchestrator.rows): `status` reconciles every open run each time it is
     typed, without importing SQLAlchemy. The open runs are read as rows and only what changed is
     written, one executemany per set of columns."""
     backends = {} if backends is None else backends
-    states, params = in_list("state", runstate.OPEN)
-    query = f"SELECT {', '.join(_OPEN_RUN)} FROM runs WHERE collected_at IS NULL AND state IN {states}"
-    if sweep_id:
-        query += " AND sweep_id = :sweep_id"
-        params["sweep_id"] = sweep_id
     report = Reconciled()
     by_backend: dict[str, list[Any]] = {}
-    for run in rows.rows(query, params):
+    for run in queries.open_runs(rows, runstate.OPEN, _OPEN_RUN, sweep_id):
         by_backend.setdefault(run.executor if run.job_id else "", []).append(run)
     now = time.time()
     changes: dict[tuple[str, ...], list[dict[str, Any]]] = {}  # the columns set -> each run's values
@@ -253,16 +248,14 @@ def reconcile(rows: Rows, sweep_id: Optional[str] = None,
             if values:
                 changes.setdefault(tuple(sorted(values)), []).append({"b_id": run.id, **values})
     for columns, values in changes.items():
-        rows.many(f"UPDATE runs SET {', '.join(f'{c} = :{c}' for c in columns)} WHERE id = :b_id", values)
+        queries.update_runs(rows, columns, values)
     rows.commit()
     return report
 
 
 def _cluster_config(rows: Rows, run: Any) -> dict[str, Any]:
     """The cluster config the run's sweep recorded (a later shell has no other), or none."""
-    found = rows.all("SELECT config FROM sweep_cells WHERE sweep_id = :sweep_id AND cell_id = :cell_id",
-                     {"sweep_id": run.sweep_id, "cell_id": run.cell_id})
-    config = found[0].config if found else None
+    config = queries.recorded_config(rows, run.sweep_id, run.cell_id)
     if isinstance(config, (str, bytes)):  # a JSON column read as SQL text: SQLite gives its text
         try:
             config = json.loads(config)

@@ -174,16 +174,16 @@ def _many_runs(tmp_path, monkeypatch, n, db_url):
 
 
 def test_results_and_summary_show_the_first_rows_and_say_how_to_see_all(tmp_path, db_url, monkeypatch, capsys):
-    from orchestrator import cli
+    from orchestrator.commands.results import LIMIT
 
-    n = cli.LIMIT + 12
+    n = LIMIT + 12
     _many_runs(tmp_path, monkeypatch, n, db_url)
     capsys.readouterr()
     for summary in ([], ["--summary"]):
         assert main(["results", *summary]) == 0
         out = capsys.readouterr().out
-        assert out.count("torch/lenet/mnist") == cli.LIMIT
-        assert f"{n} {'cells over their repeats' if summary else 'runs'}" in out and f"the first {cli.LIMIT}" in out
+        assert out.count("torch/lenet/mnist") == LIMIT
+        assert f"{n} {'cells over their repeats' if summary else 'runs'}" in out and f"the first {LIMIT}" in out
         assert out.rstrip().endswith("12 more not shown: --limit N shows the first N, --all every one "
                                      "(--csv prints them all as CSV)")
         assert main(["results", *summary, "--limit", "5"]) == 0
@@ -205,18 +205,18 @@ def test_results_and_summary_show_the_first_rows_and_say_how_to_see_all(tmp_path
 
 def test_results_csv_streams_its_rows(tmp_path, db_url, monkeypatch, capsys):
     """The CSV writer is handed the database's rows as they come, never a list of all of them."""
-    from orchestrator import cli
+    from orchestrator.commands import results
 
     _many_runs(tmp_path, monkeypatch, 5, db_url)
     capsys.readouterr()
     handed = []
-    write_csv = cli._write_csv
+    write_csv = results.write_csv
 
     def spy(rows, columns):
         handed.append(rows)
         return write_csv(rows, columns)
 
-    monkeypatch.setattr(cli, "_write_csv", spy)
+    monkeypatch.setattr(results, "write_csv", spy)
     for summary in ([], ["--summary"]):
         assert main(["results", "--csv", *summary]) == 0
     assert len(handed) == 2 and not any(isinstance(rows, (list, tuple)) for rows in handed)
@@ -391,9 +391,9 @@ def test_main_sends_subcommands_and_help_to_the_cli_and_the_rest_to_hydra():
 
 
 def test_the_help_text_names_the_databases_noisy_threshold():
-    from orchestrator import cli
+    from orchestrator.commands.common import NOISY_CV_PERCENT
 
-    assert cli.NOISY_CV_PERCENT == db.NOISY_CV * 100
+    assert NOISY_CV_PERCENT == db.NOISY_CV * 100
 
 
 SUBCOMMANDS = [["status"], ["collect"], ["results"], ["results", "--summary"], ["rerun", "--failed"],

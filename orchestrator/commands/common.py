@@ -1,0 +1,171 @@
+"""What the commands share: the database they read, the sweeps they pick, and how a problem
+is said (one line that says what to do, never a traceback)."""
+from __future__ import annotations
+
+import os
+import sys
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional
+
+from orchestrator import queries
+from orchestrator.rows import Rows
+from orchestrator.safety import ConfigError
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+PROG = "python -m orchestrator"
+LAUNCH_HINT = f"run a sweep first: {PROG} -m framework=torch model=lenet dataset=mnist"
+#: db.NOISY_CV in percent, for the help text (which must not import the database code; a test
+#: holds the two equal).
+NOISY_CV_PERCENT = 5.0
+
+
+class CliError(Exception):
+    """A problem with what the user asked for; its message says what to do instead."""
+
+
+def default_runs() -> str:
+    return os.environ.get("ORCHESTRATOR_RUNS", "runs")
+
+
+def answer(command: Callable[[], int], url: str) -> int:
+    """Runs a command; returns its exit status, or 1 with its problem said on stderr in one line
+    (a CliError, a recorded config today's checks refuse, any database's error)."""
+    try:
+        return command()
+    except CliError as exc:
+        message = str(exc)
+    except BrokenPipeError:  # `status --failed | head` stopped reading: nothing more to say
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # (nor at exit)
+        return 1
+    except ConfigError as exc:  # a recorded config `rerun` resubmits, refused by today's checks
+        message = str(exc)
+    except Exception as exc:  # noqa: BLE001 - the database's errors; anything else is re-raised
+        said = database_error(exc, url)
+        if said is None:
+            raise
+        message = said
+    print(message, file=sys.stderr)
+    return 1
+
+
+def database_error(exc: Exception, url: str) -> Optional[str]:
+    """What to say of a database error (None: it is not one). SQLAlchemy's and db's errors are
+    looked for only where the command imported them (`status` on a current SQLite file reads it
+    with sqlite3 alone: orchestrator.rows)."""
+    import sqlite3
+
+    said = exc if isinstance(exc, sqlite3.Error) else None  # the driver's error, said as it is
+    if "orchestrator.db" in sys.modules:
+        from sqlalchemy.exc import ArgumentError, SQLAlchemyError
+
+        from orchestrator import db
+
+        if isinstance(exc, db.NoDatabase):
+            return f"{exc}; {LAUNCH_HINT} (or point --db / ORCHESTRATOR_DB at an existing database)"
+        if isinstance(exc, db.SchemaError):
+            return str(exc)
+        if isinstance(exc, (ArgumentError, ImportError)):
+            return f"cannot use database URL {shown(url)!r}: {exc}"
+        if isinstance(exc, SQLAlchemyError):  # any driver's (sqlite3, psycopg ...) under SQLAlchemy's
+            said = getattr(exc, "orig", None) or exc
+    if said is None:
+        return None
+    from orchestrator.rows import sqlite_file
+    from orchestrator.sqlite_sharing import damaged, damaged_way_out
+
+    path = sqlite_file(url)
+    if path is not None and damaged(str(said)):
+        return damaged_way_out(path)
+    return f"database error ({shown(url)}): {' '.join(str(said).split())}"  # one line (psycopg's have several)
+
+
+def shown(url: str) -> str:
+    """A database URL fit to print: its password, if any, masked."""
+    if "@" not in url:  # no password to mask (and no SQLAlchemy to import for `status`)
+        return url
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except ArgumentError:
+        return url
+
+
+@contextmanager
+def reading(url: str) -> Iterator[Rows]:
+    """The database at `url`, for a command that reads it with SQL text (orchestrator.queries):
+    through sqlite3 alone when it is a SQLite file at the current revision (`status` without
+    SQLAlchemy's import), else through db.open_db, which upgrades an old one and explains a
+    missing or unusable one (a read never creates a database)."""
+    from orchestrator.rows import connect
+
+    direct = connect(url)
+    if direct is not None:
+        with direct:
+            yield direct
+        return
+    from orchestrator import db
+
+    with db.open_db(url, create=False)() as session:
+        yield Rows.of(session)
+
+
+def reconcile(rows: Rows, sweep_id: Optional[str], out: Console) -> None:
+    """Brings open runs' states up to date (orchestrator.tracking); says which scheduler did not
+    answer, in which case its runs keep their states."""
+    from orchestrator import tracking
+
+    for message in tracking.reconcile(rows, sweep_id).messages():
+        out.print(f"[yellow]{message}[/]")
+
+
+def pick_sweeps(rows: Rows, wanted: Optional[str]) -> list[Any]:
+    """The sweeps a command shows, newest first: all of them, 'latest', an id or a unique prefix;
+    their id, created_at and n_cells (never their override lists, which may be large)."""
+    sweeps = queries.sweeps(rows)
+    if not sweeps or not queries.has_runs(rows):
+        raise CliError(f"the database {shown(rows.url)} holds no runs yet; {LAUNCH_HINT}")
+    if wanted is None:
+        return sweeps
+    if wanted == "latest":
+        return sweeps[:1]
+    exact = [s for s in sweeps if s.id == wanted]
+    matches = exact or [s for s in sweeps if s.id.startswith(wanted)]
+    if len(matches) == 1:
+        return matches
+    known = ", ".join(s.id for s in sweeps[:5]) + (" ..." if len(sweeps) > 5 else "")
+    if matches:
+        raise CliError(f"--sweep {wanted}: matches {len(matches)} sweeps; give more of the id (newest: {known})")
+    raise CliError(f"--sweep {wanted}: no such sweep; use 'latest' or one of {known}")
+
+
+def noisy_cv(percent: Optional[float]) -> float:
+    """The noise threshold as a fraction: `percent` (--noisy-cv), else $ORCHESTRATOR_NOISY_CV,
+    else db.NOISY_CV (both in %)."""
+    value = percent
+    if value is None and os.environ.get("ORCHESTRATOR_NOISY_CV"):
+        try:
+            value = float(os.environ["ORCHESTRATOR_NOISY_CV"])
+        except ValueError:
+            raise CliError(f"ORCHESTRATOR_NOISY_CV={os.environ['ORCHESTRATOR_NOISY_CV']!r} is not a number (percent)") from None
+    if value is None:
+        from orchestrator import db
+
+        return db.NOISY_CV
+    if value < 0:
+        raise CliError(f"--noisy-cv {value:g}: a CV threshold is a percentage >= 0")
+    return value / 100.0
+
+
+def add_sweep(parser: Any, help: str = "one sweep (an id, a unique prefix, or 'latest')", **more: Any) -> None:
+    """The --sweep option, as each command that picks sweeps takes it."""
+    parser.add_argument("--sweep", metavar="ID", help=help, **more)
+
+
+def add_noisy_cv(parser: Any, help: str) -> None:
+    """--noisy-cv PCT, as `results --summary` and `report` take it."""
+    parser.add_argument("--noisy-cv", type=float, default=None, metavar="PCT",
+                        help=f"{help} above this CV in %% (default $ORCHESTRATOR_NOISY_CV or {NOISY_CV_PERCENT:g})")

@@ -1,0 +1,66 @@
+"""`compare`: per-cell ratios of a new sweep (or a report's table) against a base; exit 1 on a
+regression beyond noise (orchestrator.report.compare)."""
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import TYPE_CHECKING, Any
+
+from orchestrator.commands.common import CliError, pick_sweeps
+from orchestrator.rows import Rows
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+HELP = "per-cell ratios of a new sweep against a base; exit 1 on a regression beyond noise"
+DESCRIPTION = "Exit status: 0 no regression, 1 a cell slower than --threshold beyond its repeats' noise, 2 bad usage."
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--base", required=True, metavar="SWEEP|CSV",
+                   help="a sweep (id, prefix, 'latest'), a report's table CSV, or a report's directory")
+    p.add_argument("--new", required=True, metavar="SWEEP|CSV", help="the same kinds as --base")
+    p.add_argument("--threshold", type=float, default=5.0, metavar="PCT",
+                   help="a cell slower than this (percent), beyond noise, is a regression (default 5)")
+    p.add_argument("--metric", default=None, metavar="NAME",
+                   help="the metric compared (default: images_per_sec, or the CSV's)")
+
+
+def run(args: argparse.Namespace, out: Console) -> int:
+    """Exit 0: no regression; 1: a cell slower beyond --threshold and noise; 2: bad usage."""
+    from orchestrator import db
+    from orchestrator.report import compare, tables
+
+    def from_sweep(wanted: str, metric: str) -> tuple[str, list[Any]]:
+        factory = db.open_db(args.db, create=False)
+        with factory() as session:
+            try:
+                sweep = pick_sweeps(Rows.of(session), wanted)[0]
+            except CliError as exc:  # neither a file nor a sweep
+                why = str(exc).removeprefix(f"--sweep {wanted}: ")
+                raise compare.UsageError(f"{wanted}: no such file, and as a sweep: {why}") from None
+            spec = tables.SPEC_BY_NAME.get(metric) or tables.Spec(compare.metric_def(metric), metric)
+            (table,) = tables.from_db(session, [sweep.id], db.NOISY_CV, [spec])
+        return f"sweep {sweep.id}", table.entries
+
+    try:
+        if args.threshold < 0:
+            raise compare.UsageError(f"--threshold {args.threshold:g}: a percentage >= 0")
+        if args.metric:
+            compare.metric_def(args.metric)
+        base = compare.load_side(args.base, args.metric, from_sweep)
+        new = compare.load_side(args.new, args.metric or base.metric, from_sweep)
+        if base.metric != new.metric:
+            raise compare.UsageError(f"--base is {base.metric}, --new is {new.metric}: compare one metric "
+                                     f"(--metric NAME)")
+        result = compare.compare(base.entries, new.entries, compare.metric_def(base.metric), args.threshold)
+        if not result.matched and not result.no_number:
+            raise compare.UsageError(
+                f"each cell of {base.name} matches several of {new.name}: give the CSV the settings that tell "
+                f"them apart (threads, batch_size, precision ...)" if result.ambiguous else
+                f"no cell of {base.name} matches one of {new.name}: nothing to compare")
+    except (compare.UsageError, CliError, db.NoDatabase) as exc:
+        print(f"compare: {exc}", file=sys.stderr)
+        return 2
+    compare.print_comparison(result, base, new, out)
+    return 1 if result.regressions else 0

@@ -1,0 +1,75 @@
+"""`rerun --failed`: submit again the repeats whose latest attempt failed, was lost or
+cancelled, with the config their sweep recorded (orchestrator.rerun picks and submits them)."""
+from __future__ import annotations
+
+import argparse
+from typing import TYPE_CHECKING, Any
+
+from orchestrator.commands.common import CliError, add_sweep, pick_sweeps, reconcile
+from orchestrator.commands.render import one_line
+from orchestrator.rows import Rows
+from orchestrator.setting_registry import NAMES as SETTINGS
+from trainers.common import failure_classes
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+HELP = "submit failed cells again (their recorded config)"
+#: Names a user may type for a framework, as the config tree's `tf` alias does.
+FRAMEWORK_ALIASES = {"tf": "tensorflow"}
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--failed", action="store_true", required=True,
+                   help="the repeats whose latest attempt failed, was lost or cancelled")
+    add_sweep(p, help="only runs of this sweep (an id, a unique prefix, or 'latest')")
+    p.add_argument("--class", dest="classes", metavar="A,B",
+                   help=f"only these failure classes ({', '.join(failure_classes.NAMES)}; without it, "
+                        f"all but {', '.join(sorted(set(failure_classes.NAMES) - set(failure_classes.RETRIED)))})")
+    p.add_argument("--where", action="append", default=[], metavar="KEY=VALUE",
+                   help="only cells whose setting KEY equals VALUE (e.g. framework=tensorflow); repeatable")
+    p.add_argument("--time", type=int, metavar="MIN", help="give the reruns this time limit (minutes)")
+    p.add_argument("--mem", type=int, metavar="GB", help="give the reruns this much memory (GB)")
+    p.add_argument("--dry-run", action="store_true", help="list what would be resubmitted; submit nothing")
+
+
+def run(args: argparse.Namespace, out: Console) -> int:
+    from orchestrator import db, rerun
+
+    factory = db.open_db(args.db, create=False)
+    with factory() as session:
+        reconcile(Rows.of(session), None, out)
+        sweep = pick_sweeps(Rows.of(session), args.sweep)[0].id if args.sweep else None
+        where: dict[str, list[Any]] = {}
+        for item in args.where:
+            key, sep, value = item.partition("=")
+            if not sep or key not in SETTINGS:
+                raise CliError(f"--where {item!r}: expected SETTING=VALUE with SETTING one of "
+                               f"{', '.join(SETTINGS)}")
+            where.setdefault(key, []).extend(FRAMEWORK_ALIASES.get(v, v) for v in value.split(","))
+        classes = [c.strip() for c in args.classes.split(",")] if args.classes else None
+        picks, problems = rerun.pick(session, sweep, classes, where, args.time, args.mem)
+        for problem in problems:
+            out.print(f"[yellow]cannot rerun[/] {problem}")
+        if not picks:
+            out.print("nothing to rerun: no failed, lost or cancelled repeat matches"
+                      + (" (and none without a successful run)" if not args.classes else ""))
+            return 0
+        verb = "would resubmit" if args.dry_run else "resubmitting"
+        out.print(f"{verb} {len(picks)} repeat(s):")
+        for p in picks:
+            out.print(f"  {p.cell.label}  repeat {p.last.repeat} attempt {p.attempt}  "
+                      f"(last: {p.last.state} {p.last.error_class or ''}, sweep {p.last.sweep_id})")
+        if args.dry_run:
+            return 0
+        failures = 0
+        for report in rerun.submit(session, picks):
+            for cell, job_id, n in report.submitted:
+                out.print(f"  submitted {cell.label} as job {job_id}")
+            for cell, message in report.failed:
+                failures += 1
+                out.print(f"  [red]not submitted[/] {cell.label}: {one_line(message)}")
+            for _, reason in report.refused:  # e.g. more than the cluster's nodes hold, even now
+                failures += 1
+                out.print(f"  [red]refused[/] {one_line(reason, 400)}", soft_wrap=True)
+        return 1 if failures else 0

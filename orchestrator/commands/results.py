@@ -1,0 +1,211 @@
+"""`results`: the measurements, as a table or CSV from the `results` view, or per cell over its
+repeats (`--summary`, the `cell_summary` select with the filters and threshold asked).
+
+A table shows its first LIMIT rows unless asked for more; `--csv`, meant for other programs,
+streams every row. The queries are db.py's (results_page, summary_select, the views): this
+command imports SQLAlchemy anyway.
+"""
+from __future__ import annotations
+
+import argparse
+from typing import TYPE_CHECKING, Any, Mapping, Optional, Sequence
+
+from orchestrator import runstate, setting_registry
+from orchestrator.commands.common import CliError, add_noisy_cv, add_sweep, noisy_cv, pick_sweeps
+from orchestrator.commands.render import chain, num, print_more, rate, write_csv
+from orchestrator.rows import Rows
+
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.table import Table
+
+HELP = "the measurements, as a table or CSV"
+#: `results` and `results --summary` show this many rows unless `--limit N` or `--all`.
+LIMIT = 50
+#: The order `results` lists runs in (the run's uid last: one order, whichever select reads it).
+RESULTS_ORDER = (*setting_registry.HEADLINE, "sweep", "repeat", "attempt", "run")
+#: Short names `--where` takes for `results` columns (`user` alone is a word SQL keeps for itself:
+#: PostgreSQL answers `SELECT user` with the session's role, so the column is submit_user).
+WHERE_ALIASES = {"user": "submit_user", "host": "submit_host"}
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    add_sweep(p)
+    p.add_argument("--where", action="append", default=[], metavar="KEY=VALUE",
+                   help="keep rows whose column KEY equals VALUE (VALUE may be a,b for either); repeatable")
+    p.add_argument("--state", metavar="STATE", help="keep runs in this state (or states, comma-separated)")
+    p.add_argument("--csv", action="store_true",
+                   help="every column of the results view as CSV, every row (unless --limit), streamed")
+    p.add_argument("--summary", action="store_true",
+                   help="one row per cell over its repeats: n, median images/s, CV, min/max, noisy flag")
+    add_noisy_cv(p, "with --summary: flag a cell noisy")
+    shown = p.add_mutually_exclusive_group()
+    shown.add_argument("--limit", type=int, default=None, metavar="N",
+                       help=f"show the first N rows (default {LIMIT}; CSV: all)")
+    shown.add_argument("--all", action="store_true", help="show every row")
+
+
+def run(args: argparse.Namespace, out: Console) -> int:
+    filters = _parse_where(args.where)  # {results column: values}, one condition each
+    if args.state:
+        states = [s.strip() for s in args.state.split(",") if s.strip()]
+        unknown = [s for s in states if s not in runstate.STATES]
+        if unknown:
+            raise CliError(f"--state {','.join(unknown)}: not a run state; use one of {', '.join(runstate.STATES)}")
+        filters.setdefault("state", []).extend(states)  # (with --where state=x: either)
+    if args.limit is not None and args.limit < 1:
+        raise CliError(f"--limit {args.limit}: show at least one row, or every one with --all")
+    # a table shows its first LIMIT rows; CSV, meant for other programs, every one unless asked
+    limit = None if args.all or (args.csv and args.limit is None) else (args.limit or LIMIT)
+    threshold = noisy_cv(args.noisy_cv) if args.summary else None
+    return results(args.db, out, args.sweep, filters, limit, summary=args.summary, csv=args.csv,
+                   threshold=threshold)
+
+
+def results(url: str, out: Console, sweep: Optional[str] = None, filters: Optional[dict[str, list[Any]]] = None,
+            limit: Optional[int] = LIMIT, summary: bool = False, csv: bool = False,
+            threshold: Optional[float] = None) -> int:
+    """The runs (`summary`: the cells) that match `filters` ({results column: values}) and `sweep`,
+    the first `limit` (None: all) as a table, or as CSV streamed."""
+    from sqlalchemy import func, select
+
+    from orchestrator import db
+
+    filters = dict(filters or {})
+    threshold = db.NOISY_CV if threshold is None else threshold
+    Session = db.open_db(url, create=False)  # a read never creates a database
+    with Session() as session:
+        sweeps = pick_sweeps(Rows.of(session), sweep)  # an empty database is an error, not an empty table
+        if sweep:
+            filters["sweep"] = [s.id for s in sweeps]
+        if summary:
+            rows = db.summary_select(filters, threshold).subquery("cells")
+            # the cell's id last: cells alike in every shown setting (seeds) in one order on every database
+            columns, order = db.SUMMARY_COLUMNS, (*db.SUMMARY_CELL, "cell")
+            empty = "no latest attempt with a throughput matches these filters"
+        else:
+            view = db.results_view
+            rows = select(view).where(*(view.c[key].in_(values) for key, values in filters.items())).subquery("runs")
+            columns, order = db.RESULTS_COLUMNS, RESULTS_ORDER
+            empty = "no runs match these filters"
+        paged = None if summary or csv else db.results_page(filters, RESULTS_ORDER, limit)
+        if paged is not None:  # the page's runs first, their metrics after: not every run's
+            shown = session.execute(paged[0]).mappings().all()
+            if not shown:
+                raise CliError(f"{empty}; drop a --where/--state/--sweep filter, or see `status`")
+            _print_results(out, shown, session.scalar(paged[1]), sweep)
+            return 0
+        totals = () if csv else (  # how many there are in all, from the same pass
+            func.count().over().label("total"), *((func.sum(rows.c.noisy).over().label("noisy_total"),)
+                                                  if summary else ()))
+        query = select(rows, *totals).order_by(*(rows.c[c] for c in order)).limit(limit)
+        result = iter(session.execute(query, execution_options={"yield_per": 1000}).mappings())
+        first = next(result, None)
+        if first is None:
+            raise CliError(f"{empty}; drop a --where/--state/--sweep filter, or see `status`")
+        if csv:  # streamed: never all rows in memory
+            return write_csv(chain(first, result), columns)
+        shown = [first, *result]
+    if summary:
+        _print_summary(shown, first["total"], first["noisy_total"] or 0, threshold, out)
+        print_more(out, first["total"] - len(shown))
+    else:
+        _print_results(out, shown, first["total"], sweep)
+    return 0
+
+
+def _parse_where(items: list[str]) -> dict[str, list[Any]]:
+    """`key=value` filters; the same key twice (or `key=a,b`) means either value."""
+    from sqlalchemy import String
+
+    from orchestrator import db
+
+    where: dict[str, list[Any]] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        key = WHERE_ALIASES.get(key.strip(), key.strip())
+        if not sep or not key:
+            raise CliError(f"--where {item!r}: expected KEY=VALUE, e.g. --where framework=torch")
+        if key not in db.RESULTS_COLUMNS:
+            raise CliError(f"--where {item!r}: no column {key!r}; columns are {', '.join(db.RESULTS_COLUMNS)}")
+        for part in value.split(","):
+            part = part.strip()
+            if not isinstance(db.results_view.c[key].type, String):
+                try:
+                    part = float(part)
+                except ValueError:
+                    raise CliError(f"--where {item!r}: {key} is a number, {part!r} is not") from None
+            where.setdefault(key, []).append(part)
+    return where
+
+
+def _print_results(out: Console, shown: Sequence[Mapping[str, Any]], total: int, sweep: Optional[str]) -> None:
+    out.print(_results_table(shown, total, sweep))
+    print_more(out, total - len(shown))
+
+
+def _print_summary(cells: Sequence[Any], total: int, noisy: int, threshold: float, out: Console) -> None:
+    """The first `cell_summary` rows db.summary_select gave for the filters and threshold, of
+    `total`, `noisy` of them noisy."""
+    from rich import box
+    from rich.table import Table
+    from rich.text import Text
+
+    first = f"; the first {len(cells):,}" if total > len(cells) else ""
+    table = Table(title=f"{total:,} cells over their repeats (noisy: CV > {threshold * 100:g}%){first}",
+                  title_justify="left", box=box.SIMPLE_HEAD)
+    numeric = ("gpus", "batch", "n", "median img/s", "CV %", "min", "max", "GPU W", "J/img")
+    for name in ("framework/model/dataset", "hardware", "gpus", "batch", "prec", "n", "median img/s",
+                 "CV %", "min", "max", "GPU W", "J/img", "noise"):
+        table.add_column(name, justify="right" if name in numeric else "left", no_wrap=True)
+    for c in cells:
+        table.add_row(*(Text(str(v)) for v in (
+            f"{c['framework']}/{c['model']}/{c['dataset']}", c["hardware"], c["gpus"], c["batch_size"],
+            c["precision"], c["n"], num(c["images_per_sec_median"], 1),
+            "-" if c["images_per_sec_cv"] is None else f"{c['images_per_sec_cv'] * 100:.1f}",
+            num(c["images_per_sec_min"], 1), num(c["images_per_sec_max"], 1),
+            num(c["gpu_power_avg_w"], 0), num(c["energy_per_image_j"], 3),
+            "NOISY" if c["noisy"] else ("" if c["noisy"] is not None else "1 run"))))
+    out.print(table)
+    if noisy:
+        out.print(f"{noisy:,} noisy cell(s): their repeats differ by more than {threshold * 100:g}% "
+                  f"(coefficient of variation); rerun them with more repeats or on a quieter node", markup=False)
+
+
+def _results_table(rows: Sequence[Any], total: int, sweep: Optional[str]) -> Table:
+    """The first rows of `total` runs (`sweep`: of the one sweep asked for)."""
+    from rich import box
+    from rich.table import Table
+    from rich.text import Text
+
+    sweeps = {r["sweep"] for r in rows}
+    title = f"{total:,} runs"
+    if len(sweeps) == 1 and (sweep or total == len(rows)):
+        title += f" of sweep {next(iter(sweeps))}"
+    elif total == len(rows):
+        title += f" from {len(sweeps)} sweeps"
+    if total > len(rows):
+        title += f"; the first {len(rows):,}"
+    table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD)
+    gpu = any(r["gpu_power_avg_w"] is not None for r in rows)  # GPU columns only where measured
+    acc = any(r["top1"] is not None for r in rows)  # accuracy mode's columns only where measured
+    acc_names = ("top-1", "best", "to target", "s to target", "s/epoch")
+    numeric = ("gpus", "batch", "rep", "images/s", "cpu %", "RSS MB", "GPU MB", "GPU W", "J/img", *acc_names)
+    for name in ("framework/model/dataset", "hardware", "gpus", "batch", "prec", "rep", "state",
+                 "images/s", *(acc_names if acc else ()), "cpu %", "RSS MB",
+                 *(("GPU MB", "GPU W", "J/img") if gpu else ()), "node"):
+        table.add_column(name, justify="right" if name in numeric else "left", no_wrap=True)
+    for r in rows:
+        repeat = f"{r['repeat']}" + (f".{r['attempt']}" if r["attempt"] and r["attempt"] > 1 else "")
+        state = r["state"] + (f" ({r['error_class']})" if r["error_class"] else "")
+        gpu_cells = (num(r["gpu_mem_peak_mb"], 0), num(r["gpu_power_avg_w"], 0),
+                     num(r["energy_per_image_j"], 3)) if gpu else ()
+        to_target = (f"{r['epochs_to_target']:.0f} ep" if r["epochs_to_target"] is not None
+                     else "not reached" if r["top1"] is not None else "")
+        acc_cells = (num(r["top1"], 3), num(r["top1_best"], 3), to_target, num(r["time_to_target_s"], 1),
+                     num(r["epoch_s"], 2)) if acc else ()
+        table.add_row(*(Text(str(v)) for v in (
+            f"{r['framework']}/{r['model']}/{r['dataset']}", r["hardware"], r["gpus"], r["batch_size"],
+            r["precision"], repeat, state, rate(r["images_per_sec"], r["images_per_sec_std"]),
+            *acc_cells, num(r["cpu_percent"], 0), num(r["peak_rss_mb"], 0), *gpu_cells, r["node"] or "")))
+    return table

@@ -1,0 +1,145 @@
+"""`status`: where each sweep's runs stand (their latest attempts, by state), the first failures
+of each error class, and how to list them all (`--failed`).
+
+The command typed most often, while a sweep runs: it reads with SQL text (orchestrator.queries)
+through sqlite3 alone where it can (common.reading), so that it answers in half a second over
+100,000 runs, and prints a summary whose length does not grow with the runs.
+"""
+from __future__ import annotations
+
+import argparse
+from typing import TYPE_CHECKING, Any, Optional
+
+from orchestrator import queries, runstate
+from orchestrator.commands.common import PROG, CliError, add_sweep, pick_sweeps, reading, reconcile
+from orchestrator.commands.render import one_line, when
+from orchestrator.rows import Rows
+from trainers.common import failure_classes
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+HELP = "where each sweep's runs stand, and what failed"
+#: `status` shows this many failed runs of each error class per sweep (`--failed`: all of them).
+EXAMPLES = 3
+#: The states `status` lists as failures (latest attempts), and the class of one without any.
+FAILURES = (runstate.FAILED, runstate.LOST)
+NO_CLASS = failure_classes.NO_CLASS
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    add_sweep(p)
+    p.add_argument("--failed", action="store_true",
+                   help="list every failed or lost run (latest attempts), not the summary")
+    p.add_argument("--class", dest="classes", metavar="A,B",
+                   help=f"with --failed: only these error classes ({', '.join(failure_classes.NAMES)})")
+
+
+def run(args: argparse.Namespace, out: Console) -> int:
+    classes = [c.strip() for c in args.classes.split(",") if c.strip()] if args.classes else None
+    if classes and not args.failed:
+        raise CliError(f"--class picks what --failed lists: {PROG} status --failed --class {args.classes}")
+    return status(args.db, out, args.sweep, args.failed, classes)
+
+
+def status(url: str, out: Console, sweep: Optional[str] = None, failed: bool = False,
+           classes: Optional[list[str]] = None) -> int:
+    """The runs of the sweeps (`sweep`: one), brought up to date first: counted by state with the
+    first failures of each class, or (`failed`) every failed one of `classes`."""
+    with reading(url) as rows:
+        sweeps = pick_sweeps(rows, sweep)
+        reconcile(rows, sweeps[0].id if sweep else None, out)
+        ids = [s.id for s in sweeps] if sweep else None
+        if failed:
+            return _list_failures(rows, ids, classes)
+        counts = queries.latest_counts(rows, ids)
+        _print_counts(rows, sweeps, counts, out)
+        shown = FAILURES + runstate.IN_FLIGHT
+        examples = (queries.latest_examples(rows, ids, shown, EXAMPLES)
+                    if any(c.state in shown for c in counts) else [])
+        waiting: dict[tuple[str, str], int] = {}  # the scheduler's words for why queued runs wait
+        for g in examples:
+            if g.rn == 1 and g.state in runstate.IN_FLIGHT and g.state_detail is not None:
+                waiting[g.state, g.state_detail] = waiting.get((g.state, g.state_detail), 0) + g.n
+        for (state, detail), n in sorted(waiting.items()):
+            out.print(f"{n} {state}: {detail}", markup=False)
+        _print_failure_examples(rows, sweeps, counts, examples)
+    return 0
+
+
+def _print_counts(rows: Rows, sweeps: list[Any], counts: list[Any], out: Console) -> None:
+    """The table: per sweep, its cells and its runs by state (latest attempts), and earlier ones."""
+    from rich.table import Table
+
+    by_sweep: dict[str, dict[str, int]] = {}
+    for c in counts:
+        by_state = by_sweep.setdefault(c.sweep_id, {})
+        by_state[c.state] = by_state.get(c.state, 0) + c.n
+    linked, all_runs = queries.sweep_sizes(rows, [s.id for s in sweeps])
+    states = [s for s in runstate.STATES if any(s in c for c in by_sweep.values())]
+    table = Table(title="Runs by state (latest attempt of each repeat; retried: earlier attempts)",
+                  title_justify="left")
+    for name in ("sweep", "created", "cells", *states, "retried"):
+        table.add_column(name, justify="left" if name in ("sweep", "created") else "right")
+    for sweep in sweeps:
+        c = by_sweep.get(sweep.id, {})
+        retried = all_runs.get(sweep.id, 0) - sum(c.values())
+        cells = max(sweep.n_cells or 0, linked.get(sweep.id, 0))
+        table.add_row(sweep.id, when(sweep.created_at), str(cells),
+                      *(str(c.get(s, "")) for s in states), str(retried or ""))
+    out.print(table)
+
+
+def _print_failure_examples(rows: Rows, sweeps: list[Any], counts: list[Any], examples: list[Any]) -> None:
+    """Per sweep, newest first: its failed and lost runs by error class, the first EXAMPLES of
+    each with its message and log; then how to list them all."""
+    totals: dict[tuple[str, str], int] = {}  # (sweep, class) -> failed or lost runs
+    for c in counts:
+        if c.state in FAILURES:
+            key = (c.sweep_id, c.error_class or NO_CLASS)
+            totals[key] = totals.get(key, 0) + c.n
+    if not totals:
+        return
+    first: dict[tuple[str, str], list[int]] = {}  # (sweep, class) -> its first runs' ids
+    for g in examples:
+        if g.state in FAILURES:
+            first.setdefault((g.sweep_id, g.error_class or NO_CLASS), []).append(g.id)
+    first = {key: sorted(ids)[:EXAMPLES] for key, ids in first.items()}
+    runs = queries.failures_by_id(rows, sorted(i for ids in first.values() for i in ids))
+    for sweep in sweeps:
+        classes = sorted((klass, n) for (s, klass), n in totals.items() if s == sweep.id)
+        if not classes:
+            continue
+        print(f"\nFailed or lost runs of sweep {sweep.id} ({sum(n for _, n in classes):,}; "
+              f"the first {EXAMPLES} of each class):")
+        for klass, n in classes:
+            print(f"  {klass} ({n:,})")
+            for run_id in first.get((sweep.id, klass), []):
+                _print_failure(runs[run_id], indent="    ")
+            if n > EXAMPLES:
+                only = f" --class {klass}" if klass != NO_CLASS else ""
+                print(f"    ... {n - EXAMPLES:,} more: {PROG} status --failed --sweep {sweep.id}{only}")
+    print(f"\nEvery one: {PROG} status --failed [--sweep ID] [--class A,B]; "
+          f"as CSV: {PROG} results --state failed,lost --csv")
+
+
+def _list_failures(rows: Rows, sweep_ids: Optional[list[str]], classes: Optional[list[str]]) -> int:
+    """`status --failed`: every failed or lost run (latest attempts), streamed."""
+    which = f" of class {', '.join(classes)}" if classes else ""
+    print(f"Failed or lost runs{which} (latest attempts):")
+    n = 0
+    for row in queries.latest_failures(rows, sweep_ids, FAILURES, classes):
+        _print_failure(row, indent="  ")
+        n += 1
+    print(f"{n} run(s)")
+    return 0
+
+
+def _print_failure(row: Any, indent: str) -> None:
+    """A failed run in two lines: state, cell, run and log; class and message."""
+    why = row.error_class or NO_CLASS
+    if row.error_message:
+        why += f": {one_line(row.error_message)}"
+    print(f"{indent}{row.state:<6} {row.framework}/{row.model}/{row.dataset}  {row.uid}  "
+          f"log: {row.log_path or '(none recorded)'}")
+    print(f"{indent}       {why}")

@@ -1,0 +1,127 @@
+"""The SQL text the commands ask of the database, each question written once.
+
+`status` answers in half a second over 100,000 runs only without SQLAlchemy's import (rows.py
+says why), so what it asks is SQL text with `:name` parameters, run through orchestrator.rows:
+Python's sqlite3 on an up-to-date SQLite file, a SQLAlchemy session (`Rows.of(session)`)
+anywhere else. The commands that import SQLAlchemy anyway ask the same questions through the
+same functions, and db.py builds its ORM selects over the latest attempts from `LATEST` below,
+so the rule for which attempt counts is written here and nowhere else (test_cli checks).
+
+This module imports only the standard library and orchestrator.rows.
+"""
+from __future__ import annotations
+
+from typing import Any, Iterator, Optional, Sequence
+
+from .rows import Rows, in_list
+
+#: The latest attempt of each repeat of each cell: the runs whose `latest` flag db.mark_latest
+#: set (migration 0009), read from one index (ix_runs_current). An attempt is numbered per (cell,
+#: repeat) across sweeps, so the highest is the current word on that measurement. Its parameters
+#: are LATEST_PARAMS; db.latest_runs() is the same condition for the ORM.
+LATEST = "runs.latest = :latest"
+LATEST_PARAMS = {"latest": True}
+
+#: A failed run as `status` shows it: the run and its cell's names.
+_FAILURE = ("SELECT runs.id, runs.sweep_id, runs.uid, runs.state, runs.error_class, runs.error_message, "
+            "runs.log_path, cells.framework, cells.model, cells.dataset FROM runs JOIN cells ON cells.id = runs.cell_id")
+_FAILURE_ORDER = "ORDER BY runs.sweep_id, runs.error_class, cells.framework, cells.model, cells.dataset, runs.uid"
+
+
+def latest_where(sweep_ids: Optional[Sequence[str]], *where: str) -> tuple[str, dict[str, Any]]:
+    """The WHERE clause over `runs` that picks the latest attempts of the sweeps (None: all) and
+    `where`, and its parameters."""
+    clauses, params = [LATEST, *where], dict(LATEST_PARAMS)
+    if sweep_ids is not None:
+        ids, more = in_list("sweep", list(sweep_ids))
+        clauses.append(f"runs.sweep_id IN {ids}")
+        params.update(more)
+    return " AND ".join(clauses), params
+
+
+def sweeps(rows: Rows) -> list[Any]:
+    """Every sweep, newest first: id, created_at and n_cells (never its override lists, which may
+    be large)."""
+    return rows.all("SELECT id, created_at, n_cells FROM sweeps ORDER BY created_at DESC, id")
+
+
+def has_runs(rows: Rows) -> bool:
+    return bool(rows.all("SELECT id FROM runs LIMIT 1"))
+
+
+def latest_counts(rows: Rows, sweep_ids: Optional[Sequence[str]]) -> list[Any]:
+    """How many latest attempts the sweeps (None: all) have, per sweep, state and error class
+    (`n`): one pass over the index of migration 0009 (ix_runs_current)."""
+    where, params = latest_where(sweep_ids)
+    return rows.all(f"SELECT sweep_id, state, error_class, count(*) AS n FROM runs WHERE {where} "
+                    "GROUP BY sweep_id, state, error_class", params)
+
+
+def latest_examples(rows: Rows, sweep_ids: Optional[Sequence[str]], states: Sequence[str],
+                    first: int) -> list[Any]:
+    """The latest attempts in `states`, in one pass that sorts only those: per sweep, state,
+    error class and state detail, their count `n` and the ids of the `first` few (a row each,
+    `rn` 1 to `first`)."""
+    names, params = in_list("state", list(states))
+    where, more = latest_where(sweep_ids, f"state IN {names}")
+    group = "sweep_id, state, error_class, state_detail"
+    return rows.all(f"SELECT * FROM (SELECT id, {group}, count(*) OVER (PARTITION BY {group}) AS n, "
+                    f"row_number() OVER (PARTITION BY {group} ORDER BY id) AS rn FROM runs WHERE {where}) "
+                    "AS ranked WHERE rn <= :first", {**params, **more, "first": first})
+
+
+def sweep_sizes(rows: Rows, sweep_ids: Sequence[str]) -> tuple[dict[str, int], dict[str, int]]:
+    """Per sweep: the cells it names (sweep_cells) and its runs, every attempt."""
+    ids, params = in_list("sweep", list(sweep_ids))
+    linked = {r.sweep_id: r.n for r in rows.rows(
+        f"SELECT sweep_id, count(*) AS n FROM sweep_cells WHERE sweep_id IN {ids} GROUP BY sweep_id", params)}
+    runs = {r.sweep_id: r.n for r in rows.rows(
+        f"SELECT sweep_id, count(*) AS n FROM runs WHERE sweep_id IN {ids} GROUP BY sweep_id", params)}
+    return linked, runs
+
+
+def latest_failures(rows: Rows, sweep_ids: Optional[Sequence[str]], states: Sequence[str],
+                    classes: Optional[Sequence[str]] = None) -> Iterator[Any]:
+    """The latest attempts in `states` (of `classes` of error, if given) with their cells' names,
+    streamed in the order `status --failed` lists them."""
+    names, params = in_list("state", list(states))
+    where = [f"runs.state IN {names}"]
+    if classes:
+        kinds, more = in_list("class", list(classes))
+        where.append(f"runs.error_class IN {kinds}")
+        params.update(more)
+    latest, more = latest_where(sweep_ids, *where)
+    return rows.rows(f"{_FAILURE} WHERE {latest} {_FAILURE_ORDER}", {**params, **more})
+
+
+def failures_by_id(rows: Rows, run_ids: Sequence[int]) -> dict[int, Any]:
+    """The runs of `run_ids` as latest_failures gives them, by id."""
+    if not run_ids:
+        return {}
+    ids, params = in_list("run", list(run_ids))
+    return {r.id: r for r in rows.rows(f"{_FAILURE} WHERE runs.id IN {ids} {_FAILURE_ORDER}", params)}
+
+
+def open_runs(rows: Rows, states: Sequence[str], columns: Sequence[str],
+              sweep_id: Optional[str] = None) -> Iterator[Any]:
+    """The runs in `states` (the open ones) that no collector has claimed yet, of one sweep or
+    all: their `columns`, streamed (tracking.reconcile brings them up to date)."""
+    names, params = in_list("state", list(states))
+    query = f"SELECT {', '.join(columns)} FROM runs WHERE collected_at IS NULL AND state IN {names}"
+    if sweep_id:
+        query += " AND sweep_id = :sweep_id"
+        params["sweep_id"] = sweep_id
+    return rows.rows(query, params)
+
+
+def update_runs(rows: Rows, columns: Sequence[str], values: Sequence[dict[str, Any]]) -> None:
+    """Sets `columns` of runs, one run per set of values (its id as `b_id`), in one executemany."""
+    rows.many(f"UPDATE runs SET {', '.join(f'{c} = :{c}' for c in columns)} WHERE id = :b_id", values)
+
+
+def recorded_config(rows: Rows, sweep_id: str, cell_id: str) -> Any:
+    """The config a sweep recorded for a cell (sweep_cells.config; SQLite's sqlite3 gives its
+    JSON text), or None."""
+    found = rows.all("SELECT config FROM sweep_cells WHERE sweep_id = :sweep_id AND cell_id = :cell_id",
+                     {"sweep_id": sweep_id, "cell_id": cell_id})
+    return found[0].config if found else None

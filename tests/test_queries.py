@@ -1,0 +1,67 @@
+"""orchestrator.queries: each question the commands ask written once, the same answer through
+sqlite3 (status's path) and through a SQLAlchemy session, and the latest-attempt rule in one module."""
+import re
+from pathlib import Path
+
+from orchestrator import db, queries, rows as rows_module
+from orchestrator.collector import collect
+from db_urls import is_sqlite
+from result_factory import make_result, write_result
+
+ORCHESTRATOR = Path(__file__).resolve().parent.parent / "orchestrator"
+#: How code says "the latest attempt": a condition on the `latest` flag (`latest = :x`, `latest = 1`,
+#: `latest = true`, `latest IS true`, `latest == ...`) or a read of it as a column (`Run.latest`,
+#: `runs.latest`, `c.latest`); not a write of it (`latest=True`, launch's new runs).
+LATEST_RULE = re.compile(r"\blatest\s*(==|=\s*(:|1\b|true\b|TRUE\b)|\s(IS|is)\s)|\.latest\b")
+
+
+def test_the_latest_attempt_rule_is_written_in_one_module():
+    """Outside the migrations (history, frozen), only orchestrator/queries.py says which runs are
+    the latest attempts; db.latest_runs() and every command read it from there."""
+    saying = sorted(str(p.relative_to(ORCHESTRATOR)) for p in ORCHESTRATOR.rglob("*.py")
+                    if "versions" not in p.parts and LATEST_RULE.search(p.read_text()))
+    assert saying == ["queries.py"]
+    assert LATEST_RULE.search(queries.LATEST)
+
+
+def _two_sweeps(tmp_path, url):
+    """Sweep a: lenet repeat 0 failed at attempt 1; sweep b: its attempt 2, done, and alexnet failed."""
+    runs = tmp_path / "runs"
+    write_result(runs, make_result(sweep="a", model="lenet", state="failed"))
+    write_result(runs, make_result(sweep="b", model="lenet", attempt=2))
+    write_result(runs, make_result(sweep="b", model="alexnet", state="failed",
+                                   error={"class": "timeout", "message": "ran out of time"}))
+    factory = db.open_db(url)
+    report = collect(factory, runs)
+    assert report.added == 3, report
+    return factory
+
+
+def _answers(rows):
+    counts = sorted((c.sweep_id, c.state, c.error_class, c.n) for c in queries.latest_counts(rows, None))
+    failed = [(r.sweep_id, r.uid.split(":")[-1], r.model, r.error_class)
+              for r in queries.latest_failures(rows, ["a", "b"], ("failed", "lost"))]
+    examples = sorted((e.sweep_id, e.state, e.n, e.rn) for e in queries.latest_examples(rows, None, ("failed",), 3))
+    return counts, failed, examples
+
+
+def test_each_query_answers_the_same_through_sqlite3_and_sqlalchemy(tmp_path, db_url):
+    factory = _two_sweeps(tmp_path, db_url)
+    with factory() as session:
+        through_orm = _answers(rows_module.Rows.of(session))
+        # the ORM's latest attempts are the rows the SQL text picks
+        latest_ids = sorted(r.id for r in session.execute(db.latest_runs().select()))
+        where, params = queries.latest_where(None)
+        assert latest_ids == sorted(r.id for r in rows_module.Rows.of(session).rows(
+            f"SELECT id FROM runs WHERE {where}", params))
+    counts, failed, examples = through_orm
+    # lenet's attempt 1 failed and is not the latest: only its attempt 2 (done) counts
+    assert counts == [("b", "done", None, 1), ("b", "failed", "timeout", 1)]
+    assert failed == [("b", "1", "alexnet", "timeout")]
+    assert examples == [("b", "failed", 1, 1)]
+    assert len(latest_ids) == 2
+    if is_sqlite(db_url):
+        direct = rows_module.connect(db_url)
+        assert direct is not None  # an up-to-date SQLite file: read with sqlite3 alone
+        with direct:
+            assert _answers(direct) == through_orm
