@@ -72,7 +72,11 @@ def test_status_counts_by_state_newest_first_and_lists_failures(env, any_db, cap
     assert out.index("new") < out.index("old"), "newest sweep first"
     new_row = next(line for line in out.splitlines() if "│ new " in line)
     assert [c.strip() for c in new_row.strip("│ ").split("│")][2:5] == ["3", "2", "1"]  # cells, done, failed
-    assert "Failed or lost runs of sweep new (1; the first 3 of each class):\n  out_of_memory (1)\n" in out
+    from trainers.common.failure_classes import way_out
+
+    # each class with its way out (trainers/common/failure_classes.py)
+    assert f"Failed or lost runs of sweep new (1; the first 3 of each class):\n  out_of_memory (1): " in out
+    assert " ".join(way_out("out_of_memory").split()) in " ".join(out.split())
     assert "failed torch/vgg16/mnist" in out
     assert "out_of_memory: CUDA out of memory. Tried to allocate 999" in out  # one line
     assert "9" * 150 not in out  # truncated
@@ -107,11 +111,11 @@ def test_status_is_a_summary_and_failed_lists_every_failure(env, any_db, capsys)
     assert [c.strip() for c in new_row.strip("│ ").split("│")][2:5] == ["4", "2", "8"]  # cells, done, failed
     new = out[out.index("Failed or lost runs of sweep new (8; the first 3 of each class):"):
               out.index("Failed or lost runs of sweep old (1;")]
-    crash = new[new.index("  crash (7)\n"):new.index("  out_of_memory (1)\n")]
+    crash = new[new.index("  crash (7): "):new.index("  out_of_memory (1): ")]
     assert [f"Segmentation fault {i}" in crash for i in range(7)] == [True] * 3 + [False] * 4
     assert crash.count("log: ") == 3 and crash.count("failed torch/googlenet/mnist  new:") == 3
     assert "    ... 4 more: python -m orchestrator status --failed --sweep new --class crash\n" in crash
-    assert "  timeout (1)\n" in out and "time limit 60 min" in out  # the older sweep's, after the newer's
+    assert "  timeout (1): " in out and "time limit 60 min" in out  # the older sweep's, after the newer's
     assert out.index("sweep new (8") < out.index("sweep old (1") < out.index("Every one: ")
 
     assert main(["status", "--failed"]) == 0

@@ -113,7 +113,8 @@ def _print_failure_examples(rows: Rows, sweeps: list[Any], counts: list[Any], ex
         print(f"\nFailed or lost runs of sweep {sweep.id} ({sum(n for _, n in classes):,}; "
               f"the first {EXAMPLES} of each class):")
         for klass, n in classes:
-            print(f"  {klass} ({n:,})")
+            way_out = failure_classes.way_out(klass)
+            print(f"  {klass} ({n:,})" + (f": {way_out}" if way_out else ""))
             for run_id in first.get((sweep.id, klass), []):
                 _print_failure(runs[run_id], indent="    ")
             if n > EXAMPLES:
