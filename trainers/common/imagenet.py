@@ -50,8 +50,8 @@ import os
 
 import numpy as np
 
-from trainers.common.data import mark_generated
 from trainers.common.errors import DataError, Unsupported
+from trainers.common.generated import mark_generated
 from trainers.common.inputs import to_float
 
 SIZE = 224          # the crop the networks take
