@@ -26,7 +26,7 @@ from typing import Any, Iterator, Mapping, Optional, Sequence
 from .sqlite_lease import connect_args
 from .sqlite_sharing import BUSY_TIMEOUT_S, apply_pragmas
 
-#: The Alembic revision the tables and views of db.py are: the head of orchestrator/migrations/versions
+#: The Alembic revision the tables and views of schema.py are: the head of orchestrator/migrations/versions
 #: (test_db checks). A change to a table or a view is a new revision, and this becomes its id.
 SCHEMA_VERSION = "0011"
 #: How a plain SQLite file URL begins (`sqlite:///results.db`, `sqlite:////abs/results.db`).
