@@ -30,9 +30,9 @@ def main() -> int:
 
         return data.main(sys.argv[2:])
     if len(sys.argv) > 1 and sys.argv[1] == "images":
-        from orchestrator import images
+        from orchestrator import image_commands
 
-        return images.main(sys.argv[2:])
+        return image_commands.main(sys.argv[2:])
     if is_cli(sys.argv[1:]):
         from orchestrator import cli
 

@@ -32,7 +32,7 @@ from typing import Sequence
 import yaml
 
 from orchestrator.images import BASE_PACKAGES, ENV_DIR, MOUNT_POINTS, Recipe, _listed
-from orchestrator.runtime import REPO, EnvironmentNotReady
+from orchestrator.venv_runtime import REPO, EnvironmentNotReady
 
 #: Where the recipe's files land in the image (%files), as RECIPE_DIR for its scripts.
 RECIPE_IN_IMAGE = "/opt/recipe"

@@ -38,13 +38,12 @@ import shlex
 import shutil
 import stat
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Callable, Sequence
 
 
-from orchestrator.runtime import CONTAINERS, EnvironmentNotReady, VenvRuntime, default_cache, output_tail
+from orchestrator.venv_runtime import CONTAINERS, EnvironmentNotReady, VenvRuntime, default_cache, output_tail
 
 #: Bump when the build steps change what an image holds: every image is rebuilt.
 BUILDER_VERSION = "2"
@@ -425,78 +424,3 @@ def build(frameworks: Sequence[str], cache: Path | None = None, log: Callable[[s
           force: bool = False) -> list[dict]:
     store = ImageStore(cache)
     return [store.ensure(Recipe(fw), log, force) for fw in frameworks]
-
-
-def main(argv: Sequence[str]) -> int:
-    """`orchestrator images build FW[,FW...]|all [--force]` / `orchestrator images list` /
-    `orchestrator images def FW [--base cpu|cuda12|cuda11|cuda10] [-o FILE]`."""
-    import argparse
-
-    parser = argparse.ArgumentParser(prog="orchestrator images",
-                                     description="Container images built from containers/<framework>/ "
-                                                 "(cached under $ORCHESTRATOR_CACHE/images by recipe hash).")
-    sub = parser.add_subparsers(dest="command", required=True)
-    p = sub.add_parser("build", help="build (or reuse) the images of these frameworks")
-    p.add_argument("frameworks", help="comma-separated frameworks, or all")
-    p.add_argument("--force", action="store_true", help="build again even if an image of this recipe exists")
-    sub.add_parser("list", help="the images of the current recipes: digest, size, build time")
-    from orchestrator.apptainer import BASES
-
-    p = sub.add_parser("def", help="print (or write) the Apptainer definition of a framework's recipe on a base "
-                                   "(orchestrator/apptainer.py); the CPU image needs none: apptainer build "
-                                   "<fw>.sif <image dir>")
-    p.add_argument("framework")
-    p.add_argument("--base", default="cpu", help="the base image: " + "; ".join(
-        f"{b.name}: {b.system}, {b.serves()}" for b in BASES.values()) + " (default cpu)")
-    p.add_argument("-o", "--output", help="write the definition to this file instead of printing it")
-    try:
-        args = parser.parse_args(list(argv))
-    except SystemExit as exc:
-        return exc.code if isinstance(exc.code, int) else 2
-    from orchestrator.runtime import available_recipes
-
-    names = available_recipes()
-    if args.command == "def":
-        return _definition(args, names)
-    store = ImageStore()
-    if args.command == "list":
-        for fw in names:
-            m = store.manifest(Recipe(fw))
-            print(f"{fw:12s} " + (f"image:{m['digest'][:23]}  {m['size_bytes'] / 1e6:6.0f} MB  built in "
-                                  f"{m['build_s']:.0f} s  {m['dir']}" if m else "not built (orchestrator images build "
-                                                                               f"{fw})"))
-        return 0
-    wanted = names if args.frameworks == "all" else [f.strip() for f in args.frameworks.split(",") if f.strip()]
-    unknown = [f for f in wanted if f not in names]
-    if unknown:
-        print(f"no recipe for {', '.join(unknown)} (containers/ has: {', '.join(names)})", file=sys.stderr)
-        return 2
-    status = 0
-    for fw in wanted:
-        try:
-            store.ensure(Recipe(fw), force=args.force)
-            store.prune(Recipe(fw))
-        except EnvironmentNotReady as exc:
-            print(f"[images] {fw}: FAILED ({exc.error_class}): {exc}", file=sys.stderr)
-            status = 1
-    return status
-
-
-def _definition(args, names: Sequence[str]) -> int:
-    """`images def`: the recipe's Apptainer definition on a base, printed or written to -o."""
-    from orchestrator.apptainer import DefinitionError, generate
-
-    if args.framework not in names:
-        print(f"no recipe for {args.framework}; containers/ has: {', '.join(names)}", file=sys.stderr)
-        return 2
-    try:
-        text = generate(args.framework, args.base)
-    except DefinitionError as exc:
-        print(f"[images] {exc}", file=sys.stderr)
-        return 2
-    if args.output:
-        Path(args.output).write_text(text)
-        print(f"[images] {args.framework}: {args.base} definition written to {args.output}", file=sys.stderr)
-    else:
-        sys.stdout.write(text)
-    return 0

@@ -30,7 +30,8 @@ from submitit.core.utils import UncompletedJobError
 from orchestrator import provenance
 from orchestrator.monitor import Monitor, default_samplers
 from orchestrator.resultfile import RESULT_NAME, RESULT_SCHEMA, SIGNALLED
-from orchestrator.runtime import REPO, EnvironmentNotReady, make_runtime
+from orchestrator.runtime import make_runtime
+from orchestrator.venv_runtime import REPO, EnvironmentNotReady
 
 
 

@@ -15,7 +15,7 @@ from conftest import REPO
 
 from orchestrator.apptainer import BASES, Definition, DefinitionError, generate, gpu_builds, requirement_name
 from orchestrator.images import Recipe, _listed
-from orchestrator.runtime import available_recipes
+from orchestrator.venv_runtime import available_recipes
 
 SECTIONS = ("%files", "%post", "%environment", "%labels", "%help")
 
