@@ -31,7 +31,7 @@ from typing import Sequence
 
 import yaml
 
-from orchestrator.images import BASE_PACKAGES, ENV_DIR, MOUNT_POINTS, Recipe, _listed
+from orchestrator.images import BASE_PACKAGES, ENV_DIR, MOUNT_POINTS, Recipe
 from orchestrator.venv_runtime import REPO, EnvironmentNotReady
 
 #: Where the recipe's files land in the image (%files), as RECIPE_DIR for its scripts.
@@ -227,7 +227,7 @@ class Definition:
 
     def requirement_lines(self) -> list[str]:
         """requirements.txt's entries, with this base's replacements (the GPU wheels)."""
-        lines = _listed(self.recipe.requirements)  # as the recipe's list files
+        lines = self.recipe.requirements_listed()
         swaps = {canonical(k): v for k, v in (self.gpu.requirements if self.gpu else {}).items()}
         names = {requirement_name(line) for line in lines}
         unknown = sorted(set(swaps) - names)

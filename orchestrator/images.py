@@ -94,6 +94,10 @@ class Recipe:
             return []
         return _listed(self.downloads_file)
 
+    def requirements_listed(self) -> list[str]:
+        """requirements.txt's entries, as every list file of the recipe is read (`_listed`)."""
+        return _listed(self.requirements)
+
     def debian_packages(self) -> list[str]:
         if not self.debian.is_file():
             return []
