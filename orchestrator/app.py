@@ -50,7 +50,7 @@ def main(cfg: DictConfig) -> None:
 
     from orchestrator import cli, console, safety
     from orchestrator.cell import Cell, CellError
-    from orchestrator.launch import Options, submit_sweep
+    from orchestrator.launch import Options, check_request, submit_sweep
 
     # as the launcher does for each cell of a sweep: the cell's bad values refuse it, and
     # sweep-wide ones (paths, cluster, the database) stop here, before anything is written
@@ -58,7 +58,7 @@ def main(cfg: DictConfig) -> None:
         try:
             cell = Cell.from_config(cfg, choices=HydraConfig.get().runtime.choices)
             opts = Options.from_config(cell.config)
-            safety.check_request(opts.backend, cell.config, cell.label)
+            check_request(opts.backend, cell.config, cell.label)
         except CellError as exc:
             raise SystemExit(f"refused: {exc}") from None
         if opts.dry_run:

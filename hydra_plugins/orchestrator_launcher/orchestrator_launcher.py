@@ -45,7 +45,7 @@ class OrchestratorLauncher(Launcher):
         from orchestrator import console, safety
         from orchestrator.cell import Cell, CellError
         from orchestrator.expand import Expander
-        from orchestrator.launch import Options, refusal_settings, submit_sweep
+        from orchestrator.launch import Options, check_request, refusal_settings, submit_sweep
 
         assert self.config is not None and self.hydra_context is not None
         cells, refused, options, seen = [], [], None, set()
@@ -62,7 +62,7 @@ class OrchestratorLauncher(Launcher):
                     cell = Cell.from_plain(expanded.plain, overrides)  # its choices: checked by the expander
                     if options is None:
                         options = Options.from_config(cell.config)
-                    safety.check_request(options.backend, cell.config, cell.label)
+                    check_request(options.backend, cell.config, cell.label)
                 except CellError as exc:
                     refused.append((" ".join(overrides), str(exc)))
                     refused_settings[" ".join(overrides)] = refusal_settings(expanded.as_config())

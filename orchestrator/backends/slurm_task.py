@@ -3,7 +3,7 @@
 submitit writes one pickle per task and renames them all once sbatch has returned; a submitter
 killed in between leaves tasks that wait 60 s and fail, and on a shared file system one file per
 task is what a large array costs (a 5,000-task array: 5,000 file creations before sbatch, 5,000
-renames after). Our executor (`slurm.OrchestratorSlurmExecutor`) writes the tasks' pickles as
+renames after). Our executor (`slurm_executor.executor_class`) writes the tasks' pickles as
 *one bundle per array*, `<job name>.tasks`, complete before sbatch is called, and nothing after;
 each task copies its own entry out to the `<job>_<task>_submitted.pkl` submitit's job code
 loads (atomically, so a requeued task finds it there, whole).
