@@ -26,17 +26,21 @@ def is_cli(argv: list[str]) -> bool:
 
 def main() -> int:
     if len(sys.argv) > 1 and sys.argv[1] == "data":
+        # lazy: each subcommand imports only what it runs (Hydra's app costs the others its start)
         from orchestrator import data
 
         return data.main(sys.argv[2:])
     if len(sys.argv) > 1 and sys.argv[1] == "images":
+        # lazy: each subcommand imports only what it runs (Hydra's app costs the others its start)
         from orchestrator import image_commands
 
         return image_commands.main(sys.argv[2:])
     if is_cli(sys.argv[1:]):
+        # lazy: each subcommand imports only what it runs (Hydra's app costs the others its start)
         from orchestrator import cli
 
         return cli.main(sys.argv[1:])
+    # lazy: each subcommand imports only what it runs (Hydra's app costs the others its start)
     from orchestrator.app import main as hydra_main
 
     hydra_main()

@@ -4,8 +4,16 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
+from rich import box
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+from sqlalchemy import func, select
+
+from orchestrator import cli, db, runstate, tracking
+from orchestrator.cell import ACCURACY_SETTINGS, INPUT_SETTINGS, SETTINGS
+from orchestrator.report.labels import hardware_label, hardware_order
+from orchestrator.rows import Rows
 
 if TYPE_CHECKING:
     from orchestrator.launch import Options, SubmitReport
@@ -28,10 +36,6 @@ def print_cells(cells: list, refused: list[tuple[str, str]],
     """dry_run=true: the cells a sweep expands to, as a table, then how many there are on each
     hardware configuration (to run and refused), then each refused cell and why; nothing is
     submitted."""
-    from rich.table import Table
-
-    from orchestrator.cell import ACCURACY_SETTINGS, INPUT_SETTINGS, SETTINGS
-
     title = f"{len(cells)} cells (dry run: nothing submitted)"
     optional = ACCURACY_SETTINGS + INPUT_SETTINGS  # shown only where a cell has them
     shown = [k for k in SETTINGS if k not in optional or any(c.settings.get(k) is not None for c in cells)]
@@ -55,11 +59,6 @@ def print_cells(cells: list, refused: list[tuple[str, str]],
 
 def print_by_hardware(cells: list, refused: list[tuple[str, str]], refused_settings: dict[str, dict]) -> None:
     """The sweep's cells counted by hardware configuration (hardware × gpus): to run, refused."""
-    from rich import box
-    from rich.table import Table
-
-    from orchestrator.report.labels import hardware_label, hardware_order
-
     counts: dict[tuple, list[int]] = {}
     for settings, column in [(c.settings, 0) for c in cells] + [
             (refused_settings.get(overrides) or {}, 1) for overrides, _ in refused]:
@@ -120,11 +119,6 @@ def _print_more(total: int, kind: str, hint: str) -> None:
 
 def follow(sweep_id: str, opts: "Options", poll_s: float = 2.0) -> dict[str, int]:
     """A progress bar over the sweep's repeats (their latest attempts) until none is open."""
-    from sqlalchemy import func, select
-
-    from orchestrator import db, runstate, tracking
-    from orchestrator.rows import Rows
-
     factory = db.open_db(opts.db_url)
     backends = {opts.backend.name: opts.backend}  # one instance: it counts polls without an answer
     latest = db.latest_runs()
@@ -149,8 +143,6 @@ def follow(sweep_id: str, opts: "Options", poll_s: float = 2.0) -> dict[str, int
 
 def follow_and_collect(sweep_id: str, opts: "Options") -> None:
     """wait=true: follow the jobs, collect their results, print the sweep's table."""
-    from orchestrator import cli
-
     follow(sweep_id, opts)
     args = ["--db", opts.db_url, "--runs", str(opts.runs)]
     cli.main(args + ["collect"])

@@ -56,6 +56,7 @@ def main(argv: list[str]) -> int:
               f"test images, 28x28, as MNIST IDX files")
         return 0
 
+    # lazy: numpy and the trainers' writers only when a dataset is written, not for `data --help`
     from trainers.common import data
 
     writers = {"mnist": data.write_mnist, "cifar10": data.write_cifar10}
@@ -75,6 +76,7 @@ def main(argv: list[str]) -> int:
 
 def write_imagenet(target: Path, images: int, classes: int, size: str, seed: int) -> None:
     """`images` training JPEGs over `classes` wnid folders (and a fifth as many in val/), at `size`."""
+    # lazy: numpy and the trainers' writers only when a dataset is written, not for `data --help`
     from trainers.common import data, imagenet
 
     width, sep, height = size.partition("x")
@@ -93,6 +95,7 @@ def write_imagenet(target: Path, images: int, classes: int, size: str, seed: int
 def digits_split(seed: int = DIGITS_SEED) -> dict[str, tuple]:
     """scikit-learn's digits as {split: (uint8 N x 28 x 28 images, uint8 labels)}: a stratified split
     (DIGITS_TEST_FRACTION of each digit held out) drawn with `seed`, each split in a seeded order."""
+    # optional: scikit-learn only for `orchestrator data digits`
     import numpy as np
     from sklearn.datasets import load_digits
 
@@ -118,7 +121,7 @@ def digits_split(seed: int = DIGITS_SEED) -> dict[str, tuple]:
 def upsample(images, size: int):
     """Bilinear resize of N x h x w images to size x size (pixel centres aligned, edges clamped), as
     uint8 rounded from the 0..255 input."""
-    import numpy as np
+    import numpy as np  # lazy: numpy and the trainers' writers only when a dataset is written, not for `data --help`
 
     n, h, w = images.shape
 
@@ -137,8 +140,9 @@ def upsample(images, size: int):
 
 def write_digits(target: Path, seed: int = DIGITS_SEED) -> dict[str, int]:
     """Write the digits' two splits as MNIST IDX files in `target`; {split: images}."""
-    import sklearn
+    import sklearn  # optional: scikit-learn only for `orchestrator data digits`
 
+    # lazy: numpy and the trainers' writers only when a dataset is written, not for `data --help`
     from trainers.common import data
 
     counts = {}

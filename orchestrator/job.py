@@ -113,7 +113,7 @@ def trainer_args(settings: dict[str, Any], data_dir: str | None,
 
 def _job_id() -> str | None:
     try:
-        import submitit
+        import submitit  # optional: a job's id only under submitit (a foreground run has none)
 
         return str(submitit.JobEnvironment().job_id)
     except Exception:  # not under submitit: a foreground run

@@ -7,6 +7,7 @@ shell follows them with `orchestrator status`. It does not care which executor i
 """
 from __future__ import annotations
 
+import os
 import re
 import secrets
 import sys
@@ -15,13 +16,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
+from omegaconf import OmegaConf
 from sqlalchemy import bindparam, insert, select, update
 from sqlalchemy.orm import Session
 
 from orchestrator import db, runstate, safety
 from orchestrator.backends import Backend, SchedulerUnavailable, backend_for, sbatch
 from orchestrator.backends.base import signature
-from orchestrator.cell import Cell, CellError
+from orchestrator.cell import SETTINGS, Cell, CellError
 from orchestrator.job import JobSpec, RunSpec, run_cell
 from orchestrator.resultfile import run_uid
 from orchestrator.sqlite_lease import who
@@ -281,12 +283,6 @@ def refusal_settings(cfg: Any) -> dict[str, Any]:
     it does not: where a report puts the cell's `n/a` and its reason. Defaults are filled in as
     cell.resolve_settings fills them (threads: the hardware's CPUs; batch size: the model's for the
     data's shape), since the cell it would have been cannot be made."""
-    import os
-
-    from omegaconf import OmegaConf
-
-    from orchestrator.cell import SETTINGS
-
     def get(key: str, kind: type | tuple[type, ...] = (str, int, float)) -> Any:
         try:
             value = OmegaConf.select(cfg, key, default=None, throw_on_resolution_failure=False)

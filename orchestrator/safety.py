@@ -126,6 +126,7 @@ def module(key: str, value: Any) -> str:
 def check_database(url: str) -> None:
     """That a sweep could use its results database, opened as a read opens it: never created
     (a dry run writes nothing); the same message a launch would give where it cannot be used."""
+    # lazy: SQLAlchemy only where a command checks its database (cell and expand import this module)
     from orchestrator import db
 
     try:
@@ -141,6 +142,7 @@ def check_database(url: str) -> None:
 def stop_on_bad_input() -> Iterator[None]:
     """Around an entry point's work before it writes: a sweep-wide bad value, or a database that
     cannot be used, ends the command with its message and exit status 1, never a traceback."""
+    # lazy: SQLAlchemy only where a command checks its database (cell and expand import this module)
     from orchestrator import db
 
     try:

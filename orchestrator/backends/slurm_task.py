@@ -78,6 +78,7 @@ def take(bundle: Path, index: int, target: Path) -> bool:
 
 
 def main(folder: str) -> int:
+    # lazy: slurm.py imports this module's bundle functions on status's path; submitit only on the node
     from submitit.core import job_environment
     from submitit.core.submission import process_job
 

@@ -37,7 +37,7 @@ HERE = Path(__file__).parent
 
 def config(connection: Optional[Connection] = None) -> Any:
     """Alembic's configuration, made in code: the scripts here, and the connection to use."""
-    from alembic.config import Config
+    from alembic.config import Config  # lazy: Alembic (~0.3 s) only when a database needs upgrading
 
     cfg = Config()
     cfg.set_main_option("script_location", str(HERE))
@@ -47,7 +47,7 @@ def config(connection: Optional[Connection] = None) -> Any:
 
 def script() -> Any:
     """The revisions (Alembic's ScriptDirectory)."""
-    from alembic.script import ScriptDirectory
+    from alembic.script import ScriptDirectory  # lazy: Alembic (~0.3 s) only when a database needs upgrading
 
     return ScriptDirectory.from_config(config())
 
@@ -56,6 +56,7 @@ def upgrade(connection: Connection) -> Optional[str]:
     """Brings the database on `connection` to the head revision, within the caller's transaction;
     returns the revision it found (None: none recorded). Raises schema.SchemaError for a revision
     these scripts do not know."""
+    # lazy: Alembic (~0.3 s) only when a database needs upgrading
     from alembic import command
     from alembic.runtime.migration import MigrationContext
     from alembic.util import CommandError
