@@ -32,7 +32,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from orchestrator import metrics  # noqa: E402
 from orchestrator.job import read_events, trainer_args  # noqa: E402
-from orchestrator.runtime import REPO, ContainerRuntime, VenvRuntime  # noqa: E402
+from orchestrator.runtime import ContainerRuntime  # noqa: E402
+from orchestrator.venv_runtime import REPO, VenvRuntime  # noqa: E402
 
 #: model: (batch size, iterations, warm-up, the dataset whose shape it takes), small enough for a 2-core CPU
 MODELS = {"lenet": (64, 100, 10, "mnist"), "resnet50": (4, 10, 3, "imagenet")}

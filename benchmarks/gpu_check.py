@@ -17,7 +17,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from orchestrator import job  # noqa: E402
-from orchestrator.runtime import REPO, _trainer_env  # noqa: E402
+from orchestrator.venv_runtime import REPO, _trainer_env  # noqa: E402
 
 
 class ThisPython:

@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from orchestrator import metrics  # noqa: E402
 from orchestrator.job import read_events, trainer_args  # noqa: E402
 from orchestrator.monitor import Monitor, default_samplers  # noqa: E402
-from orchestrator.runtime import REPO, VenvRuntime, _trainer_env  # noqa: E402
+from orchestrator.venv_runtime import REPO, VenvRuntime, _trainer_env  # noqa: E402
 
 
 def one_run(argv: list[str], env: dict[str, str], monitored: bool, period: float, gpus: int,

@@ -21,9 +21,11 @@ def is_cli(argv: list[str]) -> bool:
 
 def main() -> int:
     if is_cli(sys.argv[1:]):
+        # lazy: each subcommand imports only what it runs (Hydra's app costs the others its start)
         from orchestrator import cli
 
         return cli.main(sys.argv[1:])
+    # lazy: each subcommand imports only what it runs (Hydra's app costs the others its start)
     from orchestrator.app import main as hydra_main
 
     hydra_main()

@@ -13,6 +13,9 @@ from pathlib import Path
 from typing import Any
 
 import hydra
+from hydra._internal.hydra import Hydra
+from hydra._internal.utils import get_args_parser
+from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
 from orchestrator.expand import share_loaded_configs
@@ -25,9 +28,6 @@ def skip_mode_composition(argv: list[str]) -> None:
     MULTIRUN; unset, as in conf/: MULTIRUN). That composition decides nothing then, and costs a
     sweep ~0.07 s of its start: with `-m`, get_mode answers "unset" at once, and Hydra sets
     `hydra.mode=MULTIRUN` itself, as it does for our config. Without `-m` Hydra's own runs."""
-    from hydra._internal.hydra import Hydra
-    from hydra._internal.utils import get_args_parser
-
     known, _ = get_args_parser().parse_known_args(argv)
     if not known.multirun or getattr(Hydra.get_mode, "skipped", False):
         return
@@ -46,11 +46,10 @@ CONF = str(Path(__file__).resolve().parent.parent / "conf")
 
 @hydra.main(version_base="1.3", config_path=CONF, config_name="config")
 def main(cfg: DictConfig) -> None:
-    from hydra.core.hydra_config import HydraConfig
-
+    # lazy: only a single run needs the launcher (SQLAlchemy, submitit); --help, --cfg and sweeps (the launcher plugin) never do
     from orchestrator import console, safety
     from orchestrator.cell import Cell, CellError
-    from orchestrator.launch import Options, submit_sweep
+    from orchestrator.launch import Options, check_request, submit_sweep
 
     # as the launcher does for each cell of a sweep: the cell's bad values refuse it, and
     # sweep-wide ones (paths, cluster, the database) stop here, before anything is written
@@ -58,7 +57,7 @@ def main(cfg: DictConfig) -> None:
         try:
             cell = Cell.from_config(cfg, choices=HydraConfig.get().runtime.choices)
             opts = Options.from_config(cell.config)
-            safety.check_request(opts.backend, cell.config, cell.label)
+            check_request(opts.backend, cell.config, cell.label)
         except CellError as exc:
             raise SystemExit(f"refused: {exc}") from None
         if opts.dry_run:

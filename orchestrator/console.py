@@ -6,8 +6,15 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Optional
 
+from rich import box
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from orchestrator import db, queries, runstate, tracking
+from orchestrator.setting_registry import ALWAYS, SETTINGS
+from orchestrator.report.labels import hardware_label, hardware_order
+from orchestrator.rows import Rows
 
 if TYPE_CHECKING:
     from orchestrator.launch import Options, SubmitReport
@@ -59,10 +66,6 @@ def print_cells(cells: list, refused: list[tuple[str, str]],
     """dry_run=true: the cells a sweep expands to, as a table, then how many there are on each
     hardware configuration (to run and refused), then each refused cell and why; nothing is
     submitted."""
-    from rich.table import Table
-
-    from orchestrator.setting_registry import ALWAYS, SETTINGS
-
     title = f"{len(cells)} cells (dry run: nothing submitted)"
     # a setting hashed only in some cells (accuracy mode's, one away from its default) is shown
     # only where a cell has it
@@ -88,11 +91,6 @@ def print_cells(cells: list, refused: list[tuple[str, str]],
 
 def print_by_hardware(cells: list, refused: list[tuple[str, str]], refused_settings: dict[str, dict]) -> None:
     """The sweep's cells counted by hardware configuration (hardware × gpus): to run, refused."""
-    from rich import box
-    from rich.table import Table
-
-    from orchestrator.report.labels import hardware_label, hardware_order
-
     counts: dict[tuple, list[int]] = {}
     for settings, column in [(c.settings, 0) for c in cells] + [
             (refused_settings.get(overrides) or {}, 1) for overrides, _ in refused]:
@@ -152,9 +150,6 @@ def _print_more(total: int, kind: str, hint: str) -> None:
 
 def follow(sweep_id: str, opts: "Options", poll_s: float = 2.0) -> dict[str, int]:
     """A progress bar over the sweep's repeats (their latest attempts) until none is open."""
-    from orchestrator import db, queries, runstate, tracking
-    from orchestrator.rows import Rows
-
     factory = db.open_db(opts.db_url)
     backends = {opts.backend.name: opts.backend}  # one instance: it counts polls without an answer
     with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),

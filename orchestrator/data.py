@@ -43,7 +43,7 @@ def missing_files(dataset: dict) -> str | None:
     root = Path(folder).expanduser().parent
     make = (f"`orchestrator data generate {name} --dir {root}` writes generated files in its format "
             f"(throughput only: accuracy on them means nothing)" if name in GENERATORS
-            else f"`orchestrator data` lists what it can write")
+            else "`orchestrator data` lists what it can write")
     return (f"dataset={name} reads {folder}, which does not exist: put the real files there, or {make}; "
             f"or use dataset=synthetic dataset.like={name}")
 
@@ -72,6 +72,7 @@ def made_on_first_use(folders: set[str]) -> list[str]:
 
 def write_imagenet(target: Path, images: int, classes: int, size: str, seed: int) -> None:
     """`images` training JPEGs over `classes` wnid folders (and a fifth as many in val/), at `size`."""
+    # lazy: numpy and the trainers' writers only when a dataset is written, not for `data --help`
     from trainers.common import data, imagenet
 
     width, sep, height = size.partition("x")
@@ -90,6 +91,7 @@ def write_imagenet(target: Path, images: int, classes: int, size: str, seed: int
 def digits_split(seed: int = DIGITS_SEED) -> dict[str, tuple]:
     """scikit-learn's digits as {split: (uint8 N x 28 x 28 images, uint8 labels)}: a stratified split
     (DIGITS_TEST_FRACTION of each digit held out) drawn with `seed`, each split in a seeded order."""
+    # optional: scikit-learn only for `orchestrator data digits`
     import numpy as np
     from sklearn.datasets import load_digits
 
@@ -115,7 +117,7 @@ def digits_split(seed: int = DIGITS_SEED) -> dict[str, tuple]:
 def upsample(images, size: int):
     """Bilinear resize of N x h x w images to size x size (pixel centres aligned, edges clamped), as
     uint8 rounded from the 0..255 input."""
-    import numpy as np
+    import numpy as np  # lazy: numpy and the trainers' writers only when a dataset is written, not for `data --help`
 
     n, h, w = images.shape
 
@@ -134,8 +136,9 @@ def upsample(images, size: int):
 
 def write_digits(target: Path, seed: int = DIGITS_SEED) -> dict[str, int]:
     """Write the digits' two splits as MNIST IDX files in `target`; {split: images}."""
-    import sklearn
+    import sklearn  # optional: scikit-learn only for `orchestrator data digits`
 
+    # lazy: numpy and the trainers' writers only when a dataset is written, not for `data --help`
     from trainers.common import data
 
     counts = {}

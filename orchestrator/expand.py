@@ -86,6 +86,7 @@ class Expander:
     """Expands override lists against the master config, composing each distinct key once."""
 
     def __init__(self, config_loader: Any, master_config: DictConfig) -> None:
+        # lazy: Hydra's parser and config loader only where a sweep is expanded
         from hydra.core.override_parser.overrides_parser import OverridesParser
 
         self.loader, self.master = config_loader, master_config
@@ -181,6 +182,7 @@ class Expander:
         if override is None:
             match = _INT_LINE.fullmatch(line)
             if match and not match.group(1).startswith("hydra"):
+                # lazy: Hydra's parser and config loader only where a sweep is expanded
                 from hydra.core.override_parser.types import Override, OverrideType, ValueType
 
                 override = Override(type=OverrideType.CHANGE, key_or_group=match.group(1),
@@ -202,6 +204,7 @@ class Expander:
         return group
 
     def _compose(self, key: list[str]) -> Composed:
+        # lazy: Hydra's parser and config loader only where a sweep is expanded
         from hydra.core.hydra_config import HydraConfig
 
         cfg = self.loader.load_sweep_config(self.master, key)
@@ -247,6 +250,7 @@ class Expander:
                     job_num: int) -> Expanded:
         """The cell as Hydra composes it: a copy of the composed config, the value overrides
         applied by Hydra (its errors raised as Hydra raises them), `hydra:` set for this cell."""
+        # lazy: Hydra's parser and config loader only where a sweep is expanded
         from hydra._internal.config_loader_impl import ConfigLoaderImpl, get_overrides_dirname
         from hydra.core.hydra_config import HydraConfig
 
@@ -274,6 +278,7 @@ def share_loaded_configs() -> None:
     copies), so sharing it changes nothing but the time. Keyed by the search path's sources too,
     so a composition that changes it (hydra.searchpath=...) reads its own files. Hydra 1.3.2's
     ConfigRepository.load_config, wrapped once (pyproject pins Hydra)."""
+    # lazy: Hydra's parser and config loader only where a sweep is expanded
     from hydra._internal.config_repository import ConfigRepository
 
     load = ConfigRepository.load_config

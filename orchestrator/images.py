@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 
-from orchestrator.runtime import CONTAINERS, EnvironmentNotReady, VenvRuntime, default_cache, output_tail
+from orchestrator.venv_runtime import CONTAINERS, EnvironmentNotReady, VenvRuntime, default_cache, output_tail
 
 #: Bump when the build steps change what an image holds: every image is rebuilt.
 BUILDER_VERSION = "2"
@@ -93,6 +93,10 @@ class Recipe:
         if not self.downloads_file.is_file():
             return []
         return _listed(self.downloads_file)
+
+    def requirements_listed(self) -> list[str]:
+        """requirements.txt's entries, as every list file of the recipe is read (`_listed`)."""
+        return _listed(self.requirements)
 
     def debian_packages(self) -> list[str]:
         if not self.debian.is_file():

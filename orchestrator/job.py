@@ -30,7 +30,8 @@ from submitit.core.utils import UncompletedJobError
 from orchestrator import provenance, runstate, setting_registry
 from orchestrator.monitor import Monitor, default_samplers
 from orchestrator.resultfile import RESULT_NAME, RESULT_SCHEMA
-from orchestrator.runtime import REPO, EnvironmentNotReady, make_runtime
+from orchestrator.runtime import make_runtime
+from orchestrator.venv_runtime import REPO, EnvironmentNotReady
 from trainers.common import failure_classes as fc
 
 
@@ -94,7 +95,7 @@ def trainer_args(settings: dict[str, Any], data_dir: str | None,
 
 def _job_id() -> str | None:
     try:
-        import submitit
+        import submitit  # optional: a job's id only under submitit (a foreground run has none)
 
         return str(submitit.JobEnvironment().job_id)
     except Exception:  # not under submitit: a foreground run

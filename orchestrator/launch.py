@@ -15,13 +15,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
+from omegaconf import OmegaConf
 from sqlalchemy import bindparam, insert, select, update
 from sqlalchemy.orm import Session
 
-from orchestrator import db, runstate, setting_registry
-from orchestrator.backends import Backend, SchedulerUnavailable, backend_for
+from orchestrator import db, runstate, safety, setting_registry
+from orchestrator.backends import Backend, SchedulerUnavailable, backend_for, sbatch
 from orchestrator.backends.base import signature
-from orchestrator.cell import Cell
+from orchestrator.cell import Cell, CellError
 from orchestrator.data import MADE_ON_FIRST_USE, made_on_first_use
 from orchestrator.job import JobSpec, RunSpec, run_cell
 from orchestrator.resultfile import run_uid
@@ -57,13 +58,12 @@ class Options:
     def from_config(cls, cfg: dict[str, Any]) -> "Options":
         """The sweep-wide settings, each checked: a bad one raises safety.ConfigError naming the
         key, the value and the way out, before anything is written."""
-        from orchestrator import safety
 
         paths, apptainer, monitor = cfg["paths"], cfg.get("apptainer") or {}, cfg.get("monitor") or {}
         for key in ("db", "runs", "data", "cache"):
             safety.one_line(f"paths.{key}", paths.get(key), f"set ORCHESTRATOR_{key.upper()} or paths.{key}= to "
                             + ("a database URL such as sqlite:///results.db" if key == "db" else "a directory"))
-        safety.cluster(cfg["cluster"])
+        sbatch.check_cluster(cfg["cluster"])
         for key in ("images", "binary"):
             safety.one_line(f"apptainer.{key}", apptainer.get(key), f"set apptainer.{key}= to "
                             + ("a directory of <framework>.sif images" if key == "images" else "a command name"))
@@ -232,6 +232,15 @@ def update_runs(session: Session, changes: Iterable[tuple[db.Run, dict[str, Any]
         session.execute(update(table).where(table.c.uid == bindparam("b_uid")), rows)
 
 
+def check_request(backend: Backend, config: dict[str, Any], label: str) -> None:
+    """A cell's request as its backend will hand it to the scheduler (on Slurm: every sbatch
+    option, through sbatch.sbatch_request); a bad one refuses that cell only (CellError)."""
+    try:
+        backend.resources(config)
+    except safety.ConfigError as exc:
+        raise CellError(f"{label}: {exc}") from None
+
+
 def submit_sweep(cells: list[Cell], opts: Options, argv: list[str] | None = None,
                  refused: list[tuple[str, str]] | None = None,
                  foreground: bool = False,
@@ -277,8 +286,6 @@ def refusal_settings(cfg: Any) -> dict[str, Any]:
     """A refused cell's settings as far as its composed config resolves, None where it does not:
     where a report puts the cell's `n/a` and its reason. The defaults are setting_registry's, read
     as expansion reads them (read_settings), from a config that may not resolve or check."""
-    from omegaconf import OmegaConf
-
     def get(key: str) -> Any:
         try:
             value = OmegaConf.select(cfg, key, default=None, throw_on_resolution_failure=False)
@@ -325,7 +332,7 @@ def submit_runs(session: Session, sweep_id: str, planned: list[tuple[Cell, list[
     batches, checked, step = [], True, opts.backend.array_limit() or len(planned) or 1
     for params, group in groups.values():
         try:
-            reason = opts.backend.refuse(params) if checked else None
+            reason = opts.backend.refuse(group[0][0].config) if checked else None  # one request per group
         except SchedulerUnavailable as exc:  # silence refuses nothing: submit as asked
             checked, reason = False, None
             report.notes.append(f"requests not checked against the cluster ({exc}); submitted as asked")

@@ -16,7 +16,7 @@ from typing import Any, Mapping, Optional
 
 import psutil
 
-from orchestrator.runtime import REPO
+from orchestrator.venv_runtime import REPO
 from trainers.common.host import available_cpus, cpu_model
 
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 import copy
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Optional
 
 from sqlalchemy import select

@@ -17,16 +17,18 @@ library, and db.py takes its connection settings and schema revision from here.
 """
 from __future__ import annotations
 
+import math
 import os
 import sqlite3
 from collections import namedtuple
 from functools import lru_cache
 from typing import Any, Iterator, Mapping, Optional, Sequence
+from urllib.parse import quote
 
 from .sqlite_lease import connect_args
 from .sqlite_sharing import BUSY_TIMEOUT_S, apply_pragmas
 
-#: The Alembic revision the tables and views of db.py are: the head of orchestrator/migrations/versions
+#: The Alembic revision the tables and views of schema.py are: the head of orchestrator/migrations/versions
 #: (test_db checks). A change to a table or a view is a new revision, and this becomes its id.
 SCHEMA_VERSION = "0011"
 #: How a plain SQLite file URL begins (`sqlite:///results.db`, `sqlite:////abs/results.db`).
@@ -51,8 +53,6 @@ def sqlite_pragmas(conn: Any) -> None:
 
 
 def _sqrt(x: Any) -> Optional[float]:
-    import math
-
     return None if x is None or x < 0 else math.sqrt(x)
 
 
@@ -142,11 +142,13 @@ class SessionRows(Rows):
         self.url = str(session.get_bind().url)
 
     def rows(self, sql: str, params: Optional[Mapping[str, Any]] = None) -> Iterator[Any]:
+        # lazy: status reads through sqlite3 without SQLAlchemy; only a session's rows need it
         from sqlalchemy import text
 
         return iter(self.session.execute(text(sql), dict(params or {}), execution_options={"yield_per": 500}))
 
     def many(self, sql: str, params: Sequence[Mapping[str, Any]]) -> None:
+        # lazy: status reads through sqlite3 without SQLAlchemy; only a session's rows need it
         from sqlalchemy import text
 
         if params:
@@ -182,6 +184,4 @@ def connect(url: str) -> Optional[SqliteRows]:
 
 def _quote(path: str) -> str:
     """A path fit for a `file:` URI (sqlite3 reads `?` and `#` and `%XX` there)."""
-    from urllib.parse import quote
-
     return quote(path, safe="/")

@@ -16,7 +16,7 @@ def pytest_configure(config):
     (Python 3.6, numpy 1.19) when it exists and PY36_PYTHON is not set."""
     if not os.environ.get("PY36_PYTHON"):
         try:
-            from orchestrator.runtime import VenvRuntime
+            from orchestrator.venv_runtime import VenvRuntime
 
             runtime = VenvRuntime.for_framework("cntk")
             if runtime.is_ready():
@@ -41,7 +41,7 @@ def torch_python() -> str:
     override = os.environ.get("TORCH_PYTHON")
     if override:
         return override
-    from orchestrator.runtime import VenvRuntime
+    from orchestrator.venv_runtime import VenvRuntime
 
     return str(VenvRuntime.for_framework("torch").ensure())
 
@@ -52,7 +52,7 @@ def framework_python(framework: str) -> str:
     Skips, naming the reason, where the framework has no trainer yet or this machine cannot
     hold it (no interpreter of the version it needs); a recipe that fails to install fails.
     """
-    from orchestrator.runtime import EnvironmentNotReady, VenvRuntime
+    from orchestrator.venv_runtime import EnvironmentNotReady, VenvRuntime
 
     if not (REPO / "trainers" / framework / "__main__.py").is_file():
         pytest.skip(f"no trainers/{framework} yet")
@@ -86,7 +86,7 @@ def model_counts(python, module, channels, size, classes, models):
 
 def recipe_env(framework):
     """The variables a job sets for this framework's trainer (PYTHONPATH, the recipe's `env`)."""
-    from orchestrator.runtime import VenvRuntime
+    from orchestrator.venv_runtime import VenvRuntime
 
     return VenvRuntime.for_framework(framework).command([])[1]
 
@@ -117,7 +117,7 @@ class Framework(object):
 
     def __init__(self, spec):
         from trainers.common.support import declared
-        from orchestrator.runtime import EnvironmentNotReady, VenvRuntime
+        from orchestrator.venv_runtime import EnvironmentNotReady, VenvRuntime
 
         self.name, self.module, self.env_name = spec["name"], spec["trainer"], spec["env"]
         self.support = declared(self.module)

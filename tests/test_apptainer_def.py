@@ -14,8 +14,8 @@ import pytest
 from helpers import REPO
 
 from orchestrator.apptainer import BASES, Definition, DefinitionError, generate, gpu_builds, requirement_name
-from orchestrator.images import Recipe, _listed
-from orchestrator.runtime import available_recipes
+from orchestrator.images import Recipe
+from orchestrator.venv_runtime import available_recipes
 
 SECTIONS = ("%files", "%post", "%environment", "%labels", "%help")
 
@@ -87,7 +87,7 @@ def test_definition_carries_the_recipe(fw, base):
         body = re.search(r"<<'REQUIREMENTS'\n(.*?)\nREQUIREMENTS\n", text, re.S).group(1).splitlines()
         assert pip[0].endswith("-r /opt/recipe/requirements.%s.txt" % base)
         assert body == definition.requirement_lines()
-        own = {requirement_name(line): line for line in _listed(recipe.requirements)}
+        own = {requirement_name(line): line for line in recipe.requirements_listed()}
         for name, line in gpu.requirements.items():  # the CPU wheel's line out, the GPU one in
             assert name in own
             if line:

@@ -8,11 +8,11 @@ from hydra import compose, initialize_config_dir
 from orchestrator import runstate
 from orchestrator.backends import UnknownBackend, backend_class, backend_for
 from orchestrator.backends.base import SchedulerUnavailable, Seen, signature
+from orchestrator.backends.sbatch import signal_delay_s
 from orchestrator.backends.slurm import (LEFT_QUEUE, STATES, UNPLACEABLE, SlurmBackend, expand_range, parse_sacct,
-                                         parse_squeue, signal_delay_s, verdicts)
+                                         parse_squeue, verdicts)
 from orchestrator.backends.slurm_cluster import (Request, cluster_from, hopeless, parse_config, parse_gres, parse_mb,
-                                                 parse_minutes, parse_records, refusal, request_from_params,
-                                                 request_from_tres)
+                                                 parse_minutes, parse_records, refusal, request_from_tres)
 from orchestrator.cell import Cell
 from orchestrator.tracking import Evidence, decide
 
@@ -336,20 +336,28 @@ def p100(*overrides):
     return backend_for(config["cluster"]).resources(config)
 
 
-def test_a_request_from_the_backends_own_parameters():
-    assert request_from_params(p100("gpus=2")) == Request("p100", 16, 65536, 2, "p100", 120)
+def p100_request(*overrides):
+    config = cell("cluster=slurm", "hardware=p100", *overrides).config
+    return backend_for(config["cluster"]).request(config)
+
+
+def test_a_request_from_the_cells_hardware_and_the_parameters_from_the_request():
+    assert p100_request("gpus=2") == Request("p100", 16, 65536, 2, "p100", 120)
+    assert p100_request("gpus=2").gpu_flag == "--gres=gpu:p100:2"
+    assert p100_request("gpus=0") == Request("p100", 16, 65536, 0, None, 120)
     site = backend_for({"executor": "slurm", "gpu_request": "gpus_per_node"})
     config = cell("cluster=slurm", "hardware=p100", "gpus=1").config
-    assert request_from_params(site.resources(config)).gpu_flag == "--gpus-per-node=p100:1"
+    assert site.request(config).gpu_flag == "--gpus-per-node=p100:1"
+    assert site.resources(config)["gpus_per_node"] == "p100:1"  # the flag and the parameter say the same
     assert request_from_tres("p100", "billing=16,cpu=16,gres/gpu:p100=1,gres/gpu=1,mem=16G,node=1", "60") == \
         Request("p100", 16, 16384, 1, "p100", 60)
 
 
 def test_the_readme_example_is_refused_on_the_test_cluster_naming_the_largest_node():
-    why = refusal(request_from_params(p100("gpus=1")), REAL)
+    why = refusal(p100_request("gpus=1"), REAL)
     assert why == ("partition p100 cannot run it: --cpus-per-task=16, but its largest node has 2 CPUs (localhost); "
                    "--mem=64G, but its largest node has 22899M (localhost)")
-    assert refusal(request_from_params(p100("gpus=2", "hardware.cpus=1", "hardware.mem_gb=1")), REAL) is None
+    assert refusal(p100_request("gpus=2", "hardware.cpus=1", "hardware.mem_gb=1"), REAL) is None
 
 
 @pytest.mark.parametrize("request_,expected", [

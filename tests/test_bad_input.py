@@ -8,6 +8,7 @@ from omegaconf import OmegaConf
 from submitit.slurm.slurm import _make_sbatch_string
 
 from orchestrator import safety
+from orchestrator.backends import sbatch as sbatch_policy
 from orchestrator.backends.slurm import SlurmBackend
 from orchestrator.cell import Cell, CellError
 from orchestrator.launch import Options
@@ -90,17 +91,17 @@ def test_a_site_yaml_cannot_add_a_command_to_the_batch_script(tmp_path, cluster,
 ])
 def test_sbatch_options_the_orchestrator_owns_or_that_change_what_runs_are_refused(sbatch, words):
     with pytest.raises(ConfigError, match=words):
-        safety.sbatch_options("cluster.sbatch", sbatch)
+        sbatch_policy.sbatch_options("cluster.sbatch", sbatch)
 
 
 def test_setup_and_python_are_the_sites_shell_one_line_each():
-    assert safety.shell_lines("cluster.setup", ["module load apptainer", "export A=1; echo $A"])
+    assert sbatch_policy.shell_lines("cluster.setup", ["module load apptainer", "export A=1; echo $A"])
     with pytest.raises(ConfigError, match="one list item per line"):
-        safety.shell_lines("cluster.setup", ["module load a\nmodule load b"])
+        sbatch_policy.shell_lines("cluster.setup", ["module load a\nmodule load b"])
     with pytest.raises(ConfigError, match="must be a list"):
-        safety.shell_lines("cluster.setup", "module load a")
+        sbatch_policy.shell_lines("cluster.setup", "module load a")
     with pytest.raises(ConfigError, match=r"cluster.python='python3\\n"):
-        safety.cluster({"executor": "slurm", "python": "python3\ntouch pwned"})
+        sbatch_policy.check_cluster({"executor": "slurm", "python": "python3\ntouch pwned"})
 
 
 @pytest.mark.parametrize("overrides, choices, key", [

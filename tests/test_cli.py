@@ -75,7 +75,7 @@ def test_status_counts_by_state_newest_first_and_lists_failures(env, any_db, cap
     from trainers.common.failure_classes import way_out
 
     # each class with its way out (trainers/common/failure_classes.py)
-    assert f"Failed or lost runs of sweep new (1; the first 3 of each class):\n  out_of_memory (1): " in out
+    assert "Failed or lost runs of sweep new (1; the first 3 of each class):\n  out_of_memory (1): " in out
     assert " ".join(way_out("out_of_memory").split()) in " ".join(out.split())
     assert "failed torch/vgg16/mnist" in out
     assert "out_of_memory: CUDA out of memory. Tried to allocate 999" in out  # one line

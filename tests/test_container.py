@@ -27,7 +27,7 @@ def _skip(reason):
 def images():
     """{framework: manifest} of the CI images, built (or reused) as a job would."""
     from orchestrator.images import ImageStore, Recipe
-    from orchestrator.runtime import EnvironmentNotReady
+    from orchestrator.venv_runtime import EnvironmentNotReady
 
     if shutil.which("ch-run") is None:
         _skip("no ch-run (Debian's charliecloud)")
@@ -192,7 +192,7 @@ def test_every_framework_trains_in_its_image(fw, tmp_path):
     framework's image built from its recipe (Caffe's compiles from source: 10-20 minutes) and its
     trainer run through the orchestrator in it. CI runs torch and CNTK only (above)."""
     from orchestrator.images import ImageStore, Recipe
-    from orchestrator.runtime import EnvironmentNotReady
+    from orchestrator.venv_runtime import EnvironmentNotReady
 
     if not os.environ.get("CONTAINER_ALL"):
         pytest.skip("the every-framework container suite runs with CONTAINER_ALL=1 (CI runs torch and CNTK)")

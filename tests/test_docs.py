@@ -7,7 +7,6 @@ resolves to a file (and, where it names one, to a heading of a Markdown file), a
 is linked from the README, so no page is orphaned.
 """
 import re
-from pathlib import Path
 
 import pytest
 

@@ -4,7 +4,6 @@ workers giving the batches in-process decoding gives, `orchestrator data generat
 input=pipeline slower than input=memory where decoding is expensive, and torch and TensorFlow
 running dataset=imagenet input=pipeline through the orchestrator into results.db."""
 import json
-import os
 
 import numpy as np
 import pytest

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from trainers.common import data
-from trainers.common.errors import DataError, Unsupported
+from trainers.common.errors import DataError
 
 
 def _idx_payload(path):

@@ -4,7 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.runtime import REPO, ApptainerRuntime, EnvironmentNotReady, VenvRuntime, make_runtime
+from orchestrator.runtime import ApptainerRuntime, make_runtime
+from orchestrator.venv_runtime import REPO, EnvironmentNotReady, VenvRuntime
 
 
 def test_venv_is_keyed_by_its_recipe(tmp_path):

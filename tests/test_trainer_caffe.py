@@ -8,7 +8,6 @@ orphan, how an abort's log is read, and the multi-GPU path (`caffe train --gpu=.
 its command line, generated files and log parsing: no CUDA build of Caffe exists here.
 """
 import json
-import os
 import subprocess
 
 import psutil

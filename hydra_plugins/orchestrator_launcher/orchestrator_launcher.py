@@ -46,7 +46,7 @@ class OrchestratorLauncher(Launcher):
         from orchestrator.cell import Cell, CellError
         from orchestrator.data import missing_files
         from orchestrator.expand import Expander
-        from orchestrator.launch import Options, refusal_settings, submit_sweep
+        from orchestrator.launch import Options, check_request, refusal_settings, submit_sweep
 
         assert self.config is not None and self.hydra_context is not None
         cells, refused, options, seen = [], [], None, set()
@@ -64,7 +64,7 @@ class OrchestratorLauncher(Launcher):
                     cell = Cell.from_plain(expanded.plain, overrides)  # its choices: checked by the expander
                     if options is None:
                         options = Options.from_config(cell.config)
-                    safety.check_request(options.backend, cell.config, cell.label)
+                    check_request(options.backend, cell.config, cell.label)
                     missing = missing_files(cell.config["dataset"])
                     if missing and options.dry_run:  # placed, but a submission would refuse it now
                         unready.append((" ".join(overrides), f"{cell.where}: {missing}"))

@@ -7,6 +7,7 @@ cancels jobs. The rest of the orchestrator never branches on the scheduler: it a
 """
 from __future__ import annotations
 
+import importlib
 from typing import Any, Mapping
 
 from orchestrator.backends.base import Backend, SchedulerUnavailable, Seen
@@ -35,8 +36,6 @@ def backend_for(cluster: Mapping[str, Any]) -> Backend:
 
 
 def backend_class(name: str) -> type[Backend]:
-    import importlib
-
     if name not in BACKENDS:
         raise UnknownBackend(f"cluster.executor={name!r} is not one of {', '.join(BACKENDS)}")
     module, _, cls = BACKENDS[name].partition(":")

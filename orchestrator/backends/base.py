@@ -62,8 +62,8 @@ class Backend:
         """What a cell (its resolved config) asks of the scheduler: submitit parameters."""
         return {}
 
-    def refuse(self, params: dict[str, Any]) -> Optional[str]:
-        """Why the scheduler can never place this request (`resources`' output), or None.
+    def refuse(self, config: dict[str, Any]) -> Optional[str]:
+        """Why the scheduler can never place the request of a cell (its resolved config), or None.
 
         Asked before a submission, so that a request no node holds is refused with its reason
         instead of waiting in a queue forever. Raises SchedulerUnavailable when the scheduler

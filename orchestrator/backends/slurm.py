@@ -1,10 +1,10 @@
 """The Slurm backend: submitit's Slurm executor, job arrays per resource signature, and
 `sacct`/`squeue` read by pure parsers.
 
-A cell's hardware and `gpus` become `--partition`, typed GPUs (`--gres=gpu:<type>:<n>` or
-`--gpus-per-node=<type>:<n>`, `cluster.gpu_request`), `--cpus-per-task`, `--mem`, `--time`
-and `--exclusive` (`cluster.exclusive`); account, QoS, constraint and any other sbatch option
-come from the cluster config. Cells with the same request go out as one job array.
+A cell's hardware and `gpus` become one structured request, and its submitit parameters
+(`--partition`, typed GPUs, `--cpus-per-task`, `--mem`, `--time`, `--exclusive`, the cluster's
+own sbatch options) are derived from that (backends/sbatch.py, which also holds the policy on
+sbatch options from configuration). Cells with the same request go out as one job array.
 
 Following jobs: one `sacct -X` call per poll for every open job (accounting keeps ended jobs),
 and one `squeue -r` call, the authority on what still waits or runs (it carries the pending
@@ -33,11 +33,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Optional
 
+from orchestrator.backends import sbatch
 from orchestrator.backends.base import Backend, SchedulerUnavailable, Seen
 from orchestrator.backends.slurm_cluster import (DEFAULT_MAX_ARRAY_SIZE, Cluster, Request, cluster_from,
-                                                 doubtful, hopeless, refusal, request_from_params,
-                                                 request_from_squeue, request_from_tres)
-from orchestrator.safety import sbatch_request
+                                                 doubtful, hopeless, refusal, request_from_squeue,
+                                                 request_from_tres)
+from orchestrator.backends.slurm_executor import executor_class
+from orchestrator.backends.slurm_task import bundle_path
 from trainers.common import failure_classes as fc
 
 #: How long one sacct/squeue call may take before the scheduler counts as not answering.
@@ -72,9 +74,6 @@ UNPLACEABLE = "UNPLACEABLE"
 UNPLACEABLE_AFTER_MIN = 10.0
 #: How long the cluster's facts read for `status` stay fresh (nodes come back from drain).
 FACTS_MAX_AGE_S = 60.0
-#: submitit asks Slurm for USR2 this long before the time limit (`--signal=USR2@N`); its own
-#: default (90 s) is longer than a 1-minute limit, so it is a fraction of the limit instead.
-SIGNAL_DELAY_MAX_S, SIGNAL_DELAY_MIN_S, SIGNAL_DELAY_FRACTION = 90, 5, 0.1
 
 
 @dataclass(frozen=True)
@@ -311,63 +310,6 @@ def run_command(argv: list[str], timeout: float = COMMAND_TIMEOUT_S) -> str:
     return done.stdout
 
 
-def _executor_class() -> type:
-    """submitit's SlurmExecutor that writes an array's task pickles as one bundle before sbatch
-    and nothing after (see slurm_task.py): every submission is an array, and its batch script
-    runs `orchestrator.backends.slurm_task` first, which takes the task's pickle out."""
-    import shlex
-    import uuid
-
-    import submitit
-    from submitit.core import utils
-    from submitit.slurm.slurm import SlurmJob
-
-    from orchestrator.backends.slurm_task import bundle_path, write_bundle
-
-    class OrchestratorSlurmExecutor(submitit.SlurmExecutor):
-        def _internal_process_submissions(self, delayed_submissions: list) -> list:
-            folder = utils.JobPaths.get_first_id_independent_folder(self.folder)
-            folder.mkdir(parents=True, exist_ok=True)
-            name = self.parameters.get("job_name") or f"orch-{uuid.uuid4().hex[:8]}"
-            for delayed in delayed_submissions:
-                delayed.set_timeout(self.parameters.get("time", 5), self.max_num_timeout)
-            write_bundle(bundle_path(folder, name), [_pickled(d) for d in delayed_submissions])
-            array = OrchestratorSlurmExecutor(self.folder, self.max_num_timeout, python=self.python)
-            array.update_parameters(**{**self.parameters, "job_name": name})
-            array.parameters["map_count"] = len(delayed_submissions)
-            self._throttle()
-            first = array._submit_command(self._submitit_command_str)
-            return [SlurmJob(folder=self.folder, job_id=f"{first.job_id}_{index}", tasks=list(range(first.num_tasks)))
-                    for index in range(len(delayed_submissions))]
-
-        @property
-        def _submitit_command_str(self) -> str:
-            return " ".join([self.python, "-u -m orchestrator.backends.slurm_task", shlex.quote(str(self.folder))])
-
-    return OrchestratorSlurmExecutor
-
-
-def _pickled(delayed: Any) -> bytes:
-    """A task's pickle, as submitit's `DelayedSubmission.dump` makes it, with the standard pickler
-    (several times faster than cloudpickle on a job's spec); cloudpickle only for what the
-    standard one cannot name (a function made at run time)."""
-    import pickle
-
-    try:
-        return pickle.dumps(delayed, protocol=pickle.HIGHEST_PROTOCOL)
-    except (pickle.PicklingError, AttributeError, TypeError):
-        import cloudpickle
-
-        return cloudpickle.dumps(delayed, protocol=pickle.HIGHEST_PROTOCOL)
-
-
-def signal_delay_s(time_min: int) -> int:
-    """Seconds before the time limit that Slurm sends submitit's USR2: a tenth of the limit,
-    at least SIGNAL_DELAY_MIN_S and at most submitit's own 90 s. (slurmctld checks limits about
-    every 30 s, so the signal may still come up to ~30 s earlier than asked.)"""
-    return int(max(SIGNAL_DELAY_MIN_S, min(SIGNAL_DELAY_MAX_S, SIGNAL_DELAY_FRACTION * 60 * time_min)))
-
-
 class SlurmBackend(Backend):
     name = "slurm"
 
@@ -413,10 +355,10 @@ class SlurmBackend(Backend):
             raise SchedulerUnavailable(self._facts[1])
         return self._facts[1]
 
-    def refuse(self, params: dict[str, Any]) -> Optional[str]:
+    def refuse(self, config: dict[str, Any]) -> Optional[str]:
         if not self.cluster.get("check_requests", True):
             return None
-        why = refusal(request_from_params(params), self.facts())
+        why = refusal(self.request(config), self.facts())
         if why is None:
             return None
         return (f"{why}; fit it to the cluster (hardware.cpus, hardware.mem_gb, gpus, hardware.time_min, "
@@ -437,41 +379,15 @@ class SlurmBackend(Backend):
                                "node (or load its module), or use cluster=local")
         # max_num_timeout=0: a cell that runs out of time is a result (class timeout), not
         # something to requeue behind the user's back.
-        return _executor_class()(folder=folder, max_num_timeout=0, python=self.cluster.get("python") or None)
+        return executor_class()(folder=folder, max_num_timeout=0, python=self.cluster.get("python") or None)
+
+    def request(self, config: dict[str, Any]) -> Request:
+        """What a cell asks of one node (sbatch.request): its submitit parameters and the
+        placement check are both derived from it."""
+        return sbatch.request(config, self.cluster)
 
     def resources(self, config: dict[str, Any]) -> dict[str, Any]:
-        cluster = self.cluster
-        hardware, gpus = config["hardware"], int(config["gpus"])
-        params: dict[str, Any] = {"nodes": 1, "ntasks_per_node": 1,
-                                  "time": int(hardware.get("time_min") or cluster.get("time_min") or 60)}
-        if hardware.get("partition"):
-            params["partition"] = hardware["partition"]
-        if hardware.get("cpus"):
-            params["cpus_per_task"] = int(hardware["cpus"])
-        if hardware.get("mem_gb"):
-            params["mem"] = f"{int(hardware['mem_gb'])}G"
-        if gpus:
-            typed = f"{hardware['gpu_type']}:{gpus}" if hardware.get("gpu_type") else str(gpus)
-            how = cluster.get("gpu_request", "gres")
-            if how == "gres":
-                params["gres"] = f"gpu:{typed}"
-            elif how == "gpus_per_node":
-                params["gpus_per_node"] = typed
-            else:
-                raise ValueError(f"cluster.gpu_request={how!r} is not one of gres, gpus_per_node")
-        if cluster.get("exclusive", True):
-            params["exclusive"] = True
-        for key in ("account", "qos", "constraint"):
-            if cluster.get(key):
-                params[key] = cluster[key]
-        extra = dict(cluster.get("sbatch") or {})
-        if extra:
-            params["additional_parameters"] = extra
-        if cluster.get("setup"):
-            params["setup"] = list(cluster["setup"])
-        params["array_parallelism"] = int(cluster.get("array_parallelism") or 16)
-        params["signal_delay_s"] = signal_delay_s(params["time"])
-        return sbatch_request(params)  # nothing from configuration breaks out of its #SBATCH line
+        return sbatch.submitit_params(self.request(config), self.cluster)
 
     def submit(self, executor: Any, fn: Any, specs: list[Any], params: dict[str, Any], name: str) -> list[str]:
         return super().submit(executor, fn, specs, {"job_name": name, **params}, name)
@@ -531,11 +447,9 @@ class SlurmBackend(Backend):
         return found
 
     def task_job_id(self, found: str, index: int) -> str:
-        return f"{found}_{index}"  # every submission is an array (see _executor_class)
+        return f"{found}_{index}"  # every submission is an array (see slurm_executor.py)
 
     def abandon(self, name: str, folder: Path) -> None:
-        from orchestrator.backends.slurm_task import bundle_path
-
         bundle_path(folder, name).unlink(missing_ok=True)
 
     def cancel(self, job_ids: Iterable[str]) -> None:

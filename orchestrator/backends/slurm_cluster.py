@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Optional
 
 #: Slurm's own default MaxArraySize: an array holds task indices 0 .. MaxArraySize - 1.
 DEFAULT_MAX_ARRAY_SIZE = 1001
@@ -229,26 +229,6 @@ def _gpu_spec(spec: str) -> tuple[Optional[str], int]:
     if count is None:
         return parts[-1], 1
     return (parts[-2] if len(parts) > 1 else None), count
-
-
-def request_from_params(params: dict[str, Any]) -> Request:
-    """The request of submitit SlurmExecutor parameters (what SlurmBackend.resources makes)."""
-    gpu_type, gpus, flag = None, 0, ""
-    for item in str(params.get("gres") or "").split(","):
-        if item.startswith("gpu"):
-            gpu_type, gpus = _gpu_spec(item[len("gpu"):])
-            flag = f"--gres={params['gres']}"
-    if params.get("gpus_per_node"):
-        gpu_type, gpus = _gpu_spec(str(params["gpus_per_node"]))
-        flag = f"--gpus-per-node={params['gpus_per_node']}"
-    cpus = params.get("cpus_per_task")
-    tasks = int(params.get("ntasks_per_node") or 1)
-    return Request(partition=params.get("partition") or None,
-                   cpus=int(cpus) * tasks if cpus else None,
-                   mem_mb=parse_mb(str(params["mem"])) if params.get("mem") else None,
-                   gpus=gpus, gpu_type=gpu_type,
-                   time_min=parse_minutes(str(params["time"])) if params.get("time") else None,
-                   gpu_flag=flag)
 
 
 def request_from_tres(partition: str, tres: str, time_limit: str) -> Request:

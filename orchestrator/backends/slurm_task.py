@@ -3,7 +3,7 @@
 submitit writes one pickle per task and renames them all once sbatch has returned; a submitter
 killed in between leaves tasks that wait 60 s and fail, and on a shared file system one file per
 task is what a large array costs (a 5,000-task array: 5,000 file creations before sbatch, 5,000
-renames after). Our executor (`slurm.OrchestratorSlurmExecutor`) writes the tasks' pickles as
+renames after). Our executor (`slurm_executor.executor_class`) writes the tasks' pickles as
 *one bundle per array*, `<job name>.tasks`, complete before sbatch is called, and nothing after;
 each task copies its own entry out to the `<job>_<task>_submitted.pkl` submitit's job code
 loads (atomically, so a requeued task finds it there, whole).
@@ -78,6 +78,7 @@ def take(bundle: Path, index: int, target: Path) -> bool:
 
 
 def main(folder: str) -> int:
+    # lazy: slurm.py imports this module's bundle functions on status's path; submitit only on the node
     from submitit.core import job_environment
     from submitit.core.submission import process_job
 

@@ -4,22 +4,22 @@ Nobody runs `alembic` by hand and no alembic.ini exists: `open_db` reads the rev
 database records (Alembic's `alembic_version` table) and, when it is not `rows.SCHEMA_VERSION`,
 calls `upgrade` on a connection that holds the database's write lock; Alembic then applies the
 revisions in versions/ (env.py is its environment). A new, empty database skips them: open_db
-makes it from db.py's tables and stamps the head (Alembic's recipe for a fresh database), which
+makes it from schema.py's tables and stamps the head (Alembic's recipe for a fresh database), which
 test_db checks against what these revisions build. A database made before migrations existed
 has tables but no version: the baseline revision (0001) brings it to the layout of the last
 release without migrations and keeps its rows.
 
 Views hold no data, so revisions leave them alone: every upgrade drops them first (a table
-rebuilt under a view would break it) and creates them from db.py's definitions last. A change
+rebuilt under a view would break it) and creates them from schema.py's definitions last. A change
 to a view's definition is still a revision (its `upgrade` may do nothing), so that databases
 at the old head get their views rebuilt; its `views_sha256` is the views' fingerprint
-(`views_sha256()`), which test_db compares with the definitions in db.py.
+(`views_sha256()`), which test_db compares with the definitions in schema.py.
 
 Adding a revision: copy the newest file in versions/, give it the next `revision` id and the
 previous head as `down_revision`, write `upgrade()` with `alembic.op` (on SQLite anything beyond
 adding a column needs `op.batch_alter_table`), set `views_sha256`, and make `rows.SCHEMA_VERSION`
 the new id. A test upgrades a database made by an old release (tests/data/) and compares the
-result with db.py's tables.
+result with schema.py's tables.
 """
 from __future__ import annotations
 
@@ -30,12 +30,14 @@ from typing import Any, Optional
 from sqlalchemy.dialects import sqlite
 from sqlalchemy.engine import Connection
 
+from orchestrator import schema
+
 HERE = Path(__file__).parent
 
 
 def config(connection: Optional[Connection] = None) -> Any:
     """Alembic's configuration, made in code: the scripts here, and the connection to use."""
-    from alembic.config import Config
+    from alembic.config import Config  # lazy: Alembic (~0.3 s) only when a database needs upgrading
 
     cfg = Config()
     cfg.set_main_option("script_location", str(HERE))
@@ -45,20 +47,19 @@ def config(connection: Optional[Connection] = None) -> Any:
 
 def script() -> Any:
     """The revisions (Alembic's ScriptDirectory)."""
-    from alembic.script import ScriptDirectory
+    from alembic.script import ScriptDirectory  # lazy: Alembic (~0.3 s) only when a database needs upgrading
 
     return ScriptDirectory.from_config(config())
 
 
 def upgrade(connection: Connection) -> Optional[str]:
     """Brings the database on `connection` to the head revision, within the caller's transaction;
-    returns the revision it found (None: none recorded). Raises db.SchemaError for a revision
+    returns the revision it found (None: none recorded). Raises schema.SchemaError for a revision
     these scripts do not know."""
+    # lazy: Alembic (~0.3 s) only when a database needs upgrading
     from alembic import command
     from alembic.runtime.migration import MigrationContext
     from alembic.util import CommandError
-
-    from orchestrator import db
 
     before = MigrationContext.configure(connection).get_current_revision()
     scripts = script()
@@ -68,7 +69,7 @@ def upgrade(connection: Connection) -> Optional[str]:
         try:
             scripts.get_revision(before)
         except CommandError:
-            raise db.SchemaError(
+            raise schema.SchemaError(
                 f"the database is at schema revision {before}, which this orchestrator does not know "
                 f"(its newest is {scripts.get_current_head()}): a newer orchestrator wrote it; "
                 f"upgrade this one, or point --db / ORCHESTRATOR_DB at another database") from None
@@ -78,7 +79,5 @@ def upgrade(connection: Connection) -> Optional[str]:
 
 def views_sha256() -> str:
     """A fingerprint of the views' definitions (their SQL as SQLite reads it)."""
-    from orchestrator import db
-
-    sql = "\n".join(db.view_sql(name, sqlite.dialect()) for name in db.VIEWS)
+    sql = "\n".join(schema.view_sql(name, sqlite.dialect()) for name in schema.VIEWS)
     return hashlib.sha256(sql.encode()).hexdigest()[:16]

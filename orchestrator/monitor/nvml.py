@@ -68,7 +68,7 @@ class GpuSampler:
             raise SamplerUnavailable(f"no GPU monitor: the cell asks for no GPU (gpus={self.gpus})")
         if self._nvml is None:
             try:
-                import pynvml
+                import pynvml  # optional: NVIDIA's bindings only where GPUs are sampled
             except ImportError as exc:
                 raise SamplerUnavailable(f"no GPU monitor: nvidia-ml-py (pynvml) is not installed ({exc})") from None
             self._nvml = pynvml

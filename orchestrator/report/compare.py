@@ -21,12 +21,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
 from orchestrator import db
-from orchestrator.metric_registry import MetricDef
+from orchestrator.metric_registry import BY_NAME, MetricDef
 from orchestrator.report.labels import hardware_label
-from orchestrator.report.tables import OK, Entry
+from orchestrator.report.tables import OK, PARAMS, CsvError, Entry, read_csv
 
 #: A median's standard error is this × σ / √n (normal data).
 MEDIAN_SE = 1.2533
@@ -143,9 +144,6 @@ class Side:
 
 def metric_def(name: str) -> MetricDef:
     """The metric a comparison is about: metric_registry's (or the parameter count), with a direction."""
-    from orchestrator.metric_registry import BY_NAME
-    from orchestrator.report.tables import PARAMS
-
     metric = PARAMS if name == "params" else BY_NAME.get(name)
     if metric is None:
         raise UsageError(f"--metric {name}: no such metric; use one of {', '.join(BY_NAME)}")
@@ -159,10 +157,6 @@ def metric_def(name: str) -> MetricDef:
 def load_side(spec: str, metric: Optional[str], from_sweep: Callable[[str, str], tuple[str, list[Entry]]]) -> Side:
     """A side named on the command line: a CSV in the report's table format, a report's directory
     (its tables/<metric>.csv), or a sweep (id, prefix or 'latest'; `from_sweep(spec, metric)` reads it)."""
-    from pathlib import Path
-
-    from orchestrator.report.tables import CsvError, read_csv
-
     path = Path(spec)
     if path.is_dir():
         path = path / "tables" / f"{metric or 'images_per_sec'}.csv"
@@ -184,6 +178,7 @@ def load_side(spec: str, metric: Optional[str], from_sweep: Callable[[str, str],
 
 def print_comparison(c: Comparison, base: Side, new: Side, out: Any) -> None:
     """The matched cells with both medians, the ratio and the verdict; then what did not match."""
+    # lazy: rich's tables only when a comparison is printed (cli imports this module)
     from rich import box
     from rich.table import Table
     from rich.text import Text

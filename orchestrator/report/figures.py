@@ -47,7 +47,7 @@ class Written:
 
 
 def _figure(width: float, height: float, ncols: int = 1) -> tuple[Any, list[Any]]:
-    from matplotlib.figure import Figure
+    from matplotlib.figure import Figure  # lazy: matplotlib (~0.3 s) only in the processes that draw
 
     fig = Figure(figsize=(width, height), layout="constrained")
     axes = fig.subplots(1, ncols, squeeze=False)[0]
@@ -89,7 +89,7 @@ def _save(fig: Any, out: Path, name: str, caption: str) -> Written:
 
 
 def _colours(n: int) -> list[Any]:
-    from matplotlib import colormaps
+    from matplotlib import colormaps  # lazy: matplotlib (~0.3 s) only in the processes that draw
 
     cmap = colormaps["tab10" if n <= 10 else "tab20"]
     return [cmap(i % cmap.N) for i in range(n)]
@@ -117,7 +117,7 @@ def _key_legend(fig: Any, colours: dict[str, Any], colour_title: str, markers: d
                 extra: Sequence[tuple[Any, str]] = (), columns: int = 6) -> None:
     """One legend below the figure that explains colours, markers and line styles, however many
     lines or points the figure has."""
-    from matplotlib.lines import Line2D
+    from matplotlib.lines import Line2D  # lazy: matplotlib (~0.3 s) only in the processes that draw
 
     handles = [Line2D([], [], color=c, marker="s", linestyle="") for c in colours.values()]
     labels = [f"{colour_title}: {name}" for name in colours]
@@ -134,7 +134,7 @@ def throughput_bars(table: Table, dataset: str, model: str, out: Path) -> Writte
     """One dataset × network: frameworks (and other row settings) on the axis, a bar per hardware
     configuration; where no cell of it has a number, why not (an axis of n/a marks says nothing
     the tables do not)."""
-    from matplotlib.patches import Patch
+    from matplotlib.patches import Patch  # lazy: matplotlib (~0.3 s) only in the processes that draw
 
     rows = [r for r in table.rows if (str(r[ROW_SETTINGS.index("dataset")]), str(r[ROW_SETTINGS.index("model")]))
             == (dataset, model)]
@@ -198,6 +198,7 @@ def throughput_bars(table: Table, dataset: str, model: str, out: Path) -> Writte
 
 def _log(ax: Any, which: str = "y") -> None:
     """A log axis labelled 1, 10, 100, 1,000 ... or 0.01, 0.1 (plain numbers: no mathtext to typeset)."""
+    # lazy: matplotlib (~0.3 s) only in the processes that draw
     from matplotlib.ticker import FuncFormatter, NullFormatter
 
     axis = ax.yaxis if which == "y" else ax.xaxis
@@ -229,6 +230,7 @@ def gpu_scaling(series: Sequence[scaling.Series], out: Path) -> Written | str:
     ideal dotted."""
     if not series:
         return NOT_DRAWN["gpu_scaling"]
+    # lazy: matplotlib (~0.3 s) only in the processes that draw
     from matplotlib.figure import Figure
     from matplotlib.lines import Line2D
 
@@ -303,7 +305,7 @@ def thread_scaling(series: Sequence[scaling.Series], out: Path) -> Written | str
         ax.axvline(cores, color="#b00", linestyle="--", linewidth=1)
         ax.annotate(f"{cores} physical cores", (cores, 1.0), xycoords=("data", "axes fraction"), xytext=(-3, -12),
                     textcoords="offset points", color="#b00", fontsize=8, ha="right")
-    from matplotlib.ticker import NullFormatter
+    from matplotlib.ticker import NullFormatter  # lazy: matplotlib (~0.3 s) only in the processes that draw
 
     ax.set_xscale("log", base=2)
     ax.set_xticks(xs, [str(x) for x in xs])
@@ -315,7 +317,7 @@ def thread_scaling(series: Sequence[scaling.Series], out: Path) -> Written | str
     if few:
         ax.legend(fontsize=7, frameon=False, loc="upper left")
     else:
-        from matplotlib.lines import Line2D
+        from matplotlib.lines import Line2D  # lazy: matplotlib (~0.3 s) only in the processes that draw
 
         _key_legend(fig, colours, "framework", markers, "hardware", [(Line2D([], [], color="black", linestyle=":"),
                                                                       "ideal")])
@@ -336,7 +338,7 @@ def efficiency(speed: Table, energy: Table, out: Path) -> Written | str:
             points.setdefault(_case(e.settings), []).append((j, e.median, framework, speed.column_label(e.column)))
     if not points:
         return NOT_DRAWN["efficiency"]
-    from matplotlib.figure import Figure
+    from matplotlib.figure import Figure  # lazy: matplotlib (~0.3 s) only in the processes that draw
 
     cases = sorted(points, key=_case_order)
     ncols = min(3, len(cases))
@@ -369,7 +371,7 @@ def efficiency(speed: Table, energy: Table, out: Path) -> Written | str:
         ax.grid(alpha=0.3)
     for ax in axes[len(cases):]:
         ax.set_visible(False)
-    from matplotlib.lines import Line2D
+    from matplotlib.lines import Line2D  # lazy: matplotlib (~0.3 s) only in the processes that draw
 
     _key_legend(fig, colours, "hardware", markers, "framework", [
         (Line2D([], [], marker="o", markerfacecolor="none", markeredgecolor="black", linestyle="-", color="#555"),
@@ -399,7 +401,7 @@ NOT_DRAWN = {
 
 def _draw(job: tuple[str, tuple]) -> Written | str:
     """One figure, or why it is not drawn: `job` is (a drawing function's name here, its arguments)."""
-    from matplotlib import rc_context
+    from matplotlib import rc_context  # lazy: matplotlib (~0.3 s) only in the processes that draw
 
     name, args = job
     with rc_context(STYLE):

@@ -19,7 +19,6 @@ import os
 
 import numpy as np
 
-from trainers.common.errors import Unsupported
 from trainers.common.host import cpu_name
 from trainers.common.recipe import LEARNING_RATE, MOMENTUM
 from trainers.common.trainer import Trainer

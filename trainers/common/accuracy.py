@@ -21,14 +21,13 @@ import numpy as np
 from trainers.common import recipe
 from trainers.common.errors import Diverged, Unsupported
 from trainers.common.timing import timed
+from trainers.common.trainer import Trainer
 
 TOP5_ABOVE_CLASSES = 10
 
 
 def check_trainer(obj):
     """Refuse accuracy mode for a framework that does not implement its two hooks."""
-    from trainers.common.trainer import Trainer
-
     missing = [name for name in ("set_learning_rate", "predict")
                if getattr(type(obj), name) is getattr(Trainer, name)]
     if missing:

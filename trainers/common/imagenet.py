@@ -46,13 +46,16 @@ a framework's threads (OpenMP, TensorFlow's pools), which a forked child can dea
 """
 import collections
 import math
+import multiprocessing
 import os
 
 import numpy as np
 
-from trainers.common.data import mark_generated
 from trainers.common.errors import DataError, Unsupported
+from trainers.common.generated import mark_generated
+from trainers.common.host import available_cpus
 from trainers.common.inputs import to_float
+from trainers.common.recipe import epoch_order
 
 SIZE = 224          # the crop the networks take
 RESIZE = 256        # evaluation: the shorter side before the central crop
@@ -71,7 +74,7 @@ WAY_OUT = ("put the ILSVRC training images there as train/<wnid>/*.JPEG (and val
 
 def _pil():
     try:
-        from PIL import Image
+        from PIL import Image  # optional: Pillow only for ImageNet's JPEGs, in the trainer's own env
     except ImportError:
         raise Unsupported("ImageNet files are decoded with Pillow, which this environment lacks; "
                           "add pillow to the framework's containers/<framework>/requirements.txt "
@@ -309,8 +312,6 @@ def load_batch(task):
 
 def default_workers():
     """One worker per CPU this process may use (at least one)."""
-    from trainers.common.host import available_cpus
-
     return max(1, available_cpus())
 
 
@@ -318,8 +319,6 @@ def batch_plan(n, per_device_batch, seed, rank=0, world_size=1):
     """step -> (epoch, indices of this rank's batch): each epoch a permutation seeded by
     (seed, epoch) (recipe.epoch_order), cut into global batches, this rank's slice of each (the
     last incomplete global batch dropped; a split smaller than a batch wraps around)."""
-    from trainers.common.recipe import epoch_order
-
     global_batch = per_device_batch * world_size
     per_epoch = max(1, n // global_batch)
     cache = {}
@@ -350,8 +349,6 @@ class Loader(object):
         self._pending = collections.deque()
         self._pool = None
         if self.workers > 0:
-            import multiprocessing
-
             methods = multiprocessing.get_all_start_methods()
             context = multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
             self._pool = context.Pool(self.workers)

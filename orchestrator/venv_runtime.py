@@ -1,0 +1,173 @@
+"""The per-framework virtualenv runtime, and what every runtime shares: the recipes under
+containers/, the EnvironmentNotReady error, the cache directory.
+
+Frameworks' dependencies conflict, so a trainer never runs in the orchestrator's own
+interpreter: `containers/<framework>/env.yaml` names the interpreter, the pinned requirements,
+optional `post_install` scripts and `env` variables. `VenvRuntime` builds a virtualenv from it
+under the cache directory (keyed by the recipe's hash, behind a file lock); the container
+images are built from the same recipe (images.py reads it through VenvRuntime). This module is
+below images.py and apptainer.py, and runtime.py (which picks a runtime) is above them.
+"""
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Callable, Sequence
+
+import yaml
+
+from trainers.common import failure_classes
+
+REPO = Path(__file__).resolve().parent.parent
+CONTAINERS = REPO / "containers"
+
+
+class EnvironmentNotReady(RuntimeError):
+    """A trainer environment that cannot be made ready; the message says how to fix it.
+
+    `error_class` is the run's failure class: `env` for a recipe or installation that failed
+    (fixable here), `unsupported` where this machine cannot hold the framework at all (no
+    interpreter of the version it needs).
+    """
+
+    def __init__(self, message: str, error_class: str = failure_classes.ENV):
+        super().__init__(message)
+        self.error_class = error_class
+
+
+def default_cache() -> Path:
+    return Path(os.environ.get("ORCHESTRATOR_CACHE", Path.home() / ".cache" / "orchestrator"))
+
+
+def output_tail(output: str, lines: int = 15) -> str:
+    """The last lines of a failed build step's output: what a message shows of why it failed."""
+    return "\n".join(output.strip().splitlines()[-lines:])
+
+
+def _trainer_env(pythonpath: str) -> dict[str, str]:
+    return {"PYTHONPATH": pythonpath, "PYTHONUNBUFFERED": "1", "TF_CPP_MIN_LOG_LEVEL": "2",
+            "GLOG_minloglevel": "2"}
+
+
+class VenvRuntime:
+    """A per-framework virtualenv built from `containers/<framework>/env.yaml`."""
+
+    kind = "venv"
+
+    def __init__(self, framework: str, cache: Path | None = None, recipe_dir: Path | None = None,
+                 trainer: str | None = None):
+        self.framework = framework
+        self.trainer = trainer or f"trainers.{framework}"
+        self.recipe_dir = recipe_dir or CONTAINERS / framework
+        recipe_file = self.recipe_dir / "env.yaml"
+        if not recipe_file.is_file():
+            raise EnvironmentNotReady(
+                f"no venv recipe for framework {framework!r}: {recipe_file} is missing "
+                f"(frameworks with a recipe: {', '.join(available_recipes()) or 'none'})")
+        self.recipe = yaml.safe_load(recipe_file.read_text()) or {}
+        self.requirements = self.recipe_dir / self.recipe.get("requirements", "requirements.txt")
+        self.cache = Path(cache) if cache else default_cache()
+
+    @classmethod
+    def for_framework(cls, framework: str, cache: Path | None = None) -> "VenvRuntime":
+        return cls(framework, cache)
+
+    def interpreter(self) -> str:
+        """The first interpreter of the recipe's list that exists on this machine."""
+        candidates = self.recipe.get("python") or [sys.executable]
+        if isinstance(candidates, str):
+            candidates = [candidates]
+        for candidate in candidates:
+            found = shutil.which(os.path.expanduser(str(candidate)))
+            if found:
+                return found
+        raise EnvironmentNotReady(
+            f"{self.framework}: none of the interpreters {candidates} exists here; install one "
+            f"or list yours under `python:` in {self.recipe_dir / 'env.yaml'}", failure_classes.UNSUPPORTED)
+
+    @property
+    def env_dir(self) -> Path:
+        digest = hashlib.sha256()
+        digest.update((self.recipe_dir / "env.yaml").read_bytes())
+        digest.update(self.requirements.read_bytes())
+        for script in self.post_install:
+            digest.update(script.read_bytes())
+        return self.cache / "envs" / f"{self.framework}-{digest.hexdigest()[:12]}"
+
+    @property
+    def post_install(self) -> list[Path]:
+        """Scripts run after pip, in order, with ENV_DIR, PYTHON and RECIPE_DIR set."""
+        return [self.recipe_dir / name for name in self.recipe.get("post_install") or []]
+
+    def trainer_env(self, env_dir: str | None = None) -> dict[str, str]:
+        """The recipe's `env` for the trainer, `{env_dir}` replaced by the environment's path
+        (this venv's, or `env_dir`: where an image holds the same environment)."""
+        where = env_dir if env_dir is not None else str(self.env_dir)
+        return {key: str(value).replace("{env_dir}", where) for key, value in (self.recipe.get("env") or {}).items()}
+
+    @property
+    def python(self) -> Path:
+        return self.env_dir / "bin" / "python"
+
+    def is_ready(self) -> bool:
+        return (self.env_dir / ".ready").exists()
+
+    def ensure(self, log: Callable[[str], None] = print) -> Path:
+        """Creates the environment if it is not there yet; returns its interpreter."""
+        if self.is_ready():
+            return self.python
+        self.env_dir.parent.mkdir(parents=True, exist_ok=True)
+        with open(f"{self.env_dir}.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # another job may be creating it right now
+            if self.is_ready():
+                return self.python
+            self._create(log)
+        return self.python
+
+    def _create(self, log: Callable[[str], None]) -> None:
+        interpreter = self.interpreter()
+        if self.env_dir.exists():  # a creation that was interrupted
+            shutil.rmtree(self.env_dir)
+        log(f"[runtime] creating the {self.framework} environment in {self.env_dir} "
+            f"with {interpreter} (first use only; this can take minutes)")
+        steps = [
+            [interpreter, "-m", "venv", str(self.env_dir)],
+            [str(self.python), "-m", "pip", "install", "--progress-bar", "off",
+             "-r", str(self.requirements)],
+        ] + [["bash", str(script)] for script in self.post_install]
+        script_env = {**os.environ, "ENV_DIR": str(self.env_dir), "PYTHON": str(self.python),
+                      "RECIPE_DIR": str(self.recipe_dir)}
+        for argv in steps:
+            log(f"[runtime] {self.framework}: {' '.join(argv[-3:])}")
+            done = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                  env=script_env)
+            if done.returncode != 0:
+                tail = output_tail(done.stdout)
+                raise EnvironmentNotReady(
+                    f"{self.framework}: creating the environment failed at `{' '.join(argv)}` "
+                    f"(exit {done.returncode}):\n{tail}\nFix the recipe in {self.recipe_dir} "
+                    f"or the network/proxy, then run again; the partial environment is rebuilt.")
+        freeze = subprocess.run([str(self.python), "-m", "pip", "freeze"], capture_output=True, text=True)
+        (self.env_dir / "requirements.lock").write_text(freeze.stdout)
+        (self.env_dir / ".ready").write_text(self.identity() + "\n")
+        log(f"[runtime] {self.framework} environment ready")
+
+    def identity(self) -> str:
+        """A hash of the installed package list: which environment a measurement ran in."""
+        lock = self.env_dir / "requirements.lock"
+        text = lock.read_text() if lock.exists() else ""
+        return "venv:sha256:" + hashlib.sha256(text.encode()).hexdigest()[:16]
+
+    def command(self, args: Sequence[str], gpus: int = 0, binds: Sequence[str] = (),
+                run_dir: str | None = None) -> tuple[list[str], dict[str, str]]:
+        argv = [str(self.python), "-m", self.trainer, *args]
+        return argv, {**_trainer_env(str(REPO)), **self.trainer_env()}
+
+
+def available_recipes() -> list[str]:
+    return sorted(p.parent.name for p in CONTAINERS.glob("*/env.yaml"))

@@ -1,0 +1,183 @@
+"""The import graph, read from the source: no cycle among the orchestrator's modules (with the
+Hydra plugin) nor among the trainers', counting imports inside functions too; and every import
+inside a function (orchestrator/, trainers/common/) says on its line, or the line above, why it
+is not at the top of its module.
+
+A cycle is the sign of a shared thing living in the wrong module (data flows one way: config ->
+cell -> job -> result file -> collector -> DB -> report); an import hidden in a function to dodge
+one is still a cycle here.
+"""
+import ast
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+#: The packages whose modules may not import one another in a circle.
+PACKAGES = ("orchestrator", "hydra_plugins", "trainers")
+#: Where every function-level import carries its reason.
+REASONED = ("orchestrator", "trainers/common")
+
+
+def modules(root: Path = REPO) -> dict:
+    """{dotted module name: path} of every module of PACKAGES (a package by its __init__)."""
+    found = {}
+    for package in PACKAGES:
+        for path in sorted((root / package).rglob("*.py")):
+            parts = path.relative_to(root).with_suffix("").parts
+            if parts[-1] == "__init__":
+                parts = parts[:-1]
+            found[".".join(parts)] = path
+    return found
+
+
+def _owner(name: str, known: dict):
+    """The module `name` is or lies in (`orchestrator.db.Run` -> orchestrator.db), or None."""
+    while name and name not in known:
+        name = name.rpartition(".")[0]
+    return name or None
+
+
+def imports(name: str, path: Path, known: dict) -> set:
+    """The modules of `known` that module `name` imports, at any depth, relative imports resolved
+    and `from package import module` counted as the module."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            targets = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")[:len(package.split(".")) - (node.level - 1)]
+                base = ".".join(parts + ([base] if base else []))
+            targets = [_owner(f"{base}.{alias.name}", known) or base for alias in node.names]
+        else:
+            continue
+        out.update(t for t in (_owner(target, known) for target in targets) if t and t != name)
+    return out
+
+
+def graph(root: Path = REPO) -> dict:
+    known = modules(root)
+    return {name: imports(name, path, known) for name, path in known.items()}
+
+
+def cycles(edges: dict) -> list:
+    """Each strongly connected group of more than one module (Tarjan's algorithm, iterative),
+    as one cycle through it: [a, b, ..., a]."""
+    index, low, stack, on_stack, groups = {}, {}, [], set(), []
+    for start in sorted(edges):
+        if start in index:
+            continue
+        work = [(start, iter(sorted(edges[start])))]
+        index[start] = low[start] = len(index)
+        stack.append(start)
+        on_stack.add(start)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(edges.get(child, ())))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                group = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    group.append(member)
+                    if member == node:
+                        break
+                if len(group) > 1:
+                    groups.append(_path_through(set(group), edges))
+    return groups
+
+
+def _path_through(group: set, edges: dict) -> list:
+    """A cycle through the group's first module, by breadth-first search inside the group."""
+    first = min(group)
+    came_from, frontier = {first: None}, [first]
+    while frontier:
+        nxt = []
+        for node in frontier:
+            for child in sorted(edges[node] & group):
+                if child == first:
+                    path = [node]
+                    while came_from[path[-1]] is not None:
+                        path.append(came_from[path[-1]])
+                    return [first] + path[::-1][1:] + [first] if len(path) > 1 else [first, node, first]
+                if child not in came_from:
+                    came_from[child] = node
+                    nxt.append(child)
+        frontier = nxt
+    return sorted(group)
+
+
+def _explained(lines: list, number: int) -> bool:
+    """Whether the import on line `number` (1-based) carries a `#` comment, or the line above
+    does; a run of imports shares the comment of its first line or the line above the run."""
+    while True:
+        line = lines[number - 1].strip()
+        if "#" in line:
+            return True
+        above = lines[number - 2].strip() if number > 1 else ""
+        if above.startswith("#"):
+            return True
+        if not above.startswith(("import ", "from ")):
+            return False
+        number -= 1
+
+
+def unexplained_imports(root: Path = REPO) -> list:
+    """`path:line: import ...` of every import inside a function of REASONED that says nowhere
+    (`_explained`) why it is not at the top of its module."""
+    found = []
+    for folder in REASONED:
+        for path in sorted((root / folder).rglob("*.py")):
+            lines = path.read_text().splitlines()
+            for node in ast.walk(ast.parse("\n".join(lines), str(path))):
+                if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    continue
+                for inner in ast.walk(node):
+                    if isinstance(inner, (ast.Import, ast.ImportFrom)) and not _explained(lines, inner.lineno):
+                        found.append(f"{path.relative_to(root)}:{inner.lineno}: {lines[inner.lineno - 1].strip()}")
+    return sorted(set(found))
+
+
+def test_the_graph_sees_function_level_relative_and_from_package_imports(tmp_path):
+    pkg = tmp_path / "orchestrator"
+    (pkg / "sub").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "sub" / "__init__.py").write_text("")
+    (pkg / "a.py").write_text("from orchestrator.sub import b\n")
+    (pkg / "sub" / "b.py").write_text("def f():\n    from ..c import thing  # lazy: a test\n")
+    (pkg / "c.py").write_text("def g():\n    from orchestrator import a\n\n\ndef h():\n    # lazy: a test\n"
+                              "    import json\n    from orchestrator import sub\n")
+    for other in ("hydra_plugins", "trainers"):
+        (tmp_path / other).mkdir()
+    edges = graph(tmp_path)
+    assert edges["orchestrator.a"] == {"orchestrator.sub.b"}
+    assert edges["orchestrator.sub.b"] == {"orchestrator.c"}
+    assert edges["orchestrator.c"] == {"orchestrator.a", "orchestrator.sub"}
+    assert cycles(edges) == [["orchestrator.a", "orchestrator.sub.b", "orchestrator.c", "orchestrator.a"]]
+    assert unexplained_imports(tmp_path) == ["orchestrator/c.py:2: from orchestrator import a"]
+
+
+def test_no_import_cycle_among_the_orchestrators_or_the_trainers_modules():
+    found = cycles(graph())
+    assert not found, "import cycles (move what both need to the module both may import): " + "; ".join(
+        " -> ".join(cycle) for cycle in found)
+
+
+def test_every_import_inside_a_function_says_why_it_is_not_at_the_top():
+    missing = unexplained_imports()
+    assert not missing, (f"{len(missing)} imports inside functions without a reason (a `# lazy: ...` / "
+                         f"`# optional: ...` comment on the line or the line above, or move it to the top of "
+                         f"its module):\n" + "\n".join(missing))
