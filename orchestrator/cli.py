@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import sys
 from pathlib import Path
 from types import ModuleType
 from typing import Optional, Sequence
@@ -19,6 +20,7 @@ from typing import Optional, Sequence
 from .commands import COMMON_OPTIONS, NAMES, command_at
 from .commands.common import PROG, answer, default_runs
 from .commands.render import console
+from .rows import default_url
 
 
 def command(name: str) -> ModuleType:
@@ -65,8 +67,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Runs one subcommand; returns the exit status (0 ok, 1 a problem reported, 2 bad usage)."""
-    import sys
-
     argv = list(sys.argv[1:] if argv is None else argv)
     at = command_at(argv)
     if at is not None and argv[at] in NAMES:
@@ -77,8 +77,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         args = build_parser().parse_args(argv)
     except SystemExit as exc:  # --help, or a usage error argparse has already printed
         return exc.code if isinstance(exc.code, int) else 2
-    from .rows import default_url
-
     args.db = getattr(args, "db", None) or default_url()
     args.runs = getattr(args, "runs", None) or default_runs()
     return answer(lambda: command(args.command).run(args, console()), args.db)

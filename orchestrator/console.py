@@ -8,13 +8,22 @@ from typing import TYPE_CHECKING, Optional
 
 from rich import box
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+)
 from rich.table import Table
 
 from orchestrator import db, queries, runstate, tracking
-from orchestrator.setting_registry import ALWAYS, SETTINGS
+from orchestrator.commands import collect, results, status
+from orchestrator.commands.common import answer
+from orchestrator.commands.render import console as command_console
 from orchestrator.report.labels import hardware_label, hardware_order
 from orchestrator.rows import Rows
+from orchestrator.setting_registry import ALWAYS, SETTINGS
 
 if TYPE_CHECKING:
     from orchestrator.launch import Options, SubmitReport
@@ -182,10 +191,6 @@ def collect_and_show(db_url: str, runs: Path, sweep_id: str) -> None:
     """After a sweep's runs ended: their result files under `runs` collected, the sweep's results
     and where its runs stand, as `collect`, `results --sweep` and `status --sweep` print them
     (each problem said in one line, as those commands say it)."""
-    from orchestrator.commands import collect, results, status
-    from orchestrator.commands.common import answer
-    from orchestrator.commands.render import console as command_console
-
     out = command_console()
     answer(lambda: collect.collect(db_url, runs, out), db_url)
     answer(lambda: results.results(db_url, out, sweep_id), db_url)

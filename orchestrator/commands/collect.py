@@ -27,8 +27,11 @@ def run(args: argparse.Namespace, out: Console) -> int:
 def collect(url: str, runs: Path, out: Console, batch: Optional[int] = None) -> int:
     """Collects the result files under `runs` into the database at `url` (made if missing);
     exit status 1 where a file is broken."""
+    # lazy: SQLAlchemy (~0.3 s) only in the commands that need it: `status` and --help start without it
+    # lazy: SQLAlchemy (~0.3 s) only in the commands that need it: `status` and --help start without it
     from orchestrator import db
-    from orchestrator.collector import BATCH_SIZE, collect as collect_files
+    from orchestrator.collector import BATCH_SIZE
+    from orchestrator.collector import collect as collect_files
 
     if not runs.is_dir():
         raise CliError(f"no runs directory {runs} here; {LAUNCH_HINT} (or pass --runs DIR)")

@@ -3,13 +3,15 @@ is said (one line that says what to do, never a traceback)."""
 from __future__ import annotations
 
 import os
+import sqlite3
 import sys
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional
 
 from orchestrator import queries
-from orchestrator.rows import Rows
+from orchestrator.rows import Rows, connect, sqlite_file
 from orchestrator.safety import ConfigError
+from orchestrator.sqlite_sharing import damaged, damaged_way_out
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -54,12 +56,12 @@ def database_error(exc: Exception, url: str) -> Optional[str]:
     """What to say of a database error (None: it is not one). SQLAlchemy's and db's errors are
     looked for only where the command imported them (`status` on a current SQLite file reads it
     with sqlite3 alone: orchestrator.rows)."""
-    import sqlite3
-
     said = exc if isinstance(exc, sqlite3.Error) else None  # the driver's error, said as it is
     if "orchestrator.db" in sys.modules:
+        # lazy: SQLAlchemy (~0.3 s) only in the commands that need it: `status` and --help start without it
         from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 
+        # lazy: SQLAlchemy (~0.3 s) only in the commands that need it: `status` and --help start without it
         from orchestrator import db
 
         if isinstance(exc, db.NoDatabase):
@@ -72,9 +74,6 @@ def database_error(exc: Exception, url: str) -> Optional[str]:
             said = getattr(exc, "orig", None) or exc
     if said is None:
         return None
-    from orchestrator.rows import sqlite_file
-    from orchestrator.sqlite_sharing import damaged, damaged_way_out
-
     path = sqlite_file(url)
     if path is not None and damaged(str(said)):
         return damaged_way_out(path)
@@ -85,6 +84,8 @@ def shown(url: str) -> str:
     """A database URL fit to print: its password, if any, masked."""
     if "@" not in url:  # no password to mask (and no SQLAlchemy to import for `status`)
         return url
+    # lazy: SQLAlchemy (~0.3 s) only in the commands that need it: `status` and --help start without it
+    # lazy: SQLAlchemy (~0.3 s) only in the commands that need it: `status` and --help start without it
     from sqlalchemy.engine import make_url
     from sqlalchemy.exc import ArgumentError
 
@@ -100,13 +101,12 @@ def reading(url: str) -> Iterator[Rows]:
     through sqlite3 alone when it is a SQLite file at the current revision (`status` without
     SQLAlchemy's import), else through db.open_db, which upgrades an old one and explains a
     missing or unusable one (a read never creates a database)."""
-    from orchestrator.rows import connect
-
     direct = connect(url)
     if direct is not None:
         with direct:
             yield direct
         return
+    # lazy: SQLAlchemy (~0.3 s) only in the commands that need it: `status` and --help start without it
     from orchestrator import db
 
     with db.open_db(url, create=False)() as session:
@@ -116,6 +116,7 @@ def reading(url: str) -> Iterator[Rows]:
 def reconcile(rows: Rows, sweep_id: Optional[str], out: Console) -> None:
     """Brings open runs' states up to date (orchestrator.tracking); says which scheduler did not
     answer, in which case its runs keep their states."""
+    # lazy: SQLAlchemy (~0.3 s) only in the commands that need it: `status` and --help start without it
     from orchestrator import tracking
 
     for message in tracking.reconcile(rows, sweep_id).messages():
@@ -152,6 +153,7 @@ def noisy_cv(percent: Optional[float]) -> float:
         except ValueError:
             raise CliError(f"ORCHESTRATOR_NOISY_CV={os.environ['ORCHESTRATOR_NOISY_CV']!r} is not a number (percent)") from None
     if value is None:
+        # lazy: SQLAlchemy (~0.3 s) only in the commands that need it: `status` and --help start without it
         from orchestrator import db
 
         return db.NOISY_CV

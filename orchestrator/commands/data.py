@@ -37,6 +37,7 @@ def main(argv: list[str]) -> int:
               f"test images, 28x28, as MNIST IDX files")
         return 0
 
+    # lazy: numpy and the writers only when a dataset is written
     from trainers.common import data as files
 
     writers = {"mnist": files.write_mnist, "cifar10": files.write_cifar10}

@@ -13,6 +13,7 @@ HELP = "container images of the framework recipes (build, list, def): images --h
 def main(argv: Sequence[str]) -> int:
     """`orchestrator images build FW[,FW...]|all [--force]` / `orchestrator images list` /
     `orchestrator images def FW [--base cpu|cuda12|cuda11|cuda10] [-o FILE]`."""
+    # lazy: the image and environment machinery only for `orchestrator images`
     from orchestrator import images, runtime
 
     parser = argparse.ArgumentParser(prog="orchestrator images",
@@ -23,6 +24,7 @@ def main(argv: Sequence[str]) -> int:
     p.add_argument("frameworks", help="comma-separated frameworks, or all")
     p.add_argument("--force", action="store_true", help="build again even if an image of this recipe exists")
     sub.add_parser("list", help="the images of the current recipes: digest, size, build time")
+    # lazy: the image and environment machinery only for `orchestrator images`
     from orchestrator.apptainer import BASES
 
     p = sub.add_parser("def", help="print (or write) the Apptainer definition of a framework's recipe on a base "
@@ -36,6 +38,7 @@ def main(argv: Sequence[str]) -> int:
         args = parser.parse_args(list(argv))
     except SystemExit as exc:
         return exc.code if isinstance(exc.code, int) else 2
+    # lazy: the image and environment machinery only for `orchestrator images`
     from orchestrator.runtime import available_recipes
 
     names = available_recipes()
@@ -67,6 +70,7 @@ def main(argv: Sequence[str]) -> int:
 
 def _definition(args: argparse.Namespace, names: Sequence[str]) -> int:
     """`images def`: the recipe's Apptainer definition on a base, printed or written to -o."""
+    # lazy: the image and environment machinery only for `orchestrator images`
     from orchestrator.apptainer import DefinitionError, generate
 
     if args.framework not in names:

@@ -16,6 +16,7 @@ MESSAGE_WIDTH = 120
 
 def console() -> Console:
     """Rich output on stdout: the terminal's width there, else wide enough not to cut rows."""
+    # lazy: rich's tables and console only where something is drawn with them
     from rich.console import Console
 
     out = Console(highlight=False)

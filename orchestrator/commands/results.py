@@ -11,7 +11,13 @@ import argparse
 from typing import TYPE_CHECKING, Any, Mapping, Optional, Sequence
 
 from orchestrator import runstate, setting_registry
-from orchestrator.commands.common import CliError, add_noisy_cv, add_sweep, noisy_cv, pick_sweeps
+from orchestrator.commands.common import (
+    CliError,
+    add_noisy_cv,
+    add_sweep,
+    noisy_cv,
+    pick_sweeps,
+)
 from orchestrator.commands.render import chain, num, print_more, rate, write_csv
 from orchestrator.rows import Rows
 
@@ -67,8 +73,10 @@ def results(url: str, out: Console, sweep: Optional[str] = None, filters: Option
             threshold: Optional[float] = None) -> int:
     """The runs (`summary`: the cells) that match `filters` ({results column: values}) and `sweep`,
     the first `limit` (None: all) as a table, or as CSV streamed."""
+    # lazy: SQLAlchemy (~0.3 s) only in the commands that need it: `status` and --help start without it
     from sqlalchemy import func, select
 
+    # lazy: SQLAlchemy (~0.3 s) only in the commands that need it: `status` and --help start without it
     from orchestrator import db
 
     filters = dict(filters or {})
@@ -116,8 +124,10 @@ def results(url: str, out: Console, sweep: Optional[str] = None, filters: Option
 
 def _parse_where(items: list[str]) -> dict[str, list[Any]]:
     """`key=value` filters; the same key twice (or `key=a,b`) means either value."""
+    # lazy: SQLAlchemy (~0.3 s) only in the commands that need it: `status` and --help start without it
     from sqlalchemy import String
 
+    # lazy: SQLAlchemy (~0.3 s) only in the commands that need it: `status` and --help start without it
     from orchestrator import db
 
     where: dict[str, list[Any]] = {}
@@ -147,6 +157,8 @@ def _print_results(out: Console, shown: Sequence[Mapping[str, Any]], total: int,
 def _print_summary(cells: Sequence[Any], total: int, noisy: int, threshold: float, out: Console) -> None:
     """The first `cell_summary` rows db.summary_select gave for the filters and threshold, of
     `total`, `noisy` of them noisy."""
+    # lazy: rich's tables and console only where something is drawn with them
+    # lazy: rich's tables and console only where something is drawn with them
     from rich import box
     from rich.table import Table
     from rich.text import Text
@@ -174,6 +186,8 @@ def _print_summary(cells: Sequence[Any], total: int, noisy: int, threshold: floa
 
 def _results_table(rows: Sequence[Any], total: int, sweep: Optional[str]) -> Table:
     """The first rows of `total` runs (`sweep`: of the one sweep asked for)."""
+    # lazy: rich's tables and console only where something is drawn with them
+    # lazy: rich's tables and console only where something is drawn with them
     from rich import box
     from rich.table import Table
     from rich.text import Text

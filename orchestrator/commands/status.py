@@ -11,7 +11,14 @@ import argparse
 from typing import TYPE_CHECKING, Any, Optional
 
 from orchestrator import queries, runstate
-from orchestrator.commands.common import PROG, CliError, add_sweep, pick_sweeps, reading, reconcile
+from orchestrator.commands.common import (
+    PROG,
+    CliError,
+    add_sweep,
+    pick_sweeps,
+    reading,
+    reconcile,
+)
 from orchestrator.commands.render import one_line, when
 from orchestrator.rows import Rows
 from trainers.common import failure_classes
@@ -69,6 +76,7 @@ def status(url: str, out: Console, sweep: Optional[str] = None, failed: bool = F
 
 def _print_counts(rows: Rows, sweeps: list[Any], counts: list[Any], out: Console) -> None:
     """The table: per sweep, its cells and its runs by state (latest attempts), and earlier ones."""
+    # lazy: rich's tables and console only where something is drawn with them
     from rich.table import Table
 
     by_sweep: dict[str, dict[str, int]] = {}

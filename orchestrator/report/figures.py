@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 import multiprocessing
 import os
+import textwrap
 from collections import Counter
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
@@ -57,8 +58,7 @@ def _figure(width: float, height: float, ncols: int = 1) -> tuple[Any, list[Any]
 def _fit_titles(fig: Any) -> None:
     """Re-wraps every axes title that runs past the figure's right edge to the room it has, laid
     out again until all fit: a figure's width is chosen for its bars, not for its words."""
-    import textwrap
-
+    # lazy: matplotlib (~0.3 s) only in the processes that draw
     from matplotlib.text import Text
 
     for _ in range(4):  # each wrap lets the layout move things; it settles in one or two
