@@ -14,7 +14,7 @@ def main(argv: Sequence[str]) -> int:
     """`orchestrator images build FW[,FW...]|all [--force]` / `orchestrator images list` /
     `orchestrator images def FW [--base cpu|cuda12|cuda11|cuda10] [-o FILE]`."""
     # lazy: the image and environment machinery only for `orchestrator images`
-    from orchestrator import images, runtime
+    from orchestrator import images, venv_runtime
 
     parser = argparse.ArgumentParser(prog="orchestrator images",
                                      description="Container images built from containers/<framework>/ "
@@ -39,7 +39,7 @@ def main(argv: Sequence[str]) -> int:
     except SystemExit as exc:
         return exc.code if isinstance(exc.code, int) else 2
     # lazy: the image and environment machinery only for `orchestrator images`
-    from orchestrator.runtime import available_recipes
+    from orchestrator.venv_runtime import available_recipes
 
     names = available_recipes()
     if args.command == "def":
@@ -62,7 +62,7 @@ def main(argv: Sequence[str]) -> int:
         try:
             store.ensure(images.Recipe(fw), force=args.force)
             store.prune(images.Recipe(fw))
-        except runtime.EnvironmentNotReady as exc:
+        except venv_runtime.EnvironmentNotReady as exc:
             print(f"[images] {fw}: FAILED ({exc.error_class}): {exc}", file=sys.stderr)
             status = 1
     return status
