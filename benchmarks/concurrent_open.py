@@ -4,7 +4,7 @@ Each round makes a results file — new (absent), or a copy of a database of an 
 (tests/data/results-5f8e814.db, not in WAL mode, which every opener must switch and upgrade) —
 then forks N processes that wait at one barrier, and each opens it and writes one row of its own:
 - `--how connect`: what every connection of every command does first (sqlite3, then
-  rows.sqlite_pragmas: the journal mode, the busy timeout), then a row in a table of its own;
+  sql_adapters.sqlite_pragmas: the journal mode, the busy timeout), then a row in a table of its own;
 - `--how open_db`: the whole of db.open_db (the journal mode, then making or upgrading the
   schema, whichever it finds to do), then a sweep of its own.
 An open fails when a process raises or says nothing; afterwards the file must pass `PRAGMA
@@ -41,7 +41,7 @@ class Tally(NamedTuple):
 
 
 def _open_and_write(how: str, path: Path, name: str, barrier, queue) -> None:
-    from orchestrator import db, rows
+    from orchestrator import db, sql_adapters
 
     try:
         barrier.wait(timeout=60)
@@ -50,9 +50,9 @@ def _open_and_write(how: str, path: Path, name: str, barrier, queue) -> None:
             with factory.begin() as session:
                 session.add(db.Sweep(id=name, created_at=time.time(), argv=[], overrides=[], n_cells=0))
         else:
-            con = sqlite3.connect(path, timeout=rows.BUSY_TIMEOUT_S)
+            con = sqlite3.connect(path, timeout=sql_adapters.BUSY_TIMEOUT_S)
             try:
-                rows.sqlite_pragmas(con)
+                sql_adapters.sqlite_pragmas(con)
                 con.execute("CREATE TABLE IF NOT EXISTS probe (name TEXT)")
                 con.execute("INSERT INTO probe VALUES (?)", (name,))
                 con.commit()

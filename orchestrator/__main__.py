@@ -26,7 +26,7 @@ def main() -> int:
 
         return cli.main(sys.argv[1:])
     # lazy: each subcommand imports only what it runs (Hydra's app costs the others its start)
-    from orchestrator.app import main as hydra_main
+    from orchestrator.hydra_app import main as hydra_main
 
     hydra_main()
     return 0

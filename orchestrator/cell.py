@@ -17,8 +17,8 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from orchestrator import safety, setting_registry
-from orchestrator.safety import ConfigError
+from orchestrator import config_checks, setting_registry
+from orchestrator.config_checks import ConfigError
 
 #: The settings a cell holds, in the order they are shown (declared in setting_registry).
 SETTINGS = setting_registry.NAMES
@@ -96,9 +96,9 @@ def resolved_config(cfg: DictConfig) -> dict[str, Any]:
 
 def check_choices(choices: Any) -> None:
     """Each of Hydra's group choices names a file inside its group's folder of conf/."""
-    for group in safety.GROUPS:
+    for group in config_checks.GROUPS:
         if choices is not None and choices.get(group) is not None:
-            _refusing("", safety.choice, group, choices.get(group))
+            _refusing("", config_checks.choice, group, choices.get(group))
 
 
 def resolve_settings(cfg: dict[str, Any]) -> dict[str, Any]:
@@ -110,7 +110,7 @@ def resolve_settings(cfg: dict[str, Any]) -> dict[str, Any]:
     raw = setting_registry.read_settings(lambda path: lookup(cfg, path))
     shape = setting_registry.shape_of(raw)
     if shape not in DATASET_SHAPES:
-        _refusing(where, safety.one_of, "dataset.like", raw["like"], DATASET_SHAPES)
+        _refusing(where, config_checks.one_of, "dataset.like", raw["like"], DATASET_SHAPES)
     if raw["batch_size"] is None:
         raise CellError(f"{where}: model.batch_size.{shape}=None: model={raw['model']} has no default "
                         f"batch size for {shape}-shaped data; use batch_size=N")
@@ -139,15 +139,15 @@ def _checked(where: str, setting: setting_registry.SettingDef, value: Any) -> An
     if value is None and (setting.nullable or setting.hashed != setting_registry.ALWAYS):
         return None
     if setting.choices:
-        value = _refusing(where, safety.one_of, setting.name, value, setting.choices)
+        value = _refusing(where, config_checks.one_of, setting.name, value, setting.choices)
     elif setting.kind is int:
-        value = _refusing(where, safety.integer, setting.name, value, int(setting.minimum or 0),
+        value = _refusing(where, config_checks.integer, setting.name, value, int(setting.minimum or 0),
                           way_out=setting.way_out)
     elif setting.kind is float:
-        value = float(_refusing(where, safety.number, setting.name, value, setting.minimum or 0.0,
+        value = float(_refusing(where, config_checks.number, setting.name, value, setting.minimum or 0.0,
                                 setting.way_out))
     elif value is not None:
-        value = _refusing(where, safety.name, setting.name, value)
+        value = _refusing(where, config_checks.name, setting.name, value)
     return setting_registry.stored(setting.name, value)
 
 
@@ -198,34 +198,34 @@ def _check_groups(cfg: dict[str, Any]) -> None:
     """Each group a mapping with a plain `name`; a framework's `env` a recipe name and its
     `trainer` a module name: they become paths (containers/<env>/, <images>/<env>.sif) and an
     import."""
-    for group in safety.GROUPS:
+    for group in config_checks.GROUPS:
         node = cfg.get(group)
         if not isinstance(node, dict):
-            raise safety.refuse(group, node, "is not a config group's mapping",
-                                f"choose one of {', '.join(safety.available(group))} with {group}=NAME")
-        safety.name(f"{group}.name", node.get("name"),
+            raise config_checks.refuse(group, node, "is not a config group's mapping",
+                                f"choose one of {', '.join(config_checks.available(group))} with {group}=NAME")
+        config_checks.name(f"{group}.name", node.get("name"),
                     f"give conf/{group}/<name>.yaml a plain `name:` (letters, digits, _ . + -)")
     framework = cfg["framework"]
     if framework.get("env") is not None:
-        safety.name("framework.env", framework["env"], "name a recipe folder of containers/ (or an image "
+        config_checks.name("framework.env", framework["env"], "name a recipe folder of containers/ (or an image "
                     "<name>.sif), or leave framework.env out for the framework's name")
     if framework.get("trainer") is not None:
-        safety.module("framework.trainer", framework["trainer"])
+        config_checks.module("framework.trainer", framework["trainer"])
 
 
 def _check_hardware(hardware: dict[str, Any]) -> None:
     """The hardware keys that become the job's request (sbatch options, the time limit)."""
     for key, sep in (("partition", ","), ("gpu_type", None)):  # a partition may be a list: p100,v100
         if hardware.get(key) is not None:
-            safety.name(f"hardware.{key}", hardware[key], f"use the cluster's own {key.replace('_', ' ')} "
+            config_checks.name(f"hardware.{key}", hardware[key], f"use the cluster's own {key.replace('_', ' ')} "
                         f"name in conf/hardware/{hardware['name']}.yaml (or hardware.{key}=NAME)", sep=sep)
     for key, minimum in (("gpus_per_node", 0), ("cpus", 1), ("mem_gb", 1), ("time_min", 1)):
         if hardware.get(key) is not None:
-            safety.integer(f"hardware.{key}", hardware[key], minimum,
+            config_checks.integer(f"hardware.{key}", hardware[key], minimum,
                            way_out=f"use hardware.{key}=N with N >= {minimum} (or fix conf/hardware/"
                                    f"{hardware['name']}.yaml)")
     if hardware.get("gpu_capability") is not None:
-        safety.number("hardware.gpu_capability", hardware["gpu_capability"], 0.0,
+        config_checks.number("hardware.gpu_capability", hardware["gpu_capability"], 0.0,
                       "use the GPU's CUDA compute capability, e.g. hardware.gpu_capability=7.0")
 
 

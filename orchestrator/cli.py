@@ -20,7 +20,7 @@ from typing import Optional, Sequence
 from .commands import COMMON_OPTIONS, NAMES, command_at
 from .commands.common import PROG, answer, default_runs
 from .commands.render import console
-from .rows import default_url
+from .sql_adapters import default_url
 
 
 def command(name: str) -> ModuleType:

@@ -37,7 +37,7 @@ from sqlalchemy.sql import column, table
 
 from orchestrator import migrations, sqlite_lease, sqlite_sharing
 # the schema's revision and the connection settings, kept where status reads them without SQLAlchemy
-from orchestrator.rows import SCHEMA_VERSION, sqlite_pragmas
+from orchestrator.sql_adapters import SCHEMA_VERSION, sqlite_pragmas
 # the tables and views, declared in schema.py; named here too, where every reader of the database finds them
 from orchestrator.schema import (NOISY_CV, RESULTS_COLUMNS, SUMMARY_CELL, SUMMARY_COLUMNS, VIEWS, Base, Cell,
                                  Metric, Refusal, Run, SchemaError, Sweep, SweepCell, create_views, drop_views,

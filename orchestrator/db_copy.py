@@ -25,7 +25,7 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.exc import ArgumentError, DBAPIError
 
 from orchestrator import db
-from orchestrator.rows import SCHEMA_VERSION
+from orchestrator.sql_adapters import SCHEMA_VERSION
 
 #: Rows read and written per statement.
 CHUNK = 2000

@@ -47,7 +47,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 from omegaconf.errors import OmegaConfBaseException
 
 from orchestrator.cell import CellError, check_choices, resolved_config
-from orchestrator.safety import CONF
+from orchestrator.config_checks import CONF
 
 _PLAIN = (str, int, float, bool, type(None))
 #: `key=123`: a line whose value is a plain integer literal of Hydra's grammar (a seed, a batch
@@ -181,11 +181,7 @@ class Expander:
             match = _INT_LINE.fullmatch(line)
             if match and not match.group(1).startswith("hydra"):
                 # lazy: Hydra's parser and config loader only where a sweep is expanded
-                from hydra.core.override_parser.types import (
-                    Override,
-                    OverrideType,
-                    ValueType,
-                )
+                from hydra.core.override_parser.types import Override, OverrideType, ValueType
 
                 override = Override(type=OverrideType.CHANGE, key_or_group=match.group(1),
                                     value_type=ValueType.ELEMENT, _value=int(match.group(2)), package=None,
@@ -253,10 +249,7 @@ class Expander:
         """The cell as Hydra composes it: a copy of the composed config, the value overrides
         applied by Hydra (its errors raised as Hydra raises them), `hydra:` set for this cell."""
         # lazy: Hydra's parser and config loader only where a sweep is expanded
-        from hydra._internal.config_loader_impl import (
-            ConfigLoaderImpl,
-            get_overrides_dirname,
-        )
+        from hydra._internal.config_loader_impl import ConfigLoaderImpl, get_overrides_dirname
         from hydra.core.hydra_config import HydraConfig
 
         cfg = copy.deepcopy(composed.config)

@@ -1,19 +1,19 @@
 """The SQL text the commands ask of the database, each question written once.
 
-`status` answers in half a second over 100,000 runs only without SQLAlchemy's import (rows.py
-says why), so what it asks is SQL text with `:name` parameters, run through orchestrator.rows:
+`status` answers in half a second over 100,000 runs only without SQLAlchemy's import (sql_adapters.py
+says why), so what it asks is SQL text with `:name` parameters, run through orchestrator.sql_adapters:
 Python's sqlite3 on an up-to-date SQLite file, a SQLAlchemy session (`Rows.of(session)`)
 anywhere else. The commands that import SQLAlchemy anyway ask the same questions through the
 same functions, and db.py builds its ORM selects over the latest attempts from `LATEST` below,
 so the rule for which attempt counts is written here and nowhere else (test_cli checks).
 
-This module imports only the standard library and orchestrator.rows.
+This module imports only the standard library and orchestrator.sql_adapters.
 """
 from __future__ import annotations
 
 from typing import Any, Iterator, Optional, Sequence
 
-from .rows import Rows, in_list
+from .sql_adapters import Rows, in_list
 
 #: The latest attempt of each repeat of each cell: the runs whose `latest` flag db.mark_latest
 #: set (migration 0009), read from one index (ix_runs_current). An attempt is numbered per (cell,

@@ -22,7 +22,7 @@ from sqlalchemy.orm import Session, aliased
 
 from orchestrator import db, runstate
 from orchestrator.cell import Cell
-from orchestrator.launch import Options, SubmitReport, insert_runs, new_run, submit_runs
+from orchestrator.submit import Options, SubmitReport, insert_runs, new_run, submit_runs
 from trainers.common import failure_classes
 
 

@@ -30,7 +30,7 @@ from typing import Any, Optional
 from orchestrator import queries, runstate
 from orchestrator.backends import Backend, Seen, UnknownBackend, backend_class
 from orchestrator.resultfile import RESULT_NAME, BadResult, read_result
-from orchestrator.rows import Rows
+from orchestrator.sql_adapters import Rows
 from trainers.common import failure_classes as fc
 
 
@@ -206,7 +206,7 @@ def reconcile(rows: Rows, sweep_id: Optional[str] = None,
     """Brings every open, uncollected run up to date; commits. `backends` (name -> instance)
     lets a caller that polls repeatedly keep the count of polls in a row without an answer.
 
-    SQL text (orchestrator.queries) over `rows` (orchestrator.rows): `status` reconciles every open run each time it is
+    SQL text (orchestrator.queries) over `rows` (orchestrator.sql_adapters): `status` reconciles every open run each time it is
     typed, without importing SQLAlchemy. The open runs are read as rows and only what changed is
     written, one executemany per set of columns."""
     backends = {} if backends is None else backends

@@ -499,7 +499,7 @@ def launch(tmp_path, facts, fitting=3, too_big=2, db_url=None, **cluster):
     from sqlalchemy import select
 
     from orchestrator import db
-    from orchestrator.launch import Options, submit_sweep
+    from orchestrator.submit import Options, submit_sweep
 
     where = [f"paths.db='{db_url or f'sqlite:///{tmp_path}/results.db'}'", f"paths.runs={tmp_path}/runs"]
     cells = [cell("cluster=slurm", "hardware=p100", "hardware.cpus=1", "hardware.mem_gb=1", f"seed={i}", *where)
@@ -542,15 +542,15 @@ def test_a_retype_names_the_first_skipped_cells_counts_the_rest_and_keeps_no_con
     import sqlite3
     from types import SimpleNamespace
 
-    from orchestrator import console
+    from orchestrator import launcher_output
 
     first, _, _ = launch(tmp_path, REAL, fitting=12, too_big=0)
     again, report, runs = launch(tmp_path, REAL, fitting=12, too_big=0)
     assert [n for _, n in first.calls] == [12] and again.calls == [] and len(runs) == 12
     assert len(report.skipped) == 12 and all("in flight" in why for _, why in report.skipped)
-    console.print_submit_report(report, SimpleNamespace(cluster={"executor": "slurm"}, wait=False))
+    launcher_output.print_submit_report(report, SimpleNamespace(cluster={"executor": "slurm"}, wait=False))
     out = capsys.readouterr().out
-    assert sum(line.startswith("skipped ") for line in out.splitlines()) == console.SHOWN
+    assert sum(line.startswith("skipped ") for line in out.splitlines()) == launcher_output.SHOWN
     assert "... and 2 more skipped (12 in all: force=true runs them again; 12 in flight)" in out
     assert "0 cells submitted (0 runs) to slurm, 12 skipped" in out
     con = sqlite3.connect(tmp_path / "results.db")
@@ -566,7 +566,7 @@ def test_a_silent_scheduler_keeps_states_and_says_as_of_when(tmp_path, db_url, m
     import time as clock
 
     from orchestrator import db, tracking
-    from orchestrator.rows import Rows, connect
+    from orchestrator.sql_adapters import Rows, connect
 
     monkeypatch.setenv("PATH", str(tmp_path))
     monkeypatch.setenv("ORCHESTRATOR_LOST_GRACE_S", "0")

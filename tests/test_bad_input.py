@@ -7,12 +7,12 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 from submitit.slurm.slurm import _make_sbatch_string
 
-from orchestrator import safety
+from orchestrator import config_checks
 from orchestrator.backends import sbatch as sbatch_policy
 from orchestrator.backends.slurm import SlurmBackend
 from orchestrator.cell import Cell, CellError
-from orchestrator.launch import Options
-from orchestrator.safety import ConfigError
+from orchestrator.submit import Options
+from orchestrator.config_checks import ConfigError
 
 from helpers import REPO, run_cli
 
@@ -127,10 +127,10 @@ def test_a_partition_may_be_a_list():
 
 def test_run_directories_are_made_of_generated_ids_only(tmp_path):
     """What joins paths.runs: the sweep id (generated), the cell id (a hash), the repeat/attempt."""
-    from orchestrator.launch import new_sweep_id
+    from orchestrator.submit import new_sweep_id
 
     cell = Cell.from_config(composed("model=lenet"))
-    assert safety.NAME.fullmatch(new_sweep_id()) and len(cell.id) == 12 and int(cell.id, 16) >= 0
+    assert config_checks.NAME.fullmatch(new_sweep_id()) and len(cell.id) == 12 and int(cell.id, 16) >= 0
 
 
 # --- item 8: every bad value a clear message, nothing written ----------------------------------
@@ -233,8 +233,8 @@ def test_an_existing_database_passes_the_dry_runs_check_unchanged(db_url, other_
     url = db_url
     db.open_db(url)
     before = query(url, "select count(*) from sweeps")
-    safety.check_database(url)  # an orchestrator database: fine, and not touched
-    safety.check_database(other_db_url)  # none yet (no file; a server's database without tables): a launch makes it
+    config_checks.check_database(url)  # an orchestrator database: fine, and not touched
+    config_checks.check_database(other_db_url)  # none yet (no file; a server's database without tables): a launch makes it
     if is_sqlite(other_db_url):
         assert not sqlite_file(other_db_url).exists()
     else:
@@ -270,7 +270,7 @@ def test_a_dataset_without_files_is_refused_at_expansion_with_the_command_that_w
 def test_digits_are_written_on_first_use_once(tmp_path):
     """A sweep on dataset=digits writes scikit-learn's digits where they are missing, into a private
     folder renamed into place; a second finds them and writes nothing."""
-    from orchestrator.data import made_on_first_use
+    from orchestrator.dataset_files import made_on_first_use
     from trainers.common import data
 
     target = tmp_path / "data" / "digits"

@@ -372,7 +372,7 @@ def test_the_cli_imports_only_what_a_command_needs(env):
 def test_the_sqlite_file_status_reads_is_the_one_sqlalchemy_opens(tmp_path):
     """rows.sqlite_file (status's sqlite3 path) names the file db.sqlite_path names, or none where
     only SQLAlchemy can read the URL (options, escapes, other databases), never another file."""
-    from orchestrator.rows import sqlite_file
+    from orchestrator.sql_adapters import sqlite_file
 
     for url in ("sqlite:///results.db", f"sqlite:///{tmp_path}/r.db", "sqlite:///sub/dir/r.db",
                 "sqlite:///r.db?timeout=5", "sqlite:///r%20s.db", "sqlite://", "sqlite:///:memory:",

@@ -3,7 +3,7 @@ sqlite3 (status's path) and through a SQLAlchemy session, and the latest-attempt
 import re
 from pathlib import Path
 
-from orchestrator import db, queries, rows as rows_module
+from orchestrator import db, queries, sql_adapters as rows_module
 from orchestrator.collector import collect
 from db_urls import is_sqlite
 from result_factory import make_result, write_result

@@ -17,7 +17,7 @@ from result_factory import make_settings
 from orchestrator import db
 from orchestrator.cell import cell_id
 from trainers.common.failure_classes import way_out
-from orchestrator.report import compare, scaling, tables
+from orchestrator.report import compare, speedup, tables
 from orchestrator.report.build import write_report
 
 MB = 2**20
@@ -172,7 +172,7 @@ def test_scaling_speedups_from_cells_that_differ_only_in_gpus_or_threads(tmp_pat
         study.cell(ips(speed, speed), cores=2, threads=threads, hardware="cpu12")
     t = study.tables()
     speed = t["images_per_sec"]
-    gpu = scaling.gpu_scaling(speed.entries)
+    gpu = speedup.gpu_scaling(speed.entries)
     assert len(gpu) == 2
     strong = next(s for s in gpu if s.settings["scaling"] == "strong")
     assert [(p.x, round(p.speedup, 3), round(p.efficiency, 3)) for p in strong.points] == [
@@ -181,7 +181,7 @@ def test_scaling_speedups_from_cells_that_differ_only_in_gpus_or_threads(tmp_pat
     with study.factory() as session:
         from orchestrator.report import query
 
-        threads = scaling.thread_scaling(speed.entries, query.cores(session, ["s1"]))
+        threads = speedup.thread_scaling(speed.entries, query.cores(session, ["s1"]))
     assert len(threads) == 1 and threads[0].cores == 2
     assert [(p.x, round(p.speedup, 2), p.ideal) for p in threads[0].points] == [(1, 1.0, 1.0), (2, 1.9, 2.0), (4, 3.0, 4.0)]
 

@@ -125,7 +125,7 @@ def test_an_interrupted_submission_is_adopted_not_submitted_twice(slurm_workdir,
     from hydra import compose, initialize_config_dir
 
     from orchestrator.cell import Cell
-    from orchestrator.launch import Options, submit_sweep
+    from orchestrator.submit import Options, submit_sweep
 
     tmp, env = slurm_workdir
     for key in ("ORCHESTRATOR_DB", "ORCHESTRATOR_RUNS", "ORCHESTRATOR_DATA", "SLURM_CONF"):

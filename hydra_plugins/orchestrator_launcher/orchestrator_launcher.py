@@ -3,7 +3,7 @@
 hydra-submitit-launcher blocks until every job ends, which ties a user's login shell to a
 two-week sweep. This launcher resolves each of the sweeper's override lists into a cell,
 refuses the cells no hardware can hold (naming them and why), and hands the rest to
-`orchestrator.launch.submit_sweep`, which records everything in the DB and submits. With
+`orchestrator.submit.submit_sweep`, which records everything in the DB and submits. With
 `wait=true` it then follows the jobs with a progress bar and collects their results.
 
 Selected by the project's config (`override hydra/launcher: orchestrator`); Hydra finds it
@@ -42,11 +42,11 @@ class OrchestratorLauncher(Launcher):
         self.hydra_context = hydra_context
 
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
-        from orchestrator import console, safety
+        from orchestrator import launcher_output, config_checks
         from orchestrator.cell import Cell, CellError
-        from orchestrator.data import missing_files
+        from orchestrator.dataset_files import missing_files
         from orchestrator.expand import Expander
-        from orchestrator.launch import Options, check_request, refusal_settings, submit_sweep
+        from orchestrator.submit import Options, check_request, refusal_settings, submit_sweep
 
         assert self.config is not None and self.hydra_context is not None
         cells, refused, options, seen = [], [], None, set()
@@ -55,7 +55,7 @@ class OrchestratorLauncher(Launcher):
         expander = Expander(self.hydra_context.config_loader, self.config)
         # A bad value of one cell refuses that cell; a sweep-wide one (repeats, paths, cluster, the
         # database) stops the sweep with its message before anything is written.
-        with safety.stop_on_bad_input():
+        with config_checks.stop_on_bad_input():
             for expanded in expander.expand(job_overrides, initial_job_idx):
                 overrides = expanded.overrides
                 try:
@@ -84,21 +84,21 @@ class OrchestratorLauncher(Launcher):
                       len(expander.composed), expander.slow)
 
             if not cells:
-                console.print_refused(refused)
+                launcher_output.print_refused(refused)
                 raise SystemExit(f"no cell of this sweep can be placed ({len(refused)} refused); "
                                  f"nothing was submitted")
             if left_out:
-                console.print_left_out(left_out)
+                launcher_output.print_left_out(left_out)
             if options.dry_run:
-                safety.check_database(options.db_url)
-                console.print_cells(cells, refused, refused_settings)
-                console.print_refused(unready, label="[yellow]needs data[/yellow] (a submission now refuses it)")
+                config_checks.check_database(options.db_url)
+                launcher_output.print_cells(cells, refused, refused_settings)
+                launcher_output.print_refused(unready, label="[yellow]needs data[/yellow] (a submission now refuses it)")
                 return [JobReturn(overrides=list(o), status=JobStatus.COMPLETED) for o in job_overrides]
             report = submit_sweep(cells, options, argv=["python", "-m", "orchestrator", *sys.argv[1:]],
                                   refused=refused, refused_settings=refused_settings)
-        console.print_submit_report(report, options)
+        launcher_output.print_submit_report(report, options)
         if options.wait and report.submitted:
-            console.follow_and_collect(report.sweep_id, options)
+            launcher_output.follow_and_collect(report.sweep_id, options)
         return [JobReturn(overrides=list(o), status=JobStatus.COMPLETED, _return_value=None)
                 for o in job_overrides]
 

@@ -13,8 +13,8 @@ command on the compute node. So every option that comes from a site's YAML or an
 checked here before it reaches submitit: a name is a long option spelt as Slurm spells them
 (`mail-type`), not one the orchestrator sets itself nor one that changes what runs or where
 (`export`, `chdir`, `wrap` ...); a value is one printable line. `cluster.setup` and
-`cluster.python` are the site's own shell by design (safety.py's docstring says why), each held
-to one printable line. The generic checks (one line, integer, name ...) are safety.py's.
+`cluster.python` are the site's own shell by design (config_checks.py's docstring says why), each held
+to one printable line. The generic checks (one line, integer, name ...) are config_checks.py's.
 """
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from typing import Any, Mapping, Optional
 
 from orchestrator.backends import BACKENDS
 from orchestrator.backends.slurm_cluster import Request, show_mb
-from orchestrator.safety import boolean, integer, name, one_line, one_of, refuse
+from orchestrator.config_checks import boolean, integer, name, one_line, one_of, refuse
 
 #: An sbatch long option as Slurm spells them, after submitit turns `_` into `-`.
 OPTION = re.compile(r"[a-z][a-z0-9]*(-[a-z0-9]+)*")
@@ -160,7 +160,7 @@ def shell_lines(key: str, lines: Any) -> list[str]:
 
 
 def check_cluster(config: Mapping[str, Any]) -> None:
-    """The sweep-wide cluster keys that reach the scheduler (raises safety.ConfigError)."""
+    """The sweep-wide cluster keys that reach the scheduler (raises config_checks.ConfigError)."""
     one_of("cluster.executor", config.get("executor") or "local", BACKENDS)
     if config.get("name") is not None:
         name("cluster.name", config["name"])

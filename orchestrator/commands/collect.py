@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Optional
 
 from orchestrator.commands.common import LAUNCH_HINT, CliError, reconcile
-from orchestrator.rows import Rows
+from orchestrator.sql_adapters import Rows
 
 if TYPE_CHECKING:
     from rich.console import Console

@@ -9,8 +9,8 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional
 
 from orchestrator import queries
-from orchestrator.rows import Rows, connect, sqlite_file
-from orchestrator.safety import ConfigError
+from orchestrator.sql_adapters import Rows, connect, sqlite_file
+from orchestrator.config_checks import ConfigError
 from orchestrator.sqlite_sharing import damaged, damaged_way_out
 
 if TYPE_CHECKING:
@@ -55,7 +55,7 @@ def answer(command: Callable[[], int], url: str) -> int:
 def database_error(exc: Exception, url: str) -> Optional[str]:
     """What to say of a database error (None: it is not one). SQLAlchemy's and db's errors are
     looked for only where the command imported them (`status` on a current SQLite file reads it
-    with sqlite3 alone: orchestrator.rows)."""
+    with sqlite3 alone: orchestrator.sql_adapters)."""
     said = exc if isinstance(exc, sqlite3.Error) else None  # the driver's error, said as it is
     if "orchestrator.db" in sys.modules:
         # lazy: SQLAlchemy (~0.3 s) only in the commands that need it: `status` and --help start without it

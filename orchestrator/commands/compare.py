@@ -7,7 +7,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from orchestrator.commands.common import CliError, pick_sweeps
-from orchestrator.rows import Rows
+from orchestrator.sql_adapters import Rows
 
 if TYPE_CHECKING:
     from rich.console import Console

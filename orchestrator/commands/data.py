@@ -1,30 +1,30 @@
-"""`data`: dataset files where the `dataset` configs look for them (orchestrator.data writes them)."""
+"""`data`: dataset files where the `dataset` configs look for them (orchestrator.dataset_files writes them)."""
 from __future__ import annotations
 
 import argparse
 import os
 from pathlib import Path
 
-from orchestrator import data
+from orchestrator import dataset_files
 
 HELP = "write dataset files (generate mnist|cifar10|imagenet, or scikit-learn's digits): data --help"
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="orchestrator data", description=data.__doc__,
+    parser = argparse.ArgumentParser(prog="orchestrator data", description=dataset_files.__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="action", required=True)
     gen = sub.add_parser("generate", help="write generated MNIST / CIFAR-10 files / an ILSVRC JPEG tree in "
                                           "their real formats")
-    gen.add_argument("datasets", nargs="+", choices=data.GENERATORS)
+    gen.add_argument("datasets", nargs="+", choices=dataset_files.GENERATORS)
     gen.add_argument("--dir", default=os.environ.get("ORCHESTRATOR_DATA", "data"),
                      help="the data root (config paths.data; default: $ORCHESTRATOR_DATA or ./data)")
     gen.add_argument("-n", "--images", type=int, default=2048, help="images per dataset (default 2048)")
     gen.add_argument("--seed", type=int, default=0)
-    gen.add_argument("--classes", type=int, default=data.IMAGENET_CLASSES,
-                     help=f"imagenet: class folders (default {data.IMAGENET_CLASSES})")
-    gen.add_argument("--size", default=data.IMAGENET_SIZE,
-                     help=f"imagenet: the JPEGs' WIDTHxHEIGHT (default {data.IMAGENET_SIZE}, about ImageNet's mean)")
+    gen.add_argument("--classes", type=int, default=dataset_files.IMAGENET_CLASSES,
+                     help=f"imagenet: class folders (default {dataset_files.IMAGENET_CLASSES})")
+    gen.add_argument("--size", default=dataset_files.IMAGENET_SIZE,
+                     help=f"imagenet: the JPEGs' WIDTHxHEIGHT (default {dataset_files.IMAGENET_SIZE}, about ImageNet's mean)")
     dig = sub.add_parser("digits", help="write scikit-learn's real handwritten digits (train/test split, "
                                         "28x28) as MNIST IDX files")
     dig.add_argument("--dir", default=os.environ.get("ORCHESTRATOR_DATA", "data"),
@@ -32,7 +32,7 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     if args.action == "digits":
         target = Path(args.dir) / "digits"
-        counts = data.write_digits(target)
+        counts = dataset_files.write_digits(target)
         print(f"wrote scikit-learn's digits to {target}: {counts['train']} training and {counts['test']} "
               f"test images, 28x28, as MNIST IDX files")
         return 0
@@ -44,7 +44,7 @@ def main(argv: list[str]) -> int:
     test_writers = {"mnist": files.write_mnist_test, "cifar10": files.write_cifar10_test}
     for name in args.datasets:
         if name == "imagenet":
-            data.write_imagenet(Path(args.dir) / name, args.images, args.classes, args.size, args.seed)
+            dataset_files.write_imagenet(Path(args.dir) / name, args.images, args.classes, args.size, args.seed)
             continue
         target = Path(args.dir) / name
         writers[name](str(target), args.images, args.seed)

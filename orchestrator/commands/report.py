@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from orchestrator.commands.common import add_noisy_cv, add_sweep, noisy_cv, pick_sweeps
-from orchestrator.rows import Rows
+from orchestrator.sql_adapters import Rows
 
 if TYPE_CHECKING:
     from rich.console import Console

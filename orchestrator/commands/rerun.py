@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from orchestrator.commands.common import CliError, add_sweep, pick_sweeps, reconcile
 from orchestrator.commands.render import one_line
-from orchestrator.rows import Rows
+from orchestrator.sql_adapters import Rows
 from orchestrator.setting_registry import NAMES as SETTINGS
 from trainers.common import failure_classes
 

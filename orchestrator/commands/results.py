@@ -19,7 +19,7 @@ from orchestrator.commands.common import (
     pick_sweeps,
 )
 from orchestrator.commands.render import chain, num, print_more, rate, write_csv
-from orchestrator.rows import Rows
+from orchestrator.sql_adapters import Rows
 
 if TYPE_CHECKING:
     from rich.console import Console

@@ -20,7 +20,7 @@ from orchestrator.commands.common import (
     reconcile,
 )
 from orchestrator.commands.render import one_line, when
-from orchestrator.rows import Rows
+from orchestrator.sql_adapters import Rows
 from trainers.common import failure_classes
 
 if TYPE_CHECKING:

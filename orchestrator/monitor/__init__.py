@@ -4,9 +4,9 @@ One module per idea:
 
 - `sampler`: the interface a sampler offers the loop (`Sampler`), and `SamplerUnavailable`,
   how one that has nothing to measure here stands aside without failing the run;
-- `host`: the host sampler (psutil): the trainer's process tree and the whole node;
+- `host_sampler`: the host sampler (psutil): the trainer's process tree and the whole node;
 - `nvml`: the GPU sampler (NVML through nvidia-ml-py): the job's own GPUs, with energy;
-- `gpus`: which GPUs the job was given, read from its environment and matched by UUID (pure);
+- `gpu_ids`: which GPUs the job was given, read from its environment and matched by UUID (pure);
 - `loop`: `Monitor`, the one polling loop, run for the idle phase and for the measured run.
 
 The job builds `Monitor(default_samplers(gpus, env), period_s, samples_path)`, calls
@@ -17,8 +17,8 @@ from __future__ import annotations
 
 from typing import Mapping, Optional
 
-from orchestrator.monitor.gpus import GPU_VARIABLES, job_gpu_ids, parse_gpu_list, resolve_gpus
-from orchestrator.monitor.host import HostSampler
+from orchestrator.monitor.gpu_ids import GPU_VARIABLES, job_gpu_ids, parse_gpu_list, resolve_gpus
+from orchestrator.monitor.host_sampler import HostSampler
 from orchestrator.monitor.loop import Monitor
 from orchestrator.monitor.nvml import GpuSampler
 from orchestrator.monitor.sampler import Sampler, SamplerUnavailable

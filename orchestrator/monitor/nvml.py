@@ -14,7 +14,7 @@ from typing import Any, Mapping, Optional
 
 import psutil
 
-from orchestrator.monitor.gpus import job_gpu_ids, resolve_gpus
+from orchestrator.monitor.gpu_ids import job_gpu_ids, resolve_gpus
 from orchestrator.monitor.sampler import SamplerUnavailable
 
 

@@ -7,7 +7,7 @@ compare` reads the same tables, or a CSV in their format, and gives a verdict pe
     query.py    SQL: a sweep's cells, their repeats' statistics per metric, run states, refusals, provenance
     tables.py   one table per metric (rows dataset x network x framework, columns hardware configurations),
                 a cell's n/a and why; CSV (one file per metric, one shape for every sweep) and Markdown
-    scaling.py  speedups of cells that differ only in gpus, or only in threads
+    speedup.py  speedups of cells that differ only in gpus, or only in threads
     figures.py  matplotlib (Agg): grouped bars, GPU and thread scaling, throughput against energy
     page.py     one self-contained index.html
     compare.py  base against new, per cell: ratio and a verdict that uses the repeats' spread

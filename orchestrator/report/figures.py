@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-from orchestrator.report import scaling
+from orchestrator.report import speedup
 from orchestrator.report.labels import DATASETS, MODELS, order_of
 from orchestrator.report.tables import OK, ROW_SETTINGS, Table
 
@@ -224,7 +224,7 @@ def _cases(table: Table) -> list[tuple[str, str]]:
     return sorted({_case(e.settings) for e in table.entries}, key=_case_order)
 
 
-def gpu_scaling(series: Sequence[scaling.Series], out: Path) -> Written | str:
+def gpu_scaling(series: Sequence[speedup.Series], out: Path) -> Written | str:
     """Per dataset × network, speedup (above) and parallel efficiency (below) over GPUs, a line
     per cell: colour the framework, marker the hardware, solid strong and dashed weak scaling; the
     ideal dotted."""
@@ -245,7 +245,7 @@ def gpu_scaling(series: Sequence[scaling.Series], out: Path) -> Written | str:
         speed, eff = axes[2 * (k // ncols)][k % ncols], axes[2 * (k // ncols) + 1][k % ncols]
         mine = [s for s in series if _case(s.settings) == case]
         top = max(p.x for s in mine for p in s.points)
-        styled: dict[tuple[str, str, str], list[scaling.Series]] = {}
+        styled: dict[tuple[str, str, str], list[speedup.Series]] = {}
         for s in mine:  # one line object per style, the series apart (NaN), however many there are
             styled.setdefault((str(s.settings["framework"]), str(s.settings["hardware"]),
                                "--" if s.settings.get("scaling") == "weak" else "-"), []).append(s)
@@ -275,7 +275,7 @@ def gpu_scaling(series: Sequence[scaling.Series], out: Path) -> Written | str:
                                            "only in gpus; strong and weak scaling labelled; the ideal dotted")
 
 
-def _joined(series: Sequence[scaling.Series], what: str) -> tuple[list[float], list[float]]:
+def _joined(series: Sequence[speedup.Series], what: str) -> tuple[list[float], list[float]]:
     """The series' points as one polyline, broken (NaN) between series."""
     xs: list[float] = []
     ys: list[float] = []
@@ -285,7 +285,7 @@ def _joined(series: Sequence[scaling.Series], what: str) -> tuple[list[float], l
     return xs, ys
 
 
-def thread_scaling(series: Sequence[scaling.Series], out: Path) -> Written | str:
+def thread_scaling(series: Sequence[speedup.Series], out: Path) -> Written | str:
     """Speedup over the fewest threads, a line per cell (labelled where they are few; otherwise
     colour the framework, marker the hardware); the ideal and the nodes' physical cores marked."""
     if not series:
@@ -424,8 +424,8 @@ def write_all(speed: Table, energy: Table, cores: dict[str, int], out: Path,
 
     out.mkdir(parents=True, exist_ok=True)
     jobs = [("throughput_bars", (speed, dataset, model, out)) for dataset, model in _cases(speed)]
-    jobs += [("gpu_scaling", (scaling.gpu_scaling(speed.entries), out)),
-             ("thread_scaling", (scaling.thread_scaling(speed.entries, cores), out)),
+    jobs += [("gpu_scaling", (speedup.gpu_scaling(speed.entries), out)),
+             ("thread_scaling", (speedup.thread_scaling(speed.entries, cores), out)),
              ("efficiency", (speed, energy, out))]
     workers = min(len(jobs), workers or os.cpu_count() or 1)
     if workers > 1 and "fork" in multiprocessing.get_all_start_methods():

@@ -47,13 +47,13 @@ CONF = str(Path(__file__).resolve().parent.parent / "conf")
 @hydra.main(version_base="1.3", config_path=CONF, config_name="config")
 def main(cfg: DictConfig) -> None:
     # lazy: only a single run needs the launcher (SQLAlchemy, submitit); --help, --cfg and sweeps (the launcher plugin) never do
-    from orchestrator import console, safety
+    from orchestrator import launcher_output, config_checks
     from orchestrator.cell import Cell, CellError
-    from orchestrator.launch import Options, check_request, submit_sweep
+    from orchestrator.submit import Options, check_request, submit_sweep
 
     # as the launcher does for each cell of a sweep: the cell's bad values refuse it, and
     # sweep-wide ones (paths, cluster, the database) stop here, before anything is written
-    with safety.stop_on_bad_input():
+    with config_checks.stop_on_bad_input():
         try:
             cell = Cell.from_config(cfg, choices=HydraConfig.get().runtime.choices)
             opts = Options.from_config(cell.config)
@@ -61,10 +61,10 @@ def main(cfg: DictConfig) -> None:
         except CellError as exc:
             raise SystemExit(f"refused: {exc}") from None
         if opts.dry_run:
-            safety.check_database(opts.db_url)
-            console.print_cells([cell], [])
+            config_checks.check_database(opts.db_url)
+            launcher_output.print_cells([cell], [])
             return
         report = submit_sweep([cell], opts, argv=["python", "-m", "orchestrator", *sys.argv[1:]], foreground=True)
-    console.print_submit_report(report, opts)
+    launcher_output.print_submit_report(report, opts)
     if report.submitted:
-        console.collect_and_show(opts.db_url, opts.runs / report.sweep_id, report.sweep_id)
+        launcher_output.collect_and_show(opts.db_url, opts.runs / report.sweep_id, report.sweep_id)

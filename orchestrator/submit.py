@@ -19,11 +19,11 @@ from omegaconf import OmegaConf
 from sqlalchemy import bindparam, insert, select, update
 from sqlalchemy.orm import Session
 
-from orchestrator import db, runstate, safety, setting_registry
+from orchestrator import db, runstate, config_checks, setting_registry
 from orchestrator.backends import Backend, SchedulerUnavailable, backend_for, sbatch
 from orchestrator.backends.base import signature
 from orchestrator.cell import Cell, CellError
-from orchestrator.data import MADE_ON_FIRST_USE, made_on_first_use
+from orchestrator.dataset_files import MADE_ON_FIRST_USE, made_on_first_use
 from orchestrator.job import JobSpec, RunSpec, run_cell
 from orchestrator.resultfile import run_uid
 from orchestrator.sqlite_lease import who
@@ -56,20 +56,20 @@ class Options:
 
     @classmethod
     def from_config(cls, cfg: dict[str, Any]) -> "Options":
-        """The sweep-wide settings, each checked: a bad one raises safety.ConfigError naming the
+        """The sweep-wide settings, each checked: a bad one raises config_checks.ConfigError naming the
         key, the value and the way out, before anything is written."""
 
         paths, apptainer, monitor = cfg["paths"], cfg.get("apptainer") or {}, cfg.get("monitor") or {}
         for key in ("db", "runs", "data", "cache"):
-            safety.one_line(f"paths.{key}", paths.get(key), f"set ORCHESTRATOR_{key.upper()} or paths.{key}= to "
+            config_checks.one_line(f"paths.{key}", paths.get(key), f"set ORCHESTRATOR_{key.upper()} or paths.{key}= to "
                             + ("a database URL such as sqlite:///results.db" if key == "db" else "a directory"))
         sbatch.check_cluster(cfg["cluster"])
         for key in ("images", "binary"):
-            safety.one_line(f"apptainer.{key}", apptainer.get(key), f"set apptainer.{key}= to "
+            config_checks.one_line(f"apptainer.{key}", apptainer.get(key), f"set apptainer.{key}= to "
                             + ("a directory of <framework>.sif images" if key == "images" else "a command name"))
         for key, minimum in (("period_s", 0.001), ("idle_s", 0.0)):
             if key in monitor:
-                safety.number(f"monitor.{key}", monitor[key], minimum)
+                config_checks.number(f"monitor.{key}", monitor[key], minimum)
         cache = Path(paths["cache"]).expanduser().absolute()
         return cls(
             db_url=paths["db"],
@@ -77,15 +77,15 @@ class Options:
             data=Path(paths["data"]).expanduser().absolute(),
             cache=cache,
             cluster=dict(cfg["cluster"]),
-            runtime={"kind": safety.one_of("runtime", cfg.get("runtime", "venv"), ("venv", "apptainer", "container")),
+            runtime={"kind": config_checks.one_of("runtime", cfg.get("runtime", "venv"), ("venv", "apptainer", "container")),
                      "cache": str(cache), "images": str(Path(apptainer["images"]).expanduser().absolute()),
                      "binary": apptainer["binary"]},
             monitor_period_s=float(monitor.get("period_s", 0.1)),
-            repeats=safety.integer("repeats", cfg.get("repeats", 1), 1, safety.MAX_REPEATS,
-                                   f"use repeats=N (the runs of each cell, 1 to {safety.MAX_REPEATS})"),
-            force=safety.boolean("force", cfg.get("force", False)),
-            wait=safety.boolean("wait", cfg.get("wait", False)),
-            dry_run=safety.boolean("dry_run", cfg.get("dry_run", False)),
+            repeats=config_checks.integer("repeats", cfg.get("repeats", 1), 1, config_checks.MAX_REPEATS,
+                                   f"use repeats=N (the runs of each cell, 1 to {config_checks.MAX_REPEATS})"),
+            force=config_checks.boolean("force", cfg.get("force", False)),
+            wait=config_checks.boolean("wait", cfg.get("wait", False)),
+            dry_run=config_checks.boolean("dry_run", cfg.get("dry_run", False)),
         )
 
 
@@ -237,7 +237,7 @@ def check_request(backend: Backend, config: dict[str, Any], label: str) -> None:
     option, through sbatch.sbatch_request); a bad one refuses that cell only (CellError)."""
     try:
         backend.resources(config)
-    except safety.ConfigError as exc:
+    except config_checks.ConfigError as exc:
         raise CellError(f"{label}: {exc}") from None
 
 

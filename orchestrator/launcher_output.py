@@ -22,11 +22,11 @@ from orchestrator.commands import collect, results, status
 from orchestrator.commands.common import answer
 from orchestrator.commands.render import console as command_console
 from orchestrator.report.labels import hardware_label, hardware_order
-from orchestrator.rows import Rows
+from orchestrator.sql_adapters import Rows
 from orchestrator.setting_registry import ALWAYS, SETTINGS
 
 if TYPE_CHECKING:
-    from orchestrator.launch import Options, SubmitReport
+    from orchestrator.submit import Options, SubmitReport
 
 console = Console(highlight=False)
 
