@@ -127,7 +127,7 @@ def _land(session_factory: sessionmaker, files: list[_File], known: _Known, repo
         outcomes = [CONTENDED] * len(files)
     for file, outcome in zip(files, outcomes):
         if outcome == CONTENDED:
-            outcome = _alone(session_factory, file, known)
+            outcome = _ingest_alone(session_factory, file, known)
         if outcome == ADDED:
             report.added += 1
         elif outcome == ALREADY:
@@ -138,7 +138,7 @@ def _land(session_factory: sessionmaker, files: list[_File], known: _Known, repo
             report.broken.append((file.path, outcome))
 
 
-def _alone(session_factory: sessionmaker, file: _File, known: _Known) -> str:
+def _ingest_alone(session_factory: sessionmaker, file: _File, known: _Known) -> str:
     """One file in its own transaction, tried twice (a concurrent collector may have inserted the
     same sweep, cell or run between our look and our insert; the retry finds its rows); a broken
     reason if it still fails."""
@@ -179,7 +179,7 @@ def _transaction(session_factory: sessionmaker, files: list[_File], known: _Know
     return outcomes
 
 
-def _found(conn: Connection, column: Any, ids: set[str], *where: Any) -> set[str]:
+def _ids_present(conn: Connection, column: Any, ids: set[str], *where: Any) -> set[str]:
     """Which of `ids` the column holds (one query on ids alone: no row is loaded)."""
     return set(conn.scalars(select(column).where(column.in_(ids), *where))) if ids else set()
 
@@ -192,7 +192,7 @@ def _parents(conn: Connection, files: list[_File], known: _Known, new: _Known) -
         first.setdefault(f.result["sweep_id"], f)
         first.setdefault(f.result["cell_id"], f)
     sweeps = {f.result["sweep_id"] for f in files} - known.sweeps
-    known.sweeps |= _found(conn, Sweep.id, sweeps)
+    known.sweeps |= _ids_present(conn, Sweep.id, sweeps)
     if sweeps - known.sweeps:
         conn.execute(insert(Sweep), [
             {"id": s, "created_at": first[s].result.get("started_at") or first[s].path.stat().st_mtime,
@@ -201,7 +201,7 @@ def _parents(conn: Connection, files: list[_File], known: _Known, new: _Known) -
             for s in sorted(sweeps - known.sweeps)])
         new.sweeps |= sweeps - known.sweeps
     cells = {f.result["cell_id"] for f in files} - known.cells
-    known.cells |= _found(conn, Cell.id, cells)
+    known.cells |= _ids_present(conn, Cell.id, cells)
     if cells - known.cells:
         now = time.time()
         conn.execute(insert(Cell), [
@@ -214,7 +214,7 @@ def _parents(conn: Connection, files: list[_File], known: _Known, new: _Known) -
     for sweep, cell in {(f.result["sweep_id"], f.result["cell_id"]) for f in files} - known.pairs:
         by_sweep.setdefault(sweep, set()).add(cell)
     for sweep, cell_ids in sorted(by_sweep.items()):
-        found = _found(conn, SweepCell.cell_id, cell_ids, SweepCell.sweep_id == sweep)
+        found = _ids_present(conn, SweepCell.cell_id, cell_ids, SweepCell.sweep_id == sweep)
         known.pairs |= {(sweep, c) for c in found}
         if cell_ids - found:
             conn.execute(insert(SweepCell), [{"sweep_id": sweep, "cell_id": c} for c in sorted(cell_ids - found)])

@@ -102,37 +102,36 @@ def _accuracy_only(key: str, default: Any = None) -> Callable[[Lookup, Mapping[s
     return lambda get, so_far: _first(get(key), default) if so_far.get("mode") == "accuracy" else None
 
 
-_S = SettingDef  # short, for the table below
 #: In the order they are shown.
 SETTINGS: tuple[SettingDef, ...] = (
-    _S("framework", str, _name("framework"), trainer_flag=False, headline=True, names_a_number=True),
-    _S("model", str, _name("model"), headline=True, names_a_number=True),
-    _S("dataset", str, _name("dataset"), headline=True, names_a_number=True),
-    _S("like", str, _like, nullable=True),
-    _S("hardware", str, _name("hardware"), trainer_flag=False, headline=True, names_a_number=True),
-    _S("gpus", int, _key("gpus"), minimum=0, way_out="use gpus=0 for the CPU or gpus=N for N GPUs",
+    SettingDef("framework", str, _name("framework"), trainer_flag=False, headline=True, names_a_number=True),
+    SettingDef("model", str, _name("model"), headline=True, names_a_number=True),
+    SettingDef("dataset", str, _name("dataset"), headline=True, names_a_number=True),
+    SettingDef("like", str, _like, nullable=True),
+    SettingDef("hardware", str, _name("hardware"), trainer_flag=False, headline=True, names_a_number=True),
+    SettingDef("gpus", int, _key("gpus"), minimum=0, way_out="use gpus=0 for the CPU or gpus=N for N GPUs",
        headline=True, names_a_number=True),
-    _S("threads", int, _threads, minimum=1, way_out="use threads=N, or leave it out for the job's CPUs",
+    SettingDef("threads", int, _threads, minimum=1, way_out="use threads=N, or leave it out for the job's CPUs",
        headline=True),
-    _S("batch_size", int, _batch_size, minimum=1,
+    SettingDef("batch_size", int, _batch_size, minimum=1,
        way_out="use batch_size=N, or leave it out for the model's default", headline=True),
-    _S("scaling", str, _key("scaling"), choices=("strong", "weak")),
-    _S("iterations", int, _key("iterations"), minimum=1,
+    SettingDef("scaling", str, _key("scaling"), choices=("strong", "weak")),
+    SettingDef("iterations", int, _key("iterations"), minimum=1,
        way_out="use iterations=N (the measured steps; default 50)"),
-    _S("warmup", int, _key("warmup"), minimum=0, way_out="use warmup=N (the steps before the measurement; default 10)"),
-    _S("seed", int, _key("seed"), minimum=0, way_out="use seed=N"),
-    _S("precision", str, _key("precision"), choices=("fp32", "fp16", "bf16"), headline=True),
+    SettingDef("warmup", int, _key("warmup"), minimum=0, way_out="use warmup=N (the steps before the measurement; default 10)"),
+    SettingDef("seed", int, _key("seed"), minimum=0, way_out="use seed=N"),
+    SettingDef("precision", str, _key("precision"), choices=("fp32", "fp16", "bf16"), headline=True),
     # accuracy mode (migration 0006): None in throughput mode, the default, which a cell made before
     # accuracy mode existed is: its id is unchanged, a retyped sweep finds it
-    _S("mode", str, _key("mode", "throughput"), hashed=UNLESS_DEFAULT, default="throughput",
+    SettingDef("mode", str, _key("mode", "throughput"), hashed=UNLESS_DEFAULT, default="throughput",
        choices=("throughput", "accuracy")),
-    _S("epochs", int, _accuracy_only("epochs", 10), hashed=IN_ACCURACY_MODE, minimum=1,
+    SettingDef("epochs", int, _accuracy_only("epochs", 10), hashed=IN_ACCURACY_MODE, minimum=1,
        way_out="use epochs=N (accuracy mode's passes over the training split; default 10)"),
-    _S("target_accuracy", float, _accuracy_only("target_accuracy"), hashed=IN_ACCURACY_MODE, minimum=0.0,
+    SettingDef("target_accuracy", float, _accuracy_only("target_accuracy"), hashed=IN_ACCURACY_MODE, minimum=0.0,
        way_out="use target_accuracy=X with 0 < X <= 1 (a test top-1), or target_accuracy=null"),
     # memory: batches prepared before the timed steps; pipeline: each timed step takes its batch from
     # the ImageNet loader (trainers/common/imagenet.py). None for memory (migration 0010).
-    _S("input", str, _key("input", "memory"), hashed=UNLESS_DEFAULT, default="memory",
+    SettingDef("input", str, _key("input", "memory"), hashed=UNLESS_DEFAULT, default="memory",
        choices=("memory", "pipeline"), in_results=True),
 )
 BY_NAME: dict[str, SettingDef] = {s.name: s for s in SETTINGS}

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from orchestrator import queries, runstate
-from orchestrator.backends import Backend, Seen, UnknownBackend, backend_class
+from orchestrator.backends import Backend, SchedulerView, UnknownBackend, backend_class
 from orchestrator.resultfile import RESULT_NAME, BadResult, read_result
 from orchestrator.sql_adapters import Rows
 from trainers.common import failure_classes as fc
@@ -43,7 +43,7 @@ class Evidence:
     started: Optional[dict[str, Any]] = None  # job.json: the job began on a node
 
 
-def look(run_dir: Optional[str]) -> Evidence:
+def evidence_in(run_dir: Optional[str]) -> Evidence:
     """The evidence in a run directory (none for a run without one)."""
     if not run_dir:
         return Evidence()
@@ -66,7 +66,7 @@ def look(run_dir: Optional[str]) -> Evidence:
     return evidence
 
 
-def current(evidence: Evidence) -> Optional[dict[str, Any]]:
+def result_of_this_start(evidence: Evidence) -> Optional[dict[str, Any]]:
     """The result file, unless the job started this run again after writing it (a requeued
     job rewrites job.json when it restarts): then it is an earlier incarnation's word."""
     result, started = evidence.result, evidence.started or {}
@@ -90,7 +90,7 @@ def _from_result(result: dict[str, Any]) -> dict[str, Any]:
 NEVER = ": can never start: "
 
 
-def decide(evidence: Evidence, seen: Optional[Seen], *, job_id: Optional[str], backend: str,
+def decide(evidence: Evidence, seen: Optional[SchedulerView], *, job_id: Optional[str], backend: str,
            submitted_at: Optional[float], now: float, grace_s: float, logs: str = "its log",
            previous: Optional[str] = None) -> Optional[dict[str, Any]]:
     """A run's new fields from its directory's evidence and its scheduler's word, or None.
@@ -119,7 +119,7 @@ def decide(evidence: Evidence, seen: Optional[Seen], *, job_id: Optional[str], b
         never = f"{NEVER}{seen.never}" if seen.never else ""
         return {"state": runstate.SUBMITTED, "state_detail": f"{seen.state}{reason}{never}"}
     if seen.phase == "running":
-        ended = current(evidence)
+        ended = result_of_this_start(evidence)
         if ended is not None and (ended.get("error") or {}).get("class") != fc.SIGNALLED:
             return _from_result(ended)  # this run ended; the job runs its next repeat
         # (a trainer ended by a signal while Slurm still holds the job: wait for Slurm's word)
@@ -238,7 +238,7 @@ def reconcile(rows: Rows, sweep_id: Optional[str] = None,
             values = {"observed_at": now} if seen is not None else {}
             if seen is None and name and run.observed_at:
                 report.as_of[name] = max(report.as_of.get(name, 0.0), run.observed_at)
-            verdict = decide(look(run.run_dir), seen,
+            verdict = decide(evidence_in(run.run_dir), seen,
                             job_id=run.job_id if name else None, backend=name or "job", now=now,
                             submitted_at=run.submitted_at, grace_s=backend.grace_s if backend else 0.0,
                             logs=f"its log under {logs}", previous=run.state_detail)

@@ -7,7 +7,7 @@ from hydra import compose, initialize_config_dir
 
 from orchestrator import runstate
 from orchestrator.backends import UnknownBackend, backend_class, backend_for
-from orchestrator.backends.base import SchedulerUnavailable, Seen, signature
+from orchestrator.backends.base import SchedulerUnavailable, SchedulerView, signature
 from orchestrator.backends.sbatch import signal_delay_s
 from orchestrator.backends.slurm import (LEFT_QUEUE, STATES, UNPLACEABLE, SlurmBackend, expand_range, parse_sacct,
                                          parse_squeue, verdicts)
@@ -95,9 +95,9 @@ def test_verdicts_of_every_end():
     assert classes["108"] == ("ended", "timeout", True)
     assert classes["113"] == ("ended", "cancelled", True)
     # requeued: queued again, with the queue's reason
-    assert seen["109"] == Seen("queued", "PENDING", "BeginTime")
+    assert seen["109"] == SchedulerView("queued", "PENDING", "BeginTime")
     assert seen["110"].phase == "running" and seen["110"].detail == "node1"
-    assert seen["111"] == Seen("queued", "PENDING", "Priority")
+    assert seen["111"] == SchedulerView("queued", "PENDING", "Priority")
     assert seen["112"].phase == "running"
 
 
@@ -105,7 +105,7 @@ def test_verdicts_of_array_tasks():
     ids = ["200_0", "200_1", "200_2", "200_7", "200_9", "201_1"]
     seen = verdicts(ids, parse_sacct(SACCT), parse_squeue(SQUEUE))
     assert seen["200_0"].phase == "ended" and seen["200_1"].phase == "running"
-    assert seen["200_2"] == Seen("queued", "PENDING", "JobArrayTaskLimit")
+    assert seen["200_2"] == SchedulerView("queued", "PENDING", "JobArrayTaskLimit")
     # accounting still shows task 7 in the pending range, the queue no longer holds it
     assert seen["200_7"].state == LEFT_QUEUE and seen["200_7"].error_class == "cancelled"
     assert not seen["200_7"].imposed
@@ -188,43 +188,43 @@ def test_silence_changes_nothing():
 
 
 def test_unknown_is_lost_only_after_grace_and_without_a_result():
-    assert call(Evidence(), Seen("unknown"), submitted_at=950.0) is None
-    lost = call(Evidence(), Seen("unknown"))
+    assert call(Evidence(), SchedulerView("unknown"), submitted_at=950.0) is None
+    lost = call(Evidence(), SchedulerView("unknown"))
     assert lost["state"] == "lost" and "no longer knows it" in lost["error_message"]
-    assert call(Evidence(result=CRASHED), Seen("unknown"))["error_class"] == "crash"
-    broken = call(Evidence(broken="truncated JSON"), Seen("unknown"))
+    assert call(Evidence(result=CRASHED), SchedulerView("unknown"))["error_class"] == "crash"
+    broken = call(Evidence(broken="truncated JSON"), SchedulerView("unknown"))
     assert broken["state"] == "failed" and broken["error_class"] == "broken_result"
 
 
 def test_requeued_job_is_in_flight_whatever_its_old_result_says():
-    update = call(Evidence(result=SIGNALLED), Seen("queued", "PENDING", "BeginTime"))
+    update = call(Evidence(result=SIGNALLED), SchedulerView("queued", "PENDING", "BeginTime"))
     assert update["state"] == "submitted" and update["state_detail"] == "PENDING (BeginTime)"
     # running again after a requeue: the old incarnation's result is stale (job.json is newer)
-    update = call(Evidence(result=CRASHED, started={"started_at": 20.0}), Seen("running", "RUNNING"))
+    update = call(Evidence(result=CRASHED, started={"started_at": 20.0}), SchedulerView("running", "RUNNING"))
     assert update["state"] == "running"
     # a signalled trainer while Slurm still holds the job: wait for Slurm's word
-    assert call(Evidence(result=SIGNALLED), Seen("running", "COMPLETING"))["state"] == "running"
+    assert call(Evidence(result=SIGNALLED), SchedulerView("running", "COMPLETING"))["state"] == "running"
     # a current failure while the job runs its next repeat: that run has ended
-    assert call(Evidence(result=CRASHED), Seen("running", "RUNNING"))["error_class"] == "crash"
+    assert call(Evidence(result=CRASHED), SchedulerView("running", "RUNNING"))["error_class"] == "crash"
 
 
 @pytest.mark.parametrize("state,klass,expected", [
     ("CANCELLED", "cancelled", "cancelled"), ("NODE_FAIL", "node_fail", "failed"),
     ("PREEMPTED", "preempted", "failed"), ("TIMEOUT", "timeout", "failed")])
 def test_slurms_word_beats_the_jobs_file(state, klass, expected):
-    update = call(Evidence(result=SIGNALLED), Seen("ended", state, None, klass, imposed=True))
+    update = call(Evidence(result=SIGNALLED), SchedulerView("ended", state, None, klass, imposed=True))
     assert update["state"] == expected and update["error_class"] == klass
     assert "signal: SIGTERM" in update["error_message"]  # the job's own record is quoted
 
 
 def test_an_end_of_its_own_takes_the_file():
-    assert call(Evidence(result=CRASHED), Seen("ended", "FAILED", None, "crash"))["error_class"] == "crash"
-    assert call(Evidence(), Seen("ended", "FAILED", None, "crash"))["state"] == "failed"
-    assert call(Evidence(), Seen("ended", "COMPLETED"))["state"] == "lost"
-    left = call(Evidence(), Seen("ended", LEFT_QUEUE, "left the queue before it started", "cancelled"))
+    assert call(Evidence(result=CRASHED), SchedulerView("ended", "FAILED", None, "crash"))["error_class"] == "crash"
+    assert call(Evidence(), SchedulerView("ended", "FAILED", None, "crash"))["state"] == "failed"
+    assert call(Evidence(), SchedulerView("ended", "COMPLETED"))["state"] == "lost"
+    left = call(Evidence(), SchedulerView("ended", LEFT_QUEUE, "left the queue before it started", "cancelled"))
     assert left["state"] == "cancelled"
     # accounting said "left the queue", but the file proves the task ran: the file wins
-    assert call(Evidence(result=CRASHED), Seen("ended", LEFT_QUEUE, None, "cancelled"))["error_class"] == "crash"
+    assert call(Evidence(result=CRASHED), SchedulerView("ended", LEFT_QUEUE, None, "cancelled"))["error_class"] == "crash"
 
 
 def test_a_foreground_run_is_read_from_its_directory():
@@ -236,8 +236,8 @@ def test_a_foreground_run_is_read_from_its_directory():
 def test_every_decision_is_a_legal_move_from_every_open_state():
     evidences = [Evidence(), Evidence(result=DONE), Evidence(result=CRASHED), Evidence(result=SIGNALLED),
                  Evidence(broken="x"), Evidence(started={"started_at": 1})]
-    answers = [None, Seen("unknown"), Seen("queued", "PENDING"), Seen("running", "RUNNING"),
-               Seen("ended", "COMPLETED"), Seen("ended", "CANCELLED", None, "cancelled", True)]
+    answers = [None, SchedulerView("unknown"), SchedulerView("queued", "PENDING"), SchedulerView("running", "RUNNING"),
+               SchedulerView("ended", "COMPLETED"), SchedulerView("ended", "CANCELLED", None, "cancelled", True)]
     for old in (runstate.SUBMITTED, runstate.RUNNING):
         for evidence in evidences:
             for seen in answers:
@@ -454,7 +454,7 @@ def test_a_job_cancelled_while_it_could_never_start_is_unplaceable():
 
 
 def test_unplaceable_is_a_legal_end_and_rerunnable():
-    for seen in (Seen("ended", UNPLACEABLE, "why", "unplaceable", True), Seen("queued", "PENDING", "x", never="y")):
+    for seen in (SchedulerView("ended", UNPLACEABLE, "why", "unplaceable", True), SchedulerView("queued", "PENDING", "x", never="y")):
         update = call(Evidence(), seen)
         for old in (runstate.SUBMITTED, runstate.RUNNING):
             assert runstate.can_move(old, update["state"])
@@ -602,13 +602,13 @@ def test_a_job_cancelled_after_it_was_found_unable_ever_to_start_is_unplaceable(
     """Whatever accounting kept of why (a task dropped from its array's pending range has no
     record of its own), the run's own earlier verdict says it could never start."""
     waited = "PENDING (PartitionConfig): can never start: --cpus-per-task=16, but its largest node has 2"
-    for seen in (Seen("ended", "CANCELLED", None, "cancelled", imposed=True),
-                 Seen("ended", LEFT_QUEUE, "left the queue before it started", "cancelled")):
+    for seen in (SchedulerView("ended", "CANCELLED", None, "cancelled", imposed=True),
+                 SchedulerView("ended", LEFT_QUEUE, "left the queue before it started", "cancelled")):
         update = decide(Evidence(), seen, job_id="7_1", backend="slurm", submitted_at=0.0, now=10.0,
                         grace_s=0.0, previous=waited)
         assert (update["state"], update["error_class"]) == ("failed", "unplaceable"), update
         assert "--cpus-per-task=16" in update["error_message"]
-    plain = decide(Evidence(), Seen("ended", "CANCELLED", None, "cancelled", imposed=True), job_id="7_1",
+    plain = decide(Evidence(), SchedulerView("ended", "CANCELLED", None, "cancelled", imposed=True), job_id="7_1",
                    backend="slurm", submitted_at=0.0, now=10.0, grace_s=0.0, previous="PENDING (Priority)")
     assert plain["state"] == "cancelled"
 
@@ -616,7 +616,7 @@ def test_a_job_cancelled_after_it_was_found_unable_ever_to_start_is_unplaceable(
 def test_an_arrays_task_pickles_are_one_bundle_each_task_takes_its_own(tmp_path):
     """One file per array, written before sbatch (backends/slurm_task.py): each task finds its
     own pickle by index; a task beyond it, or a bundle given up (removed), finds none."""
-    from orchestrator.backends.slurm_task import bundle_path, read_task, take, write_bundle
+    from orchestrator.backends.slurm_task import bundle_path, read_task, take_task_pickle, write_bundle
 
     pickles = [b"", b"first", bytes(range(256)) * 40, b"last"]
     bundle = bundle_path(tmp_path, "orch-x-abc123")
@@ -625,6 +625,6 @@ def test_an_arrays_task_pickles_are_one_bundle_each_task_takes_its_own(tmp_path)
     assert read_task(bundle, 4) is None and read_task(bundle, -1) is None
     assert sorted(p.name for p in tmp_path.iterdir()) == ["orch-x-abc123.tasks"]  # no temporary left
     target = tmp_path / "77_2_submitted.pkl"
-    assert take(bundle, 2, target) and target.read_bytes() == pickles[2]
+    assert take_task_pickle(bundle, 2, target) and target.read_bytes() == pickles[2]
     bundle.unlink()  # given up after this task took its pickle: a requeued task still finds it
-    assert take(bundle, 2, target) and not take(bundle, 1, tmp_path / "77_1_submitted.pkl")
+    assert take_task_pickle(bundle, 2, target) and not take_task_pickle(bundle, 1, tmp_path / "77_1_submitted.pkl")

@@ -85,13 +85,13 @@ def test_every_class_slurm_gives_is_declared():
 
 
 def test_every_class_tracking_decides_is_declared():
-    from orchestrator.backends.base import Seen
+    from orchestrator.backends.base import SchedulerView
 
     verdicts = [decide(e, s, job_id="7", backend="slurm", submitted_at=0.0, now=1000.0, grace_s=0.0,
                        previous="PENDING: can never start: too big")
                 for e in (Evidence(), Evidence(broken="truncated"))
-                for s in (Seen("unknown"), Seen("ended", "CANCELLED", None, fc.CANCELLED, True),
-                          Seen("ended", "NODE_FAIL", None, fc.NODE_FAIL, True))]
+                for s in (SchedulerView("unknown"), SchedulerView("ended", "CANCELLED", None, fc.CANCELLED, True),
+                          SchedulerView("ended", "NODE_FAIL", None, fc.NODE_FAIL, True))]
     classes = {v["error_class"] for v in verdicts}
     assert {fc.LOST, fc.BROKEN_RESULT, fc.UNPLACEABLE, fc.NODE_FAIL} <= classes <= set(fc.NAMES)
 

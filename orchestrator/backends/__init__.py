@@ -10,7 +10,7 @@ from __future__ import annotations
 import importlib
 from typing import Any, Mapping
 
-from orchestrator.backends.base import Backend, SchedulerUnavailable, Seen
+from orchestrator.backends.base import Backend, SchedulerUnavailable, SchedulerView
 
 #: backend name (a cluster config's `executor`) -> "module:Class", imported on first use so
 #: that `orchestrator --help` and the local path never import what Slurm needs.
@@ -42,5 +42,5 @@ def backend_class(name: str) -> type[Backend]:
     return getattr(importlib.import_module(module), cls)
 
 
-__all__ = ["Backend", "SchedulerUnavailable", "Seen", "BACKENDS", "backend_for", "backend_class",
+__all__ = ["Backend", "SchedulerUnavailable", "SchedulerView", "BACKENDS", "backend_for", "backend_class",
            "backend_name", "UnknownBackend"]

@@ -2,7 +2,7 @@
 
 A scheduler that does not answer is not a scheduler that says "gone": `observe` raises
 SchedulerUnavailable when it could not ask at all, and leaves a job out of its answer when it
-could not tell about that one job. Only `Seen(phase="unknown")`, an answer, lets tracking
+could not tell about that one job. Only `SchedulerView(phase="unknown")`, an answer, lets tracking
 call a job lost (ReFrame's Slurm `poll` keeps job state likewise when sacct fails).
 """
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any, Callable, Iterable, Optional
 
 
 @dataclass(frozen=True)
-class Seen:
+class SchedulerView:
     """What a scheduler says of one job.
 
     phase: `queued` (waiting, or requeued), `running`, `ended`, or `unknown` (the scheduler
@@ -93,7 +93,7 @@ class Backend:
         return [str(job.job_id) for job in jobs]
 
     # --- following ----------------------------------------------------------------------
-    def observe(self, job_ids: Iterable[str]) -> dict[str, Seen]:
+    def observe(self, job_ids: Iterable[str]) -> dict[str, SchedulerView]:
         """What the scheduler says of each job; a job it could not tell about is left out.
 
         Raises SchedulerUnavailable when it could not be asked at all.
@@ -114,7 +114,7 @@ class Backend:
     def abandon(self, name: str, folder: Path) -> None:
         """Makes a submission given up on (its runs submitted again) run nothing if it still lands."""
 
-    def poll(self, job_ids: Iterable[str]) -> Optional[dict[str, Seen]]:
+    def poll(self, job_ids: Iterable[str]) -> Optional[dict[str, SchedulerView]]:
         """`observe`, counting polls without an answer; None when the scheduler did not answer.
 
         `last_error` says what failed: the whole poll (None returned), or a part of it that the

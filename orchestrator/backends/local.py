@@ -18,7 +18,7 @@ import psutil
 import submitit
 from submitit.local.local import LocalJob
 
-from orchestrator.backends.base import Backend, Seen
+from orchestrator.backends.base import Backend, SchedulerView
 
 #: A local job waits in line for the node lock, so the executor's own limit must cover the
 #: wait; the cell's time limit is enforced by the job itself once it holds the lock.
@@ -75,10 +75,10 @@ class LocalBackend(Backend):
     def node_lock(self, cache: Path) -> Optional[str]:
         return str(cache / "local-node.lock") if self.cluster.get("exclusive") else None
 
-    def observe(self, job_ids: Iterable[str]) -> dict[str, Seen]:
+    def observe(self, job_ids: Iterable[str]) -> dict[str, SchedulerView]:
         # A local job id is a pid on this machine: once it is gone the job has ended, and the
         # machine knows no more of it (a result file, if any, tells the rest).
-        return {job_id: Seen("running", "RUNNING") if _controller(job_id) else Seen("unknown", "")
+        return {job_id: SchedulerView("running", "RUNNING") if _controller(job_id) else SchedulerView("unknown", "")
                 for job_id in job_ids}
 
     def cancel(self, job_ids: Iterable[str]) -> None:

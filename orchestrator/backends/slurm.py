@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any, Iterable, Optional
 
 from orchestrator.backends import sbatch
-from orchestrator.backends.base import Backend, SchedulerUnavailable, Seen
+from orchestrator.backends.base import Backend, SchedulerUnavailable, SchedulerView
 from orchestrator.backends.slurm_cluster import (DEFAULT_MAX_ARRAY_SIZE, Cluster, Request, cluster_from,
                                                  doubtful, hopeless, refusal, request_from_squeue,
                                                  request_from_tres)
@@ -173,14 +173,14 @@ def parse_squeue(text: str) -> list[Record]:
     return out
 
 
-def _seen(record: Record) -> Seen:
+def _seen(record: Record) -> SchedulerView:
     phase, klass = STATES.get(record.state, ("unknown", None))
     detail = record.detail
     if phase == "queued" and record.throttle is not None and not detail:
         detail = f"array limit %{record.throttle}"
     if record.state in ("TIMEOUT", "DEADLINE") and record.time_limit is not None:
         detail = f"time limit {record.time_limit} min" + (f", on {detail}" if detail else "")
-    return Seen(phase, record.state, detail, klass, imposed=phase == "ended" and record.state in IMPOSED)
+    return SchedulerView(phase, record.state, detail, klass, imposed=phase == "ended" and record.state in IMPOSED)
 
 
 def _when(text: Optional[str]) -> Optional[float]:
@@ -191,8 +191,8 @@ def _when(text: Optional[str]) -> Optional[float]:
         return None
 
 
-def _waiting(seen: Seen, record: Record, request: Optional[Request], cluster: Optional[Cluster],
-             now: Optional[float], after_s: Optional[float]) -> Seen:
+def _waiting(seen: SchedulerView, record: Record, request: Optional[Request], cluster: Optional[Cluster],
+             now: Optional[float], after_s: Optional[float]) -> SchedulerView:
     """A waiting job, with why it can never start where it cannot; once it has waited `after_s`
     since its submission, our verdict UNPLACEABLE (the backend then cancels it)."""
     why = hopeless(record.reason, request, cluster)
@@ -200,13 +200,13 @@ def _waiting(seen: Seen, record: Record, request: Optional[Request], cluster: Op
         return seen
     since = _when(record.submitted)
     if after_s is not None and now is not None and since is not None and now - since >= after_s:
-        return Seen("ended", UNPLACEABLE, f"waited {(now - since) / 60:.0f} min ({record.reason}) and could never "
+        return SchedulerView("ended", UNPLACEABLE, f"waited {(now - since) / 60:.0f} min ({record.reason}) and could never "
                     f"start: {why}; cancelled", fc.UNPLACEABLE, imposed=True, never=why)
     then = f"; ended as unplaceable {after_s / 60:g} min after its submission (or scancel it)" if after_s is not None else ""
-    return Seen(seen.phase, seen.state, seen.detail, never=why + then)
+    return SchedulerView(seen.phase, seen.state, seen.detail, never=why + then)
 
 
-def _gave_up(seen: Seen, record: Record, request: Optional[Request], cluster: Optional[Cluster]) -> Seen:
+def _gave_up(seen: SchedulerView, record: Record, request: Optional[Request], cluster: Optional[Cluster]) -> SchedulerView:
     """A job cancelled before it ever had a node, while waiting for a reason that never clears,
     is unplaceable, not cancelled: rerunnable once its request is fixed."""
     if seen.error_class != fc.CANCELLED or record.detail is not None:
@@ -214,7 +214,7 @@ def _gave_up(seen: Seen, record: Record, request: Optional[Request], cluster: Op
     why = hopeless(record.reason, request, cluster)
     if not why:
         return seen
-    return Seen("ended", seen.state, f"cancelled while it waited ({record.reason}); it could never start: {why}",
+    return SchedulerView("ended", seen.state, f"cancelled while it waited ({record.reason}); it could never start: {why}",
                 fc.UNPLACEABLE, imposed=seen.imposed)
 
 
@@ -243,7 +243,7 @@ def _find(job_id: str, by_id: dict[str, Record], ranges: dict[str, list[Record]]
 
 def verdicts(wanted: Iterable[str], sacct: Optional[list[Record]], squeue: Optional[list[Record]],
              cluster: Optional[Cluster] = None, now: Optional[float] = None,
-             unplaceable_after_s: Optional[float] = None) -> dict[str, Seen]:
+             unplaceable_after_s: Optional[float] = None) -> dict[str, SchedulerView]:
     """What Slurm says of each wanted job, from sacct's and squeue's records (None: that command
     did not answer). A job neither can tell about is left out; `unknown` needs squeue's answer.
     Raises SchedulerUnavailable when neither answered.
@@ -255,7 +255,7 @@ def verdicts(wanted: Iterable[str], sacct: Optional[list[Record]], squeue: Optio
         raise SchedulerUnavailable("neither sacct nor squeue answered")
     acct_ids, acct_ranges = _lookup(sacct or [])
     queue_ids, queue_ranges = _lookup(squeue or [])
-    out: dict[str, Seen] = {}
+    out: dict[str, SchedulerView] = {}
     for job_id in wanted:
         queued_now = _find(job_id, queue_ids, queue_ranges) if squeue is not None else None
         accounted = _find(job_id, acct_ids, acct_ranges) if sacct is not None else None
@@ -277,7 +277,7 @@ def verdicts(wanted: Iterable[str], sacct: Optional[list[Record]], squeue: Optio
             seen = _seen(accounted)
             if seen.phase == "queued" and squeue is not None:
                 # accounting keeps a never-started array task pending after it left the queue
-                seen = Seen("ended", LEFT_QUEUE, "left the queue before it started", fc.CANCELLED)
+                seen = SchedulerView("ended", LEFT_QUEUE, "left the queue before it started", fc.CANCELLED)
             elif seen.phase == "queued":  # (no squeue: no submission time, so no deadline)
                 seen = _waiting(seen, accounted, request, cluster, None, None)
             if seen.phase == "ended":
@@ -287,7 +287,7 @@ def verdicts(wanted: Iterable[str], sacct: Optional[list[Record]], squeue: Optio
             # running per accounting but no longer in the queue: it is ending; ask again later
             continue
         if squeue is not None:  # (with accounting off, the queue is all Slurm knows)
-            out[job_id] = Seen("unknown", "")
+            out[job_id] = SchedulerView("unknown", "")
         # sacct only, no record: too new for accounting, or the controller is down: no answer
     return out
 
@@ -392,7 +392,7 @@ class SlurmBackend(Backend):
     def submit(self, executor: Any, fn: Any, specs: list[Any], params: dict[str, Any], name: str) -> list[str]:
         return super().submit(executor, fn, specs, {"job_name": name, **params}, name)
 
-    def observe(self, job_ids: Iterable[str]) -> dict[str, Seen]:
+    def observe(self, job_ids: Iterable[str]) -> dict[str, SchedulerView]:
         wanted = sorted(set(job_ids))
         if not wanted:
             return {}
@@ -422,7 +422,7 @@ class SlurmBackend(Backend):
                 self.cancel(doomed)
             except SchedulerUnavailable as exc:  # still waiting, then: say so, try again next poll
                 for j in doomed:
-                    seen[j] = Seen("queued", "PENDING", None, never=f"{seen[j].never}; cancelling it failed ({exc})")
+                    seen[j] = SchedulerView("queued", "PENDING", None, never=f"{seen[j].never}; cancelling it failed ({exc})")
         return seen
 
     def find(self, names: Iterable[str]) -> dict[str, str]:

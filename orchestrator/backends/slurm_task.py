@@ -64,7 +64,7 @@ def read_task(path: Path, index: int) -> bytes | None:
         return None
 
 
-def take(bundle: Path, index: int, target: Path) -> bool:
+def take_task_pickle(bundle: Path, index: int, target: Path) -> bool:
     """Puts task `index`'s pickle where submitit's job code loads it; True once it is there."""
     if target.exists():
         return True
@@ -87,7 +87,7 @@ def main(folder: str) -> int:
     target = env.paths.submitted_pickle
     task = os.environ.get("SLURM_ARRAY_TASK_ID", "0")
     bundle = bundle_path(Path(folder), os.environ.get("SLURM_JOB_NAME", ""))
-    if not take(bundle, int(task), target):
+    if not take_task_pickle(bundle, int(task), target):
         job = f"{os.environ.get('SLURM_ARRAY_JOB_ID', os.environ.get('SLURM_JOB_ID', ''))}_{task}"
         print(f"orchestrator: no pickle for task {job} ({target} nor {bundle}): its submission was "
               f"given up and its runs submitted again; cancelling this task", file=sys.stderr, flush=True)

@@ -53,7 +53,7 @@ def write_csv(rows: Iterable[Any], columns: Sequence[str]) -> int:
     return 0
 
 
-def chain(first: Any, rest: Iterable[Any]) -> Iterator[Any]:
+def first_then_rest(first: Any, rest: Iterable[Any]) -> Iterator[Any]:
     yield first
     yield from rest
 

@@ -18,7 +18,7 @@ from orchestrator.commands.common import (
     noisy_cv,
     pick_sweeps,
 )
-from orchestrator.commands.render import chain, num, print_more, rate, write_csv
+from orchestrator.commands.render import first_then_rest, num, print_more, rate, write_csv
 from orchestrator.sql_adapters import Rows
 
 if TYPE_CHECKING:
@@ -112,7 +112,7 @@ def results(url: str, out: Console, sweep: Optional[str] = None, filters: Option
         if first is None:
             raise CliError(f"{empty}; drop a --where/--state/--sweep filter, or see `status`")
         if csv:  # streamed: never all rows in memory
-            return write_csv(chain(first, result), columns)
+            return write_csv(first_then_rest(first, result), columns)
         shown = [first, *result]
     if summary:
         _print_summary(shown, first["total"], first["noisy_total"] or 0, threshold, out)
