@@ -41,14 +41,14 @@ class Tally(NamedTuple):
 
 
 def _open_and_write(how: str, path: Path, name: str, barrier, queue) -> None:
-    from orchestrator import db, sql_adapters
+    from orchestrator import db, schema, sql_adapters
 
     try:
         barrier.wait(timeout=60)
         if how == "open_db":
             factory = db.open_db(f"sqlite:///{path}")
             with factory.begin() as session:
-                session.add(db.Sweep(id=name, created_at=time.time(), argv=[], overrides=[], n_cells=0))
+                session.add(schema.Sweep(id=name, created_at=time.time(), argv=[], overrides=[], n_cells=0))
         else:
             con = sqlite3.connect(path, timeout=sql_adapters.BUSY_TIMEOUT_S)
             try:

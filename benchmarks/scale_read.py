@@ -47,7 +47,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]  # the orchestrator, and the tes
 
 from result_factory import T0, make_provenance, make_result, make_settings, write_result  # noqa: E402
 
-from orchestrator import db  # noqa: E402
+from orchestrator import db, schema  # noqa: E402
 from orchestrator.cell import cell_id  # noqa: E402
 from orchestrator.resultfile import CELL_COLUMNS  # noqa: E402
 from sqlalchemy import create_engine, inspect  # noqa: E402
@@ -129,7 +129,7 @@ def bulk(url: str, analyze: bool = False) -> Iterator[tuple[Callable[[str, Seque
             con.execute("ANALYZE")
         con.close()
         return
-    tables = db.Base.metadata.tables
+    tables = schema.Base.metadata.tables
     engine = create_engine(url)
 
     def insert(conn: Any, table: str, rows: Sequence[dict[str, Any]]) -> None:
@@ -248,7 +248,7 @@ def build_runs_db(where: Any, n_runs: int = 100_000, n_cells: int = 96_000, n_op
                                 cpu_model=prov["cpu"]["model"], git_revision=prov["git"]["revision"]))
             counts["done"] += 1
     retried_keys = {(cid, repeat) for _, cid, repeat in retry}
-    for row in runs:  # as db.mark_latest leaves them: an attempt followed by another is not the latest
+    for row in runs:  # as schema.mark_latest leaves them: an attempt followed by another is not the latest
         row["latest"] = (row["cell_id"], row["repeat"]) not in retried_keys
     for sweep, cid, repeat in retry:
         runs.append(run_row(f"{sweep}:{cid}:{repeat}:2", sweep, cid, repeat, 2, "done", job_id="9003",

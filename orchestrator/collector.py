@@ -36,7 +36,7 @@ from sqlalchemy.exc import IntegrityError, OperationalError
 from sqlalchemy.orm import sessionmaker
 
 from . import runstate
-from .db import Cell, Metric, Run, Sweep, SweepCell, mark_latest
+from .schema import Cell, Metric, Run, Sweep, SweepCell, mark_latest
 from .metric_registry import unit_of
 from .resultfile import CELL_COLUMNS, OPTIONAL_CELL_COLUMNS, RESULT_NAME, BadResult, read_result
 

@@ -143,11 +143,11 @@ def stop_on_bad_input() -> Iterator[None]:
     """Around an entry point's work before it writes: a sweep-wide bad value, or a database that
     cannot be used, ends the command with its message and exit status 1, never a traceback."""
     # lazy: SQLAlchemy only where a command checks its database (cell and expand import this module)
-    from orchestrator import db
+    from orchestrator import db, schema
 
     try:
         yield
-    except (ConfigError, db.SchemaError) as exc:
+    except (ConfigError, schema.SchemaError) as exc:
         raise SystemExit(f"refused: {exc}") from None
     except db.Unusable as exc:
         raise SystemExit(f"refused: cannot use database URL {exc.url!r}: {exc}") from None

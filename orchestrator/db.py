@@ -38,11 +38,8 @@ from sqlalchemy.sql import column, table
 from orchestrator import migrations, sqlite_lease, sqlite_sharing
 # the schema's revision and the connection settings, kept where status reads them without SQLAlchemy
 from orchestrator.sql_adapters import SCHEMA_VERSION, sqlite_pragmas
-# the tables and views, declared in schema.py; named here too, where every reader of the database finds them
-from orchestrator.schema import (NOISY_CV, RESULTS_COLUMNS, SUMMARY_CELL, SUMMARY_COLUMNS, VIEWS, Base, Cell,
-                                 Metric, Refusal, Run, SchemaError, Sweep, SweepCell, create_views, drop_views,
-                                 latest_runs, mark_latest, results_columns, results_page, results_select,
-                                 results_view, summary_select, view_sql)
+# the tables and views, declared in schema.py (read from there: db.py opens, makes and upgrades)
+from orchestrator.schema import Base, create_views
 
 log = logging.getLogger(__name__)
 
@@ -209,5 +206,5 @@ _ALEMBIC_VERSION = Table("alembic_version", MetaData(),
 
 
 def _sqlite_pragmas(dbapi_connection: Any, connection_record: Any) -> None:
-    """Per connection: rows.sqlite_pragmas (the journal mode, the busy timeout, mmap, sqrt)."""
+    """Per connection: sql_adapters.sqlite_pragmas (the journal mode, the busy timeout, mmap, sqrt)."""
     sqlite_pragmas(dbapi_connection)

@@ -8,7 +8,7 @@ metrics follow their run (whose integer id each store gives its own). So a copy 
 a second adds nothing. A run both stores hold is left as the destination has it, unless only the
 source has collected it (its result landed there, not here): then the source's row and metrics
 replace it, the newer word on that measurement. The `latest` flag of every (cell, repeat) that
-gained a run is set again by the one rule (db.mark_latest).
+gained a run is set again by the one rule (schema.mark_latest).
 
 Both ends must be at this orchestrator's schema revision: the source is opened as every command
 opens it (an older one is upgraded in place, a newer one refused), the destination is made when
@@ -24,17 +24,17 @@ from sqlalchemy import Table, create_engine, inspect, select, tuple_
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import ArgumentError, DBAPIError
 
-from orchestrator import db
+from orchestrator import db, schema
 from orchestrator.sql_adapters import SCHEMA_VERSION
 
 #: Rows read and written per statement.
 CHUNK = 2000
 #: The tables in the order their references need, each with the columns that name a row.
 KEYED = (
-    (db.Sweep.__table__, ("id",)),
-    (db.Cell.__table__, ("id",)),
-    (db.SweepCell.__table__, ("sweep_id", "cell_id")),
-    (db.Refusal.__table__, ("sweep_id", "overrides", "reason")),
+    (schema.Sweep.__table__, ("id",)),
+    (schema.Cell.__table__, ("id",)),
+    (schema.SweepCell.__table__, ("sweep_id", "cell_id")),
+    (schema.Refusal.__table__, ("sweep_id", "overrides", "reason")),
 )
 
 
@@ -128,7 +128,7 @@ def _copy_keyed(src: Connection, dst: Connection, table: Table, key: Sequence[st
 
 def _copy_runs(src: Connection, dst: Connection, report: Copied) -> None:
     """Runs by uid, with their metrics under the destination's run ids."""
-    runs, metrics = db.Run.__table__, db.Metric.__table__
+    runs, metrics = schema.Run.__table__, schema.Metric.__table__
     columns = [c for c in runs.c if c.name != "id"]
     touched: set[tuple[str, int]] = set()
     for part in _chunks(src, runs, [runs.c.id, *columns]):
@@ -155,4 +155,4 @@ def _copy_runs(src: Connection, dst: Connection, report: Copied) -> None:
         report.added["runs"] = report.added.get("runs", 0) + len(new)
         report.present["runs"] = report.present.get("runs", 0) + len(part) - len(new)
         report.replaced_runs += len(newer)
-    db.mark_latest(dst, touched)
+    schema.mark_latest(dst, touched)

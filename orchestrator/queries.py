@@ -15,10 +15,10 @@ from typing import Any, Iterator, Optional, Sequence
 
 from .sql_adapters import Rows, in_list
 
-#: The latest attempt of each repeat of each cell: the runs whose `latest` flag db.mark_latest
+#: The latest attempt of each repeat of each cell: the runs whose `latest` flag schema.mark_latest
 #: set (migration 0009), read from one index (ix_runs_current). An attempt is numbered per (cell,
 #: repeat) across sweeps, so the highest is the current word on that measurement. Its parameters
-#: are LATEST_PARAMS; db.latest_runs() is the same condition for the ORM.
+#: are LATEST_PARAMS; schema.latest_runs() is the same condition for the ORM.
 LATEST = "runs.latest = :latest"
 LATEST_PARAMS = {"latest": True}
 

@@ -1,6 +1,6 @@
 """Rerunning failed cells: their recorded resolved config, submitted again as a new attempt.
 
-`orchestrator rerun --failed` picks every (cell, repeat) whose latest attempt (db.latest_runs)
+`orchestrator rerun --failed` picks every (cell, repeat) whose latest attempt (schema.latest_runs)
 is rerunnable (runstate.RERUNNABLE: failed, lost or cancelled); a repeat whose job the
 scheduler still has in flight is open, so it is never offered. Without `--class`, a repeat whose
 class trainers/common/failure_classes.py declares not `retried` (unsupported: run unchanged, it
@@ -20,7 +20,7 @@ from typing import Any, Optional
 from sqlalchemy import select
 from sqlalchemy.orm import Session, aliased
 
-from orchestrator import db, runstate
+from orchestrator import schema, runstate
 from orchestrator.cell import Cell
 from orchestrator.submit import Options, SubmitReport, insert_runs, new_run, submit_runs
 from trainers.common import failure_classes
@@ -30,7 +30,7 @@ from trainers.common import failure_classes
 class Pick:
     """One repeat to run again: the run that failed last and the config to submit."""
 
-    last: db.Run
+    last: schema.Run
     cell: Cell
     attempt: int
 
@@ -39,7 +39,7 @@ def pick(session: Session, sweep_id: Optional[str] = None, classes: Optional[lis
          where: Optional[dict[str, list[Any]]] = None, time_min: Optional[int] = None,
          mem_gb: Optional[int] = None) -> tuple[list[Pick], list[str]]:
     """The repeats to rerun, and the reasons some failed ones cannot be (or are not, unasked)."""
-    latest = aliased(db.Run, db.latest_runs())
+    latest = aliased(schema.Run, schema.latest_runs())
     query = (select(latest).where(latest.state.in_(runstate.RERUNNABLE))
              .order_by(latest.cell_id, latest.repeat))
     picks, problems = [], []
@@ -52,14 +52,14 @@ def pick(session: Session, sweep_id: Optional[str] = None, classes: Optional[lis
             continue
         if classes and (last.error_class or last.state) not in classes:
             continue
-        cell_row = session.get(db.Cell, last.cell_id)
+        cell_row = session.get(schema.Cell, last.cell_id)
         if where and not all(str(getattr(cell_row, k, None)) in {str(v) for v in vs} for k, vs in where.items()):
             continue
         declared = failure_classes.BY_NAME.get(last.error_class)
         if not classes and declared is not None and not declared.retried:
             unasked[declared.name] = unasked.get(declared.name, 0) + 1
             continue
-        link = session.get(db.SweepCell, (last.sweep_id, last.cell_id))
+        link = session.get(schema.SweepCell, (last.sweep_id, last.cell_id))
         if link is None or not link.config:
             problems.append(f"{last.uid}: no recorded config for this cell (sweep recorded before "
                             f"rerun existed); type its sweep again instead")
@@ -86,7 +86,7 @@ def submit(session: Session, picks: list[Pick]) -> list[SubmitReport]:
     for sweep_id, mine in by_sweep.items():
         report = SubmitReport(sweep_id=sweep_id)
         opts = Options.from_config(mine[0].cell.config)
-        planned: dict[str, tuple[Cell, list[db.Run]]] = {}
+        planned: dict[str, tuple[Cell, list[schema.Run]]] = {}
         for p in mine:
             run = new_run(sweep_id, p.cell.id, p.last.repeat, p.attempt, opts)
             run.submitted_at = time.time()

@@ -1,6 +1,6 @@
 """A run's life: its states, the moves between them, and which states mean what.
 
-Every write of `Run.state` passes `check_move` (db.Run validates it), so a state no one
+Every write of `Run.state` passes `check_move` (schema.Run validates it), so a state no one
 defined, or a move no one allowed, is a bug that raises where it happens instead of a row
 that other code misreads later. The groups below (open, final, failed, rerunnable) are the
 only lists of states in the project; everything else asks this module.

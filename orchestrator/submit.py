@@ -19,7 +19,7 @@ from omegaconf import OmegaConf
 from sqlalchemy import bindparam, insert, select, update
 from sqlalchemy.orm import Session
 
-from orchestrator import db, runstate, config_checks, setting_registry
+from orchestrator import db, schema, runstate, config_checks, setting_registry
 from orchestrator.backends import Backend, SchedulerUnavailable, backend_for, sbatch
 from orchestrator.backends.base import signature
 from orchestrator.cell import Cell, CellError
@@ -103,7 +103,7 @@ def new_sweep_id() -> str:
     return time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(2)
 
 
-def job_spec(cell: Cell, sweep_id: str, runs: list[db.Run], opts: Options) -> JobSpec:
+def job_spec(cell: Cell, sweep_id: str, runs: list[schema.Run], opts: Options) -> JobSpec:
     hardware = cell.config["hardware"]
     dataset = cell.config["dataset"]
     data_dir = dataset.get("dir")
@@ -137,10 +137,10 @@ def _known(session: Session, cells: list[Cell]) -> tuple[set[str], dict[str, lis
     ids = sorted({cell.id for cell in cells})
     known: set[str] = set()
     runs: dict[str, list[Any]] = {}
-    table = db.Run.__table__
+    table = schema.Run.__table__
     for i in range(0, len(ids), CHUNK):
         chunk = ids[i:i + CHUNK]
-        known.update(session.scalars(select(db.Cell.id).where(db.Cell.id.in_(chunk))))
+        known.update(session.scalars(select(schema.Cell.id).where(schema.Cell.id.in_(chunk))))
         query = select(*(table.c[k] for k in _KNOWN_RUN_COLUMNS)).where(table.c.cell_id.in_(chunk))
         for run in session.execute(query):
             runs.setdefault(run.cell_id, []).append(run)
@@ -156,13 +156,13 @@ def _record_cells(session: Session, sweep_id: str, cells: list[Cell], known: set
     new = [{"id": cell.id, "settings": cell.settings, "created_at": now, **cell.settings}
            for cell in cells if cell.id not in known]
     if new:
-        session.execute(insert(db.Cell.__table__), new)
-    session.execute(insert(db.SweepCell.__table__), [
+        session.execute(insert(schema.Cell.__table__), new)
+    session.execute(insert(schema.SweepCell.__table__), [
         {"sweep_id": sweep_id, "cell_id": cell.id, "config": cell.config if cell.id in planned else None}
         for cell in cells])
 
 
-def _plan_runs(sweep_id: str, cell: Cell, opts: Options, existing: list[Any]) -> tuple[list[db.Run], str]:
+def _plan_runs(sweep_id: str, cell: Cell, opts: Options, existing: list[Any]) -> tuple[list[schema.Run], str]:
     """The runs this sweep adds for a cell (given the runs it has), or none and the reason it is skipped."""
     wanted, reasons = [], []
     for repeat in range(opts.repeats):
@@ -185,13 +185,13 @@ def _plan_runs(sweep_id: str, cell: Cell, opts: Options, existing: list[Any]) ->
     return runs, "; ".join(reasons)
 
 
-def new_run(sweep_id: str, cell_id: str, repeat: int, attempt: int, opts: Options) -> db.Run:
+def new_run(sweep_id: str, cell_id: str, repeat: int, attempt: int, opts: Options) -> schema.Run:
     """One attempt at one repeat, pending, with its run directory (`<repeat>[.<attempt>]`): a row
     for insert_runs to write (never added to a session, so that a sweep's thousands of runs cost
     one INSERT, not the ORM's bookkeeping of each)."""
     name = str(repeat) if attempt == 1 else f"{repeat}.{attempt}"
     user, host = who()
-    return db.Run(uid=run_uid(sweep_id, cell_id, repeat, attempt), sweep_id=sweep_id, cell_id=cell_id,
+    return schema.Run(uid=run_uid(sweep_id, cell_id, repeat, attempt), sweep_id=sweep_id, cell_id=cell_id,
                   repeat=repeat, attempt=attempt, state=runstate.PENDING, executor=opts.backend.name,
                   run_dir=str(opts.runs / sweep_id / cell_id / name), latest=True, submit_user=user,
                   submit_host=host)
@@ -202,23 +202,23 @@ _NEW_RUN_COLUMNS = ("uid", "sweep_id", "cell_id", "repeat", "attempt", "state", 
                     "submitted_at", "latest", "submit_user", "submit_host")
 
 
-def insert_runs(session: Session, runs: list[db.Run], earlier: Iterable[Any] | None = None) -> None:
+def insert_runs(session: Session, runs: list[schema.Run], earlier: Iterable[Any] | None = None) -> None:
     """Inserts new runs (new_run's) in one executemany, in the session's transaction, and makes
-    each the latest attempt of its repeat (db.mark_latest): the attempts they follow stop being
+    each the latest attempt of its repeat (schema.mark_latest): the attempts they follow stop being
     the current word. `earlier`: every run the database has of these runs' cells (None: not
     known, so every repeat is marked); a new run whose repeat has none there is its only
     attempt, inserted latest already (a first submission's thousands need no UPDATE)."""
     if not runs:
         return
-    session.execute(insert(db.Run.__table__), [{k: getattr(run, k) for k in _NEW_RUN_COLUMNS} for run in runs])
+    session.execute(insert(schema.Run.__table__), [{k: getattr(run, k) for k in _NEW_RUN_COLUMNS} for run in runs])
     keys = [(run.cell_id, run.repeat) for run in runs]
     if earlier is not None:
         had = {(run.cell_id, run.repeat) for run in earlier}
         keys = [key for key in keys if key in had]
-    db.mark_latest(session.connection(), keys)
+    schema.mark_latest(session.connection(), keys)
 
 
-def update_runs(session: Session, changes: Iterable[tuple[db.Run, dict[str, Any]]]) -> None:
+def update_runs(session: Session, changes: Iterable[tuple[schema.Run, dict[str, Any]]]) -> None:
     """Sets columns of recorded runs (insert_runs' rows, held outside the session): each run's
     values (the same columns for every run), on the objects too, for what reads them after.
     One executemany by uid, in the session's transaction (the caller commits)."""
@@ -228,7 +228,7 @@ def update_runs(session: Session, changes: Iterable[tuple[db.Run, dict[str, Any]
             setattr(run, key, value)
         rows.append({"b_uid": run.uid, **values})
     if rows:
-        table = db.Run.__table__
+        table = schema.Run.__table__
         session.execute(update(table).where(table.c.uid == bindparam("b_uid")), rows)
 
 
@@ -250,14 +250,14 @@ def submit_sweep(cells: list[Cell], opts: Options, argv: list[str] | None = None
     `cells` are distinct (the launcher keeps the first spelling of a cell typed twice: tf, tensorflow).
 
     The cells refused at expansion (`refused`: override line, reason) are recorded with the
-    sweep (db.Refusal), with what their config said of their settings (`refused_settings`, by
+    sweep (schema.Refusal), with what their config said of their settings (`refused_settings`, by
     override line: refusal_settings), so that a report can name them and why."""
     report = SubmitReport(sweep_id=new_sweep_id(), refused=list(refused or []))
     factory = db.open_db(opts.db_url)
     with factory() as session:
         adopt_interrupted(session, opts.backend)
         user, host = who()
-        session.add(db.Sweep(id=report.sweep_id, created_at=time.time(), argv=list(argv or sys.argv),
+        session.add(schema.Sweep(id=report.sweep_id, created_at=time.time(), argv=list(argv or sys.argv),
                              overrides=[list(c.overrides) for c in cells], n_cells=len(cells),
                              submit_user=user, submit_host=host))
         session.flush()  # the sweep first: its refusals refer to it
@@ -299,13 +299,13 @@ def refusal_settings(cfg: Any) -> dict[str, Any]:
             for name, value in settings.items()}
 
 
-def _refusal(sweep_id: str, overrides: str, reason: str, settings: Mapping[str, Any] | None) -> db.Refusal:
+def _refusal(sweep_id: str, overrides: str, reason: str, settings: Mapping[str, Any] | None) -> schema.Refusal:
     settings = dict(settings or {})
-    return db.Refusal(sweep_id=sweep_id, overrides=overrides, reason=reason, settings=settings or None,
+    return schema.Refusal(sweep_id=sweep_id, overrides=overrides, reason=reason, settings=settings or None,
                       **{key: settings.get(key) for key in setting_registry.HEADLINE})
 
 
-def submit_runs(session: Session, sweep_id: str, planned: list[tuple[Cell, list[db.Run]]], opts: Options,
+def submit_runs(session: Session, sweep_id: str, planned: list[tuple[Cell, list[schema.Run]]], opts: Options,
                 report: SubmitReport, foreground: bool = False,
                 progress: Callable[[str], None] = lambda line: None) -> None:
     """Hands recorded runs to the executor: one submission per resource signature (an array on Slurm).
@@ -325,7 +325,7 @@ def submit_runs(session: Session, sweep_id: str, planned: list[tuple[Cell, list[
             run_cell(job_spec(cell, sweep_id, runs, opts))
             report.submitted.append((cell, "foreground", len(runs)))
         return
-    groups: dict[str, tuple[dict[str, Any], list[tuple[Cell, list[db.Run]]]]] = {}
+    groups: dict[str, tuple[dict[str, Any], list[tuple[Cell, list[schema.Run]]]]] = {}
     for cell, runs in planned:
         params = opts.backend.resources(cell.config)
         groups.setdefault(signature(params), (params, []))[1].append((cell, runs))
@@ -386,8 +386,8 @@ def adopt_interrupted(session: Session, backend: Backend) -> None:
     and an array that lands later anyway is cancelled here the next time, and recorded. While
     the scheduler does not answer, nothing is decided: the runs stay pending.
     """
-    orphans = session.scalars(select(db.Run).where(db.Run.state == runstate.PENDING,
-                                                   db.Run.job_id.is_(None))).all()
+    orphans = session.scalars(select(schema.Run).where(schema.Run.state == runstate.PENDING,
+                                                   schema.Run.job_id.is_(None))).all()
     marked = {}
     for run in orphans:
         match = re.fullmatch(rf"{SUBMITTING} (\S+)\[(\d+)/(\d+)\]", run.state_detail or "")
@@ -425,8 +425,8 @@ def adopt_interrupted(session: Session, backend: Backend) -> None:
             again = {}
         for name, job in again.items():
             found[name] = job
-            late[name] = session.scalars(select(db.Run).where(
-                db.Run.state_detail == GIVEN_UP.format(name=name))).all()
+            late[name] = session.scalars(select(schema.Run).where(
+                schema.Run.state_detail == GIVEN_UP.format(name=name))).all()
     for name, runs in late.items():
         try:
             backend.cancel([found[name]])
@@ -437,18 +437,18 @@ def adopt_interrupted(session: Session, backend: Backend) -> None:
     session.commit()
 
 
-def _given_up(session: Session) -> dict[str, list[db.Run]]:
+def _given_up(session: Session) -> dict[str, list[schema.Run]]:
     """Given-up submissions whose array has not (yet) been seen landing late, by name."""
-    out: dict[str, list[db.Run]] = {}
+    out: dict[str, list[schema.Run]] = {}
     prefix, _, suffix = GIVEN_UP.partition("{name}")
-    for run in session.scalars(select(db.Run).where(db.Run.state == runstate.CANCELLED,
-                                                    db.Run.state_detail.like(prefix + "%" + suffix))):
+    for run in session.scalars(select(schema.Run).where(schema.Run.state == runstate.CANCELLED,
+                                                    schema.Run.state_detail.like(prefix + "%" + suffix))):
         name = run.state_detail[len(prefix):-len(suffix)]
         out.setdefault(name, []).append(run)
     return out
 
 
-def _mark(session: Session, runs: list[db.Run], state: str, job_id: str | None,
+def _mark(session: Session, runs: list[schema.Run], state: str, job_id: str | None,
           error: tuple[str, str] | None = None) -> None:
     """Puts recorded runs in `state` (with the failure class and message of `error`); the caller commits."""
     values = {"state": state, "job_id": job_id, "submitted_at": time.time()}

@@ -247,7 +247,7 @@ def test_every_decision_is_a_legal_move_from_every_open_state():
 
 
 def test_run_state_model_refuses_illegal_moves():
-    from orchestrator.db import Run
+    from orchestrator.schema import Run
 
     run = Run(uid="u", sweep_id="s", cell_id="c", repeat=0, attempt=1, state="pending")
     run.state = "submitted"
@@ -498,7 +498,7 @@ def launch(tmp_path, facts, fitting=3, too_big=2, db_url=None, **cluster):
     Slurm; recorded in the database of `db_url` (a SQLite file under tmp_path by default)."""
     from sqlalchemy import select
 
-    from orchestrator import db
+    from orchestrator import db, schema
     from orchestrator.submit import Options, submit_sweep
 
     where = [f"paths.db='{db_url or f'sqlite:///{tmp_path}/results.db'}'", f"paths.runs={tmp_path}/runs"]
@@ -509,7 +509,7 @@ def launch(tmp_path, facts, fitting=3, too_big=2, db_url=None, **cluster):
     opts.backend = CannedSlurm({**opts.cluster, **cluster}, facts)
     report = submit_sweep(cells, opts, argv=["test"])
     with db.open_db(opts.db_url)() as session:
-        runs = [(r.state, r.error_class, r.job_id) for r in session.scalars(select(db.Run))]
+        runs = [(r.state, r.error_class, r.job_id) for r in session.scalars(select(schema.Run))]
     return opts.backend, report, runs
 
 
@@ -565,7 +565,7 @@ def test_a_silent_scheduler_keeps_states_and_says_as_of_when(tmp_path, db_url, m
     and the report dates the states it keeps from the scheduler's last answer."""
     import time as clock
 
-    from orchestrator import db, tracking
+    from orchestrator import db, schema, tracking
     from orchestrator.sql_adapters import Rows, connect
 
     monkeypatch.setenv("PATH", str(tmp_path))
@@ -573,18 +573,18 @@ def test_a_silent_scheduler_keeps_states_and_says_as_of_when(tmp_path, db_url, m
     factory = db.open_db(db_url)
     seen_at = clock.mktime((2026, 11, 23, 14, 5, 0, 0, 0, -1))
     with factory.begin() as session:
-        session.add(db.Sweep(id="s", created_at=1.0))
-        session.add(db.Cell(id="c", framework="torch", model="lenet", dataset="mnist", hardware="cpu12", gpus=0,
+        session.add(schema.Sweep(id="s", created_at=1.0))
+        session.add(schema.Cell(id="c", framework="torch", model="lenet", dataset="mnist", hardware="cpu12", gpus=0,
                             threads=1, batch_size=1, scaling="strong", iterations=1, warmup=0, seed=0,
                             precision="fp32", settings={}, created_at=1.0))
         session.flush()
-        run = db.Run(uid="s:c:0:1", sweep_id="s", cell_id="c", repeat=0, attempt=1, state="pending")
+        run = schema.Run(uid="s:c:0:1", sweep_id="s", cell_id="c", repeat=0, attempt=1, state="pending")
         run.state, run.job_id, run.executor, run.submitted_at = "running", "77_0", "slurm", 1.0
         run.observed_at, run.run_dir = seen_at, str(tmp_path / "runs/s/c/0")
         session.add(run)
     with factory() as session:  # through SQLAlchemy (collect, rerun, the progress bar) ...
         report = tracking.reconcile(Rows.of(session))
-        assert report.changed == 0 and session.scalar(db.select(db.Run.state)) == "running"
+        assert report.changed == 0 and session.scalar(db.select(schema.Run.state)) == "running"
     (message,) = report.messages()
     assert message.startswith("slurm did not answer") and "states as of 14:05 for 1 open run" in message
     if db_url.startswith("sqlite"):

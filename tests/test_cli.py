@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator import db
+from orchestrator import db, schema
 from orchestrator.cli import main
 from db_urls import is_sqlite, query
 from result_factory import make_result, write_result, write_text
@@ -145,7 +145,7 @@ def test_results_csv_with_where_filters(env, any_db, capsys):
     assert main(["results", "--csv", "--where", "framework=torch", "--where", "model=lenet"]) == 0
     rows = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
     assert [(r["sweep"], r["framework"], r["model"]) for r in rows] == [("new", "torch", "lenet"), ("old", "torch", "lenet")]
-    assert list(rows[0]) == list(db.RESULTS_COLUMNS)
+    assert list(rows[0]) == list(schema.RESULTS_COLUMNS)
     assert rows[0]["images_per_sec"] == "900.0" and rows[0]["images_per_sec_std"] == "3.25"
     assert rows[0]["gpu_mem_peak_mb"] == ""
 
@@ -281,7 +281,7 @@ def test_results_summary_shows_median_spread_and_noisy_cells(tmp_path, db_url, m
 
     assert main(["results", "--summary", "--noisy-cv", "3", "--csv"]) == 0
     rows = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
-    assert list(rows[0]) == list(db.SUMMARY_COLUMNS)
+    assert list(rows[0]) == list(schema.SUMMARY_COLUMNS)
     assert [(r["model"], r["n"], r["noisy"]) for r in rows] == [("alexnet", "2", "1"), ("lenet", "3", "1")]
     monkeypatch.setenv("ORCHESTRATOR_NOISY_CV", "50")
     assert main(["results", "--summary", "--csv", "--where", "model=alexnet"]) == 0
@@ -397,7 +397,7 @@ def test_main_sends_subcommands_and_help_to_the_cli_and_the_rest_to_hydra():
 def test_the_help_text_names_the_databases_noisy_threshold():
     from orchestrator.commands.common import NOISY_CV_PERCENT
 
-    assert NOISY_CV_PERCENT == db.NOISY_CV * 100
+    assert NOISY_CV_PERCENT == schema.NOISY_CV * 100
 
 
 SUBCOMMANDS = [["status"], ["collect"], ["results"], ["results", "--summary"], ["rerun", "--failed"],

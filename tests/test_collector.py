@@ -12,7 +12,7 @@ from sqlalchemy.exc import DBAPIError
 
 from orchestrator import db
 from orchestrator.collector import collect
-from orchestrator.db import Cell, Metric, Run, Sweep, SweepCell
+from orchestrator.schema import Cell, Metric, Run, Sweep, SweepCell
 from db_urls import execute, is_sqlite, query
 from result_factory import make_result, write_result, write_text
 
@@ -450,7 +450,7 @@ def test_a_claim_that_finds_a_run_taken_since_the_lookup_lands_the_batch_file_by
 
 def test_unrecorded_attempts_landed_out_of_order_leave_the_highest_one_latest(tmp_path, db_url):
     """Results copied from elsewhere, attempt 2 collected before attempt 1 of the same repeat:
-    the flag every reader of "the latest attempt" uses (db.latest_runs) stays on attempt 2."""
+    the flag every reader of "the latest attempt" uses (schema.latest_runs) stays on attempt 2."""
     runs = tmp_path / "runs"
     second, first = make_result(attempt=2), make_result(attempt=1)
     other = make_result(repeat=1)

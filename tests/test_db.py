@@ -17,9 +17,9 @@ from alembic.runtime.migration import MigrationContext
 from sqlalchemy import create_engine, inspect, select, text
 from sqlalchemy.exc import IntegrityError
 
-from orchestrator import db, migrations, rows
+from orchestrator import db, migrations, schema, sql_adapters
 from orchestrator.cell import cell_id as make_cell_id
-from orchestrator.db import Cell, Metric, Run, Sweep, SweepCell
+from orchestrator.schema import Cell, Metric, Run, Sweep, SweepCell
 from db_urls import execute, is_sqlite, plain_rows, query, sqlite_file
 from result_factory import make_settings
 
@@ -77,7 +77,7 @@ def test_results_view_one_row_per_run_with_pivoted_metrics(db_url):
     rows = plain_rows(db_url, "select framework, model, dataset, images_per_sec from results order by model")
     assert [tuple(r.values()) for r in rows] == [("torch", "alexnet", "mnist", None), ("torch", "lenet", "mnist", 1234.5)]
     (full,) = plain_rows(db_url, "select * from results where model = 'lenet'")
-    assert tuple(full.keys()) == db.RESULTS_COLUMNS and len(set(db.RESULTS_COLUMNS)) == len(db.RESULTS_COLUMNS)
+    assert tuple(full.keys()) == schema.RESULTS_COLUMNS and len(set(schema.RESULTS_COLUMNS)) == len(schema.RESULTS_COLUMNS)
     assert full["peak_rss_mb"] == 3.0 and full["gpu_mem_peak_mb"] == 512.0
     assert full["cpu_percent"] == 150.0 and full["images_per_sec_std"] == 10.0
     assert full["energy_j"] is None and full["repeat"] == 0 and full["state"] == "done"
@@ -133,9 +133,9 @@ def test_read_only_open_of_a_database_without_its_tables_adds_none(db_url):
 
 def test_default_url_follows_the_environment(monkeypatch):
     monkeypatch.delenv("ORCHESTRATOR_DB", raising=False)
-    assert rows.default_url() == "sqlite:///results.db"
+    assert sql_adapters.default_url() == "sqlite:///results.db"
     monkeypatch.setenv("ORCHESTRATOR_DB", "sqlite:////tmp/x.db")
-    assert rows.default_url() == "sqlite:////tmp/x.db"
+    assert sql_adapters.default_url() == "sqlite:////tmp/x.db"
 
 
 OLD_DB = Path(__file__).parent / "data" / "results-5f8e814.db"  # made by that release: data/results-5f8e814.py
@@ -175,7 +175,7 @@ def assert_tables_are_db_pys(where):
     """The tables as the revisions left them are exactly the ones db.py defines."""
     engine = create_engine(as_url(where))
     with engine.connect() as conn:
-        assert compare_metadata(MigrationContext.configure(conn), db.Base.metadata) == []
+        assert compare_metadata(MigrationContext.configure(conn), schema.Base.metadata) == []
     engine.dispose()
 
 
@@ -184,7 +184,7 @@ def test_schema_version_is_the_head_revision_which_pins_the_views():
     assert db.SCHEMA_VERSION == scripts.get_current_head()
     assert scripts.get_revision(db.SCHEMA_VERSION).module.views_sha256 == migrations.views_sha256(), (
         "the views' definitions changed: add a revision under orchestrator/migrations/versions with "
-        f"views_sha256 = {migrations.views_sha256()!r}, and make it rows.SCHEMA_VERSION")
+        f"views_sha256 = {migrations.views_sha256()!r}, and make it sql_adapters.SCHEMA_VERSION")
 
 
 def built_by_the_revisions(where):
@@ -282,7 +282,7 @@ def test_a_database_made_by_the_last_release_is_upgraded_in_place(tmp_path, capl
     con = sqlite3.connect(path)
     con.row_factory = sqlite3.Row
     cur = con.execute("select * from results order by run")
-    assert tuple(d[0] for d in cur.description) == db.RESULTS_COLUMNS
+    assert tuple(d[0] for d in cur.description) == schema.RESULTS_COLUMNS
     results = [dict(r) for r in cur]
     assert len(results) == 8 and sum(r["state"] == "done" for r in results) == 6
     assert {r["peak_rss_mb"] for r in results if r["model"] == "lenet"} == {300.0}
@@ -366,7 +366,7 @@ def test_two_processes_upgrading_an_old_database_at_once(tmp_path):
 def test_a_database_from_a_newer_orchestrator_is_refused_not_touched(db_url):
     db.open_db(db_url).kw["bind"].dispose()
     execute(db_url, "UPDATE alembic_version SET version_num = '9999'")
-    with pytest.raises(db.SchemaError, match="schema revision 9999, which this orchestrator does not know"):
+    with pytest.raises(schema.SchemaError, match="schema revision 9999, which this orchestrator does not know"):
         db.open_db(db_url)
     assert query(db_url, "select version_num from alembic_version") == [("9999",)]
 
@@ -387,7 +387,7 @@ def test_cell_summary_over_the_latest_attempt_of_each_repeat_when_done(db_url):
             run = add_run(session, uid_suffix=f"{repeat}:1", model="alexnet", metrics={"images_per_sec": ips})
             run.repeat = repeat
         session.flush()  # as the launcher and the collector do after inserting runs
-        db.mark_latest(session.connection(), session.execute(select(Run.cell_id, Run.repeat)).all())
+        schema.mark_latest(session.connection(), session.execute(select(Run.cell_id, Run.repeat)).all())
     rows = {r["model"]: r for r in plain_rows(db_url, "select * from cell_summary")}
     lenet = rows["lenet"]
     assert lenet["n"] == 3 and lenet["images_per_sec_median"] == 1100.0
@@ -399,11 +399,11 @@ def test_cell_summary_over_the_latest_attempt_of_each_repeat_when_done(db_url):
 
     # the same select with filters (a setting, a metric) and another threshold (what `results --summary` runs)
     with Session() as session:
-        view = {r["model"]: dict(r) for r in session.execute(db.summary_select()).mappings()}
+        view = {r["model"]: dict(r) for r in session.execute(schema.summary_select()).mappings()}
         assert view == rows
-        (loose,) = session.execute(db.summary_select({"model": ["lenet"]}, noisy_cv=0.2)).mappings()
+        (loose,) = session.execute(schema.summary_select({"model": ["lenet"]}, noisy_cv=0.2)).mappings()
         assert loose["model"] == "lenet" and loose["noisy"] == 0 and loose["n"] == 3
-        (some,) = session.execute(db.summary_select({"images_per_sec": [1000.0, 1100.0]})).mappings()
+        (some,) = session.execute(schema.summary_select({"images_per_sec": [1000.0, 1100.0]})).mappings()
         assert (some["model"], some["n"], some["images_per_sec_median"]) == ("lenet", 2, 1050.0)
 
 
@@ -422,18 +422,18 @@ def test_a_page_of_results_is_the_views_first_rows(db_url):
             run.repeat = i
     order = ("framework", "model", "dataset", "hardware", "gpus", "batch_size", "precision", "sweep", "repeat",
              "attempt", "run")
-    view = db.results_view
+    view = schema.results_view
     with Session() as session:
         for filters, limit in (({}, 4), ({"model": ["lenet", "vgg16"]}, 2), ({"state": ["done"]}, 10)):
-            page, total = db.results_page(filters, order, limit)
+            page, total = schema.results_page(filters, order, limit)
             conditions = [view.c[k].in_(v) for k, v in filters.items()]
             want = session.execute(select(view).where(*conditions).order_by(*(view.c[c] for c in order))
                                    .limit(limit)).mappings().all()
             got = session.execute(page).mappings().all()
             assert [dict(r) for r in got] == [dict(r) for r in want] and got, filters
             assert session.scalar(total) == session.scalar(select(func.count()).select_from(view).where(*conditions))
-        assert db.results_page({"images_per_sec": [100.0]}, order, 5) is None
-        assert db.results_page({}, order, None) is None  # every row: the view
+        assert schema.results_page({"images_per_sec": [100.0]}, order, 5) is None
+        assert schema.results_page({}, order, None) is None  # every row: the view
 
 
 #: What each revision since 0008 added, undone by hand (DROP COLUMN, which SQLite and PostgreSQL
@@ -459,7 +459,7 @@ def upgraded_from(url, revision, *then):
 
 def test_the_upgrade_to_0009_marks_the_highest_attempt_of_each_repeat_latest(db_url):
     """A database from before runs.latest (0008): the upgrade sets the flag by the rule
-    db.mark_latest keeps, and leaves every row and metric as it was."""
+    schema.mark_latest keeps, and leaves every row and metric as it was."""
     Session = db.open_db(db_url)
     with Session.begin() as session:
         for repeat, attempt in ((0, 1), (0, 2), (0, 3), (1, 1), (2, 2)):

@@ -8,8 +8,8 @@ import pytest
 from sqlalchemy import create_engine, text
 from sqlalchemy.pool import NullPool
 
-from orchestrator import db, db_copy
-from orchestrator.db import Refusal, Run
+from orchestrator import db, schema, db_copy
+from orchestrator.schema import Refusal, Run
 from test_db import add_run
 
 #: What a store holds, read without its own numbering (run ids): compared across stores.
@@ -47,7 +47,7 @@ def fill(url):
         add_run(session, uid_suffix="0:1", state="pending", batch_size=128)
         session.add(Refusal(sweep_id="s1", overrides="framework=torch gpus=2", reason="no GPU"))
         session.flush()
-        db.mark_latest(session.connection(), [(r.cell_id, r.repeat) for r in session.query(Run)])
+        schema.mark_latest(session.connection(), [(r.cell_id, r.repeat) for r in session.query(Run)])
     Session.kw["bind"].dispose()
 
 

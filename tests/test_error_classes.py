@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator import db, job, rerun, runstate
+from orchestrator import db, schema, job, rerun, runstate
 from orchestrator.backends.slurm import STATES
 from orchestrator.cell import cell_id
 from orchestrator.resultfile import BadResult, read_result
@@ -118,15 +118,15 @@ def failed_repeats(tmp_path):
     factory = db.open_db("sqlite:///%s" % (tmp_path / "results.db"))
     ids = {}
     with factory.begin() as s:
-        s.add(db.Sweep(id="s", created_at=1.0, argv=[], overrides=[], n_cells=3))
+        s.add(schema.Sweep(id="s", created_at=1.0, argv=[], overrides=[], n_cells=3))
         for n, (state, klass) in enumerate([(runstate.FAILED, fc.UNSUPPORTED), (runstate.FAILED, fc.OUT_OF_MEMORY),
                                              (runstate.LOST, fc.LOST)]):
             settings = make_settings(batch_size=8 * (n + 1))
             ids[klass] = cid = cell_id(settings)
-            s.add(db.Cell(id=cid, settings=settings, created_at=1.0, **settings))
+            s.add(schema.Cell(id=cid, settings=settings, created_at=1.0, **settings))
             s.flush()
-            s.add(db.SweepCell(sweep_id="s", cell_id=cid, config={"hardware": {"name": "local"}}))
-            run = db.Run(uid="s:%s:0:1" % cid, sweep_id="s", cell_id=cid, repeat=0, attempt=1, state="pending")
+            s.add(schema.SweepCell(sweep_id="s", cell_id=cid, config={"hardware": {"name": "local"}}))
+            run = schema.Run(uid="s:%s:0:1" % cid, sweep_id="s", cell_id=cid, repeat=0, attempt=1, state="pending")
             s.add(run)
             for step in (runstate.SUBMITTED, runstate.RUNNING, state):
                 run.state = step

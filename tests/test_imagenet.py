@@ -265,21 +265,21 @@ def test_every_framework_takes_its_imagenet_batches_from_the_shared_loader(frame
 
 def test_rerun_where_input_picks_the_pipeline_cells(tmp_path):
     """`rerun --where input=pipeline` picks by the cells' `input` column (null: memory)."""
-    from orchestrator import db, rerun
+    from orchestrator import db, schema, rerun
     from orchestrator.cell import cell_id
     from result_factory import make_settings
 
     Session = db.open_db("sqlite:///%s" % (tmp_path / "results.db"))
     ids = {}
     with Session.begin() as s:
-        s.add(db.Sweep(id="s", created_at=1.0, argv=[], overrides=[], n_cells=2))
+        s.add(schema.Sweep(id="s", created_at=1.0, argv=[], overrides=[], n_cells=2))
         for value in (None, "pipeline"):
             settings = make_settings(model="alexnet", dataset="imagenet", input=value)
             ids[value] = cid = cell_id(settings)
-            s.add(db.Cell(id=cid, settings=settings, created_at=1.0, **settings))
+            s.add(schema.Cell(id=cid, settings=settings, created_at=1.0, **settings))
             s.flush()
-            s.add(db.SweepCell(sweep_id="s", cell_id=cid, config={"hardware": {"name": "local"}}))
-            run = db.Run(uid="s:%s:0:1" % cid, sweep_id="s", cell_id=cid, repeat=0, attempt=1, state="pending")
+            s.add(schema.SweepCell(sweep_id="s", cell_id=cid, config={"hardware": {"name": "local"}}))
+            run = schema.Run(uid="s:%s:0:1" % cid, sweep_id="s", cell_id=cid, repeat=0, attempt=1, state="pending")
             s.add(run)
             for state in ("submitted", "running", "failed"):
                 run.state = state

@@ -30,7 +30,7 @@ def modules(root: Path = REPO) -> dict:
 
 
 def _owner(name: str, known: dict):
-    """The module `name` is or lies in (`orchestrator.db.Run` -> orchestrator.db), or None."""
+    """The module `name` is or lies in (`orchestrator.schema.Run` -> orchestrator.db), or None."""
     while name and name not in known:
         name = name.rpartition(".")[0]
     return name or None

@@ -3,7 +3,7 @@ sqlite3 (status's path) and through a SQLAlchemy session, and the latest-attempt
 import re
 from pathlib import Path
 
-from orchestrator import db, queries, sql_adapters as rows_module
+from orchestrator import db, schema, queries, sql_adapters as rows_module
 from orchestrator.collector import collect
 from db_urls import is_sqlite
 from result_factory import make_result, write_result
@@ -17,7 +17,7 @@ LATEST_RULE = re.compile(r"\blatest\s*(==|=\s*(:|1\b|true\b|TRUE\b)|\s(IS|is)\s)
 
 def test_the_latest_attempt_rule_is_written_in_one_module():
     """Outside the migrations (history, frozen), only orchestrator/queries.py says which runs are
-    the latest attempts; db.latest_runs() and every command read it from there."""
+    the latest attempts; schema.latest_runs() and every command read it from there."""
     saying = sorted(str(p.relative_to(ORCHESTRATOR)) for p in ORCHESTRATOR.rglob("*.py")
                     if "versions" not in p.parts and LATEST_RULE.search(p.read_text()))
     assert saying == ["queries.py"]
@@ -50,7 +50,7 @@ def test_each_query_answers_the_same_through_sqlite3_and_sqlalchemy(tmp_path, db
     with factory() as session:
         through_orm = _answers(rows_module.Rows.of(session))
         # the ORM's latest attempts are the rows the SQL text picks
-        latest_ids = sorted(r.id for r in session.execute(db.latest_runs().select()))
+        latest_ids = sorted(r.id for r in session.execute(schema.latest_runs().select()))
         where, params = queries.latest_where(None)
         assert latest_ids == sorted(r.id for r in rows_module.Rows.of(session).rows(
             f"SELECT id FROM runs WHERE {where}", params))

@@ -14,7 +14,7 @@ import pytest
 from helpers import FAST, orchestrator, rows, user_dir, wait_until_final
 from result_factory import make_settings
 
-from orchestrator import db
+from orchestrator import db, schema
 from orchestrator.cell import cell_id
 from trainers.common.failure_classes import way_out
 from orchestrator.report import compare, speedup, tables
@@ -32,7 +32,7 @@ class Study:
         self.factory = db.open_db(self.url)
         self.sweep = sweep
         with self.factory.begin() as session:
-            session.add(db.Sweep(id=sweep, created_at=time.time(), argv=["python", "-m", "orchestrator", "-m", "x=1"],
+            session.add(schema.Sweep(id=sweep, created_at=time.time(), argv=["python", "-m", "orchestrator", "-m", "x=1"],
                                  overrides=[], n_cells=0))
 
     def cell(self, runs=(), cores=None, **settings):
@@ -41,14 +41,14 @@ class Study:
         settings = make_settings(**settings)
         cid = cell_id(settings)
         with self.factory.begin() as session:
-            if session.get(db.Cell, cid) is None:
-                session.add(db.Cell(id=cid, settings=settings, created_at=time.time(), **settings))
+            if session.get(schema.Cell, cid) is None:
+                session.add(schema.Cell(id=cid, settings=settings, created_at=time.time(), **settings))
                 session.flush()
-            session.add(db.SweepCell(sweep_id=self.sweep, cell_id=cid))
+            session.add(schema.SweepCell(sweep_id=self.sweep, cell_id=cid))
             for repeat, run in enumerate(runs):
                 metrics = run if isinstance(run, dict) else {}
                 state, _, error_class = ("done" if isinstance(run, dict) else run).partition(":")
-                r = db.Run(uid=f"{self.sweep}:{cid}:{repeat}:1", sweep_id=self.sweep, cell_id=cid, repeat=repeat,
+                r = schema.Run(uid=f"{self.sweep}:{cid}:{repeat}:1", sweep_id=self.sweep, cell_id=cid, repeat=repeat,
                            attempt=1, state="pending", node="node01" if state in ("done", "failed") else None,
                            cpu_cores=cores, params=431080 if state == "done" else None, started_at=1.7e9 + repeat,
                            ended_at=1.7e9 + repeat + 1)
@@ -59,13 +59,13 @@ class Study:
                 session.add(r)
                 session.flush()
                 for name, value in metrics.items():
-                    session.add(db.Metric(run_id=r.id, name=name, value=value))
+                    session.add(schema.Metric(run_id=r.id, name=name, value=value))
         return cid
 
     def refuse(self, reason, **settings):
         settings = make_settings(**settings)
         with self.factory.begin() as session:
-            session.add(db.Refusal(sweep_id=self.sweep, overrides="x=1", reason=reason, settings=settings,
+            session.add(schema.Refusal(sweep_id=self.sweep, overrides="x=1", reason=reason, settings=settings,
                                    **{k: settings[k] for k in ("framework", "model", "dataset", "hardware", "gpus",
                                                                "threads", "batch_size", "precision")}))
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator import db, resultfile, setting_registry
+from orchestrator import schema, resultfile, setting_registry
 from orchestrator.cell import cell_id
 from orchestrator.job import trainer_args
 from orchestrator.setting_registry import SETTINGS
@@ -79,12 +79,12 @@ def test_the_check_finds_a_second_declaration():
 def test_every_setting_has_its_columns_and_result_field():
     """The `cells` table has a column per setting, `refusals` one per headline setting, the results
     view one per headline setting (and `input`), and a result file's `cell` a field per setting."""
-    assert set(db.Cell.__table__.c.keys()) >= NAMES
-    assert set(db.Refusal.__table__.c.keys()) >= set(setting_registry.HEADLINE)
-    assert set(db.RESULTS_COLUMNS) >= set(setting_registry.IN_RESULTS)
+    assert set(schema.Cell.__table__.c.keys()) >= NAMES
+    assert set(schema.Refusal.__table__.c.keys()) >= set(setting_registry.HEADLINE)
+    assert set(schema.RESULTS_COLUMNS) >= set(setting_registry.IN_RESULTS)
     assert set(resultfile.CELL_COLUMNS) | set(resultfile.OPTIONAL_CELL_COLUMNS) == NAMES
     for s in SETTINGS:
-        column = db.Cell.__table__.c[s.name]
+        column = schema.Cell.__table__.c[s.name]
         assert column.nullable == (s.nullable or s.hashed != setting_registry.ALWAYS), s.name
 
 

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 
 PROG = "python -m orchestrator"
 LAUNCH_HINT = f"run a sweep first: {PROG} -m framework=torch model=lenet dataset=mnist"
-#: db.NOISY_CV in percent, for the help text (which must not import the database code; a test
+#: schema.NOISY_CV in percent, for the help text (which must not import the database code; a test
 #: holds the two equal).
 NOISY_CV_PERCENT = 5.0
 
@@ -62,11 +62,11 @@ def database_error(exc: Exception, url: str) -> Optional[str]:
         from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 
         # lazy: SQLAlchemy (~0.3 s) only in the commands that need it: `status` and --help start without it
-        from orchestrator import db
+        from orchestrator import db, schema
 
         if isinstance(exc, db.NoDatabase):
             return f"{exc}; {LAUNCH_HINT} (or point --db / ORCHESTRATOR_DB at an existing database)"
-        if isinstance(exc, db.SchemaError):
+        if isinstance(exc, schema.SchemaError):
             return str(exc)
         if isinstance(exc, (ArgumentError, ImportError)):
             return f"cannot use database URL {shown(url)!r}: {exc}"
@@ -145,7 +145,7 @@ def pick_sweeps(rows: Rows, wanted: Optional[str]) -> list[Any]:
 
 def noisy_cv(percent: Optional[float]) -> float:
     """The noise threshold as a fraction: `percent` (--noisy-cv), else $ORCHESTRATOR_NOISY_CV,
-    else db.NOISY_CV (both in %)."""
+    else schema.NOISY_CV (both in %)."""
     value = percent
     if value is None and os.environ.get("ORCHESTRATOR_NOISY_CV"):
         try:
@@ -154,9 +154,9 @@ def noisy_cv(percent: Optional[float]) -> float:
             raise CliError(f"ORCHESTRATOR_NOISY_CV={os.environ['ORCHESTRATOR_NOISY_CV']!r} is not a number (percent)") from None
     if value is None:
         # lazy: SQLAlchemy (~0.3 s) only in the commands that need it: `status` and --help start without it
-        from orchestrator import db
+        from orchestrator import schema
 
-        return db.NOISY_CV
+        return schema.NOISY_CV
     if value < 0:
         raise CliError(f"--noisy-cv {value:g}: a CV threshold is a percentage >= 0")
     return value / 100.0

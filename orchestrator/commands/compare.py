@@ -30,7 +30,7 @@ def run(args: argparse.Namespace, out: Console) -> int:
     """Exit 0: no regression; 1: a cell slower beyond --threshold and noise; 2: bad usage."""
     # lazy: SQLAlchemy (~0.3 s) only in the commands that need it: `status` and --help start without it
     # lazy: SQLAlchemy (~0.3 s) only in the commands that need it: `status` and --help start without it
-    from orchestrator import db
+    from orchestrator import db, schema
     from orchestrator.report import compare, tables
 
     def from_sweep(wanted: str, metric: str) -> tuple[str, list[Any]]:
@@ -42,7 +42,7 @@ def run(args: argparse.Namespace, out: Console) -> int:
                 why = str(exc).removeprefix(f"--sweep {wanted}: ")
                 raise compare.UsageError(f"{wanted}: no such file, and as a sweep: {why}") from None
             spec = tables.SPEC_BY_NAME.get(metric) or tables.Spec(compare.metric_def(metric), metric)
-            (table,) = tables.from_db(session, [sweep.id], db.NOISY_CV, [spec])
+            (table,) = tables.from_db(session, [sweep.id], schema.NOISY_CV, [spec])
         return f"sweep {sweep.id}", table.entries
 
     try:

@@ -77,26 +77,26 @@ def results(url: str, out: Console, sweep: Optional[str] = None, filters: Option
     from sqlalchemy import func, select
 
     # lazy: SQLAlchemy (~0.3 s) only in the commands that need it: `status` and --help start without it
-    from orchestrator import db
+    from orchestrator import db, schema
 
     filters = dict(filters or {})
-    threshold = db.NOISY_CV if threshold is None else threshold
+    threshold = schema.NOISY_CV if threshold is None else threshold
     Session = db.open_db(url, create=False)  # a read never creates a database
     with Session() as session:
         sweeps = pick_sweeps(Rows.of(session), sweep)  # an empty database is an error, not an empty table
         if sweep:
             filters["sweep"] = [s.id for s in sweeps]
         if summary:
-            rows = db.summary_select(filters, threshold).subquery("cells")
+            rows = schema.summary_select(filters, threshold).subquery("cells")
             # the cell's id last: cells alike in every shown setting (seeds) in one order on every database
-            columns, order = db.SUMMARY_COLUMNS, (*db.SUMMARY_CELL, "cell")
+            columns, order = schema.SUMMARY_COLUMNS, (*schema.SUMMARY_CELL, "cell")
             empty = "no latest attempt with a throughput matches these filters"
         else:
-            view = db.results_view
+            view = schema.results_view
             rows = select(view).where(*(view.c[key].in_(values) for key, values in filters.items())).subquery("runs")
-            columns, order = db.RESULTS_COLUMNS, RESULTS_ORDER
+            columns, order = schema.RESULTS_COLUMNS, RESULTS_ORDER
             empty = "no runs match these filters"
-        paged = None if summary or csv else db.results_page(filters, RESULTS_ORDER, limit)
+        paged = None if summary or csv else schema.results_page(filters, RESULTS_ORDER, limit)
         if paged is not None:  # the page's runs first, their metrics after: not every run's
             shown = session.execute(paged[0]).mappings().all()
             if not shown:
@@ -128,7 +128,7 @@ def _parse_where(items: list[str]) -> dict[str, list[Any]]:
     from sqlalchemy import String
 
     # lazy: SQLAlchemy (~0.3 s) only in the commands that need it: `status` and --help start without it
-    from orchestrator import db
+    from orchestrator import schema
 
     where: dict[str, list[Any]] = {}
     for item in items:
@@ -136,11 +136,11 @@ def _parse_where(items: list[str]) -> dict[str, list[Any]]:
         key = WHERE_ALIASES.get(key.strip(), key.strip())
         if not sep or not key:
             raise CliError(f"--where {item!r}: expected KEY=VALUE, e.g. --where framework=torch")
-        if key not in db.RESULTS_COLUMNS:
-            raise CliError(f"--where {item!r}: no column {key!r}; columns are {', '.join(db.RESULTS_COLUMNS)}")
+        if key not in schema.RESULTS_COLUMNS:
+            raise CliError(f"--where {item!r}: no column {key!r}; columns are {', '.join(schema.RESULTS_COLUMNS)}")
         for part in value.split(","):
             part = part.strip()
-            if not isinstance(db.results_view.c[key].type, String):
+            if not isinstance(schema.results_view.c[key].type, String):
                 try:
                     part = float(part)
                 except ValueError:
@@ -155,7 +155,7 @@ def _print_results(out: Console, shown: Sequence[Mapping[str, Any]], total: int,
 
 
 def _print_summary(cells: Sequence[Any], total: int, noisy: int, threshold: float, out: Console) -> None:
-    """The first `cell_summary` rows db.summary_select gave for the filters and threshold, of
+    """The first `cell_summary` rows schema.summary_select gave for the filters and threshold, of
     `total`, `noisy` of them noisy."""
     # lazy: rich's tables and console only where something is drawn with them
     # lazy: rich's tables and console only where something is drawn with them

@@ -1,7 +1,7 @@
 """Schema migrations of the results database: Alembic, driven from `db.open_db`.
 
 Nobody runs `alembic` by hand and no alembic.ini exists: `open_db` reads the revision the
-database records (Alembic's `alembic_version` table) and, when it is not `rows.SCHEMA_VERSION`,
+database records (Alembic's `alembic_version` table) and, when it is not `sql_adapters.SCHEMA_VERSION`,
 calls `upgrade` on a connection that holds the database's write lock; Alembic then applies the
 revisions in versions/ (env.py is its environment). A new, empty database skips them: open_db
 makes it from schema.py's tables and stamps the head (Alembic's recipe for a fresh database), which
@@ -17,7 +17,7 @@ at the old head get their views rebuilt; its `views_sha256` is the views' finger
 
 Adding a revision: copy the newest file in versions/, give it the next `revision` id and the
 previous head as `down_revision`, write `upgrade()` with `alembic.op` (on SQLite anything beyond
-adding a column needs `op.batch_alter_table`), set `views_sha256`, and make `rows.SCHEMA_VERSION`
+adding a column needs `op.batch_alter_table`), set `views_sha256`, and make `sql_adapters.SCHEMA_VERSION`
 the new id. A test upgrades a database made by an old release (tests/data/) and compares the
 result with schema.py's tables.
 """

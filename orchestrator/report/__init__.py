@@ -1,6 +1,6 @@
 """Reports: a study's tables, figures and page from the results database, and comparisons.
 
-Data flows one way: `orchestrator report` reads the database (SQL over `db.latest_runs()`, the
+Data flows one way: `orchestrator report` reads the database (SQL over `schema.latest_runs()`, the
 cells and the refusals a sweep recorded; never result files) and writes files; `orchestrator
 compare` reads the same tables, or a CSV in their format, and gives a verdict per cell.
 

@@ -12,7 +12,7 @@ metric where smaller is better, so r > 1 is always an improvement):
     noise = 1.2533 × sqrt(cv_base² / n_base + cv_new² / n_new)
 
 is the relative standard error of that ratio (1.2533 × σ/√n is a median's standard error;
-a side with one repeat, or no CV, is taken to vary by the noisy threshold, db.NOISY_CV). A
+a side with one repeat, or no CV, is taken to vary by the noisy threshold, schema.NOISY_CV). A
 change is beyond noise when |r − 1| > Z × noise (Z = 2, about 95 %): then the cell is faster or
 slower (better or worse), otherwise within noise. A cell slower beyond noise *and* by more than
 `--threshold` percent is a regression; any regression makes the exit status 1.
@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
-from orchestrator import db
+from orchestrator import schema
 from orchestrator.metric_registry import BY_NAME, MetricDef
 from orchestrator.report.labels import hardware_label
 from orchestrator.report.tables import OK, PARAMS, CsvError, Entry, read_csv
@@ -80,7 +80,7 @@ def _spread(entry: Entry) -> tuple[float, int]:
     """(relative spread, repeats) of a side: its CV, or the noisy threshold where unknown."""
     s = entry.stats
     cv = s.cv if s is not None and s.n > 1 else None
-    return (db.NOISY_CV if cv is None else cv), (s.n if s is not None else 1)
+    return (schema.NOISY_CV if cv is None else cv), (s.n if s is not None else 1)
 
 
 def verdict(base: Entry, new: Entry, metric: MetricDef, threshold: float) -> Match:

@@ -2,7 +2,7 @@
 
 A sweep's cells are those it named (`sweep_cells`) and those its expansion refused
 (`refusals`). A cell's numbers are over the latest attempt of each of its repeats
-(`db.latest_runs()`, as the `cell_summary` view takes them) where that attempt is done: so a
+(`schema.latest_runs()`, as the `cell_summary` view takes them) where that attempt is done: so a
 cell measured by an earlier sweep, or rerun by a later one, shows its current numbers. Every
 statistic is computed by the database (one grouped query for all metrics), so a report over
 100,000 runs moves a few thousand rows, not the runs.
@@ -16,7 +16,7 @@ from typing import Any, Iterable, Optional, Sequence
 from sqlalchemy import Float, Select, case, cast, func, literal, select, union_all
 from sqlalchemy.orm import Session
 
-from orchestrator import db, runstate
+from orchestrator import schema, runstate
 from orchestrator.setting_registry import HEADLINE, NAMES as SETTINGS
 from orchestrator.metric_registry import MetricDef
 
@@ -58,12 +58,12 @@ class SweepInfo:
 
 
 def _sweep_cells(sweep_ids: Sequence[str]) -> Select:
-    return select(db.SweepCell.cell_id).where(db.SweepCell.sweep_id.in_(sweep_ids))
+    return select(schema.SweepCell.cell_id).where(schema.SweepCell.sweep_id.in_(sweep_ids))
 
 
 def sweeps(session: Session, sweep_ids: Sequence[str]) -> list[SweepInfo]:
     """The sweeps, oldest first, with the command that made each."""
-    rows = session.scalars(select(db.Sweep).where(db.Sweep.id.in_(sweep_ids)).order_by(db.Sweep.created_at))
+    rows = session.scalars(select(schema.Sweep).where(schema.Sweep.id.in_(sweep_ids)).order_by(schema.Sweep.created_at))
     return [SweepInfo(s.id, s.created_at, shlex.join(str(a) for a in (s.argv or [])), s.n_cells or 0,
                       f"{s.submit_user or '?'}@{s.submit_host or '?'}" if s.submit_user or s.submit_host else None)
             for s in rows]
@@ -71,15 +71,15 @@ def sweeps(session: Session, sweep_ids: Sequence[str]) -> list[SweepInfo]:
 
 def cells(session: Session, sweep_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
     """cell id -> its settings (cell.SETTINGS), for every cell the sweeps named."""
-    columns = [getattr(db.Cell, key) for key in SETTINGS]
+    columns = [getattr(schema.Cell, key) for key in SETTINGS]
     return {row[0]: dict(zip(SETTINGS, row[1:])) for row in session.execute(
-        select(db.Cell.id, *columns).where(db.Cell.id.in_(_sweep_cells(sweep_ids))))}
+        select(schema.Cell.id, *columns).where(schema.Cell.id.in_(_sweep_cells(sweep_ids))))}
 
 
 def refusals(session: Session, sweep_ids: Sequence[str]) -> list[tuple[dict[str, Any], str]]:
     """(settings as far as they resolved, reason) of each cell the sweeps' expansions refused."""
     out = []
-    for row in session.scalars(select(db.Refusal).where(db.Refusal.sweep_id.in_(sweep_ids)).order_by(db.Refusal.id)):
+    for row in session.scalars(select(schema.Refusal).where(schema.Refusal.sweep_id.in_(sweep_ids)).order_by(schema.Refusal.id)):
         settings = {key: None for key in SETTINGS} | dict(row.settings or {})
         settings.update({key: getattr(row, key) for key in HEADLINE})
         out.append((settings, row.reason))
@@ -94,13 +94,13 @@ def stats(session: Session, sweep_ids: Sequence[str], metrics: Iterable[MetricDe
     divisor, as the `results` view shows it), ranked per cell and metric for the median, then
     counted, summed and squared per cell and metric."""
     metrics = list(metrics)
-    latest = db.latest_runs()
+    latest = schema.latest_runs()
     mine = (latest.c.state == runstate.DONE, latest.c.cell_id.in_(_sweep_cells(sweep_ids)))
     named = [m.name for m in metrics if m.name != "params"]
     divisors = {m.name: m.divisor for m in metrics if m.divisor != 1}
-    value = db.Metric.value / case(divisors, value=db.Metric.name, else_=1.0) if divisors else db.Metric.value
-    parts = [select(latest.c.cell_id.label("cell"), db.Metric.name.label("name"), value.label("value"))
-             .join(db.Metric, db.Metric.run_id == latest.c.id).where(*mine, db.Metric.name.in_(named))]
+    value = schema.Metric.value / case(divisors, value=schema.Metric.name, else_=1.0) if divisors else schema.Metric.value
+    parts = [select(latest.c.cell_id.label("cell"), schema.Metric.name.label("name"), value.label("value"))
+             .join(schema.Metric, schema.Metric.run_id == latest.c.id).where(*mine, schema.Metric.name.in_(named))]
     if len(named) < len(metrics):
         parts.append(select(latest.c.cell_id, literal("params"), cast(latest.c.params, Float))
                      .where(*mine, latest.c.params.is_not(None)))
@@ -121,7 +121,7 @@ def stats(session: Session, sweep_ids: Sequence[str], metrics: Iterable[MetricDe
 
 def attempts(session: Session, sweep_ids: Sequence[str]) -> dict[str, list[Attempts]]:
     """cell id -> its repeats' latest attempts by state and error class (with one message each)."""
-    latest = db.latest_runs()
+    latest = schema.latest_runs()
     out: dict[str, list[Attempts]] = {}
     for cell, state, error_class, n, message in session.execute(
             select(latest.c.cell_id, latest.c.state, latest.c.error_class, func.count(), func.min(latest.c.error_message))
@@ -133,7 +133,7 @@ def attempts(session: Session, sweep_ids: Sequence[str]) -> dict[str, list[Attem
 
 def cores(session: Session, sweep_ids: Sequence[str]) -> dict[str, int]:
     """cell id -> the physical cores of the node its repeats ran on (the most, if several)."""
-    latest = db.latest_runs()
+    latest = schema.latest_runs()
     return dict(session.execute(
         select(latest.c.cell_id, func.max(latest.c.cpu_cores))
         .where(latest.c.cell_id.in_(_sweep_cells(sweep_ids)), latest.c.cpu_cores.is_not(None))
@@ -156,11 +156,11 @@ PROVENANCE = {
 def provenance(session: Session, sweep_ids: Sequence[str]) -> dict[str, list[tuple[tuple[Any, ...], int]]]:
     """Per PROVENANCE entry: each distinct value over the runs that ran (a node recorded) among the
     latest attempts, with how many runs had it; values nobody recorded are left out."""
-    latest = db.latest_runs()
-    source = latest.join(db.Cell, db.Cell.id == latest.c.cell_id)
+    latest = schema.latest_runs()
+    source = latest.join(schema.Cell, schema.Cell.id == latest.c.cell_id)
     out = {}
     for title, names in PROVENANCE.items():
-        columns = [db.Cell.framework if name == "framework" else latest.c[name] for name in names]
+        columns = [schema.Cell.framework if name == "framework" else latest.c[name] for name in names]
         rows = session.execute(
             select(*columns, func.count()).select_from(source)
             .where(latest.c.cell_id.in_(_sweep_cells(sweep_ids)), latest.c.node.is_not(None))
@@ -171,6 +171,6 @@ def provenance(session: Session, sweep_ids: Sequence[str]) -> dict[str, list[tup
 
 def span(session: Session, sweep_ids: Sequence[str]) -> tuple[Optional[float], Optional[float]]:
     """When the first of the latest attempts started and the last ended."""
-    latest = db.latest_runs()
+    latest = schema.latest_runs()
     return tuple(session.execute(select(func.min(latest.c.started_at), func.max(latest.c.ended_at))
                                  .where(latest.c.cell_id.in_(_sweep_cells(sweep_ids)))).one())
