@@ -28,9 +28,13 @@ from urllib.parse import quote
 from .sqlite_lease import connect_args
 from .sqlite_sharing import BUSY_TIMEOUT_S, apply_pragmas
 
-#: The Alembic revision the tables and views of schema.py are: the head of orchestrator/migrations/versions
-#: (test_db checks). A change to a table or a view is a new revision, and this becomes its id.
-SCHEMA_VERSION = "0011"
+#: The Alembic revision the tables and views of schema.py are: the head of orchestrator/migrations/versions,
+#: read from its files' names (`<revision>_<what>.py`, each revision the one before plus one: test_db
+#: checks that this is Alembic's own head), so that a new revision is that file alone. A listing, not
+#: an import: `status` reads it without Alembic.
+SCHEMA_VERSION = max(name.split("_", 1)[0] for name in os.listdir(
+    os.path.join(os.path.dirname(os.path.abspath(__file__)), "migrations", "versions"))
+    if name.endswith(".py") and name[:1].isdigit())
 #: How a plain SQLite file URL begins (`sqlite:///results.db`, `sqlite:////abs/results.db`).
 SQLITE_FILE = "sqlite:///"
 

@@ -184,7 +184,7 @@ def test_schema_version_is_the_head_revision_which_pins_the_views():
     assert db.SCHEMA_VERSION == scripts.get_current_head()
     assert scripts.get_revision(db.SCHEMA_VERSION).module.views_sha256 == migrations.views_sha256(), (
         "the views' definitions changed: add a revision under orchestrator/migrations/versions with "
-        f"views_sha256 = {migrations.views_sha256()!r}, and make it sql_adapters.SCHEMA_VERSION")
+        f"views_sha256 = {migrations.views_sha256()!r}")
 
 
 def built_by_the_revisions(where):

@@ -17,8 +17,8 @@ at the old head get their views rebuilt; its `views_sha256` is the views' finger
 
 Adding a revision: copy the newest file in versions/, give it the next `revision` id and the
 previous head as `down_revision`, write `upgrade()` with `alembic.op` (on SQLite anything beyond
-adding a column needs `op.batch_alter_table`), set `views_sha256`, and make `sql_adapters.SCHEMA_VERSION`
-the new id. A test upgrades a database made by an old release (tests/data/) and compares the
+adding a column needs `op.batch_alter_table`), and set `views_sha256`; name the file `<revision>_<what>.py`:
+`sql_adapters.SCHEMA_VERSION` is read from the names. A test upgrades a database made by an old release (tests/data/) and compares the
 result with schema.py's tables.
 """
 from __future__ import annotations
