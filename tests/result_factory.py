@@ -6,18 +6,21 @@ import json
 from pathlib import Path
 from typing import Any, Optional
 
+from orchestrator import setting_registry
 from orchestrator.cell import cell_id
 
 T0 = 1_700_000_000.0
 
 
 def make_settings(**overrides: Any) -> dict[str, Any]:
-    settings = {
-        "framework": "torch", "model": "lenet", "dataset": "mnist", "like": None,
+    # every setting the registry declares, None unless given here (throughput mode: accuracy
+    # mode's are None; a setting added later: None, as a cell made before it holds)
+    settings = {name: None for name in setting_registry.NAMES}
+    settings.update({
+        "framework": "torch", "model": "lenet", "dataset": "mnist",
         "hardware": "local", "gpus": 0, "threads": 2, "batch_size": 64, "scaling": "strong",
         "iterations": 20, "warmup": 5, "seed": 0, "precision": "fp32",
-        "mode": None, "epochs": None, "target_accuracy": None,  # throughput mode (setting_registry: hashed in accuracy mode only)
-    }
+    })
     settings.update(overrides)
     return settings
 

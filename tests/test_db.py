@@ -436,23 +436,27 @@ def test_a_page_of_results_is_the_views_first_rows(db_url):
         assert schema.results_page({}, order, None) is None  # every row: the view
 
 
-#: What each revision since 0008 added, undone by hand (DROP COLUMN, which SQLite and PostgreSQL
-#: spell alike), newest first: a database at an older revision made from today's, for testing the
-#: upgrade from it.
-UNDO = {
-    "0011": [f"ALTER TABLE {t} DROP COLUMN {c}" for t in ("sweeps", "runs") for c in ("submit_user", "submit_host")],
-    "0010": ["ALTER TABLE cells DROP COLUMN input"],
-    "0009": ["DROP INDEX ix_runs_current", "ALTER TABLE runs DROP COLUMN latest", "CREATE INDEX ix_runs_latest "
-             "ON runs (cell_id, repeat, attempt, sweep_id, state, error_class, state_detail)"],
-}
-
-
 def upgraded_from(url, revision, *then):
-    """The database at `url` taken back to `revision` (its views dropped, what later revisions
-    added undone, `then` run), then opened: upgraded to the head. Its URL, to query."""
-    undo = [sql for rev, statements in UNDO.items() if rev > revision for sql in statements]
-    execute(url, "DROP VIEW cell_summary", "DROP VIEW results", *undo, *then,
-            f"UPDATE alembic_version SET version_num = '{revision}'")
+    """The database at `url` taken back to `revision` (its views dropped, each later revision's
+    `downgrade()` run, newest first, then `then`), then opened: upgraded to the head. Its URL, to
+    query."""
+    from alembic.operations import Operations
+    from sqlalchemy.pool import NullPool
+
+    execute(url, "DROP VIEW cell_summary", "DROP VIEW results")
+    scripts = migrations.script()
+    later = [r for r in scripts.walk_revisions() if r.revision > revision]  # newest first
+    engine = create_engine(url, poolclass=NullPool)
+    try:
+        with engine.begin() as conn:
+            with Operations.context(MigrationContext.configure(conn)):
+                for rev in later:
+                    rev.module.downgrade()
+            for sql in then:
+                conn.exec_driver_sql(sql)
+            conn.exec_driver_sql(f"UPDATE alembic_version SET version_num = '{revision}'")
+    finally:
+        engine.dispose()
     db.open_db(url).kw["bind"].dispose()
     return url
 

@@ -28,3 +28,12 @@ def upgrade() -> None:
     op.execute("UPDATE runs SET latest = (attempt = (SELECT max(other.attempt) FROM runs AS other "
                "WHERE other.cell_id = runs.cell_id AND other.repeat = runs.repeat))")
     op.create_index("ix_runs_current", "runs", ["latest", "sweep_id", "state", "error_class", "state_detail"])
+
+
+def downgrade() -> None:
+    """What the upgrade added, taken away, and the index it replaced made again (the views first
+    dropped by the caller)."""
+    op.execute("DROP INDEX ix_runs_current")
+    op.execute("ALTER TABLE runs DROP COLUMN latest")
+    op.execute("CREATE INDEX ix_runs_latest ON runs (cell_id, repeat, attempt, sweep_id, state, error_class, "
+               "state_detail)")

@@ -30,3 +30,8 @@ def upgrade() -> None:
     if updates:
         conn.execute(cells.update().where(cells.c.id == sa.bindparam("cell")).values(input=sa.bindparam("value")),
                      updates)
+
+
+def downgrade() -> None:
+    """What the upgrade added, taken away (the views first dropped by the caller)."""
+    op.execute("ALTER TABLE cells DROP COLUMN input")

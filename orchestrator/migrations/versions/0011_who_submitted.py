@@ -22,3 +22,10 @@ def upgrade() -> None:
     for table in ("sweeps", "runs"):
         op.add_column(table, sa.Column("submit_user", sa.String, nullable=True))
         op.add_column(table, sa.Column("submit_host", sa.String, nullable=True))
+
+
+def downgrade() -> None:
+    """What the upgrade added, taken away (the views first dropped by the caller)."""
+    for table in ("sweeps", "runs"):
+        for name in ("submit_user", "submit_host"):
+            op.execute(f"ALTER TABLE {table} DROP COLUMN {name}")
