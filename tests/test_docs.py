@@ -10,7 +10,7 @@ import re
 
 import pytest
 
-from conftest import REPO
+from helpers import REPO
 
 README = REPO / "README.md"
 DOCS = sorted((REPO / "docs").glob("*.md"))

@@ -16,7 +16,7 @@ from orchestrator.tracking import Evidence, decide
 from trainers.common import errors
 from trainers.common import failure_classes as fc
 
-from conftest import REPO
+from helpers import REPO
 from result_factory import make_result, make_settings
 
 #: Modules that may spell a class name: the registry, and the run states' own module (a run
