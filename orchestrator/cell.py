@@ -135,19 +135,22 @@ def lookup(plain: Any, path: str) -> Any:
 
 
 def _checked(where: str, setting: setting_registry.SettingDef, value: Any) -> Any:
-    """One setting's value checked against its declaration, as a cell stores it."""
+    """One setting's value checked against its declaration, as a cell stores it. A value that is
+    plainly right (one of the choices; an int at or above the minimum) passes at once: a sweep of
+    thousands of cells checks each of their settings."""
     if value is None and (setting.nullable or setting.hashed != setting_registry.ALWAYS):
         return None
     if setting.choices:
-        value = _refusing(where, config_checks.one_of, setting.name, value, setting.choices)
+        if value not in setting.choices or not isinstance(value, str):
+            value = _refusing(where, config_checks.one_of, setting.name, value, setting.choices)
     elif setting.kind is int:
-        value = _refusing(where, config_checks.integer, setting.name, value, int(setting.minimum or 0),
-                          way_out=setting.way_out)
+        if type(value) is not int or value < (setting.minimum or 0) or value > config_checks.INT_MAX:
+            value = _refusing(where, config_checks.integer, setting.name, value, int(setting.minimum or 0),
+                              way_out=setting.way_out)
     elif setting.kind is float:
         value = float(_refusing(where, config_checks.number, setting.name, value, setting.minimum or 0.0,
                                 setting.way_out))
-    elif value is not None:
-        value = _refusing(where, config_checks.name, setting.name, value)
+    # (a string without choices is a group's name, checked with its group, or `like`, a data shape)
     return setting_registry.stored(setting.name, value)
 
 

@@ -138,10 +138,10 @@ class Expander:
         """The key as the reference's config with each of its differing group choices' changes
         applied, where it can be (see the module's docstring); None where it must be composed whole."""
         ref_key = self.reference
-        if ref_key is None or len(ref_key) != len(key) or not self._can_factorize():
+        if ref_key is None or len(ref_key) != len(key):
             return None
         changed = [i for i, (a, b) in enumerate(zip(ref_key, key)) if a != b]
-        if len(changed) < 2 or any(not self._same_group(self.parse(ref_key[i]), self.parse(key[i]))
+        if len(changed) < 2 or not self._can_factorize() or any(not self._same_group(self.parse(ref_key[i]), self.parse(key[i]))
                                    for i in changed):
             return None
         ref = self.composed[ref_key]
@@ -170,8 +170,9 @@ class Expander:
     def _can_factorize(self) -> bool:
         """No defaults list of conf/ interpolates (a group choice that depends on another's)."""
         if self._factorable is None:
-            self._factorable = not any("${" in str((yaml.safe_load(p.read_text()) or {}).get("defaults", ""))
-                                       for p in CONF.rglob("*.yaml"))
+            texts = [p.read_text() for p in CONF.rglob("*.yaml")]
+            self._factorable = not any("${" in str((yaml.safe_load(t) or {}).get("defaults", ""))
+                                       for t in texts if "${" in t)  # (parsed only where one may be)
         return self._factorable
 
     def parse(self, line: str) -> Any:
