@@ -67,7 +67,9 @@ def test_issue_example_sweep_lands_four_rows_and_is_not_resubmitted(workdir):
 
 @pytest.mark.slow
 def test_a_failing_cell_fails_alone_with_class_message_and_log(workdir):
-    # no MNIST files here: that cell's trainer stops with a data error, the other one measures
+    # an MNIST folder without its files (a folder that is not there is refused before submission,
+    # test_bad_input): that cell's trainer stops with a data error, the other one measures
+    (workdir[0] / "data" / "mnist").mkdir(parents=True)
     launched = orchestrator(["-m", "model=lenet", "dataset=synthetic,mnist", *FAST, "wait=true"], workdir)
     assert launched.returncode == 0, launched.stderr
     by_dataset = {r[0]: r[1:] for r in rows(
@@ -76,7 +78,7 @@ def test_a_failing_cell_fails_alone_with_class_message_and_log(workdir):
     assert by_dataset["synthetic"][0] == "done"
     state, error_class, message, log_path = by_dataset["mnist"]
     assert (state, error_class) == ("failed", "unsupported")
-    assert "data/mnist does not exist" in message and Path(log_path).exists()
+    assert "not found in" in message and "data/mnist" in message and Path(log_path).exists()
     status = orchestrator(["status"], workdir).stdout
     assert "unsupported" in status and log_path in status.replace("\n", "")
 

@@ -48,11 +48,19 @@ class Written:
 
 
 def _figure(width: float, height: float, ncols: int = 1) -> tuple[Any, list[Any]]:
+    fig = _new_figure(width, height)
+    axes = fig.subplots(1, ncols, squeeze=False)[0]
+    return fig, list(axes)
+
+
+def _new_figure(width: float, height: float) -> Any:
+    """A figure laid out by matplotlib (constrained), with EDGE_PAD inches kept clear on every
+    side: an axis that reaches the edge of the image looks cut, as a title does."""
     from matplotlib.figure import Figure  # lazy: matplotlib (~0.3 s) only in the processes that draw
 
     fig = Figure(figsize=(width, height), layout="constrained")
-    axes = fig.subplots(1, ncols, squeeze=False)[0]
-    return fig, list(axes)
+    fig.get_layout_engine().set(w_pad=EDGE_PAD, h_pad=EDGE_PAD)
+    return fig
 
 
 def _fit_titles(fig: Any) -> None:
@@ -104,6 +112,8 @@ MAX_WIDTH = 18.0
 #: A title ends at least this far (inches) from the figure's right edge (fonts differ a little
 #: between matplotlib, which measures, and the browser, which draws the SVG's text).
 FIT_PAD = 0.15
+#: Inches kept clear at each edge of a figure by its layout (matplotlib's default: 3/72).
+EDGE_PAD = 0.1
 
 
 def _styles(values: Sequence[Any], kind: str) -> dict[Any, Any]:
@@ -230,14 +240,12 @@ def gpu_scaling(series: Sequence[speedup.Series], out: Path) -> Written | str:
     ideal dotted."""
     if not series:
         return NOT_DRAWN["gpu_scaling"]
-    # lazy: matplotlib (~0.3 s) only in the processes that draw
-    from matplotlib.figure import Figure
-    from matplotlib.lines import Line2D
+    from matplotlib.lines import Line2D  # lazy: matplotlib (~0.3 s) only in the processes that draw
 
     cases = sorted({_case(s.settings) for s in series}, key=_case_order)
     ncols = min(3, len(cases))
     nrows = -(-len(cases) // ncols)
-    fig = Figure(figsize=(4.0 * ncols + 0.5, 5.6 * nrows + 0.6), layout="constrained")
+    fig = _new_figure(4.0 * ncols + 0.5, 5.6 * nrows + 0.6)
     axes = fig.subplots(2 * nrows, ncols, squeeze=False)
     colours = _styles([s.settings["framework"] for s in series], "colour")
     markers = _styles([s.settings["hardware"] for s in series], "marker")
@@ -338,12 +346,11 @@ def efficiency(speed: Table, energy: Table, out: Path) -> Written | str:
             points.setdefault(_case(e.settings), []).append((j, e.median, framework, speed.column_label(e.column)))
     if not points:
         return NOT_DRAWN["efficiency"]
-    from matplotlib.figure import Figure  # lazy: matplotlib (~0.3 s) only in the processes that draw
 
     cases = sorted(points, key=_case_order)
     ncols = min(3, len(cases))
     nrows = -(-len(cases) // ncols)
-    fig = Figure(figsize=(4.2 * ncols + 0.5, 3.4 * nrows + 0.8), layout="constrained")
+    fig = _new_figure(4.2 * ncols + 0.5, 3.4 * nrows + 0.8)
     axes = fig.subplots(nrows, ncols, squeeze=False).ravel()
     colours = _styles([p[3] for ps in points.values() for p in ps], "colour")
     frameworks = sorted({p[2].split(" ")[0] for ps in points.values() for p in ps})
