@@ -28,7 +28,6 @@ def collect(url: str, runs: Path, out: Console, batch: Optional[int] = None) -> 
     """Collects the result files under `runs` into the database at `url` (made if missing);
     exit status 1 where a file is broken."""
     # lazy: SQLAlchemy (~0.3 s) only in the commands that need it: `status` and --help start without it
-    # lazy: SQLAlchemy (~0.3 s) only in the commands that need it: `status` and --help start without it
     from orchestrator import db
     from orchestrator.collector import BATCH_SIZE
     from orchestrator.collector import collect as collect_files

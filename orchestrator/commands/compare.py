@@ -29,7 +29,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace, out: Console) -> int:
     """Exit 0: no regression; 1: a cell slower beyond --threshold and noise; 2: bad usage."""
     # lazy: SQLAlchemy (~0.3 s) only in the commands that need it: `status` and --help start without it
-    # lazy: SQLAlchemy (~0.3 s) only in the commands that need it: `status` and --help start without it
     from orchestrator import db, schema
     from orchestrator.report import compare, tables
 

@@ -24,7 +24,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace, out: Console) -> int:
     # lazy: SQLAlchemy (~0.3 s) only in the commands that need it: `status` and --help start without it
-    # lazy: SQLAlchemy (~0.3 s) only in the commands that need it: `status` and --help start without it
     from orchestrator import db
     from orchestrator.db_copy import CopyRefused, copy
 

@@ -158,7 +158,6 @@ def _print_summary(cells: Sequence[Any], total: int, noisy: int, threshold: floa
     """The first `cell_summary` rows schema.summary_select gave for the filters and threshold, of
     `total`, `noisy` of them noisy."""
     # lazy: rich's tables and console only where something is drawn with them
-    # lazy: rich's tables and console only where something is drawn with them
     from rich import box
     from rich.table import Table
     from rich.text import Text
@@ -186,7 +185,6 @@ def _print_summary(cells: Sequence[Any], total: int, noisy: int, threshold: floa
 
 def _results_table(rows: Sequence[Any], total: int, sweep: Optional[str]) -> Table:
     """The first rows of `total` runs (`sweep`: of the one sweep asked for)."""
-    # lazy: rich's tables and console only where something is drawn with them
     # lazy: rich's tables and console only where something is drawn with them
     from rich import box
     from rich.table import Table
