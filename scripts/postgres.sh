@@ -118,6 +118,9 @@ ensure_role() {
     superuser_sql -c "CREATE DATABASE $ROLE OWNER $ROLE" >/dev/null
     log "made database '$ROLE'"
   fi
+  # The tests drop their databases WITH (FORCE). An autovacuum worker busy in one (it has no role)
+  # may be ended only by a member of pg_signal_backend; without it the drop fails now and then.
+  superuser_sql -c "GRANT pg_signal_backend TO $ROLE" >/dev/null
 }
 
 cmd_start() {

@@ -180,7 +180,14 @@ RUN_START_FIELDS = {
 
 
 def check_run(events, warmup, iterations, global_batch):
-    """The event order and counts of a successful run (docs/protocol.md); its run_start."""
+    """The event order and counts of a successful run (docs/protocol.md); its run_start. A
+    framework that gives its parameters' checksum sends one `params` event per rank before
+    run_end; they are checked to agree, then left out of the order."""
+    checks = [e for e in events if e["event"] == "params"]
+    assert len({e["rank"] for e in checks}) == len(checks), checks
+    assert len({e["sha256"] for e in checks}) <= 1, checks  # ranks of one run hold one model
+    assert all(len(e["sha256"]) == 64 for e in checks), checks
+    events = [e for e in events if e["event"] != "params"]
     kinds = [e["event"] for e in events]
     assert kinds == (["run_start"] + ["step"] * warmup + ["warmup_end"]
                      + ["step"] * iterations + ["run_end"]), kinds

@@ -12,9 +12,14 @@ that the abort can still be reported. `launch` does all of them for `trainers.co
   framework whose ranks need another starter (CNTK: mpiexec) subclasses it
   (`Trainer.ranks`): one launcher process whose stdout carries every rank's lines, which
   `Ranks.split` tells apart.
-- The parent keeps the event stream to itself. Rank 0's events are relayed unchanged (their
-  `t` is rank 0's own; its run_end only once every process has ended well), other ranks'
-  events are dropped except errors. When the run fails the parent reports one error: a
+- Across nodes (`--nodes N`) each node's job starts this launcher once, with the node's place
+  in the environment (`node_from_env`: TRAINER_NODES, _NODE_RANK, _NODE_ADDRS, _PORT, which the
+  orchestrator's job reads from Slurm). Its ranks are that node's share of the global ranks;
+  the rendezvous is the first node's address and the job's port.
+- The parent keeps the event stream to itself. The node's leader (its lowest global rank: rank
+  0 on the first node) has its events relayed unchanged (their `t` is its own; its run_end only
+  once every process has ended well); every rank's `params` event (its parameters' checksum)
+  is relayed too; other events of other ranks are dropped except errors. When the run fails the parent reports one error: a
   specific class (out_of_memory, diverged, unsupported) from any rank is preferred over a
   `crash`, which is often only the other ranks noticing that a peer has gone; a process
   that ended badly without reporting is reported with its log's last lines (and the class
@@ -33,11 +38,16 @@ import sys
 import threading
 import time
 
-from trainers.common.errors import CRASH, EXIT_CODES
+from trainers.common.errors import CRASH, EXIT_CODES, InvalidArgument
 
 RANK_ENV = "TRAINER_RANK"
 WORLD_ENV = "TRAINER_WORLD_SIZE"
 LOCAL_RANK_ENV = "TRAINER_LOCAL_RANK"
+# A node's place in a run across nodes (set by the orchestrator's job from Slurm's environment)
+NODES_ENV = "TRAINER_NODES"
+NODE_RANK_ENV = "TRAINER_NODE_RANK"
+NODE_ADDRS_ENV = "TRAINER_NODE_ADDRS"   # comma-separated, in node-rank order
+PORT_ENV = "TRAINER_PORT"               # the rendezvous port on the first node
 GRACE_S = 30.0
 TAIL_LINES = 60
 
@@ -50,6 +60,40 @@ def rank_from_env(environ):
     world = int(environ.get(WORLD_ENV, "1"))
     local = int(environ.get(LOCAL_RANK_ENV, str(rank)))
     return rank, world, local
+
+
+class Node(object):
+    """This node's place in a run across nodes: its rank, the node count, every node's address
+    (in node-rank order) and the rendezvous port on the first node."""
+
+    def __init__(self, rank, nodes, addrs, port):
+        self.rank, self.nodes, self.addrs, self.port = rank, nodes, list(addrs), port
+
+    def __repr__(self):
+        return "Node(%d of %d, %s, port %d)" % (self.rank, self.nodes, ",".join(self.addrs),
+                                                  self.port)
+
+
+def node_from_env(environ):
+    """The Node this process runs on when the job placed it across nodes, else None. A
+    placement that does not add up is refused, naming the variable."""
+    if NODES_ENV not in environ:
+        return None
+    try:
+        nodes = int(environ[NODES_ENV])
+        rank = int(environ.get(NODE_RANK_ENV, ""))
+        port = int(environ.get(PORT_ENV, ""))
+    except ValueError:
+        raise InvalidArgument("%s, %s and %s must be integers (the orchestrator's job sets them "
+                              "from Slurm's environment)" % (NODES_ENV, NODE_RANK_ENV, PORT_ENV))
+    addrs = [a for a in environ.get(NODE_ADDRS_ENV, "").split(",") if a]
+    if nodes < 1 or not 0 <= rank < nodes or len(addrs) != nodes or not 0 < port < 65536:
+        raise InvalidArgument(
+            "the node placement does not add up: %s=%s, %s=%s, %s=%s, %s=%s (one address per "
+            "node, the rank below the node count, a TCP port)" % (
+                NODES_ENV, environ.get(NODES_ENV), NODE_RANK_ENV, environ.get(NODE_RANK_ENV),
+                NODE_ADDRS_ENV, environ.get(NODE_ADDRS_ENV), PORT_ENV, environ.get(PORT_ENV)))
+    return Node(rank, nodes, addrs, port)
 
 
 def rank_env(rank, world, local=None):
@@ -91,19 +135,24 @@ def how_ended(code):
 class Ranks(object):
     """Starts a launch's processes: one `python -m module argv` per rank."""
 
-    def start(self, module, argv, nprocs):
+    def start(self, module, argv, nprocs, node=None):
         """[(who, process, rank)]: rank None for a process whose stdout carries several
-        ranks' lines (see `split`)."""
-        port = free_port()
+        ranks' lines (see `split`). On `node` (a Node) the ranks are that node's share of
+        the run's nodes x nprocs."""
+        first, world = (node.rank * nprocs, node.nodes * nprocs) if node else (0, nprocs)
+        master = (node.addrs[0], node.port) if node else ("127.0.0.1", free_port())
         started = []
-        for rank in range(nprocs):
+        for local in range(nprocs):
+            rank = first + local
             env = dict(os.environ)
-            env.update(rank_env(rank, nprocs))
+            env.update(rank_env(rank, world, local))
             env.update({  # the names torch.distributed's env:// rendezvous (and others) read
-                "RANK": str(rank), "WORLD_SIZE": str(nprocs), "LOCAL_RANK": str(rank),
+                "RANK": str(rank), "WORLD_SIZE": str(world), "LOCAL_RANK": str(local),
                 "LOCAL_WORLD_SIZE": str(nprocs),
-                "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)})
-            who = "rank %d" % rank if nprocs > 1 else "the trainer's child process"
+                "MASTER_ADDR": master[0], "MASTER_PORT": str(master[1])})
+            who = "rank %d" % rank if world > 1 else "the trainer's child process"
+            if node:
+                who += " on node %d" % node.rank
             started.append((who, start([sys.executable, "-m", module] + list(argv), env),
                             rank))
         return started
@@ -117,10 +166,11 @@ class Ranks(object):
 class Relay(object):
     """What the parent learns from its ranks' event streams."""
 
-    def __init__(self, events):
+    def __init__(self, events, leader=0):
         self.events = events
+        self.leader = leader  # the rank whose events this node relays
         self.errors = []  # (rank, record)
-        self.run_end = None  # rank 0's, held back until every rank has ended well
+        self.run_end = None  # the leader's, held back until every rank has ended well
         self.lock = threading.Lock()
 
     def line(self, rank, text):
@@ -137,23 +187,26 @@ class Relay(object):
         if kind == "error":
             with self.lock:
                 self.errors.append((rank, record))
-        elif rank == 0 and kind == "run_end":
+        elif rank == self.leader and kind == "run_end":
             self.run_end = record
-        elif rank == 0:
+        elif rank == self.leader or kind == "params":
             self.events.forward(record)
 
 
-def launch(module, argv, nprocs, events, ranks=None, classify_exit=None, grace_s=GRACE_S):
-    """Run `python -m module argv` as `nprocs` ranks (started by `ranks`, default `Ranks()`);
-    relay rank 0's events to `events`; return the exit status for the whole run.
+def launch(module, argv, nprocs, events, ranks=None, classify_exit=None, grace_s=GRACE_S,
+           node=None):
+    """Run `python -m module argv` as `nprocs` ranks (started by `ranks`, default `Ranks()`;
+    on `node`, that node's share of a run across nodes); relay the node's leading rank's
+    events to `events`; return the exit status for the whole run.
     `classify_exit(code, log_tail)` -> (class, detail) or None reads a process that ended
     badly without reporting an error."""
     ranks = ranks or Ranks()
-    relay = Relay(events)
+    relay = Relay(events, leader=node.rank * nprocs if node else 0)
     started, tails, readers = [], [], []
     previous = on_sigterm_raise()
     try:
-        started = ranks.start(module, argv, nprocs)
+        started = (ranks.start(module, argv, nprocs, node) if node else
+                   ranks.start(module, argv, nprocs))
         for who, process, rank in started:
             tail = collections.deque(maxlen=TAIL_LINES)
             tails.append(tail)
@@ -260,8 +313,8 @@ def verdict(relay, ended, classify_exit=None):
             relay.events.emit("error", fields)
             return EXIT_CODES[cls]
     if relay.run_end is None:
-        relay.events.emit("error", {"class": CRASH,
-                                    "message": "rank 0 ended without a run_end event"})
+        relay.events.emit("error", {"class": CRASH, "message": "rank %d ended without a run_end "
+                                                                "event" % relay.leader})
         return EXIT_CODES[CRASH]
     relay.events.forward(relay.run_end)
     return 0

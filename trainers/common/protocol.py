@@ -23,7 +23,7 @@ from trainers.common.errors import (EXIT_CODES, Diverged, InvalidArgument, Unsup
 from trainers.common.events import Events
 from trainers.common.host import available_cpus
 from trainers.common.inputs import DATASETS, MODELS, input_shape, to_float
-from trainers.common.launch import launch, rank_from_env
+from trainers.common.launch import launch, node_from_env, rank_from_env
 from trainers.common.pool import build_pool, pool_batches
 from trainers.common.scaling import SCALINGS, split_batch
 from trainers.common.support import PRECISIONS, cpu_replicas_requested, declared
@@ -65,7 +65,10 @@ def build_parser():
                         help="measured steps, after warm-up")
     parser.add_argument("--warmup", type=int, default=10,
                         help="steps run and timed but not measured")
-    parser.add_argument("--gpus", type=int, default=0, help="0 = CPU")
+    parser.add_argument("--gpus", type=int, default=0, help="0 = CPU; GPUs per node")
+    parser.add_argument("--nodes", type=int, default=1,
+                        help="nodes the run spans (the job gives each node its place: "
+                             "TRAINER_NODES, TRAINER_NODE_RANK, TRAINER_NODE_ADDRS, TRAINER_PORT)")
     parser.add_argument("--threads", type=int, default=None,
                         help="intra-op CPU threads (default: the CPUs this process may use)")
     parser.add_argument("--precision", choices=PRECISIONS, default="fp32")
@@ -93,7 +96,8 @@ class Config(object):
     Beyond the arguments: `global_batch` and `per_device_batch` (images per step, overall
     and per device), `devices` (1 on CPU, else gpus), `cpu_replicas` (the devices are
     replicas on the CPU: support.CPU_REPLICAS_ENV), `on_gpu`, `rank`/`world_size`/`local_rank`
-    (this process's place in a multi-process run; 0/1/0 otherwise), `input_shape`
+    (this process's place in a multi-process run; 0/1/0 otherwise), `nodes` and `node` (a
+    launch.Node on a run across nodes, else None), `input_shape`
     ([C, H, W] the model takes) and `classes`.
     """
 
@@ -118,7 +122,15 @@ def resolve(args, environ=None):
     threads = available_cpus() if args.threads is None else args.threads
     if threads < 1:
         raise InvalidArgument("--threads must be at least 1, got %d" % threads)
-    global_batch, per_device, devices = split_batch(args.batch_size, args.scaling, args.gpus)
+    node = node_from_env(environ)
+    if args.nodes > 1 and (node is None or node.nodes != args.nodes):
+        raise InvalidArgument(
+            "--nodes %d needs each node's place from the job that runs it (%s); run it through "
+            "the orchestrator (nodes=%d), which reads it from Slurm" % (
+                args.nodes, "none given" if node is None else "it was placed on %d nodes"
+                % node.nodes, args.nodes))
+    global_batch, per_device, devices = split_batch(args.batch_size, args.scaling, args.gpus,
+                                                    args.nodes)
 
     if args.dataset == SYNTHETIC:
         if args.like is None:
@@ -150,7 +162,8 @@ def resolve(args, environ=None):
         warmup=args.warmup, gpus=args.gpus, threads=threads, precision=args.precision,
         seed=args.seed, global_batch=global_batch, per_device_batch=per_device,
         devices=devices, cpu_replicas=cpu_replicas, on_gpu=args.gpus > 0 and not cpu_replicas,
-        rank=place[0], world_size=place[1], local_rank=place[2],
+        rank=place[0], world_size=place[1], local_rank=place[2], nodes=args.nodes,
+        node=node if args.nodes > 1 else None,
         input_shape=tuple(input_shape(args.model, like)), classes=DATASETS[like].classes,
         mode=args.mode, epochs=args.epochs, target_accuracy=args.target_accuracy,
         learning_rate=args.learning_rate, input=args.input, loader_workers=workers)
@@ -210,7 +223,7 @@ def run(trainer, argv=None, module=None):
         module = module or _main_module()
         support = declared(module)
         _refuse(support.problem(cfg.precision, cfg.gpus, cfg.model,
-                                cpu_replicas=cfg.cpu_replicas))
+                                cpu_replicas=cfg.cpu_replicas, nodes=cfg.nodes))
         obj = _instantiate(trainer)
         if obj.support is not support:
             raise ValueError("the trainer of %s does not point to the SUPPORT %s declares"
@@ -223,12 +236,12 @@ def run(trainer, argv=None, module=None):
                 _refuse(support.capability_problem(capabilities, cfg.precision))
         obj.preflight(cfg)
         processes = support.processes(cfg.devices)
-        if rank_from_env(os.environ) is None and (processes > 1 or obj.isolate):
+        if rank_from_env(os.environ) is None and (processes > 1 or obj.isolate or cfg.node):
             return launch(module, argv, processes, events, ranks=obj.ranks(),
-                          classify_exit=obj.classify_exit)
-        if processes != cfg.world_size:
+                          classify_exit=obj.classify_exit, node=cfg.node)
+        if processes * cfg.nodes != cfg.world_size:
             raise ValueError("launched as %d ranks but the run takes %d processes"
-                             % (cfg.world_size, processes))
+                             % (cfg.world_size, processes * cfg.nodes))
         _train(obj, cfg, events, set_up)
         return 0
     except SystemExit:  # --help
@@ -325,6 +338,10 @@ def _steps(obj, cfg, events, steps, step):
             raise Diverged("loss became %r at step %d (%s)" % (
                 loss, i, "warm-up" if i < cfg.warmup else "measured"))
         events.emit("step", step=i, dt=dt, images=cfg.global_batch, loss=loss)
+    checksum = obj.param_checksum()
+    if checksum is not None:  # every rank's: equal across ranks proves gradients were exchanged
+        events.emit("params", rank=cfg.rank, node=cfg.node.rank if cfg.node else 0,
+                    sha256=checksum)
     events.emit("run_end", steps=cfg.iterations, images=cfg.iterations * cfg.global_batch)
 
 
@@ -372,7 +389,7 @@ def _run_start(obj, cfg, info, more):
         "precision": cfg.precision, "seed": cfg.seed,
         "python": platform.python_version(),
         "scaling": cfg.scaling, "warmup": cfg.warmup, "iterations": cfg.iterations,
-        "processes": cfg.world_size, "mode": cfg.mode, "input": cfg.input,
+        "processes": cfg.world_size, "nodes": cfg.nodes, "mode": cfg.mode, "input": cfg.input,
     }
     fields.update(more)
     return fields

@@ -75,14 +75,17 @@ class Support(object):
     the same way it uses N GPUs.
     `gpu_build`: (lowest, highest) compute capability its GPU build runs on (None: no limit).
     `gpu_precision_capability`: {precision: lowest compute capability} on GPUs.
+    `multi_node`: whether its ranks train one model across nodes (`--nodes N`), each node's
+    share started by trainers.common.launch with the node's place (launch.node_from_env).
     `models`: the networks it builds (None: all of trainers.common.inputs.MODELS).
-    `notes`: {a precision, "models", "gpus", "multi_gpu", "cpu_replicas" or "gpu_build": why},
+    `notes`: {a precision, "models", "gpus", "multi_gpu", "multi_node", "cpu_replicas" or
+    "gpu_build": why},
     appended to that refusal.
     """
 
     def __init__(self, framework, cpu, gpu=(), multi_gpu=None, cpu_replicas=False,
                  gpu_build=(None, None), gpu_precision_capability=None, models=None,
-                 notes=None):
+                 notes=None, multi_node=False):
         self.framework = framework
         self.precisions = {CPU: tuple(cpu), GPU: tuple(gpu)}
         for kind, listed in self.precisions.items():
@@ -103,6 +106,7 @@ class Support(object):
             (p, capability(c)) for p, c in (gpu_precision_capability or {}).items())
         self.models = tuple(models) if models is not None else None
         self.notes = dict(notes or {})
+        self.multi_node = bool(multi_node)
 
     def __repr__(self):
         return "Support(%r, cpu=%r, gpu=%r, multi_gpu=%r)" % (
@@ -114,7 +118,7 @@ class Support(object):
         return refusal(self.framework, asked, offered, self.notes.get(why_key))
 
     def problem(self, precision, gpus, model=None, gpu_capability=None, gpu_name="these GPUs",
-                cpu_replicas=False):
+                cpu_replicas=False, nodes=1):
         """Why this framework cannot run the request, in `refusal`'s words; None if it can.
 
         Needs no framework: the orchestrator asks it for every cell of a sweep (with the
@@ -136,6 +140,8 @@ class Support(object):
                                "%s there" % ", ".join(self.precisions[kind]), precision)
         if gpus > 1 and self.multi_gpu is None:
             return self.refuse("--gpus %d" % gpus, "one device at a time", "multi_gpu")
+        if nodes > 1 and not self.multi_node:
+            return self.refuse("--nodes %d" % nodes, "one node", "multi_node")
         if on_gpu and gpu_capability is not None:
             return self.capability_problem([(gpu_name, gpu_capability)], precision)
         return None

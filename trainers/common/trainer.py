@@ -12,6 +12,7 @@ in one process:
     setup(cfg) -> dict      build model, optimizer, devices; report what was built
     to_batch(images, labels)    once per pooled batch, before timing starts
     step(batch) -> loss     timed; must return with the device synchronised
+    param_checksum()        after the timed steps: the parameters' sha256 (params_sha256), or None
     teardown()              always, also after an error
 
 Accuracy mode (trainers/common/accuracy.py) calls `to_batch` and `step` per minibatch of a
@@ -23,6 +24,9 @@ How many processes a run takes follows from the declaration (`Support.processes`
 launch is `trainers.common.launch`'s (`ranks()` names a framework's own starter, `isolate`
 asks for the run in a child process). `cfg` is a `trainers.common.protocol.Config`.
 """
+import hashlib
+
+import numpy as np
 
 
 class Trainer(object):
@@ -96,5 +100,20 @@ class Trainer(object):
         (MemoryError is recognised without asking)."""
         return False
 
+    def param_checksum(self):
+        """sha256 (hex) of the model's parameters after the timed steps, or None where the
+        framework gives none. Ranks of a data-parallel run hold identical parameters, so equal
+        checksums across ranks prove that their gradients were exchanged."""
+        return None
+
     def teardown(self):
         """Release what setup claimed (process groups, sessions)."""
+
+
+def params_sha256(arrays):
+    """The checksum `Trainer.param_checksum` returns: sha256 over each parameter's float32
+    bytes, in the model's order (numpy arrays, or anything numpy.asarray takes)."""
+    digest = hashlib.sha256()
+    for array in arrays:
+        digest.update(np.ascontiguousarray(np.asarray(array, dtype=np.float32)).tobytes())
+    return digest.hexdigest()

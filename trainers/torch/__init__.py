@@ -15,6 +15,7 @@ SUPPORT = Support(
     gpu_precision_capability={"bf16": (8, 0)},
     multi_gpu=PROCESS_PER_DEVICE,  # DistributedDataParallel: NCCL on GPUs, gloo for CPU replicas
     cpu_replicas=True,
+    multi_node=True,  # the same DDP ranks across nodes: the rendezvous on the first node
     # the GPU build (containers/torch/gpu.yaml, base cuda12: PyPI's CUDA 12 wheel); NGC's
     # release notes state compute capability 6.0 (Pascal) and later for CUDA 12 PyTorch
     gpu_build=((6, 0), None),

@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from trainers.common.errors import Unsupported
 from trainers.common.host import cpu_name
 from trainers.common.recipe import LEARNING_RATE, MOMENTUM, WEIGHT_DECAY
-from trainers.common.trainer import Trainer
+from trainers.common.trainer import Trainer, params_sha256
 from trainers.torch import SUPPORT
 from trainers.torch.models import build, count_params
 
@@ -115,6 +115,10 @@ class TorchTrainer(Trainer):
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
         return loss.item()
+
+    def param_checksum(self):
+        module = self.model.module if self.distributed else self.model
+        return params_sha256(p.detach().float().cpu().numpy() for p in module.parameters())
 
     def set_learning_rate(self, lr):
         for group in self.optimizer.param_groups:
