@@ -120,8 +120,12 @@ def resolve_settings(cfg: dict[str, Any]) -> dict[str, Any]:
                         f"use target_accuracy=0.9, or target_accuracy=null")
     _check_input(where, settings)
     _refusing(where, _check_hardware, cfg["hardware"])
+    nodes = settings.get("nodes") or 1
+    if nodes > 1 and (cfg.get("cluster") or {}).get("executor", "local") != "slurm":
+        raise CellError(f"{where}: nodes={nodes} needs a cluster of nodes, but cluster="
+                        f"{(cfg.get('cluster') or {}).get('name', 'local')} runs one; use cluster=slurm, or nodes=1")
     _check_placement(where, settings["gpus"], cfg["hardware"], cfg["framework"], settings["precision"],
-                     settings["model"])
+                     settings["model"], nodes)
     return settings
 
 
@@ -171,7 +175,7 @@ def _check_input(where: str, settings: dict[str, Any]) -> None:
 
 
 def _check_placement(where: str, gpus: int, hardware: dict[str, Any], framework: dict[str, Any],
-                     precision: str = "fp32", model: str | None = None) -> None:
+                     precision: str = "fp32", model: str | None = None, nodes: int = 1) -> None:
     """Refuses a cell its hardware cannot hold, before anything is submitted."""
     per_node = hardware.get("gpus_per_node")
     if gpus and per_node is not None:
@@ -192,7 +196,7 @@ def _check_placement(where: str, gpus: int, hardware: dict[str, Any], framework:
     except ValueError as exc:
         raise CellError(f"{where}: {exc}") from exc
     problem = declared.problem(precision, gpus, model, gpu_capability=hardware.get("gpu_capability"),
-                               gpu_name=f"hardware={hardware['name']}")
+                               gpu_name=f"hardware={hardware['name']}", nodes=nodes)
     if problem:
         raise CellError(f"{where}: {problem}")
 

@@ -27,7 +27,7 @@ from typing import Any, Iterator
 import yaml
 from submitit.core.utils import UncompletedJobError
 
-from orchestrator import provenance, runstate, setting_registry
+from orchestrator import node_group, provenance, runstate, setting_registry
 from orchestrator.monitor import Monitor, default_samplers
 from orchestrator.resultfile import RESULT_NAME, RESULT_SCHEMA
 from orchestrator.runtime import make_runtime
@@ -65,10 +65,19 @@ class JobSpec:
 
 
 def run_cell(spec: JobSpec) -> list[str]:
-    """Runs every repeat of one cell; returns the paths of the result files written."""
+    """Runs every repeat of one cell; returns the paths of the result files written (none on a
+    node other than the first of a cell across nodes: node_group.py)."""
     with _exclusive(spec.lock):
         deadline = time.monotonic() + spec.time_limit_s if spec.time_limit_s else None
+        if _nodes(spec) > 1 and os.environ.get("SLURM_NODEID", "0") != "0":
+            for run in spec.runs:
+                run_on_other_node(spec, run, deadline)
+            return []
         return [str(run_once(spec, run, deadline)) for run in spec.runs]
+
+
+def _nodes(spec: JobSpec) -> int:
+    return int(spec.settings.get("nodes") or 1)
 
 
 @contextlib.contextmanager
@@ -106,6 +115,10 @@ class TimeLimit(Exception):
     """The cell's time limit ran out while its trainer was running."""
 
 
+class PeerFailed(Exception):
+    """Another node of the cell reported a failure while this node's trainer was running."""
+
+
 #: the way out of every time-limit failure, whichever clock ran out
 MORE_TIME = fc.way_out(fc.TIMEOUT)
 
@@ -120,9 +133,7 @@ def run_once(spec: JobSpec, run: RunSpec, deadline: float | None = None) -> Path
     run_dir = Path(run.run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "config.yaml").write_text(yaml.safe_dump(spec.config, sort_keys=False))
-    paths = {"run_dir": str(run_dir), "events": str(run_dir / "events.jsonl"),
-             "stderr": str(run_dir / "trainer.log"), "samples": str(run_dir / "samples.jsonl"),
-             "setup": str(run_dir / "setup.log")}
+    paths = _paths(run_dir)
     result: dict[str, Any] = {
         "schema": RESULT_SCHEMA, "run_uid": run.uid, "sweep_id": spec.sweep_id,
         "cell_id": spec.cell_id, "repeat": run.repeat, "attempt": run.attempt,
@@ -133,7 +144,7 @@ def run_once(spec: JobSpec, run: RunSpec, deadline: float | None = None) -> Path
     _write_json(run_dir / "job.json", {k: result[k] for k in ("run_uid", "node", "job_id", "started_at")}
                 | {"pid": os.getpid()})
     try:
-        result.update(_measure(spec, run_dir, paths, deadline))
+        result.update(_measure(spec, run_dir, paths, deadline, run))
     except TimeLimit as exc:
         result.update(state=runstate.FAILED, error={"class": fc.TIMEOUT, "message": str(exc)})
     except EnvironmentNotReady as exc:
@@ -145,13 +156,39 @@ def run_once(spec: JobSpec, run: RunSpec, deadline: float | None = None) -> Path
     except Exception as exc:  # the job's own failure must still leave a result behind
         result.update(state=runstate.FAILED, error={"class": fc.CRASH,
                                                     "message": f"job: {type(exc).__name__}: {exc}"})
+    if _nodes(spec) > 1 and result.get("error") and node_group.read_node(run_dir, 0) is None:
+        # failed before its trainer ran: the other nodes must not wait for it at the rendezvous
+        node_group.write_node(run_dir, 0, result["node"], {"error": result["error"]})
     result["ended_at"] = time.time()
     path = run_dir / RESULT_NAME
     _write_json(path, result)
     return path
 
 
-def _measure(spec: JobSpec, run_dir: Path, paths: dict[str, str], deadline: float | None) -> dict[str, Any]:
+def _paths(run_dir: Path) -> dict[str, str]:
+    """Where a node's job writes the trainer's events and log, the samples and the set-up log."""
+    return {"run_dir": str(run_dir), "events": str(run_dir / "events.jsonl"),
+            "stderr": str(run_dir / "trainer.log"), "samples": str(run_dir / "samples.jsonl"),
+            "setup": str(run_dir / "setup.log")}
+
+
+@dataclass
+class TrainerRun:
+    """How one node's trainer ran: its exit status, the monitor's samples, what ran it."""
+
+    returncode: int
+    samples: list[dict[str, Any]]
+    monitor: Monitor
+    runtime: Any
+    argv: list[str]
+    env: dict[str, str]
+    idle_s: float
+
+
+def _run_trainer(spec: JobSpec, run: RunSpec, paths: dict[str, str], deadline: float | None,
+                 place: node_group.Place | None) -> TrainerRun:
+    """This node's trainer beside this node's monitor, until it ends, the cell's time runs out
+    (TimeLimit) or another node of the cell reports a failure (PeerFailed)."""
     framework = spec.config.get("framework") or {}  # `env` and `trainer` let a site add a trainer
     runtime = make_runtime(spec.runtime["kind"], framework.get("env") or spec.settings["framework"],
                            cache=spec.runtime.get("cache"), images=spec.runtime.get("images"),
@@ -164,8 +201,8 @@ def _measure(spec: JobSpec, run_dir: Path, paths: dict[str, str], deadline: floa
 
         runtime.ensure(log)
     argv, env = runtime.command(trainer_args(spec.settings, spec.data_dir, spec.config), gpus=spec.settings["gpus"],
-                                binds=[spec.data_dir] if spec.data_dir else [], run_dir=str(run_dir))
-    env = {**os.environ, **env}
+                                binds=[spec.data_dir] if spec.data_dir else [], run_dir=paths["run_dir"])
+    env = {**os.environ, **env, **(place.trainer_env(run.repeat) if place else {})}
     gpus = int(spec.settings.get("gpus") or 0)
     idle_s = _idle_seconds(spec, gpus)
     monitor = Monitor(default_samplers(gpus, env), spec.monitor_period_s, Path(paths["samples"]))
@@ -175,59 +212,179 @@ def _measure(spec: JobSpec, run_dir: Path, paths: dict[str, str], deadline: floa
                                 cwd=str(REPO), stdin=subprocess.DEVNULL)
         monitor.start(proc.pid)
         try:
-            returncode = proc.wait(timeout=None if deadline is None else max(1.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            raise TimeLimit(f"the trainer was still running when the cell's time limit "
-                            f"({spec.time_limit_s:.0f} s) ran out; {MORE_TIME}") from None
+            returncode = _wait(proc, spec, deadline, place, Path(run.run_dir))
         finally:
             if proc.poll() is None:  # the job itself was interrupted: leave no orphan trainer
                 proc.kill()
                 proc.wait()
             samples = monitor.stop()
+    return TrainerRun(returncode, samples, monitor, runtime, argv, env, idle_s)
+
+
+def _wait(proc: subprocess.Popen, spec: JobSpec, deadline: float | None, place: node_group.Place | None,
+          run_dir: Path) -> int:
+    """The trainer's exit status; on a cell across nodes, the other nodes' reports are read
+    twice a second meanwhile, so that a failure on one stops every node at once."""
+    while True:
+        left = None if deadline is None else max(0.0, deadline - time.monotonic())
+        try:
+            return proc.wait(timeout=min(left, 0.5) if place else (None if left is None else max(1.0, left)))
+        except subprocess.TimeoutExpired:
+            if deadline is not None and time.monotonic() >= deadline - (0.0 if place else 1.0):
+                raise TimeLimit(f"the trainer was still running when the cell's time limit "
+                                f"({spec.time_limit_s:.0f} s) ran out; {MORE_TIME}") from None
+            peer = node_group.failed_peer(place, run_dir) if place else None
+            if peer:
+                raise PeerFailed(f"stopped because node {peer['node']} reported {peer['error']['class']}") from None
+
+
+def run_on_other_node(spec: JobSpec, run: RunSpec, deadline: float | None) -> None:
+    """A node other than the first of a cell across nodes: its trainer and monitor, then its
+    node.json (how it ended, where its files are) for the first node to read."""
+    run_dir = Path(run.run_dir)
+    rank = int(os.environ.get("SLURM_NODEID", "1"))
+    node_dir = node_group.node_dir(run_dir, rank)
+    node_dir.mkdir(parents=True, exist_ok=True)
+    paths = _paths(node_dir)
+    record: dict[str, Any] = {"paths": paths}
+    try:
+        place = node_group.from_slurm(_nodes(spec))
+        try:
+            ran = _run_trainer(spec, run, paths, deadline, place)
+        except (TimeLimit, PeerFailed) as exc:
+            klass = fc.TIMEOUT if isinstance(exc, TimeLimit) else fc.RANK_FAILED
+            record.update(error={"class": klass, "message": str(exc)}, returncode=None)
+        else:
+            events, _ = read_events(Path(paths["events"]))
+            record.update(returncode=ran.returncode, monitor=ran.monitor.describe(),
+                          error=_own_error(events, ran.returncode, paths))
+    except Exception as exc:  # the node's own failure must still reach the first node
+        record["error"] = {"class": fc.CRASH, "message": f"job: {type(exc).__name__}: {exc}"}
+    node_group.write_node(run_dir, rank, socket.gethostname() if not record.get("node") else record["node"], record)
+
+
+def _measure(spec: JobSpec, run_dir: Path, paths: dict[str, str], deadline: float | None,
+             run: RunSpec) -> dict[str, Any]:
+    place = node_group.from_slurm(_nodes(spec))
+    try:
+        ran = _run_trainer(spec, run, paths, deadline, place)
+    except PeerFailed as exc:
+        own = {"class": fc.RANK_FAILED, "message": str(exc)}
+        if place:
+            node_group.write_node(run_dir, place.rank, place.name, {"error": own})
+        return {"state": runstate.FAILED, "error": _across_nodes(place, run_dir, own, deadline)[0]}
+    except TimeLimit:
+        if place:
+            node_group.write_node(run_dir, place.rank, place.name, {"error": {"class": fc.TIMEOUT,
+                                                                              "message": "time limit"}})
+        raise
+    returncode = ran.returncode
     if returncode == -signal.SIGUSR2:  # submitit asks Slurm for USR2 to every process near the end
         raise TimeLimit(f"the scheduler signalled the end of the job's time limit{_limit(spec)} (SIGUSR2) "
                         f"before the trainer finished; {MORE_TIME}")
     events, bad_lines = read_events(Path(paths["events"]))
-    outcome: dict[str, Any] = {"returncode": returncode, "monitor": monitor.describe(),
-                               "environment": runtime.identity(), "argv": argv}
+    outcome: dict[str, Any] = {"returncode": returncode, "monitor": ran.monitor.describe(),
+                               "environment": ran.runtime.identity(), "argv": ran.argv}
     start = next((e for e in events if e.get("event") == "run_start"), None)
     if start:
         outcome["trainer"] = {k: v for k, v in start.items() if k not in ("event", "t")}
     try:  # provenance is best effort: it never fails a run
         outcome["provenance"] = provenance.gather(
             spec.settings, outcome.get("trainer"), outcome["environment"], outcome["monitor"],
-            exclusive=bool(spec.lock) or bool((spec.config.get("cluster") or {}).get("exclusive")), environ=env)
+            exclusive=bool(spec.lock) or bool((spec.config.get("cluster") or {}).get("exclusive")), environ=ran.env)
     except Exception as exc:
         outcome["provenance"] = {"error": f"{type(exc).__name__}: {exc}"}
-    error = next((e for e in events if e.get("event") == "error"), None)
+    error = _own_error(events, returncode, paths, bad_lines)
+    peers: dict[int, Any] = {}
+    if place:
+        node_group.write_node(run_dir, place.rank, place.name, {"error": error, "returncode": returncode,
+                                                                "paths": paths})
+        error, peers = _across_nodes(place, run_dir, error, deadline)
+        outcome["nodes"] = _node_records(place, run_dir, paths, outcome["monitor"], returncode, peers)
     if error:
-        outcome.update(state=runstate.FAILED, error=_trainer_error(error))
-        return outcome
-    if returncode < 0:  # killed from outside (Slurm's SIGTERM on requeue, cancel, node loss)
-        outcome.update(state=runstate.FAILED, error={
-            "class": fc.SIGNALLED,
-            "message": f"the trainer was ended by {_signal_name(-returncode)} (the scheduler or a user "
-                       f"stopped the job; the scheduler's record says why)"})
-        return outcome
-    if returncode != 0 or not any(e.get("event") == "run_end" for e in events):
-        # the exit status still names the trainer's class where its error event was lost
-        outcome.update(state=runstate.FAILED, error={
-            "class": fc.from_exit_code(returncode) or fc.CRASH,
-            "message": f"trainer exited with status {returncode} without an error event"
-                       f"{f' ({bad_lines} unreadable output lines)' if bad_lines else ''}; "
-                       f"last lines of {paths['stderr']}: {_tail(Path(paths['stderr']))}"})
+        outcome.update(state=runstate.FAILED, error=error)
         return outcome
     from orchestrator import metrics  # numpy: imported where a job measures, not where a sweep is submitted
 
-    measured = metrics.compute(events, samples)
+    measured = metrics.compute(events, ran.samples)
     if measured.window is None:  # a trainer that ends cleanly must still have measured something
         outcome.update(state=runstate.FAILED, error={"class": fc.CRASH, "message": measured.reason})
         return outcome
-    outcome.update(state=runstate.DONE, error=None, window=measured.window, metrics=dict(measured),
+    values = dict(measured)
+    if place:
+        values, energy_nodes = _combined(place, run_dir, events, values, measured.energy, peers, outcome["nodes"])
+        outcome["ranks"] = node_group.checksums(
+            {0: events, **{k: read_events(Path(p["paths"]["events"]))[0] for k, p in peers.items()}})
+    outcome.update(state=runstate.DONE, error=None, window=measured.window, metrics=values,
                    notes=measured.reason)
     if measured.energy:
-        outcome["energy"] = {**measured.energy, "period_s": spec.monitor_period_s, "idle_s": idle_s}
+        outcome["energy"] = {**measured.energy, "period_s": spec.monitor_period_s, "idle_s": ran.idle_s}
+        if place:
+            outcome["energy"].update(nodes=energy_nodes, combined=(
+                f"summed over {place.nodes} nodes, each node's samples over node 0's measured window"))
     return outcome
+
+
+def _own_error(events: list[dict[str, Any]], returncode: int, paths: dict[str, str],
+               bad_lines: int = 0) -> dict[str, str] | None:
+    """How this node's trainer failed, from its events and exit status; None if it ended well."""
+    error = next((e for e in events if e.get("event") == "error"), None)
+    if error:
+        return _trainer_error(error)
+    if returncode < 0:  # killed from outside (Slurm's SIGTERM on requeue, cancel, node loss)
+        return {"class": fc.SIGNALLED,
+                "message": f"the trainer was ended by {_signal_name(-returncode)} (the scheduler or a user "
+                           f"stopped the job; the scheduler's record says why)"}
+    if returncode != 0 or not any(e.get("event") == "run_end" for e in events):
+        # the exit status still names the trainer's class where its error event was lost
+        return {"class": fc.from_exit_code(returncode) or fc.CRASH,
+                "message": f"trainer exited with status {returncode} without an error event"
+                           f"{f' ({bad_lines} unreadable output lines)' if bad_lines else ''}; "
+                           f"last lines of {paths['stderr']}: {_tail(Path(paths['stderr']))}"}
+    return None
+
+
+def _across_nodes(place: node_group.Place | None, run_dir: Path, own: dict[str, str] | None,
+                  deadline: float | None) -> tuple[dict[str, str] | None, dict[int, Any]]:
+    """The cell's error from every node's (the first node's job), and the other nodes' records."""
+    assert place is not None
+    patience = node_group.FIRST_FAILURE_WAIT_S if own else node_group.PEER_WAIT_S
+    peers = node_group.wait_for_peers(place, run_dir, deadline, patience)
+    mine = {"node": place.name, "rank": place.rank, "at": time.time(), "error": own} if own else None
+    if mine:
+        recorded = node_group.read_node(run_dir, place.rank)
+        mine["at"] = (recorded or {}).get("at", mine["at"])
+    return node_group.first_failure(place, mine, peers, patience), peers
+
+
+def _node_records(place: node_group.Place, run_dir: Path, paths: dict[str, str], monitor: Any,
+                  returncode: int, peers: dict[int, Any]) -> list[dict[str, Any]]:
+    """result.json's `nodes`: each node's name, address, exit status, error, monitor and files."""
+    own = {"returncode": returncode, "error": None, "monitor": monitor, "paths": paths}
+    records = []
+    for k in range(place.nodes):
+        found = own if k == place.rank else (peers.get(k) or {"error": {"class": fc.LOST, "message": "no node.json"}})
+        records.append({"node": place.names[k], "rank": k, "addr": place.addrs[k],
+                        **{key: found.get(key) for key in ("returncode", "error", "monitor", "paths")}})
+    return records
+
+
+def _combined(place: node_group.Place, run_dir: Path, events: list[dict[str, Any]], own: dict[str, float],
+              own_energy: dict[str, Any] | None, peers: dict[int, Any],
+              nodes: list[dict[str, Any]]) -> tuple[dict[str, float], list[Any]]:
+    """The cell's metrics from every node's (each over node 0's measured window), combined as each
+    metric declares; every node's own figures go to result.json's `nodes`."""
+    from orchestrator import metrics  # lazy: numpy, as in _measure
+
+    per_node, energy = [own], [own_energy]
+    for k in sorted(peers):
+        samples, _ = read_events(Path(peers[k]["paths"]["samples"]), key="sampler")
+        measured = metrics.compute(events, samples)
+        per_node.append(dict(measured))
+        energy.append(measured.energy)
+    for record, values in zip(nodes, per_node):
+        record["metrics"] = values
+    return node_group.combine(per_node), energy
 
 
 def _trainer_error(event: dict[str, Any]) -> dict[str, str]:
@@ -248,8 +405,9 @@ def _idle_seconds(spec: JobSpec, gpus: int) -> float:
     return max(0.0, float(value or 0.0))
 
 
-def read_events(path: Path) -> tuple[list[dict[str, Any]], int]:
-    """The trainer's events; a line that is not a JSON object is counted, not fatal."""
+def read_events(path: Path, key: str = "event") -> tuple[list[dict[str, Any]], int]:
+    """The trainer's events (or the monitor's samples: key="sampler"); a line that is not a
+    JSON object with `key` is counted, not fatal."""
     events, bad = [], 0
     if not path.exists():
         return events, bad
@@ -261,7 +419,7 @@ def read_events(path: Path) -> tuple[list[dict[str, Any]], int]:
         except ValueError:
             bad += 1
             continue
-        if isinstance(event, dict) and "event" in event:
+        if isinstance(event, dict) and key in event:
             events.append(event)
         else:
             bad += 1

@@ -4,7 +4,8 @@ A metric's name is how it appears in result.json's `metrics` and in the database
 table; its unit is stored beside each value; `column` names its column in the `results` view
 (shown there divided by `divisor`: bytes as MB), if it has one; `larger_is_better` says which way
 a comparison goes (None for figures that describe a run rather than score it); `description` is
-the line a report or a table header shows. The metrics code computes these names, the collector
+the line a report or a table header shows; `across_nodes` says how a cell across nodes combines
+its nodes' values (orchestrator/node_group.py). The metrics code computes these names, the collector
 stores their units, the database pivots the view's columns from them, and the CLI types its
 filters by them. Adding a metric is one line here (and, if it gets a view column, a schema
 revision: orchestrator/migrations).
@@ -20,6 +21,15 @@ from typing import Optional
 MB = 1048576.0
 
 
+#: How a cell across nodes combines its nodes' values of a metric. Every node's is computed over
+#: node 0's measured window (its trainer leads the run).
+LEAD = "lead"    # the run's own, from node 0's trainer: throughput, accuracy
+SUM = "sum"      # the job's total: energy (per image too), power, memory of the job's GPUs
+MEAN = "mean"    # the mean over nodes: utilisation, CPU load
+MAX = "max"      # the largest node's: peaks
+RATIO = "ratio"  # computed again from the combined figures (`ratio_of`)
+
+
 @dataclass(frozen=True)
 class MetricDef:
     """One metric: its stored name and unit, its view column, its direction and meaning."""
@@ -30,6 +40,8 @@ class MetricDef:
     description: str
     column: Optional[str] = None
     divisor: float = 1.0
+    across_nodes: str = LEAD
+    ratio_of: Optional[tuple[str, str]] = None
 
     @property
     def column_unit(self) -> str:
@@ -52,32 +64,53 @@ METRICS = (
     MetricDef("step_time_mean", "s", False, "mean measured step time"),
     MetricDef("step_time_median", "s", False, "median measured step time"),
     # host: the trainer's process tree, and the whole host
-    MetricDef("cpu_percent_avg", "%", None, "trainer process tree CPU, mean (100 = one core)", "cpu_percent"),
-    MetricDef("cpu_percent_peak", "%", None, "trainer process tree CPU, peak"),
-    MetricDef("rss_peak_bytes", "B", False, "trainer process tree resident memory, peak", "peak_rss_mb", MB),
-    MetricDef("host_cpu_percent_avg", "%", None, "whole host CPU, mean"),
-    MetricDef("host_mem_used_peak_bytes", "B", None, "whole host memory used, peak"),
+    MetricDef("cpu_percent_avg", "%", None, "trainer process tree CPU, mean (100 = one core)", "cpu_percent",
+       across_nodes=MEAN),
+    MetricDef("cpu_percent_peak", "%", None, "trainer process tree CPU, peak",
+       across_nodes=MAX),
+    MetricDef("rss_peak_bytes", "B", False, "trainer process tree resident memory, peak", "peak_rss_mb", MB,
+       across_nodes=MAX),
+    MetricDef("host_cpu_percent_avg", "%", None, "whole host CPU, mean",
+       across_nodes=MEAN),
+    MetricDef("host_mem_used_peak_bytes", "B", None, "whole host memory used, peak",
+       across_nodes=MAX),
     # the job's GPUs (NVML): memory and power summed over them, utilisation and clocks their mean
-    MetricDef("gpu_mem_peak_bytes", "B", False, "device memory used on the job's GPUs, peak", "gpu_mem_peak_mb", MB),
-    MetricDef("gpu_mem_avg_bytes", "B", False, "device memory used on the job's GPUs, mean", "gpu_mem_avg_mb", MB),
+    MetricDef("gpu_mem_peak_bytes", "B", False, "device memory used on the job's GPUs, peak", "gpu_mem_peak_mb", MB,
+       across_nodes=SUM),
+    MetricDef("gpu_mem_avg_bytes", "B", False, "device memory used on the job's GPUs, mean", "gpu_mem_avg_mb", MB,
+       across_nodes=SUM),
     MetricDef("gpu_proc_mem_peak_bytes", "B", False, "of it, what the trainer's process tree holds, peak",
-       "gpu_proc_mem_peak_mb", MB),
-    MetricDef("gpu_proc_mem_avg_bytes", "B", False, "of it, what the trainer's process tree holds, mean"),
-    MetricDef("gpu_util_avg", "%", True, "GPU utilisation (kernel busy time), mean over GPUs", "gpu_util"),
-    MetricDef("gpu_mem_util_avg", "%", None, "memory-controller busy time, mean over GPUs"),
-    MetricDef("gpu_sm_clock_avg_mhz", "MHz", None, "SM clock, mean over GPUs"),
-    MetricDef("gpu_temp_peak_c", "°C", None, "hottest GPU"),
-    MetricDef("gpu_power_avg_w", "W", None, "power draw, mean", "gpu_power_avg_w"),
-    MetricDef("gpu_power_peak_w", "W", None, "power draw, peak", "gpu_power_peak_w"),
+       "gpu_proc_mem_peak_mb", MB,
+       across_nodes=SUM),
+    MetricDef("gpu_proc_mem_avg_bytes", "B", False, "of it, what the trainer's process tree holds, mean",
+       across_nodes=SUM),
+    MetricDef("gpu_util_avg", "%", True, "GPU utilisation (kernel busy time), mean over GPUs", "gpu_util",
+       across_nodes=MEAN),
+    MetricDef("gpu_mem_util_avg", "%", None, "memory-controller busy time, mean over GPUs",
+       across_nodes=MEAN),
+    MetricDef("gpu_sm_clock_avg_mhz", "MHz", None, "SM clock, mean over GPUs",
+       across_nodes=MEAN),
+    MetricDef("gpu_temp_peak_c", "°C", None, "hottest GPU",
+       across_nodes=MAX),
+    MetricDef("gpu_power_avg_w", "W", None, "power draw, mean", "gpu_power_avg_w",
+       across_nodes=SUM),
+    MetricDef("gpu_power_peak_w", "W", None, "power draw, peak", "gpu_power_peak_w",
+       across_nodes=SUM),
     MetricDef("gpu_idle_power_w", "W", None, "the same GPUs before the trainer started (idle phase's last third)",
-       "gpu_idle_power_w"),
+       "gpu_idle_power_w",
+       across_nodes=SUM),
     # energy over the measured window (NVML's counter, else trapezoids over power)
     MetricDef("energy_j", "J", False, "gross GPU energy over the measured window (energy_method says how)",
-       "energy_j"),
-    MetricDef("energy_per_image_j", "J/img", False, "gross GPU energy / measured images", "energy_per_image_j"),
-    MetricDef("energy_net_j", "J", False, "energy_j - gpu_idle_power_w x window length", "energy_net_j"),
-    MetricDef("energy_net_per_image_j", "J/img", False, "net GPU energy / measured images"),
-    MetricDef("images_per_sec_per_w", "img/s/W", True, "images_per_sec / gpu_power_avg_w", "images_per_sec_per_w"),
+       "energy_j",
+       across_nodes=SUM),
+    MetricDef("energy_per_image_j", "J/img", False, "gross GPU energy / measured images", "energy_per_image_j",
+       across_nodes=SUM),
+    MetricDef("energy_net_j", "J", False, "energy_j - gpu_idle_power_w x window length", "energy_net_j",
+       across_nodes=SUM),
+    MetricDef("energy_net_per_image_j", "J/img", False, "net GPU energy / measured images",
+       across_nodes=SUM),
+    MetricDef("images_per_sec_per_w", "img/s/W", True, "images_per_sec / gpu_power_avg_w", "images_per_sec_per_w",
+       across_nodes=RATIO, ratio_of=("images_per_sec", "gpu_power_avg_w")),
     # accuracy mode (mode=accuracy): the test split after each epoch (trainers/common/accuracy.py)
     MetricDef("top1_final", "fraction", True, "test top-1 after the last epoch", "top1"),
     MetricDef("top5_final", "fraction", True, "test top-5 after the last epoch (datasets of more than 10 classes)",
@@ -96,6 +129,8 @@ METRICS = (
 
 #: name -> its declaration.
 BY_NAME = {m.name: m for m in METRICS}
+#: metric -> (numerator, denominator) of the ratios a cell across nodes computes again
+RATIOS = {m.name: m.ratio_of for m in METRICS if m.ratio_of}
 #: The metrics with a column in the `results` view, in the view's order.
 VIEW_METRICS = tuple(m for m in METRICS if m.column)
 
@@ -112,3 +147,9 @@ def unit_of(name: str) -> Optional[str]:
         if name.endswith(suffix):
             return unit
     return None
+
+
+def across_nodes(name: str) -> str:
+    """How a cell across nodes combines a metric (LEAD for one no declaration names)."""
+    found = BY_NAME.get(name)
+    return found.across_nodes if found is not None else LEAD

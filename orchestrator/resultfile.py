@@ -152,6 +152,9 @@ def check_result(result: Any) -> None:
     _optional(prov, "exclusive", bool, where="provenance")
     for key in ("cpu", "gpu", "framework", "git", "slurm"):
         _optional(prov, key, dict, where="provenance")
+    for key in ("nodes", "ranks"):  # a cell across nodes: each node's record, each rank's checksum
+        for i, item in enumerate(_optional(result, key, list) or []):
+            _typed(item, f"{key}[{i}]", (dict,))
     metrics = _optional(result, "metrics", dict) or {}
     for name, value in metrics.items():
         if not _is_number(value):

@@ -111,6 +111,10 @@ SETTINGS: tuple[SettingDef, ...] = (
     SettingDef("hardware", str, _name("hardware"), trainer_flag=False, headline=True, names_a_number=True),
     SettingDef("gpus", int, _key("gpus"), minimum=0, way_out="use gpus=0 for the CPU or gpus=N for N GPUs",
        headline=True, names_a_number=True),
+    # nodes the cell spans, GPUs per node above (migration 0012): None at 1, so a cell made before
+    # nodes existed keeps its id
+    SettingDef("nodes", int, _key("nodes", 1), hashed=UNLESS_DEFAULT, default=1, minimum=1,
+       way_out="use nodes=N (N nodes, gpus per node on each)", headline=True, names_a_number=True),
     SettingDef("threads", int, _threads, minimum=1, way_out="use threads=N, or leave it out for the job's CPUs",
        headline=True),
     SettingDef("batch_size", int, _batch_size, minimum=1,

@@ -53,9 +53,9 @@ SITE = "the cluster's YAML (conf/cluster/<site>.yaml) or the override that set i
 # --- a cell's request, and the submitit parameters derived from it ----------------------------
 
 def request(config: Mapping[str, Any], cluster: Mapping[str, Any]) -> Request:
-    """What a cell (its resolved config) asks of one node: its hardware's partition, CPUs,
-    memory and time limit (the cluster's `time_min`, else DEFAULT_TIME_MIN), and its `gpus` of
-    the hardware's GPU type, named as the cluster asks for them (`cluster.gpu_request`)."""
+    """What a cell (its resolved config) asks of each of its `nodes`: its hardware's partition,
+    CPUs, memory and time limit (the cluster's `time_min`, else DEFAULT_TIME_MIN), and its
+    `gpus` of the hardware's GPU type, named as the cluster asks for them (`cluster.gpu_request`)."""
     hardware, gpus = config["hardware"], int(config["gpus"])
     gpu_type = (hardware.get("gpu_type") or None) if gpus else None
     flag = ""
@@ -67,7 +67,7 @@ def request(config: Mapping[str, Any], cluster: Mapping[str, Any]) -> Request:
                    mem_mb=1024 * int(hardware["mem_gb"]) if hardware.get("mem_gb") else None,
                    gpus=gpus, gpu_type=gpu_type,
                    time_min=int(hardware.get("time_min") or cluster.get("time_min") or DEFAULT_TIME_MIN),
-                   gpu_flag=flag)
+                   nodes=int(config.get("nodes") or 1), gpu_flag=flag)
 
 
 def _gpu_option(gpus: int, gpu_type: Optional[str], how: str) -> tuple[str, str]:
@@ -82,7 +82,8 @@ def submitit_params(job: Request, cluster: Mapping[str, Any]) -> dict[str, Any]:
     """submitit SlurmExecutor parameters of a request and the cluster's own options (exclusive,
     account, QoS, constraint, extra sbatch options, setup lines, array parallelism), each
     checked by `sbatch_request` on its way out."""
-    params: dict[str, Any] = {"nodes": 1, "ntasks_per_node": 1, "time": job.time_min}
+    # one task per node: the job on each node starts that node's ranks (trainers.common.launch)
+    params: dict[str, Any] = {"nodes": job.nodes, "ntasks_per_node": 1, "time": job.time_min}
     if job.partition:
         params["partition"] = job.partition
     if job.cpus:

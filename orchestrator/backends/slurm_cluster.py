@@ -82,7 +82,7 @@ class Cluster:
 
 @dataclass(frozen=True)
 class Request:
-    """What one job asks of one node (the orchestrator's jobs are one node, one task)."""
+    """What one job asks of each of its nodes (one task per node), and how many nodes."""
 
     partition: Optional[str] = None
     cpus: Optional[int] = None
@@ -90,6 +90,7 @@ class Request:
     gpus: int = 0
     gpu_type: Optional[str] = None
     time_min: Optional[int] = None
+    nodes: int = 1
     #: how the GPUs were asked for, to name them as the user wrote them
     gpu_flag: str = field(default="", compare=False)
 
@@ -116,6 +117,12 @@ def parse_records(text: str) -> list[dict[str, str]]:
         if record:
             out.append(record)
     return out
+
+
+def node_addresses(text: str) -> dict[str, str]:
+    """`scontrol show node -o` -> {NodeName: NodeAddr}: where a job's node is reached (its name
+    need not resolve; on the test cluster every node is 127.0.0.1)."""
+    return {r["NodeName"]: r.get("NodeAddr") or r["NodeName"] for r in parse_records(text) if r.get("NodeName")}
 
 
 def parse_config(text: str) -> dict[str, str]:
@@ -306,8 +313,12 @@ def _node_problems(request: Request, name: str, partition: Partition, nodes: lis
         return ((request.cpus or 0) <= cpus and (request.mem_mb or 0) <= mem
                 and request.gpus <= _gpus_on(n, request))
 
-    if any(fits(n) for n in nodes):
+    fitting = [n for n in nodes if fits(n)]
+    if len(fitting) >= request.nodes:
         return []
+    if fitting:
+        return [f"--nodes={request.nodes}, but only {len(fitting)} of its {len(nodes)} nodes can hold "
+                f"the request ({', '.join(n.name for n in fitting)})"]
     problems = []
     most_cpus = max(nodes, key=lambda n: caps[n.name][0])
     if request.cpus and request.cpus > caps[most_cpus.name][0]:

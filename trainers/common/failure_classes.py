@@ -46,6 +46,7 @@ TIMEOUT = "timeout"
 SIGNALLED = "signal"
 CANCELLED = "cancelled"
 NODE_FAIL = "node_fail"
+RANK_FAILED = "rank_failed"
 PREEMPTED = "preempted"
 UNPLACEABLE = "unplaceable"
 LOST = "lost"
@@ -92,6 +93,11 @@ CLASSES = (
     FailureClass(
         NODE_FAIL, "the node failed (or did not boot) under the job", True,
         "`%s --class node_fail` runs it on another node" % _RERUN, by="scheduler"),
+    FailureClass(
+        RANK_FAILED, "in a cell across nodes, a rank on one node crashed or was killed, and the "
+        "other nodes were stopped (the message names the node that failed first)", True,
+        "read that node's log (node-<k>/trainer.log in the run directory), then `%s --class "
+        "rank_failed`" % _RERUN, by="job"),
     FailureClass(
         PREEMPTED, "a job of higher priority took the node", True,
         "`%s --class preempted`, or a partition without preemption" % _RERUN, by="scheduler"),

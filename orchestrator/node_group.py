@@ -1,0 +1,204 @@
+"""A cell across nodes: each node's place, what each node's job leaves behind, and how the
+first node's job ends the run and combines the nodes' figures.
+
+Under Slurm a cell of `nodes=N` is one job of N nodes with one task per node
+(`backends/sbatch.submitit_params`), and submitit runs `job.run_cell` in every task. Each
+node's job runs that node's trainer (its share of the ranks: trainers.common.launch) beside
+that node's own monitor, in the run's directory on the shared file system: node 0 in the run
+directory itself, node k in `node-<k>/`. Each node writes `node.json` there once its trainer
+has ended: how it ended and where its files are.
+
+Nodes watch each other through those files, because a rank whose peer has gone waits in its
+collective until the framework's own timeout (half an hour for gloo and NCCL): a node that
+finds a peer's `node.json` reporting a failure stops its own trainer at once. Node 0 then
+writes the run's one `result.json`: the earliest failure decides the class, a rank that
+crashed or was killed becomes `rank_failed` naming its node, a specific class (out of
+memory, unsupported ...) keeps its name and gains the node's. Where every node ended well,
+node 0 computes each node's metrics over its own trainer's measured window and combines
+them as each metric declares (`metric_registry.MetricDef.across_nodes`).
+
+Where a node stands comes from Slurm's environment: SLURM_NODEID, the job's node list
+(`scontrol show hostnames`) and each node's NodeAddr (`scontrol show node`; a node's name
+need not resolve, as on the test cluster, where every node is 127.0.0.1).
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Mapping, Optional, Sequence
+
+from orchestrator import metric_registry
+from orchestrator.backends.slurm_cluster import node_addresses
+from trainers.common import failure_classes as fc
+from trainers.common import launch as trainer_launch
+
+NODE_FILE = "node.json"
+#: rendezvous ports: a block per job (from its id), so jobs sharing a host do not collide
+PORT_FIRST, PORT_BLOCKS, PORT_BLOCK = 20000, 200, 200
+#: how long node 0 waits for the other nodes' node.json once its own trainer has ended well
+PEER_WAIT_S = 120.0
+#: how long a failed node waits to learn whether a peer failed before it (the real cause)
+FIRST_FAILURE_WAIT_S = 10.0
+#: classes that say only that a process ended badly: across nodes, the cell's class is rank_failed
+UNSPECIFIC = (fc.CRASH, fc.SIGNALLED)
+
+
+class PlacementError(RuntimeError):
+    """The job's nodes do not match the cell (Slurm gave another count, or no node list)."""
+
+
+@dataclass(frozen=True)
+class Place:
+    """One node's place in a cell across nodes."""
+
+    rank: int
+    names: tuple[str, ...]
+    addrs: tuple[str, ...]
+    job_id: str
+
+    @property
+    def nodes(self) -> int:
+        return len(self.names)
+
+    @property
+    def name(self) -> str:
+        return self.names[self.rank]
+
+    def port(self, repeat: int) -> int:
+        """The rendezvous port of one repeat: the job's block, its halves alternating between
+        repeats, so a repeat never binds the port its predecessor has just closed."""
+        block = PORT_FIRST + zlib.crc32(self.job_id.encode()) % PORT_BLOCKS * PORT_BLOCK
+        return block + repeat % 2 * (PORT_BLOCK // 2)
+
+    def trainer_env(self, repeat: int) -> dict[str, str]:
+        """The variables through which the trainer learns its node's place (launch.node_from_env)."""
+        return {trainer_launch.NODES_ENV: str(self.nodes), trainer_launch.NODE_RANK_ENV: str(self.rank),
+                trainer_launch.NODE_ADDRS_ENV: ",".join(self.addrs),
+                trainer_launch.PORT_ENV: str(self.port(repeat))}
+
+    def peers(self) -> list[int]:
+        return [k for k in range(self.nodes) if k != self.rank]
+
+
+def from_slurm(nodes: int, environ: Mapping[str, str] = os.environ,
+               run: Callable[[Sequence[str]], str] | None = None) -> Optional[Place]:
+    """This node's Place in a job of `nodes` nodes (None for one node)."""
+    if nodes <= 1:
+        return None
+    run = run or _scontrol
+    listed = environ.get("SLURM_JOB_NODELIST") or environ.get("SLURM_NODELIST")
+    if not listed or "SLURM_NODEID" not in environ:
+        raise PlacementError(f"nodes={nodes} runs only as a Slurm job of {nodes} nodes (no SLURM_JOB_NODELIST "
+                             f"or SLURM_NODEID here)")
+    names = tuple(run(["scontrol", "show", "hostnames", listed]).split())
+    if len(names) != nodes:
+        raise PlacementError(f"the cell asks for {nodes} nodes but its job holds {len(names)} ({listed})")
+    known = node_addresses(run(["scontrol", "show", "node", "-o", ",".join(names)]))
+    return Place(rank=int(environ["SLURM_NODEID"]), names=names,
+                 addrs=tuple(known.get(n) or n for n in names), job_id=environ.get("SLURM_JOB_ID", "0"))
+
+
+def _scontrol(argv: Sequence[str]) -> str:
+    return subprocess.run(list(argv), capture_output=True, text=True, check=True, timeout=60).stdout
+
+
+# --- what each node leaves behind ---------------------------------------------------------------
+
+def node_dir(run_dir: Path, rank: int) -> Path:
+    """Where node `rank`'s job writes: node 0 in the run directory, node k in node-<k>/."""
+    return run_dir if rank == 0 else run_dir / f"node-{rank}"
+
+
+def write_node(run_dir: Path, rank: int, name: str, record: dict[str, Any]) -> None:
+    """Node `rank`'s node.json (atomic: a peer reads all of it or nothing), stamped with when."""
+    path = node_dir(run_dir, rank) / NODE_FILE
+    tmp = path.with_name(f".{NODE_FILE}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps({"node": name, "rank": rank, "at": time.time(), **record}, default=str))
+    os.replace(tmp, path)
+
+
+def read_node(run_dir: Path, rank: int) -> Optional[dict[str, Any]]:
+    try:
+        return json.loads((node_dir(run_dir, rank) / NODE_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def failed_peer(place: Place, run_dir: Path) -> Optional[dict[str, Any]]:
+    """The earliest failure another node has reported, or None."""
+    failed = [r for r in (read_node(run_dir, k) for k in place.peers()) if r and r.get("error")]
+    return min(failed, key=lambda r: r.get("at", 0.0)) if failed else None
+
+
+def wait_for_peers(place: Place, run_dir: Path, deadline: Optional[float],
+                   patience_s: float = PEER_WAIT_S) -> dict[int, Optional[dict[str, Any]]]:
+    """Every other node's node.json, waiting until all are there, one reports a failure, the
+    patience runs out or the cell's deadline (monotonic) passes; None for a node not heard from."""
+    until = time.monotonic() + patience_s
+    if deadline is not None:
+        until = min(until, deadline)
+    while True:
+        found = {k: read_node(run_dir, k) for k in place.peers()}
+        if all(found.values()) or any(r and r.get("error") for r in found.values()) or time.monotonic() >= until:
+            return found
+        time.sleep(0.2)
+
+
+# --- the run's outcome from the nodes' --------------------------------------------------------------
+
+def first_failure(place: Place, own: Optional[dict[str, Any]], peers: Mapping[int, Optional[dict[str, Any]]],
+                  silent_after_s: float) -> Optional[dict[str, str]]:
+    """The run's error from the nodes' records (None where every node ended well): the earliest
+    failure; rank_failed naming its node where it is a crash or a signal; a node never heard
+    from is a failure of its own."""
+    failed = [r for r in [own, *peers.values()] if r and r.get("error")]
+    if failed:
+        first = min(failed, key=lambda r: r.get("at", 0.0))
+        klass, message = first["error"]["class"], first["error"].get("message", "")
+        where = f"node {first['node']} (node {first['rank']} of {place.nodes})"
+        if klass in UNSPECIFIC:
+            return {"class": fc.RANK_FAILED, "message": f"a rank on {where} failed first ({klass}): {message}"}
+        return {"class": klass, "message": f"on {where}: {message}"}
+    silent = [k for k, r in peers.items() if r is None]
+    if silent:
+        names = ", ".join(place.names[k] for k in silent)
+        return {"class": fc.RANK_FAILED, "message": f"node {names} reported nothing {silent_after_s:.0f} s after "
+                                                     f"node {place.name}'s trainer ended (its job's log says why)"}
+    return None
+
+
+def checksums(events_by_node: Mapping[int, Sequence[Mapping[str, Any]]]) -> list[dict[str, Any]]:
+    """Every rank's parameter checksum (the trainers' `params` events), in rank order."""
+    found = {e["rank"]: {"rank": e["rank"], "node": node, "sha256": e.get("sha256")}
+             for node, events in events_by_node.items() for e in events if e.get("event") == "params"}
+    return [found[r] for r in sorted(found)]
+
+
+def combine(per_node: Sequence[Mapping[str, float]]) -> dict[str, float]:
+    """The cell's metrics from each node's (node 0 first), each combined as its declaration
+    says: the run's own (node 0's: throughput, accuracy), summed (energy, power, memory of
+    the job's GPUs), the mean (utilisation, CPU) or the maximum (peaks per node); the ratios
+    computed again from the combined figures."""
+    out: dict[str, float] = {}
+    names = {k for values in per_node for k in values}
+    for name in names:
+        rule = metric_registry.across_nodes(name)
+        values = [v[name] for v in per_node if name in v]
+        if rule == metric_registry.LEAD:
+            if name in per_node[0]:
+                out[name] = per_node[0][name]
+        elif rule == metric_registry.SUM:
+            out[name] = sum(values)
+        elif rule == metric_registry.MEAN:
+            out[name] = sum(values) / len(values)
+        elif rule == metric_registry.MAX:
+            out[name] = max(values)
+    for name, (numerator, denominator) in metric_registry.RATIOS.items():
+        if name in out and out.get(numerator) is not None and out.get(denominator):
+            out[name] = out[numerator] / out[denominator]
+    return out
