@@ -1,17 +1,21 @@
 """A run across nodes, trainer side (issue 26): each node's trainer started with its place
 (trainers.common.launch.node_from_env), two "nodes" on this host as two real processes, the
-real PyTorch DDP rendezvous between them, and every rank's parameter checksum; a placement
-that does not add up, and a framework that cannot span nodes, refused in one line."""
+real rendezvous between them (PyTorch DDP, TensorFlow MultiWorkerMirroredStrategy: every
+framework whose declaration says multi_node), and every rank's parameter checksum; a
+placement that does not add up, and a framework that cannot span nodes, refused in one line."""
 import json
 import subprocess
 
 import pytest
 
-from conftest import REPO
+from conftest import FRAMEWORKS, REPO, Framework
 from trainers.common import launch
 from trainers.common.errors import InvalidArgument
 from trainers.common.scaling import split_batch
-from trainers.common.support import PROCESS_PER_DEVICE, Support
+from trainers.common.support import PROCESS_PER_DEVICE, Support, declared
+
+# every framework whose declaration says it spans nodes: one added later is tested here by itself
+MULTI_NODE = [f["name"] for f in FRAMEWORKS if declared(f["trainer"]).multi_node]
 
 
 def placement(rank, nodes, port, addrs=None):
@@ -47,28 +51,56 @@ def test_a_framework_that_cannot_span_nodes_is_refused_with_its_reason():
     assert Support("many", cpu=["fp32"], multi_node=True).problem("fp32", 0, nodes=4) is None
 
 
-def _start(python, argv, env):
-    return subprocess.Popen([python, "-m", "trainers.torch"] + argv, cwd=str(REPO), env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True)
+@pytest.fixture(scope="module", params=MULTI_NODE)
+def multi_node_framework(request):
+    return Framework(next(f for f in FRAMEWORKS if f["name"] == request.param))
 
 
-def test_two_nodes_train_one_model_their_ranks_end_with_equal_parameters(framework_env):
-    python, base = framework_env("torch")
+def _start(framework, argv, env):
+    return subprocess.Popen([framework.python, "-m", framework.module] + argv, cwd=str(REPO),
+                            env=dict(framework.env, **env), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, universal_newlines=True)
+
+
+def test_the_frameworks_that_span_nodes_are_read_from_their_declarations():
+    assert {"torch", "tensorflow"} <= set(MULTI_NODE)
+
+
+@pytest.mark.parametrize("scaling, batch, per_device", [("weak", 16, 8), ("strong", 8, 4)])
+def test_two_nodes_train_one_model_their_ranks_end_with_equal_parameters(
+        multi_node_framework, scaling, batch, per_device):
     port = launch.free_port()
     argv = ["--model", "lenet", "--dataset", "synthetic", "--like", "mnist", "--batch-size", "8",
-            "--scaling", "weak", "--iterations", "3", "--warmup", "1", "--threads", "1", "--nodes", "2"]
-    procs = [_start(python, argv, dict(base, **placement(rank, 2, port))) for rank in (0, 1)]
+            "--scaling", scaling, "--iterations", "3", "--warmup", "1", "--threads", "1",
+            "--nodes", "2"]
+    procs = [_start(multi_node_framework, argv, placement(rank, 2, port)) for rank in (0, 1)]
     outs = [p.communicate(timeout=600) for p in procs]
     for proc, (out, err) in zip(procs, outs):
         assert proc.returncode == 0, err[-2000:]
     first, second = ([json.loads(line) for line in out.splitlines()] for out, _ in outs)
     # each node relays its own leading rank's events; node 0 leads the run
     start = next(e for e in first if e["event"] == "run_start")
-    assert (start["processes"], start["nodes"], start["batch_size"], start["per_device_batch"]) == (2, 2, 16, 8)
-    assert [e["images"] for e in first if e["event"] == "step"] == [16] * 4
+    assert (start["processes"], start["nodes"], start["batch_size"], start["per_device_batch"]) == (
+        2, 2, batch, per_device)
+    assert [e["images"] for e in first if e["event"] == "step"] == [batch] * 4
     sums = {e["rank"]: (e["node"], e["sha256"]) for e in first + second if e["event"] == "params"}
     assert sorted(sums) == [0, 1] and sums[0][0] == 0 and sums[1][0] == 1
     assert sums[0][1] == sums[1][1]  # the gradients were all-reduced: one model on both nodes
+
+
+@pytest.mark.parametrize("case, env, words", [
+    ("CPU replicas", {"TRAINER_CPU_REPLICAS": "1"}, "does not support CPU replicas across nodes"),
+    ("no ports left", {launch.PORT_ENV: "65535"}, "leaves no room for 2 TensorFlow workers"),
+])
+def test_tensorflow_refuses_a_node_placement_its_strategy_cannot_take(framework_run, case, env,
+                                                                      words):
+    gpus = "2" if "TRAINER_CPU_REPLICAS" in env else "0"
+    proc, events = framework_run("tensorflow", [
+        "--model", "lenet", "--dataset", "synthetic", "--like", "mnist", "--batch-size", "8",
+        "--iterations", "1", "--nodes", "2", "--gpus", gpus],
+        **dict(placement(0, 2, launch.free_port()), **env))
+    assert [e["event"] for e in events] == ["error"], (case, events, proc.stderr[-2000:])
+    assert events[0]["class"] == "unsupported" and words in events[0]["message"], events
 
 
 def test_a_node_without_its_place_is_refused_in_one_line(framework_run):

@@ -22,7 +22,7 @@ import os
 from trainers.common.gpus import gpu_names, nvidia_smi
 from trainers.common.host import cpu_name
 from trainers.common.recipe import LEARNING_RATE, MOMENTUM
-from trainers.common.trainer import Trainer
+from trainers.common.trainer import Trainer, params_sha256
 from trainers.mxnet import SUPPORT
 
 mx = None  # imported by _load_mxnet, once the thread count is known
@@ -117,6 +117,12 @@ class MXNetTrainer(Trainer):
         total = sum(l.sum().asscalar() for l in losses)
         mx.nd.waitall()  # the update too, not only the loss, has finished
         return float(total) / self.global_batch
+
+    def param_checksum(self):
+        # the trained parameters (not BatchNorm's running statistics), as the first context
+        # holds them: the kvstore gives every context the same update
+        return params_sha256(p.data(self.contexts[0]).asnumpy()
+                             for p in self.net.collect_params().values() if p.grad_req != "null")
 
     def set_learning_rate(self, lr):
         self.trainer.set_learning_rate(lr)

@@ -16,6 +16,9 @@ SUPPORT = Support(
     gpu_precision_capability={"bf16": (8, 0)},
     multi_gpu=REPLICAS,  # MirroredStrategy: one replica per GPU (or per logical CPU device)
     cpu_replicas=True,
+    # MultiWorkerMirroredStrategy: one worker per node (TF_CONFIG from the node's place), its
+    # GPUs as replicas; on the CPU one replica per node
+    multi_node=True,
     # TensorFlow's release wheels (2.18 and later, CUDA 12: tensorflow[and-cuda], the NGC
     # images) are built for sm_60, sm_70, sm_80, sm_89 and compute_90 (the repository's
     # .bazelrc), so Pascal (6.0) is the oldest GPU they hold

@@ -12,21 +12,49 @@ as many logical CPU devices. Under several devices the pool holds per-replica ba
 one process), and every replica trains on the same host batch: each step still processes
 the global batch of images, the inputs just repeat across replicas.
 
+Across nodes (`--nodes N`, cfg.node) each node runs one worker process and the strategy is
+MultiWorkerMirroredStrategy: TF_CONFIG names every node's worker (`tf_config`), each worker
+keeps one replica per GPU (one on the CPU: MWMS gives a worker on the CPU one device, so CPU
+replicas across nodes are refused), and the same step all-reduces across workers (gRPC ring
+collectives on the CPU, NCCL on GPUs).
+
 fp16 and bf16 are Keras mixed precision (`mixed_float16` with loss scaling on a GPU,
 `mixed_bfloat16` on a CPU or an Ampere-or-newer GPU), as declared in __init__.py.
 """
+import json
 import os
 
 import tensorflow as tf
 
+from trainers.common.errors import InvalidArgument, Unsupported
 from trainers.common.host import cpu_name
 from trainers.common.recipe import LEARNING_RATE, MOMENTUM
-from trainers.common.trainer import Trainer
+from trainers.common.support import refusal
+from trainers.common.trainer import Trainer, params_sha256
 from trainers.tensorflow import SUPPORT
 from trainers.tensorflow.models import build, count_params, keras
 
 XLA_ENV = "ORCH_TF_XLA"
 POLICIES = {"fp32": "float32", "fp16": "mixed_float16", "bf16": "mixed_bfloat16"}
+
+
+def worker_port(node, index):
+    """The port of worker `index`'s TensorFlow server (on node.addrs[index]). Each worker needs
+    its own: the nodes of a test cluster share one address (127.0.0.1), so one port for all
+    would collide. node.port itself is left alone: it is the rendezvous port that
+    trainers.common.launch hands every rank as MASTER_PORT (a torch-style rank 0 listens on it)."""
+    return node.port + 1 + index
+
+
+def tf_config(node):
+    """TF_CONFIG for this node's worker of a run across nodes: one worker per node, in node-rank
+    order; MultiWorkerMirroredStrategy reads it when it is made."""
+    if worker_port(node, node.nodes - 1) > 65535:
+        raise InvalidArgument("the rendezvous port %d leaves no room for %d TensorFlow workers "
+                              "(ports port+1 .. port+%d); choose a port below %d"
+                              % (node.port, node.nodes, node.nodes, 65536 - node.nodes))
+    workers = ["%s:%d" % (addr, worker_port(node, i)) for i, addr in enumerate(node.addrs)]
+    return {"cluster": {"worker": workers}, "task": {"type": "worker", "index": node.rank}}
 
 
 def xla_requested(environ=None):
@@ -64,6 +92,14 @@ class TensorFlowTrainer(Trainer):
                           tuple(details["compute_capability"])))
         return found
 
+    def preflight(self, cfg):
+        if cfg.node:
+            tf_config(cfg.node)  # a port range that does not fit is refused before any data
+        if cfg.node and cfg.cpu_replicas and cfg.devices > 1:
+            raise Unsupported(refusal(
+                "tensorflow", "CPU replicas across nodes", "one replica per node on the CPU",
+                "MultiWorkerMirroredStrategy gives a worker without GPUs its one CPU device"))
+
     def setup(self, cfg):
         # the thread pools and visible devices are fixed when TensorFlow's runtime starts,
         # which is the first op: set them before anything runs
@@ -74,22 +110,11 @@ class TensorFlowTrainer(Trainer):
             tf.config.set_visible_devices(gpus, "GPU")
             details = [tf.config.experimental.get_device_details(g) for g in gpus]
             devices = [d.get("device_name", g.name) for d, g in zip(details, gpus)]
-            self.strategy = tf.distribute.MirroredStrategy(
-                devices=["/gpu:%d" % i for i in range(cfg.gpus)])
             self.on_gpu = True
-        elif cfg.cpu_replicas:
-            tf.config.set_visible_devices([], "GPU")
-            cpu = tf.config.list_physical_devices("CPU")[0]
-            tf.config.set_logical_device_configuration(
-                cpu, [tf.config.LogicalDeviceConfiguration() for _ in range(cfg.devices)])
-            devices = [cpu_name()] * cfg.devices
-            self.strategy = tf.distribute.MirroredStrategy(
-                devices=["/cpu:%d" % i for i in range(cfg.devices)],
-                cross_device_ops=tf.distribute.ReductionToOneDevice())
         else:
             tf.config.set_visible_devices([], "GPU")
-            devices = [cpu_name()]
-            self.strategy = tf.distribute.get_strategy()  # the default: this process's CPU
+            devices = [cpu_name()] * cfg.devices
+        self.strategy = _strategy(cfg)
         keras.utils.set_random_seed(cfg.seed)
         keras.mixed_precision.set_global_policy(POLICIES[cfg.precision])
         self.xla = xla_requested()
@@ -117,6 +142,10 @@ class TensorFlowTrainer(Trainer):
         if self.on_gpu:
             tf.test.experimental.sync_devices()
         return float(loss.numpy())
+
+    def param_checksum(self):
+        # a mirrored variable reads as its first replica's value: the replicas hold one value
+        return params_sha256(v.numpy() for v in self.model.trainable_variables)
 
     def set_learning_rate(self, lr):
         # a variable the compiled step reads, so no retracing
@@ -174,6 +203,26 @@ class TensorFlowTrainer(Trainer):
 
         return tf.function(train_step, jit_compile=bool(self.xla and replicas == 1),
                            reduce_retracing=True)
+
+
+def _strategy(cfg):
+    """The tf.distribute strategy of this run; made after the visible devices are set and
+    before any op runs."""
+    if cfg.node:
+        # TF_CONFIG is read when the strategy is made; the worker trains on its visible GPUs
+        # (on the CPU: its one CPU device)
+        os.environ["TF_CONFIG"] = json.dumps(tf_config(cfg.node))
+        return tf.distribute.MultiWorkerMirroredStrategy()
+    if cfg.on_gpu:
+        return tf.distribute.MirroredStrategy(devices=["/gpu:%d" % i for i in range(cfg.gpus)])
+    if cfg.cpu_replicas:
+        cpu = tf.config.list_physical_devices("CPU")[0]
+        tf.config.set_logical_device_configuration(
+            cpu, [tf.config.LogicalDeviceConfiguration() for _ in range(cfg.devices)])
+        return tf.distribute.MirroredStrategy(
+            devices=["/cpu:%d" % i for i in range(cfg.devices)],
+            cross_device_ops=tf.distribute.ReductionToOneDevice())
+    return tf.distribute.get_strategy()  # the default: this process's CPU
 
 
 def _loss_scale_optimizer(optimizer):
