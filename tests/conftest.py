@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import REPO, orchestrator, rows, user_dir
+from helpers import FRAMEWORKS, REPO, orchestrator, rows, user_dir
 
 sys.path.insert(0, str(REPO))
 
@@ -93,23 +93,6 @@ def recipe_env(framework):
 
 # ------------------------------------------------------------------ frameworks and trainers
 
-def discover_frameworks():
-    """Every framework conf/framework/*.yaml defines, as {name, trainer, env}: a YAML with a
-    `name` is one; an alias (only `defaults`, like tf.yaml) collapses onto its target."""
-    import yaml
-
-    found = {}
-    for path in sorted((REPO / "conf" / "framework").glob("*.yaml")):
-        spec = yaml.safe_load(path.read_text()) or {}
-        if "name" not in spec:
-            continue
-        found[spec["name"]] = {"name": spec["name"],
-                               "trainer": spec.get("trainer") or "trainers.%s" % spec["name"],
-                               "env": spec.get("env") or spec["name"]}
-    return [found[name] for name in sorted(found)]
-
-
-FRAMEWORKS = discover_frameworks()
 
 
 class Framework(object):
@@ -144,6 +127,12 @@ def framework(request):
     """Each framework conf/framework/ defines, ready to run (skipped, with the reason, where
     this machine cannot hold it)."""
     return Framework(next(f for f in FRAMEWORKS if f["name"] == request.param))
+
+
+@pytest.fixture(scope="session")
+def framework_named():
+    """framework_named(name) -> that framework ready to run (a Framework), or a skip saying why."""
+    return lambda name: Framework(next(f for f in FRAMEWORKS if f["name"] == name))
 
 
 @pytest.fixture(scope="session")

@@ -5,6 +5,8 @@ import os
 import sys
 from pathlib import Path
 
+import yaml
+
 REPO = Path(__file__).resolve().parent.parent
 
 #: a cell measured in a blink
@@ -69,3 +71,20 @@ def harness_site(path):
     (path / "framework").mkdir(parents=True)
     (path / "framework" / "harness.yaml").write_text("name: harness\ntrainer: tests.numpy_trainer\nenv: torch\n")
     return "hydra.searchpath=[file://%s]" % path
+
+
+def discover_frameworks():
+    """Every framework conf/framework/*.yaml defines, as {name, trainer, env}: a YAML with a
+    `name` is one; an alias (only `defaults`, like tf.yaml) collapses onto its target."""
+    found = {}
+    for path in sorted((REPO / "conf" / "framework").glob("*.yaml")):
+        spec = yaml.safe_load(path.read_text()) or {}
+        if "name" not in spec:
+            continue
+        found[spec["name"]] = {"name": spec["name"],
+                               "trainer": spec.get("trainer") or "trainers.%s" % spec["name"],
+                               "env": spec.get("env") or spec["name"]}
+    return [found[name] for name in sorted(found)]
+
+
+FRAMEWORKS = discover_frameworks()

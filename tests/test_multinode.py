@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from conftest import FRAMEWORKS, REPO, Framework
+from helpers import FRAMEWORKS, REPO
 from trainers.common import launch
 from trainers.common.errors import InvalidArgument
 from trainers.common.scaling import split_batch
@@ -52,8 +52,8 @@ def test_a_framework_that_cannot_span_nodes_is_refused_with_its_reason():
 
 
 @pytest.fixture(scope="module", params=MULTI_NODE)
-def multi_node_framework(request):
-    return Framework(next(f for f in FRAMEWORKS if f["name"] == request.param))
+def multi_node_framework(request, framework_named):
+    return framework_named(request.param)
 
 
 def _start(framework, argv, env):
@@ -109,3 +109,28 @@ def test_a_node_without_its_place_is_refused_in_one_line(framework_run):
     error = next(e for e in events if e["event"] == "error")
     assert error["class"] == "unsupported" and "--nodes 2 needs each node's place" in error["message"]
     assert "nodes=2" in error["message"] and "\n" not in error["message"]
+
+
+# --- through the orchestrator, on the four-node test cluster ------------------------------------
+
+@pytest.mark.slow
+def test_a_sweep_over_nodes_lands_a_row_per_cell_with_one_model_on_every_rank(slurm_workdir):
+    from helpers import SMALL, orchestrator, rows, wait_until_final
+
+    launched = orchestrator(["-m", *SMALL, "framework=torch,tensorflow", "model=lenet", "dataset=synthetic",
+                             "nodes=1,2", "batch_size=8"], slurm_workdir)
+    assert launched.returncode == 0, launched.stderr
+    wait_until_final(slurm_workdir)
+    assert orchestrator(["collect"], slurm_workdir).returncode == 0
+    got = rows(slurm_workdir, "select framework, nodes, images_per_sec > 0 from results order by framework, nodes")
+    assert got == [("tensorflow", None, 1), ("tensorflow", 2, 1), ("torch", None, 1), ("torch", 2, 1)], \
+        rows(slurm_workdir, "select framework, state, error_class, error_message from runs join cells on cells.id = runs.cell_id")
+    for path in Path(slurm_workdir[0], "runs").glob("**/result.json"):
+        result = json.loads(path.read_text())
+        if result["cell"].get("nodes") == 2:
+            assert [r["rank"] for r in result["ranks"]] == [0, 1]
+            assert [r["node"] for r in result["ranks"]] == [0, 1]
+            assert len({r["sha256"] for r in result["ranks"]}) == 1, result["ranks"]
+            assert [n["rank"] for n in result["nodes"]] == [0, 1]
+            assert len({n["node"] for n in result["nodes"]}) == 2  # two Slurm nodes, named
+            assert result["trainer"]["processes"] == 2 and result["trainer"]["batch_size"] == 8
