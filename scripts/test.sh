@@ -5,7 +5,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/setup.sh"
 "$ROOT/scripts/frameworks.sh" || echo "[test] WARNING: some trainer environments are not ready (see above); their tests will say so" >&2
 # The container images of torch and CNTK (tests/test_container.py), from the same recipes (reused when unchanged).
 "$ROOT/scripts/images.sh" || echo "[test] WARNING: the container images are not ready; the container tests will skip" >&2
-# The real single-node Slurm cluster of slurm/ (needs root; the Slurm tests skip loudly without it).
+# The real four-node Slurm cluster of slurm/ (needs root; the Slurm tests skip loudly without it).
 export SLURM_TEST_DIR="${SLURM_TEST_DIR:-/tmp/orchestrator-slurm}"
 export SLURM_CONF="$SLURM_TEST_DIR/slurm.conf"
 started_slurm=""

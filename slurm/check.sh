@@ -28,6 +28,10 @@ for d in "${DAEMONS[@]}"; do
   fi
 done
 
+if pid="$(live_pid "$LEGACY_SLURMD")"; then
+  [ $QUIET -eq 1 ] || log "warning: the one-node cluster of an older start.sh runs here (slurmd pid $pid): slurm/stop.sh, then slurm/start.sh, for the four nodes"
+fi
+
 # Without our slurmctld there is nothing to ask (and sinfo would retry for ~10 s).
 if live_pid slurmctld >/dev/null && cluster_answers; then
   if [ $QUIET -eq 0 ]; then

@@ -24,6 +24,9 @@ j=$(sub -p k20m --gres=gpu:k20m:1 --wrap 'echo "CUDA_VISIBLE_DEVICES=$CUDA_VISIB
 EXPECT[$j]=COMPLETED; GRES_JOB=$j
 j=$(sub -p p100 --gpus-per-node=p100:2 --wrap 'sleep 1');            EXPECT[$j]=COMPLETED
 j=$(sub -p cpu --exclusive --wrap 'sleep 1');                        EXPECT[$j]=COMPLETED
+# Two nodes at once, in the CPU partition and with a fake GPU on each node of a GPU partition.
+j=$(sub -p cpu -N2 --ntasks-per-node=1 --mem=1G --wrap 'srun printenv SLURMD_NODENAME'); EXPECT[$j]=COMPLETED
+j=$(sub -p p100 -N2 --ntasks-per-node=1 --gpus-per-node=p100:1 --mem=1G --wrap 'srun true'); EXPECT[$j]=COMPLETED
 j=$(sub -p cpu --mem=1G --wrap 'exit 3');                            EXPECT[$j]=FAILED
 j=$(sub -p cpu --mem=1G --wrap 'sleep 300');                         EXPECT[$j]=CANCELLED; CANCEL_JOB=$j
 ARRAY=$(sub --array=0-3%2 -p cpu --mem=1G --wrap 'sleep 1')

@@ -5,8 +5,9 @@
 #   slurm/stop.sh --purge    # ... and delete the state directory
 #
 # Only the processes named in the pid files under $SLURM_TEST_DIR/run are signalled
-# (slurmd, slurmctld, slurmdbd, mariadbd, munged, in that order), and only when the pid
-# still belongs to that daemon; nothing is ever killed by name. Jobs still queued or
+# (each node's slurmd, slurmctld, slurmdbd, mariadbd, munged, in that order; also the one
+# slurmd of a one-node cluster started by an older start.sh), and only when the pid still
+# belongs to that daemon; nothing is ever killed by name. Jobs still queued or
 # running are cancelled first, through Slurm, so no job step outlives slurmd.
 # Idempotent: with nothing running it says so and exits 0.
 set -euo pipefail
@@ -25,8 +26,12 @@ for a in "$@"; do
   esac
 done
 
+# Stop order: the daemons in reverse start order, an older layout's slurmd first.
+STOP_ORDER=("$LEGACY_SLURMD")
+for ((i = ${#DAEMONS[@]} - 1; i >= 0; i--)); do STOP_ORDER+=("${DAEMONS[$i]}"); done
+
 if [ "$(id -u)" -ne 0 ]; then
-  for d in "${DAEMONS[@]}"; do
+  for d in "${STOP_ORDER[@]}"; do
     live_pid "$d" >/dev/null && die "run as root: the test cluster's daemons run as root"
   done
   [ $PURGE -eq 0 ] || die "run as root to purge $STATE"
@@ -57,8 +62,7 @@ fi
 
 # ---------------------------------------------------------------- stop daemons
 stopped=0
-for ((i = ${#DAEMONS[@]} - 1; i >= 0; i--)); do
-  d="${DAEMONS[$i]}"
+for d in "${STOP_ORDER[@]}"; do
   if pid="$(live_pid "$d")"; then
     kill -TERM "$pid" 2>/dev/null || true
     limit=30

@@ -1,4 +1,4 @@
-"""Against the real single-node Slurm cluster of slurm/ (started by scripts/test.sh as root).
+"""Against the real four-node Slurm cluster of slurm/ (started by scripts/test.sh as root).
 
 Cells go through submitit's Slurm executor and a real sbatch to a real slurmctld; their fate is
 read back with sacct/squeue by `orchestrator status`. The cluster's GPUs are typed but fake
@@ -388,9 +388,9 @@ def test_a_running_task_cancelled_is_cancelled_then_rerun_once(slurm_workdir):
 
 
 def _node_back(env, node):
-    """The node in service again: resumed if it is down or drained (on a one-node cluster the
-    requeued job's relaunch can meet its own old incarnation there and drain it, "Duplicate
-    jobid"); the held jobs that left behind released."""
+    """The node in service again: resumed if it is down or drained (the requeued job's relaunch
+    can meet its own old incarnation on the same node and drain it, "Duplicate jobid"); the held
+    jobs that left behind released."""
     shown = subprocess.run(["scontrol", "show", "node", node], env=env, capture_output=True, text=True).stdout
     if re.search(r"State=\S*(DOWN|DRAIN)", shown):
         subprocess.run(["scontrol", "update", f"nodename={node}", "state=resume"], env=env, capture_output=True)
@@ -406,8 +406,10 @@ def test_a_node_set_down_mid_run_ends_with_slurms_class_and_one_measurement(slur
     assert orchestrator(["-m", *LONG], slurm_workdir).returncode == 0
     ((job_id,),) = rows(slurm_workdir, "select job_id from runs")
     _running(slurm_workdir, job_id)
-    node = dict(rows(slurm_workdir, "select 'node', node from runs"))["node"] or "localhost"
     env = slurm_workdir[1]
+    node = dict(rows(slurm_workdir, "select 'node', node from runs"))["node"] or \
+        subprocess.run(["squeue", "-h", "-j", job_id, "-o", "%N"], env=env, capture_output=True, text=True).stdout.strip()
+    assert node, "the running job names no node"
     subprocess.run(["scontrol", "update", f"nodename={node}", "state=down", "reason=orchestrator-test"],
                    env=env, check=True)
     try:

@@ -1,7 +1,7 @@
-"""What the test cluster can place, against the real single-node Slurm cluster of slurm/.
+"""What the test cluster can place, against the real four-node Slurm cluster of slurm/.
 
-Its one node (this machine's CPUs, ~95 % of its memory, 2 fake k20m and 2 fake p100 GPUs) is
-smaller than conf/hardware/p100.yaml asks (16 CPUs, 64 GB): the README's Slurm example is refused
+Its nodes behind p100 (each this machine's CPUs, ~95 % of its memory, 2 fake k20m and 2 fake
+p100 GPUs) are smaller than conf/hardware/p100.yaml asks (16 CPUs, 64 GB): the README's Slurm example is refused
 before sbatch, naming the node. A job that was let through anyway waits PENDING
 (PartitionConfig) for ever: `status` says it can never start and ends it `unplaceable`.
 Arrays are split at MaxArraySize (lowered here with `cluster.max_array_size`). Each test is a
@@ -45,7 +45,9 @@ def test_the_readme_example_is_refused_at_once_naming_the_node(counted):
     out = " ".join(launched.stdout.split())  # (rich wraps long lines)
     assert "0 cells submitted" in out and "6 refused" in out, out
     assert out.count("partition p100 cannot run it: --cpus-per-task=16, but its largest node has") == 6, out
-    assert "--mem=64G, but its largest node has" in out and "(localhost)" in out, out
+    p100_nodes = subprocess.run(["sinfo", "-h", "-N", "-p", "p100", "-o", "%N"], env=slurm_workdir[1],
+                                capture_output=True, text=True, check=True).stdout.split()
+    assert "--mem=64G, but its largest node has" in out and any(f"({n})" in out for n in p100_nodes), (p100_nodes, out)
     assert sbatch_calls(calls) == []  # never submitted
     failed = rows(slurm_workdir, "select state, error_class, error_message from runs")
     assert len(failed) == 6 and {(s, c) for s, c, _ in failed} == {("failed", "unplaceable")}, failed
