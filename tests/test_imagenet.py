@@ -4,6 +4,8 @@ workers giving the batches in-process decoding gives, `orchestrator data generat
 input=pipeline slower than input=memory where decoding is expensive, and torch and TensorFlow
 running dataset=imagenet input=pipeline through the orchestrator into results.db."""
 import json
+import os
+import signal
 
 import numpy as np
 import pytest
@@ -126,6 +128,18 @@ def test_the_loaders_workers_give_the_batches_in_process_decoding_gives(tmp_path
     plan1 = imagenet.batch_plan(15, 4, 0, rank=1, world_size=2)
     assert not set(plan0(0)[1]) & set(plan1(0)[1])
     assert plan0(1)[0] == 1  # 15 images hold one global batch of 8: step 1 is epoch 1
+
+
+def test_a_loader_worker_that_dies_is_reported_not_waited_for_forever(tmp_path):
+    imagenet.write_imagenet(str(tmp_path), classes=2, per_class=2, val_per_class=1, size=(64, 48))
+    with imagenet.Loader(imagenet.read(str(tmp_path)), 2, workers=1, prefetch=1) as loader:
+        next(loader)
+        (pid,) = loader._pool._processes  # the worker, idle or decoding the next batch
+        os.kill(pid, signal.SIGKILL)  # as the kernel's OOM killer would
+        with pytest.raises(DataError) as err:
+            for _ in range(3):  # the batch it held, or the next, is never decoded
+                next(loader)
+    assert "loader worker ended abruptly" in str(err.value) and "--loader-workers 0" in str(err.value)
 
 
 def test_a_missing_or_empty_tree_names_the_path_and_the_way_out(tmp_path):

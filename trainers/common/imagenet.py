@@ -36,7 +36,8 @@ libturbojpeg, OpenCV's wheels are ~60 MB per environment, and DALI decodes on GP
 loader's images/s on this project's machine are in docs/imagenet-input.md; measure
 yours with `python benchmarks/loader.py`.
 
-The loader (`Loader`) is a multiprocessing pool: each task is one batch (a list of paths, a
+The loader (`Loader`) is a process pool (concurrent.futures: a worker that dies is reported, where
+multiprocessing.Pool can wait forever): each task is one batch (a list of paths, a
 few KB to send), a worker decodes and transforms its images and sends back the uint8 batch;
 `prefetch` batches are always in flight, so decoding overlaps the framework's step. Processes,
 not threads, because the transforms' Python between Pillow's calls holds the GIL and the
@@ -48,6 +49,9 @@ import collections
 import math
 import multiprocessing
 import os
+import sys
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 
 import numpy as np
 
@@ -310,6 +314,18 @@ def load_batch(task):
 
 # ---------------------------------------------------------------------------- the loader
 
+def _worker_pool(workers):
+    """The decoding processes, started with `forkserver` (`spawn` where there is none). Python
+    3.6 (the Caffe and CNTK images) has no mp_context argument: there the trainer's own default
+    start method is set instead (a trainer process starts no other multiprocessing)."""
+    methods = multiprocessing.get_all_start_methods()
+    method = "forkserver" if "forkserver" in methods else "spawn"
+    if sys.version_info >= (3, 7):
+        return ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context(method))
+    multiprocessing.set_start_method(method, force=True)
+    return ProcessPoolExecutor(workers)
+
+
 def default_workers():
     """One worker per CPU this process may use (at least one)."""
     return max(1, available_cpus())
@@ -349,9 +365,7 @@ class Loader(object):
         self._pending = collections.deque()
         self._pool = None
         if self.workers > 0:
-            methods = multiprocessing.get_all_start_methods()
-            context = multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
-            self._pool = context.Pool(self.workers)
+            self._pool = _worker_pool(self.workers)
             for _ in range(self.prefetch):
                 self._submit()
 
@@ -364,7 +378,7 @@ class Loader(object):
 
     def _submit(self):
         task, labels = self._task()
-        self._pending.append((self._pool.apply_async(load_batch, (task,)), labels))
+        self._pending.append((self._pool.submit(load_batch, task), labels))
 
     def __iter__(self):
         return self
@@ -375,15 +389,26 @@ class Loader(object):
             return load_batch(task), labels
         result, labels = self._pending.popleft()
         self._submit()
-        return result.get(), labels
+        return self._result(result), labels
+
+    def _result(self, future):
+        """A batch from the pool; a worker that died (killed, or unable to start) is reported.
+        (multiprocessing.Pool would wait forever: a worker killed while it holds the task
+        queue's lock leaves every other worker, and Pool.terminate, blocked on it.)"""
+        try:
+            return future.result()
+        except BrokenProcessPool as exc:
+            raise DataError("an ImageNet loader worker ended abruptly while decoding (%s); the job's "
+                            "log says why (memory? a signal?), or use --loader-workers 0" % exc)
 
     next = __next__
 
     def close(self):
         """Stop the workers (batches in flight are dropped)."""
         if self._pool is not None:
-            self._pool.terminate()
-            self._pool.join()
+            for future, _ in self._pending:
+                future.cancel()
+            self._pool.shutdown(wait=True)
             self._pool = None
 
     def __enter__(self):
