@@ -5,6 +5,7 @@ framework whose declaration says multi_node), and every rank's parameter checksu
 placement that does not add up, and a framework that cannot span nodes, refused in one line."""
 import json
 import subprocess
+from pathlib import Path
 
 import pytest
 
