@@ -199,6 +199,6 @@ def combine(per_node: Sequence[Mapping[str, float]]) -> dict[str, float]:
         elif rule == metric_registry.MAX:
             out[name] = max(values)
     for name, (numerator, denominator) in metric_registry.RATIOS.items():
-        if name in out and out.get(numerator) is not None and out.get(denominator):
+        if name in names and out.get(numerator) is not None and out.get(denominator):
             out[name] = out[numerator] / out[denominator]
     return out

@@ -135,3 +135,74 @@ def test_a_sweep_over_nodes_lands_a_row_per_cell_with_one_model_on_every_rank(sl
             assert [n["rank"] for n in result["nodes"]] == [0, 1]
             assert len({n["node"] for n in result["nodes"]}) == 2  # two Slurm nodes, named
             assert result["trainer"]["processes"] == 2 and result["trainer"]["batch_size"] == 8
+
+
+# --- the job's side: where a node stands, and the nodes' figures combined -----------------------
+
+SHOW_NODE = ("NodeName=node1 Arch=x86_64 CoresPerSocket=2 CPUAlloc=0 CPUTot=2 NodeAddr=10.1.0.11 "
+             "NodeHostName=node1 Version=22.05.8 OS=Linux 6.1.0 #1 SMP RealMemory=23000 State=IDLE\n"
+             "NodeName=node2 Arch=x86_64 CoresPerSocket=2 CPUAlloc=0 CPUTot=2 NodeAddr=10.1.0.12 "
+             "NodeHostName=node2 Version=22.05.8 OS=Linux 6.1.0 #1 SMP RealMemory=23000 State=IDLE\n")
+
+
+def test_a_node_finds_its_place_and_every_nodes_address_from_slurm():
+    from orchestrator import node_group
+
+    asked = []
+
+    def scontrol(argv):
+        asked.append(argv[:3])
+        return "node1\nnode2\n" if argv[2] == "hostnames" else SHOW_NODE
+
+    env = {"SLURM_JOB_NODELIST": "node[1-2]", "SLURM_NODEID": "1", "SLURM_JOB_ID": "4242"}
+    place = node_group.from_slurm(2, env, scontrol)
+    assert (place.rank, place.name, place.names, place.addrs) == (1, "node2", ("node1", "node2"),
+                                                                  ("10.1.0.11", "10.1.0.12"))
+    assert place.trainer_env(0)[launch.NODE_ADDRS_ENV] == "10.1.0.11,10.1.0.12"
+    # each repeat of a job its own port, alternating; TensorFlow's workers take the ports above it
+    assert place.port(0) != place.port(1) == place.port(3) and abs(place.port(0) - place.port(1)) >= 64
+    assert node_group.from_slurm(1, env, scontrol) is None and len(asked) == 2
+    with pytest.raises(node_group.PlacementError) as err:
+        node_group.from_slurm(3, env, scontrol)
+    assert "asks for 3 nodes but its job holds 2 (node[1-2])" in str(err.value)
+    with pytest.raises(node_group.PlacementError):
+        node_group.from_slurm(2, {}, scontrol)
+
+
+def test_the_nodes_figures_combine_as_each_metric_declares():
+    from orchestrator import metric_registry, node_group
+
+    first = {"images_per_sec": 1000.0, "energy_j": 50.0, "gpu_power_avg_w": 200.0, "gpu_mem_peak_bytes": 3e9,
+             "cpu_percent_avg": 90.0, "cpu_percent_peak": 150.0, "images_per_sec_per_w": 5.0, "top1_final": 0.9}
+    second = {"images_per_sec": 990.0, "energy_j": 70.0, "gpu_power_avg_w": 300.0, "gpu_mem_peak_bytes": 2e9,
+              "cpu_percent_avg": 70.0, "cpu_percent_peak": 190.0, "images_per_sec_per_w": 3.3, "top1_final": 0.1}
+    combined = node_group.combine([first, second])
+    assert combined["images_per_sec"] == 1000.0 and combined["top1_final"] == 0.9  # the run's own: node 0's
+    assert combined["energy_j"] == 120.0 and combined["gpu_power_avg_w"] == 500.0  # the job's total
+    assert combined["gpu_mem_peak_bytes"] == 5e9
+    assert combined["cpu_percent_avg"] == 80.0 and combined["cpu_percent_peak"] == 190.0
+    assert combined["images_per_sec_per_w"] == 2.0  # computed again: 1000 img/s over 500 W
+    # every declared metric says how it combines, with one of the rules combine knows
+    rules = {metric_registry.LEAD, metric_registry.SUM, metric_registry.MEAN, metric_registry.MAX,
+             metric_registry.RATIO}
+    assert {m.across_nodes for m in metric_registry.METRICS} <= rules
+    assert all(m.ratio_of for m in metric_registry.METRICS if m.across_nodes == metric_registry.RATIO)
+
+
+@pytest.mark.slow
+def test_more_nodes_than_a_partition_holds_and_nodes_off_slurm_are_refused_before_submission(slurm_workdir):
+    from helpers import SMALL, orchestrator, rows
+
+    done = orchestrator(["-m", *SMALL, "framework=torch", "model=lenet", "dataset=synthetic", "nodes=3"],
+                        slurm_workdir)
+    assert done.returncode == 0, done.stderr
+    assert "--nodes=3, but only 2 of its 2 nodes can hold the request" in done.stdout, done.stdout
+    # as a request for too many CPUs is: recorded unplaceable, never given to sbatch
+    assert rows(slurm_workdir, "select state, error_class, job_id from runs") == [("failed", "unplaceable", None)]
+    local = orchestrator(["framework=torch", "model=lenet", "dataset=synthetic", "nodes=2", "iterations=1"],
+                         slurm_workdir)
+    assert local.returncode != 0
+    assert "nodes=2 needs a cluster of nodes" in local.stdout + local.stderr and "use cluster=slurm" in local.stderr
+    refused = orchestrator(["-m", *SMALL, "framework=mxnet", "model=lenet", "dataset=synthetic", "nodes=2"],
+                           slurm_workdir)
+    assert "mxnet does not support --nodes 2; it supports one node" in refused.stdout, refused.stdout
