@@ -80,7 +80,9 @@ def print_cells(cells: list, refused: list[tuple[str, str]],
     # only where a cell has it
     shown = [s.name for s in SETTINGS
              if s.hashed == ALWAYS or any(c.settings.get(s.name) is not None for c in cells)]
-    rows = [[cell.id, *(str(cell.settings[k]) for k in shown)] for cell in cells]
+    defaults = {s.name: s.default for s in SETTINGS}  # stored as None at its default: shown as it
+    rows = [[cell.id, *(str(defaults[k] if cell.settings[k] is None and defaults[k] is not None
+                            else cell.settings[k]) for k in shown)] for cell in cells]
     if len(rows) <= TABLE_ROWS:
         table = Table("cell", *shown, title=title)
         for row in rows:
