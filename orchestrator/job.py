@@ -137,7 +137,7 @@ def run_once(spec: JobSpec, run: RunSpec, deadline: float | None = None) -> Path
     result: dict[str, Any] = {
         "schema": RESULT_SCHEMA, "run_uid": run.uid, "sweep_id": spec.sweep_id,
         "cell_id": spec.cell_id, "repeat": run.repeat, "attempt": run.attempt,
-        "cell": spec.settings, "node": socket.gethostname(), "job_id": _job_id(),
+        "cell": spec.settings, "node": _node_name(), "job_id": _job_id(),
         "executor": spec.executor, "started_at": time.time(), "paths": paths,
         "runtime": {"kind": spec.runtime.get("kind")},
     }
