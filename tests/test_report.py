@@ -473,6 +473,43 @@ def test_a_real_sweeps_report_renders_in_chromium(tmp_path, torch_python):
     print(f"real sweep, report, browser and compare: {time.time() - start:.0f} s")
 
 
+@pytest.mark.slow
+def test_a_sweep_over_nodes_on_the_test_cluster_reports_node_scaling_with_the_emulation_caveat(slurm_workdir):
+    """torch and tensorflow on 1 and 2 nodes of the test cluster, numpy too (refused across
+    nodes): the report draws images/s and efficiency against nodes, tables them with numpy's
+    2-node cell n/a and why, and says that these nodes shared one host, so that their efficiency
+    says nothing about a network."""
+    from helpers import SMALL
+
+    launched = orchestrator(["-m", *SMALL, "framework=torch,tensorflow,numpy", "model=lenet", "dataset=synthetic",
+                             "nodes=1,2", "batch_size=8"], slurm_workdir)
+    assert launched.returncode == 0, launched.stderr
+    wait_until_final(slurm_workdir)
+    assert orchestrator(["collect"], slurm_workdir).returncode == 0
+    assert rows(slurm_workdir, "select count(*), count(distinct node_addrs) from runs join cells on "
+                               "cells.id = runs.cell_id where nodes = 2 and state = 'done'") == [(2, 1)], \
+        rows(slurm_workdir, "select framework, nodes, state, error_class, error_message from runs join cells "
+                            "on cells.id = runs.cell_id")
+    out = slurm_workdir[0] / "report"
+    made = orchestrator(["report", "--sweep", "latest", "--out", str(out)], slurm_workdir, timeout=300)
+    assert made.returncode == 0, made.stderr
+    assert {"scaling_nodes.svg", "scaling_nodes.png"} <= {p.name for p in (out / "figures").iterdir()}
+    table = list(csv.DictReader((out / "tables" / "scaling_nodes.csv").read_text().splitlines()))
+    got = {(r["framework"], r["nodes"]): r for r in table}
+    assert sorted(got) == [("numpy", "1"), ("numpy", "2"), ("tensorflow", "1"), ("tensorflow", "2"),
+                           ("torch", "1"), ("torch", "2")]
+    for framework in ("torch", "tensorflow"):
+        assert got[framework, "1"]["efficiency"] == "1.0" and float(got[framework, "2"]["efficiency"]) > 0
+        assert "127.0.0.1" in got[framework, "2"]["shared_host"]  # the test cluster's nodes: one address
+    assert (got["numpy", "2"]["status"], got["numpy", "2"]["reason"]) == ("n/a", "refused")
+    assert "numpy does not support --nodes 2" in got["numpy", "2"]["detail"]
+    html = (out / "index.html").read_text()
+    section = html[html.index('<h2 id="nodes">'):html.index("<h2>Tables</h2>")]
+    assert "Emulated nodes" in section and "says nothing about a network" in section
+    assert "numpy does not support --nodes 2" in section
+    assert 'id="fig-scaling_nodes"' in html
+
+
 # --- presets -------------------------------------------------------------------------------------
 
 def test_the_study_preset_expands_to_270_cells_by_hardware(tmp_path):
