@@ -332,6 +332,7 @@ def _run_values(row: Any, f: _File, now: float) -> dict[str, Any]:
                       error_class=error.get("class"), error_message=error.get("message"))
     values.update(
         node=result.get("node") or old.get("node"),
+        node_addrs=_node_addrs(result),
         job_id=result.get("job_id") or old.get("job_id"),
         executor=result.get("executor") or old.get("executor"),
         started_at=result.get("started_at"),
@@ -345,6 +346,16 @@ def _run_values(row: Any, f: _File, now: float) -> dict[str, Any]:
         collected_at=now,
         **_provenance(result))
     return values
+
+
+def _node_addrs(result: dict[str, Any]) -> Optional[str]:
+    """A run across nodes: its nodes' addresses (result.json `nodes[].addr`) in rank order,
+    comma-separated; None on one node, or where a node's record has no address."""
+    nodes = result.get("nodes")
+    if not isinstance(nodes, list) or len(nodes) < 2:
+        return None
+    addrs = [n.get("addr") if isinstance(n, dict) else None for n in nodes]
+    return ",".join(addrs) if all(isinstance(a, str) and a for a in addrs) else None
 
 
 def _provenance(result: dict[str, Any]) -> dict[str, Any]:

@@ -133,6 +133,10 @@ class Run(Base):
     job_id: Mapped[Optional[str]] = mapped_column(String, nullable=True)
     executor: Mapped[Optional[str]] = mapped_column(String, nullable=True)
     node: Mapped[Optional[str]] = mapped_column(String, nullable=True)
+    #: A run across nodes: each node's address (Slurm's NodeAddr) in rank order, comma-separated
+    #: (migration 0013); null on one node. Addresses that repeat, or loopback ones, are nodes that
+    #: shared one host (the test cluster's), which the report says.
+    node_addrs: Mapped[Optional[str]] = mapped_column(String, nullable=True)
     submitted_at: Mapped[Optional[float]] = mapped_column(Float, nullable=True)
     started_at: Mapped[Optional[float]] = mapped_column(Float, nullable=True)
     ended_at: Mapped[Optional[float]] = mapped_column(Float, nullable=True)

@@ -284,6 +284,20 @@ def test_a_gpu_run_lands_its_energy_method_and_gpu_columns(tmp_path, db_url):
     assert row == ("counter", "Tesla P100-PCIE-16GB", 597.0, 78.6, 9649.0, 3.46, 14550.0, 98.9, 0)
 
 
+def test_a_run_across_nodes_lands_its_nodes_addresses_in_rank_order(tmp_path, db_url):
+    """result.json's `nodes[].addr` become runs.node_addrs (the report tells emulated nodes
+    sharing one host by them); a run on one node, or a node without an address, leaves it null."""
+    runs = tmp_path / "runs"
+    for model, addrs in (("lenet", ["10.0.0.2", "10.0.0.1"]), ("alexnet", ["127.0.0.1", None]), ("vgg16", None)):
+        result = make_result(model=model, nodes=2 if addrs else None)
+        if addrs:
+            result["nodes"] = [{"node": f"node{k + 1}", "rank": k, "addr": a} for k, a in enumerate(addrs)]
+        write_result(runs, result)
+    assert collect(db.open_db(db_url), runs).added == 3
+    assert query(db_url, "select model, node_addrs from runs join cells on cells.id = runs.cell_id "
+                         "order by model") == [("alexnet", None), ("lenet", "10.0.0.2,10.0.0.1"), ("vgg16", None)]
+
+
 def test_a_file_the_database_refuses_in_a_batch_loses_none_of_the_others(tmp_path, db_url):
     """The batch it was in rolls back; each of its files then lands alone: that one is reported
     broken (with the database's reason, tried twice), the rest land with their metrics."""

@@ -35,9 +35,9 @@ class Study:
             session.add(schema.Sweep(id=sweep, created_at=time.time(), argv=["python", "-m", "orchestrator", "-m", "x=1"],
                                  overrides=[], n_cells=0))
 
-    def cell(self, runs=(), cores=None, **settings):
+    def cell(self, runs=(), cores=None, node_addrs=None, **settings):
         """A cell of the sweep; `runs`: per repeat a state ('done', 'failed:<class>', 'pending', 'lost') or a
-        dict of metrics (done)."""
+        dict of metrics (done); `node_addrs`: its runs' nodes' addresses (a cell across nodes)."""
         settings = make_settings(**settings)
         cid = cell_id(settings)
         with self.factory.begin() as session:
@@ -50,7 +50,7 @@ class Study:
                 state, _, error_class = ("done" if isinstance(run, dict) else run).partition(":")
                 r = schema.Run(uid=f"{self.sweep}:{cid}:{repeat}:1", sweep_id=self.sweep, cell_id=cid, repeat=repeat,
                            attempt=1, state="pending", node="node01" if state in ("done", "failed") else None,
-                           cpu_cores=cores, params=431080 if state == "done" else None, started_at=1.7e9 + repeat,
+                           cpu_cores=cores, node_addrs=node_addrs, params=431080 if state == "done" else None, started_at=1.7e9 + repeat,
                            ended_at=1.7e9 + repeat + 1)
                 for step in {"lost": ["submitted", "lost"], "pending": []}.get(state, [state]):
                     r.state = step
@@ -67,7 +67,7 @@ class Study:
         with self.factory.begin() as session:
             session.add(schema.Refusal(sweep_id=self.sweep, overrides="x=1", reason=reason, settings=settings,
                                    **{k: settings[k] for k in ("framework", "model", "dataset", "hardware", "gpus",
-                                                               "threads", "batch_size", "precision")}))
+                                                               "nodes", "threads", "batch_size", "precision")}))
 
     def tables(self, noisy_cv=0.05):
         with self.factory() as session:
@@ -195,6 +195,74 @@ def test_scaling_speedups_from_cells_that_differ_only_in_gpus_or_threads(tmp_pat
     assert html.count("data:image/svg+xml;base64,") == len(report.figures) // 2
     assert "http://" not in html.replace("http://www.w3.org", "") and "https://" not in html
     assert "p100 ×2" in html and "cpu12, 4 threads" in html
+
+
+def test_node_scaling_per_framework_with_refusals_and_the_emulation_caveat(tmp_path, db_url):
+    """Cells that differ only in `nodes`: images/s and efficiency over 1 node (weak and strong
+    alike, as over GPUs), a framework refused across nodes n/a with its reason, the nodes of the
+    test cluster (one address) said to share a host, real ones (distinct addresses) not; where
+    gpus and nodes both vary, speedup against the GPUs in all."""
+    study = Study(tmp_path, url=db_url)
+    one_host, two_hosts = "127.0.0.1,127.0.0.1", "10.0.0.1,10.0.0.2"
+    common = dict(hardware="cpu", threads=1, scaling="weak", dataset="synthetic")
+    for nodes, speed in ((None, 100.0), (2, 180.0), (4, 320.0)):
+        study.cell(ips(speed, speed), framework="torch", nodes=nodes,
+                   node_addrs=",".join(["127.0.0.1"] * nodes) if nodes else None, **common)
+    study.cell(ips(80.0), framework="tensorflow", **common)
+    study.cell(ips(160.0), framework="tensorflow", nodes=2, node_addrs=two_hosts, **common)
+    study.cell(ips(50.0), framework="mxnet", **common)
+    study.refuse("mxnet/lenet/synthetic: mxnet does not support --nodes 2; it supports one node", framework="mxnet",
+                 nodes=2, **common)
+    for gpus, nodes, speed in ((1, None, 100.0), (2, None, 190.0), (1, 2, 180.0), (2, 2, 340.0)):
+        study.cell(ips(speed), framework="torch", hardware="p100", gpus=gpus, threads=4, nodes=nodes,
+                   node_addrs=one_host if nodes else None)
+
+    speed = study.tables()["images_per_sec"]
+    with study.factory() as session:
+        from orchestrator.report import query
+
+        series = speedup.node_scaling(speed.entries, query.node_addrs(session, ["s1"]))
+    by = {(s.settings["framework"], s.settings["hardware"], s.settings["gpus"]): s for s in series}
+    torch = by["torch", "cpu", 0]
+    assert [(p.x, p.median, round(p.efficiency, 3)) for p in torch.points] == [(1, 100.0, 1.0), (2, 180.0, 0.9),
+                                                                               (4, 320.0, 0.8)]
+    assert torch.shared_host and "127.0.0.1" in torch.shared_host and torch.label.endswith("(weak)")
+    tf = by["tensorflow", "cpu", 0]
+    assert [(p.x, p.efficiency) for p in tf.points] == [(1, 1.0), (2, 1.0)] and tf.shared_host is None
+    mxnet = by["mxnet", "cpu", 0]
+    assert [p.x for p in mxnet.points] == [1] and [(m.x, m.reason) for m in mxnet.missing] == [(2, "refused")]
+    assert "mxnet does not support --nodes 2" in mxnet.missing[0].detail
+    assert by["torch", "p100", 2].points[1].efficiency == 340.0 / 190.0 / 2
+    total = {s.settings["gpus"]: s for s in speedup.total_gpu_scaling(speed.entries)}
+    assert [(p.x, p.speedup, p.efficiency) for p in total[1].points] == [(1, 1.0, 1.0), (2, 1.8, 0.9)]
+    assert [(p.x, p.speedup, p.efficiency) for p in total[2].points] == [(2, 1.9, 0.95), (4, 3.4, 0.85)]
+    assert speedup.shared_host(["10.0.0.1,10.0.0.2", "10.0.0.3,10.0.0.3"]) == "2 nodes at 10.0.0.3"
+    assert speedup.shared_host(["node1,node2"]) is None and speedup.shared_host(["::1,::1"])
+
+    report = study.report(tmp_path / "report")
+    names = {p.name for p in report.figures}
+    assert {"scaling_nodes.svg", "scaling_nodes.png", "scaling_gpus_total.svg"} <= names, report.skipped
+    assert not [s for s in report.skipped if "node" in s]
+    nodes_csv = list(csv.DictReader((tmp_path / "report" / "tables" / "scaling_nodes.csv").read_text().splitlines()))
+    mx = [r for r in nodes_csv if r["framework"] == "mxnet"]
+    assert [(r["nodes"], r["status"], r["reason"]) for r in mx] == [("1", "ok", ""), ("2", "n/a", "refused")]
+    assert {r["shared_host"] != "" for r in nodes_csv if r["framework"] == "torch"} == {True}
+    md = (tmp_path / "report" / "tables" / "scaling_nodes.md").read_text()
+    assert "180 (speedup 1.80, efficiency 90%)" in md and "n/a (refused) [1]" in md and "says nothing about a network" in md
+    html = report.index.read_text()
+    section = html[html.index('<h2 id="nodes">'):html.index("<h2>Tables</h2>")]
+    assert "Emulated nodes" in section and "says nothing about a network" in section
+    assert "mxnet does not support --nodes 2" in section and "efficiency 80%" in section
+    assert "nodes shared one host (emulated)" in (tmp_path / "report" / "figures" / "scaling_nodes.svg").read_text()
+
+
+def test_a_report_without_cells_across_nodes_has_no_node_section(tmp_path):
+    study = Study(tmp_path)
+    study.cell(ips(100.0), framework="torch")
+    report = study.report(tmp_path / "report")
+    assert "scaling_nodes" not in " ".join(p.name for p in report.figures + report.tables)
+    assert 'id="nodes"' not in report.index.read_text()
+    assert report.skipped and not [s for s in report.skipped if "node" in s]  # a sweep that asked for none
 
 
 def _right_edge_is_blank(png, columns=3):
@@ -403,6 +471,43 @@ def test_a_real_sweeps_report_renders_in_chromium(tmp_path, torch_python):
     for m in expected:
         assert compare.label(m.base) in slower.stdout[slower.stdout.index("REGRESSION"):]
     print(f"real sweep, report, browser and compare: {time.time() - start:.0f} s")
+
+
+@pytest.mark.slow
+def test_a_sweep_over_nodes_on_the_test_cluster_reports_node_scaling_with_the_emulation_caveat(slurm_workdir):
+    """torch and tensorflow on 1 and 2 nodes of the test cluster, numpy too (refused across
+    nodes): the report draws images/s and efficiency against nodes, tables them with numpy's
+    2-node cell n/a and why, and says that these nodes shared one host, so that their efficiency
+    says nothing about a network."""
+    from helpers import SMALL
+
+    launched = orchestrator(["-m", *SMALL, "framework=torch,tensorflow,numpy", "model=lenet", "dataset=synthetic",
+                             "nodes=1,2", "batch_size=8"], slurm_workdir)
+    assert launched.returncode == 0, launched.stderr
+    wait_until_final(slurm_workdir)
+    assert orchestrator(["collect"], slurm_workdir).returncode == 0
+    assert rows(slurm_workdir, "select count(*), count(distinct node_addrs) from runs join cells on "
+                               "cells.id = runs.cell_id where nodes = 2 and state = 'done'") == [(2, 1)], \
+        rows(slurm_workdir, "select framework, nodes, state, error_class, error_message from runs join cells "
+                            "on cells.id = runs.cell_id")
+    out = slurm_workdir[0] / "report"
+    made = orchestrator(["report", "--sweep", "latest", "--out", str(out)], slurm_workdir, timeout=300)
+    assert made.returncode == 0, made.stderr
+    assert {"scaling_nodes.svg", "scaling_nodes.png"} <= {p.name for p in (out / "figures").iterdir()}
+    table = list(csv.DictReader((out / "tables" / "scaling_nodes.csv").read_text().splitlines()))
+    got = {(r["framework"], r["nodes"]): r for r in table}
+    assert sorted(got) == [("numpy", "1"), ("numpy", "2"), ("tensorflow", "1"), ("tensorflow", "2"),
+                           ("torch", "1"), ("torch", "2")]
+    for framework in ("torch", "tensorflow"):
+        assert got[framework, "1"]["efficiency"] == "1.0" and float(got[framework, "2"]["efficiency"]) > 0
+        assert "127.0.0.1" in got[framework, "2"]["shared_host"]  # the test cluster's nodes: one address
+    assert (got["numpy", "2"]["status"], got["numpy", "2"]["reason"]) == ("n/a", "refused")
+    assert "numpy does not support --nodes 2" in got["numpy", "2"]["detail"]
+    html = (out / "index.html").read_text()
+    section = html[html.index('<h2 id="nodes">'):html.index("<h2>Tables</h2>")]
+    assert "Emulated nodes" in section and "says nothing about a network" in section
+    assert "numpy does not support --nodes 2" in section
+    assert 'id="fig-scaling_nodes"' in html
 
 
 # --- presets -------------------------------------------------------------------------------------

@@ -2,6 +2,7 @@
 
     <out>/index.html                 the page (self-contained: figures embedded)
     <out>/tables/<metric>.csv, .md   one table per metric (tables.SPECS)
+    <out>/tables/scaling_nodes.*     images/s and efficiency against nodes (where a sweep asked for nodes)
     <out>/figures/<name>.svg, .png   each figure (figures.py)
 """
 from __future__ import annotations
@@ -10,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
-from orchestrator.report import figures, page, query, tables
+from orchestrator.report import figures, page, query, scaling_table, speedup, tables
 
 
 @dataclass
@@ -39,11 +40,16 @@ def write_report(session: Any, sweep_ids: Sequence[str], out: Path, noisy_cv: fl
         report.tables += [tables.write_csv(table, out / "tables" / f"{name}.csv"),
                           tables.write_markdown(table, out / "tables" / f"{name}.md")]
     by_name = {t.spec.metric.name: t for t in all_tables}
-    drawn, report.skipped = figures.write_all(by_name["images_per_sec"], by_name["energy_per_image_j"],
-                                              query.cores(session, sweep_ids), out / "figures")
+    speed = by_name["images_per_sec"]
+    nodes = None  # the node scaling series, where a sweep asked for more than one node
+    if any((e.settings.get("nodes") or 1) > 1 for e in speed.entries):
+        nodes = speedup.node_scaling(speed.entries, query.node_addrs(session, sweep_ids))
+        report.tables += scaling_table.write(nodes, out / "tables")
+    drawn, report.skipped = figures.write_all(speed, by_name["energy_per_image_j"],
+                                              query.cores(session, sweep_ids), nodes, out / "figures")
     report.figures = [p for f in drawn for p in (f.svg, f.png)]
     report.cells = len(by_name["images_per_sec"].entries)
     html = page.render(query.sweeps(session, sweep_ids), query.span(session, sweep_ids), all_tables, drawn,
-                       report.skipped, query.provenance(session, sweep_ids), noisy_cv)
+                       report.skipped, query.provenance(session, sweep_ids), noisy_cv, nodes)
     report.index.write_text(html, encoding="utf-8")
     return report

@@ -5,7 +5,9 @@
   without a number is marked `n/a` on the axis, never drawn as zero; a log axis where the
   values span more than `LOG_SPAN`; where no cell has a number, no figure, but why not;
 - multi-GPU scaling: speedup and parallel efficiency from 1 to N GPUs, strong and weak labelled,
-  with the ideal line;
+  with the ideal line; where a sweep asked for nodes, images/s and efficiency from 1 to N nodes
+  (n/a marked, and a panel whose nodes shared one host says its efficiency says nothing about a
+  network), and speedup against GPUs in all (gpus × nodes) where both vary;
 - CPU thread scaling: speedup over the fewest threads, the ideal line and the node's physical
   core count marked;
 - throughput against energy per image, one point per framework × hardware configuration, the
@@ -234,14 +236,46 @@ def _cases(table: Table) -> list[tuple[str, str]]:
     return sorted({_case(e.settings) for e in table.entries}, key=_case_order)
 
 
-def gpu_scaling(series: Sequence[speedup.Series], out: Path) -> Written | str:
-    """Per dataset × network, speedup (above) and parallel efficiency (below) over GPUs, a line
-    per cell: colour the framework, marker the hardware, solid strong and dashed weak scaling; the
-    ideal dotted."""
+@dataclass(frozen=True)
+class ScalingAxes:
+    """What one scaling figure shows: its file, its x axis, the upper panel's quantity."""
+
+    name: str
+    xlabel: str
+    top: str       # a Point's field: "speedup" (the ideal drawn) or "median" (images/s)
+    top_label: str
+    per: str       # the efficiency's denominator, in words
+    caption: str
+
+
+#: The scaling figures over GPUs, nodes and GPUs in all, by their series' `over`.
+SCALING = {
+    "gpus": ScalingAxes("scaling_gpus", "GPUs", "speedup", "speedup over 1 GPU", "GPUs",
+                        "speedup and parallel efficiency from 1 to N GPUs, cells that differ only in gpus; strong "
+                        "and weak scaling labelled; the ideal dotted"),
+    "nodes": ScalingAxes("scaling_nodes", "nodes", "median", "images/s", "nodes",
+                         "images/s and scaling efficiency (speedup over 1 node / nodes) from 1 to N nodes, cells "
+                         "that differ only in nodes; strong and weak labelled; × n/a: no number (the node scaling "
+                         "table says why)"),
+    "gpus_total": ScalingAxes("scaling_gpus_total", "GPUs in all (GPUs per node × nodes)", "speedup",
+                              "speedup over 1 GPU on 1 node", "GPUs",
+                              "speedup and efficiency against the job's GPUs in all (gpus × nodes), cells that "
+                              "differ only in gpus and nodes, a line per GPUs per node; the ideal dotted"),
+}
+#: Said on a panel whose nodes shared one host (speedup.shared_host), in lines that fit a panel.
+EMULATED = "nodes shared one host (emulated):\nthe efficiency says nothing about a network"
+
+
+def scaling(series: Sequence[speedup.Series], out: Path, over: str) -> Written | str:
+    """Per dataset × network, a scaling quantity (above) and efficiency (below) against GPUs,
+    nodes or GPUs in all, a line per cell: colour the framework, marker the hardware, solid
+    strong and dashed weak scaling; the ideal dotted; a count without a number marked n/a; a
+    panel whose nodes shared a host says so."""
     if not series:
-        return NOT_DRAWN["gpu_scaling"]
+        return NOT_DRAWN[over]
     from matplotlib.lines import Line2D  # lazy: matplotlib (~0.3 s) only in the processes that draw
 
+    axes_of = SCALING[over]
     cases = sorted({_case(s.settings) for s in series}, key=_case_order)
     ncols = min(3, len(cases))
     nrows = -(-len(cases) // ncols)
@@ -250,9 +284,9 @@ def gpu_scaling(series: Sequence[speedup.Series], out: Path) -> Written | str:
     colours = _styles([s.settings["framework"] for s in series], "colour")
     markers = _styles([s.settings["hardware"] for s in series], "marker")
     for k, case in enumerate(cases):
-        speed, eff = axes[2 * (k // ncols)][k % ncols], axes[2 * (k // ncols) + 1][k % ncols]
+        top, eff = axes[2 * (k // ncols)][k % ncols], axes[2 * (k // ncols) + 1][k % ncols]
         mine = [s for s in series if _case(s.settings) == case]
-        top = max(p.x for s in mine for p in s.points)
+        xs = sorted({p.x for s in mine for p in s.points} | {m.x for s in mine for m in s.missing})
         styled: dict[tuple[str, str, str], list[speedup.Series]] = {}
         for s in mine:  # one line object per style, the series apart (NaN), however many there are
             styled.setdefault((str(s.settings["framework"]), str(s.settings["hardware"]),
@@ -260,27 +294,39 @@ def gpu_scaling(series: Sequence[speedup.Series], out: Path) -> Written | str:
         for (framework, hardware, linestyle), group in styled.items():
             style = dict(color=colours[framework], marker=markers[hardware], linestyle=linestyle, linewidth=1,
                          markersize=4)
-            speed.plot(*_joined(group, "speedup"), **style)
+            top.plot(*_joined(group, axes_of.top), **style)
             eff.plot(*_joined(group, "efficiency"), **style)
-        speed.plot([1, top], [1, top], ":", color="black")
+        missing: dict[int, set[str]] = {}
+        for s in mine:
+            for m in s.missing:
+                missing.setdefault(m.x, set()).add(str(s.settings["framework"]))
+        for x, frameworks in missing.items():  # on the axis, never a point at 0
+            eff.plot([x], [0], linestyle="", marker="x", color="#b00", markersize=6,
+                     transform=eff.get_xaxis_transform(), clip_on=False)
+            eff.annotate("n/a: " + ", ".join(sorted(frameworks)), (x, 0), xycoords=("data", "axes fraction"),
+                         xytext=(0, 6), textcoords="offset points", ha="center", fontsize=7, color="#b00")
+        if axes_of.top == "speedup":
+            top.plot([1, xs[-1]], [1, xs[-1]], ":", color="black")
         eff.axhline(1.0, linestyle=":", color="black")
-        speed.set_title(f"{case[1]} on {case[0]}", fontsize=9, loc="left")
-        speed.set_ylabel("speedup over 1 GPU")
-        eff.set_ylabel("efficiency (speedup / GPUs)")
-        eff.set_ylim(0, max(1.1, max(p.efficiency for s in mine for p in s.points) * 1.05))
-        for ax in (speed, eff):
-            ax.set_xticks(sorted({p.x for s in mine for p in s.points}))
+        emulated = any(s.shared_host for s in mine)
+        top.set_title(f"{case[1]} on {case[0]}" + (f"\n{EMULATED}" if emulated else ""), fontsize=9, loc="left",
+                      color="#b00" if emulated else "black")
+        top.set_ylabel(axes_of.top_label)
+        eff.set_ylabel(f"efficiency (speedup / {axes_of.per})")
+        eff.set_ylim(0, max([1.1] + [p.efficiency * 1.05 for s in mine for p in s.points]))
+        for ax in (top, eff):
+            ax.set_xticks(xs)
             ax.grid(alpha=0.3)
-        eff.set_xlabel("GPUs")
+        eff.set_xlabel(axes_of.xlabel)
     for k in range(len(cases), nrows * ncols):
         axes[2 * (k // ncols)][k % ncols].set_visible(False)
         axes[2 * (k // ncols) + 1][k % ncols].set_visible(False)
     _key_legend(fig, colours, "framework", markers, "hardware", [
         (Line2D([], [], color="#444", linestyle="-"), "strong (global batch split)"),
-        (Line2D([], [], color="#444", linestyle="--"), "weak (batch per GPU)"),
+        (Line2D([], [], color="#444", linestyle="--"), f"weak (batch per {'node' if over == 'nodes' else 'GPU'})"),
         (Line2D([], [], color="black", linestyle=":"), "ideal")], columns=2 * ncols)
-    return _save(fig, out, "scaling_gpus", "speedup and parallel efficiency from 1 to N GPUs, cells that differ "
-                                           "only in gpus; strong and weak scaling labelled; the ideal dotted")
+    emulated = "; " + EMULATED.replace(":\n", ": ") if any(s.shared_host for s in series) else ""
+    return _save(fig, out, axes_of.name, axes_of.caption + emulated)
 
 
 def _joined(series: Sequence[speedup.Series], what: str) -> tuple[list[float], list[float]]:
@@ -400,7 +446,10 @@ def _pareto(points: Sequence[tuple[float, float, str, str]]) -> set[tuple[float,
 
 #: Why a figure is missing, by its drawing function (where the reason is always the same).
 NOT_DRAWN = {
-    "gpu_scaling": "multi-GPU scaling: no cell was measured on 1 GPU and on more with every other setting equal",
+    "gpus": "multi-GPU scaling: no cell was measured on 1 GPU and on more with every other setting equal",
+    "nodes": "node scaling: no cell was measured on 1 node and tried on more with every other setting equal",
+    "gpus_total": "GPUs in all: no cell was measured on 1 GPU of 1 node and on more GPUs and nodes, every other "
+                  "setting equal",
     "thread_scaling": "thread scaling: no cell was measured with several thread counts and every other setting equal",
     "efficiency": "throughput against energy: no cell has a GPU energy measurement",
 }
@@ -415,9 +464,10 @@ def _draw(job: tuple[str, tuple]) -> Written | str:
         return globals()[name](*args)
 
 
-def write_all(speed: Table, energy: Table, cores: dict[str, int], out: Path,
-              workers: Optional[int] = None) -> tuple[list[Written], list[str]]:
+def write_all(speed: Table, energy: Table, cores: dict[str, int], nodes: Optional[Sequence[speedup.Series]],
+              out: Path, workers: Optional[int] = None) -> tuple[list[Written], list[str]]:
     """Every figure the tables allow, into `out`; (figures, what could not be drawn and why).
+    `nodes`: the node scaling series (speedup.node_scaling), None where no sweep asked for nodes.
 
     The figures are independent, so they are drawn by `workers` processes at once (default: one
     per CPU, at most one per figure): matplotlib's drawing is most of a report's time."""
@@ -431,9 +481,12 @@ def write_all(speed: Table, energy: Table, cores: dict[str, int], out: Path,
 
     out.mkdir(parents=True, exist_ok=True)
     jobs = [("throughput_bars", (speed, dataset, model, out)) for dataset, model in _cases(speed)]
-    jobs += [("gpu_scaling", (speedup.gpu_scaling(speed.entries), out)),
+    jobs += [("scaling", (speedup.gpu_scaling(speed.entries), out, "gpus")),
              ("thread_scaling", (speedup.thread_scaling(speed.entries, cores), out)),
              ("efficiency", (speed, energy, out))]
+    if nodes is not None:  # only where a sweep asked for nodes; GPUs in all only where both vary
+        jobs += [("scaling", (nodes, out, "nodes"))]
+        jobs += [("scaling", (total, out, "gpus_total")) for total in [speedup.total_gpu_scaling(speed.entries)] if total]
     workers = min(len(jobs), workers or os.cpu_count() or 1)
     if workers > 1 and "fork" in multiprocessing.get_all_start_methods():
         with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:

@@ -15,8 +15,9 @@ import time
 from typing import Any, Optional, Sequence
 
 from orchestrator import runstate
-from orchestrator.report import query
+from orchestrator.report import query, scaling_table
 from orchestrator.report.figures import Written
+from orchestrator.report.speedup import Series
 from orchestrator.report.tables import NOT_MEASURED, NOT_YET_RUN, OK, Table, grid
 
 STYLE = """
@@ -36,6 +37,7 @@ ol.notes { font-size: 12px; color: #444; } code, pre { font: 12px/1.4 ui-monospa
 pre { background: #f6f8fa; padding: 0.5em 0.8em; white-space: pre-wrap; word-break: break-all; }
 figure { margin: 1.2em 0; } figure img { max-width: 100%; height: auto; border: 1px solid #eee; }
 figcaption { color: #555; font-size: 12px; } #broken { display: none; background: #b00; color: white; padding: 0.5em 1em; }
+.caveat { background: #fff4e0; border-left: 4px solid #b00; padding: 0.4em 0.8em; }
 .counts td { text-align: right; } dl.prov dt { font-weight: 600; margin-top: 0.6em; } dl.prov dd { margin-left: 1.2em; }
 """
 
@@ -97,6 +99,39 @@ def table_html(table: Table) -> str:
             f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>{notes_html}")
 
 
+def nodes_html(series: Optional[Sequence[Series]]) -> str:
+    """The node scaling table (scaling_table.grid) with its notes and, where nodes shared one
+    host, the caveat; nothing where no sweep asked for nodes."""
+    if series is None:
+        return ""
+    if not series:
+        return ('<h2 id="nodes">Scaling over nodes</h2><p>No cell was measured on 1 node and tried on more with every '
+                'other setting equal.</p>')
+    columns, rows, notes = scaling_table.grid(series)
+    head = "<th>series</th>" + "".join(f"<th>{x} node{'s' if x != 1 else ''}</th>" for x in columns)
+    body = []
+    for s, shown in rows:
+        cells = f"<th>{_e(s.label)}" + (' <span class="n">nodes on one host: emulated</span>' if s.shared_host
+                                        else "") + "</th>"
+        for c in shown:
+            ref = f" <sup>[{c.note}]</sup>" if c is not None and c.note else ""
+            if c is None:
+                cells += '<td class="na hole">n/a<span class="why">not in these sweeps</span></td>'
+            elif c.value is not None:
+                cells += f'<td class="num"><span class="v">{_e(c.value)}</span><span class="n">{_e(c.below)}</span></td>'
+            else:
+                cells += f'<td class="na">n/a<span class="why">{_e(c.below)}{ref}</span></td>'
+        body.append(f"<tr>{cells}</tr>")
+    notes_html = ('<ol class="notes">' + "".join(f"<li>{_e(t)}</li>" for t in notes) + "</ol>") if notes else ""
+    shared = sorted({s.shared_host for s in series if s.shared_host})
+    caveat = (f'<p class="caveat"><strong>Emulated nodes.</strong> Rows marked so ran on {_e(scaling_table.CAVEAT)} '
+              f'(recorded node addresses: {_e("; ".join(shared))}).</p>') if shared else ""
+    return (f'<h2 id="nodes">Scaling over nodes</h2>{caveat}<p class="sub">Images/s, the median over the repeats of '
+            f'each cell; speedup over the same cell on 1 node, efficiency = speedup / nodes. Files: '
+            f'tables/scaling_nodes.csv, tables/scaling_nodes.md</p>'
+            f'<table class="nodes"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>{notes_html}')
+
+
 def _counts(table: Table) -> str:
     """What became of the cells (from the throughput table: every cell once)."""
     counts: dict[str, int] = {}
@@ -131,8 +166,9 @@ def _shown_value(title: str, value: Any) -> str:
 
 def render(sweeps: Sequence[query.SweepInfo], span: tuple[Optional[float], Optional[float]],
            tables: Sequence[Table], figures: Sequence[Written], skipped: Sequence[str],
-           prov: dict[str, list[tuple[tuple[Any, ...], int]]], noisy_cv: float) -> str:
-    """The whole page."""
+           prov: dict[str, list[tuple[tuple[Any, ...], int]]], noisy_cv: float,
+           nodes: Optional[Sequence[Series]] = None) -> str:
+    """The whole page; `nodes`: the node scaling series, None where no sweep asked for nodes."""
     title = "Benchmark report: " + (sweeps[0].id if len(sweeps) == 1 else f"{len(sweeps)} sweeps")
     commands = "".join(f"<tr><td><code>{_e(s.id)}</code></td><td>{_e(_when(s.created_at))}</td>"
                        f"<td>{_e(s.by or 'not recorded')}</td><td><pre>{_e(s.command)}</pre></td></tr>"
@@ -156,6 +192,7 @@ coefficient of variation exceeds {noisy_cv * 100:g}%. A cell without a number sa
 <h2>Figures</h2>
 {figures_html or "<p>No figure: nothing was measured.</p>"}
 {f'<h3>Not drawn</h3><ul class="not-drawn">{skipped_html}</ul>' if skipped_html else ""}
+{nodes_html(nodes)}
 <h2>Tables</h2>
 <p>{toc}</p>
 {"".join(table_html(t) for t in tables)}

@@ -140,6 +140,18 @@ def cores(session: Session, sweep_ids: Sequence[str]) -> dict[str, int]:
         .group_by(latest.c.cell_id)).all())
 
 
+def node_addrs(session: Session, sweep_ids: Sequence[str]) -> dict[str, list[str]]:
+    """cell id -> the distinct node addresses its latest attempts across nodes recorded (each
+    run's comma-separated, in rank order: runs.node_addrs)."""
+    latest = schema.latest_runs()
+    out: dict[str, list[str]] = {}
+    for cell, addrs in session.execute(
+            select(latest.c.cell_id, latest.c.node_addrs).distinct()
+            .where(latest.c.cell_id.in_(_sweep_cells(sweep_ids)), latest.c.node_addrs.is_not(None))):
+        out.setdefault(cell, []).append(addrs)
+    return out
+
+
 #: What the provenance summary lists, each as the runs' columns it groups by.
 PROVENANCE = {
     "nodes": ("node",),

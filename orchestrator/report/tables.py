@@ -140,8 +140,9 @@ class Table:
 
 
 def _shown(key: str, value: Any) -> str:
-    if value is None:
-        return "?"
+    if value is None:  # a setting at its default stores None (nodes=1, input=memory): the default
+        default = setting_registry.BY_NAME[key].default if key in setting_registry.BY_NAME else None
+        return "?" if default is None else str(default)
     return f"{value}" if key in ROW_SHOWN else f"{key}={value}" if key in ("iterations", "warmup", "seed") else str(value)
 
 
@@ -349,8 +350,9 @@ def write_markdown(table: Table, path: Path) -> Path:
 
 # --- reading a CSV back (compare) ---------------------------------------------------------------
 
-#: The columns a CSV given to `compare` must have; the other CSV_COLUMNS are optional.
-REQUIRED = (*(s.name for s in setting_registry.SETTINGS if s.names_a_number), "median")
+#: The columns a CSV given to `compare` must have; the other CSV_COLUMNS are optional (a setting
+#: with a default, as `nodes`, too: published numbers typed in before it existed lack it).
+REQUIRED = (*(s.name for s in setting_registry.SETTINGS if s.names_a_number and s.default is None), "median")
 
 
 class CsvError(ValueError):
