@@ -538,3 +538,20 @@ def test_the_threads_and_batch_presets(tmp_path):
     assert "4 cell(s) left out: more threads than the node's CPUs" in done.stdout
     done = orchestrator(["-m", "+preset=batch", "framework=numpy", "dry_run=true"], workdir)
     assert done.returncode == 0 and "6 cells (dry run" in done.stdout, done.stderr[-3000:]
+
+
+def test_compare_never_matches_a_one_node_cell_with_a_two_node_one():
+    from orchestrator.metric_registry import BY_NAME
+    from orchestrator.report import compare as comparing
+    from orchestrator.report import query
+    from orchestrator.report.tables import OK, Entry
+
+    def entry(nodes, median):
+        settings = {s: None for s in comparing.setting_registry.NAMES}
+        settings.update(dataset="mnist", model="lenet", framework="torch", hardware="cpu12", gpus=0, nodes=nodes)
+        return Entry(settings, OK, stats=query.Stats(3, median, median, 0.0, median, median))
+
+    # the database stores a 1-node cell's nodes as empty; a typed CSV without the column leaves it empty too
+    done = comparing.compare([entry(None, 1000.0), entry(2, 1800.0)], [entry(2, 1900.0), entry(1, 990.0)],
+                             BY_NAME["images_per_sec"], threshold=5.0)
+    assert {(m.base.settings["nodes"], m.new.settings["nodes"]) for m in done.matched} == {(2, 2), (None, 1)}

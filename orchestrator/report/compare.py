@@ -4,7 +4,8 @@ uses the repeats' spread.
 Each side is a set of table entries for one metric: a sweep's (from the database, as the report
 makes them) or a CSV in the report's table format (`tables/<metric>.csv`; published numbers typed
 in need only `dataset, model, framework, hardware, gpus, median`, and `n`, `cv` where known).
-Cells match on their settings; a setting a CSV leaves empty matches any.
+Cells match on their settings; a setting a CSV leaves empty matches any, except one with a default
+(nodes, input, mode), which then says its default, as the database's empty one does.
 
 The verdict, per matched cell, on the ratio r = new ÷ base of the medians (base ÷ new for a
 metric where smaller is better, so r > 1 is always an improvement):
@@ -24,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
-from orchestrator import schema
+from orchestrator import schema, setting_registry
 from orchestrator.metric_registry import BY_NAME, MetricDef
 from orchestrator.report.labels import hardware_label
 from orchestrator.report.tables import OK, PARAMS, CsvError, Entry, read_csv
@@ -35,6 +36,8 @@ MEDIAN_SE = 1.2533
 Z = 2.0
 
 WITHIN = "within noise"
+#: the settings an empty value gives their default to
+DEFAULTS = {s.name: s.default for s in setting_registry.SETTINGS if s.default is not None}
 
 
 @dataclass(frozen=True)
@@ -97,8 +100,15 @@ def verdict(base: Entry, new: Entry, metric: MetricDef, threshold: float) -> Mat
 
 
 def _fits(a: dict, b: dict) -> bool:
-    """Settings that agree wherever both say something."""
+    """Settings that agree wherever both say something. A setting with a default (nodes,
+    input, mode) says its default when empty, in the database and in a CSV alike: a 1-node
+    cell never matches a 2-node one."""
+    a, b = _said(a), _said(b)
     return all(a[k] is None or b.get(k) is None or a[k] == b[k] for k in a)
+
+
+def _said(settings: dict) -> dict:
+    return {k: DEFAULTS.get(k) if v is None else v for k, v in settings.items()}
 
 
 def compare(base: Sequence[Entry], new: Sequence[Entry], metric: MetricDef, threshold: float) -> Comparison:
