@@ -158,7 +158,7 @@ def run_once(spec: JobSpec, run: RunSpec, deadline: float | None = None) -> Path
                                                     "message": f"job: {type(exc).__name__}: {exc}"})
     if _nodes(spec) > 1 and result.get("error") and node_group.read_node(run_dir, 0) is None:
         # failed before its trainer ran: the other nodes must not wait for it at the rendezvous
-        node_group.write_node(run_dir, 0, result["node"], {"error": result["error"]})
+        node_group.write_node(run_dir, 0, node_group.node_name(), {"error": result["error"]})
     result["ended_at"] = time.time()
     path = run_dir / RESULT_NAME
     _write_json(path, result)
@@ -247,8 +247,10 @@ def run_on_other_node(spec: JobSpec, run: RunSpec, deadline: float | None) -> No
     node_dir.mkdir(parents=True, exist_ok=True)
     paths = _paths(node_dir)
     record: dict[str, Any] = {"paths": paths}
+    name = node_group.node_name()
     try:
         place = node_group.from_slurm(_nodes(spec))
+        name = place.name if place else name
         try:
             ran = _run_trainer(spec, run, paths, deadline, place)
         except (TimeLimit, PeerFailed) as exc:
@@ -260,7 +262,7 @@ def run_on_other_node(spec: JobSpec, run: RunSpec, deadline: float | None) -> No
                           error=_own_error(events, ran.returncode, paths))
     except Exception as exc:  # the node's own failure must still reach the first node
         record["error"] = {"class": fc.CRASH, "message": f"job: {type(exc).__name__}: {exc}"}
-    node_group.write_node(run_dir, rank, socket.gethostname() if not record.get("node") else record["node"], record)
+    node_group.write_node(run_dir, rank, name, record)
 
 
 def _measure(spec: JobSpec, run_dir: Path, paths: dict[str, str], deadline: float | None,
