@@ -192,9 +192,11 @@ def test_a_rank_killed_on_the_second_node_ends_the_cell_rank_failed_naming_it(sl
 
 
 @pytest.mark.slow
-def test_the_second_node_set_down_ends_the_cell_with_slurms_class_and_one_measurement(slurm_workdir):
+@pytest.mark.parametrize("requeue", [True, False], ids=["requeued", "no_requeue"])
+def test_the_second_node_set_down_ends_the_cell_with_slurms_class_and_one_measurement(slurm_workdir, requeue):
     env = slurm_workdir[1]
-    assert orchestrator(["-m", *TWO_NODES], slurm_workdir).returncode == 0
+    extra = [] if requeue else ["+cluster.sbatch.no_requeue=true"]
+    assert orchestrator(["-m", *TWO_NODES, *extra], slurm_workdir).returncode == 0
     ((job_id,),) = rows(slurm_workdir, "select job_id from runs")
     _second_node_training(slurm_workdir, job_id)
     listed = subprocess.run(["squeue", "-h", "-j", job_id, "-o", "%N"], env=env, capture_output=True,
@@ -213,7 +215,8 @@ def test_the_second_node_set_down_ends_the_cell_with_slurms_class_and_one_measur
         state = _poll("the run leaving `running`", ended, 120)
         # Slurm requeues a job whose node failed (JobRequeue=1 by default): in flight again; where
         # requeue is off, the scheduler's class naming the job's nodes; never node 0's own rank_failed
-        assert state[:2] in (("submitted", None), ("running", None), ("failed", "node_fail")), state
+        assert state[:2] in ((("submitted", None), ("running", None), ("failed", "node_fail")) if requeue
+                             else (("failed", "node_fail"),)), state
         if state[0] == "failed":
             assert f"NODE_FAIL ({listed})" in state[2], state
         _poll(f"job {job_id}'s processes ending", lambda: not _job_processes(job_id) or
