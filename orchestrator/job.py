@@ -17,7 +17,6 @@ import fcntl
 import json
 import os
 import signal
-import socket
 import subprocess
 import time
 from dataclasses import dataclass, field
@@ -137,7 +136,7 @@ def run_once(spec: JobSpec, run: RunSpec, deadline: float | None = None) -> Path
     result: dict[str, Any] = {
         "schema": RESULT_SCHEMA, "run_uid": run.uid, "sweep_id": spec.sweep_id,
         "cell_id": spec.cell_id, "repeat": run.repeat, "attempt": run.attempt,
-        "cell": spec.settings, "node": _node_name(), "job_id": _job_id(),
+        "cell": spec.settings, "node": node_group.node_name(), "job_id": _job_id(),
         "executor": spec.executor, "started_at": time.time(), "paths": paths,
         "runtime": {"kind": spec.runtime.get("kind")},
     }
@@ -158,7 +157,7 @@ def run_once(spec: JobSpec, run: RunSpec, deadline: float | None = None) -> Path
                                                     "message": f"job: {type(exc).__name__}: {exc}"})
     if _nodes(spec) > 1 and result.get("error") and node_group.read_node(run_dir, 0) is None:
         # failed before its trainer ran: the other nodes must not wait for it at the rendezvous
-        node_group.write_node(run_dir, 0, _node_name(), {"error": result["error"]})
+        node_group.write_node(run_dir, 0, node_group.node_name(), {"error": result["error"]})
     result["ended_at"] = time.time()
     path = run_dir / RESULT_NAME
     _write_json(path, result)
@@ -247,7 +246,7 @@ def run_on_other_node(spec: JobSpec, run: RunSpec, deadline: float | None) -> No
     node_dir.mkdir(parents=True, exist_ok=True)
     paths = _paths(node_dir)
     record: dict[str, Any] = {"paths": paths}
-    name = _node_name()
+    name = node_group.node_name()
     try:
         place = node_group.from_slurm(_nodes(spec))
         name = place.name if place else name
@@ -263,11 +262,6 @@ def run_on_other_node(spec: JobSpec, run: RunSpec, deadline: float | None) -> No
     except Exception as exc:  # the node's own failure must still reach the first node
         record["error"] = {"class": fc.CRASH, "message": f"job: {type(exc).__name__}: {exc}"}
     node_group.write_node(run_dir, rank, name, record)
-
-
-def _node_name() -> str:
-    """This node's name as the scheduler knows it (several Slurm nodes may share one host)."""
-    return os.environ.get("SLURMD_NODENAME") or socket.gethostname()
 
 
 def _measure(spec: JobSpec, run_dir: Path, paths: dict[str, str], deadline: float | None,

@@ -11,9 +11,16 @@ has ended: how it ended and where its files are.
 Nodes watch each other through those files, because a rank whose peer has gone waits in its
 collective until the framework's own timeout (half an hour for gloo and NCCL): a node that
 finds a peer's `node.json` reporting a failure stops its own trainer at once. Node 0 then
-writes the run's one `result.json`: the earliest failure decides the class, a rank that
-crashed or was killed becomes `rank_failed` naming its node, a specific class (out of
-memory, unsupported ...) keeps its name and gains the node's. Where every node ended well,
+writes the run's one `result.json`: the first cause decides the class, a rank that crashed
+or was killed becomes `rank_failed` naming its (Slurm) node, a specific class (out of
+memory, unsupported ...) keeps its name and gains the node's. The cause is chosen by kind
+before time, so that it does not depend on which node's job noticed first: a node's own
+failure beats a node that never reported, which beats a node that only noticed its peer had
+gone (stopped by node 0's watch, or its collective's connection reset: `SECONDARY`).
+
+A node.json belongs to one incarnation of the job (its id and Slurm's restart count): a job
+that Slurm requeued (after a node failure) runs again in the same run directory, and its
+nodes must not read the failures the earlier incarnation left there. Where every node ended well,
 node 0 computes each node's metrics over its own trainer's measured window and combines
 them as each metric declares (`metric_registry.MetricDef.across_nodes`).
 
@@ -25,6 +32,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import time
 import zlib
@@ -46,6 +54,10 @@ PEER_WAIT_S = 120.0
 FIRST_FAILURE_WAIT_S = 10.0
 #: classes that say only that a process ended badly: across nodes, the cell's class is rank_failed
 UNSPECIFIC = (fc.CRASH, fc.SIGNALLED)
+#: what a rank's error says when it only noticed that its peer had gone (gloo's and NCCL's words):
+#: such a node's failure is never the cause while another node has one of its own
+SECONDARY = ("Connection reset by peer", "Connection closed by peer", "Broken pipe",
+             "NCCL communicator was aborted")
 
 
 class PlacementError(RuntimeError):
@@ -114,37 +126,61 @@ def node_dir(run_dir: Path, rank: int) -> Path:
     return run_dir if rank == 0 else run_dir / f"node-{rank}"
 
 
-def write_node(run_dir: Path, rank: int, name: str, record: dict[str, Any]) -> None:
-    """Node `rank`'s node.json (atomic: a peer reads all of it or nothing), stamped with when."""
+def node_name(environ: Mapping[str, str] = os.environ) -> str:
+    """This node's name as the scheduler calls it (several Slurm nodes may share one host)."""
+    return environ.get("SLURMD_NODENAME") or socket.gethostname()
+
+
+def incarnation(environ: Mapping[str, str] = os.environ) -> str:
+    """Which run of the job this is: its id and how often Slurm requeued it (the same on every node)."""
+    return f"{environ.get('SLURM_JOB_ID', '')}.{environ.get('SLURM_RESTART_COUNT') or 0}"
+
+
+def write_node(run_dir: Path, rank: int, name: str, record: dict[str, Any],
+               environ: Mapping[str, str] = os.environ) -> None:
+    """Node `rank`'s node.json (atomic: a peer reads all of it or nothing), stamped with when
+    and with the job's incarnation."""
     path = node_dir(run_dir, rank) / NODE_FILE
     tmp = path.with_name(f".{NODE_FILE}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps({"node": name, "rank": rank, "at": time.time(), **record}, default=str))
+    tmp.write_text(json.dumps({"node": name, "rank": rank, "at": time.time(), "incarnation": incarnation(environ),
+                               **record}, default=str))
     os.replace(tmp, path)
 
 
-def read_node(run_dir: Path, rank: int) -> Optional[dict[str, Any]]:
+def read_node(run_dir: Path, rank: int, environ: Mapping[str, str] = os.environ) -> Optional[dict[str, Any]]:
+    """Node `rank`'s node.json, or None where there is none of this incarnation of the job."""
     try:
-        return json.loads((node_dir(run_dir, rank) / NODE_FILE).read_text())
+        record = json.loads((node_dir(run_dir, rank) / NODE_FILE).read_text())
     except (OSError, ValueError):
         return None
+    return record if isinstance(record, dict) and record.get("incarnation") == incarnation(environ) else None
 
 
-def failed_peer(place: Place, run_dir: Path) -> Optional[dict[str, Any]]:
-    """The earliest failure another node has reported, or None."""
-    failed = [r for r in (read_node(run_dir, k) for k in place.peers()) if r and r.get("error")]
-    return min(failed, key=lambda r: r.get("at", 0.0)) if failed else None
+def secondary(record: Mapping[str, Any]) -> bool:
+    """Whether a node's failure only says that it noticed a peer had gone (see SECONDARY)."""
+    error = record.get("error") or {}
+    return error.get("class") == fc.RANK_FAILED or any(s in str(error.get("message", "")) for s in SECONDARY)
 
 
-def wait_for_peers(place: Place, run_dir: Path, deadline: Optional[float],
-                   patience_s: float = PEER_WAIT_S) -> dict[int, Optional[dict[str, Any]]]:
-    """Every other node's node.json, waiting until all are there, one reports a failure, the
-    patience runs out or the cell's deadline (monotonic) passes; None for a node not heard from."""
+def failed_peer(place: Place, run_dir: Path, environ: Mapping[str, str] = os.environ) -> Optional[dict[str, Any]]:
+    """The failure another node has reported (its own before a noticed one, then the earliest), or None."""
+    failed = [r for r in (read_node(run_dir, k, environ) for k in place.peers()) if r and r.get("error")]
+    return min(failed, key=lambda r: (secondary(r), r.get("at", 0.0))) if failed else None
+
+
+def wait_for_peers(place: Place, run_dir: Path, deadline: Optional[float], patience_s: float = PEER_WAIT_S,
+                   environ: Mapping[str, str] = os.environ) -> dict[int, Optional[dict[str, Any]]]:
+    """Every other node's node.json, waiting until all are there, one reports a failure of its
+    own, the patience runs out or the cell's deadline (monotonic) passes; None for a node not
+    heard from. (A failure that only noticed a lost peer does not end the wait: the node that
+    failed first may still report.)"""
     until = time.monotonic() + patience_s
     if deadline is not None:
         until = min(until, deadline)
     while True:
-        found = {k: read_node(run_dir, k) for k in place.peers()}
-        if all(found.values()) or any(r and r.get("error") for r in found.values()) or time.monotonic() >= until:
+        found = {k: read_node(run_dir, k, environ) for k in place.peers()}
+        if (all(found.values()) or any(r and r.get("error") and not secondary(r) for r in found.values())
+                or time.monotonic() >= until):
             return found
         time.sleep(0.2)
 
@@ -153,22 +189,25 @@ def wait_for_peers(place: Place, run_dir: Path, deadline: Optional[float],
 
 def first_failure(place: Place, own: Optional[dict[str, Any]], peers: Mapping[int, Optional[dict[str, Any]]],
                   silent_after_s: float) -> Optional[dict[str, str]]:
-    """The run's error from the nodes' records (None where every node ended well): the earliest
-    failure; rank_failed naming its node where it is a crash or a signal; a node never heard
-    from is a failure of its own."""
+    """The run's error from the nodes' records (None where every node ended well): the first
+    cause, by kind before time (module docstring): a node's own failure, else a node never
+    heard from, else the earliest failure that only noticed a lost peer; rank_failed naming its
+    node where it is a crash or a signal."""
     failed = [r for r in [own, *peers.values()] if r and r.get("error")]
-    if failed:
-        first = min(failed, key=lambda r: r.get("at", 0.0))
-        klass, message = first["error"]["class"], first["error"].get("message", "")
-        where = f"node {first['node']} (node {first['rank']} of {place.nodes})"
-        if klass in UNSPECIFIC:
-            return {"class": fc.RANK_FAILED, "message": f"a rank on {where} failed first ({klass}): {message}"}
-        return {"class": klass, "message": f"on {where}: {message}"}
     silent = [k for k, r in peers.items() if r is None]
-    if silent:
+    if silent and not any(not secondary(r) for r in failed):
         names = ", ".join(place.names[k] for k in silent)
         return {"class": fc.RANK_FAILED, "message": f"node {names} reported nothing {silent_after_s:.0f} s after "
                                                      f"node {place.name}'s trainer ended (its job's log says why)"}
+    if failed:
+        first = min(failed, key=lambda r: (secondary(r), r.get("at", 0.0)))
+        klass, message = first["error"]["class"], first["error"].get("message", "")
+        where = f"node {first['node']} (node {first['rank']} of {place.nodes})"
+        if klass == fc.RANK_FAILED:
+            return {"class": klass, "message": f"on {where}: {message}"}
+        if klass in UNSPECIFIC:
+            return {"class": fc.RANK_FAILED, "message": f"a rank on {where} failed first ({klass}): {message}"}
+        return {"class": klass, "message": f"on {where}: {message}"}
     return None
 
 

@@ -1,0 +1,230 @@
+"""Faults across nodes (issue 26): which node's failure a cell across nodes ends with, read
+from node.json files written here (node_group's pure parts); and on the four-node test
+cluster, a rank killed on the second node and the second node set DOWN mid-job, each ending
+the cell with its class, naming the node, and measured once more by `rerun --failed` (or by
+Slurm's requeue)."""
+import json
+import os
+import re
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from helpers import SMALL, orchestrator, rows, wait_until_final
+from orchestrator import node_group
+from trainers.common import failure_classes as fc
+
+#: one incarnation of job 7 (the environment both nodes' jobs see); REQUEUED is its next one
+JOB = {"SLURM_JOB_ID": "7"}
+REQUEUED = {"SLURM_JOB_ID": "7", "SLURM_RESTART_COUNT": "1"}
+PLACE = node_group.Place(rank=0, names=("node1", "node2", "node3"), addrs=("127.0.0.1",) * 3, job_id="7")
+
+
+def write(run_dir, rank, error=None, environ=JOB, at=None):
+    node_group.node_dir(run_dir, rank).mkdir(parents=True, exist_ok=True)
+    node_group.write_node(run_dir, rank, PLACE.names[rank], {"error": error}, environ)
+    if at is not None:  # the time a node's failure was stamped, set outright: no clock in the test
+        path = node_group.node_dir(run_dir, rank) / node_group.NODE_FILE
+        path.write_text(json.dumps(dict(json.loads(path.read_text()), at=at)))
+    return node_group.read_node(run_dir, rank, JOB)
+
+
+KILLED = {"class": fc.CRASH, "message": "rank 1 on node 1 ended (killed by signal 9) without reporting an error"}
+RESET = {"class": fc.CRASH, "message": "RuntimeError: [pair.cc:537] Read error [127.0.0.1]:4242: "
+                                       "Connection reset by peer. This is typically caused by a remote worker"}
+WATCHED = {"class": fc.RANK_FAILED, "message": "stopped because node node2 reported crash"}
+
+
+def test_a_killed_rank_is_the_cause_even_where_a_peer_noticed_it_first(tmp_path):
+    noticed = write(tmp_path, 0, RESET, at=100.0)   # node 0's collective saw the reset first
+    write(tmp_path, 2, WATCHED, at=99.0)             # node 2 was stopped by the watch, earlier still
+    killed = write(tmp_path, 1, KILLED, at=101.0)
+    assert node_group.failed_peer(PLACE, tmp_path, JOB)["node"] == "node2"
+    peers = {1: killed, 2: node_group.read_node(tmp_path, 2, JOB)}
+    error = node_group.first_failure(PLACE, noticed, peers, 10)
+    assert error["class"] == fc.RANK_FAILED
+    assert error["message"].startswith("a rank on node node2 (node 1 of 3) failed first (crash): rank 1 on node 1 "
+                                       "ended (killed by signal 9)"), error
+
+
+def test_a_specific_class_keeps_its_name_and_gains_the_node(tmp_path):
+    oom = write(tmp_path, 2, {"class": fc.OUT_OF_MEMORY, "message": "CUDA out of memory"}, at=5.0)
+    error = node_group.first_failure(PLACE, None, {1: write(tmp_path, 1), 2: oom}, 10)
+    assert error == {"class": fc.OUT_OF_MEMORY, "message": "on node node3 (node 2 of 3): CUDA out of memory"}
+
+
+def test_a_node_never_heard_from_is_the_cause_before_one_that_only_noticed_it(tmp_path):
+    noticed = write(tmp_path, 0, RESET)
+    error = node_group.first_failure(PLACE, noticed, {1: None, 2: write(tmp_path, 2, WATCHED)}, 10)
+    assert error["class"] == fc.RANK_FAILED and error["message"].startswith("node node2 reported nothing 10 s after"), error
+    # but a node's own failure beats silence: the silent node was only stopped by it
+    own = write(tmp_path, 2, KILLED)
+    assert "node node3 (node 2 of 3) failed first" in node_group.first_failure(PLACE, noticed, {1: None, 2: own}, 10)["message"]
+
+
+def test_every_node_ending_well_is_no_failure(tmp_path):
+    assert node_group.first_failure(PLACE, None, {1: write(tmp_path, 1), 2: write(tmp_path, 2)}, 10) is None
+    assert node_group.failed_peer(PLACE, tmp_path, JOB) is None
+
+
+def test_a_requeued_job_does_not_read_what_its_earlier_incarnation_left(tmp_path):
+    write(tmp_path, 1, KILLED)                       # the incarnation that Slurm requeued
+    assert node_group.read_node(tmp_path, 1, JOB)["error"] == KILLED
+    assert node_group.read_node(tmp_path, 1, REQUEUED) is None
+    assert node_group.failed_peer(PLACE, tmp_path, REQUEUED) is None
+    (tmp_path / "node-2").mkdir()
+    (tmp_path / "node-2" / node_group.NODE_FILE).write_text("[1, 2")  # half a file, or not a record
+    assert node_group.read_node(tmp_path, 2, JOB) is None
+
+
+def test_waiting_for_peers_ends_at_the_patience_or_the_deadline_with_the_silent_as_none(tmp_path):
+    write(tmp_path, 1)
+    # patience spent / deadline passed: the answer at once, the node not heard from as None
+    assert node_group.wait_for_peers(PLACE, tmp_path, None, patience_s=0, environ=JOB)[2] is None
+    found = node_group.wait_for_peers(PLACE, tmp_path, time.monotonic() - 1, patience_s=3600, environ=JOB)
+    assert found[1]["node"] == "node2" and found[2] is None
+    # a node's own failure ends the wait without the others
+    write(tmp_path, 1, KILLED)
+    assert node_group.wait_for_peers(PLACE, tmp_path, None, patience_s=3600, environ=JOB)[1]["error"] == KILLED
+
+
+# --- on the four-node test cluster ------------------------------------------------------------------
+
+#: a 2-node cell that trains for about half a minute on the test cluster (iterations measured)
+TWO_NODES = [*SMALL, "framework=torch", "model=lenet", "dataset=synthetic", "nodes=2", "batch_size=8",
+             "iterations=5000"]
+
+
+def _job_processes(job_id):
+    """{pid: environment} of the processes of one Slurm job (array task `123_0` or job `123`)."""
+    base, _, task = job_id.partition("_")
+    found = {}
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            raw = Path("/proc", pid, "environ").read_bytes().decode("utf-8", "replace")
+        except OSError:
+            continue
+        env = dict(kv.split("=", 1) for kv in raw.split("\0") if "=" in kv)
+        if task and (env.get("SLURM_ARRAY_JOB_ID"), env.get("SLURM_ARRAY_TASK_ID")) == (base, task):
+            found[int(pid)] = env
+        elif not task and env.get("SLURM_JOB_ID") == base:
+            found[int(pid)] = env
+    return found
+
+
+def _poll(what, check, timeout):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        got = check()
+        if got:
+            return got
+        time.sleep(0.2)
+    raise AssertionError(f"{what} did not happen in {timeout} s")
+
+
+def _second_node_training(slurm_workdir, job_id):
+    """The run directory once the second node's trainer is past its first step."""
+    def stepping():
+        for events in Path(slurm_workdir[0], "runs").glob("*/*/0/node-1/events.jsonl"):
+            if '"step"' in events.read_text():
+                return events.parent.parent
+        return None
+    return _poll(f"job {job_id}'s second node training", stepping, 300)
+
+
+def _until_no_run_is_open(slurm_workdir, env, node, job_id, timeout=400):
+    """`status` until no run is open, the node kept in service and a requeued job released."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        _node_back(env, node)
+        _release(env, job_id)
+        orchestrator(["status"], slurm_workdir)
+        if rows(slurm_workdir, "select count(*) from runs where state in ('pending','submitted','running')") == [(0,)]:
+            return
+        time.sleep(2)
+    raise AssertionError(orchestrator(["status"], slurm_workdir).stdout)
+
+
+def _node_back(env, node):
+    """The node in service again, and the job Slurm requeued (held back ~2 min) released."""
+    shown = subprocess.run(["scontrol", "show", "node", node], env=env, capture_output=True, text=True).stdout
+    if re.search(r"State=\S*(DOWN|DRAIN)", shown):
+        subprocess.run(["scontrol", "update", f"nodename={node}", "state=resume"], env=env, capture_output=True)
+
+
+def _release(env, job_id):
+    """A requeued job held back (BeginTime, ~2 min) or held after a failed relaunch, let go now."""
+    for command in (["release", job_id], ["update", f"jobid={job_id}", "starttime=now"]):
+        subprocess.run(["scontrol", *command], env=env, capture_output=True)
+
+
+def _measured_once(slurm_workdir):
+    assert orchestrator(["collect"], slurm_workdir).returncode == 0
+    assert rows(slurm_workdir, "select count(*) from results where state = 'done' and nodes = 2") == [(1,)]
+    assert rows(slurm_workdir, "select count(*) from runs where state = 'done'") == [(1,)]
+
+
+@pytest.mark.slow
+def test_a_rank_killed_on_the_second_node_ends_the_cell_rank_failed_naming_it(slurm_workdir):
+    assert orchestrator(["-m", *TWO_NODES], slurm_workdir).returncode == 0
+    ((job_id,),) = rows(slurm_workdir, "select job_id from runs")
+    run_dir = _second_node_training(slurm_workdir, job_id)
+    ranks = {pid: env for pid, env in _job_processes(job_id).items()
+             if env.get("TRAINER_NODE_RANK") == "1" and env.get("RANK") == "1"}
+    assert len(ranks) == 1, ranks
+    ((pid, env),) = ranks.items()
+    node = env["SLURMD_NODENAME"]
+    os.kill(pid, 9)
+    result = _poll("the cell's result", lambda: (run_dir / "result.json").exists() and
+                   json.loads((run_dir / "result.json").read_text()), 120)
+    assert result["state"] == "failed" and result["error"]["class"] == "rank_failed", result["error"]
+    assert f"a rank on node {node} (node 1 of 2) failed first" in result["error"]["message"], result["error"]
+    # no trainer is left on either node: the job ends with them (never gloo's half-hour timeout)
+    _poll(f"job {job_id}'s processes ending", lambda: not _job_processes(job_id), 60)
+    wait_until_final(slurm_workdir, timeout=120)
+    assert rows(slurm_workdir, "select state, error_class from runs") == [("failed", "rank_failed")]
+    assert node in rows(slurm_workdir, "select error_message from runs")[0][0]
+    assert orchestrator(["rerun", "--failed"], slurm_workdir).returncode == 0
+    wait_until_final(slurm_workdir)
+    _measured_once(slurm_workdir)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("requeue", [True, False], ids=["requeued", "no_requeue"])
+def test_the_second_node_set_down_ends_the_cell_with_slurms_class_and_one_measurement(slurm_workdir, requeue):
+    env = slurm_workdir[1]
+    extra = [] if requeue else ["+cluster.sbatch.no_requeue=true"]
+    assert orchestrator(["-m", *TWO_NODES, *extra], slurm_workdir).returncode == 0
+    ((job_id,),) = rows(slurm_workdir, "select job_id from runs")
+    _second_node_training(slurm_workdir, job_id)
+    listed = subprocess.run(["squeue", "-h", "-j", job_id, "-o", "%N"], env=env, capture_output=True,
+                            text=True).stdout.strip()
+    names = subprocess.run(["scontrol", "show", "hostnames", listed], env=env, capture_output=True,
+                           text=True).stdout.split()
+    assert len(names) == 2, listed
+    node = names[1]
+    subprocess.run(["scontrol", "update", f"nodename={node}", "state=down", "reason=orchestrator-test"],
+                   env=env, check=True)
+    try:
+        def ended():
+            orchestrator(["status"], slurm_workdir)
+            state = rows(slurm_workdir, "select state, error_class, error_message from runs")[0]
+            return state if state[0] != "running" else None
+        state = _poll("the run leaving `running`", ended, 120)
+        # Slurm requeues a job whose node failed (JobRequeue=1 by default): in flight again; where
+        # requeue is off, the scheduler's class naming the job's nodes; never node 0's own rank_failed
+        assert state[:2] in ((("submitted", None), ("running", None), ("failed", "node_fail")) if requeue
+                             else (("failed", "node_fail"),)), state
+        if state[0] == "failed":
+            assert f"NODE_FAIL ({listed})" in state[2], state
+        _poll(f"job {job_id}'s processes ending", lambda: not _job_processes(job_id) or
+              rows(slurm_workdir, "select state from runs")[0][0] == "running", 60)
+        _node_back(env, node)
+        if state[0] == "failed":
+            assert orchestrator(["rerun", "--failed"], slurm_workdir).returncode == 0
+        _until_no_run_is_open(slurm_workdir, env, node, job_id.split("_")[0])
+    finally:  # whatever happened, the cluster stays usable for the tests after this one
+        _node_back(env, node)
+    _measured_once(slurm_workdir)
