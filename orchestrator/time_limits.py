@@ -31,7 +31,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping, Optional
 
-from orchestrator import config_checks, queries, runstate
+from orchestrator import config_checks, queries, runstate, setting_registry
 from orchestrator.sql_adapters import Rows
 
 #: `hardware.time_min` that asks for a learned limit.
@@ -148,7 +148,7 @@ def learn(cells: Iterable[Any], rows: Optional[Rows], max_time_of: Callable[[Map
             continue
         names = tuple(str(cell.settings[k]) for k in ("framework", "model", "dataset", "hardware"))
         if names not in histories:
-            found = queries.limit_history(rows, *names, done=runstate.DONE) if rows is not None else []
+            found = queries.limit_history(rows, *names, setting_registry.NAMES, runstate.DONE) if rows is not None else []
             histories[names] = [Past(r.cell_id, float(r.wall_s), r._asdict()) for r in found]
         limit = predict(cell.id, cell.settings, histories[names], configured(hardware, cluster),
                         **options(cell.config), max_time_min=max_time_of(cell.config))
