@@ -17,7 +17,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from orchestrator import config_checks, setting_registry
+from orchestrator import config_checks, setting_registry, time_limits
 from orchestrator.config_checks import ConfigError
 
 #: The settings a cell holds, in the order they are shown (declared in setting_registry).
@@ -226,10 +226,12 @@ def _check_hardware(hardware: dict[str, Any]) -> None:
         if hardware.get(key) is not None:
             config_checks.name(f"hardware.{key}", hardware[key], f"use the cluster's own {key.replace('_', ' ')} "
                         f"name in conf/hardware/{hardware['name']}.yaml (or hardware.{key}=NAME)", sep=sep)
-    for key, minimum in (("gpus_per_node", 0), ("cpus", 1), ("mem_gb", 1), ("time_min", 1)):
-        if hardware.get(key) is not None:
+    for key, minimum in (("gpus_per_node", 0), ("cpus", 1), ("mem_gb", 1), ("time_min", 1), ("time_max", 1)):
+        if hardware.get(key) is not None and not (key == "time_min" and hardware[key] == time_limits.AUTO):
             config_checks.integer(f"hardware.{key}", hardware[key], minimum,
-                           way_out=f"use hardware.{key}=N with N >= {minimum} (or fix conf/hardware/"
+                           way_out=f"use hardware.{key}=N with N >= {minimum}"
+                                   + (" or auto (learned from earlier runs)" if key == "time_min" else "")
+                                   + f" (or fix conf/hardware/"
                                    f"{hardware['name']}.yaml)")
     if hardware.get("gpu_capability") is not None:
         config_checks.number("hardware.gpu_capability", hardware["gpu_capability"], 0.0,

@@ -82,7 +82,9 @@ def print_cells(cells: list, refused: list[tuple[str, str]],
              if s.hashed == ALWAYS or any(c.settings.get(s.name) is not None for c in cells)]
     defaults = {s.name: s.default for s in SETTINGS}  # stored as None at its default: shown as it
     rows = [[cell.id, *(str(defaults[k] if cell.settings[k] is None and defaults[k] is not None
-                            else cell.settings[k]) for k in shown)] for cell in cells]
+                            else cell.settings[k]) for k in shown), *time_limit(cell.config["hardware"])]
+            for cell in cells]
+    shown += ["limit", "limit from"]
     if len(rows) <= TABLE_ROWS:
         table = Table("cell", *shown, title=title)
         for row in rows:
@@ -98,6 +100,16 @@ def print_cells(cells: list, refused: list[tuple[str, str]],
     if refused_settings is not None:
         print_by_hardware(cells, refused, refused_settings)
     print_refused(refused)
+
+
+def time_limit(hardware: dict) -> tuple[str, str]:
+    """A cell's time limit as the dry run shows it (`15 min (--time-min 9)`) and where it came
+    from (time_limits.learn: the same cell's runs, similar cells, the ceiling, or as set)."""
+    limit = hardware.get("time_min")
+    if limit is None:
+        return "", ""
+    floor = f" (--time-min {hardware['time_floor']})" if hardware.get("time_floor") else ""
+    return f"{limit} min{floor}", str(hardware.get("time_source") or "")
 
 
 def print_by_hardware(cells: list, refused: list[tuple[str, str]], refused_settings: dict[str, dict]) -> None:

@@ -125,3 +125,19 @@ def recorded_config(rows: Rows, sweep_id: str, cell_id: str) -> Any:
     found = rows.all("SELECT config FROM sweep_cells WHERE sweep_id = :sweep_id AND cell_id = :cell_id",
                      {"sweep_id": sweep_id, "cell_id": cell_id})
     return found[0].config if found else None
+
+
+
+def limit_history(rows: Rows, framework: str, model: str, dataset: str, hardware: str, settings: Sequence[str],
+                  done: str, most: int = 200) -> list[Any]:
+    """The successful runs (state `done`) of the cells with these names, newest first, with their
+    wall time (`wall_s`) and the cells' `settings` columns: what a learned time limit comes from
+    (time_limits.learn)."""
+    columns = ", ".join('cells."%s"' % name for name in settings)  # quoted: a setting may be a keyword (like)
+    return rows.all(
+        f"SELECT runs.cell_id, runs.ended_at - runs.started_at AS wall_s, {columns} FROM runs JOIN cells ON cells.id = runs.cell_id "
+        "WHERE runs.state = :done AND runs.started_at IS NOT NULL AND runs.ended_at IS NOT NULL "
+        "AND cells.framework = :framework AND cells.model = :model AND cells.dataset = :dataset "
+        "AND cells.hardware = :hardware ORDER BY runs.ended_at DESC LIMIT :most",
+        {"done": done, "framework": framework, "model": model, "dataset": dataset, "hardware": hardware,
+         "most": most})

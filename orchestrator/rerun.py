@@ -8,7 +8,9 @@ can only be refused again) is left out and counted; `--class` names what it pick
 Filters narrow it by sweep, failure class or cell setting. Each gets attempt n+1 in the sweep it failed in (run directory
 `<repeat>.<attempt>/`), submitted with the config that sweep recorded for the cell — so a
 rerun measures the same thing — with more time or memory if asked (neither is part of the
-cell's identity). Submission goes through the launcher's own `submit_runs`.
+cell's identity). A timed-out repeat rerun without `--time` gets twice its last limit, capped
+by its partition's MaxTime (refused, with the way out, where it had MaxTime already).
+Submission goes through the launcher's own `submit_runs`.
 """
 from __future__ import annotations
 
@@ -20,7 +22,8 @@ from typing import Any, Optional
 from sqlalchemy import select
 from sqlalchemy.orm import Session, aliased
 
-from orchestrator import schema, runstate
+from orchestrator import schema, runstate, time_limits
+from orchestrator.backends import Backend, backend_for
 from orchestrator.cell import Cell
 from orchestrator.submit import Options, SubmitReport, insert_runs, new_run, submit_runs
 from trainers.common import failure_classes
@@ -47,6 +50,7 @@ def pick(session: Session, sweep_id: Optional[str] = None, classes: Optional[lis
         if name not in failure_classes.BY_NAME and name not in runstate.RERUNNABLE:
             problems.append(f"--class {name}: not a failure class; one of {', '.join(failure_classes.NAMES)}")
     unasked: dict[str, int] = {}  # class not retried unless named -> repeats left out
+    backends: dict[str, Backend] = {}  # by cluster: MaxTime read once per cluster
     for last in session.scalars(query).all():
         if sweep_id and last.sweep_id != sweep_id:
             continue
@@ -66,7 +70,12 @@ def pick(session: Session, sweep_id: Optional[str] = None, classes: Optional[lis
             continue
         config = copy.deepcopy(link.config)
         if time_min:
-            config["hardware"]["time_min"] = int(time_min)
+            config["hardware"].update(time_min=int(time_min), time_floor=None, time_source="rerun --time")
+        elif last.error_class == failure_classes.TIMEOUT:
+            problem = _more_time(config, last, backends)
+            if problem:
+                problems.append(problem)
+                continue
         if mem_gb:
             config["hardware"]["mem_gb"] = int(mem_gb)
         cell = Cell(settings=dict(cell_row.settings), config=config)
@@ -75,6 +84,23 @@ def pick(session: Session, sweep_id: Optional[str] = None, classes: Optional[lis
         problems.append(f"{n} repeat(s) of class {name} unchanged ({failure_classes.BY_NAME[name].meaning}): "
                         f"{failure_classes.way_out(name)}")
     return picks, problems
+
+
+def _more_time(config: dict[str, Any], last: schema.Run, backends: dict[str, Backend]) -> Optional[str]:
+    """A timed-out attempt rerun without --time gets twice its limit (`config`'s, which the
+    sweep recorded for its latest attempt), capped by its partition's MaxTime; why not, where it
+    had MaxTime already."""
+    hardware = config["hardware"]
+    key = repr(sorted(config["cluster"].items()))
+    backend = backends.setdefault(key, backend_for(config["cluster"]))
+    had, most = time_limits.configured(hardware, config["cluster"]), backend.max_time_min(config)
+    more = time_limits.doubled(had, most)
+    if more is None:
+        return (f"{last.uid}: timed out at {had} min, which is already its partition's MaxTime; lower its "
+                f"iterations (type the sweep again with iterations=N) or use a partition with a longer "
+                f"MaxTime (hardware.partition=NAME)")
+    hardware.update(time_min=more, time_floor=None, time_source=f"{time_limits.RERUN}: twice {had} min")
+    return None
 
 
 def submit(session: Session, picks: list[Pick]) -> list[SubmitReport]:
@@ -93,6 +119,8 @@ def submit(session: Session, picks: list[Pick]) -> list[SubmitReport]:
             key = p.cell.id + repr(sorted(p.cell.config["hardware"].items()))
             planned.setdefault(key, (p.cell, []))[1].append(run)
         insert_runs(session, [run for _, runs in planned.values() for run in runs])
+        for p in mine:  # the sweep's record is its latest attempt's config: what a next rerun doubles
+            session.get(schema.SweepCell, (sweep_id, p.cell.id)).config = p.cell.config
         session.commit()
         submit_runs(session, sweep_id, list(planned.values()), opts, report)
         reports.append(report)

@@ -19,13 +19,14 @@ from omegaconf import OmegaConf
 from sqlalchemy import bindparam, insert, select, update
 from sqlalchemy.orm import Session
 
-from orchestrator import db, schema, runstate, config_checks, setting_registry
+from orchestrator import db, schema, runstate, config_checks, setting_registry, time_limits
 from orchestrator.backends import Backend, SchedulerUnavailable, backend_for, sbatch
 from orchestrator.backends.base import signature
 from orchestrator.cell import Cell, CellError
 from orchestrator.dataset_files import MADE_ON_FIRST_USE, made_on_first_use
 from orchestrator.job import JobSpec, RunSpec, run_cell
 from orchestrator.resultfile import run_uid
+from orchestrator.sql_adapters import Rows
 from orchestrator.sqlite_lease import who
 from trainers.common import failure_classes
 
@@ -118,7 +119,7 @@ def job_spec(cell: Cell, sweep_id: str, runs: list[schema.Run], opts: Options) -
         monitor_period_s=opts.monitor_period_s,
         executor=opts.backend.name,
         lock=opts.backend.node_lock(opts.cache),
-        time_limit_s=60.0 * hardware["time_min"] if hardware.get("time_min") else None,
+        time_limit_s=60.0 * time_limits.configured(hardware, opts.cluster) if hardware.get("time_min") else None,
     )
 
 
@@ -271,6 +272,7 @@ def submit_sweep(cells: list[Cell], opts: Options, argv: list[str] | None = None
                 planned.append((cell, runs))
             else:
                 report.skipped.append((cell, reason))
+        learn_time_limits([cell for cell, _ in planned], opts, Rows.of(session))
         _record_cells(session, report.sweep_id, cells, known, {cell.id for cell, _ in planned})
         report.notes += made_on_first_use({cell.config["dataset"]["dir"] for cell, _ in planned
                                            if cell.config["dataset"].get("name") in MADE_ON_FIRST_USE
@@ -280,6 +282,20 @@ def submit_sweep(cells: list[Cell], opts: Options, argv: list[str] | None = None
         session.commit()  # the sweep and its pending runs exist before anything is submitted
         submit_runs(session, report.sweep_id, planned, opts, report, foreground, progress)
     return report
+
+
+def learn_time_limits(cells: list[Cell], opts: Options, rows: Rows | None = None) -> None:
+    """Each cell's `hardware.time_min: auto` learned from the database's earlier runs
+    (time_limits.learn), capped by its partition's MaxTime; `rows` None: the database of
+    `opts` read here, if it exists (a dry run writes nothing)."""
+    if rows is None and any(cell.config["hardware"].get("time_min") == time_limits.AUTO for cell in cells):
+        try:
+            factory = db.open_db(opts.db_url, create=False)
+        except db.NoDatabase:  # no earlier run at all: every limit is its ceiling
+            return time_limits.learn(cells, None, opts.backend.max_time_min, opts.cluster)
+        with factory() as session:
+            return time_limits.learn(cells, Rows.of(session), opts.backend.max_time_min, opts.cluster)
+    time_limits.learn(cells, rows, opts.backend.max_time_min, opts.cluster)
 
 
 def refusal_settings(cfg: Any) -> dict[str, Any]:

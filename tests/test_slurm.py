@@ -110,15 +110,62 @@ def test_timeout_then_rerun_with_more_time(slurm_workdir):
     dry = orchestrator(["rerun", "--failed", "--class", "timeout", "--time", "7", "--dry-run"], slurm_workdir)
     assert dry.returncode == 0, dry.stderr
     assert "would resubmit 1 repeat" in dry.stdout and "attempt 2" in dry.stdout, dry.stdout
+    assert "limit 7 min (rerun --time)" in dry.stdout, dry.stdout
     assert rows(slurm_workdir, "select count(*) from runs") == [(1,)]  # a dry run submits nothing
     assert "nothing to rerun" in orchestrator(["rerun", "--failed", "--class", "out_of_memory"], slurm_workdir).stdout
 
-    again = orchestrator(["rerun", "--failed", "--time", "7", "--where", "model=resnet50"], slurm_workdir)
+    # without --time, a timeout is retried with twice the limit it ran out of
+    again = orchestrator(["rerun", "--failed", "--class", "timeout", "--where", "model=resnet50"], slurm_workdir)
     assert again.returncode == 0, again.stdout + again.stderr
+    assert "limit 2 min (rerun: twice 1 min)" in again.stdout, again.stdout
     second = rows(slurm_workdir, "select attempt, state, job_id, run_dir from runs where attempt = 2")
     assert len(second) == 1 and second[0][1] == "submitted" and second[0][3].endswith("/0.2"), second
     (acct,) = sacct_eventually(slurm_workdir, [second[0][2]], 1)
-    assert acct["TimelimitRaw"] == "7", acct  # the rerun asked for the new time limit
+    assert acct["TimelimitRaw"] == "2", acct  # the rerun asked for the new time limit
+
+
+def test_a_sweep_run_once_asks_for_learned_limits_with_time_min_and_a_timeout_at_maxtime_is_refused(slurm_workdir):
+    sweep = ["-m", *SMALL, "hardware=cpu12", "model=lenet", "seed=1,2,3", "batch_size=8,16"]
+    first = orchestrator(sweep, slurm_workdir)
+    assert first.returncode == 0, first.stderr
+    wait_until_final(slurm_workdir)
+    assert orchestrator(["collect"], slurm_workdir).returncode == 0
+    assert rows(slurm_workdir, "select count(*) from runs where state = 'done'") == [(6,)]
+    scripts = sorted(Path(slurm_workdir[0], "runs").glob("*/.submitit/*submission.sh"))
+    assert scripts and all("#SBATCH --time=120\n" in p.read_text() and "--time-min" not in p.read_text()
+                           for p in scripts)  # nothing learned yet: hardware.time_max
+
+    dry = orchestrator([*sweep, "force=true", "dry_run=true"], slurm_workdir)
+    assert dry.returncode == 0, dry.stderr
+    assert dry.stdout.count("same cell") == 6, dry.stdout  # each limit's source
+
+    again = orchestrator([*sweep, "force=true"], slurm_workdir)
+    assert again.returncode == 0, again.stderr
+    (sweep_id,) = rows(slurm_workdir, "select sweep_id from runs where attempt = 2 group by sweep_id")[0]
+    scripts = sorted(Path(slurm_workdir[0], "runs", sweep_id, ".submitit").glob("*submission.sh"))
+    assert scripts
+    for script in scripts:
+        text = script.read_text()
+        limit = int(re.search(r"#SBATCH --time=(\d+)\n", text).group(1))
+        floor = int(re.search(r"#SBATCH --time-min=(\d+)\n", text).group(1))
+        assert 1 <= floor <= limit <= 10, text
+    sources = rows(slurm_workdir, f"select config from sweep_cells where sweep_id = '{sweep_id}'")
+    assert len(sources) == 6 and all('"time_source": "same cell' in c for (c,) in sources), sources
+
+    # a cell that timed out at its partition's MaxTime (2-00:00:00 here) cannot be given more:
+    # refused with the way out (its timeout is written into the database: two days are not waited for)
+    at_max = orchestrator(["-m", *SMALL, "hardware=cpu12", "model=lenet", "seed=9", "hardware.time_min=2880"],
+                          slurm_workdir)
+    assert at_max.returncode == 0, at_max.stderr
+    wait_until_final(slurm_workdir)
+    con = sqlite3.connect(str(slurm_workdir[0] / "results.db"))
+    with con:
+        con.execute("update runs set state = 'failed', error_class = 'timeout' where cell_id in "
+                    "(select id from cells where seed = 9)")
+    con.close()
+    refused = orchestrator(["rerun", "--failed", "--class", "timeout"], slurm_workdir)
+    assert "timed out at 2880 min, which is already its partition's MaxTime" in refused.stdout, refused.stdout
+    assert "hardware.partition=NAME" in refused.stdout and "nothing to rerun" in refused.stdout, refused.stdout
 
 
 def test_an_interrupted_submission_is_adopted_not_submitted_twice(slurm_workdir, monkeypatch):

@@ -46,7 +46,7 @@ class OrchestratorLauncher(Launcher):
         from orchestrator.cell import Cell, CellError
         from orchestrator.dataset_files import missing_files
         from orchestrator.expand import Expander
-        from orchestrator.submit import Options, check_request, refusal_settings, submit_sweep
+        from orchestrator.submit import Options, check_request, learn_time_limits, refusal_settings, submit_sweep
 
         assert self.config is not None and self.hydra_context is not None
         cells, refused, options, seen = [], [], None, set()
@@ -91,6 +91,7 @@ class OrchestratorLauncher(Launcher):
                 launcher_output.print_left_out(left_out)
             if options.dry_run:
                 config_checks.check_database(options.db_url)
+                learn_time_limits(cells, options)  # what each would ask for, and why
                 launcher_output.print_cells(cells, refused, refused_settings)
                 launcher_output.print_refused(unready, label="[yellow]needs data[/yellow] (a submission now refuses it)")
                 return [JobReturn(overrides=list(o), status=JobStatus.COMPLETED) for o in job_overrides]

@@ -71,6 +71,11 @@ class Backend:
         """
         return None
 
+    def max_time_min(self, config: dict[str, Any]) -> Optional[int]:
+        """The longest time limit (minutes) a cell's partition allows (Slurm's MaxTime); None where
+        unlimited or not known (a scheduler that did not answer caps nothing)."""
+        return None
+
     def array_limit(self) -> Optional[int]:
         """The most jobs one submission may hold (Slurm's MaxArraySize); None: no limit."""
         return None

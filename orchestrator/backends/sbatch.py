@@ -24,13 +24,15 @@ from typing import Any, Mapping, Optional
 from orchestrator.backends import BACKENDS
 from orchestrator.backends.slurm_cluster import Request, show_mb
 from orchestrator.config_checks import boolean, integer, name, one_line, one_of, refuse
+from orchestrator.time_limits import configured
 
 #: An sbatch long option as Slurm spells them, after submitit turns `_` into `-`.
 OPTION = re.compile(r"[a-z][a-z0-9]*(-[a-z0-9]+)*")
 
 #: sbatch options the orchestrator (or submitit under it) sets, and the config key that sets each.
 SET_HERE = {
-    "partition": "hardware.partition", "time": "hardware.time_min", "cpus-per-task": "hardware.cpus",
+    "partition": "hardware.partition", "time": "hardware.time_min", "time-min": "hardware.time_min=auto",
+    "cpus-per-task": "hardware.cpus",
     "mem": "hardware.mem_gb", "gres": "hardware.gpu_type and gpus", "gpus-per-node": "hardware.gpu_type and gpus",
     "exclusive": "cluster.exclusive", "account": "cluster.account", "qos": "cluster.qos",
     "constraint": "cluster.constraint", "array": "cluster.array_parallelism", "nodes": None,
@@ -41,8 +43,6 @@ CHANGES_WHAT_RUNS = ("wrap", "export", "export-file", "get-user-env", "chdir", "
                      "container-id", "bb", "bbf", "input", "parsable", "wait", "test-only")
 #: How a cluster asks for typed GPUs (`cluster.gpu_request`): the submitit parameter of each.
 GPU_REQUESTS = {"gres": "gres", "gpus_per_node": "gpus_per_node"}
-#: The time limit (minutes) of a cell whose hardware and cluster name none.
-DEFAULT_TIME_MIN = 60
 #: submitit asks Slurm for USR2 this long before the time limit (`--signal=USR2@N`); its own
 #: default (90 s) is longer than a 1-minute limit, so it is a fraction of the limit instead.
 SIGNAL_DELAY_MAX_S, SIGNAL_DELAY_MIN_S, SIGNAL_DELAY_FRACTION = 90, 5, 0.1
@@ -54,8 +54,11 @@ SITE = "the cluster's YAML (conf/cluster/<site>.yaml) or the override that set i
 
 def request(config: Mapping[str, Any], cluster: Mapping[str, Any]) -> Request:
     """What a cell (its resolved config) asks of each of its `nodes`: its hardware's partition,
-    CPUs, memory and time limit (the cluster's `time_min`, else DEFAULT_TIME_MIN), and its
-    `gpus` of the hardware's GPU type, named as the cluster asks for them (`cluster.gpu_request`)."""
+    CPUs, memory and time limit, and its `gpus` of the hardware's GPU type, named as the cluster
+    asks for them (`cluster.gpu_request`). The time limit is the hardware's `time_min` (with
+    `--time-min` where time_limits learned it: `time_floor`); `auto` not learned yet (a cell
+    checked before submission learns it) is its ceiling `time_max`; else the cluster's
+    `time_min`, else time_limits.DEFAULT_TIME_MIN."""
     hardware, gpus = config["hardware"], int(config["gpus"])
     gpu_type = (hardware.get("gpu_type") or None) if gpus else None
     flag = ""
@@ -66,7 +69,8 @@ def request(config: Mapping[str, Any], cluster: Mapping[str, Any]) -> Request:
                    cpus=int(hardware["cpus"]) if hardware.get("cpus") else None,
                    mem_mb=1024 * int(hardware["mem_gb"]) if hardware.get("mem_gb") else None,
                    gpus=gpus, gpu_type=gpu_type,
-                   time_min=int(hardware.get("time_min") or cluster.get("time_min") or DEFAULT_TIME_MIN),
+                   time_min=configured(hardware, cluster),
+                   time_floor_min=int(hardware["time_floor"]) if hardware.get("time_floor") else None,
                    nodes=int(config.get("nodes") or 1), gpu_flag=flag)
 
 
@@ -105,7 +109,10 @@ def submitit_params(job: Request, cluster: Mapping[str, Any]) -> dict[str, Any]:
         params["setup"] = list(cluster["setup"])
     params["array_parallelism"] = int(cluster.get("array_parallelism") or 16)
     params["signal_delay_s"] = signal_delay_s(params["time"])
-    return sbatch_request(params)  # nothing from configuration breaks out of its #SBATCH line
+    sbatch_request(params)  # nothing from configuration breaks out of its #SBATCH line
+    if job.time_floor_min:  # computed here, not configuration: added after the check that refuses it there
+        params["additional_parameters"] = {**extra, "time-min": int(job.time_floor_min)}
+    return params
 
 
 def signal_delay_s(time_min: int) -> int:

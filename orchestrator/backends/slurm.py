@@ -364,6 +364,18 @@ class SlurmBackend(Backend):
         return (f"{why}; fit it to the cluster (hardware.cpus, hardware.mem_gb, gpus, hardware.time_min, "
                 f"or another hardware) and type the sweep again")
 
+    def max_time_min(self, config: dict[str, Any]) -> Optional[int]:
+        """The MaxTime of the cell's partition (the shortest of a list, p100,v100: the job must fit
+        whichever starts it; the default partition where it names none)."""
+        try:
+            facts = self.facts()
+        except SchedulerUnavailable:
+            return None
+        names = (self.request(config).partition or facts.default_partition or "").split(",")
+        limits = [facts.partitions[n].max_time_min for n in names if n in facts.partitions]
+        limits = [m for m in limits if m is not None]
+        return min(limits) if limits else None
+
     def array_limit(self) -> Optional[int]:
         """`cluster.max_array_size`, else the cluster's MaxArraySize, else Slurm's default."""
         if self.cluster.get("max_array_size"):

@@ -28,7 +28,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         f"all but {', '.join(sorted(set(failure_classes.NAMES) - set(failure_classes.RETRIED)))})")
     p.add_argument("--where", action="append", default=[], metavar="KEY=VALUE",
                    help="only cells whose setting KEY equals VALUE (e.g. framework=tensorflow); repeatable")
-    p.add_argument("--time", type=int, metavar="MIN", help="give the reruns this time limit (minutes)")
+    p.add_argument("--time", type=int, metavar="MIN", help="give the reruns this time limit (minutes; without "
+                   "it, a timed-out repeat gets twice its last limit, up to its partition's MaxTime)")
     p.add_argument("--mem", type=int, metavar="GB", help="give the reruns this much memory (GB)")
     p.add_argument("--dry-run", action="store_true", help="list what would be resubmitted; submit nothing")
 
@@ -59,8 +60,10 @@ def run(args: argparse.Namespace, out: Console) -> int:
         verb = "would resubmit" if args.dry_run else "resubmitting"
         out.print(f"{verb} {len(picks)} repeat(s):")
         for p in picks:
+            hardware = p.cell.config["hardware"]
+            limit = f", limit {hardware['time_min']} min ({hardware['time_source']})" if hardware.get("time_source") else ""
             out.print(f"  {p.cell.label}  repeat {p.last.repeat} attempt {p.attempt}  "
-                      f"(last: {p.last.state} {p.last.error_class or ''}, sweep {p.last.sweep_id})")
+                      f"(last: {p.last.state} {p.last.error_class or ''}, sweep {p.last.sweep_id}{limit})")
         if args.dry_run:
             return 0
         failures = 0

@@ -1,0 +1,85 @@
+"""Time limits learned from earlier runs (orchestrator/time_limits.py) on canned history, and
+what they become in the sbatch script. The real-cluster half is in test_slurm.py."""
+import pytest
+from hydra import compose, initialize_config_dir
+
+from orchestrator import time_limits
+from orchestrator.backends import backend_for
+from orchestrator.backends.sbatch import sbatch_options
+from orchestrator.cell import Cell
+from orchestrator.config_checks import ConfigError
+from orchestrator.time_limits import Past, doubled, predict, work
+
+from helpers import REPO
+
+LENET = {"framework": "torch", "model": "lenet", "dataset": "mnist", "hardware": "cpu12", "gpus": 0,
+         "iterations": 50, "warmup": 10, "batch_size": 64, "scaling": "strong"}
+
+
+def test_the_same_cells_longest_recent_run_times_safety_plus_allowance_and_its_time_min():
+    # newest first: the fourth run (900 s) is older than the `recent` three and does not count
+    history = [Past("a", 40, LENET), Past("a", 150, LENET), Past("a", 90, LENET), Past("a", 900, LENET),
+               Past("b", 6000, dict(LENET, iterations=5000))]
+    limit = predict("a", LENET, history, ceiling_min=120, safety=2, allowance_min=3, recent=3)
+    assert (limit.minutes, limit.floor) == (8, 6)  # 150 s = 2.5 min: ceil(2.5 * 2 + 3), ceil(2.5 + 3)
+    assert limit.source.startswith(time_limits.SAME_CELL)
+    # capped by the partition's MaxTime, and the floor never above the limit
+    capped = predict("a", LENET, history, ceiling_min=120, safety=2, allowance_min=3, max_time_min=4)
+    assert (capped.minutes, capped.floor) == (4, 4)
+
+
+def test_similar_cells_are_scaled_by_the_samples_a_run_steps_through_and_give_no_time_min():
+    done = dict(LENET, iterations=290, batch_size=32)  # (10 + 290) × 32 = 9,600 samples in 600 s
+    wanted = dict(LENET, iterations=590, batch_size=32)  # 19,200 samples: twice the work
+    limit = predict("new", wanted, [Past("old", 600, done)], ceiling_min=120, safety=1, allowance_min=0)
+    assert (limit.minutes, limit.floor) == (20, None) and limit.source.startswith(time_limits.SIMILAR)
+    # weak scaling: the batch is per GPU, so 2 GPUs step through twice the samples; strong: the same
+    assert work(dict(done, scaling="weak", gpus=2)) == 2 * work(done)
+    assert work(dict(done, gpus=2)) == work(done)  # more GPUs are never assumed faster
+    # accuracy mode: epochs over the same dataset; a throughput run says nothing about it
+    accuracy = dict(LENET, mode="accuracy", epochs=4)
+    assert work(dict(accuracy, epochs=8)) == 2 * work(accuracy)
+    alone = predict("new", accuracy, [Past("old", 600, done)], ceiling_min=120)
+    assert (alone.minutes, alone.floor, alone.source) == (120, None, time_limits.CEILING)
+
+
+def test_nothing_similar_gives_the_ceiling_capped_by_maxtime():
+    assert predict("x", LENET, [], ceiling_min=120) == time_limits.Limit(120, None, time_limits.CEILING)
+    assert predict("x", LENET, [], ceiling_min=120, max_time_min=60).minutes == 60
+
+
+def test_a_timeout_is_retried_with_twice_its_limit_up_to_maxtime_and_refused_at_it():
+    assert doubled(7, 2880) == 14 and doubled(7, None) == 14
+    assert doubled(2000, 2880) == 2880
+    assert doubled(2880, 2880) is None
+
+
+def cell(*overrides):
+    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+        return Cell.from_config(compose("config", overrides=list(overrides)), tuple(overrides))
+
+
+def test_a_learned_limit_reaches_the_script_as_time_and_time_min(tmp_path):
+    from submitit.slurm.slurm import _make_sbatch_string
+
+    config = cell("cluster=slurm", "hardware=cpu12").config
+    assert config["hardware"]["time_min"] == time_limits.AUTO
+    config["cluster"]["sbatch"] = {"mail-type": "END"}
+    backend = backend_for(config["cluster"])
+    assert backend.resources(config)["time"] == 120  # not learned yet: the ceiling, hardware.time_max
+    config["hardware"].update(time_min=7, time_floor=5, time_source="same cell")
+    params = backend.resources(config)
+    script = _make_sbatch_string(command="true", folder=tmp_path, **params)
+    assert "#SBATCH --time=7\n" in script and "#SBATCH --time-min=5\n" in script, script
+    assert "#SBATCH --mail-type=END" in script  # the site's own options stay
+    with pytest.raises(ConfigError, match="set hardware.time_min=auto instead"):
+        sbatch_options("cluster.sbatch", {"time-min": 3})  # a site cannot set it by hand
+
+
+def test_bad_time_limit_settings_are_refused_with_the_way_out():
+    with pytest.raises(ConfigError, match="time_limits.safety"):
+        time_limits.options({"time_limits": {"safety": 0.5}})
+    assert time_limits.options({}) == {"safety": 2.0, "allowance_min": 3.0, "recent": 3}
+    from orchestrator.cell import CellError
+    with pytest.raises(CellError, match="or auto"):
+        cell("hardware=cpu12", "hardware.time_min=soon")
