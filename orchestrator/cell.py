@@ -236,6 +236,24 @@ def _check_hardware(hardware: dict[str, Any]) -> None:
     if hardware.get("gpu_capability") is not None:
         config_checks.number("hardware.gpu_capability", hardware["gpu_capability"], 0.0,
                       "use the GPU's CUDA compute capability, e.g. hardware.gpu_capability=7.0")
+    _check_peaks(hardware)
+
+
+def _check_peaks(hardware: dict[str, Any]) -> None:
+    """`peak_tflops`, the ceiling MFU is held against: null, or per precision a number of TFLOP/s > 0."""
+    peaks, precisions = hardware.get("peak_tflops"), setting_registry.BY_NAME["precision"].choices
+    way_out = (f"give one GPU's peak TFLOP/s per precision, e.g. hardware.peak_tflops={{fp32:9.3,fp16:18.7}}, "
+               f"or null (fix conf/hardware/{hardware['name']}.yaml)")
+    if peaks is None:
+        return
+    if not isinstance(peaks, dict):
+        raise config_checks.refuse("hardware.peak_tflops", peaks, "is not a mapping of precision to TFLOP/s", way_out)
+    for precision, peak in peaks.items():
+        key = f"hardware.peak_tflops.{precision}"
+        if precision not in precisions:
+            raise config_checks.refuse(key, peak, f"names no precision (one of {', '.join(precisions)})", way_out)
+        if peak is not None and config_checks.number(key, peak, 0.0, way_out) == 0:
+            raise config_checks.refuse(key, peak, "must be above 0", way_out)
 
 
 def _refusing(where: str, check: Any, *args: Any, **kwargs: Any) -> Any:

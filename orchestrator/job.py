@@ -307,7 +307,7 @@ def _measure(spec: JobSpec, run_dir: Path, paths: dict[str, str], deadline: floa
         return outcome
     from orchestrator import metrics  # numpy: imported where a job measures, not where a sweep is submitted
 
-    measured = metrics.compute(events, ran.samples)
+    measured = metrics.compute(events, ran.samples, spec.config.get("hardware") or {})
     if measured.window is None:  # a trainer that ends cleanly must still have measured something
         outcome.update(state=runstate.FAILED, error={"class": fc.CRASH, "message": measured.reason})
         return outcome
@@ -318,6 +318,8 @@ def _measure(spec: JobSpec, run_dir: Path, paths: dict[str, str], deadline: floa
             {0: events, **{k: read_events(Path(p["paths"]["events"]))[0] for k, p in peers.items()}})
     outcome.update(state=runstate.DONE, error=None, window=measured.window, metrics=values,
                    notes=measured.reason)
+    if measured.implausible:  # its figures stay in the result, for the message to be checked
+        outcome.update(state=runstate.FAILED, error={"class": fc.IMPLAUSIBLE, "message": measured.implausible})
     if measured.energy:
         outcome["energy"] = {**measured.energy, "period_s": spec.monitor_period_s, "idle_s": ran.idle_s}
         if place:

@@ -63,6 +63,9 @@ METRICS = (
        "images_per_sec_mad"),
     MetricDef("step_time_mean", "s", False, "mean measured step time"),
     MetricDef("step_time_median", "s", False, "median measured step time"),
+    # the ceiling: trainers/common/flops.py's FLOPs per image against the hardware's peak_tflops
+    MetricDef("mfu", "fraction", True, "model FLOPs utilisation: images_per_sec x training FLOPs per image / "
+       "(peak FLOP/s at the run's precision x devices); above 1 the run is refused as implausible", "mfu"),
     # host: the trainer's process tree, and the whole host
     MetricDef("cpu_percent_avg", "%", None, "trainer process tree CPU, mean (100 = one core)", "cpu_percent",
        across_nodes=MEAN),

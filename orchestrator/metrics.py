@@ -17,6 +17,8 @@ from typing import Any, Iterable, Optional
 
 import numpy as np
 
+from trainers.common import flops
+
 #: A stretch of the window longer than this with no GPU sample is named in the run's reason.
 GAP_WARN_S = 1.0
 
@@ -34,12 +36,15 @@ class Metrics(dict):
     """
 
     def __init__(self, values: dict[str, float], window: Optional[dict[str, Any]] = None,
-                 reason: Optional[str] = None, energy: Optional[dict[str, Any]] = None) -> None:
+                 reason: Optional[str] = None, energy: Optional[dict[str, Any]] = None,
+                 implausible: Optional[str] = None) -> None:
         super().__init__(values)
         self.window = window
         self.reason = reason
         #: How energy was measured ({"method": "counter" | "trapezoid", "samples": n}); None if not.
         self.energy = energy
+        #: Why the figures cannot be true (above the hardware's ceiling: mfu > 1), naming them; else None.
+        self.implausible = implausible
 
 
 def measured_window(events: Iterable[dict[str, Any]]) -> dict[str, Any]:
@@ -231,8 +236,39 @@ def gpu_metrics(samples: Iterable[dict[str, Any]], window: dict[str, Any],
     return out, how
 
 
-def compute(events: Iterable[dict[str, Any]], samples: Iterable[dict[str, Any]] = ()) -> Metrics:
-    """All metrics of a run: throughput over the measured steps, host load within the window.
+def utilisation(start: dict[str, Any], images_per_sec: float,
+                peak_tflops: Optional[dict[str, Any]]) -> tuple[Optional[float], str]:
+    """Model FLOPs utilisation: images/s x training FLOPs per image (trainers/common/flops.py) /
+    (the peak FLOP/s of one device at the run's precision x devices per node x nodes), with the
+    sentence that states the figures; (None, why) where the hardware declares no peak for the
+    precision or the trainer's run_start event does not say what ran.
+
+    `start` is the trainer's run_start event (model, input_shape, classes, precision, gpus, nodes);
+    `peak_tflops` the hardware config's (TFLOP/s per GPU, a CPU node counting as one device).
+    """
+    precision = start.get("precision", "fp32")
+    peak = (peak_tflops or {}).get(precision)
+    if not _number(peak) or peak <= 0:
+        declared = ", ".join(sorted(k for k, v in (peak_tflops or {}).items() if v is not None)) or "none"
+        return None, (f"no mfu: the hardware declares no peak FLOP/s for {precision} (declared: {declared}; "
+                      f"hardware.peak_tflops.{precision}=TFLOPS sets one)")
+    try:
+        per_image = flops.training_flops(start["model"], start["input_shape"], start["classes"])
+    except (KeyError, TypeError, ValueError) as exc:
+        return None, f"no mfu: run_start does not say which network ran at what input ({exc!r})"
+    devices = max(int(start.get("gpus") or 0), 1) * int(start.get("nodes") or 1)
+    ceiling = float(peak) * 1e12 * devices
+    achieved = images_per_sec * per_image
+    what = (f"{images_per_sec:.1f} images/s x {per_image / 1e9:.3f} GFLOP per training image "
+            f"({start['model']} at {'x'.join(str(n) for n in start['input_shape'])}) = "
+            f"{achieved / 1e12:.3f} TFLOP/s against {devices} x {float(peak):g} TFLOP/s {precision} peak")
+    return achieved / ceiling, what
+
+
+def compute(events: Iterable[dict[str, Any]], samples: Iterable[dict[str, Any]] = (),
+            hardware: Optional[dict[str, Any]] = None) -> Metrics:
+    """All metrics of a run: throughput over the measured steps, host load within the window,
+    and, given the run's `hardware` config, the MFU against its `peak_tflops` (`utilisation`).
 
     With no window (the trainer failed, or sent no measured step) the result holds no
     throughput metrics and its `reason` says why; it never raises for a short or broken stream.
@@ -274,8 +310,18 @@ def compute(events: Iterable[dict[str, Any]], samples: Iterable[dict[str, Any]] 
         if in_window < 20:
             reasons.append(f"energy over a short window ({window['end'] - window['start']:.2f} s, {in_window} "
                            f"GPU samples) is coarse; raise iterations")
+    implausible = None
+    if hardware is not None and values.get("images_per_sec"):
+        mfu, what = utilisation(start, values["images_per_sec"], hardware.get("peak_tflops"))
+        if mfu is None:
+            reasons.append(what)
+        else:
+            values["mfu"] = mfu
+            if mfu > 1:
+                implausible = (f"mfu {mfu:.2f} > 1, a measurement error: {what}; the trainer's step timing "
+                               f"or the hardware's peak_tflops is wrong")
     values = {k: v for k, v in values.items() if math.isfinite(v)}
-    return Metrics(values, window, "; ".join(reasons) or None, energy)
+    return Metrics(values, window, "; ".join(reasons) or None, energy, implausible)
 
 
 def accuracy(events: Iterable[dict[str, Any]]) -> dict[str, float]:

@@ -201,10 +201,12 @@ def _results_table(rows: Sequence[Any], total: int, sweep: Optional[str]) -> Tab
     table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD)
     gpu = any(r["gpu_power_avg_w"] is not None for r in rows)  # GPU columns only where measured
     acc = any(r["top1"] is not None for r in rows)  # accuracy mode's columns only where measured
+    mfu = any(r["mfu"] is not None for r in rows)  # where the hardware declares its peak FLOP/s
     acc_names = ("top-1", "best", "to target", "s to target", "s/epoch")
-    numeric = ("gpus", "batch", "rep", "images/s", "cpu %", "RSS MB", "GPU MB", "GPU W", "J/img", *acc_names)
+    numeric = ("gpus", "batch", "rep", "images/s", "mfu %", "cpu %", "RSS MB", "GPU MB", "GPU W", "J/img",
+               *acc_names)
     for name in ("framework/model/dataset", "hardware", "gpus", "batch", "prec", "rep", "state",
-                 "images/s", *(acc_names if acc else ()), "cpu %", "RSS MB",
+                 "images/s", *(("mfu %",) if mfu else ()), *(acc_names if acc else ()), "cpu %", "RSS MB",
                  *(("GPU MB", "GPU W", "J/img") if gpu else ()), "node"):
         table.add_column(name, justify="right" if name in numeric else "left", no_wrap=True)
     for r in rows:
@@ -219,5 +221,11 @@ def _results_table(rows: Sequence[Any], total: int, sweep: Optional[str]) -> Tab
         table.add_row(*(Text(str(v)) for v in (
             f"{r['framework']}/{r['model']}/{r['dataset']}", r["hardware"], r["gpus"], r["batch_size"],
             r["precision"], repeat, state, rate(r["images_per_sec"], r["images_per_sec_std"]),
-            *acc_cells, num(r["cpu_percent"], 0), num(r["peak_rss_mb"], 0), *gpu_cells, r["node"] or "")))
+            *((_percent(r["mfu"]),) if mfu else ()), *acc_cells, num(r["cpu_percent"], 0), num(r["peak_rss_mb"], 0), *gpu_cells, r["node"] or "")))
     return table
+
+
+def _percent(fraction: Optional[float]) -> str:
+    """A fraction as a percentage to three significant figures (a CPU's MFU against a GPU's peak is
+    tiny, and still not zero); "-" for none."""
+    return "-" if fraction is None else f"{fraction * 100:.3g}"

@@ -49,6 +49,7 @@ class Spec:
 #: The report's tables, in the order they are shown.
 SPECS = (
     Spec(BY_NAME["images_per_sec"], "Training speed"),
+    Spec(BY_NAME["mfu"], "Model FLOPs utilisation (of the hardware's declared peak)"),
     Spec(BY_NAME["gpu_proc_mem_peak_bytes"], "GPU memory: the trainer's own, peak"),
     Spec(BY_NAME["gpu_mem_peak_bytes"], "GPU memory: the device's, peak"),
     Spec(BY_NAME["gpu_power_avg_w"], "GPU power: mean, summed over the job's GPUs"),
@@ -166,6 +167,10 @@ def _no_number(metric: MetricDef, settings: dict[str, Any], attempts: list[query
     if by_state[runstate.DONE]:
         if _gpu_metric(metric) and settings.get("gpus") == 0:
             return NOT_MEASURED, "no GPU: gpus=0", ""
+        if metric.name == "mfu":
+            return NOT_MEASURED, "no peak declared", (
+                f"conf/hardware/{settings.get('hardware')}.yaml declares no peak_tflops for "
+                f"{settings.get('precision')} (or its runs were measured before mfu existed)")
         return NOT_MEASURED, "not measured", f"its runs recorded no {metric.name}"
     failed = [a for a in attempts if a.state == runstate.FAILED]
     if failed:

@@ -51,6 +51,7 @@ PREEMPTED = "preempted"
 UNPLACEABLE = "unplaceable"
 LOST = "lost"
 BROKEN_RESULT = "broken_result"
+IMPLAUSIBLE = "implausible"
 
 #: What `status` and the report say of a failed run that recorded no class.
 NO_CLASS = "no error recorded"
@@ -113,6 +114,12 @@ CLASSES = (
         BROKEN_RESULT, "the run's result.json is present but fails the collector's check", True,
         "the message names the broken field; `%s` measures the repeat again" % _RERUN,
         by="tracking"),
+    FailureClass(
+        IMPLAUSIBLE, "the run measured more than its hardware can do (mfu above 1: images/s x FLOPs per "
+        "image above the declared peak FLOP/s), so a figure is wrong: the trainer's step timing (a "
+        "step timed without waiting for the device) or the hardware's peak_tflops", False,
+        "the message names the figures; fix the trainer's timing or conf/hardware/<name>.yaml's "
+        "peak_tflops, then `%s --class implausible`" % _RERUN, by="job"),
 )
 
 #: name -> its FailureClass
