@@ -312,9 +312,11 @@ def compute(events: Iterable[dict[str, Any]], samples: Iterable[dict[str, Any]] 
                            f"GPU samples) is coarse; raise iterations")
     implausible = None
     if hardware is not None and values.get("images_per_sec"):
-        mfu, what = utilisation(start, values["images_per_sec"], hardware.get("peak_tflops"))
+        peaks = hardware.get("peak_tflops") or {}
+        mfu, what = utilisation(start, values["images_per_sec"], peaks)
         if mfu is None:
-            reasons.append(what)
+            if start.get("gpus") or any(v is not None for v in peaks.values()):
+                reasons.append(what)  # a CPU node that declares no peak at all: MFU is not asked of it
         else:
             values["mfu"] = mfu
             if mfu > 1:
