@@ -24,6 +24,7 @@ import sys
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import linen as nn
 
 from trainers.common import architectures as arch
@@ -267,7 +268,7 @@ def init_variables(model, input_shape, seed=0):
 def count_params(params):
     """Trainable parameters (the "params" collection; BatchNorm's running statistics are not
     parameters, as in PyTorch)."""
-    return int(sum(math.prod(leaf.shape) for leaf in jax.tree_util.tree_leaves(params)))
+    return int(sum(np.prod(leaf.shape, dtype=np.int64) for leaf in jax.tree_util.tree_leaves(params)))
 
 
 def count_one(name, input_shape, classes):

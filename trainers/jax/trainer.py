@@ -121,8 +121,9 @@ class JaxTrainer(Trainer):
         return params_sha256(jax.tree_util.tree_leaves(self.state["params"]))
 
     def is_out_of_memory(self, exc):
+        # jax.errors.JaxRuntimeError (XlaRuntimeError before JAX 0.5), a RuntimeError
         text = str(exc)
-        return type(exc).__name__ == "XlaRuntimeError" and (
+        return isinstance(exc, RuntimeError) and (
             "RESOURCE_EXHAUSTED" in text or "out of memory" in text.lower())
 
 
