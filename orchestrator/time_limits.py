@@ -133,6 +133,18 @@ def configured(hardware: Mapping[str, Any], cluster: Mapping[str, Any]) -> int:
     return int(limit or cluster.get("time_min") or DEFAULT_TIME_MIN)
 
 
+def recorded(config: Mapping[str, Any]) -> Optional[Limit]:
+    """The limit a cell's recorded config (sweep_cells.config: learn's or rerun's `time_min`,
+    `time_floor` and `time_source` in its hardware) ran under; None where it had none (no
+    `time_min`: a foreground run without a limit). What the report and `status` show."""
+    hardware = config.get("hardware") or {}
+    if not hardware.get("time_min"):
+        return None
+    floor = hardware.get("time_floor")
+    return Limit(configured(hardware, config.get("cluster") or {}), int(floor) if floor else None,
+                 str(hardware.get("time_source") or SET))
+
+
 def learn(cells: Iterable[Any], rows: Optional[Rows], max_time_of: Callable[[Mapping[str, Any]], Optional[int]],
           cluster: Mapping[str, Any]) -> None:
     """Turns each cell's `hardware.time_min: auto` into minutes (predict, from `rows`' history;

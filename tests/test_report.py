@@ -35,21 +35,22 @@ class Study:
             session.add(schema.Sweep(id=sweep, created_at=time.time(), argv=["python", "-m", "orchestrator", "-m", "x=1"],
                                  overrides=[], n_cells=0))
 
-    def cell(self, runs=(), cores=None, node_addrs=None, **settings):
+    def cell(self, runs=(), cores=None, node_addrs=None, config=None, job_id=None, **settings):
         """A cell of the sweep; `runs`: per repeat a state ('done', 'failed:<class>', 'pending', 'lost') or a
-        dict of metrics (done); `node_addrs`: its runs' nodes' addresses (a cell across nodes)."""
+        dict of metrics (done), repeat i running from second i to i + 1 of one job (`job_id`); `node_addrs`:
+        its runs' nodes' addresses (a cell across nodes); `config`: the config the sweep recorded."""
         settings = make_settings(**settings)
         cid = cell_id(settings)
         with self.factory.begin() as session:
             if session.get(schema.Cell, cid) is None:
                 session.add(schema.Cell(id=cid, settings=settings, created_at=time.time(), **settings))
                 session.flush()
-            session.add(schema.SweepCell(sweep_id=self.sweep, cell_id=cid))
+            session.add(schema.SweepCell(sweep_id=self.sweep, cell_id=cid, config=config))
             for repeat, run in enumerate(runs):
                 metrics = run if isinstance(run, dict) else {}
                 state, _, error_class = ("done" if isinstance(run, dict) else run).partition(":")
                 r = schema.Run(uid=f"{self.sweep}:{cid}:{repeat}:1", sweep_id=self.sweep, cell_id=cid, repeat=repeat,
-                           attempt=1, state="pending", node="node01" if state in ("done", "failed") else None,
+                           attempt=1, state="pending", job_id=job_id, node="node01" if state in ("done", "failed") else None,
                            cpu_cores=cores, node_addrs=node_addrs, params=431080 if state == "done" else None, started_at=1.7e9 + repeat,
                            ended_at=1.7e9 + repeat + 1)
                 for step in {"lost": ["submitted", "lost"], "pending": []}.get(state, [state]):
@@ -130,6 +131,39 @@ def test_every_cell_without_a_number_says_why(tmp_path, db_url):
     by_fw = {(r["framework"], r["gpus"]): r for r in written}
     assert by_fw["numpy", "1"]["status"] == "refused" and by_fw["numpy", "1"]["median"] == ""
     assert by_fw["cntk", "0"]["status"] == "lost" and by_fw["torch", "0"]["median"] == "110.0"
+
+
+def _limit(minutes, source, floor=None):
+    """A recorded config whose hardware asked for `minutes` (as time_limits.learn records it)."""
+    return {"hardware": {"time_min": minutes, "time_floor": floor, "time_source": source}, "cluster": {}}
+
+
+def test_the_time_table_gives_each_cells_limit_and_the_time_its_job_used(tmp_path, db_url):
+    """Limit, --time-min and source from the config the sweep recorded (JSON, read in Python); the
+    time used is the job's (its three repeats: 3 s), the median over its jobs; none recorded and
+    not yet run say so."""
+    study = Study(tmp_path, url=db_url)
+    study.cell(ips(100, 110, 120), job_id="4242", framework="torch",
+               config=_limit(5, "same cell (longest of 1 run(s): 60 s)", floor=4))
+    study.cell(["failed:timeout"], job_id="4243", framework="tensorflow", config=_limit(4, "rerun: twice 2 min"))
+    study.cell([], framework="caffe", config=_limit(120, "ceiling"))
+    study.cell(ips(90), framework="mxnet")                      # recorded before configs were
+    out = tmp_path / "report"
+    report = study.report(out)
+    assert out / "tables" / "time_limits.csv" in report.tables
+    written = {r["framework"]: r for r in csv.DictReader((out / "tables" / "time_limits.csv").read_text().splitlines())}
+    assert (written["torch"]["limit_min"], written["torch"]["time_min_floor"], written["torch"]["used_s"],
+            written["torch"]["jobs"], written["torch"]["asked_over_used"]) == ("5", "4", "3.0", "1", "100.0")
+    assert written["torch"]["source"] == "same cell (longest of 1 run(s): 60 s)"
+    assert (written["tensorflow"]["limit_min"], written["tensorflow"]["used_s"]) == ("4", "1.0")
+    assert written["tensorflow"]["source"] == "rerun: twice 2 min"
+    assert (written["caffe"]["limit_min"], written["caffe"]["used_s"], written["caffe"]["jobs"]) == ("120", "", "0")
+    assert (written["mxnet"]["limit_min"], written["mxnet"]["used_s"]) == ("", "1.0")
+    md = (out / "tables" / "time_limits.md").read_text()
+    assert "| mnist / lenet / torch | local | 5 min (--time-min 4) | same cell (longest of 1 run(s): 60 s) | 3 s | 100.0 |" in md
+    assert "| 120 min | ceiling | not yet ended |" in md and "| none recorded |" in md
+    page = report.index.read_text()
+    assert 'id="time-limits"' in page and "rerun: twice 2 min" in page and "5 min (--time-min 4)" in page
 
 
 def test_a_cell_whose_repeats_differ_is_marked_noisy(tmp_path, db_url):

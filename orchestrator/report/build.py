@@ -3,6 +3,7 @@
     <out>/index.html                 the page (self-contained: figures embedded)
     <out>/tables/<metric>.csv, .md   one table per metric (tables.SPECS)
     <out>/tables/scaling_nodes.*     images/s and efficiency against nodes (where a sweep asked for nodes)
+    <out>/tables/time_limits.*       each cell's requested time limit and the time its job used
     <out>/figures/<name>.svg, .png   each figure (figures.py)
 """
 from __future__ import annotations
@@ -11,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
-from orchestrator.report import figures, page, query, scaling_table, speedup, tables
+from orchestrator.report import figures, page, query, scaling_table, speedup, tables, time_table
 
 
 @dataclass
@@ -45,11 +46,13 @@ def write_report(session: Any, sweep_ids: Sequence[str], out: Path, noisy_cv: fl
     if any((e.settings.get("nodes") or 1) > 1 for e in speed.entries):
         nodes = speedup.node_scaling(speed.entries, query.node_addrs(session, sweep_ids))
         report.tables += scaling_table.write(nodes, out / "tables")
+    times = time_table.rows(speed, query.job_times(session, sweep_ids), query.recorded_configs(session, sweep_ids))
+    report.tables += time_table.write(times, out / "tables")
     drawn, report.skipped = figures.write_all(speed, by_name["energy_per_image_j"],
                                               query.cores(session, sweep_ids), nodes, out / "figures")
     report.figures = [p for f in drawn for p in (f.svg, f.png)]
     report.cells = len(by_name["images_per_sec"].entries)
     html = page.render(query.sweeps(session, sweep_ids), query.span(session, sweep_ids), all_tables, drawn,
-                       report.skipped, query.provenance(session, sweep_ids), noisy_cv, nodes)
+                       report.skipped, query.provenance(session, sweep_ids), noisy_cv, nodes, times)
     report.index.write_text(html, encoding="utf-8")
     return report

@@ -15,7 +15,7 @@ import time
 from typing import Any, Optional, Sequence
 
 from orchestrator import runstate
-from orchestrator.report import query, scaling_table
+from orchestrator.report import query, scaling_table, time_table
 from orchestrator.report.figures import Written
 from orchestrator.report.speedup import Series
 from orchestrator.report.tables import NOT_MEASURED, NOT_YET_RUN, OK, Table, grid
@@ -132,6 +132,17 @@ def nodes_html(series: Optional[Sequence[Series]]) -> str:
             f'<table class="nodes"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>{notes_html}')
 
 
+def times_html(found: Sequence[time_table.Row]) -> str:
+    """Each cell's requested time limit beside the time its job used (time_table)."""
+    head = "".join(f"<th>{_e(h)}</th>" for h in time_table.HEADERS)
+    body = "".join("<tr>" + f"<th>{_e(r.label)}</th><td>{_e(r.column)}</td>" + "".join(
+        f'<td class="num">{_e(v)}</td>' if i != 1 else f"<td>{_e(v)}</td>" for i, v in enumerate(time_table.shown(r)))
+        + "</tr>" for r in found)
+    return (f'<h2 id="time-limits">{_e(time_table.TITLE)}</h2><p class="sub">{_e(time_table.NOTE)} Files: '
+            f'tables/time_limits.csv, tables/time_limits.md</p>'
+            f'<table class="times"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>')
+
+
 def _counts(table: Table) -> str:
     """What became of the cells (from the throughput table: every cell once)."""
     counts: dict[str, int] = {}
@@ -167,8 +178,9 @@ def _shown_value(title: str, value: Any) -> str:
 def render(sweeps: Sequence[query.SweepInfo], span: tuple[Optional[float], Optional[float]],
            tables: Sequence[Table], figures: Sequence[Written], skipped: Sequence[str],
            prov: dict[str, list[tuple[tuple[Any, ...], int]]], noisy_cv: float,
-           nodes: Optional[Sequence[Series]] = None) -> str:
-    """The whole page; `nodes`: the node scaling series, None where no sweep asked for nodes."""
+           nodes: Optional[Sequence[Series]] = None, times: Sequence[time_table.Row] = ()) -> str:
+    """The whole page; `nodes`: the node scaling series, None where no sweep asked for nodes;
+    `times`: each cell's time limit and the time used (time_table)."""
     title = "Benchmark report: " + (sweeps[0].id if len(sweeps) == 1 else f"{len(sweeps)} sweeps")
     commands = "".join(f"<tr><td><code>{_e(s.id)}</code></td><td>{_e(_when(s.created_at))}</td>"
                        f"<td>{_e(s.by or 'not recorded')}</td><td><pre>{_e(s.command)}</pre></td></tr>"
@@ -196,6 +208,7 @@ coefficient of variation exceeds {noisy_cv * 100:g}%. A cell without a number sa
 <h2>Tables</h2>
 <p>{toc}</p>
 {"".join(table_html(t) for t in tables)}
+{times_html(times) if times else ""}
 <h2>Provenance</h2>
 <p class="sub">Over the runs that ran (the latest attempt of each repeat).</p>
 {_provenance(prov)}

@@ -186,3 +186,43 @@ def span(session: Session, sweep_ids: Sequence[str]) -> tuple[Optional[float], O
     latest = schema.latest_runs()
     return tuple(session.execute(select(func.min(latest.c.started_at), func.max(latest.c.ended_at))
                                  .where(latest.c.cell_id.in_(_sweep_cells(sweep_ids)))).one())
+
+
+@dataclass(frozen=True)
+class JobTime:
+    """One job that ran latest attempts of a cell: its sweep, its runs, and its wall time (its
+    first run's start to its last run's end; None while a run of it has not ended)."""
+
+    sweep_id: str
+    attempt: int
+    runs: int
+    wall_s: Optional[float]
+
+
+def job_times(session: Session, sweep_ids: Sequence[str]) -> dict[str, list[JobTime]]:
+    """cell id -> the jobs that ran its latest attempts (that started), oldest attempt first.
+
+    A job runs every repeat of its cell under one time limit (job.run_cell), so the time a limit
+    is set against is the job's, not one run's: runs group by their job id (a foreground run has
+    none: by sweep and attempt instead), one row per job."""
+    latest = schema.latest_runs()
+    c = latest.c
+    job = (c.cell_id, c.sweep_id, c.job_id, case((c.job_id.is_(None), c.attempt)))
+    out: dict[str, list[JobTime]] = {}
+    for cell, sweep, attempt, runs, ended, first, last in session.execute(
+            select(c.cell_id, c.sweep_id, func.max(c.attempt), func.count(), func.count(c.ended_at),
+                   func.min(c.started_at), func.max(c.ended_at))
+            .where(c.cell_id.in_(_sweep_cells(sweep_ids)), c.started_at.is_not(None))
+            .group_by(*job).order_by(c.cell_id, func.max(c.attempt))):
+        out.setdefault(cell, []).append(JobTime(sweep, attempt, runs, last - first if ended == runs else None))
+    return out
+
+
+def recorded_configs(session: Session, sweep_ids: Sequence[str]) -> dict[tuple[str, str], dict[str, Any]]:
+    """(sweep id, cell id) -> the config that sweep recorded for the cell (sweep_cells.config: the
+    time limit it asked for, in its hardware), for every sweep that recorded one of these
+    sweeps' cells (a cell's latest attempts may have run in an earlier or a later sweep)."""
+    link = schema.SweepCell
+    return {(sweep, cell): config for sweep, cell, config in session.execute(
+        select(link.sweep_id, link.cell_id, link.config)
+        .where(link.cell_id.in_(_sweep_cells(sweep_ids)), link.config.is_not(None))) if config}
