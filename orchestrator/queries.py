@@ -11,6 +11,7 @@ This module imports only the standard library and orchestrator.sql_adapters.
 """
 from __future__ import annotations
 
+import json
 from typing import Any, Iterator, Optional, Sequence
 
 from .sql_adapters import Rows, in_list
@@ -141,3 +142,39 @@ def limit_history(rows: Rows, framework: str, model: str, dataset: str, hardware
         "AND cells.hardware = :hardware ORDER BY runs.ended_at DESC LIMIT :most",
         {"done": done, "framework": framework, "model": model, "dataset": dataset, "hardware": hardware,
          "most": most})
+
+
+def running_jobs(rows: Rows, sweep_ids: Optional[Sequence[str]], running: str) -> list[Any]:
+    """The jobs running a latest attempt (state `running`) now, one row each: its sweep, cell and
+    job id, its cell's names, and its first run's start (`started_at`; None: not recorded yet) over
+    the latest attempts the same job ran (a job runs its cell's repeats one after another under
+    one time limit; a foreground run has no job id: its sweep and attempt tell its job)."""
+    where, params = latest_where(sweep_ids, "runs.state = :running")
+    return rows.all(
+        "SELECT runs.sweep_id, runs.cell_id, runs.job_id, min(r.started_at) AS started_at, "
+        "cells.framework, cells.model, cells.dataset FROM runs JOIN cells ON cells.id = runs.cell_id "
+        "JOIN runs AS r ON r.sweep_id = runs.sweep_id AND r.cell_id = runs.cell_id AND r.latest = :latest "
+        "AND (r.job_id = runs.job_id OR (r.job_id IS NULL AND runs.job_id IS NULL AND r.attempt = runs.attempt)) "
+        f"WHERE {where} GROUP BY runs.sweep_id, runs.cell_id, runs.job_id, runs.attempt, "
+        "cells.framework, cells.model, cells.dataset", {**params, "running": running})
+
+
+def running_configs(rows: Rows, sweep_ids: Optional[Sequence[str]], running: str) -> dict[tuple[str, str], Any]:
+    """(sweep id, cell id) -> the config the sweep recorded (json_value) for each cell a latest
+    attempt of which runs now: the time limit its job asked for."""
+    where, params = latest_where(sweep_ids, "runs.state = :running")
+    return {(r.sweep_id, r.cell_id): json_value(r.config) for r in rows.all(
+        "SELECT sweep_cells.sweep_id, sweep_cells.cell_id, sweep_cells.config FROM "
+        f"(SELECT DISTINCT runs.sweep_id, runs.cell_id FROM runs WHERE {where}) AS j JOIN sweep_cells "
+        "ON sweep_cells.sweep_id = j.sweep_id AND sweep_cells.cell_id = j.cell_id", {**params, "running": running})}
+
+
+def json_value(value: Any) -> Any:
+    """A JSON column's value read as SQL text: SQLite's sqlite3 gives its text, PostgreSQL's
+    driver the value; None where it is no JSON."""
+    if isinstance(value, (str, bytes)):
+        try:
+            return json.loads(value)
+        except ValueError:
+            return None
+    return value

@@ -255,12 +255,7 @@ def reconcile(rows: Rows, sweep_id: Optional[str] = None,
 
 def _cluster_config(rows: Rows, run: Any) -> dict[str, Any]:
     """The cluster config the run's sweep recorded (a later shell has no other), or none."""
-    config = queries.recorded_config(rows, run.sweep_id, run.cell_id)
-    if isinstance(config, (str, bytes)):  # a JSON column read as SQL text: SQLite gives its text
-        try:
-            config = json.loads(config)
-        except ValueError:
-            config = None
+    config = queries.json_value(queries.recorded_config(rows, run.sweep_id, run.cell_id))
     cluster = config.get("cluster") if isinstance(config, dict) else None
     return dict(cluster) if isinstance(cluster, dict) else {}
 

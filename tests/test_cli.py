@@ -131,6 +131,49 @@ def test_status_is_a_summary_and_failed_lists_every_failure(env, any_db, capsys)
         capsys.readouterr().err)
 
 
+def test_status_shows_how_long_running_jobs_have_left_of_their_limit(env, any_db, capsys):
+    """A running job's time left: its limit from the config its sweep recorded, counted from its
+    first run's start (job.json, which status's reconciliation reads), over every repeat it ran."""
+    import json
+    import time
+
+    from orchestrator.cell import cell_id
+    from result_factory import make_settings
+
+    main(["collect"])
+    now = time.time()
+    factory = db.open_db(any_db)
+    with factory.begin() as session:
+        session.add(schema.Sweep(id="live", created_at=now, argv=[], overrides=[], n_cells=3))
+        for model, limit, ran in (("resnet50", 12, [(8, 5), (4, None)]), ("vgg16", 10, [(15, None)]),
+                                  ("alexnet", None, [(1, None)])):
+            settings = make_settings(model=model)
+            cid = cell_id(settings)
+            if session.get(schema.Cell, cid) is None:
+                session.add(schema.Cell(id=cid, settings=settings, created_at=now, **settings))
+            hardware = {"time_min": limit, "time_floor": None, "time_source": "same cell (longest of 1 run(s))"}
+            session.add(schema.SweepCell(sweep_id="live", cell_id=cid, config={"hardware": hardware, "cluster": {}}))
+            session.flush()
+            for repeat, (started, ended) in enumerate(ran):  # minutes ago
+                run_dir = env / "runs" / "live" / cid / str(repeat)
+                run_dir.mkdir(parents=True)
+                (run_dir / "job.json").write_text(json.dumps({"started_at": now - 60 * started, "node": "node1"}))
+                run = schema.Run(uid=f"live:{cid}:{repeat}:1", sweep_id="live", cell_id=cid, repeat=repeat,
+                                 attempt=1, state="pending", executor="local", run_dir=str(run_dir))
+                if ended is not None:
+                    run.state, run.started_at, run.ended_at = "done", now - 60 * started, now - 60 * ended
+                session.add(run)
+    capsys.readouterr()
+    assert main(["status"]) == 0
+    out = capsys.readouterr().out
+    shown = out[out.index("Running jobs, time left of their limit (least first; the first 3):"):].splitlines()
+    assert "torch/vgg16/mnist  sweep live  job (foreground): over its limit of 10 min by 5 min" in shown[1]
+    assert "torch/resnet50/mnist  sweep live  job (foreground): 4 min left of 12 min (same cell" in shown[2]
+    assert "torch/alexnet/mnist  sweep live  job (foreground): no time limit recorded" in shown[3]
+    assert main(["status", "--sweep", "old"]) == 0
+    assert "Running jobs" not in capsys.readouterr().out
+
+
 def test_status_of_an_unknown_sweep_names_the_known_ones(env, any_db, capsys):
     main(["collect"])
     capsys.readouterr()

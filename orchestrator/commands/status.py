@@ -8,9 +8,10 @@ through sqlite3 alone where it can (common.reading), so that it answers in half 
 from __future__ import annotations
 
 import argparse
+import time
 from typing import TYPE_CHECKING, Any, Optional
 
-from orchestrator import queries, runstate
+from orchestrator import queries, runstate, time_limits
 from orchestrator.commands.common import (
     PROG,
     CliError,
@@ -70,6 +71,8 @@ def status(url: str, out: Console, sweep: Optional[str] = None, failed: bool = F
                 waiting[g.state, g.state_detail] = waiting.get((g.state, g.state_detail), 0) + g.n
         for (state, detail), n in sorted(waiting.items()):
             out.print(f"{n} {state}: {detail}", markup=False)
+        if any(c.state == runstate.RUNNING for c in counts):
+            _print_time_left(rows, ids)
         _print_failure_examples(rows, sweeps, counts, examples)
     return 0
 
@@ -96,6 +99,38 @@ def _print_counts(rows: Rows, sweeps: list[Any], counts: list[Any], out: Console
         table.add_row(sweep.id, when(sweep.created_at), str(cells),
                       *(str(c.get(s, "")) for s in states), str(retried or ""))
     out.print(table)
+
+
+def _print_time_left(rows: Rows, sweep_ids: Optional[list[str]]) -> None:
+    """The running jobs with the least time left of their limit (the config their sweep recorded;
+    counted from the job's first run's start), the first EXAMPLES of them and how many more."""
+    configs = queries.running_configs(rows, sweep_ids, runstate.RUNNING)
+    now, jobs = time.time(), []
+    for job in queries.running_jobs(rows, sweep_ids, runstate.RUNNING):
+        config = configs.get((job.sweep_id, job.cell_id))
+        limit = time_limits.recorded(config) if isinstance(config, dict) else None
+        left = limit.minutes * 60.0 - (now - job.started_at) if limit and job.started_at else None
+        jobs.append((left if left is not None else float("inf"), job, limit))
+    jobs.sort(key=lambda j: j[0])
+    print(f"\nRunning jobs, time left of their limit (least first; the first {EXAMPLES}):")
+    for left, job, limit in jobs[:EXAMPLES]:
+        if limit is None:
+            says = "no time limit recorded"
+        elif job.started_at is None:
+            says = f"limit {limit.minutes} min ({limit.source}); its start is not recorded yet"
+        elif left < 0:
+            says = f"over its limit of {limit.minutes} min by {_duration(-left)}: its scheduler ends it"
+        else:
+            says = f"{_duration(left)} left of {limit.minutes} min ({limit.source})"
+        print(f"  {job.framework}/{job.model}/{job.dataset}  sweep {job.sweep_id}  job {job.job_id or '(foreground)'}: "
+              f"{says}")
+    if len(jobs) > EXAMPLES:
+        print(f"  ... {len(jobs) - EXAMPLES:,} more")
+
+
+def _duration(seconds: float) -> str:
+    """Seconds under two minutes, else whole minutes."""
+    return f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.0f} min"
 
 
 def _print_failure_examples(rows: Rows, sweeps: list[Any], counts: list[Any], examples: list[Any]) -> None:
