@@ -74,8 +74,10 @@ def work(settings: Mapping[str, Any]) -> float:
 
 def predict(cell_id: str, settings: Mapping[str, Any], history: Iterable[Past], ceiling_min: int,
             safety: float = DEFAULTS["safety"], allowance_min: float = DEFAULTS["allowance_min"],
-            recent: int = DEFAULTS["recent"], max_time_min: Optional[int] = None) -> Limit:
-    """The limit of one cell from `history` (similar cells' successful runs, newest first)."""
+            recent: int = DEFAULTS["recent"], max_time_min: Optional[int] = None, runs: int = 1) -> Limit:
+    """The limit of one cell's job from `history` (similar cells' successful runs, newest first):
+    the job runs `runs` repeats one after another under one limit (job.run_cell), so a run's
+    predicted time counts that many times; the allowance once."""
     history = list(history)
     own = [p.wall_s for p in history if p.cell_id == cell_id][:recent]
     if own:
@@ -91,6 +93,8 @@ def predict(cell_id: str, settings: Mapping[str, Any], history: Iterable[Past], 
         if not scaled:
             return Limit(cap(ceiling_min, max_time_min), None, CEILING)
         minutes, source = max(scaled) / 60.0, f"{SIMILAR} ({len(scaled)} cell(s), scaled by work)"
+    if runs > 1:
+        minutes, source = minutes * runs, f"{source} x {runs} repeats"
     limit = cap(math.ceil(minutes * safety + allowance_min), max_time_min)
     floor = cap(math.ceil(minutes + allowance_min), limit) if own else None
     return Limit(limit, floor, source)
@@ -163,5 +167,6 @@ def learn(cells: Iterable[Any], rows: Optional[Rows], max_time_of: Callable[[Map
             found = queries.limit_history(rows, *names, setting_registry.NAMES, runstate.DONE) if rows is not None else []
             histories[names] = [Past(r.cell_id, float(r.wall_s), r._asdict()) for r in found]
         limit = predict(cell.id, cell.settings, histories[names], configured(hardware, cluster),
-                        **options(cell.config), max_time_min=max_time_of(cell.config))
+                        **options(cell.config), max_time_min=max_time_of(cell.config),
+                        runs=int(cell.config.get("repeats") or 1))
         hardware.update(time_min=limit.minutes, time_floor=limit.floor, time_source=limit.source)

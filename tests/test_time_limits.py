@@ -26,6 +26,10 @@ def test_the_same_cells_longest_recent_run_times_safety_plus_allowance_and_its_t
     # capped by the partition's MaxTime, and the floor never above the limit
     capped = predict("a", LENET, history, ceiling_min=120, safety=2, allowance_min=3, max_time_min=4)
     assert (capped.minutes, capped.floor) == (4, 4)
+    # a job runs its cell's repeats one after another under one limit: each counts, the allowance once
+    three = predict("a", LENET, history, ceiling_min=120, safety=2, allowance_min=3, recent=3, runs=3)
+    assert (three.minutes, three.floor) == (18, 11)  # 3 x 2.5 min: ceil(7.5 * 2 + 3), ceil(7.5 + 3)
+    assert three.source.endswith("x 3 repeats")
 
 
 def test_similar_cells_are_scaled_by_the_samples_a_run_steps_through_and_give_no_time_min():
