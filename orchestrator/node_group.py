@@ -52,8 +52,9 @@ PORT_FIRST, PORT_BLOCKS, PORT_BLOCK = 20000, 200, 200
 PEER_WAIT_S = 120.0
 #: how long a failed node waits to learn whether a peer failed before it (the real cause)
 FIRST_FAILURE_WAIT_S = 10.0
-#: classes that say only that a process ended badly: across nodes, the cell's class is rank_failed
-UNSPECIFIC = (fc.CRASH, fc.SIGNALLED)
+#: the class that says only that a process ended badly: across nodes, the cell's class is rank_failed
+#: (`signal` keeps its own: the scheduler stopped the job, and its record says why: tracking.decide)
+UNSPECIFIC = (fc.CRASH,)
 #: what a rank's error says when it only noticed that its peer had gone (gloo's and NCCL's words):
 #: such a node's failure is never the cause while another node has one of its own
 SECONDARY = ("Connection reset by peer", "Connection closed by peer", "Broken pipe",

@@ -120,7 +120,9 @@ ensure_role() {
   fi
   # The tests drop their databases WITH (FORCE). An autovacuum worker busy in one (it has no role)
   # may be ended only by a member of pg_signal_backend; without it the drop fails now and then.
-  superuser_sql -c "GRANT pg_signal_backend TO $ROLE" >/dev/null
+  if [ "$(superuser_sql -c "SELECT pg_has_role('$ROLE', 'pg_signal_backend', 'MEMBER')")" != t ]; then
+    superuser_sql -c "GRANT pg_signal_backend TO $ROLE" >/dev/null
+  fi
 }
 
 cmd_start() {

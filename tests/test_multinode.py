@@ -4,12 +4,14 @@ real rendezvous between them (PyTorch DDP, TensorFlow MultiWorkerMirroredStrateg
 framework whose declaration says multi_node), and every rank's parameter checksum; a
 placement that does not add up, and a framework that cannot span nodes, refused in one line."""
 import json
+import signal
 import subprocess
 from pathlib import Path
 
 import pytest
 
 from helpers import FRAMEWORKS, REPO
+from trainers.common import failure_classes as fc
 from trainers.common import launch
 from trainers.common.errors import InvalidArgument
 from trainers.common.scaling import split_batch
@@ -87,6 +89,29 @@ def test_two_nodes_train_one_model_their_ranks_end_with_equal_parameters(
     sums = {e["rank"]: (e["node"], e["sha256"]) for e in first + second if e["event"] == "params"}
     assert sorted(sums) == [0, 1] and sums[0][0] == 0 and sums[1][0] == 1
     assert sums[0][1] == sums[1][1]  # the gradients were all-reduced: one model on both nodes
+
+
+def test_a_node_told_to_stop_reports_a_signal_not_a_crash(framework_named):
+    """Slurm stops a job's tasks with SIGTERM when it requeues or cancels it, or loses a node: that
+    is class `signal` (the scheduler's record says why), which tracking leaves to the scheduler."""
+    torch = framework_named("torch")
+    argv = ["--model", "lenet", "--dataset", "synthetic", "--like", "mnist", "--batch-size", "8",
+            "--iterations", "1000000", "--warmup", "1", "--threads", "1", "--nodes", "2"]
+    port = launch.free_port()
+    procs = [_start(torch, argv, placement(rank, 2, port)) for rank in (0, 1)]
+    try:
+        for line in procs[0].stdout:  # both nodes are past the rendezvous once node 0 steps
+            if json.loads(line)["event"] == "step":
+                break
+        procs[1].send_signal(signal.SIGTERM)
+        out, _ = procs[1].communicate(timeout=120)
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.communicate()
+    error = next(e for e in map(json.loads, out.splitlines()) if e["event"] == "error")
+    assert (error["class"], error["message"]) == ("signal", "terminated by signal 15")
+    assert procs[1].returncode == fc.EXIT_CODES["signal"]
 
 
 @pytest.mark.parametrize("case, env, words", [

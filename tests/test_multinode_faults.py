@@ -49,6 +49,14 @@ def test_a_killed_rank_is_the_cause_even_where_a_peer_noticed_it_first(tmp_path)
                                        "ended (killed by signal 9)"), error
 
 
+def test_a_node_stopped_by_the_scheduler_keeps_the_signal_class_for_tracking_to_read(tmp_path):
+    # a node lost or a job requeued: Slurm's SIGTERM reaches the trainers; the scheduler's record,
+    # not a rank_failed of the job's own, must say what happened (tracking.decide waits for it)
+    signalled = write(tmp_path, 1, {"class": fc.SIGNALLED, "message": "terminated by signal 15"}, at=1.0)
+    error = node_group.first_failure(PLACE, write(tmp_path, 0, RESET, at=2.0), {1: signalled, 2: write(tmp_path, 2)}, 10)
+    assert error == {"class": fc.SIGNALLED, "message": "on node node2 (node 1 of 3): terminated by signal 15"}
+
+
 def test_a_specific_class_keeps_its_name_and_gains_the_node(tmp_path):
     oom = write(tmp_path, 2, {"class": fc.OUT_OF_MEMORY, "message": "CUDA out of memory"}, at=5.0)
     error = node_group.first_failure(PLACE, None, {1: write(tmp_path, 1), 2: oom}, 10)

@@ -1,5 +1,5 @@
-"""How an exception that ended a trainer is sorted into one of the trainer's four failure
-classes (unsupported, out_of_memory, diverged, crash; declared with the others, their meaning,
+"""How an exception that ended a trainer is sorted into one of the trainer's failure classes
+(unsupported, out_of_memory, diverged, signal, crash; declared with the others, their meaning,
 way out and exit status, in trainers/common/failure_classes.py).
 
 The orchestrator treats the classes differently (an `unsupported` cell is not retried unless
@@ -11,7 +11,7 @@ out-of-memory errors look (`Trainer.is_out_of_memory`).
 import traceback
 
 from trainers.common.failure_classes import (CRASH, DIVERGED, EXIT_CODES, OUT_OF_MEMORY,  # noqa: F401
-                                             UNSUPPORTED)
+                                             SIGNALLED, UNSUPPORTED)
 
 
 class Unsupported(Exception):
@@ -31,6 +31,11 @@ class DataError(Unsupported):
     `crash`; the message names the file and the way out."""
 
 
+class Terminated(Exception):
+    """The run was told to stop from outside (SIGTERM: the scheduler requeueing, cancelling or
+    losing a node): class `signal`, whose cause the scheduler's record names, never a crash."""
+
+
 class Diverged(Exception):
     """The loss became NaN or infinite."""
 
@@ -46,6 +51,8 @@ def classify(exc, trainer=None):
         return UNSUPPORTED, message, None
     if isinstance(exc, Diverged):
         return DIVERGED, message, None
+    if isinstance(exc, Terminated):
+        return SIGNALLED, message, None
     tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
     if isinstance(exc, MemoryError) or _trainer_says_oom(trainer, exc):
         return OUT_OF_MEMORY, message, tb

@@ -87,7 +87,8 @@ CLASSES = (
     FailureClass(
         SIGNALLED, "the trainer was ended by a signal from outside (requeue, cancel, node loss); "
         "the scheduler's own record says which", True,
-        "`orchestrator status` asks the scheduler why; then `%s`" % _RERUN),
+        "`orchestrator status` asks the scheduler why; then `%s`" % _RERUN, exit_code=6,
+        by="trainer, job or scheduler"),
     FailureClass(
         CANCELLED, "a user or the scheduler cancelled the job", True,
         "`%s --class cancelled` runs it again" % _RERUN, by="scheduler"),

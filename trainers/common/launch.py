@@ -38,7 +38,7 @@ import sys
 import threading
 import time
 
-from trainers.common.errors import CRASH, EXIT_CODES, InvalidArgument
+from trainers.common.errors import CRASH, EXIT_CODES, InvalidArgument, Terminated
 
 RANK_ENV = "TRAINER_RANK"
 WORLD_ENV = "TRAINER_WORLD_SIZE"
@@ -320,14 +320,10 @@ def verdict(relay, ended, classify_exit=None):
     return 0
 
 
-class _Terminated(Exception):
-    pass
-
-
 def on_sigterm_raise():
     """While ranks run, turn SIGTERM into an exception so that `finally` stops them."""
     def handler(signum, frame):
-        raise _Terminated("terminated by signal %d" % signum)
+        raise Terminated("terminated by signal %d" % signum)
     try:
         return signal.signal(signal.SIGTERM, handler)
     except ValueError:  # not the main thread
