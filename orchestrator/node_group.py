@@ -46,8 +46,10 @@ from trainers.common import failure_classes as fc
 from trainers.common import launch as trainer_launch
 
 NODE_FILE = "node.json"
-#: rendezvous ports: a block per job (from its id), so jobs sharing a host do not collide
-PORT_FIRST, PORT_BLOCKS, PORT_BLOCK = 20000, 200, 200
+#: rendezvous ports: a block per job (from its id), so jobs sharing a host do not collide, all
+#: below Linux's ephemeral range (32768 up), where any outgoing connection may hold a port: a
+#: TensorFlow worker whose port is taken fails ("Could not start gRPC server") and its peers wait
+PORT_FIRST, PORT_BLOCKS, PORT_BLOCK = 20000, 60, 200
 #: how long node 0 waits for the other nodes' node.json once its own trainer has ended well
 PEER_WAIT_S = 120.0
 #: how long a failed node waits to learn whether a peer failed before it (the real cause)

@@ -6,6 +6,7 @@ placement that does not add up, and a framework that cannot span nodes, refused 
 import json
 import signal
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -65,6 +66,26 @@ def _start(framework, argv, env):
                             stderr=subprocess.PIPE, universal_newlines=True)
 
 
+def _both(framework, argv, port):
+    """[(stdout, stderr)] of both nodes' trainers, each ended well; a node that fails ends the
+    other at once (as the orchestrator's node watch does), rather than leaving it at the rendezvous."""
+    procs = [_start(framework, argv, placement(rank, 2, port)) for rank in (0, 1)]
+    try:
+        deadline = time.time() + 600
+        while any(p.poll() is None for p in procs) and time.time() < deadline:
+            if any(p.poll() not in (None, 0) for p in procs):
+                break
+            time.sleep(0.2)
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+    outs = [p.communicate() for p in procs]
+    for rank, (proc, (out, err)) in enumerate(zip(procs, outs)):
+        assert proc.returncode == 0, "node %d: %s" % (rank, err[-2000:])
+    return outs
+
+
 def test_the_frameworks_that_span_nodes_are_read_from_their_declarations():
     assert {"torch", "tensorflow"} <= set(MULTI_NODE)
 
@@ -72,14 +93,11 @@ def test_the_frameworks_that_span_nodes_are_read_from_their_declarations():
 @pytest.mark.parametrize("scaling, batch, per_device", [("weak", 16, 8), ("strong", 8, 4)])
 def test_two_nodes_train_one_model_their_ranks_end_with_equal_parameters(
         multi_node_framework, scaling, batch, per_device):
-    port = launch.free_port()
+    port = launch.free_port(span=4)  # the rendezvous port, and TensorFlow's workers' above it
     argv = ["--model", "lenet", "--dataset", "synthetic", "--like", "mnist", "--batch-size", "8",
             "--scaling", scaling, "--iterations", "3", "--warmup", "1", "--threads", "1",
             "--nodes", "2"]
-    procs = [_start(multi_node_framework, argv, placement(rank, 2, port)) for rank in (0, 1)]
-    outs = [p.communicate(timeout=600) for p in procs]
-    for proc, (out, err) in zip(procs, outs):
-        assert proc.returncode == 0, err[-2000:]
+    outs = _both(multi_node_framework, argv, port)
     first, second = ([json.loads(line) for line in out.splitlines()] for out, _ in outs)
     # each node relays its own leading rank's events; node 0 leads the run
     start = next(e for e in first if e["event"] == "run_start")
@@ -186,6 +204,9 @@ def test_a_node_finds_its_place_and_every_nodes_address_from_slurm():
     assert place.trainer_env(0)[launch.NODE_ADDRS_ENV] == "10.1.0.11,10.1.0.12"
     # each repeat of a job its own port, alternating; TensorFlow's workers take the ports above it
     assert place.port(0) != place.port(1) == place.port(3) and abs(place.port(0) - place.port(1)) >= 64
+    # below the ephemeral range, where an outgoing connection may hold any port (a TF worker's too)
+    blocks = {node_group.Place(0, ("a", "b"), ("x", "y"), str(job)).port(1) for job in range(2000)}
+    assert min(blocks) >= 1024 and max(blocks) + 99 < 32768 and len(blocks) > 50
     assert node_group.from_slurm(1, env, scontrol) is None and len(asked) == 2
     with pytest.raises(node_group.PlacementError) as err:
         node_group.from_slurm(3, env, scontrol)

@@ -102,14 +102,27 @@ def rank_env(rank, world, local=None):
             LOCAL_RANK_ENV: str(rank if local is None else local)}
 
 
-def free_port():
-    """A TCP port on 127.0.0.1 that nothing listens on right now (for the rendezvous)."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    try:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-    finally:
-        sock.close()
+def free_port(span=1, tries=50):
+    """A TCP port on 127.0.0.1 that nothing listens on right now, with the `span - 1` ports
+    above it free too (TensorFlow's workers take the ports above a rendezvous port)."""
+    for _ in range(tries):
+        held = []
+        try:
+            first = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            held.append(first)
+            first.bind(("127.0.0.1", 0))
+            port = first.getsockname()[1]
+            for above in range(port + 1, port + span):
+                sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+                held.append(sock)
+                sock.bind(("127.0.0.1", above))
+            return port
+        except (OSError, OverflowError):
+            continue
+        finally:
+            for sock in held:
+                sock.close()
+    raise OSError("no %d free TCP ports in a row on 127.0.0.1 after %d tries" % (span, tries))
 
 
 def die_with_parent():
