@@ -245,11 +245,21 @@ def _daemon_pid(name):
 def test_a_controller_outage_loses_nothing_and_offers_nothing_for_rerun(slurm_workdir):
     """slurmctld stopped mid-sweep: `status` and `rerun --failed --dry-run` while it is down mark
     nothing lost and offer nothing; after it is back every cell ends done exactly once."""
-    launched = orchestrator(["-m", *SMALL, "model=lenet", "seed=range(0,4)", "iterations=60",
+    # cells that last (several seconds each, two at a time): the outage must find runs in flight,
+    # however fast this machine is (four nodes finished 60-step cells before accounting had caught up)
+    launched = orchestrator(["-m", *SMALL, "model=lenet", "seed=range(0,4)", "iterations=2000",
                              "cluster.array_parallelism=2"], slurm_workdir)
     assert launched.returncode == 0, launched.stderr
     job_ids = [j for (j,) in rows(slurm_workdir, "select job_id from runs")]
     sacct_eventually(slurm_workdir, job_ids, 1)  # accounting knows the array
+    deadline = time.time() + 120
+    while time.time() < deadline:  # a run is measuring now
+        orchestrator(["status"], slurm_workdir)
+        if rows(slurm_workdir, "select count(*) from runs where state = 'running'") != [(0,)]:
+            break
+        time.sleep(1)
+    open_runs = rows(slurm_workdir, "select count(*) from runs where state in ('submitted', 'running')")
+    assert open_runs != [(0,)], rows(slurm_workdir, "select state, count(*) from runs group by state")
     # no grace: a job Slurm does not know would be lost at once, if silence counted as "does not know"
     down = (slurm_workdir[0], {**slurm_workdir[1], "ORCHESTRATOR_LOST_GRACE_S": "0"})
     for daemon in ("slurmctld", "slurmdbd"):  # neither squeue nor sacct answers
