@@ -10,7 +10,9 @@ Filters narrow it by sweep, failure class or cell setting. Each gets attempt n+1
 rerun measures the same thing — with more time or memory if asked (neither is part of the
 cell's identity). A timed-out repeat rerun without `--time` gets twice its last limit, capped
 by its partition's MaxTime (refused, with the way out, where it had MaxTime already).
-Submission goes through the launcher's own `submit_runs`.
+Submission goes through the launcher's own `submit_runs` (so a rerun whose sweep asked for
+`retry.timeout` gets its follow-up job too). `retry.timeout`'s follow-up job picks with
+`follow_up`: the timeouts with a retry left.
 """
 from __future__ import annotations
 
@@ -22,7 +24,7 @@ from typing import Any, Optional
 from sqlalchemy import select
 from sqlalchemy.orm import Session, aliased
 
-from orchestrator import schema, runstate, time_limits
+from orchestrator import retry, schema, runstate, time_limits
 from orchestrator.backends import Backend, backend_for
 from orchestrator.cell import Cell
 from orchestrator.submit import Options, SubmitReport, insert_runs, new_run, submit_runs
@@ -40,8 +42,12 @@ class Pick:
 
 def pick(session: Session, sweep_id: Optional[str] = None, classes: Optional[list[str]] = None,
          where: Optional[dict[str, list[Any]]] = None, time_min: Optional[int] = None,
-         mem_gb: Optional[int] = None) -> tuple[list[Pick], list[str]]:
-    """The repeats to rerun, and the reasons some failed ones cannot be (or are not, unasked)."""
+         mem_gb: Optional[int] = None, follow_up: bool = False) -> tuple[list[Pick], list[str]]:
+    """The repeats to rerun, and the reasons some failed ones cannot be (or are not, unasked).
+    `follow_up` (retry.timeout's follow-up job, orchestrator/retry.py): only timeouts whose
+    attempt has a retry left by the config their sweep recorded; the others are not mentioned."""
+    if follow_up:
+        classes = [failure_classes.TIMEOUT]
     latest = aliased(schema.Run, schema.latest_runs())
     query = (select(latest).where(latest.state.in_(runstate.RERUNNABLE))
              .order_by(latest.cell_id, latest.repeat))
@@ -67,6 +73,8 @@ def pick(session: Session, sweep_id: Optional[str] = None, classes: Optional[lis
         if link is None or not link.config:
             problems.append(f"{last.uid}: no recorded config for this cell (sweep recorded before "
                             f"rerun existed); type its sweep again instead")
+            continue
+        if follow_up and not retry.retry_left(link.config, last.attempt):
             continue
         config = copy.deepcopy(link.config)
         if time_min:

@@ -19,7 +19,7 @@ from omegaconf import OmegaConf
 from sqlalchemy import bindparam, insert, select, update
 from sqlalchemy.orm import Session
 
-from orchestrator import db, schema, runstate, config_checks, setting_registry, time_limits
+from orchestrator import db, schema, retry, runstate, config_checks, setting_registry, time_limits
 from orchestrator.backends import Backend, SchedulerUnavailable, backend_for, sbatch
 from orchestrator.backends.base import signature
 from orchestrator.cell import Cell, CellError
@@ -49,11 +49,10 @@ class Options:
     force: bool
     wait: bool
     dry_run: bool = False
+    #: `retry.timeout`: automatic retries of a timed-out repeat (orchestrator/retry.py).
+    retry_timeout: int = 0
     #: The scheduler's backend, made from `cluster` (orchestrator.backends).
     backend: Backend = field(init=False, repr=False)
-
-    def __post_init__(self) -> None:
-        self.backend = backend_for(self.cluster)
 
     @classmethod
     def from_config(cls, cfg: dict[str, Any]) -> "Options":
@@ -87,7 +86,17 @@ class Options:
             force=config_checks.boolean("force", cfg.get("force", False)),
             wait=config_checks.boolean("wait", cfg.get("wait", False)),
             dry_run=config_checks.boolean("dry_run", cfg.get("dry_run", False)),
+            retry_timeout=retry.timeouts(cfg),
         )
+
+    def __post_init__(self) -> None:
+        self.backend = backend_for(self.cluster)
+        if self.retry_timeout and not self.backend.follows:
+            raise config_checks.refuse(
+                "retry.timeout", self.retry_timeout,
+                f"needs a scheduler that starts a follow-up job once the sweep's jobs end (cluster=slurm); "
+                f"cluster={self.cluster.get('name') or self.backend.name} has none",
+                "drop retry.timeout and rerun timed-out cells with `orchestrator rerun --failed --class timeout`")
 
 
 @dataclass
@@ -346,6 +355,7 @@ def submit_runs(session: Session, sweep_id: str, planned: list[tuple[Cell, list[
         params = opts.backend.resources(cell.config)
         groups.setdefault(signature(params), (params, []))[1].append((cell, runs))
     batches, checked, step = [], True, opts.backend.array_limit() or len(planned) or 1
+    followed: list[tuple[Cell, str]] = []  # (cell, job) whose runs may still be retried
     for params, group in groups.values():
         try:
             reason = opts.backend.refuse(group[0][0].config) if checked else None  # one request per group
@@ -383,7 +393,32 @@ def submit_runs(session: Session, sweep_id: str, planned: list[tuple[Cell, list[
         for (cell, runs), job_id in zip(members, job_ids):
             report.submitted.append((cell, job_id, len(runs)))
             progress(f"submitted {cell.label} as job {job_id}")
+            if any(retry.retry_left(cell.config, run.attempt) for run in runs):
+                followed.append((cell, job_id))
         session.commit()
+    if followed:
+        _follow_up(sweep_id, followed, opts, report)
+
+
+def _follow_up(sweep_id: str, followed: list[tuple[Cell, str]], opts: Options, report: SubmitReport) -> None:
+    """The follow-up job of `retry.timeout` (orchestrator/retry.py): held until the jobs that may
+    still be retried have ended, then resubmitting those that timed out. Its failure to go out
+    loses nothing: it is said, and `rerun --failed --class timeout` does the same by hand."""
+    cell = followed[0][0]
+    partition = opts.cluster.get("follow_up_partition") or cell.config["hardware"].get("partition") or None
+    spec = {"sweep": sweep_id, "db": retry.database_url(opts.db_url), "runs": str(opts.runs)}
+    try:
+        executor = opts.backend.executor(opts.runs / sweep_id / ".submitit")  # its own: no cell's parameters
+        job_id = opts.backend.follow_up(executor, retry.run, spec, [job for _, job in followed], partition,
+                                        f"orch-{sweep_id}-retry")
+    except Exception as exc:  # the sweep's own jobs are out: a missing follow-up must not fail it
+        report.notes.append(f"retry.timeout: the follow-up job was not submitted ({type(exc).__name__}: {exc}); "
+                            f"rerun timed-out cells with `orchestrator rerun --failed --class timeout`")
+        return
+    n = retry.timeouts(cell.config)
+    report.notes.append(f"retry.timeout={n}: job {job_id} resubmits this sweep's timed-out repeats (twice "
+                        f"their limit) once its {len(followed)} job(s) end; its log: "
+                        f"{opts.runs / sweep_id / '.submitit'}")
 
 
 #: A cancelled run's state_detail when its submission was given up (the name it went out under).

@@ -254,6 +254,12 @@ def slurm_workdir(tmp_path, torch_python, slurm_env):
         jobs = []
     for (job_id,) in jobs:
         subprocess.run(["scancel", job_id.split("_")[0]], env=workdir[1])
+    try:  # retry.timeout's follow-up jobs (orchestrator/retry.py), named after their sweep
+        sweeps = rows(workdir, "select id from sweeps")
+    except sqlite3.Error:
+        sweeps = []
+    for (sweep_id,) in sweeps:
+        subprocess.run(["scancel", "--name", f"orch-{sweep_id}-retry"], env=workdir[1])
 
 
 @pytest.fixture

@@ -124,6 +124,43 @@ def test_timeout_then_rerun_with_more_time(slurm_workdir):
     assert acct["TimelimitRaw"] == "2", acct  # the rerun asked for the new time limit
 
 
+def test_retry_timeout_resubmits_a_timed_out_cell_by_itself_with_twice_its_limit_once(slurm_workdir):
+    # retry.timeout=1: a follow-up job, held by Slurm until the cell's job has ended, collects and
+    # resubmits the timeout with twice its limit; attempt 2 is the last, so it gets no follow-up
+    launched = orchestrator(["-m", *SMALL, "model=resnet50", "batch_size=2", "iterations=10000",
+                             "hardware.time_min=1", "retry.timeout=1"], slurm_workdir)
+    assert launched.returncode == 0, launched.stderr
+    said = " ".join(launched.stdout.split())
+    follow_up = re.search(r"retry.timeout=1: job (\d+)_0 resubmits", said)
+    assert follow_up, said
+    (sweep_id,) = rows(slurm_workdir, "select id from sweeps")[0]
+    (first_job,) = rows(slurm_workdir, "select job_id from runs")[0]
+    script = Path(slurm_workdir[0], "runs", sweep_id, ".submitit", f"{follow_up.group(1)}_submission.sh").read_text()
+    assert f"#SBATCH --dependency=afterany:{first_job.split('_')[0]}\n" in script, script
+    assert "#SBATCH --kill-on-invalid-dep=yes\n" in script and "#SBATCH --cpus-per-task=1\n" in script, script
+    assert "--exclusive" not in script and "--gres" not in script, script  # none of the cell's own request
+
+    deadline = time.time() + 400
+    while time.time() < deadline and not rows(slurm_workdir, "select 1 from runs where attempt = 2"):
+        time.sleep(3)
+    assert rows(slurm_workdir, "select attempt, state, error_class from runs where attempt = 1") == [
+        (1, "failed", "timeout")]  # collected by the follow-up job itself
+    (job_id, run_dir), = rows(slurm_workdir, "select job_id, run_dir from runs where attempt = 2")
+    assert run_dir.endswith("/0.2"), run_dir
+    (acct,) = sacct_eventually(slurm_workdir, [job_id], 1)
+    assert acct["TimelimitRaw"] == "2", acct  # twice the limit it ran out of
+    (config,) = rows(slurm_workdir, f"select config from sweep_cells where sweep_id = '{sweep_id}'")[0]
+    assert '"time_source": "rerun: twice 1 min"' in config, config
+    deadline = time.time() + 120
+    while time.time() < deadline and [r["State"] for r in sacct_eventually(slurm_workdir, [follow_up.group(1)], 1)
+                                      ] in ([], ["PENDING"], ["RUNNING"]):
+        time.sleep(1)
+    assert [r["State"] for r in sacct(slurm_workdir, follow_up.group(1))] == ["COMPLETED"]
+    log = Path(slurm_workdir[0], "runs", sweep_id, ".submitit", f"{follow_up.group(1)}_0_0_log.out").read_text()
+    assert "resubmitting 1 repeat" in log and "retry.timeout=1: job" not in log, log  # no second follow-up
+    subprocess.run(["scancel", job_id.split("_")[0]], env=slurm_workdir[1], check=True)
+
+
 def test_a_sweep_run_once_asks_for_learned_limits_with_time_min_and_a_timeout_at_maxtime_is_refused(slurm_workdir):
     sweep = ["-m", *SMALL, "hardware=cpu12", "model=lenet", "seed=1,2,3", "batch_size=8,16"]
     first = orchestrator(sweep, slurm_workdir)

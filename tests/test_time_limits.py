@@ -87,3 +87,25 @@ def test_bad_time_limit_settings_are_refused_with_the_way_out():
     from orchestrator.cell import CellError
     with pytest.raises(CellError, match="or auto"):
         cell("hardware=cpu12", "hardware.time_min=soon")
+
+
+def test_retry_timeout_counts_attempts_and_the_follow_up_opens_the_same_database(tmp_path):
+    from orchestrator import retry
+
+    assert retry.timeouts({}) == 0 and retry.timeouts({"retry": {"timeout": 2}}) == 2
+    two = {"retry": {"timeout": 2}}  # two retries: attempts 1 and 2 are followed up, attempt 3 is the last
+    assert [retry.retry_left(two, attempt) for attempt in (1, 2, 3)] == [True, True, False]
+    assert not retry.retry_left({}, 1)
+    with pytest.raises(ConfigError, match="retry.timeout=-1 must be an integer from 0 to 5"):
+        retry.timeouts({"retry": {"timeout": -1}})
+    # the follow-up job runs elsewhere: a relative SQLite path is made absolute, a server URL kept
+    assert retry.database_url("sqlite:///results.db", tmp_path) == f"sqlite:///{tmp_path}/results.db"
+    assert retry.database_url("sqlite:////abs/r.db", tmp_path) == "sqlite:////abs/r.db"
+    assert retry.database_url("postgresql+psycopg://bench@db/bench", tmp_path) == "postgresql+psycopg://bench@db/bench"
+
+
+def test_rerun_follow_up_takes_no_class_or_time(tmp_path):
+    from helpers import run_cli
+
+    done = run_cli(["rerun", "--failed", "--follow-up", "--class", "crash"], tmp_path)
+    assert done.returncode == 1 and "--follow-up picks timed-out repeats" in done.stdout + done.stderr, done

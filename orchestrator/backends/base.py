@@ -46,6 +46,8 @@ class Backend:
     name = ""
     #: How long after submission a job the scheduler does not know is not yet called lost.
     grace_s = 0.0
+    #: Whether it can hold a job until others end (`follow_up`): what `retry.timeout` needs.
+    follows = False
 
     def __init__(self, cluster: dict[str, Any]) -> None:
         self.cluster = cluster
@@ -96,6 +98,12 @@ class Backend:
         with executor.batch():
             jobs = [executor.submit(fn, spec) for spec in specs]
         return [str(job.job_id) for job in jobs]
+
+    def follow_up(self, executor: Any, fn: Callable[..., Any], spec: Any, after: list[str],
+                  partition: Optional[str], name: str) -> str:
+        """Submits fn(spec) as a small job (one CPU, not exclusive) that starts once every job
+        in `after` has ended, however it ended; returns its job id (orchestrator/retry.py)."""
+        raise NotImplementedError(f"the {self.name} backend cannot hold a job until others end")
 
     # --- following ----------------------------------------------------------------------
     def observe(self, job_ids: Iterable[str]) -> dict[str, SchedulerView]:

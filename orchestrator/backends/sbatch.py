@@ -177,7 +177,7 @@ def check_cluster(config: Mapping[str, Any]) -> None:
             boolean(f"cluster.{key}", config[key])
     if config.get("gpu_request") is not None:
         one_of("cluster.gpu_request", config["gpu_request"], GPU_REQUESTS)
-    for key in ("account", "qos", "constraint"):
+    for key in ("account", "qos", "constraint", "follow_up_partition"):
         if config.get(key) is not None:
             sbatch_value(f"cluster.{key}", config[key])
     for key, minimum in (("array_parallelism", 1), ("time_min", 1), ("max_array_size", 1),

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Optional
 
+from orchestrator import retry
 from orchestrator.backends import sbatch
 from orchestrator.backends.base import Backend, SchedulerUnavailable, SchedulerView
 from orchestrator.backends.slurm_cluster import (DEFAULT_MAX_ARRAY_SIZE, Cluster, Request, cluster_from,
@@ -403,6 +404,21 @@ class SlurmBackend(Backend):
 
     def submit(self, executor: Any, fn: Any, specs: list[Any], params: dict[str, Any], name: str) -> list[str]:
         return super().submit(executor, fn, specs, {"job_name": name, **params}, name)
+
+    follows = True
+
+    def follow_up(self, executor: Any, fn: Any, spec: Any, after: list[str], partition: Optional[str],
+                  name: str) -> str:
+        """sbatch `--dependency=afterany:<each array>` (an array's base id waits for all its
+        tasks) with `--kill-on-invalid-dep=yes` (a dependency Slurm can no longer satisfy ends
+        the job instead of leaving it pending for ever); one CPU, never `--exclusive`."""
+        job = Request(partition=partition, cpus=1, mem_mb=retry.FOLLOW_UP_MEM_MB, time_min=retry.FOLLOW_UP_MIN)
+        params = sbatch.submitit_params(job, {**self.cluster, "exclusive": False})
+        # computed here, not configuration: added after submitit_params' check of what configuration gave
+        params["additional_parameters"] = {**params.get("additional_parameters", {}),
+                                           "dependency": "afterany:" + ":".join(sorted({array_base(j) for j in after})),
+                                           "kill-on-invalid-dep": "yes"}
+        return self.submit(executor, fn, [spec], params, name)[0]
 
     def observe(self, job_ids: Iterable[str]) -> dict[str, SchedulerView]:
         wanted = sorted(set(job_ids))

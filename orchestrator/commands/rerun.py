@@ -3,6 +3,7 @@ cancelled, with the config their sweep recorded (orchestrator.rerun picks and su
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from orchestrator.commands.common import CliError, add_sweep, pick_sweeps, reconcile
@@ -32,12 +33,20 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "it, a timed-out repeat gets twice its last limit, up to its partition's MaxTime)")
     p.add_argument("--mem", type=int, metavar="GB", help="give the reruns this much memory (GB)")
     p.add_argument("--dry-run", action="store_true", help="list what would be resubmitted; submit nothing")
+    p.add_argument("--follow-up", action="store_true",
+                   help="what retry.timeout=N's follow-up job runs (docs/slurm.md): collect first, then only the "
+                        "timed-out repeats with a retry left (attempt <= N), each with twice its limit")
 
 
 def run(args: argparse.Namespace, out: Console) -> int:
     # lazy: SQLAlchemy (~0.3 s) only in the commands that need it: `status` and --help start without it
     from orchestrator import db, rerun
+    from orchestrator.commands.collect import collect
 
+    if args.follow_up and (args.classes or args.time):
+        raise CliError("--follow-up picks timed-out repeats and gives each twice its limit; drop --class and --time")
+    if args.follow_up and collect(args.db, Path(args.runs), out):
+        out.print("[yellow]some result files are broken (above); the rest were collected[/]")
     factory = db.open_db(args.db, create=False)
     with factory() as session:
         reconcile(Rows.of(session), None, out)
@@ -50,9 +59,13 @@ def run(args: argparse.Namespace, out: Console) -> int:
                                f"{', '.join(SETTINGS)}")
             where.setdefault(key, []).extend(FRAMEWORK_ALIASES.get(v, v) for v in value.split(","))
         classes = [c.strip() for c in args.classes.split(",")] if args.classes else None
-        picks, problems = rerun.pick(session, sweep, classes, where, args.time, args.mem)
+        picks, problems = rerun.pick(session, sweep, classes, where, args.time, args.mem, args.follow_up)
         for problem in problems:
             out.print(f"[yellow]cannot rerun[/] {problem}")
+        if not picks and args.follow_up:
+            out.print("nothing to retry: no timed-out repeat" + (f" of sweep {sweep}" if sweep else "")
+                      + " has a retry left")
+            return 0
         if not picks:
             out.print("nothing to rerun: no failed, lost or cancelled repeat matches"
                       + (" (and none without a successful run)" if not args.classes else ""))
@@ -76,4 +89,6 @@ def run(args: argparse.Namespace, out: Console) -> int:
             for _, reason in report.refused:  # e.g. more than the cluster's nodes hold, even now
                 failures += 1
                 out.print(f"  [red]refused[/] {one_line(reason, 400)}", soft_wrap=True)
+            for note in report.notes:
+                out.print(f"  {note}", markup=False, soft_wrap=True)
         return 1 if failures else 0

@@ -1,0 +1,81 @@
+"""`retry.timeout: N`: a timed-out repeat resubmitted automatically, with twice its limit, up to N times.
+
+Who resubmits when nobody waits on the login node: a **follow-up job**. With every submission
+of runs that may still be retried (attempt <= N), the launcher also submits one small job (one
+CPU, FOLLOW_UP_MIN minutes, never exclusive) that Slurm holds until every one of those jobs has
+ended (`--dependency=afterany:<their arrays>`). On a compute node it runs what a user would type:
+
+    orchestrator rerun --failed --follow-up --sweep S
+
+that is, `collect`, then `rerun`'s pick of the sweep's repeats whose latest attempt timed out
+and whose attempt is at most N, each with twice its last limit up to its partition's MaxTime
+(orchestrator/rerun.py). That submission is an ordinary one, so it brings the next follow-up
+where a retry is still left, and none after the N-th. The user may log out; data still flows one
+way (the follow-up is a `collect` and a `rerun` that the scheduler starts, nothing reaches back
+into the launcher); and `orchestrator status` shows every attempt as it shows any rerun.
+
+Why not the alternatives:
+- submitit's requeue (`max_num_timeout`) keeps the job's time limit: only an administrator may
+  raise one, so the same limit would time out again (and a requeue hides the timeout's record);
+- a retry job per cell submitted up front (`--dependency=afternotok:`) doubles the jobs a sweep
+  puts in the queue (sites cap them: MaxSubmitJobs), and Slurm cannot tie an array's task to
+  another array's task on failure (`aftercorr` is for success only);
+- the launcher itself waiting (`wait=true`) ends with the user's shell.
+
+What it needs of a site: `sbatch` on compute nodes (Slurm's default) and the results database
+reachable from them: a server, or a file on the shared file system where `paths.runs` already
+is (the follow-up's log, under `runs/<sweep>/.submitit/`, says so when it is not).
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Mapping, Optional
+
+from orchestrator import config_checks
+
+#: The most automatic retries a cell may be given (each doubles its limit: 2^5 = 32 times the first).
+MAX_RETRIES = 5
+#: The follow-up job's time limit (minutes): a `collect` and a submission.
+FOLLOW_UP_MIN = 10
+#: Its memory (MB): Python, SQLAlchemy and submitit.
+FOLLOW_UP_MEM_MB = 2048
+#: What it runs, after `python -m orchestrator` (the sweep's id is appended).
+FOLLOW_UP_ARGV = ("rerun", "--failed", "--follow-up", "--sweep")
+
+
+def timeouts(config: Mapping[str, Any]) -> int:
+    """`retry.timeout` of a sweep's (or a cell's recorded) config, checked: 0 where unset."""
+    given = (config.get("retry") or {}).get("timeout")
+    if given is None:
+        return 0
+    return config_checks.integer("retry.timeout", given, 0, MAX_RETRIES,
+                                 f"use retry.timeout=N, the automatic retries of a timed-out cell (0 to {MAX_RETRIES})")
+
+
+def retry_left(config: Mapping[str, Any], attempt: int) -> bool:
+    """Whether an attempt that times out may still be retried automatically: at most N retries,
+    so attempts 1 to N are followed up and attempt N+1 is the last."""
+    return attempt <= timeouts(config)
+
+
+def database_url(url: str, cwd: Optional[Path] = None) -> str:
+    """The database URL as a job elsewhere must open it: an SQLite file's relative path made
+    absolute (the follow-up's working directory is not promised to be the submitter's)."""
+    prefix = "sqlite:///"
+    path = url[len(prefix):] if url.startswith(prefix) else None
+    if not path or path.startswith("/") or path.startswith(":memory:"):
+        return url
+    return prefix + str((cwd or Path.cwd()) / path)
+
+
+def run(follow_up: Mapping[str, str]) -> int:
+    """The follow-up job's body (submitted by the launcher, run by Slurm on a compute node):
+    `python -m orchestrator rerun --failed --follow-up --sweep S` with the sweep's database and
+    runs directory, which travel in the job's pickle (never on a command line, where a
+    database URL's password would show in `ps`)."""
+    env = {**os.environ, "ORCHESTRATOR_DB": follow_up["db"], "ORCHESTRATOR_RUNS": follow_up["runs"]}
+    argv = [sys.executable, "-m", "orchestrator", *FOLLOW_UP_ARGV, follow_up["sweep"]]
+    return subprocess.run(argv, env=env, check=True).returncode
