@@ -65,3 +65,30 @@ def test_each_query_answers_the_same_through_sqlite3_and_sqlalchemy(tmp_path, db
         assert direct is not None  # an up-to-date SQLite file: read with sqlite3 alone
         with direct:
             assert _answers(direct) == through_orm
+
+
+def test_the_history_a_learned_time_limit_reads_is_the_same_on_either_store(tmp_path, db_url):
+    """queries.limit_history (time_limits.learn's one question) through each store: the successful
+    runs of cells with the same names, newest first, with their wall time and settings (a column
+    named like a keyword, `like`, included); a failure and another model are not history."""
+    from orchestrator import runstate, setting_registry, time_limits
+
+    runs = tmp_path / "runs"
+    old = make_result(sweep="a", model="lenet", batch_size=8)
+    new = make_result(sweep="b", model="lenet", batch_size=16)
+    new["started_at"], new["ended_at"] = new["started_at"] + 500, new["ended_at"] + 560  # 160 s, and newer
+    for result in (old, new, make_result(sweep="c", model="lenet", batch_size=32, state="failed"),
+                   make_result(sweep="d", model="alexnet")):
+        write_result(runs, result)
+    factory = db.open_db(db_url)
+    assert collect(factory, runs).added == 4
+    cell = old["cell"]
+    with factory() as session:
+        history = queries.limit_history(rows_module.Rows.of(session), cell["framework"], "lenet", cell["dataset"],
+                                        cell["hardware"], setting_registry.NAMES, runstate.DONE)
+    assert [(r.cell_id, float(r.wall_s), r.batch_size) for r in history] == [
+        (new["cell_id"], 160.0, 16), (old["cell_id"], 100.0, 8)]
+    assert all(r.like == cell["like"] for r in history)
+    past = [time_limits.Past(r.cell_id, float(r.wall_s), r._asdict()) for r in history]
+    limit = time_limits.predict(old["cell_id"], old["cell"], past, ceiling_min=120)
+    assert (limit.minutes, limit.floor) == (7, 5) and limit.source.startswith(time_limits.SAME_CELL)  # 100 s x 2 + 3 min
