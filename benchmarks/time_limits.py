@@ -78,15 +78,16 @@ def main() -> None:
                                              max_time_min=args.max_time).minutes
 
     policies = [(f"fixed {args.fixed} min", lambda earlier, cell: min(args.fixed, args.max_time)),
-                ("learned: × 2 + 3 min (default)", learned(2.0, 3.0)),
-                ("learned: × 1.5 + 1 min", learned(1.5, 1.0)),
-                ("learned: × 2, no allowance", learned(2.0, 0.0))]
+                ("learned: × 1.5 + 1 min (default)", learned(1.5, 1.0)),
+                ("learned: × 1.75 + 1 min", learned(1.75, 1.0)),
+                ("learned: × 2 + 1 min (a noisy site)", learned(2.0, 1.0)),
+                ("learned: × 2 + 3 min (the first default)", learned(2.0, 3.0))]
     source = args.db or f"generated: {args.cells} cells × {args.runs} runs, spread {args.spread}"
     print(f"history: {source}")
-    print(f"{'policy':34} {'runs':>6} {'timed out':>10} {'asked÷used median':>18} {'p95':>8}")
+    print(f"{'policy':40} {'runs':>6} {'timed out':>10} {'asked÷used median':>18} {'p95':>8}")
     for name, policy in policies:
         out, median, p95, n = replay(history, policy)
-        print(f"{name:34} {n:6d} {out:10.2%} {median:18.2f} {p95:8.2f}")
+        print(f"{name:40} {n:6d} {out:10.2%} {median:18.2f} {p95:8.2f}")
 
 
 if __name__ == "__main__":

@@ -48,6 +48,10 @@ class ApptainerRuntime:
     def image(self) -> Path:
         return self.images / f"{self.framework}.sif"
 
+    def builds_in_job(self) -> bool:
+        """Never: a missing image is refused by `ensure`, not built (what a time limit holds)."""
+        return False
+
     def ensure(self, log: Callable[[str], None] = print) -> Path:
         if shutil.which(self.binary) is None:
             raise EnvironmentNotReady(
@@ -129,6 +133,10 @@ class ContainerRuntime:
     @property
     def image(self) -> Path:
         return self.store.image_dir(self.recipe)
+
+    def builds_in_job(self) -> bool:
+        """Whether a job's `ensure` will build the recipe's image first (what a time limit holds)."""
+        return self.store.manifest(self.recipe) is None
 
     def ensure(self, log: Callable[[str], None] = print) -> Path:
         if shutil.which(self.binary) is None:

@@ -26,8 +26,10 @@ from orchestrator.cell import Cell, CellError
 from orchestrator.dataset_files import MADE_ON_FIRST_USE, made_on_first_use
 from orchestrator.job import JobSpec, RunSpec, run_cell
 from orchestrator.resultfile import run_uid
+from orchestrator.runtime import make_runtime
 from orchestrator.sql_adapters import Rows
 from orchestrator.sqlite_lease import who
+from orchestrator.venv_runtime import EnvironmentNotReady
 from trainers.common import failure_classes
 
 #: A pending run's state_detail while its group is being handed to the executor.
@@ -295,16 +297,26 @@ def submit_sweep(cells: list[Cell], opts: Options, argv: list[str] | None = None
 
 def learn_time_limits(cells: list[Cell], opts: Options, rows: Rows | None = None) -> None:
     """Each cell's `hardware.time_min: auto` learned from the database's earlier runs
-    (time_limits.learn), capped by its partition's MaxTime; `rows` None: the database of
-    `opts` read here, if it exists (a dry run writes nothing)."""
+    (time_limits.learn), capped by its partition's MaxTime, with time for the environment's build
+    where its job will build it; `rows` None: the database of `opts` read here, if it exists (a
+    dry run writes nothing)."""
+    def builds(cell: Cell) -> bool:
+        framework = cell.config.get("framework") or {}
+        try:
+            return make_runtime(opts.runtime["kind"], framework.get("env") or cell.settings["framework"],
+                                cache=opts.cache, images=Path(opts.runtime["images"]),
+                                binary=opts.runtime["binary"]).builds_in_job()
+        except EnvironmentNotReady:  # no recipe: the job fails at once, building nothing
+            return False
+
     if rows is None and any(cell.config["hardware"].get("time_min") == time_limits.AUTO for cell in cells):
         try:
             factory = db.open_db(opts.db_url, create=False)
         except db.NoDatabase:  # no earlier run at all: every limit is its ceiling
-            return time_limits.learn(cells, None, opts.backend.max_time_min, opts.cluster)
+            return time_limits.learn(cells, None, opts.backend.max_time_min, opts.cluster, builds)
         with factory() as session:
-            return time_limits.learn(cells, Rows.of(session), opts.backend.max_time_min, opts.cluster)
-    time_limits.learn(cells, rows, opts.backend.max_time_min, opts.cluster)
+            return time_limits.learn(cells, Rows.of(session), opts.backend.max_time_min, opts.cluster, builds)
+    time_limits.learn(cells, rows, opts.backend.max_time_min, opts.cluster, builds)
 
 
 def refusal_settings(cfg: Any) -> dict[str, Any]:

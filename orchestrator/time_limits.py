@@ -15,9 +15,16 @@ measurement lost). With `hardware.time_min: auto` the limit is predicted at subm
    The largest such estimate counts;
 3. else the hardware's ceiling `hardware.time_max` (what `time_min` was before).
 
-A learned prediction P (minutes) becomes the limit `ceil(P × safety + allowance)` (the
-allowance: start-up, the environment's build, the monitor's idle window), capped by the
-partition's MaxTime. Only one learned from the same cell also gives sbatch's `--time-min`,
+A learned prediction P (minutes) becomes the limit `ceil(P × safety + allowance)`, capped by
+the partition's MaxTime. The allowance is what a job spends outside its runs: start-up and the
+monitor's idle window (`allowance_min`, 1: measured here, a job of the test cluster spent under a
+second beside its run's wall time with its environment built), plus `build_min` where the cell's
+environment is not built yet and the job will build it (a recipe changed since the runs learned
+from: the runtime's `builds_in_job`). The defaults, safety 1.5 and 1 minute, are what
+benchmarks/time_limits.py measured to meet the goal with one earlier run per cell (under 1 %
+timed out, median asked ÷ used under 2) for run-to-run spreads up to 0.1 (10 %); a noisier
+site raises `time_limits.safety` to 2 (its figures: docs/slurm.md), and `retry.timeout`
+retries what still times out (orchestrator/retry.py). Only one learned from the same cell also gives sbatch's `--time-min`,
 `ceil(P + allowance)`: Slurm's backfill may start the job in a hole that long and then really
 give it only that (/work/shared/site-facts.md measured it), so it must be a time the job surely
 finishes in: a measured one, never a scaled guess.
@@ -39,7 +46,7 @@ AUTO = "auto"
 #: The time limit (minutes) of a cell whose hardware and cluster name none.
 DEFAULT_TIME_MIN = 60
 #: The defaults of the sweep's `time_limits:` keys (conf/config.yaml).
-DEFAULTS = {"safety": 2.0, "allowance_min": 3.0, "recent": 3}
+DEFAULTS = {"safety": 1.5, "allowance_min": 1.0, "build_min": 15.0, "recent": 3}
 #: Where a limit came from (recorded as `hardware.time_source` of the cell's config).
 SAME_CELL, SIMILAR, CEILING, SET, RERUN = "same cell", "similar cells", "ceiling", "set", "rerun"
 
@@ -74,10 +81,14 @@ def work(settings: Mapping[str, Any]) -> float:
 
 def predict(cell_id: str, settings: Mapping[str, Any], history: Iterable[Past], ceiling_min: int,
             safety: float = DEFAULTS["safety"], allowance_min: float = DEFAULTS["allowance_min"],
-            recent: int = DEFAULTS["recent"], max_time_min: Optional[int] = None, runs: int = 1) -> Limit:
+            recent: int = DEFAULTS["recent"], max_time_min: Optional[int] = None, runs: int = 1,
+            build_min: float = DEFAULTS["build_min"], builds: bool = False) -> Limit:
     """The limit of one cell's job from `history` (similar cells' successful runs, newest first):
     the job runs `runs` repeats one after another under one limit (job.run_cell), so a run's
-    predicted time counts that many times; the allowance once."""
+    predicted time counts that many times; the allowance once, with `build_min` where the job
+    `builds` its environment first."""
+    if builds:
+        allowance_min += build_min
     history = list(history)
     own = [p.wall_s for p in history if p.cell_id == cell_id][:recent]
     if own:
@@ -150,12 +161,14 @@ def recorded(config: Mapping[str, Any]) -> Optional[Limit]:
 
 
 def learn(cells: Iterable[Any], rows: Optional[Rows], max_time_of: Callable[[Mapping[str, Any]], Optional[int]],
-          cluster: Mapping[str, Any]) -> None:
+          cluster: Mapping[str, Any], builds: Callable[[Any], bool] = lambda cell: False) -> None:
     """Turns each cell's `hardware.time_min: auto` into minutes (predict, from `rows`' history;
     None: no database yet) and records where they came from in its config's hardware:
     `time_min`, `time_floor` (--time-min, or None) and `time_source`: what the dry run shows, the
     sweep records with the cell (sweep_cells.config) and rerun doubles. A number stays as set.
-    `max_time_of(config)`: the MaxTime of the cell's partition, None where unlimited or unknown."""
+    `max_time_of(config)`: the MaxTime of the cell's partition, None where unlimited or unknown;
+    `builds(cell)`: whether its job will build its environment first (asked only of a cell with a
+    learned limit)."""
     histories: dict[tuple[str, ...], list[Past]] = {}
     for cell in cells:
         hardware = cell.config["hardware"]
@@ -166,7 +179,8 @@ def learn(cells: Iterable[Any], rows: Optional[Rows], max_time_of: Callable[[Map
         if names not in histories:
             found = queries.limit_history(rows, *names, setting_registry.NAMES, runstate.DONE) if rows is not None else []
             histories[names] = [Past(r.cell_id, float(r.wall_s), r._asdict()) for r in found]
-        limit = predict(cell.id, cell.settings, histories[names], configured(hardware, cluster),
+        history = histories[names]
+        limit = predict(cell.id, cell.settings, history, configured(hardware, cluster),
                         **options(cell.config), max_time_min=max_time_of(cell.config),
-                        runs=int(cell.config.get("repeats") or 1))
+                        runs=int(cell.config.get("repeats") or 1), builds=bool(history) and builds(cell))
         hardware.update(time_min=limit.minutes, time_floor=limit.floor, time_source=limit.source)

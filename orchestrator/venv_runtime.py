@@ -117,6 +117,10 @@ class VenvRuntime:
     def is_ready(self) -> bool:
         return (self.env_dir / ".ready").exists()
 
+    def builds_in_job(self) -> bool:
+        """Whether a job's `ensure` will build the environment first (time its limit must hold)."""
+        return not self.is_ready()
+
     def ensure(self, log: Callable[[str], None] = print) -> Path:
         """Creates the environment if it is not there yet; returns its interpreter."""
         if self.is_ready():

@@ -91,4 +91,4 @@ def test_the_history_a_learned_time_limit_reads_is_the_same_on_either_store(tmp_
     assert all(r.like == cell["like"] for r in history)
     past = [time_limits.Past(r.cell_id, float(r.wall_s), r._asdict()) for r in history]
     limit = time_limits.predict(old["cell_id"], old["cell"], past, ceiling_min=120)
-    assert (limit.minutes, limit.floor) == (7, 5) and limit.source.startswith(time_limits.SAME_CELL)  # 100 s x 2 + 3 min
+    assert (limit.minutes, limit.floor) == (4, 3) and limit.source.startswith(time_limits.SAME_CELL)  # 100 s x 1.5 + 1 min

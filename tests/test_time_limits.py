@@ -47,6 +47,14 @@ def test_similar_cells_are_scaled_by_the_samples_a_run_steps_through_and_give_no
     assert (alone.minutes, alone.floor, alone.source) == (120, None, time_limits.CEILING)
 
 
+def test_a_job_that_will_build_its_environment_is_given_the_build_time_too():
+    history = [Past("a", 600, LENET)]
+    built = predict("a", LENET, history, ceiling_min=120, safety=1.5, allowance_min=1)
+    building = predict("a", LENET, history, ceiling_min=120, safety=1.5, allowance_min=1, build_min=15, builds=True)
+    assert (built.minutes, built.floor) == (16, 11)  # 10 min x 1.5 + 1
+    assert (building.minutes, building.floor) == (31, 26)  # and 15 for the build, in --time-min too
+
+
 def test_nothing_similar_gives_the_ceiling_capped_by_maxtime():
     assert predict("x", LENET, [], ceiling_min=120) == time_limits.Limit(120, None, time_limits.CEILING)
     assert predict("x", LENET, [], ceiling_min=120, max_time_min=60).minutes == 60
@@ -83,7 +91,8 @@ def test_a_learned_limit_reaches_the_script_as_time_and_time_min(tmp_path):
 def test_bad_time_limit_settings_are_refused_with_the_way_out():
     with pytest.raises(ConfigError, match="time_limits.safety"):
         time_limits.options({"time_limits": {"safety": 0.5}})
-    assert time_limits.options({}) == {"safety": 2.0, "allowance_min": 3.0, "recent": 3}
+    assert time_limits.options({}) == {"safety": 1.5, "allowance_min": 1.0, "build_min": 15.0, "recent": 3}
+    assert time_limits.options(cell().config) == time_limits.options({})  # conf/config.yaml says the same
     from orchestrator.cell import CellError
     with pytest.raises(CellError, match="or auto"):
         cell("hardware=cpu12", "hardware.time_min=soon")
@@ -109,3 +118,15 @@ def test_rerun_follow_up_takes_no_class_or_time(tmp_path):
 
     done = run_cli(["rerun", "--failed", "--follow-up", "--class", "crash"], tmp_path)
     assert done.returncode == 1 and "--follow-up picks timed-out repeats" in done.stdout + done.stderr, done
+
+
+def test_whether_a_job_will_build_its_environment_is_read_from_the_cache(tmp_path):
+    from orchestrator.runtime import make_runtime
+
+    venv = make_runtime("venv", "torch", cache=tmp_path)
+    assert venv.builds_in_job()  # an empty cache: the job builds it first
+    (venv.env_dir).mkdir(parents=True)
+    (venv.env_dir / ".ready").touch()
+    assert not venv.builds_in_job()
+    assert make_runtime("container", "torch", cache=tmp_path).builds_in_job()  # no image for the recipe
+    assert not make_runtime("apptainer", "torch", images=tmp_path).builds_in_job()  # refused, never built
