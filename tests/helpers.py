@@ -88,3 +88,21 @@ def discover_frameworks():
 
 
 FRAMEWORKS = discover_frameworks()
+
+
+def allocation_failure_classes(framework_env, repo_root, framework, trainer, allocate, other):
+    """[the failure class of a 1 PiB allocation's error, that of the error `other`] as a framework's
+    trainer (`trainer`: "module.Class") classifies them, in the framework's own environment.
+    `allocate`: (the import it needs, the statement that allocates)."""
+    import json
+    import subprocess
+
+    module, name = trainer.rsplit(".", 1)
+    script = "\n".join([
+        "import json", allocate[0], "from trainers.common.errors import classify", f"from {module} import {name}",
+        "try:", f"    {allocate[1]}", "except Exception as exc:", "    caught = exc",
+        f"print(json.dumps([classify(caught, {name}())[0], classify({other}, {name}())[0]]))"])
+    python, env = framework_env(framework)
+    out = subprocess.check_output([python, "-c", script], cwd=str(repo_root), env=env, universal_newlines=True,
+                                  timeout=300, stderr=subprocess.DEVNULL)
+    return json.loads(out.strip().splitlines()[-1])

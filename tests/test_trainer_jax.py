@@ -11,6 +11,8 @@ import subprocess
 
 import pytest
 
+from helpers import allocation_failure_classes
+
 pytestmark = pytest.mark.slow
 
 POOLING_CHECK = r"""
@@ -70,26 +72,10 @@ def test_bf16_computes_in_bfloat16_with_float32_parameters(framework_run, run_ch
     assert start["build"]["api"] == "flax.linen"
 
 
-OOM_CHECK = r"""
-import json
-import jax.numpy as jnp
-from trainers.common.errors import classify
-from trainers.jax.trainer import JaxTrainer
-try:
-    jnp.zeros((1 << 50,), jnp.uint8).block_until_ready()  # 1 PiB: refused at once
-except Exception as exc:
-    caught = exc
-print(json.dumps([classify(caught, JaxTrainer())[0],
-                  classify(RuntimeError("INVALID_ARGUMENT: bad shape"), JaxTrainer())[0]]))
-"""
-
-
 def test_allocation_failure_is_out_of_memory(framework_env, repo_root):
-    python, env = framework_env("jax")
-    out = subprocess.check_output([python, "-c", OOM_CHECK], cwd=str(repo_root), env=env,
-                                  universal_newlines=True, timeout=300,
-                                  stderr=subprocess.DEVNULL)
-    assert json.loads(out.strip().splitlines()[-1]) == ["out_of_memory", "crash"]
+    assert allocation_failure_classes(framework_env, repo_root, "jax", "trainers.jax.trainer.JaxTrainer",
+                                      ("import jax.numpy as jnp", "jnp.zeros((1 << 50,), jnp.uint8).block_until_ready()"),
+                                      'RuntimeError("INVALID_ARGUMENT: bad shape")') == ["out_of_memory", "crash"]  # 1 PiB: refused at once
 
 
 @pytest.mark.parametrize("threads", [1, 2])
