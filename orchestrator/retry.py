@@ -79,3 +79,22 @@ def run(follow_up: Mapping[str, str]) -> int:
     env = {**os.environ, "ORCHESTRATOR_DB": follow_up["db"], "ORCHESTRATOR_RUNS": follow_up["runs"]}
     argv = [sys.executable, "-m", "orchestrator", *FOLLOW_UP_ARGV, follow_up["sweep"]]
     return subprocess.run(argv, env=env, check=True).returncode
+
+
+def follow_up(sweep_id: str, job_ids: list[str], config: Mapping[str, Any], backend: Any, db_url: str,
+              runs: Path) -> str:
+    """Submits the sweep's follow-up job, held until `job_ids` (those whose runs may still be
+    retried; `config`: the first one's cell) have ended; returns the line that says so. Its
+    failure to go out loses nothing: the line says it, and `rerun --failed --class timeout` does
+    the same by hand."""
+    partition = (backend.cluster.get("follow_up_partition") or config["hardware"].get("partition")) or None
+    spec = {"sweep": sweep_id, "db": database_url(db_url), "runs": str(runs)}
+    folder = runs / sweep_id / ".submitit"
+    try:
+        executor = backend.executor(folder)  # its own: none of the cells' parameters
+        job_id = backend.follow_up(executor, run, spec, job_ids, partition, f"orch-{sweep_id}-retry")
+    except Exception as exc:  # the sweep's own jobs are out: a missing follow-up must not fail it
+        return (f"retry.timeout: the follow-up job was not submitted ({type(exc).__name__}: {exc}); "
+                f"rerun timed-out cells with `orchestrator rerun --failed --class timeout`")
+    return (f"retry.timeout={timeouts(config)}: job {job_id} resubmits this sweep's timed-out repeats (twice "
+            f"their limit) once its {len(job_ids)} job(s) end; its log: {folder}")

@@ -409,28 +409,8 @@ def submit_runs(session: Session, sweep_id: str, planned: list[tuple[Cell, list[
                 followed.append((cell, job_id))
         session.commit()
     if followed:
-        _follow_up(sweep_id, followed, opts, report)
-
-
-def _follow_up(sweep_id: str, followed: list[tuple[Cell, str]], opts: Options, report: SubmitReport) -> None:
-    """The follow-up job of `retry.timeout` (orchestrator/retry.py): held until the jobs that may
-    still be retried have ended, then resubmitting those that timed out. Its failure to go out
-    loses nothing: it is said, and `rerun --failed --class timeout` does the same by hand."""
-    cell = followed[0][0]
-    partition = opts.cluster.get("follow_up_partition") or cell.config["hardware"].get("partition") or None
-    spec = {"sweep": sweep_id, "db": retry.database_url(opts.db_url), "runs": str(opts.runs)}
-    try:
-        executor = opts.backend.executor(opts.runs / sweep_id / ".submitit")  # its own: no cell's parameters
-        job_id = opts.backend.follow_up(executor, retry.run, spec, [job for _, job in followed], partition,
-                                        f"orch-{sweep_id}-retry")
-    except Exception as exc:  # the sweep's own jobs are out: a missing follow-up must not fail it
-        report.notes.append(f"retry.timeout: the follow-up job was not submitted ({type(exc).__name__}: {exc}); "
-                            f"rerun timed-out cells with `orchestrator rerun --failed --class timeout`")
-        return
-    n = retry.timeouts(cell.config)
-    report.notes.append(f"retry.timeout={n}: job {job_id} resubmits this sweep's timed-out repeats (twice "
-                        f"their limit) once its {len(followed)} job(s) end; its log: "
-                        f"{opts.runs / sweep_id / '.submitit'}")
+        report.notes.append(retry.follow_up(sweep_id, [job for _, job in followed], followed[0][0].config,
+                                            opts.backend, opts.db_url, opts.runs))
 
 
 #: A cancelled run's state_detail when its submission was given up (the name it went out under).
