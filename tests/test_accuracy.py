@@ -184,3 +184,12 @@ def test_the_batch_accuracy_preset_sweeps_five_batch_sizes_per_framework(tmp_pat
     done = orchestrator(["-m", "+preset=batch-accuracy", "dry_run=true"], user_dir(tmp_path))
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     assert "25 cells by hardware: 25 to run" in done.stdout, done.stdout
+
+
+def test_an_exploded_but_finite_loss_is_diverged_too():
+    from trainers.common.accuracy import diverged
+
+    # ten classes: a uniform guess's loss is ln 10 = 2.30; 100 times it is the bound
+    assert [diverged(x, 10) for x in (2.3, 15.0, 229.0)] == [False, False, False]
+    assert [diverged(x, 10) for x in (231.0, 1.1e15, float("nan"), float("inf"))] == [True] * 4
+    assert not diverged(600.0, 1000)  # a thousand classes: the bound is 691

@@ -11,7 +11,10 @@ the epoch the test split is evaluated, outside the timed steps: top-1, and top-5
 are more than 10 classes. Events: `step` per step (warm-up none: `warmup_end` opens the window
 before the first step, so the first steps' graph building counts, as it does in real
 training), `epoch` per epoch, `run_end` at the end. A loss that is NaN or infinite ends the
-run as `diverged`, naming the epoch.
+run as `diverged`, naming the epoch; so does a finite loss above DIVERGED_OVER_UNIFORM times a
+uniform guess's (ln of the classes): weights that have exploded may never give a NaN (a learning
+rate of 10,000 gave TensorFlow's LeNet a loss of 1e15 at its second step, and one run in CI then
+went on with a finite loss to the end).
 """
 import math
 import time
@@ -24,6 +27,14 @@ from trainers.common.timing import timed
 from trainers.common.trainer import Trainer
 
 TOP5_ABOVE_CLASSES = 10
+#: A mean cross-entropy this many times a uniform guess's, ln(classes), is diverged however finite
+#: (230 for ten classes, 691 for a thousand; a learning run starts near 1 times and stays far below).
+DIVERGED_OVER_UNIFORM = 100
+
+
+def diverged(loss, classes):
+    """Whether a training step's loss says the run has diverged: not finite, or exploded."""
+    return not math.isfinite(loss) or loss > DIVERGED_OVER_UNIFORM * math.log(max(2, classes))
 
 
 def check_trainer(obj):
@@ -66,9 +77,10 @@ def train(obj, cfg, events, train_set, test_set, to_batch):
             images, labels = train_set.batch(order[i * batch:(i + 1) * batch], size=size)
             loss, dt = timed(obj.step, to_batch(images, labels))
             loss = float(loss)
-            if not math.isfinite(loss):
-                raise Diverged("loss became %r at epoch %d of %d (step %d, learning rate %g)"
-                               % (loss, epoch + 1, cfg.epochs, step, lr))
+            if diverged(loss, cfg.classes):
+                raise Diverged("loss became %r at epoch %d of %d (step %d, learning rate %g)%s"
+                               % (loss, epoch + 1, cfg.epochs, step, lr, "" if not math.isfinite(loss) else
+                                  ": over %d times a uniform guess's" % DIVERGED_OVER_UNIFORM))
             events.emit("step", step=step, dt=dt, images=batch, loss=loss, epoch=epoch + 1)
             losses.append(loss)
             epoch_s += dt

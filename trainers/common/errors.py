@@ -37,7 +37,7 @@ class Terminated(Exception):
 
 
 class Diverged(Exception):
-    """The loss became NaN or infinite."""
+    """The loss became NaN, infinite or exploded (accuracy.diverged)."""
 
 
 def classify(exc, trainer=None):

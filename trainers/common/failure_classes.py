@@ -69,7 +69,7 @@ CLASSES = (
         "lower batch_size, or give the job more memory: `%s --class out_of_memory --mem GB`" % _RERUN,
         exit_code=4, by="trainer or scheduler"),
     FailureClass(
-        DIVERGED, "the loss became NaN or infinite", True,
+        DIVERGED, "the loss became NaN, infinite or exploded", True,
         "a numerical result of these settings: try precision=fp32 or a smaller batch_size",
         exit_code=5, by="trainer"),
     FailureClass(
