@@ -33,12 +33,18 @@ layers = keras.layers
 # convolutions of ResNet and VGG, N(0, 0.01) on VGG's linear layers, truncated N(0, 0.01) in
 # GoogLeNet. Elsewhere PyTorch's default (Kaiming uniform, a=sqrt(5)) is close to Keras'
 # glorot_uniform; the initialisation does not change a step's cost.
-KAIMING_FAN_OUT = keras.initializers.VarianceScaling(2.0, mode="fan_out",
-                                                     distribution="untruncated_normal")
-NORMAL_001 = keras.initializers.RandomNormal(0.0, 0.01)
-TRUNC_NORMAL_001 = keras.initializers.TruncatedNormal(0.0, 0.01)
+# Written as configs, not instances: each layer makes its own initializer from one, so it draws its
+# seed when the layer is made, after the run's seed is set (keras.utils.set_random_seed). An
+# instance made at import drew its seed from an unseeded Python `random` (every process started
+# differently: the same --seed gave other weights), and every layer sharing it drew the same seed
+# (layers of one shape started equal).
+KAIMING_FAN_OUT = {"class_name": "VarianceScaling",
+                   "config": {"scale": 2.0, "mode": "fan_out", "distribution": "untruncated_normal"}}
+NORMAL_001 = {"class_name": "RandomNormal", "config": {"mean": 0.0, "stddev": 0.01}}
+TRUNC_NORMAL_001 = {"class_name": "TruncatedNormal", "config": {"mean": 0.0, "stddev": 0.01}}
 # the recipe's LeNet initialisation: U(+-sqrt(INIT_SCALE / fan_in)) (limit sqrt(3 scale / fan_in))
-LENET_INIT = keras.initializers.VarianceScaling(INIT_SCALE / 3.0, mode="fan_in", distribution="uniform")
+LENET_INIT = {"class_name": "VarianceScaling",
+              "config": {"scale": INIT_SCALE / 3.0, "mode": "fan_in", "distribution": "uniform"}}
 
 
 def _conv(x, spec, use_bias=True, init="glorot_uniform"):
