@@ -8,6 +8,8 @@ framework (docs/adding-a-framework.md) adds it here with no test file edited. Ch
 - the declaration is light: importing the trainer module imports no framework;
 - a LeNet run speaks docs/protocol.md (run_start's fields, warm-up, the measured steps,
   run_end, exit 0) with the published parameter count;
+- the seed alone decides a run: a second process with the same arguments steps through the same
+  losses;
 - every network it declares has exactly the published parameter count (the same networks
   in every framework: no tolerance);
 - each precision it does not declare on the CPU, and GPUs on a machine without CUDA, end as
@@ -89,6 +91,15 @@ def test_a_run_speaks_the_protocol(framework, lenet_run, run_checks):
     assert len(start["devices"]) == 1 and start["version"]
     assert isinstance(start["build"], dict) and start["build"]
     assert start["params"] == PUBLISHED[(1, 28, 10)]["lenet"]
+
+
+def test_the_same_seed_gives_the_same_losses_in_another_process(framework, lenet_run):
+    """Same weights, same batches, one thread (no reduction order to vary): equal losses, step by
+    step. TensorFlow's initializers once drew their seeds at import, from an unseeded `random`."""
+    proc, events = framework.run(LENET + ["--batch-size", "8", "--iterations", "3", "--warmup", "2", "--seed", "5"])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    losses = [[e["loss"] for e in run if e["event"] == "step"] for run in (lenet_run[1], events)]
+    assert len(losses[0]) == 5 and losses[0] == losses[1], losses
 
 
 def test_every_declared_network_has_the_published_parameter_count(framework, counts):
