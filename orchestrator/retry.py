@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any, Mapping, Optional
 
 from orchestrator import config_checks
+from orchestrator.sql_adapters import SQLITE_FILE
 
 #: The most automatic retries a cell may be given (each doubles its limit: 2^5 = 32 times the first).
 MAX_RETRIES = 5
@@ -64,11 +65,10 @@ def retry_left(config: Mapping[str, Any], attempt: int) -> bool:
 def database_url(url: str, cwd: Optional[Path] = None) -> str:
     """The database URL as a job elsewhere must open it: an SQLite file's relative path made
     absolute (the follow-up's working directory is not promised to be the submitter's)."""
-    prefix = "sqlite:///"
-    path = url[len(prefix):] if url.startswith(prefix) else None
+    path = url[len(SQLITE_FILE):] if url.startswith(SQLITE_FILE) else None
     if not path or path.startswith("/") or path.startswith(":memory:"):
         return url
-    return prefix + str((cwd or Path.cwd()) / path)
+    return SQLITE_FILE + str((cwd or Path.cwd()) / path)
 
 
 def run(follow_up: Mapping[str, str]) -> int:
@@ -92,7 +92,8 @@ def follow_up(sweep_id: str, job_ids: list[str], config: Mapping[str, Any], back
     folder = runs / sweep_id / ".submitit"
     try:
         executor = backend.executor(folder)  # its own: none of the cells' parameters
-        job_id = backend.follow_up(executor, run, spec, job_ids, partition, f"orch-{sweep_id}-retry")
+        job_id = backend.follow_up(executor, run, spec, job_ids, partition, f"orch-{sweep_id}-retry",
+                                   FOLLOW_UP_MIN, FOLLOW_UP_MEM_MB)
     except Exception as exc:  # the sweep's own jobs are out: a missing follow-up must not fail it
         return (f"retry.timeout: the follow-up job was not submitted ({type(exc).__name__}: {exc}); "
                 f"rerun timed-out cells with `orchestrator rerun --failed --class timeout`")

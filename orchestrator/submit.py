@@ -26,10 +26,9 @@ from orchestrator.cell import Cell, CellError
 from orchestrator.dataset_files import MADE_ON_FIRST_USE, made_on_first_use
 from orchestrator.job import JobSpec, RunSpec, run_cell
 from orchestrator.resultfile import run_uid
-from orchestrator.runtime import make_runtime
+from orchestrator.runtime import EnvironmentNotReady, make_runtime
 from orchestrator.sql_adapters import Rows
 from orchestrator.sqlite_lease import who
-from orchestrator.venv_runtime import EnvironmentNotReady
 from trainers.common import failure_classes
 
 #: A pending run's state_detail while its group is being handed to the executor.
@@ -296,18 +295,19 @@ def submit_sweep(cells: list[Cell], opts: Options, argv: list[str] | None = None
 
 
 def learn_time_limits(cells: list[Cell], opts: Options, rows: Rows | None = None) -> None:
-    """Each cell's `hardware.time_min: auto` learned from the database's earlier runs
-    (time_limits.learn), capped by its partition's MaxTime, with time for the environment's build
-    where its job will build it; `rows` None: the database of `opts` read here, if it exists (a
-    dry run writes nothing)."""
+    """Each cell's `hardware.time_min: auto` learned from earlier runs (time_limits.learn), with the environment's
+    build where its job builds it; `rows` None: `opts`' database read here, if it exists (a dry run writes nothing)."""
+    built: dict[str, bool] = {}  # by environment: its recipe read and hashed once, not once per cell
+
     def builds(cell: Cell) -> bool:
-        framework = cell.config.get("framework") or {}
-        try:
-            return make_runtime(opts.runtime["kind"], framework.get("env") or cell.settings["framework"],
-                                cache=opts.cache, images=Path(opts.runtime["images"]),
-                                binary=opts.runtime["binary"]).builds_in_job()
-        except EnvironmentNotReady:  # no recipe: the job fails at once, building nothing
-            return False
+        env = (cell.config.get("framework") or {}).get("env") or cell.settings["framework"]
+        if env not in built:
+            try:
+                built[env] = make_runtime(opts.runtime["kind"], env, opts.cache, Path(opts.runtime["images"]),
+                                          opts.runtime["binary"]).builds_in_job()
+            except EnvironmentNotReady:  # no recipe: the job fails at once, building nothing
+                built[env] = False
+        return built[env]
 
     if rows is None and any(cell.config["hardware"].get("time_min") == time_limits.AUTO for cell in cells):
         try:

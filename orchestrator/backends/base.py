@@ -100,9 +100,10 @@ class Backend:
         return [str(job.job_id) for job in jobs]
 
     def follow_up(self, executor: Any, fn: Callable[..., Any], spec: Any, after: list[str],
-                  partition: Optional[str], name: str) -> str:
-        """Submits fn(spec) as a small job (one CPU, not exclusive) that starts once every job
-        in `after` has ended, however it ended; returns its job id (orchestrator/retry.py)."""
+                  partition: Optional[str], name: str, time_min: int, mem_mb: int) -> str:
+        """Submits fn(spec) as a small job (one CPU, not exclusive, `time_min` minutes, `mem_mb`)
+        that starts once every job in `after` has ended, however it ended; returns its job id
+        (orchestrator/retry.py)."""
         raise NotImplementedError(f"the {self.name} backend cannot hold a job until others end")
 
     # --- following ----------------------------------------------------------------------

@@ -33,7 +33,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Optional
 
-from orchestrator import retry
 from orchestrator.backends import sbatch
 from orchestrator.backends.base import Backend, SchedulerUnavailable, SchedulerView
 from orchestrator.backends.slurm_cluster import (DEFAULT_MAX_ARRAY_SIZE, Cluster, Request, cluster_from,
@@ -408,11 +407,11 @@ class SlurmBackend(Backend):
     follows = True
 
     def follow_up(self, executor: Any, fn: Any, spec: Any, after: list[str], partition: Optional[str],
-                  name: str) -> str:
+                  name: str, time_min: int, mem_mb: int) -> str:
         """sbatch `--dependency=afterany:<each array>` (an array's base id waits for all its
         tasks) with `--kill-on-invalid-dep=yes` (a dependency Slurm can no longer satisfy ends
         the job instead of leaving it pending for ever); one CPU, never `--exclusive`."""
-        job = Request(partition=partition, cpus=1, mem_mb=retry.FOLLOW_UP_MEM_MB, time_min=retry.FOLLOW_UP_MIN)
+        job = Request(partition=partition, cpus=1, mem_mb=mem_mb, time_min=time_min)
         params = sbatch.submitit_params(job, {**self.cluster, "exclusive": False})
         # computed here, not configuration: added after submitit_params' check of what configuration gave
         params["additional_parameters"] = {**params.get("additional_parameters", {}),
