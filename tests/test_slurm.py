@@ -141,7 +141,8 @@ def test_retry_timeout_resubmits_a_timed_out_cell_by_itself_with_twice_its_limit
     assert "--exclusive" not in script and "--gres" not in script, script  # none of the cell's own request
 
     deadline = time.time() + 400
-    while time.time() < deadline and not rows(slurm_workdir, "select 1 from runs where attempt = 2"):
+    # attempt 2's row is recorded (pending) before its sbatch, and gets its job id after: wait for that
+    while time.time() < deadline and not rows(slurm_workdir, "select 1 from runs where attempt = 2 and job_id is not null"):
         time.sleep(3)
     assert rows(slurm_workdir, "select attempt, state, error_class from runs where attempt = 1") == [
         (1, "failed", "timeout")]  # collected by the follow-up job itself
