@@ -282,11 +282,11 @@ def submit_sweep(cells: list[Cell], opts: Options, argv: list[str] | None = None
                 planned.append((cell, runs))
             else:
                 report.skipped.append((cell, reason))
-        learn_time_limits([cell for cell, _ in planned], opts, Rows.of(session))
-        _record_cells(session, report.sweep_id, cells, known, {cell.id for cell, _ in planned})
-        report.notes += made_on_first_use({cell.config["dataset"]["dir"] for cell, _ in planned
-                                           if cell.config["dataset"].get("name") in MADE_ON_FIRST_USE
-                                           and cell.config["dataset"].get("dir")})
+        learned = {c.id: c for c in learn_time_limits([cell for cell, _ in planned], opts, Rows.of(session))}
+        planned, cells = [(learned[c.id], runs) for c, runs in planned], [learned.get(c.id, c) for c in cells]
+        _record_cells(session, report.sweep_id, cells, known, set(learned))
+        report.notes += made_on_first_use({c.config["dataset"]["dir"] for c, _ in planned if c.config["dataset"]
+                                           .get("name") in MADE_ON_FIRST_USE and c.config["dataset"].get("dir")})
         insert_runs(session, [run for _, runs in planned for run in runs],
                     earlier=[run for runs in existing.values() for run in runs])
         session.commit()  # the sweep and its pending runs exist before anything is submitted
@@ -294,9 +294,9 @@ def submit_sweep(cells: list[Cell], opts: Options, argv: list[str] | None = None
     return report
 
 
-def learn_time_limits(cells: list[Cell], opts: Options, rows: Rows | None = None) -> None:
-    """Each cell's `hardware.time_min: auto` learned from earlier runs (time_limits.learn), with the environment's
-    build where its job builds it; `rows` None: `opts`' database read here, if it exists (a dry run writes nothing)."""
+def learn_time_limits(cells: list[Cell], opts: Options, rows: Rows | None = None) -> list[Cell]:
+    """The cells with `time_min: auto` learned (time_limits.learn: new cells), the build counted where a job builds its
+    environment; `rows` None: `opts`' database read here, if it exists (a dry run writes nothing)."""
     built: dict[str, bool] = {}  # by environment: its recipe read and hashed once, not once per cell
 
     def builds(cell: Cell) -> bool:
@@ -316,7 +316,7 @@ def learn_time_limits(cells: list[Cell], opts: Options, rows: Rows | None = None
             return time_limits.learn(cells, None, opts.backend.max_time_min, opts.cluster, builds)
         with factory() as session:
             return time_limits.learn(cells, Rows.of(session), opts.backend.max_time_min, opts.cluster, builds)
-    time_limits.learn(cells, rows, opts.backend.max_time_min, opts.cluster, builds)
+    return time_limits.learn(cells, rows, opts.backend.max_time_min, opts.cluster, builds)
 
 
 def refusal_settings(cfg: Any) -> dict[str, Any]:
