@@ -12,7 +12,7 @@ cell's identity). A timed-out repeat rerun without `--time` gets twice its last 
 by its partition's MaxTime (refused, with the way out, where it had MaxTime already).
 Submission goes through the launcher's own `submit_runs` (so a rerun whose sweep asked for
 `retry.timeout` gets its follow-up job too). `retry.timeout`'s follow-up job picks with
-`follow_up`: the timeouts with a retry left.
+`follow_up`: the timeouts with a retry left in their sweep.
 """
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session, aliased
 
 from orchestrator import retry, schema, runstate, time_limits
@@ -74,7 +74,7 @@ def pick(session: Session, sweep_id: Optional[str] = None, classes: Optional[lis
             problems.append(f"{last.uid}: no recorded config for this cell (sweep recorded before "
                             f"rerun existed); type its sweep again instead")
             continue
-        if follow_up and not retry.retry_left(link.config, last.attempt):
+        if follow_up and not retry.retry_left(link.config, last.attempt, _first_attempt(session, last)):
             continue
         config = copy.deepcopy(link.config)
         if time_min:
@@ -92,6 +92,12 @@ def pick(session: Session, sweep_id: Optional[str] = None, classes: Optional[lis
         problems.append(f"{n} repeat(s) of class {name} unchanged ({failure_classes.BY_NAME[name].meaning}): "
                         f"{failure_classes.way_out(name)}")
     return picks, problems
+
+
+def _first_attempt(session: Session, last: schema.Run) -> int:
+    """The first attempt `last`'s sweep made of its repeat: what its retries count from (retry.retry_left)."""
+    return session.scalar(select(func.min(schema.Run.attempt)).where(
+        schema.Run.sweep_id == last.sweep_id, schema.Run.cell_id == last.cell_id, schema.Run.repeat == last.repeat))
 
 
 def _more_time(config: dict[str, Any], last: schema.Run, backends: dict[str, Backend]) -> Optional[str]:

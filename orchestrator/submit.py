@@ -353,8 +353,7 @@ def submit_runs(session: Session, sweep_id: str, planned: list[tuple[Cell, list[
 
     Before a group's submission its runs are marked with the group's job name and their index
     in it, and committed; the job ids are committed right after. A submission killed between
-    the two is found again by name the next time (`adopt_interrupted`), never submitted twice.
-    """
+    the two is found again by name the next time (`adopt_interrupted`), never submitted twice."""
     if foreground:
         for cell, runs in planned:
             _mark(session, runs, runstate.RUNNING, job_id=None)
@@ -368,6 +367,7 @@ def submit_runs(session: Session, sweep_id: str, planned: list[tuple[Cell, list[
         groups.setdefault(signature(params), (params, []))[1].append((cell, runs))
     batches, checked, step = [], True, opts.backend.array_limit() or len(planned) or 1
     followed: list[tuple[Cell, str]] = []  # (cell, job) whose runs may still be retried
+    first = retry.first_attempts(Rows.of(session), sweep_id) if opts.retry_timeout else {}  # what retries count from
     for params, group in groups.values():
         try:
             reason = opts.backend.refuse(group[0][0].config) if checked else None  # one request per group
@@ -405,7 +405,7 @@ def submit_runs(session: Session, sweep_id: str, planned: list[tuple[Cell, list[
         for (cell, runs), job_id in zip(members, job_ids):
             report.submitted.append((cell, job_id, len(runs)))
             progress(f"submitted {cell.label} as job {job_id}")
-            if any(retry.retry_left(cell.config, run.attempt) for run in runs):
+            if any(retry.retry_left(cell.config, run.attempt, first.get((cell.id, run.repeat), 1)) for run in runs):
                 followed.append((cell, job_id))
         session.commit()
     if followed:

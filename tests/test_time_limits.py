@@ -116,6 +116,8 @@ def test_retry_timeout_counts_attempts_and_the_follow_up_opens_the_same_database
     two = {"retry": {"timeout": 2}}  # two retries: attempts 1 and 2 are followed up, attempt 3 is the last
     assert [retry.retry_left(two, attempt) for attempt in (1, 2, 3)] == [True, True, False]
     assert not retry.retry_left({}, 1)
+    # counted from the sweep's first attempt of the repeat: one that began at attempt 3 has 3 and 4 followed up
+    assert [retry.retry_left(two, attempt, first=3) for attempt in (3, 4, 5)] == [True, True, False]
     with pytest.raises(ConfigError, match="retry.timeout=-1 must be an integer from 0 to 5"):
         retry.timeouts({"retry": {"timeout": -1}})
     # the follow-up job runs elsewhere: a relative SQLite path is made absolute, a server URL kept
@@ -142,3 +144,41 @@ def test_whether_a_job_will_build_its_environment_is_read_from_the_cache(tmp_pat
     assert make_runtime("container", "torch", cache=tmp_path).builds_in_job()  # no image for the recipe
     assert not make_runtime("apptainer", "torch", images=tmp_path).builds_in_job()  # refused, never built
 
+
+
+def test_retry_timeout_counts_the_retries_of_its_own_sweep_not_the_attempts_of_earlier_ones(tmp_path):
+    """Issue 35, 4: a cell that timed out in sweep `a` (attempt 1) is typed again in sweep `b`
+    with retry.timeout=1; its attempt there is 2, and counting attempts (2 > 1) gave it no retry.
+    The follow-up's pick (rerun.pick, follow_up) against a real SQLite results database."""
+    import time
+
+    from orchestrator import db, rerun, schema
+
+    config = cell("hardware=cpu12", "retry.timeout=1").config
+    config = {**config, "hardware": {**config["hardware"], "time_min": 3, "time_source": time_limits.SET}}
+    factory = db.open_db(f"sqlite:///{tmp_path}/results.db")
+    c = Cell.from_plain(config)
+
+    def timed_out(sweep, attempt, latest=True):
+        run = schema.Run(uid=f"{sweep}:{c.id}:0:{attempt}", sweep_id=sweep, cell_id=c.id, repeat=0,
+                         attempt=attempt, state="pending", executor="slurm", latest=latest)
+        run.state = "submitted"  # each move one the run-state model allows
+        run.state, run.error_class = "failed", "timeout"
+        session.add(run)
+
+    with factory.begin() as session:
+        session.add(schema.Cell(id=c.id, settings=c.settings, created_at=time.time(), **c.settings))
+        for sweep in ("a", "b"):
+            session.add(schema.Sweep(id=sweep, created_at=time.time(), argv=[], overrides=[], n_cells=1))
+            session.flush()
+            session.add(schema.SweepCell(sweep_id=sweep, cell_id=c.id, config=config))
+        timed_out("a", 1, latest=False)
+        timed_out("b", 2)
+    with factory() as session:
+        picks, problems = rerun.pick(session, sweep_id="b", follow_up=True)
+    assert [(p.attempt, p.cell.config["hardware"]["time_min"]) for p in picks] == [(3, 6)], problems
+    with factory.begin() as session:  # the retry timed out too: sweep b's one retry is spent
+        session.query(schema.Run).filter_by(attempt=2).one().latest = False
+        timed_out("b", 3)
+    with factory() as session:
+        assert rerun.pick(session, sweep_id="b", follow_up=True)[0] == []
