@@ -381,15 +381,15 @@ def submit_runs(session: Session, sweep_id: str, planned: list[tuple[Cell, list[
             report.refused += [(" ".join(cell.overrides), f"{cell.label}: {reason}") for cell, _ in group]
             continue
         batches += [(params, group[i:i + step]) for i in range(0, len(group), step)]
-    executor = None
     for params, members in batches:
         name = f"orch-{sweep_id}-{secrets.token_hex(3)}"
         update_runs(session, [(run, {"state_detail": f"{SUBMITTING} {name}[{index}/{len(members)}]"})
                               for index, (_, runs) in enumerate(members) for run in runs])
         session.commit()
         try:
-            if executor is None:
-                executor = opts.backend.executor(opts.runs / sweep_id / ".submitit")
+            # one executor per array: submitit's update_parameters merges, so a parameter one array set (its
+            # --time-min, GPUs) stayed on every later array that sets none (issue 35: found through sbatch)
+            executor = opts.backend.executor(opts.runs / sweep_id / ".submitit")
             job_ids = opts.backend.submit(executor, run_cell, [job_spec(c, sweep_id, r, opts) for c, r in members],
                                           params, name)
         except Exception as exc:  # one group's submission failing never stops the sweep
