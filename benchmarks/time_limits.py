@@ -49,7 +49,7 @@ def from_database(url: str) -> dict[str, list[float]]:
     with db.open_db(url, create=False)() as session:
         for cell_id, wall in session.execute(text(
                 "SELECT cell_id, ended_at - started_at FROM runs WHERE state = 'done' AND started_at IS NOT NULL "
-                "AND ended_at IS NOT NULL ORDER BY ended_at")):
+                "AND ended_at IS NOT NULL AND ended_at >= started_at ORDER BY ended_at")):  # as learn: no negative wall time
             out[cell_id].append(float(wall))
     return out
 
@@ -150,6 +150,7 @@ def main() -> None:
         print(f"{name:40} {f['runs']:6d} {f['limit_out']:10.2%} {f['limit_median']:11.2f} {f['limit_p95']:6.2f} "
               f"{f['floor_out']:11.2%} {f['floor_median']:11.2f} {f['floor_p95']:6.2f}")
     if args.db:
+        print("similar cells: generated families only (a database's cells are not variants of one another)")
         return
     predicted = list(similar_families(args.families, args.spread, args.seed))
     f = _figures("limit", [(60 * limit.minutes, used) for limit, used in predicted])
