@@ -591,10 +591,11 @@ def test_each_cell_of_a_value_sweep_is_submitted_with_its_own_learned_limit(slur
         assert f"#SBATCH --time={limit.minutes}\n" in script, script
         assert (f"#SBATCH --time-min={limit.floor}\n" in script) if own else ("--time-min" not in script), script
         line = next(li for li in dry.stdout.splitlines() if cid in li)
-        assert f" {limit.minutes} min" in line and (time_limits_source(own) in line), line
+        assert f" {limit.minutes} min" in line and (_source(own) in line), line
 
 
-def time_limits_source(own):
+def _source(own):
+    """How the dry run names a limit learned from the cell's own runs, or from similar cells'."""
     from orchestrator import time_limits
 
     return time_limits.SAME_CELL if own else time_limits.SIMILAR

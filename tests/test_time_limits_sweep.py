@@ -1,6 +1,8 @@
 """Each cell of a sweep learns its own time limit (issue 35, 1 and 8): cells made by
 orchestrator/expand.py, which shares the unchanged parts of a composition's config between them,
 against one earlier run in a real SQLite results database. The real-cluster half: test_slurm.py."""
+import math
+
 import pytest
 from hydra import compose, initialize_config_dir
 
@@ -75,7 +77,7 @@ def test_each_cell_of_a_value_sweep_has_its_own_limit_in_either_order(tmp_path, 
             continue
         factor = int(b.split("=")[1]) / 64 * 12 / int(t.split("=")[1])
         seconds = 20 + 0.2 * factor * (10 + int(i.split("=")[1]))
-        assert (minutes, floor, source) == (-(-(seconds / 60 * 1.5 + 1) // 1), None, time_limits.SIMILAR), (b, t, i)
+        assert (minutes, floor, source) == (math.ceil(seconds / 60 * 1.5 + 1), None, time_limits.SIMILAR), (b, t, i)
     assert len({m for m, _, _ in limits.values()}) == 8  # eight cells, eight limits
 
 
