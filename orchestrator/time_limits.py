@@ -52,7 +52,6 @@ from typing import Any, Callable, Iterable, Mapping, Optional
 
 from orchestrator import config_checks, queries, runstate, setting_registry
 from orchestrator.sql_adapters import Rows
-from trainers.common import inputs
 
 #: `hardware.time_min` that asks for a learned limit.
 AUTO = "auto"
@@ -99,6 +98,8 @@ def _per_device(settings: Mapping[str, Any], devices: int) -> float:
 
 def _pixels(settings: Mapping[str, Any]) -> Optional[int]:
     """The input pixels per sample the model sees (trainers/common/inputs.py), None if unknown."""
+    from trainers.common import inputs  # lazy: it imports numpy, which `status` and `report` never need
+
     try:
         return math.prod(inputs.input_shape(settings["model"], setting_registry.shape_of(settings)))
     except KeyError:
