@@ -1,7 +1,7 @@
 """`retry.timeout: N`: a timed-out repeat resubmitted automatically, with twice its limit, up to N times.
 
 Who resubmits when nobody waits on the login node: a **follow-up job**. With every submission
-of runs that may still be retried (attempt <= N), the launcher also submits one small job (one
+of runs that may still be retried (fewer than N retries in this sweep), the launcher submits one small job (one
 CPU, FOLLOW_UP_MIN minutes, never exclusive) that Slurm holds until every one of those jobs has
 ended (`--dependency=afterany:<their arrays>`). On a compute node it runs what a user would type:
 
