@@ -33,6 +33,8 @@ apt_get() {
 # apt-get install -y -q --no-install-recommends ARGS (options, then packages); where that fails, the
 # package lists refreshed (a stale list names versions the mirror no longer has) and one more try.
 apt_install() {
-  apt_get install -y -q --no-install-recommends "$@" \
-    || { apt_get update -q && apt_get install -y -q --no-install-recommends "$@"; }
+  apt_get install -y -q --no-install-recommends "$@" && return 0
+  echo "[apt] install failed; refreshing the package lists and trying once more" >&2
+  apt_get update -q || true
+  apt_get install -y -q --no-install-recommends "$@"
 }
