@@ -421,8 +421,8 @@ def summary_select(filters: Mapping[str, Sequence[Any]] | None = None, noisy_cv:
                     .label("sd")).subquery("spread")
     s = spread.c
     cv = case((s.mean > 0, s.sd / s.mean))
-    return (select(s.cell, *(setting_value(getattr(Cell, c)).label(c) for c in SUMMARY_CELL), s.n, s.median.label("images_per_sec_median"),
-                   s.mean.label("images_per_sec_mean"), s.sd.label("images_per_sec_std"),
+    return (select(s.cell, *(setting_value(getattr(Cell, c)).label(c) for c in SUMMARY_CELL), s.n,
+                   s.median.label("images_per_sec_median"), s.mean.label("images_per_sec_mean"), s.sd.label("images_per_sec_std"),
                    cv.label("images_per_sec_cv"), s.lo.label("images_per_sec_min"), s.hi.label("images_per_sec_max"),
                    case((cv.is_(None), None), (cv > noisy_cv, 1), else_=0).label("noisy"),
                    s.power.label("gpu_power_avg_w"), s.epi.label("energy_per_image_j"), s.mem.label("gpu_mem_peak_mb"))
