@@ -7,8 +7,9 @@ id, whether the trainer is told it (`--batch-size`), and where it is shown. From
 the cell id's keys (cell.cell_id), the resolution of a cell's defaults (read_settings: one
 function, which expansion checks strictly and a refused cell's record reads leniently), the
 result file's `cell` fields and types (resultfile), the `cells` and `refusals` columns (db), the
-`results` view's setting columns and the order `results` lists runs in, the summary's grouping,
-the trainer's command line (job.trainer_args), the report's columns and its CSV types.
+`results` view's setting columns (each default filled in) and the order `results` lists runs in,
+the summary's grouping, the trainer's command line (job.trainer_args), the report's columns and its
+CSV types.
 
 Adding a setting is one entry here (and a schema revision giving it a column: orchestrator/
 migrations). A setting added after cells exist must not change their ids: give it a `default`
@@ -51,11 +52,9 @@ class SettingDef:
     #: Passed to the trainer as --<name> (docs/protocol.md), where not None.
     trainer_flag: bool = True
     #: Shown and grouped by everywhere a run or cell is named in a line: a `cells` row's headline,
-    #: the `refusals` columns, the `results` view (with `in_results`), the summary's grouping, the
-    #: order `results` lists runs in.
+    #: the `refusals` columns, the summary's grouping, the order `results` lists runs in. (Every
+    #: setting is a column of the `results` view, its default filled in.)
     headline: bool = False
-    #: A column of the `results` view (headline settings are).
-    in_results: bool = False
     #: A table CSV given to `compare` must have it (it says what a number is).
     names_a_number: bool = False
 
@@ -136,15 +135,13 @@ SETTINGS: tuple[SettingDef, ...] = (
     # memory: batches prepared before the timed steps; pipeline: each timed step takes its batch from
     # the ImageNet loader (trainers/common/imagenet.py). None for memory (migration 0010).
     SettingDef("input", str, _key("input", "memory"), hashed=UNLESS_DEFAULT, default="memory",
-       choices=("memory", "pipeline"), in_results=True),
+       choices=("memory", "pipeline")),
 )
 BY_NAME: dict[str, SettingDef] = {s.name: s for s in SETTINGS}
 #: Every setting's name, in the order they are shown.
 NAMES: tuple[str, ...] = tuple(BY_NAME)
 #: The headline settings (see SettingDef.headline), in order.
 HEADLINE: tuple[str, ...] = tuple(s.name for s in SETTINGS if s.headline)
-#: The settings that are columns of the `results` view, in order.
-IN_RESULTS: tuple[str, ...] = tuple(s.name for s in SETTINGS if s.headline or s.in_results)
 
 
 def read_settings(get: Lookup) -> dict[str, Any]:
