@@ -52,6 +52,7 @@ UNPLACEABLE = "unplaceable"
 LOST = "lost"
 BROKEN_RESULT = "broken_result"
 IMPLAUSIBLE = "implausible"
+RANKS_DIVERGED = "ranks_diverged"
 
 #: What `status` and the report say of a failed run that recorded no class.
 NO_CLASS = "no error recorded"
@@ -123,6 +124,13 @@ CLASSES = (
         "peak_tflops", False,
         "the message names the figures; fix the trainer's timing or conf/hardware/<name>.yaml's "
         "peak_tflops, then `%s --class implausible`" % _RERUN, by="job"),
+    FailureClass(
+        RANKS_DIVERGED, "the ranks of a data-parallel run ended with different parameters (their "
+        "checksums differ), so their gradients were not exchanged: the figures are of separate "
+        "trainings, not of one", False,
+        "the message names each rank's checksum; fix the framework's gradient exchange "
+        "(trainers/<framework>/: its all-reduce, its distribution strategy), then `%s --class "
+        "ranks_diverged`" % _RERUN, by="job"),
 )
 
 #: name -> its FailureClass
