@@ -18,7 +18,7 @@ papers' "model FLOPs" do):
 **The ceiling is not the MFU.** A run's MFU is reported by that model FLOPs count, as everyone
 reports it; but a fast convolution algorithm does fewer multiplies than the direct count, so an
 honest run can exceed MFU 1 (a P100 PCIe at 9.3 TFLOP/s fp32: AlexNet at 2,400 images/s is MFU
-1.10, VGG16 at 110 images/s 1.10). A run is refused as implausible only where even the fewest
+1.11, VGG16 at 110 images/s 1.10). A run is refused as implausible only where even the fewest
 multiplies any known algorithm needs (`fewest_macs`, per layer, FAST_CONVOLUTIONS) would take
 more than the peak: that no algorithm could do.
 
@@ -27,7 +27,8 @@ own size, the ImageNet networks at 224x224 whatever the dataset) and its class c
 
     python -m trainers.common.flops [--channels 3 --size 224 --classes 1000]
 
-prints every network's forward MACs and the fewest any known algorithm needs, as JSON. Plain arithmetic: parses as Python 3.6.
+prints every network's forward MACs and the fewest any known algorithm needs, as JSON. Plain
+arithmetic: parses as Python 3.6.
 """
 import argparse
 import json
