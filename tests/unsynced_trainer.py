@@ -10,9 +10,10 @@ import sys
 from trainers.common.support import PROCESS_PER_DEVICE, Support
 
 #: numpy's, but taking --gpus N (as CPU replicas: TRAINER_CPU_REPLICAS=1), which the orchestrator
-#: asks of a GPU framework only; it has no GPU arrays, so only replicas ever run
+#: asks of a GPU framework only (it has no GPU arrays, so only replicas ever run), and --nodes N
+#: (each node's rank trains alone: there is nothing to meet at)
 SUPPORT = Support("numpy", cpu=["fp32"], gpu=["fp32"], multi_gpu=PROCESS_PER_DEVICE,
-                  cpu_replicas=True, models=["lenet"])
+                  cpu_replicas=True, multi_node=True, models=["lenet"])
 
 
 def make_trainer():
