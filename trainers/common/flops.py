@@ -21,10 +21,10 @@ reports it; but a fast convolution algorithm does fewer multiplies than the dire
 honest run can exceed MFU 1 (a P100 PCIe at 9.3 TFLOP/s fp32: AlexNet at 2,400 images/s is MFU
 1.11, VGG16 at 110 images/s 1.10). A run is refused as implausible only where even the fewest
 multiplies of the algorithms production libraries use (`fewest_training_flops`: per layer the
-cheapest of direct, Winograd F(6x6,3x3) and FFT's pointwise products, FAST_CONVOLUTIONS; the
-first layer's input gradient left out) would take more than the peak. Faster algorithms exist
-in the literature and are not counted: larger Winograd tiles, Winograd or FFT on the polyphase
-parts of a strided convolution, Strassen-like matrix products; a run using one could be refused.
+cheapest of direct, Winograd F(6x6,3x3) and FFT's pointwise products at any stride,
+FAST_CONVOLUTIONS; the first layer's input gradient left out) would take more than the peak. Faster algorithms exist
+in the literature and are not counted: larger Winograd tiles, Winograd on the polyphase parts
+of a strided convolution, Strassen-like matrix products; a run using one could be refused.
 The bound is loose where most layers are 3x3 stride 1 (VGG16: refused only above mfu 5.3;
 `ceiling_factor`, tabled in docs/measurement.md).
 
@@ -59,15 +59,17 @@ FAST_CONVOLUTIONS = (
     # largest tile a production library uses is F(6x6, 3x3), 64 per 36 (5.06x fewer): NNPACK
     # (src/*/winograd-f6k3.c) and OpenCV's dnn (CONV_WINO_STEP=6), so that is the one counted.
     # Only 3x3 at stride 1 (larger tiles lose fp32 accuracy; strided ones are not in cuDNN).
-    ("winograd F(6x6,3x3)", lambda k, h, w: float((6 + k - 1) ** 2) / 6 ** 2 if k == 3 else None),
+    ("winograd F(6x6,3x3)", lambda k, s, h, w: float((6 + k - 1) ** 2) / 6 ** 2 if k == 3 and s == 1 else None),
     # FFT: Mathieu, Henaff and LeCun (2014), "Fast Training of Convolutional Networks through
     # FFTs", ICLR; Vasilache et al. (2015), "Fast Convolutional Nets With fbfft", ICLR (cuDNN's
     # FFT and FFT_TILING). Its cost depends on the sizes, so the bound counts only what it cannot
     # avoid: the pointwise products, per pair of channels one complex product per frequency of a
-    # real transform of the padded input ((h + k - 1) x (w + k - 1) points, half of them
-    # independent), each 3 real multiplies (Gauss); smaller tiles only add frequencies. The
-    # transforms themselves (O(n log n) per channel) are not counted. Stride 1, any kernel.
-    ("fft", lambda k, h, w: 1.5 * (h + k - 1) * (w + k - 1) / float(h * w)),
+    # real transform of the padded input the outputs read (((h - 1) s + k) x ((w - 1) s + k)
+    # points, half of them independent), each 3 real multiplies (Gauss); smaller tiles only add
+    # frequencies. The transforms themselves (O(n log n) per channel) are not counted. Any kernel,
+    # any stride s: a strided convolution split into its s x s polyphase parts (each a stride-1
+    # convolution of a subsampled input with a subsampled kernel) needs the same points in all.
+    ("fft", lambda k, s, h, w: 1.5 * ((h - 1) * s + k) * ((w - 1) * s + k) / float(h * w)),
 )
 #: No fast algorithm is counted for the fully connected layers: Strassen-like matrix products
 #: need fewer multiplies, but no production library uses them (cuBLAS, cuDNN, MKL, oneDNN,
@@ -140,9 +142,7 @@ def _positive(h, w, spec):
 def _fewest_multiplies(spec, h, w):
     """Multiplies per output value and input channel of the cheapest algorithm that applies."""
     direct = float(spec.kernel * spec.kernel)
-    if spec.stride != 1:
-        return direct
-    fast = (per_output(spec.kernel, h, w) for _, per_output in FAST_CONVOLUTIONS)
+    fast = (per_output(spec.kernel, spec.stride, h, w) for _, per_output in FAST_CONVOLUTIONS)
     return min([direct] + [m for m in fast if m is not None])
 
 
