@@ -38,7 +38,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
                    help="your site's options, as a sweep takes them (cluster=NAME, cluster.setup=[...], paths.data=, "
                         "runtime=, apptainer.images=, hydra.searchpath=[...]): a rerun runs on your own "
-                        "configuration, never on the one recorded in the database (docs/rerun.md)")
+                        "configuration, never on the one recorded in the database (docs/shared-results.md)")
     p.add_argument("--follow-up", action="store_true",
                    help="what retry.timeout=N's follow-up job runs (docs/slurm.md): collect first, then only the "
                         "timed-out repeats with a retry left (attempt <= N), each with twice its limit")
