@@ -4,14 +4,15 @@ A sweep records each cell's resolved config in the database (`sweep_cells.config
 rerun measures the same thing. But the database is shared: whoever can write one of its rows
 (another user, a compromised account, a copied database) could plant `cluster.setup: ["rm -rf
 ~"]` there, and the next user's `rerun --failed` would run it in that user's jobs. So nothing
-recorded is ever taken as a command or a path. Of a recorded config a rerun keeps only what
-defines the measurement and its request (the settings, `framework`, `model`, `hardware`,
-`retry`, `monitor`, `time_limits`); the sections that reach a shell, a batch script or a path
-(SITE: `cluster` with its setup lines, python, sbatch options; `paths`; `runtime`;
-`apptainer`; and `dataset.dir`) come from the caller's own composition of conf/ with the
-caller's overrides, as a new sweep would make them. The result is then checked as a new sweep
-checks a cell (orchestrator/cell.py, submit.Options, the backend's sbatch policy), and must
-still be the recorded cell (the same id): otherwise it is refused with the way out.
+recorded is ever taken as a command or a path. The sections that reach a shell, a batch script
+or a path (SITE: `cluster` with its setup lines, python and sbatch options; `paths`; `runtime`;
+`apptainer`; and `dataset.dir`) are dropped from the record and taken from the caller's own
+composition of conf/ with the caller's overrides, as a new sweep would make them (the recorded
+cluster's and dataset's `name` only choose the caller's file of that group, as plain names).
+The rest (the settings, `framework`, `model`, `hardware`, `retry`, `monitor` ...) is the
+measurement and its request, kept, and checked as a new sweep checks a cell
+(orchestrator/cell.py: names, integers, module names; submit.Options; the backend's sbatch
+policy); it must still make the recorded cell (the same id), or it is refused with the way out.
 """
 from __future__ import annotations
 
