@@ -3,8 +3,9 @@
 A PostgreSQL URL carries its password (`postgresql://alice:secret@db/bench`), and what a sweep
 leaves on a shared file system travels with it: every job's pickle (its spec holds the cell's
 resolved config, `paths.db` included), an array's bundle of them (backends/slurm_task.py),
-retry.timeout's follow-up job (its spec is the URL itself, orchestrator/retry.py) and each
-run's `config.yaml` (orchestrator/job.py). Each is created with mode 0600 from its first byte:
+retry.timeout's follow-up job (its spec is the URL itself, orchestrator/retry.py), each
+run's `config.yaml` (orchestrator/job.py) and Hydra's `multirun.yaml` (the overrides typed,
+`paths.db=` among them: hydra_plugins/orchestrator_sweeper). Each is created with mode 0600 from its first byte:
 a chmod after writing leaves a window in which another user on the login node can read it, and
 the umask of a shared account is often 022.
 
@@ -39,6 +40,14 @@ def write_bytes(path: Path, data: bytes) -> None:
 
 def write_text(path: Path, text: str) -> None:
     write_bytes(path, text.encode("utf-8"))
+
+
+def keep_private(path: Path) -> None:
+    """`path` 0600 before a library writes it by truncating it (Hydra's multirun.yaml): made
+    empty and 0600 where it is not there, an existing one set 0600 (its content so far was
+    written the same way)."""
+    os.close(os.open(path, os.O_WRONLY | os.O_CREAT, MODE))
+    os.chmod(path, MODE)
 
 
 @contextmanager

@@ -157,3 +157,14 @@ def test_unplaceable_runs_are_offered_only_when_asked_or_asking_for_less(tmp_pat
     for asked in (["--class", "unplaceable"], ["--time", "30"], ["--mem", "1"]):
         again = orchestrator(["rerun", "--failed", "--dry-run", *asked], workdir)
         assert "would resubmit 1 repeat" in again.stdout and cell in again.stdout, (asked, again.stdout)
+
+
+def test_hydras_multirun_yaml_with_a_typed_database_url_is_0600(tmp_path):
+    workdir = user_dir(tmp_path)
+    workdir[1]["ORCHESTRATOR_CACHE"] = str(tmp_path / "cache")
+    os.umask(0o022)
+    url = "postgresql+psycopg://alice:secret@127.0.0.1:1/bench"
+    dry = orchestrator(["-m", "model=lenet", "dry_run=true", f"paths.db={url}"], workdir)
+    saved = tmp_path / "cache" / "hydra" / "multirun.yaml"
+    assert "alice:secret" in saved.read_text(), dry.stdout + dry.stderr  # Hydra saved the override typed
+    assert oct(stat.S_IMODE(saved.stat().st_mode)) == "0o600"
