@@ -313,20 +313,36 @@ def _measure(spec: JobSpec, run_dir: Path, paths: dict[str, str], deadline: floa
         outcome.update(state=runstate.FAILED, error={"class": fc.CRASH, "message": measured.reason})
         return outcome
     values = dict(measured)
+    ranks = _ranks(events, peers)
     if place:
         values, energy_nodes = _combined(place, run_dir, events, values, measured.energy, peers, outcome["nodes"])
-        outcome["ranks"] = node_group.checksums(
-            {0: events, **{k: read_events(Path(p["paths"]["events"]))[0] for k, p in peers.items()}})
-    outcome.update(state=runstate.DONE, error=None, window=measured.window, metrics=values,
-                   notes=measured.reason)
-    if measured.implausible:  # its figures stay in the result, for the message to be checked
-        outcome.update(state=runstate.FAILED, error={"class": fc.IMPLAUSIBLE, "message": measured.implausible})
+    if place or len(ranks) > 1:
+        outcome["ranks"] = ranks
+    failed = _measured_but_wrong(ranks, measured)
+    outcome.update(state=runstate.FAILED if failed else runstate.DONE, error=failed, window=measured.window,
+                   metrics=values, notes=measured.reason)
     if measured.energy:
         outcome["energy"] = {**measured.energy, "period_s": spec.monitor_period_s, "idle_s": ran.idle_s}
         if place:
             outcome["energy"].update(nodes=energy_nodes, combined=(
                 f"summed over {place.nodes} nodes, each node's samples over node 0's measured window"))
     return outcome
+
+
+def _measured_but_wrong(ranks: list[dict[str, Any]], measured: Any) -> dict[str, str] | None:
+    """The error of a run that measured, yet whose figures are not of what it claims: its ranks
+    ended with different models (ranks_diverged, node_group.diverged), or no algorithm could reach
+    its throughput (implausible); None where neither. Its figures stay in the result, for the
+    message to be checked."""
+    return node_group.diverged(ranks) or (
+        {"class": fc.IMPLAUSIBLE, "message": measured.implausible} if measured.implausible else None)
+
+
+def _ranks(events: list[dict[str, Any]], peers: dict[int, Any]) -> list[dict[str, Any]]:
+    """Every rank's parameter checksum: the launcher relays each of this node's ranks' (in
+    `events`), the other nodes' are in their own event files."""
+    return node_group.checksums(
+        {0: events, **{k: read_events(Path(p["paths"]["events"]))[0] for k, p in peers.items()}})
 
 
 def _own_error(events: list[dict[str, Any]], returncode: int, paths: dict[str, str],

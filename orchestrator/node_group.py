@@ -221,6 +221,20 @@ def checksums(events_by_node: Mapping[int, Sequence[Mapping[str, Any]]]) -> list
     return [found[r] for r in sorted(found)]
 
 
+def diverged(ranks: Sequence[Mapping[str, Any]]) -> Optional[dict[str, str]]:
+    """The run's error where its ranks' parameter checksums (`checksums`) differ, naming each
+    rank's; None where they agree, or where fewer than two ranks gave one. Equal checksums are
+    what proves that a data-parallel run trained one model (its gradients were all-reduced), so
+    a difference makes its throughput that of separate trainings: class ranks_diverged."""
+    sums = [r for r in ranks if r.get("sha256")]
+    if len({r["sha256"] for r in sums}) < 2:
+        return None
+    listed = ", ".join(f"rank {r['rank']} (node {r['node']}) {r['sha256'][:12]}" for r in sums)
+    return {"class": fc.RANKS_DIVERGED,
+            "message": f"the ranks ended with different parameters: {listed}; "
+                       f"{fc.way_out(fc.RANKS_DIVERGED)}"}
+
+
 def combine(per_node: Sequence[Mapping[str, float]]) -> dict[str, float]:
     """The cell's metrics from each node's (node 0 first), each combined as its declaration
     says: the run's own (node 0's: throughput, accuracy), summed (energy, power, memory of

@@ -126,7 +126,8 @@ def failed_repeats(tmp_path):
 def test_rerun_leaves_out_what_is_not_retried_unless_named(failed_repeats):
     factory, ids, site = failed_repeats
     # the same cell on the same hardware can only fail the same way again
-    assert fc.RETRIED == tuple(n for n in fc.NAMES if n not in (fc.UNSUPPORTED, fc.IMPLAUSIBLE, fc.UNPLACEABLE))
+    assert fc.RETRIED == tuple(n for n in fc.NAMES
+                               if n not in (fc.UNSUPPORTED, fc.IMPLAUSIBLE, fc.RANKS_DIVERGED, fc.UNPLACEABLE))
     with factory() as s:
         picks, problems = rerun.pick(s, site)
         assert {p.last.cell_id for p in picks} == {ids[fc.OUT_OF_MEMORY], ids[fc.LOST]}

@@ -1,6 +1,7 @@
 """FLOPs per image from the shared layer tables (trainers/common/flops.py), held to the published
 counts; MFU against the hardware's declared peak (orchestrator/metrics.py); a run above the
-ceiling refused as implausible, end to end through a sweep, the collector and `results`."""
+ceiling (the fewest FLOPs any known algorithm needs) refused as implausible, end to end through
+a sweep, the collector and `results`, while published P100 figures above MFU 1 pass."""
 import json
 from pathlib import Path
 
@@ -8,9 +9,9 @@ import pytest
 
 from orchestrator import metrics
 from trainers.common import failure_classes
-from trainers.common.flops import forward_macs, training_flops
+from trainers.common.flops import fewest_macs, fewest_training_flops, forward_macs, training_flops
 
-from helpers import FAST, orchestrator, rows, user_dir, wait_until_final
+from helpers import FAST, REPO, orchestrator, rows, user_dir, wait_until_final
 
 IMAGENET = (3, 224, 224)
 
@@ -86,13 +87,55 @@ def test_no_declared_peak_leaves_mfu_out_with_the_reason():
     assert "mfu" not in no_hardware and "mfu" not in no_hardware.reason
 
 
+def test_the_fewest_multiplies_are_counted_layer_by_layer_by_hand():
+    """AlexNet: conv1 (11x11 stride 4) direct; conv2 (5x5 at 27x27) by FFT: 1.5 real multiplies
+    per point of the 31x31 padded input per channel pair; conv3-5 (3x3 at 13x13) by Winograd
+    F(6x6,3x3), 64 per 36 outputs (FFT's 1.5 x 15 x 15 = 337.5 per pair is more than 169 x 64/36);
+    the fully connected layers direct (no production library multiplies them faster)."""
+    by_hand = (55 * 55 * 64 * 3 * 121
+               + 64 * 192 * 1.5 * 31 * 31
+               + 169 * (192 * 384 + 384 * 256 + 256 * 256) * 64 / 36.0
+               + 256 * 6 * 6 * 4096 + 4096 * 4096 + 4096 * 1000)
+    assert fewest_macs("alexnet", IMAGENET, 1000) == pytest.approx(by_hand, rel=1e-9)
+    # a 1x1 convolution has nothing faster than direct: ResNet-50 keeps its 1x1 and strided layers
+    assert 0.6 < fewest_macs("resnet50", IMAGENET, 1000) / forward_macs("resnet50", IMAGENET, 1000) < 0.8
+    for model in ("alexnet", "googlenet", "resnet50", "vgg16"):  # never more than the direct count
+        assert fewest_macs(model, IMAGENET, 1000) < forward_macs(model, IMAGENET, 1000)
+    assert fewest_training_flops("vgg16", IMAGENET, 1000) == 6 * fewest_macs("vgg16", IMAGENET, 1000)
+
+
+def p100():
+    """conf/hardware/p100.yaml as the grid reads it (9.3 TFLOP/s fp32: the PCIe board's data sheet)."""
+    import yaml
+    return yaml.safe_load((REPO / "conf" / "hardware" / "p100.yaml").read_text())
+
+
+@pytest.mark.parametrize("model, images_per_sec", [("alexnet", 2400.0), ("vgg16", 110.0)])
+def test_published_p100_figures_above_mfu_1_pass_and_three_times_the_bound_fails(model, images_per_sec):
+    """Published-level fp32 training throughput on a P100 (AlexNet ~2,400 images/s, VGG16 ~110)
+    is above MFU 1 by the model count, which cuDNN's Winograd and FFT convolutions make possible:
+    the run keeps its mfu and is not refused. Three times the images/s at which even the fewest
+    known FLOPs fill the peak is refused, naming those figures."""
+    hardware = p100()
+    honest = metrics.compute(stream(images_per_sec, model=model, precision="fp32"), hardware=hardware)
+    assert honest["mfu"] == pytest.approx(images_per_sec * training_flops(model, IMAGENET, 1000) / 9.3e12)
+    assert honest["mfu"] > 1.05 and honest.implausible is None, honest.implausible
+    bound = 9.3e12 / fewest_training_flops(model, IMAGENET, 1000)
+    refused = metrics.compute(stream(3 * bound, model=model, precision="fp32"), hardware=hardware)
+    assert refused.implausible.startswith("no algorithm could do this, a measurement error: 3.00 x the peak")
+    fewest = "%.3f GFLOP per training image (%s at 3x224x224)" % (fewest_training_flops(model, IMAGENET, 1000) / 1e9, model)
+    assert fewest in refused.implausible and "1 x 9.3 TFLOP/s fp32 peak" in refused.implausible
+    assert refused["mfu"] == pytest.approx(3 * bound * training_flops(model, IMAGENET, 1000) / 9.3e12)
+
+
 def test_a_throughput_above_the_ceiling_is_implausible_naming_the_figures():
-    ceiling = 989.4e12 / training_flops("resnet50", IMAGENET, 1000)  # ~40,000 images/s
-    assert 39000 < ceiling < 41000
+    ceiling = 989.4e12 / fewest_training_flops("resnet50", IMAGENET, 1000)  # ~57,000 images/s
+    assert 50000 < ceiling < 65000
+    below = metrics.compute(stream(ceiling * 0.99), hardware=H100)
+    assert below["mfu"] > 1 and below.implausible is None  # above MFU 1, but a fast algorithm could
     m = metrics.compute(stream(ceiling * 1.5), hardware=H100)
-    assert m["mfu"] == pytest.approx(1.5)
-    assert m.implausible.startswith("mfu 1.50 > 1, a measurement error:")
-    assert "24.535 GFLOP per training image (resnet50 at 3x224x224)" in m.implausible
+    assert m.implausible.startswith("no algorithm could do this, a measurement error: 1.50 x the peak")
+    assert "(resnet50 at 3x224x224) (Winograd/FFT where they apply; the model count is 24.535" in m.implausible
     assert "1 x 989.4 TFLOP/s bf16 peak" in m.implausible
     assert failure_classes.IMPLAUSIBLE in failure_classes.BY_NAME
     assert failure_classes.IMPLAUSIBLE not in failure_classes.RETRIED  # the same figures fail the same way
@@ -124,7 +167,7 @@ def test_a_sweep_lands_mfu_in_results_and_refuses_a_run_above_the_ceiling(tmp_pa
     landed = rows(workdir, "select r.state, r.error_class, r.error_message, r.run_dir from runs r order by r.state")
     assert [(state, klass) for state, klass, _, _ in landed] == [("done", None), ("failed", "implausible")], landed
     message = landed[1][2]
-    assert message.startswith("mfu ") and "> 1, a measurement error" in message
+    assert message.startswith("no algorithm could do this, a measurement error: ")
     assert "GFLOP per training image (lenet at 3x32x32)" in message and "1 x 1e-06 TFLOP/s fp32 peak" in message
     refused = json.loads((Path(landed[1][3]) / "result.json").read_text())
     assert refused["metrics"]["mfu"] > 1 and refused["metrics"]["images_per_sec"] > 0

@@ -87,6 +87,63 @@ def test_a_requeued_job_does_not_read_what_its_earlier_incarnation_left(tmp_path
     assert node_group.read_node(tmp_path, 2, JOB) is None
 
 
+def test_ranks_whose_checksums_differ_are_named_and_equal_ones_pass():
+    same = [{"rank": 0, "node": 0, "sha256": "a" * 64}, {"rank": 1, "node": 1, "sha256": "a" * 64}]
+    assert node_group.diverged(same) is None and node_group.diverged(same[:1]) is None
+    assert node_group.diverged([{"rank": 0, "node": 0, "sha256": None}] * 2) is None  # no checksum given
+    error = node_group.diverged([same[0], dict(same[1], sha256="b" * 64)])
+    assert error["class"] == fc.RANKS_DIVERGED and "\n" not in error["message"]
+    assert "rank 0 (node 0) aaaaaaaaaaaa, rank 1 (node 1) bbbbbbbbbbbb" in error["message"]
+    assert error["message"].endswith(fc.way_out(fc.RANKS_DIVERGED))
+    assert fc.RANKS_DIVERGED not in fc.RETRIED  # the same exchange diverges the same way again
+
+
+@pytest.mark.slow
+def test_a_run_whose_ranks_really_diverge_fails_ranks_diverged_with_the_way_out(tmp_path):
+    """Two CPU replicas of a trainer that exchanges no gradients (tests/unsynced_trainer.py), run
+    by the orchestrator: each rank's checksum is relayed, they differ, and the run fails with
+    its own class, each rank's checksum and the way out in its message; one replica is done."""
+    from helpers import FAST, user_dir
+
+    site = unsynced_site(tmp_path / "site-conf")
+    workdir = user_dir(tmp_path, dict(os.environ, TRAINER_CPU_REPLICAS="1"))
+    done = orchestrator(["-m", site, "framework=unsynced", "model=lenet",
+                         "dataset=synthetic", "gpus=0,2", "batch_size=8", "threads=1", "wait=true", *FAST], workdir)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    got = rows(workdir, "select r.state, r.error_class, r.error_message from runs r join cells c "
+                        "on c.id = r.cell_id order by c.gpus")
+    assert [(state, klass) for state, klass, _ in got] == [("done", None), ("failed", fc.RANKS_DIVERGED)], got
+    message = got[1][2]
+    assert message.startswith("the ranks ended with different parameters: rank 0 (node 0) ")
+    assert ", rank 1 (node 0) " in message and fc.way_out(fc.RANKS_DIVERGED) in message
+    result = json.loads(next(p for p in tmp_path.glob("runs/**/result.json")
+                             if json.loads(p.read_text())["state"] == "failed").read_text())
+    assert [r["rank"] for r in result["ranks"]] == [0, 1] and len({r["sha256"] for r in result["ranks"]}) == 2
+
+
+def unsynced_site(path):
+    """The override that adds framework `unsynced` (tests/unsynced_trainer.py) as a site would."""
+    (path / "framework").mkdir(parents=True)
+    (path / "framework" / "unsynced.yaml").write_text("name: unsynced\ntrainer: tests.unsynced_trainer\nenv: numpy\n")
+    return f"hydra.searchpath=[file://{path}]"
+
+
+@pytest.mark.slow
+def test_two_nodes_whose_ranks_diverge_fail_ranks_diverged_on_the_cluster(slurm_workdir, tmp_path_factory):
+    """The same across two nodes of the test cluster: each node's rank trains alone, node 0 reads
+    node 1's checksum from its events file, and the cell fails naming both nodes' ranks."""
+    site = unsynced_site(tmp_path_factory.mktemp("site-conf"))
+    done = orchestrator(["-m", site, *SMALL, "framework=unsynced", "model=lenet", "dataset=synthetic",
+                         "nodes=2", "batch_size=8"], slurm_workdir)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    wait_until_final(slurm_workdir)
+    ((state, klass, message),) = rows(slurm_workdir, "select state, error_class, error_message from runs")
+    assert (state, klass) == ("failed", fc.RANKS_DIVERGED), message
+    assert message.startswith("the ranks ended with different parameters: rank 0 (node 0) ")
+    assert ", rank 1 (node 1) " in message and "rerun --failed --class ranks_diverged" in message
+    assert fc.RANKS_DIVERGED in orchestrator(["status", "--failed"], slurm_workdir).stdout
+
+
 def test_waiting_for_peers_ends_at_the_patience_or_the_deadline_with_the_silent_as_none(tmp_path):
     write(tmp_path, 1)
     # patience spent / deadline passed: the answer at once, the node not heard from as None

@@ -52,6 +52,7 @@ UNPLACEABLE = "unplaceable"
 LOST = "lost"
 BROKEN_RESULT = "broken_result"
 IMPLAUSIBLE = "implausible"
+RANKS_DIVERGED = "ranks_diverged"
 
 #: What `status` and the report say of a failed run that recorded no class.
 NO_CLASS = "no error recorded"
@@ -117,11 +118,20 @@ CLASSES = (
         "the message names the broken field; `%s` measures the repeat again" % _RERUN,
         by="tracking"),
     FailureClass(
-        IMPLAUSIBLE, "the run measured more than its hardware can do (mfu above 1: images/s x FLOPs per "
-        "image above the declared peak FLOP/s), so a figure is wrong: the trainer's step timing (a "
-        "step timed without waiting for the device) or the hardware's peak_tflops", False,
+        IMPLAUSIBLE, "the run measured more than its hardware can do by any known algorithm (images/s "
+        "x the fewest FLOPs per image that Winograd or FFT convolutions need, trainers/common/flops.py, "
+        "above the declared peak FLOP/s; an mfu above 1 alone is not refused), so a figure is wrong: "
+        "the trainer's step timing (a step timed without waiting for the device) or the hardware's "
+        "peak_tflops", False,
         "the message names the figures; fix the trainer's timing or conf/hardware/<name>.yaml's "
         "peak_tflops, then `%s --class implausible`" % _RERUN, by="job"),
+    FailureClass(
+        RANKS_DIVERGED, "the ranks of a data-parallel run ended with different parameters (their "
+        "checksums differ), so their gradients were not exchanged: the figures are of separate "
+        "trainings, not of one", False,
+        "the message names each rank's checksum; fix the framework's gradient exchange "
+        "(trainers/<framework>/: its all-reduce, its distribution strategy), then `%s --class "
+        "ranks_diverged`" % _RERUN, by="job"),
 )
 
 #: name -> its FailureClass

@@ -15,12 +15,20 @@ papers' "model FLOPs" do):
   the forward one), and one multiply-add is two floating-point operations. The first layer's
   input gradient, which no one needs, is counted too (as everyone counts it).
 
+**The ceiling is not the MFU.** A run's MFU is reported by that model FLOPs count, as everyone
+reports it; but a fast convolution algorithm does fewer multiplies than the direct count, so an
+honest run can exceed MFU 1 (a P100 PCIe at 9.3 TFLOP/s fp32: AlexNet at 2,400 images/s is MFU
+1.11, VGG16 at 110 images/s 1.10). A run is refused as implausible only where even the fewest
+multiplies any known algorithm needs (`fewest_macs`, per layer, FAST_CONVOLUTIONS) would take
+more than the peak: that no algorithm could do.
+
 A network's input is what the trainer feeds it (inputs.input_shape: LeNet at the dataset's
 own size, the ImageNet networks at 224x224 whatever the dataset) and its class count.
 
     python -m trainers.common.flops [--channels 3 --size 224 --classes 1000]
 
-prints every network's forward MACs as JSON. Plain arithmetic: parses as Python 3.6.
+prints every network's forward MACs and the fewest any known algorithm needs, as JSON. Plain
+arithmetic: parses as Python 3.6.
 """
 import argparse
 import json
@@ -32,6 +40,32 @@ FLOPS_PER_MAC = 2
 #: training (forward + backward) costs this many forward passes
 PASSES_PER_STEP = 3
 
+#: The fast convolution algorithms the ceiling allows for, each a lower bound on the multiplies
+#: per output value and input channel of a convolution it applies to, against the direct k x k.
+#: Additions, transforms and tile padding are left out: the bound only gets more generous.
+#: Every backward product (input and weight gradients) is taken to shrink as much as the forward
+#: one (cuDNN has Winograd and FFT algorithms for both).
+FAST_CONVOLUTIONS = (
+    # Winograd minimal filtering F(m x m, r x r): (m + r - 1)^2 multiplies per m x m outputs
+    # instead of m^2 r^2. Lavin and Gray (2016), "Fast Algorithms for Convolutional Neural
+    # Networks", CVPR: cuDNN's F(4x4, 3x3) needs 36 per 16 outputs (4x fewer than 144). The
+    # largest tile a production library uses is F(6x6, 3x3), 64 per 36 (5.06x fewer): NNPACK
+    # (src/*/winograd-f6k3.c) and OpenCV's dnn (CONV_WINO_STEP=6), so that is the one counted.
+    # Only 3x3 at stride 1 (larger tiles lose fp32 accuracy; strided ones are not in cuDNN).
+    ("winograd F(6x6,3x3)", lambda k, h, w: float((6 + k - 1) ** 2) / 6 ** 2 if k == 3 else None),
+    # FFT: Mathieu, Henaff and LeCun (2014), "Fast Training of Convolutional Networks through
+    # FFTs", ICLR; Vasilache et al. (2015), "Fast Convolutional Nets With fbfft", ICLR (cuDNN's
+    # FFT and FFT_TILING). Its cost depends on the sizes, so the bound counts only what it cannot
+    # avoid: the pointwise products, per pair of channels one complex product per frequency of a
+    # real transform of the padded input ((h + k - 1) x (w + k - 1) points, half of them
+    # independent), each 3 real multiplies (Gauss); smaller tiles only add frequencies. The
+    # transforms themselves (O(n log n) per channel) are not counted. Stride 1, any kernel.
+    ("fft", lambda k, h, w: 1.5 * (h + k - 1) * (w + k - 1) / float(h * w)),
+)
+#: No fast algorithm is counted for the fully connected layers: Strassen-like matrix products
+#: need fewer multiplies, but no production library uses them (cuBLAS, cuDNN, MKL, oneDNN,
+#: OpenBLAS all multiply directly), so the ceiling counts them as the model count does.
+
 
 class _Counter(object):
     """Walks layers over a (channels, height, width) feature map, summing their MACs."""
@@ -39,10 +73,13 @@ class _Counter(object):
     def __init__(self, shape):
         self.channels, self.height, self.width = shape
         self.macs = 0
+        self.fewest = 0.0  # the multiply-adds of the cheapest known algorithm, layer by layer
 
     def conv(self, spec, groups=1):
         h, w = arch.conv_size(self.height, spec), arch.conv_size(self.width, spec)
-        self.macs += h * w * spec.filters * spec.kernel * spec.kernel * self.channels // groups
+        per_output = h * w * spec.filters * self.channels // groups  # x multiplies per output
+        self.macs += per_output * spec.kernel * spec.kernel
+        self.fewest += per_output * _fewest_multiplies(spec, h, w)
         self.channels, self.height, self.width = spec.filters, h, w
 
     def pool(self, spec):
@@ -63,6 +100,7 @@ class _Counter(object):
             branch_counter = _Counter(shape)
             branch_counter.layers(branch)
             total += branch_counter.macs
+            self.fewest += branch_counter.fewest
             self.height, self.width = branch_counter.height, branch_counter.width
         self.macs += total
         self.channels = arch.inception_channels(spec)
@@ -71,9 +109,22 @@ class _Counter(object):
         """A classifier head on `features` inputs, ending in the classes."""
         for kind, value in head:
             if kind == arch.FC:
-                self.macs += features * value
+                self._dense(features * value)
                 features = value
-        self.macs += features * classes
+        self._dense(features * classes)
+
+    def _dense(self, macs):
+        self.macs += macs
+        self.fewest += macs
+
+
+def _fewest_multiplies(spec, h, w):
+    """Multiplies per output value and input channel of the cheapest algorithm that applies."""
+    direct = float(spec.kernel * spec.kernel)
+    if spec.stride != 1:
+        return direct
+    fast = (per_output(spec.kernel, h, w) for _, per_output in FAST_CONVOLUTIONS)
+    return min([direct] + [m for m in fast if m is not None])
 
 
 def _lenet(counter, classes):
@@ -98,6 +149,7 @@ def _resnet50(counter, classes):
                 side = _Counter((counter.channels, counter.height, counter.width))
                 side.conv(projection)
                 counter.macs += side.macs
+                counter.fewest += side.fewest
             counter.layers(arch.bottleneck(stage.width, stride))
     counter.head(arch.RESNET50_HEAD, counter.channels, classes)  # after the global average pool
 
@@ -117,13 +169,29 @@ _NETWORKS = {
 MODELS = tuple(sorted(_NETWORKS))
 
 
+def _count(model, input_shape, classes):
+    counter = _Counter(tuple(int(n) for n in input_shape))
+    _NETWORKS[model](counter, int(classes))
+    return counter
+
+
 def forward_macs(model, input_shape, classes):
     """Multiply-adds of one image's forward pass through `model` ("lenet", "resnet50" ...) at
     `input_shape` (channels, height, width) with `classes` outputs; KeyError for a network no
     table describes."""
-    counter = _Counter(tuple(int(n) for n in input_shape))
-    _NETWORKS[model](counter, int(classes))
-    return counter.macs
+    return _count(model, input_shape, classes).macs
+
+
+def fewest_macs(model, input_shape, classes):
+    """The fewest multiply-adds any known algorithm needs for one image's forward pass: each
+    convolution at its cheapest of direct and FAST_CONVOLUTIONS. Not an MFU's count: the ceiling's."""
+    return _count(model, input_shape, classes).fewest
+
+
+def fewest_training_flops(model, input_shape, classes):
+    """The fewest floating-point operations one image's training step can take by any known
+    algorithm (3 x fewest_macs x 2): images/s x this above the peak is what no run can do."""
+    return PASSES_PER_STEP * FLOPS_PER_MAC * fewest_macs(model, input_shape, classes)
 
 
 def training_flops(model, input_shape, classes):
@@ -140,7 +208,9 @@ def main(argv=None):
     parser.add_argument("--classes", type=int, default=1000)
     args = parser.parse_args(argv)
     shape = (args.channels, args.size, args.size)
-    print(json.dumps(dict((m, forward_macs(m, shape, args.classes)) for m in MODELS)))
+    print(json.dumps(dict((m, {"macs": forward_macs(m, shape, args.classes),
+                                "fewest_macs": int(fewest_macs(m, shape, args.classes))})
+                           for m in MODELS)))
     return 0
 
 
