@@ -26,7 +26,7 @@ from typing import Any, Iterator
 import yaml
 from submitit.core.utils import UncompletedJobError
 
-from orchestrator import node_group, provenance, runstate, setting_registry
+from orchestrator import node_group, private_files, provenance, runstate, setting_registry
 from orchestrator.monitor import Monitor, default_samplers
 from orchestrator.resultfile import RESULT_NAME, RESULT_SCHEMA
 from orchestrator.runtime import make_runtime
@@ -131,7 +131,8 @@ def run_once(spec: JobSpec, run: RunSpec, deadline: float | None = None) -> Path
     """One run: trainer + monitor, then metrics over the measured window, then result.json."""
     run_dir = Path(run.run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "config.yaml").write_text(yaml.safe_dump(spec.config, sort_keys=False))
+    # 0600: the config holds paths.db, a database URL with its password (private_files.py)
+    private_files.write_text(run_dir / "config.yaml", yaml.safe_dump(spec.config, sort_keys=False))
     paths = _paths(run_dir)
     result: dict[str, Any] = {
         "schema": RESULT_SCHEMA, "run_uid": run.uid, "sweep_id": spec.sweep_id,

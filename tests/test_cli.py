@@ -118,13 +118,15 @@ def test_status_is_a_summary_and_failed_lists_every_failure(env, any_db, capsys)
     assert "  timeout (1): " in out and "time limit 60 min" in out  # the older sweep's, after the newer's
     assert out.index("sweep new (8") < out.index("sweep old (1") < out.index("Every one: ")
 
-    assert main(["status", "--failed"]) == 0
+    assert main(["status", "--failed"]) == 0  # the caller's own: these runs' submitter is not recorded
+    assert capsys.readouterr().out.endswith("(yours; --user NAME or --all-users for others'):\n0 run(s)\n")
+    assert main(["status", "--failed", "--all-users"]) == 0
     out = capsys.readouterr().out
     assert out.count("failed torch/googlenet/mnist") == 7 and out.count("log: ") == 9
     assert all(f"crash: Segmentation fault {i}" in out for i in range(7)) and out.endswith("9 run(s)\n")
-    assert main(["status", "--failed", "--class", "timeout,out_of_memory", "--sweep", "new"]) == 0
+    assert main(["status", "--failed", "--class", "timeout,out_of_memory", "--sweep", "new", "--all-users"]) == 0
     out = capsys.readouterr().out
-    assert out.startswith("Failed or lost runs of class timeout, out_of_memory (latest attempts):")
+    assert out.startswith("Failed or lost runs of class timeout, out_of_memory (latest attempts), every user's runs:")
     assert "torch/vgg16/mnist" in out and "resnet50" not in out and out.endswith("1 run(s)\n")
     assert main(["status", "--class", "crash"]) == 1
     assert "--class picks what --failed lists: python -m orchestrator status --failed --class crash" in (

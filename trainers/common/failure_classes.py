@@ -105,9 +105,10 @@ CLASSES = (
         PREEMPTED, "a job of higher priority took the node", True,
         "`%s --class preempted`, or a partition without preemption" % _RERUN, by="scheduler"),
     FailureClass(
-        UNPLACEABLE, "no node of the cluster can ever hold the job's request", True,
-        "ask for less (gpus, hardware.mem_gb, hardware.time_min) or another partition, or wait for "
-        "drained nodes; then `%s --class unplaceable`" % _RERUN, by="launcher or scheduler"),
+        UNPLACEABLE, "no node of the cluster can ever hold the job's request", False,
+        "ask for less (`%s --time MIN` or `--mem GB` below the request; or type the sweep again with "
+        "fewer gpus or nodes, or another partition), or once drained nodes are back "
+        "`%s --class unplaceable`" % (_RERUN, _RERUN), by="launcher or scheduler"),
     FailureClass(
         LOST, "the job ended without writing its result file, and the scheduler no longer knows it",
         True, "read the job's log under the sweep's .submitit folder, then `%s`" % _RERUN,
