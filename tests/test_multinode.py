@@ -174,6 +174,8 @@ def test_a_sweep_over_nodes_lands_a_row_per_cell_with_one_model_on_every_rank(sl
     assert header[header.index("prec") + 1] == "nodes", shown
     for path in Path(slurm_workdir[0], "runs").glob("**/result.json"):
         result = json.loads(path.read_text())
+        assert "params event" not in (result.get("notes") or "") and "no parameter checksum" not in (
+            result.get("notes") or ""), result["notes"]  # every rank's checksum came, well-formed
         if result["cell"].get("nodes") == 2:
             assert [r["rank"] for r in result["ranks"]] == [0, 1]
             assert [r["node"] for r in result["ranks"]] == [0, 1]

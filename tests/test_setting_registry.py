@@ -146,6 +146,15 @@ def test_a_null_target_is_told_to_the_trainer_whose_default_is_a_target():
     assert build_parser().parse_args(trainer_args(BASE, None)).target_accuracy == 0.9
 
 
+def test_the_trainers_help_says_what_none_means_for_the_target():
+    """--help spells the null target's flag value and its meaning: `none: no target` (it read
+    "(none: none)")."""
+    from trainers.common.protocol import build_parser
+
+    text = " ".join(build_parser().format_help().split())
+    assert "are reported (none: no target)" in text, text
+
+
 def test_refused_and_expanded_cells_read_defaults_the_same_way():
     """read_settings is the one default rule: a config that resolves gives the refusal record the
     settings expansion gives the cell."""

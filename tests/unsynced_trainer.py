@@ -4,7 +4,11 @@ a parameter checksum per rank. A run of it on two replicas really ends with two 
 models, which is what `ranks_diverged` (tests/test_multinode_faults.py) is for.
 
     TRAINER_CPU_REPLICAS=1 python -m tests.unsynced_trainer --gpus 2 --model lenet ...
+
+With UNSYNCED_BAD_RANK=N, rank N sends a number for its checksum (a malformed params event),
+for the job to skip and name.
 """
+import os
 import sys
 
 from trainers.common.support import PROCESS_PER_DEVICE, Support
@@ -25,6 +29,8 @@ def make_trainer():
         support = SUPPORT
 
         def param_checksum(self):
+            if os.environ.get("UNSYNCED_BAD_RANK") == os.environ.get("TRAINER_RANK", "0"):
+                return 12345
             return params_sha256(self.model.params[name] for name in sorted(self.model.params))
 
     return Unsynced()

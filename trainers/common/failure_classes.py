@@ -118,9 +118,12 @@ CLASSES = (
         "the message names the broken field; `%s` measures the repeat again" % _RERUN,
         by="tracking"),
     FailureClass(
-        IMPLAUSIBLE, "the run measured more than its hardware can do by any known algorithm (images/s "
-        "x the fewest FLOPs per image that Winograd or FFT convolutions need, trainers/common/flops.py, "
-        "above the declared peak FLOP/s; an mfu above 1 alone is not refused), so a figure is wrong: "
+        IMPLAUSIBLE, "the run measured more than its hardware can do by the algorithms production libraries use "
+        "(images/s x the fewest FLOPs per image of direct, Winograd F(6x6,3x3) and FFT convolutions, "
+        "trainers/common/flops.py, above the declared peak FLOP/s; larger Winograd tiles and Winograd on "
+        "polyphase splits of strided convolutions are not counted; an mfu above 1 alone is not refused, "
+        "and a run is refused only above an mfu of 1.5 (resnet50) to 5.3 (vgg16), docs/measurement.md), so a "
+        "figure is wrong: "
         "the trainer's step timing (a step timed without waiting for the device) or the hardware's "
         "peak_tflops", False,
         "the message names the figures; fix the trainer's timing or conf/hardware/<name>.yaml's "

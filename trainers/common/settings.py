@@ -65,7 +65,7 @@ SETTINGS = (
             "--epochs passes over the training split, evaluated after each"),
     Setting("epochs", int, 10, help="accuracy mode: epochs"),
     Setting("target_accuracy", float, 0.9, help="accuracy mode: the test top-1 whose time and epochs "
-            "are reported (%s: none)" % NONE, nullable=True),
+            "are reported (%s: no target)" % NONE, nullable=True),
     Setting("input", str, "memory", INPUTS, "memory: timed steps on batches prepared before timing; "
             "pipeline: each timed step takes the next batch from the loader (--dataset imagenet)"),
 )
