@@ -240,7 +240,7 @@ def _check_hardware(hardware: dict[str, Any]) -> None:
 
 
 def _check_peaks(hardware: dict[str, Any]) -> None:
-    """`peak_tflops`, the ceiling MFU is held against: null, or per precision a number of TFLOP/s > 0."""
+    """`peak_tflops`, the peak FLOP/s MFU is a fraction of: null, or per precision a number of TFLOP/s > 0."""
     peaks, precisions = hardware.get("peak_tflops"), setting_registry.BY_NAME["precision"].choices
     way_out = (f"give one GPU's peak TFLOP/s per precision, e.g. hardware.peak_tflops={{fp32:9.3,fp16:18.7}}, "
                f"or null (fix conf/hardware/{hardware['name']}.yaml)")

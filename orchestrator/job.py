@@ -26,7 +26,7 @@ from typing import Any, Iterator
 import yaml
 from submitit.core.utils import UncompletedJobError
 
-from orchestrator import node_group, provenance, runstate, setting_registry
+from orchestrator import node_group, private_files, provenance, runstate, setting_registry
 from orchestrator.monitor import Monitor, default_samplers
 from orchestrator.resultfile import RESULT_NAME, RESULT_SCHEMA
 from orchestrator.runtime import make_runtime
@@ -131,7 +131,8 @@ def run_once(spec: JobSpec, run: RunSpec, deadline: float | None = None) -> Path
     """One run: trainer + monitor, then metrics over the measured window, then result.json."""
     run_dir = Path(run.run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "config.yaml").write_text(yaml.safe_dump(spec.config, sort_keys=False))
+    # 0600: the config holds paths.db, a database URL with its password (private_files.py)
+    private_files.write_text(run_dir / "config.yaml", yaml.safe_dump(spec.config, sort_keys=False))
     paths = _paths(run_dir)
     result: dict[str, Any] = {
         "schema": RESULT_SCHEMA, "run_uid": run.uid, "sweep_id": spec.sweep_id,
@@ -284,17 +285,7 @@ def _measure(spec: JobSpec, run_dir: Path, paths: dict[str, str], deadline: floa
         raise TimeLimit(f"the scheduler signalled the end of the job's time limit{_limit(spec)} (SIGUSR2) "
                         f"before the trainer finished; {MORE_TIME}")
     events, bad_lines = read_events(Path(paths["events"]))
-    outcome: dict[str, Any] = {"returncode": returncode, "monitor": ran.monitor.describe(),
-                               "environment": ran.runtime.identity(), "argv": ran.argv}
-    start = next((e for e in events if e.get("event") == "run_start"), None)
-    if start:
-        outcome["trainer"] = {k: v for k, v in start.items() if k not in ("event", "t")}
-    try:  # provenance is best effort: it never fails a run
-        outcome["provenance"] = provenance.gather(
-            spec.settings, outcome.get("trainer"), outcome["environment"], outcome["monitor"],
-            exclusive=bool(spec.lock) or bool((spec.config.get("cluster") or {}).get("exclusive")), environ=ran.env)
-    except Exception as exc:
-        outcome["provenance"] = {"error": f"{type(exc).__name__}: {exc}"}
+    outcome = _described(spec, ran, events)
     error = _own_error(events, returncode, paths, bad_lines)
     peers: dict[int, Any] = {}
     if place:
@@ -305,6 +296,30 @@ def _measure(spec: JobSpec, run_dir: Path, paths: dict[str, str], deadline: floa
     if error:
         outcome.update(state=runstate.FAILED, error=error)
         return outcome
+    return _measured(spec, ran, run_dir, events, place, peers, outcome)
+
+
+def _described(spec: JobSpec, ran: TrainerRun, events: list[dict[str, Any]]) -> dict[str, Any]:
+    """What ran, whatever its end: exit status, monitor, environment, argv, the trainer's own
+    run_start (less its event name and time) and provenance (best effort: it never fails a run)."""
+    outcome: dict[str, Any] = {"returncode": ran.returncode, "monitor": ran.monitor.describe(),
+                               "environment": ran.runtime.identity(), "argv": ran.argv}
+    start = next((e for e in events if e.get("event") == "run_start"), None)
+    if start:
+        outcome["trainer"] = {k: v for k, v in start.items() if k not in ("event", "t")}
+    try:
+        outcome["provenance"] = provenance.gather(
+            spec.settings, outcome.get("trainer"), outcome["environment"], outcome["monitor"],
+            exclusive=bool(spec.lock) or bool((spec.config.get("cluster") or {}).get("exclusive")), environ=ran.env)
+    except Exception as exc:
+        outcome["provenance"] = {"error": f"{type(exc).__name__}: {exc}"}
+    return outcome
+
+
+def _measured(spec: JobSpec, ran: TrainerRun, run_dir: Path, events: list[dict[str, Any]],
+              place: node_group.Place | None, peers: dict[int, Any], outcome: dict[str, Any]) -> dict[str, Any]:
+    """The outcome of a trainer that ended well: its metrics (combined across nodes), its ranks'
+    checksums, and a failure where the figures are not of what it claims."""
     from orchestrator import metrics  # numpy: imported where a job measures, not where a sweep is submitted
 
     measured = metrics.compute(events, ran.samples, spec.config.get("hardware") or {})
@@ -312,20 +327,38 @@ def _measure(spec: JobSpec, run_dir: Path, paths: dict[str, str], deadline: floa
         outcome.update(state=runstate.FAILED, error={"class": fc.CRASH, "message": measured.reason})
         return outcome
     values = dict(measured)
+    ranks, rank_note = _ranks(events, peers)
     if place:
         values, energy_nodes = _combined(place, run_dir, events, values, measured.energy, peers, outcome["nodes"])
-        outcome["ranks"] = node_group.checksums(
-            {0: events, **{k: read_events(Path(p["paths"]["events"]))[0] for k, p in peers.items()}})
-    outcome.update(state=runstate.DONE, error=None, window=measured.window, metrics=values,
-                   notes=measured.reason)
-    if measured.implausible:  # its figures stay in the result, for the message to be checked
-        outcome.update(state=runstate.FAILED, error={"class": fc.IMPLAUSIBLE, "message": measured.implausible})
+    if place or len(ranks) > 1:
+        outcome["ranks"] = ranks
+    failed = _measured_but_wrong(ranks, measured)
+    outcome.update(state=runstate.FAILED if failed else runstate.DONE, error=failed, window=measured.window,
+                   metrics=values, notes="; ".join(n for n in (measured.reason, rank_note) if n) or None)
     if measured.energy:
         outcome["energy"] = {**measured.energy, "period_s": spec.monitor_period_s, "idle_s": ran.idle_s}
         if place:
             outcome["energy"].update(nodes=energy_nodes, combined=(
                 f"summed over {place.nodes} nodes, each node's samples over node 0's measured window"))
     return outcome
+
+
+def _measured_but_wrong(ranks: list[dict[str, Any]], measured: Any) -> dict[str, str] | None:
+    """The error of a run that measured, yet whose figures are not of what it claims: its ranks
+    ended with different models (ranks_diverged, node_group.diverged), or no algorithm could reach
+    its throughput (implausible); None where neither. Its figures stay in the result, for the
+    message to be checked."""
+    return node_group.diverged(ranks) or (
+        {"class": fc.IMPLAUSIBLE, "message": measured.implausible} if measured.implausible else None)
+
+
+def _ranks(events: list[dict[str, Any]], peers: dict[int, Any]) -> tuple[list[dict[str, Any]], str | None]:
+    """Every rank's parameter checksum and a note on the malformed or missing ones
+    (node_group.checksums): the launcher relays each of this node's ranks' (in `events`), the
+    other nodes' are in their own event files."""
+    start = next((e for e in events if e.get("event") == "run_start"), None)
+    return node_group.checksums(
+        {0: events, **{k: read_events(Path(p["paths"]["events"]))[0] for k, p in peers.items()}}, start)
 
 
 def _own_error(events: list[dict[str, Any]], returncode: int, paths: dict[str, str],

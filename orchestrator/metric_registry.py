@@ -65,7 +65,9 @@ METRICS = (
     MetricDef("step_time_median", "s", False, "median measured step time"),
     # the ceiling: trainers/common/flops.py's FLOPs per image against the hardware's peak_tflops
     MetricDef("mfu", "fraction", True, "model FLOPs utilisation: images_per_sec x training FLOPs per image / "
-       "(peak FLOP/s at the run's precision x devices); above 1 the run is refused as implausible", "mfu"),
+       "(peak FLOP/s at the run's precision x devices), by the direct count; a fast convolution "
+       "(Winograd, FFT) may take it above 1. Refused as implausible only above the fewest FLOPs of the "
+       "algorithms production libraries use (trainers/common/flops.py)", "mfu"),
     # host: the trainer's process tree, and the whole host
     MetricDef("cpu_percent_avg", "%", None, "trainer process tree CPU, mean (100 = one core)", "cpu_percent",
        across_nodes=MEAN),

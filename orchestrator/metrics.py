@@ -43,7 +43,8 @@ class Metrics(dict):
         self.reason = reason
         #: How energy was measured ({"method": "counter" | "trapezoid", "samples": n}); None if not.
         self.energy = energy
-        #: Why the figures cannot be true (above the hardware's ceiling: mfu > 1), naming them; else None.
+        #: Why the figures cannot be true (above the peak even at the fewest FLOPs of the
+        #: algorithms production libraries use: utilisation), naming them; else None.
         self.implausible = implausible
 
 
@@ -237,11 +238,14 @@ def gpu_metrics(samples: Iterable[dict[str, Any]], window: dict[str, Any],
 
 
 def utilisation(start: dict[str, Any], images_per_sec: float,
-                peak_tflops: Optional[dict[str, Any]]) -> tuple[Optional[float], str]:
+                peak_tflops: Optional[dict[str, Any]]) -> tuple[Optional[float], str, Optional[str]]:
     """Model FLOPs utilisation: images/s x training FLOPs per image (trainers/common/flops.py) /
     (the peak FLOP/s of one device at the run's precision x devices per node x nodes), with the
-    sentence that states the figures; (None, why) where the hardware declares no peak for the
-    precision or the trainer's run_start event does not say what ran.
+    sentence that states the figures, and the reason the figures are impossible or None: even the
+    fewest FLOPs of the algorithms production libraries use (flops.fewest_training_flops: Winograd, FFT) would take
+    more than the peak. An MFU above 1 alone is no such reason (a fast algorithm does fewer
+    multiplies than the model count). (None, why, None) where the hardware declares no peak for
+    the precision or the trainer's run_start event does not say what ran.
 
     `start` is the trainer's run_start event (model, input_shape, classes, precision, gpus, nodes);
     `peak_tflops` the hardware config's (TFLOP/s per GPU, a CPU node counting as one device).
@@ -251,18 +255,26 @@ def utilisation(start: dict[str, Any], images_per_sec: float,
     if not _number(peak) or peak <= 0:
         declared = ", ".join(sorted(k for k, v in (peak_tflops or {}).items() if v is not None)) or "none"
         return None, (f"no mfu: the hardware declares no peak FLOP/s for {precision} (declared: {declared}; "
-                      f"hardware.peak_tflops.{precision}=TFLOPS sets one)")
+                      f"hardware.peak_tflops.{precision}=TFLOPS sets one)"), None
     try:
-        per_image = flops.training_flops(start["model"], start["input_shape"], start["classes"])
-    except (KeyError, TypeError, ValueError) as exc:
-        return None, f"no mfu: run_start does not say which network ran at what input ({exc!r})"
+        shape = (start["model"], start["input_shape"], start["classes"])
+        per_image, fewest = flops.training_flops(*shape), flops.fewest_training_flops(*shape)
+    except (KeyError, TypeError, ValueError) as exc:  # flops' ValueError names the layer left without output
+        return None, f"no mfu: run_start's network and input cannot be counted ({exc!r})", None
     devices = max(int(start.get("gpus") or 0), 1) * int(start.get("nodes") or 1)
     ceiling = float(peak) * 1e12 * devices
     achieved = images_per_sec * per_image
-    what = (f"{images_per_sec:.1f} images/s x {per_image / 1e9:.3f} GFLOP per training image "
-            f"({start['model']} at {'x'.join(str(n) for n in start['input_shape'])}) = "
-            f"{achieved / 1e12:.3f} TFLOP/s against {devices} x {float(peak):g} TFLOP/s {precision} peak")
-    return achieved / ceiling, what
+    where = f"({start['model']} at {'x'.join(str(n) for n in start['input_shape'])})"
+    against = f"{devices} x {float(peak):g} TFLOP/s {precision} peak"
+    what = (f"{images_per_sec:.1f} images/s x {per_image / 1e9:.3f} GFLOP per training image {where} = "
+            f"{achieved / 1e12:.3f} TFLOP/s against {against}")
+    bound = images_per_sec * fewest
+    impossible = None if bound <= ceiling else (
+        f"{bound / ceiling:.2f} x the peak even at the fewest FLOPs of the algorithms production libraries use: "
+        f"{images_per_sec:.1f} images/s x {fewest / 1e9:.3f} GFLOP per training image {where} "
+        f"(Winograd/FFT where they apply; the model count is {per_image / 1e9:.3f}, mfu "
+        f"{achieved / ceiling:.2f}) = {bound / 1e12:.3f} TFLOP/s against {against}")
+    return achieved / ceiling, what, impossible
 
 
 def compute(events: Iterable[dict[str, Any]], samples: Iterable[dict[str, Any]] = (),
@@ -300,30 +312,48 @@ def compute(events: Iterable[dict[str, Any]], samples: Iterable[dict[str, Any]] 
         reasons.append(f"accuracy on generated data: {start['data_generated']}")
     gpu, energy = gpu_metrics(samples, window, values.get("images_per_sec"))
     values.update(gpu)
-    in_window = sum(1 for s in inside if s.get("sampler") == "gpu")
-    if any(s.get("sampler") == "gpu" and s.get("phase") != "idle" for s in samples) and "gpu_power_avg_w" not in gpu:
-        reasons.append("no GPU power: no GPU sample with power within the window")
-    elif energy:
-        if energy["max_gap_s"] > GAP_WARN_S:
-            reasons.append(f"GPU samples missing for {energy['max_gap_s']:.2f} s of the window: energy "
-                           f"bridges the gap, the GPU averages do not see it")
-        if in_window < 20:
-            reasons.append(f"energy over a short window ({window['end'] - window['start']:.2f} s, {in_window} "
-                           f"GPU samples) is coarse; raise iterations")
+    reasons.extend(_gpu_notes(samples, inside, window, gpu, energy))
     implausible = None
     if hardware is not None and values.get("images_per_sec"):
-        peaks = hardware.get("peak_tflops") or {}
-        mfu, what = utilisation(start, values["images_per_sec"], peaks)
-        if mfu is None:
-            if start.get("gpus") or any(v is not None for v in peaks.values()):
-                reasons.append(what)  # a CPU node that declares no peak at all: MFU is not asked of it
-        else:
-            values["mfu"] = mfu
-            if mfu > 1:
-                implausible = (f"mfu {mfu:.2f} > 1, a measurement error: {what}; the trainer's step timing "
-                               f"or the hardware's peak_tflops is wrong")
+        implausible = _mfu(start, values, hardware.get("peak_tflops") or {}, reasons)
     values = {k: v for k, v in values.items() if math.isfinite(v)}
     return Metrics(values, window, "; ".join(reasons) or None, energy, implausible)
+
+
+def _gpu_notes(samples: list[dict[str, Any]], inside: list[dict[str, Any]], window: dict[str, Any],
+               gpu: dict[str, float], energy: Optional[dict[str, Any]]) -> list[str]:
+    """What the reader of the GPU figures must know: no power in the window, a gap the energy
+    bridges, or a window too short for the energy to be more than coarse."""
+    if any(s.get("sampler") == "gpu" and s.get("phase") != "idle" for s in samples) and "gpu_power_avg_w" not in gpu:
+        return ["no GPU power: no GPU sample with power within the window"]
+    notes = []
+    if energy and energy["max_gap_s"] > GAP_WARN_S:
+        notes.append(f"GPU samples missing for {energy['max_gap_s']:.2f} s of the window: energy "
+                     f"bridges the gap, the GPU averages do not see it")
+    in_window = sum(1 for s in inside if s.get("sampler") == "gpu")
+    if energy and in_window < 20:
+        notes.append(f"energy over a short window ({window['end'] - window['start']:.2f} s, {in_window} "
+                     f"GPU samples) is coarse; raise iterations")
+    return notes
+
+
+def _mfu(start: dict[str, Any], values: dict[str, float], peaks: dict[str, Any], reasons: list[str]) -> Optional[str]:
+    """Adds the run's mfu to `values` (or says in `reasons` why there is none, and notes an mfu
+    above 1, which only a fast convolution algorithm allows); returns why the figures are
+    implausible, or None."""
+    mfu, what, impossible = utilisation(start, values["images_per_sec"], peaks)
+    if mfu is None:
+        if start.get("gpus") or any(v is not None for v in peaks.values()):
+            reasons.append(what)  # a CPU node that declares no peak at all: MFU is not asked of it
+        return None
+    values["mfu"] = mfu
+    if impossible:
+        return (f"no algorithm could do this, a measurement error: {impossible}; the "
+                f"trainer's step timing or the hardware's peak_tflops is wrong")
+    if mfu > 1:
+        reasons.append(f"mfu {mfu:.2f} is above the peak by model FLOPs: possible only with Winograd/FFT "
+                       f"convolutions; check the timing")
+    return None
 
 
 def accuracy(events: Iterable[dict[str, Any]]) -> dict[str, float]:

@@ -214,11 +214,68 @@ def first_failure(place: Place, own: Optional[dict[str, Any]], peers: Mapping[in
     return None
 
 
-def checksums(events_by_node: Mapping[int, Sequence[Mapping[str, Any]]]) -> list[dict[str, Any]]:
-    """Every rank's parameter checksum (the trainers' `params` events), in rank order."""
-    found = {e["rank"]: {"rank": e["rank"], "node": node, "sha256": e.get("sha256")}
-             for node, events in events_by_node.items() for e in events if e.get("event") == "params"}
-    return [found[r] for r in sorted(found)]
+def checksums(events_by_node: Mapping[int, Sequence[Mapping[str, Any]]],
+              start: Optional[Mapping[str, Any]] = None) -> tuple[list[dict[str, Any]], Optional[str]]:
+    """Every rank's parameter checksum (the trainers' `params` events), in rank order, and a note
+    for the run's reason (None where there is nothing to say). A malformed params event (no
+    whole-number rank, a sha256 that is not a string) is skipped and counted in the note: it
+    must not cost a run its metrics. Where any rank sent a checksum, every rank of `start` (the
+    run_start event: `processes` and `nodes`) is expected to; the note names those that did not,
+    whose agreement is then unchecked. Frameworks that send none at all (numpy, caffe, cntk)
+    get no note."""
+    found: dict[tuple[int, int], dict[str, Any]] = {}
+    malformed = 0
+    for node, events in events_by_node.items():
+        for e in events:
+            if e.get("event") != "params":
+                continue
+            rank, sha = e.get("rank"), e.get("sha256")
+            if not _whole(rank) or not (sha is None or isinstance(sha, str)):
+                malformed += 1
+                continue
+            found[(node, rank)] = {"rank": rank, "node": node, "sha256": sha}
+    ranks = [found[k] for k in sorted(found, key=lambda k: (k[1], k[0]))]
+    notes = []
+    if malformed:
+        notes.append(f"{malformed} params event(s) skipped: a params event needs a whole-number rank and a "
+                     f"string sha256 (the trainer's protocol.py writes them)")
+    sent = {k for k, r in found.items() if r["sha256"]}
+    missing = [k for k in expected_ranks(start or {}) if k not in sent] if sent else []
+    if missing:
+        named = ", ".join(f"rank {rank} (node {node})" for node, rank in missing)
+        notes.append(f"no parameter checksum from {named} while {len(sent)} other rank(s) sent one: "
+                     f"their agreement with the others is unchecked")
+    return ranks, "; ".join(notes) or None
+
+
+def expected_ranks(start: Mapping[str, Any]) -> list[tuple[int, int]]:
+    """(node, rank) of every trainer process of a run, from its run_start's `processes` (the world
+    size) and `nodes`: launched ranks are numbered across nodes, `processes` / `nodes` per node
+    (trainers.common.launch); a framework that runs one process per node has rank 0 on each."""
+    world = start.get("processes") if _whole(start.get("processes")) else 1
+    nodes = start.get("nodes") if _whole(start.get("nodes")) and start.get("nodes") > 0 else 1
+    if world > 1 and world % nodes == 0:
+        return [(rank // (world // nodes), rank) for rank in range(world)]
+    return [(node, 0) for node in range(nodes)]
+
+
+def _whole(value: Any) -> bool:
+    """A non-negative JSON integer (a bool is an int to Python, not to the protocol)."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def diverged(ranks: Sequence[Mapping[str, Any]]) -> Optional[dict[str, str]]:
+    """The run's error where its ranks' parameter checksums (`checksums`) differ, naming each
+    rank's; None where they agree, or where fewer than two ranks gave one. Equal checksums are
+    what proves that a data-parallel run trained one model (its gradients were all-reduced), so
+    a difference makes its throughput that of separate trainings: class ranks_diverged."""
+    sums = [r for r in ranks if r.get("sha256")]
+    if len({r["sha256"] for r in sums}) < 2:
+        return None
+    listed = ", ".join(f"rank {r['rank']} (node {r['node']}) {r['sha256'][:12]}" for r in sums)
+    return {"class": fc.RANKS_DIVERGED,
+            "message": f"the ranks ended with different parameters: {listed}; "
+                       f"{fc.way_out(fc.RANKS_DIVERGED)}"}
 
 
 def combine(per_node: Sequence[Mapping[str, float]]) -> dict[str, float]:

@@ -82,15 +82,18 @@ def sweep_sizes(rows: Rows, sweep_ids: Sequence[str]) -> tuple[dict[str, int], d
 
 
 def latest_failures(rows: Rows, sweep_ids: Optional[Sequence[str]], states: Sequence[str],
-                    classes: Optional[Sequence[str]] = None) -> Iterator[Any]:
-    """The latest attempts in `states` (of `classes` of error, if given) with their cells' names,
-    streamed in the order `status --failed` lists them."""
+                    classes: Optional[Sequence[str]] = None, user: Optional[str] = None) -> Iterator[Any]:
+    """The latest attempts in `states` (of `classes` of error, if given; submitted by `user`, if
+    given) with their cells' names, streamed in the order `status --failed` lists them."""
     names, params = in_list("state", list(states))
     where = [f"runs.state IN {names}"]
     if classes:
         kinds, more = in_list("class", list(classes))
         where.append(f"runs.error_class IN {kinds}")
         params.update(more)
+    if user is not None:
+        where.append("runs.submit_user = :submit_user")
+        params["submit_user"] = user
     latest, more = latest_where(sweep_ids, *where)
     return rows.rows(f"{_FAILURE} WHERE {latest} {_FAILURE_ORDER}", {**params, **more})
 

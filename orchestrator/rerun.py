@@ -1,14 +1,18 @@
-"""Rerunning failed cells: their recorded resolved config, submitted again as a new attempt.
+"""Rerunning failed cells: the cell their sweep recorded, submitted again as a new attempt.
 
 `orchestrator rerun --failed` picks every (cell, repeat) whose latest attempt (schema.latest_runs)
-is rerunnable (runstate.RERUNNABLE: failed, lost or cancelled); a repeat whose job the
-scheduler still has in flight is open, so it is never offered. Without `--class`, a repeat whose
-class trainers/common/failure_classes.py declares not `retried` (unsupported: run unchanged, it
-can only be refused again) is left out and counted; `--class` names what it picks, any class.
+is rerunnable (runstate.RERUNNABLE: failed, lost or cancelled) and was submitted by the caller
+(`--user NAME`, `--all-users` widen it: on a shared database, another user's failures are theirs
+to judge); a repeat whose job the scheduler still has in flight is open, so it is never offered.
+Without `--class`, a repeat whose class trainers/common/failure_classes.py declares not
+`retried` (unsupported, unplaceable: run unchanged, it can only be refused again) is left out
+and counted, unless the rerun asks for less than the request that could not be placed (`--time`
+or `--mem` below it); `--class` names what it picks, any class.
 Filters narrow it by sweep, failure class or cell setting. Each gets attempt n+1 in the sweep it failed in (run directory
-`<repeat>.<attempt>/`), submitted with the config that sweep recorded for the cell — so a
-rerun measures the same thing — with more time or memory if asked (neither is part of the
-cell's identity). A timed-out repeat rerun without `--time` gets twice its last limit, capped
+`<repeat>.<attempt>/`): the cell's recorded settings and request — so a rerun measures the same
+thing — on the caller's own site configuration (orchestrator/rerun_config.py: nothing the
+database holds is run as a command or used as a path), with more time or memory if asked
+(neither is part of the cell's identity). A timed-out repeat rerun without `--time` gets twice its last limit, capped
 by its partition's MaxTime (refused, with the way out, where it had MaxTime already).
 Submission goes through the launcher's own `submit_runs` (so a rerun whose sweep asked for
 `retry.timeout` gets its follow-up job too). `retry.timeout`'s follow-up job picks with
@@ -16,17 +20,18 @@ Submission goes through the launcher's own `submit_runs` (so a rerun whose sweep
 """
 from __future__ import annotations
 
-import copy
 import time
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, Iterator, Optional
 
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, aliased
 
 from orchestrator import retry, schema, runstate, time_limits
 from orchestrator.backends import Backend, backend_for
-from orchestrator.cell import Cell
+from orchestrator.cell import Cell, CellError
+from orchestrator.config_checks import ConfigError
+from orchestrator.rerun_config import Site
 from orchestrator.submit import Options, SubmitReport, insert_runs, new_run, submit_runs
 from trainers.common import failure_classes
 
@@ -40,23 +45,60 @@ class Pick:
     attempt: int
 
 
-def pick(session: Session, sweep_id: Optional[str] = None, classes: Optional[list[str]] = None,
+def pick(session: Session, site: Site, sweep_id: Optional[str] = None, classes: Optional[list[str]] = None,
          where: Optional[dict[str, list[Any]]] = None, time_min: Optional[int] = None,
-         mem_gb: Optional[int] = None, follow_up: bool = False) -> tuple[list[Pick], list[str]]:
+         mem_gb: Optional[int] = None, follow_up: bool = False,
+         user: Optional[str] = None) -> tuple[list[Pick], list[str]]:
     """The repeats to rerun, and the reasons some failed ones cannot be (or are not, unasked).
+    `site`: the caller's own configuration, which every pick runs on (rerun_config.py).
+    `user`: only the repeats whose latest attempt this user submitted (None: everyone's).
     `follow_up` (retry.timeout's follow-up job, orchestrator/retry.py): only timeouts whose
     attempt has a retry left by the config their sweep recorded; the others are not mentioned."""
     if follow_up:
         classes = [failure_classes.TIMEOUT]
+    picks: list[Pick] = []
+    problems = [f"--class {name}: not a failure class; one of {', '.join(failure_classes.NAMES)}"
+                for name in classes or () if name not in failure_classes.BY_NAME and name not in runstate.RERUNNABLE]
+    unasked: dict[str, int] = {}  # class not retried unless named -> repeats left out
+    others: dict[str, int] = {}  # another user's repeats (by user) -> left out
+    backends: dict[str, Backend] = {}  # by cluster: MaxTime read once per cluster
+    for last in _matching(session, sweep_id, classes, where):
+        if user is not None and last.submit_user != user:
+            others[last.submit_user or "?"] = others.get(last.submit_user or "?", 0) + 1
+            continue
+        link = session.get(schema.SweepCell, (last.sweep_id, last.cell_id))
+        declared = failure_classes.BY_NAME.get(last.error_class)
+        if not classes and declared is not None and not declared.retried \
+                and not (declared.name == failure_classes.UNPLACEABLE and _asks_less(link, time_min, mem_gb)):
+            unasked[declared.name] = unasked.get(declared.name, 0) + 1
+            continue
+        if link is None or not link.config:
+            problems.append(f"{last.uid}: no recorded config for this cell (sweep recorded before "
+                            f"rerun existed); type its sweep again instead")
+            continue
+        if follow_up and not retry.retry_left(link.config, last.attempt, _first_attempt(session, last)):
+            continue
+        try:
+            cell = site.rebuilt(link.config, last.cell_id, time_min, mem_gb)
+        except (CellError, ConfigError) as exc:
+            problems.append(f"{last.uid}: {exc}")
+            continue
+        if not time_min and last.error_class == failure_classes.TIMEOUT:
+            problem = _more_time(cell.config, last, backends)
+            if problem:
+                problems.append(problem)
+                continue
+        picks.append(Pick(last=last, cell=cell, attempt=last.attempt + 1))
+    return picks, problems + _left_out(unasked, others)
+
+
+def _matching(session: Session, sweep_id: Optional[str], classes: Optional[list[str]],
+              where: Optional[dict[str, list[Any]]]) -> Iterator[schema.Run]:
+    """The rerunnable latest attempts of this sweep (None: any), these classes (None: any) and
+    cells whose settings match `where`."""
     latest = aliased(schema.Run, schema.latest_runs())
     query = (select(latest).where(latest.state.in_(runstate.RERUNNABLE))
              .order_by(latest.cell_id, latest.repeat))
-    picks, problems = [], []
-    for name in classes or ():
-        if name not in failure_classes.BY_NAME and name not in runstate.RERUNNABLE:
-            problems.append(f"--class {name}: not a failure class; one of {', '.join(failure_classes.NAMES)}")
-    unasked: dict[str, int] = {}  # class not retried unless named -> repeats left out
-    backends: dict[str, Backend] = {}  # by cluster: MaxTime read once per cluster
     for last in session.scalars(query).all():
         if sweep_id and last.sweep_id != sweep_id:
             continue
@@ -65,33 +107,30 @@ def pick(session: Session, sweep_id: Optional[str] = None, classes: Optional[lis
         cell_row = session.get(schema.Cell, last.cell_id)
         if where and not all(str(getattr(cell_row, k, None)) in {str(v) for v in vs} for k, vs in where.items()):
             continue
-        declared = failure_classes.BY_NAME.get(last.error_class)
-        if not classes and declared is not None and not declared.retried:
-            unasked[declared.name] = unasked.get(declared.name, 0) + 1
-            continue
-        link = session.get(schema.SweepCell, (last.sweep_id, last.cell_id))
-        if link is None or not link.config:
-            problems.append(f"{last.uid}: no recorded config for this cell (sweep recorded before "
-                            f"rerun existed); type its sweep again instead")
-            continue
-        if follow_up and not retry.retry_left(link.config, last.attempt, _first_attempt(session, last)):
-            continue
-        config = copy.deepcopy(link.config)
-        if time_min:
-            config["hardware"].update(time_min=int(time_min), time_floor=None, time_source="rerun --time")
-        elif last.error_class == failure_classes.TIMEOUT:
-            problem = _more_time(config, last, backends)
-            if problem:
-                problems.append(problem)
-                continue
-        if mem_gb:
-            config["hardware"]["mem_gb"] = int(mem_gb)
-        cell = Cell(settings=dict(cell_row.settings), config=config)
-        picks.append(Pick(last=last, cell=cell, attempt=last.attempt + 1))
-    for name, n in sorted(unasked.items()):
-        problems.append(f"{n} repeat(s) of class {name} unchanged ({failure_classes.BY_NAME[name].meaning}): "
-                        f"{failure_classes.way_out(name)}")
-    return picks, problems
+        yield last
+
+
+def _asks_less(link: Optional[schema.SweepCell], time_min: Optional[int], mem_gb: Optional[int]) -> bool:
+    """Whether a rerun asks for less than the recorded request did (--time below its limit,
+    --mem below its memory): what may let an `unplaceable` request be placed."""
+    hardware = (link.config or {}).get("hardware") if link is not None else None
+    if not isinstance(hardware, dict):
+        return False
+    had_time, had_mem = hardware.get("time_min"), hardware.get("mem_gb")
+    return bool((time_min and isinstance(had_time, int) and time_min < had_time)
+                or (mem_gb and isinstance(had_mem, int) and mem_gb < had_mem))
+
+
+def _left_out(unasked: dict[str, int], others: dict[str, int]) -> list[str]:
+    """The lines that say what was left out unasked: classes not retried unless named, and other
+    users' repeats."""
+    lines = [f"{n} repeat(s) of class {name} unchanged ({failure_classes.BY_NAME[name].meaning}): "
+             f"{failure_classes.way_out(name)}" for name, n in sorted(unasked.items())]
+    if others:
+        whose = ", ".join(f"{user}: {n}" for user, n in sorted(others.items()))
+        lines.append(f"{sum(others.values())} repeat(s) of other users ({whose}): not yours; "
+                     f"--user NAME or --all-users takes them (on your own site configuration)")
+    return lines
 
 
 def _first_attempt(session: Session, last: schema.Run) -> int:

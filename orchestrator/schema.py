@@ -261,10 +261,11 @@ _MARK_LATEST = (update(_runs)
 # Both are SQLAlchemy selects, compiled into CREATE VIEW by the migrations (migrations/env.py
 # rebuilds them after every upgrade) and run as they are, with filters, by `results --summary`.
 
-#: The `results` view's columns from runs and cells: these come before the metric columns ...
+#: The `results` view's columns from runs and cells: these come before the metric columns (every
+#: setting's: `mode` comes after them, the cell's or what the run measured) ...
 _RESULTS_HEAD = {
     "run": Run.uid, "sweep": Run.sweep_id, "cell": Run.cell_id, "repeat": Run.repeat, "attempt": Run.attempt,
-    "state": Run.state, **{name: getattr(Cell, name) for name in setting_registry.IN_RESULTS},
+    "state": Run.state, **{name: getattr(Cell, name) for name in setting_registry.NAMES if name != "mode"},
     "params": Run.params,
 }
 #: ... and these after them.
@@ -284,13 +285,23 @@ results_view = table("results", *(column(name, attr.type) for name, attr in _RES
 RESULTS_COLUMNS = tuple(results_view.c.keys())
 
 
+def setting_value(attr: Any) -> Any:
+    """A `cells` column as the views show it: a setting's declared default (setting_registry) where
+    the cell stores None for being at it (`nodes` 1, so that `where nodes = 1` finds one-node runs);
+    any other column as it is. The cells keep None: their ids and rows stay as they were."""
+    definition = setting_registry.BY_NAME.get(attr.key) if attr.class_ is Cell else None
+    if definition is None or definition.default is None:
+        return attr
+    return func.coalesce(attr, definition.default)
+
+
 def results_select() -> Select:
-    """The `results` view: one row per run, its cell's settings, its metrics pivoted into the
-    columns metric_registry gives them (divided by their divisor), and its details."""
+    """The `results` view: one row per run, its cell's settings (defaults filled in), its metrics
+    pivoted into the columns metric_registry gives them (divided by their divisor), and its details."""
     pivot = (select(Metric.run_id, *(_pivoted(m) for m in metric_registry.VIEW_METRICS))
              .group_by(Metric.run_id).subquery("m"))
-    return (select(*(attr.label(name) for name, attr in _RESULTS_HEAD.items()), _mode(pivot.c.top1).label("mode"),
-                   *(pivot.c[m.column] for m in metric_registry.VIEW_METRICS),
+    return (select(*(setting_value(attr).label(name) for name, attr in _RESULTS_HEAD.items()),
+                   _mode(pivot.c.top1).label("mode"), *(pivot.c[m.column] for m in metric_registry.VIEW_METRICS),
                    *(attr.label(name) for name, attr in _RESULTS_TAIL.items()))
             .select_from(join(Run, Cell, Cell.id == Run.cell_id).outerjoin(pivot, pivot.c.run_id == Run.id)))
 
@@ -327,19 +338,20 @@ def results_columns(names: Sequence[str], runs: Any = None) -> Select:
     for name in names:
         if name in _STORED:  # a run's column from `runs`, a cell's from cells
             attr = _STORED[name]
-            picked[name] = run[attr.key] if attr.class_ is Run else attr
+            picked[name] = run[attr.key] if attr.class_ is Run else setting_value(attr)
         elif name == "mode":
             picked[name] = _mode(picked["top1"])
         elif name not in metrics:
-            picked[name] = getattr(Cell, name)
+            picked[name] = setting_value(getattr(Cell, name))
     return select(*(picked[name].label(name) for name in names)).select_from(joined)
 
 
 def _stored(name: str) -> Any:
-    """The runs or cells column behind a `results` column (None for a metric, or `mode`)."""
+    """The runs or cells column behind a `results` column, a setting's default filled in (None for a
+    metric, or `mode`)."""
     if name in _STORED:
-        return _STORED[name]
-    return None if name == "mode" or name in _METRIC_COLUMNS else getattr(Cell, name)
+        return setting_value(_STORED[name])
+    return None if name == "mode" or name in _METRIC_COLUMNS else setting_value(getattr(Cell, name))
 
 
 def results_page(filters: Mapping[str, Sequence[Any]], order: Sequence[str],
@@ -409,8 +421,8 @@ def summary_select(filters: Mapping[str, Sequence[Any]] | None = None, noisy_cv:
                     .label("sd")).subquery("spread")
     s = spread.c
     cv = case((s.mean > 0, s.sd / s.mean))
-    return (select(s.cell, *(getattr(Cell, c) for c in SUMMARY_CELL), s.n, s.median.label("images_per_sec_median"),
-                   s.mean.label("images_per_sec_mean"), s.sd.label("images_per_sec_std"),
+    return (select(s.cell, *(setting_value(getattr(Cell, c)).label(c) for c in SUMMARY_CELL), s.n,
+                   s.median.label("images_per_sec_median"), s.mean.label("images_per_sec_mean"), s.sd.label("images_per_sec_std"),
                    cv.label("images_per_sec_cv"), s.lo.label("images_per_sec_min"), s.hi.label("images_per_sec_max"),
                    case((cv.is_(None), None), (cv > noisy_cv, 1), else_=0).label("noisy"),
                    s.power.label("gpu_power_avg_w"), s.epi.label("energy_per_image_j"), s.mem.label("gpu_mem_peak_mb"))

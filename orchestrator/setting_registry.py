@@ -7,8 +7,9 @@ id, whether the trainer is told it (`--batch-size`), and where it is shown. From
 the cell id's keys (cell.cell_id), the resolution of a cell's defaults (read_settings: one
 function, which expansion checks strictly and a refused cell's record reads leniently), the
 result file's `cell` fields and types (resultfile), the `cells` and `refusals` columns (db), the
-`results` view's setting columns and the order `results` lists runs in, the summary's grouping,
-the trainer's command line (job.trainer_args), the report's columns and its CSV types.
+`results` view's setting columns (each default filled in) and the order `results` lists runs in,
+the summary's grouping, the trainer's command line (job.trainer_args), the report's columns and its
+CSV types.
 
 Adding a setting is one entry here (and a schema revision giving it a column: orchestrator/
 migrations). A setting added after cells exist must not change their ids: give it a `default`
@@ -21,6 +22,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Optional
+
+from trainers.common import settings as shared
 
 #: When a setting is hashed into the cell id: always; only where the cell is in accuracy mode;
 #: only where its value is not its default (a setting added after cells existed).
@@ -51,11 +54,9 @@ class SettingDef:
     #: Passed to the trainer as --<name> (docs/protocol.md), where not None.
     trainer_flag: bool = True
     #: Shown and grouped by everywhere a run or cell is named in a line: a `cells` row's headline,
-    #: the `refusals` columns, the `results` view (with `in_results`), the summary's grouping, the
-    #: order `results` lists runs in.
+    #: the `refusals` columns, the summary's grouping, the order `results` lists runs in. (Every
+    #: setting is a column of the `results` view, its default filled in.)
     headline: bool = False
-    #: A column of the `results` view (headline settings are).
-    in_results: bool = False
     #: A table CSV given to `compare` must have it (it says what a number is).
     names_a_number: bool = False
 
@@ -102,6 +103,9 @@ def _accuracy_only(key: str, default: Any = None) -> Callable[[Lookup, Mapping[s
     return lambda get, so_far: _first(get(key), default) if so_far.get("mode") == "accuracy" else None
 
 
+#: the defaults the trainer's command line has too (trainers/common/settings.py): one declaration
+_D = shared.DEFAULTS
+
 #: In the order they are shown.
 SETTINGS: tuple[SettingDef, ...] = (
     SettingDef("framework", str, _name("framework"), trainer_flag=False, headline=True, names_a_number=True),
@@ -113,38 +117,37 @@ SETTINGS: tuple[SettingDef, ...] = (
        headline=True, names_a_number=True),
     # nodes the cell spans, GPUs per node above (migration 0012): None at 1, so a cell made before
     # nodes existed keeps its id
-    SettingDef("nodes", int, _key("nodes", 1), hashed=UNLESS_DEFAULT, default=1, minimum=1,
+    SettingDef("nodes", int, _key("nodes", _D["nodes"]), hashed=UNLESS_DEFAULT, default=_D["nodes"], minimum=1,
        way_out="use nodes=N (N nodes, gpus per node on each)", headline=True, names_a_number=True),
     SettingDef("threads", int, _threads, minimum=1, way_out="use threads=N, or leave it out for the job's CPUs",
        headline=True),
     SettingDef("batch_size", int, _batch_size, minimum=1,
        way_out="use batch_size=N, or leave it out for the model's default", headline=True),
-    SettingDef("scaling", str, _key("scaling"), choices=("strong", "weak")),
+    SettingDef("scaling", str, _key("scaling"), choices=shared.SCALINGS),
     SettingDef("iterations", int, _key("iterations"), minimum=1,
-       way_out="use iterations=N (the measured steps; default 50)"),
-    SettingDef("warmup", int, _key("warmup"), minimum=0, way_out="use warmup=N (the steps before the measurement; default 10)"),
+       way_out=f"use iterations=N (the measured steps; default {_D['iterations']})"),
+    SettingDef("warmup", int, _key("warmup"), minimum=0,
+       way_out=f"use warmup=N (the steps before the measurement; default {_D['warmup']})"),
     SettingDef("seed", int, _key("seed"), minimum=0, way_out="use seed=N"),
-    SettingDef("precision", str, _key("precision"), choices=("fp32", "fp16", "bf16"), headline=True),
+    SettingDef("precision", str, _key("precision"), choices=shared.PRECISIONS, headline=True),
     # accuracy mode (migration 0006): None in throughput mode, the default, which a cell made before
     # accuracy mode existed is: its id is unchanged, a retyped sweep finds it
-    SettingDef("mode", str, _key("mode", "throughput"), hashed=UNLESS_DEFAULT, default="throughput",
-       choices=("throughput", "accuracy")),
-    SettingDef("epochs", int, _accuracy_only("epochs", 10), hashed=IN_ACCURACY_MODE, minimum=1,
-       way_out="use epochs=N (accuracy mode's passes over the training split; default 10)"),
+    SettingDef("mode", str, _key("mode", _D["mode"]), hashed=UNLESS_DEFAULT, default=_D["mode"],
+       choices=shared.MODES),
+    SettingDef("epochs", int, _accuracy_only("epochs", _D["epochs"]), hashed=IN_ACCURACY_MODE, minimum=1,
+       way_out=f"use epochs=N (accuracy mode's passes over the training split; default {_D['epochs']})"),
     SettingDef("target_accuracy", float, _accuracy_only("target_accuracy"), hashed=IN_ACCURACY_MODE, minimum=0.0,
        way_out="use target_accuracy=X with 0 < X <= 1 (a test top-1), or target_accuracy=null"),
     # memory: batches prepared before the timed steps; pipeline: each timed step takes its batch from
     # the ImageNet loader (trainers/common/imagenet.py). None for memory (migration 0010).
-    SettingDef("input", str, _key("input", "memory"), hashed=UNLESS_DEFAULT, default="memory",
-       choices=("memory", "pipeline"), in_results=True),
+    SettingDef("input", str, _key("input", _D["input"]), hashed=UNLESS_DEFAULT, default=_D["input"],
+       choices=shared.INPUTS),
 )
 BY_NAME: dict[str, SettingDef] = {s.name: s for s in SETTINGS}
 #: Every setting's name, in the order they are shown.
 NAMES: tuple[str, ...] = tuple(BY_NAME)
 #: The headline settings (see SettingDef.headline), in order.
 HEADLINE: tuple[str, ...] = tuple(s.name for s in SETTINGS if s.headline)
-#: The settings that are columns of the `results` view, in order.
-IN_RESULTS: tuple[str, ...] = tuple(s.name for s in SETTINGS if s.headline or s.in_results)
 
 
 def read_settings(get: Lookup) -> dict[str, Any]:
@@ -174,12 +177,16 @@ def hashed_keys(settings: Mapping[str, Any]) -> tuple[str, ...]:
 
 def trainer_flags(settings: Mapping[str, Any]) -> list[str]:
     """The trainer's command line for these settings: `--<name> <value>` for each it is told,
-    where set and not at its default, accuracy mode's only in that mode (docs/protocol.md)."""
+    where set and not at its default, accuracy mode's only in that mode (docs/protocol.md); a
+    null where the trainer's default is not (target_accuracy) as `--<name> none`."""
     accuracy = settings.get("mode") == "accuracy"
     args: list[str] = []
     for s in SETTINGS:
         value = settings.get(s.name)
-        if s.trainer_flag and value is not None and value != s.default \
-                and (accuracy or s.hashed != IN_ACCURACY_MODE):
+        if not s.trainer_flag or not (accuracy or s.hashed != IN_ACCURACY_MODE):
+            continue
+        if value is None and getattr(shared.BY_NAME.get(s.name), "nullable", False):
+            args += ["--" + s.name.replace("_", "-"), shared.NONE]
+        elif value is not None and value != s.default:
             args += ["--" + s.name.replace("_", "-"), str(value)]
     return args

@@ -1,45 +1,61 @@
 #!/usr/bin/env bash
-# Sourced by test.sh (or run alone): makes the trainers' environments ready, as a job would.
+# Called by test.sh (or run alone): makes the trainers' environments ready, as a job would.
 #   ./scripts/frameworks.sh [framework ...]     (default: every containers/<fw>/env.yaml)
 # First the Debian packages each recipe lists in containers/<fw>/debian-packages.txt (installed
-# with apt-get when root; otherwise the missing ones are named and that framework is skipped),
-# then the venv itself (orchestrator.runtime.VenvRuntime.ensure: reused when already there).
-set -euo pipefail
+# with apt-get when root, waiting for another apt-get: scripts/apt.sh), then the venv itself
+# (orchestrator.runtime.VenvRuntime.ensure: reused when already there). One framework that fails
+# does not stop the others; where any is not ready, the last line names each with its reason and
+# it exits 1 (test.sh then warns, or under CI=true fails the run). A framework this machine cannot
+# hold (`unsupported`) is not ready either: its tests cannot run here.
+set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 PY="${ROOT}/.venv/bin/python"
 [ -x "$PY" ] || { echo "run scripts/setup.sh first (no $ROOT/.venv)" >&2; exit 1; }
+source "$ROOT/scripts/apt.sh"
 frameworks=("$@")
 if [ ${#frameworks[@]} -eq 0 ]; then
   for recipe in "$ROOT"/containers/*/env.yaml; do frameworks+=("$(basename "$(dirname "$recipe")")"); done
 fi
-for fw in "${frameworks[@]}"; do
-  pkgs_file="$ROOT/containers/$fw/debian-packages.txt"
-  if [ -f "$pkgs_file" ]; then
-    missing=()
-    for pkg in $(grep -v '^\s*#' "$pkgs_file"); do
-      dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
-    done
-    if [ ${#missing[@]} -gt 0 ]; then
-      if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-        echo "[frameworks] $fw: apt-get install ${missing[*]}"
-        apt-get update -qq >/dev/null || true
-        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-      else
-        echo "[frameworks] $fw: SKIPPED, missing Debian packages (install as root: apt-get install ${missing[*]})" >&2
-        continue
-      fi
-    fi
+
+# The Debian packages a framework's recipe lists, installed where missing; a line saying why not.
+debian_packages() {
+  local fw="$1" pkgs_file="$ROOT/containers/$1/debian-packages.txt" missing=() pkg
+  [ -f "$pkgs_file" ] || return 0
+  for pkg in $(grep -v '^\s*#' "$pkgs_file"); do
+    dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
+  done
+  [ ${#missing[@]} -gt 0 ] || return 0
+  if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null; then
+    echo "missing Debian packages, installed as root: apt-get install ${missing[*]}"
+    return 1
   fi
-  "$PY" - "$fw" <<'PY' || echo "[frameworks] $fw: environment FAILED (its tests will say so)" >&2
-import sys, time
+  echo "[frameworks] $fw: apt-get install ${missing[*]}" >&2
+  apt_install "${missing[@]}" >/dev/null || { echo "apt-get install ${missing[*]} failed (above)"; return 1; }
+}
+
+failed=()
+for fw in "${frameworks[@]}"; do
+  if ! why="$(debian_packages "$fw")"; then
+    echo "[frameworks] $fw: NOT READY: $why" >&2
+    failed+=("$fw ($why)")
+    continue
+  fi
+  # its output as it builds on stderr, the reason it failed (if it did) on fd 3, captured
+  why="$("$PY" - "$fw" 3>&1 1>&2 <<'PY'
+import os, sys, time
 from orchestrator.runtime import VenvRuntime, EnvironmentNotReady
 fw = sys.argv[1]
 start = time.monotonic()
 try:
     python = VenvRuntime.for_framework(fw).ensure()
 except EnvironmentNotReady as exc:
-    print(f"[frameworks] {fw}: {exc.error_class}: {exc}", file=sys.stderr)
-    sys.exit(0 if exc.error_class == "unsupported" else 1)
+    os.write(3, ("%s: %s" % (exc.error_class, " ".join(str(exc).split()))).encode())
+    sys.exit(1)
 print(f"[frameworks] {fw}: ready ({python}, {time.monotonic() - start:.0f} s)")
 PY
+)" || { why="${why:-its environment failed (above)}"; echo "[frameworks] $fw: NOT READY: $why" >&2; failed+=("$fw ($why)"); }
 done
+if [ ${#failed[@]} -gt 0 ]; then
+  echo "[frameworks] not ready: $(printf '%s; ' "${failed[@]}" | sed 's/; $//')" >&2
+  exit 1
+fi

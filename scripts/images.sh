@@ -3,8 +3,8 @@
 # own builder (orchestrator/images.py) from containers/<fw>/, reused when the recipe is unchanged.
 #   ./scripts/images.sh [torch,cntk | all]      (default: torch,cntk, the ones CI runs)
 # Needs Debian's charliecloud (ch-run) and mmdebstrap, installed here with apt-get when root.
-# Never fails the caller: where the tools or the build are missing, it says so loudly and the
-# container tests skip with the reason.
+# Where the tools or the build are missing, its last line says why and it exits 1: test.sh then
+# warns (the container tests skip with the reason), or under CI=true fails the run.
 set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 PY="${ROOT}/.venv/bin/python"
@@ -16,13 +16,13 @@ command -v mmdebstrap >/dev/null 2>&1 || missing+=(mmdebstrap)
 if [ ${#missing[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     echo "[images] apt-get install ${missing[*]}"
-    { DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null 2>&1 \
-      || { apt-get update -q >/dev/null 2>&1 && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null; }; } \
-      || { echo "[images] WARNING: ${missing[*]} did not install; the container tests will skip" >&2; exit 0; }
+    source "$ROOT/scripts/apt.sh"  # waits for another apt-get or dpkg
+    apt_install "${missing[@]}" >/dev/null \
+      || { echo "[images] NOT READY: ${missing[*]} did not install (apt-get, above)" >&2; exit 1; }
   else
-    echo "[images] WARNING: no ${missing[*]} and not root; the container tests will skip" \
+    echo "[images] NOT READY: no ${missing[*]} and not root" \
          "(sudo apt-get install ${missing[*]}, then ./scripts/images.sh)" >&2
-    exit 0
+    exit 1
   fi
 fi
 start=$SECONDS
@@ -30,6 +30,6 @@ if "$PY" -m orchestrator images build "$frameworks"; then
   echo "[images] $frameworks ready in $((SECONDS - start)) s"
   "$PY" -m orchestrator images list
 else
-  echo "[images] WARNING: building the images failed (above); the container tests will skip" >&2
+  echo "[images] NOT READY: building the $frameworks images failed (above)" >&2
+  exit 1
 fi
-exit 0

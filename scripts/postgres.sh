@@ -64,14 +64,11 @@ install_postgres() {
   trap "if [ -n '$backup' ]; then cp -p '$backup' '$policy'; rm -f '$backup'; else rm -f '$policy'; fi" EXIT
   printf '#!/bin/sh\n# written by scripts/postgres.sh for the duration of apt-get install\nexit 101\n' >"$policy"
   chmod 755 "$policy"
-  export DEBIAN_FRONTEND=noninteractive
-  local opts=(-y -q --no-install-recommends -o Dpkg::Options::=--force-confdef -o Dpkg::Options::=--force-confold)
-  if ! apt-get install "${opts[@]}" postgresql >"$STATE/install.log" 2>&1; then
-    log "apt-get install failed; refreshing the package lists and retrying"
-    apt-get update -q >>"$STATE/install.log" 2>&1 || true
-    apt-get install "${opts[@]}" postgresql >>"$STATE/install.log" 2>&1 \
-      || { tail -n 20 "$STATE/install.log" >&2; die "apt-get install postgresql failed (log: $STATE/install.log)"; }
-  fi
+  # waits for another apt-get or dpkg; refreshes the package lists and tries again where the install fails
+  source "$(dirname "${BASH_SOURCE[0]}")/apt.sh"
+  apt_install -o Dpkg::Options::=--force-confdef -o Dpkg::Options::=--force-confold postgresql \
+      >"$STATE/install.log" 2>&1 \
+    || { tail -n 20 "$STATE/install.log" >&2; die "apt-get install postgresql failed (log: $STATE/install.log)"; }
   trap - EXIT
   if [ -n "$backup" ]; then cp -p "$backup" "$policy"; rm -f "$backup"; else rm -f "$policy"; fi
 }

@@ -81,12 +81,10 @@ install_gluster() {
         return
     fi
     log "installing glusterfs-server glusterfs-client (Debian packages)"
-    local apt=(env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends glusterfs-server glusterfs-client)
-    if ! "${apt[@]}" >"${DIR}/log/apt.log" 2>&1; then
-        log "install failed; apt-get update, then once more"
-        apt-get update -q >>"${DIR}/log/apt.log" 2>&1 || true
-        "${apt[@]}" >>"${DIR}/log/apt.log" 2>&1 || die "could not install GlusterFS (see $DIR/log/apt.log)"
-    fi
+    # waits for another apt-get or dpkg; refreshes the package lists and tries again where the install fails
+    source "$(dirname "${BASH_SOURCE[0]}")/apt.sh"
+    apt_install glusterfs-server glusterfs-client >"${DIR}/log/apt.log" 2>&1 \
+        || die "could not install GlusterFS (see $DIR/log/apt.log)"
 }
 
 make_netns() {

@@ -55,12 +55,8 @@ trap restore_policy EXIT
 printf '#!/bin/sh\n# written by slurm/install.sh for the duration of apt-get install\nexit 101\n' >"$POLICY"
 chmod 755 "$POLICY"
 
-export DEBIAN_FRONTEND=noninteractive
-apt_opts=(-y -q --no-install-recommends -o Dpkg::Options::=--force-confdef -o Dpkg::Options::=--force-confold)
-if ! apt-get install "${apt_opts[@]}" "${missing[@]}"; then
-  log "apt-get install failed; refreshing the package lists and retrying"
-  apt-get update -q
-  apt-get install "${apt_opts[@]}" "${missing[@]}"
-fi
+# waits for another apt-get or dpkg; refreshes the package lists and tries again where the install fails
+source "$(dirname "${BASH_SOURCE[0]}")/../scripts/apt.sh"
+apt_install -o Dpkg::Options::=--force-confdef -o Dpkg::Options::=--force-confold "${missing[@]}"
 
 log "done"

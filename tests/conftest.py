@@ -10,6 +10,9 @@ from helpers import FRAMEWORKS, REPO, orchestrator, rows, user_dir
 
 sys.path.insert(0, str(REPO))
 
+#: Under CI=true a skip fails the run, except a GPU-only test's (tests/ci_skips.py).
+pytest_plugins = ["ci_skips"]
+
 
 def pytest_configure(config):
     """The real-Python-3.6 check of trainers/common uses the CNTK environment's interpreter
@@ -283,10 +286,13 @@ def user_workdir(tmp_path):
 
 @pytest.fixture(scope="session")
 def postgres_server():
-    """The URL of the test PostgreSQL server (scripts/postgres.sh), or a loud skip saying how to start it."""
-    from db_urls import HOW, postgres_server as find
+    """The URL of the test PostgreSQL server (scripts/postgres.sh), or a loud skip saying how to start it;
+    a failure where ORCHESTRATOR_TEST_POSTGRES names one that does not answer (a server meant to be there)."""
+    from db_urls import HOW, POSTGRES_ENV, postgres_server as find
 
     url, why = find()
+    if url is None and os.environ.get(POSTGRES_ENV, "").strip():  # named, so meant to be there: not a skip
+        pytest.fail(f"{POSTGRES_ENV} names a server that does not answer: {why}; {HOW}, or unset it", pytrace=False)
     if url is None:
         pytest.skip(f"POSTGRESQL TESTS SKIPPED: {why}; {HOW}")
     return url

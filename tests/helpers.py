@@ -106,3 +106,49 @@ def allocation_failure_classes(framework_env, repo_root, framework, trainer, all
     out = subprocess.check_output([python, "-c", script], cwd=str(repo_root), env=env, universal_newlines=True,
                                   timeout=300, stderr=subprocess.DEVNULL)
     return json.loads(out.strip().splitlines()[-1])
+
+
+def composed(overrides):
+    """conf/ composed with these overrides (Hydra's compose, as a sweep composes a cell), resolved to plain data."""
+    from hydra import compose, initialize_config_dir
+
+    from orchestrator.cell import resolved_config
+
+    with initialize_config_dir(version_base="1.3", config_dir=str(REPO / "conf"), job_name="test"):
+        return resolved_config(compose("config", overrides=list(overrides)))
+
+
+def record_failed(url, cells, planted=None, sweep_id="s1"):
+    """A sweep recorded as a launch records one, whose cells' only runs ended failed:
+    cells = [(overrides, error class or a state, submit_user)], each cell's config a real
+    composition, with `planted` (section -> values) written over it as a hostile row would be.
+    Returns the cell ids in order."""
+    import json
+
+    from orchestrator import db, runstate, schema
+    from orchestrator.cell import Cell
+
+    factory = db.open_db(url)
+    ids = []
+    with factory.begin() as s:
+        s.add(schema.Sweep(id=sweep_id, created_at=1.0, argv=[], overrides=[], n_cells=len(cells)))
+        s.flush()
+        for overrides, klass, user in cells:
+            config = composed(overrides)
+            cell = Cell.from_plain(config)
+            ids.append(cell.id)
+            recorded = json.loads(json.dumps(config))
+            for section, values in (planted or {}).items():
+                recorded[section] = dict(recorded[section], **values) if isinstance(values, dict) else values
+            s.add(schema.Cell(id=cell.id, settings=cell.settings, created_at=1.0, **cell.settings))
+            s.flush()
+            s.add(schema.SweepCell(sweep_id=sweep_id, cell_id=cell.id, config=recorded))
+            run = schema.Run(uid="%s:%s:0:1" % (sweep_id, cell.id), sweep_id=sweep_id, cell_id=cell.id, repeat=0,
+                             attempt=1, state=runstate.PENDING, latest=True, submit_user=user,
+                             run_dir="runs/%s/%s/0" % (sweep_id, cell.id), executor="local")
+            s.add(run)
+            for step in (runstate.SUBMITTED, runstate.RUNNING, klass if klass in runstate.RERUNNABLE else runstate.FAILED):
+                run.state = step  # each move as the state machine allows it (orchestrator/runstate.py)
+            run.error_class = None if klass == runstate.FAILED else klass
+    factory.kw["bind"].dispose()
+    return ids

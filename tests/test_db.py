@@ -480,7 +480,7 @@ def test_the_upgrade_to_0009_marks_the_highest_attempt_of_each_repeat_latest(db_
 
 def test_the_upgrade_to_0010_copies_a_cells_input_from_its_settings(db_url):
     """Cells recorded while `input` lived only in the settings JSON (0009) get it as a column,
-    which the results view shows; a cell without it stays null (memory)."""
+    which the results view shows; a cell without it stays null, which the view shows as the default (memory)."""
     Session = db.open_db(db_url)
     with Session.begin() as session:
         add_run(session, uid_suffix="0:1", model="alexnet")
@@ -494,7 +494,7 @@ def test_the_upgrade_to_0010_copies_a_cells_input_from_its_settings(db_url):
     assert query(url, "select model, input from cells order by model") == [
         ("alexnet", "pipeline"), ("lenet", None)]
     assert query(url, "select model, input from results order by model") == [
-        ("alexnet", "pipeline"), ("lenet", None)]
+        ("alexnet", "pipeline"), ("lenet", "memory")]
 
 
 def test_the_upgrade_to_0011_leaves_who_submitted_earlier_rows_unknown(db_url):

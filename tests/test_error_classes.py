@@ -11,12 +11,13 @@ import pytest
 from orchestrator import db, schema, job, rerun, runstate
 from orchestrator.backends.slurm import STATES
 from orchestrator.cell import cell_id
+from orchestrator.rerun_config import Site
 from orchestrator.resultfile import BadResult, read_result
 from orchestrator.tracking import Evidence, decide
 from trainers.common import errors
 from trainers.common import failure_classes as fc
 
-from helpers import REPO
+from helpers import REPO, record_failed
 from result_factory import make_result, make_settings
 
 #: Modules that may spell a class name: the registry, and the run states' own module (a run
@@ -115,35 +116,24 @@ def test_the_job_turns_a_trainers_undeclared_class_into_a_crash_that_names_it():
 @pytest.fixture
 def failed_repeats(tmp_path):
     """A database whose three cells' latest attempts failed unsupported, out_of_memory and lost."""
-    factory = db.open_db("sqlite:///%s" % (tmp_path / "results.db"))
-    ids = {}
-    with factory.begin() as s:
-        s.add(schema.Sweep(id="s", created_at=1.0, argv=[], overrides=[], n_cells=3))
-        for n, (state, klass) in enumerate([(runstate.FAILED, fc.UNSUPPORTED), (runstate.FAILED, fc.OUT_OF_MEMORY),
-                                             (runstate.LOST, fc.LOST)]):
-            settings = make_settings(batch_size=8 * (n + 1))
-            ids[klass] = cid = cell_id(settings)
-            s.add(schema.Cell(id=cid, settings=settings, created_at=1.0, **settings))
-            s.flush()
-            s.add(schema.SweepCell(sweep_id="s", cell_id=cid, config={"hardware": {"name": "local"}}))
-            run = schema.Run(uid="s:%s:0:1" % cid, sweep_id="s", cell_id=cid, repeat=0, attempt=1, state="pending")
-            s.add(run)
-            for step in (runstate.SUBMITTED, runstate.RUNNING, state):
-                run.state = step
-            run.error_class = klass
-    return factory, ids
+    url = "sqlite:///%s" % (tmp_path / "results.db")
+    cells = [(["framework=numpy", "batch_size=%d" % (8 * (n + 1))], klass, None)
+             for n, klass in enumerate([fc.UNSUPPORTED, fc.OUT_OF_MEMORY, fc.LOST])]
+    ids = dict(zip([c[1] for c in cells], record_failed(url, cells)))
+    return db.open_db(url, create=False), ids, Site([], url, str(tmp_path / "runs"))
 
 
 def test_rerun_leaves_out_what_is_not_retried_unless_named(failed_repeats):
-    factory, ids = failed_repeats
+    factory, ids, site = failed_repeats
     # the same cell on the same hardware can only fail the same way again
-    assert fc.RETRIED == tuple(n for n in fc.NAMES if n not in (fc.UNSUPPORTED, fc.IMPLAUSIBLE))
+    assert fc.RETRIED == tuple(n for n in fc.NAMES
+                               if n not in (fc.UNSUPPORTED, fc.IMPLAUSIBLE, fc.RANKS_DIVERGED, fc.UNPLACEABLE))
     with factory() as s:
-        picks, problems = rerun.pick(s)
+        picks, problems = rerun.pick(s, site)
         assert {p.last.cell_id for p in picks} == {ids[fc.OUT_OF_MEMORY], ids[fc.LOST]}
         (said,) = problems
         assert said.startswith("1 repeat(s) of class unsupported") and fc.way_out(fc.UNSUPPORTED) in said
-        picks, problems = rerun.pick(s, classes=[fc.UNSUPPORTED])
+        picks, problems = rerun.pick(s, site, classes=[fc.UNSUPPORTED])
         assert [p.last.cell_id for p in picks] == [ids[fc.UNSUPPORTED]] and not problems
-        picks, problems = rerun.pick(s, classes=["oom"])
+        picks, problems = rerun.pick(s, site, classes=["oom"])
         assert not picks and problems == [f"--class oom: not a failure class; one of {', '.join(fc.NAMES)}"]

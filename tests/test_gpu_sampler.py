@@ -41,6 +41,7 @@ def _nvml_works() -> bool:
         return False
 
 
+@pytest.mark.gpu
 @pytest.mark.skipif(_nvml_works(), reason="this machine has NVML; the real path is tested below")
 def test_without_nvml_the_reason_is_recorded_for_real():
     sampler = GpuSampler(1, environ={})
@@ -165,6 +166,7 @@ def test_counter_energy_needs_samples_around_the_window():
     assert metrics.counter_energy(t, [5.0, 3.0, 4.0], 0.0, 2.0) is None  # a counter reset
 
 
+@pytest.mark.gpu
 @pytest.mark.skipif(not _nvml_works(), reason="needs an NVIDIA GPU and its driver (NVML)")
 def test_real_nvml_samples_this_machines_gpu(tmp_path):
     proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(1.0)"])

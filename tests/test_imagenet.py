@@ -279,28 +279,18 @@ def test_every_framework_takes_its_imagenet_batches_from_the_shared_loader(frame
 
 def test_rerun_where_input_picks_the_pipeline_cells(tmp_path):
     """`rerun --where input=pipeline` picks by the cells' `input` column (null: memory)."""
-    from orchestrator import db, schema, rerun
-    from orchestrator.cell import cell_id
-    from result_factory import make_settings
+    from orchestrator import db, rerun
+    from orchestrator.rerun_config import Site
+    from helpers import record_failed
 
-    Session = db.open_db("sqlite:///%s" % (tmp_path / "results.db"))
-    ids = {}
-    with Session.begin() as s:
-        s.add(schema.Sweep(id="s", created_at=1.0, argv=[], overrides=[], n_cells=2))
-        for value in (None, "pipeline"):
-            settings = make_settings(model="alexnet", dataset="imagenet", input=value)
-            ids[value] = cid = cell_id(settings)
-            s.add(schema.Cell(id=cid, settings=settings, created_at=1.0, **settings))
-            s.flush()
-            s.add(schema.SweepCell(sweep_id="s", cell_id=cid, config={"hardware": {"name": "local"}}))
-            run = schema.Run(uid="s:%s:0:1" % cid, sweep_id="s", cell_id=cid, repeat=0, attempt=1, state="pending")
-            s.add(run)
-            for state in ("submitted", "running", "failed"):
-                run.state = state
+    url = "sqlite:///%s" % (tmp_path / "results.db")
+    cells = [(["model=alexnet", "dataset=imagenet", "input=%s" % value], "failed", None) for value in ("memory", "pipeline")]
+    ids = dict(zip((None, "pipeline"), record_failed(url, cells)))
+    Session, site = db.open_db(url, create=False), Site([], url, str(tmp_path / "runs"))
     with Session() as s:
-        picks, problems = rerun.pick(s, where={"input": ["pipeline"]})
+        picks, problems = rerun.pick(s, site, where={"input": ["pipeline"]})
         assert [p.last.cell_id for p in picks] == [ids["pipeline"]] and not problems
-        assert {p.last.cell_id for p in rerun.pick(s)[0]} == set(ids.values())
+        assert {p.last.cell_id for p in rerun.pick(s, site)[0]} == set(ids.values())
 
 
 def test_accuracy_mode_reads_the_tree_training_on_train_and_evaluating_on_val(framework_run, small_tree):

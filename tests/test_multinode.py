@@ -167,10 +167,15 @@ def test_a_sweep_over_nodes_lands_a_row_per_cell_with_one_model_on_every_rank(sl
     wait_until_final(slurm_workdir)
     assert orchestrator(["collect"], slurm_workdir).returncode == 0
     got = rows(slurm_workdir, "select framework, nodes, images_per_sec > 0 from results order by framework, nodes")
-    assert got == [("tensorflow", None, 1), ("tensorflow", 2, 1), ("torch", None, 1), ("torch", 2, 1)], \
+    assert got == [("tensorflow", 1, 1), ("tensorflow", 2, 1), ("torch", 1, 1), ("torch", 2, 1)], \
         rows(slurm_workdir, "select framework, state, error_class, error_message from runs join cells on cells.id = runs.cell_id")
+    shown = orchestrator(["results"], slurm_workdir).stdout.splitlines()  # the runs differ in nodes: it shows
+    header = next(line.split() for line in shown if line.split()[:1] == ["framework/model/dataset"])
+    assert header[header.index("prec") + 1] == "nodes", shown
     for path in Path(slurm_workdir[0], "runs").glob("**/result.json"):
         result = json.loads(path.read_text())
+        assert "params event" not in (result.get("notes") or "") and "no parameter checksum" not in (
+            result.get("notes") or ""), result["notes"]  # every rank's checksum came, well-formed
         if result["cell"].get("nodes") == 2:
             assert [r["rank"] for r in result["ranks"]] == [0, 1]
             assert [r["node"] for r in result["ranks"]] == [0, 1]

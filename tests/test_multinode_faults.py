@@ -87,6 +87,117 @@ def test_a_requeued_job_does_not_read_what_its_earlier_incarnation_left(tmp_path
     assert node_group.read_node(tmp_path, 2, JOB) is None
 
 
+def test_ranks_whose_checksums_differ_are_named_and_equal_ones_pass():
+    same = [{"rank": 0, "node": 0, "sha256": "a" * 64}, {"rank": 1, "node": 1, "sha256": "a" * 64}]
+    assert node_group.diverged(same) is None and node_group.diverged(same[:1]) is None
+    assert node_group.diverged([{"rank": 0, "node": 0, "sha256": None}] * 2) is None  # no checksum given
+    error = node_group.diverged([same[0], dict(same[1], sha256="b" * 64)])
+    assert error["class"] == fc.RANKS_DIVERGED and "\n" not in error["message"]
+    assert "rank 0 (node 0) aaaaaaaaaaaa, rank 1 (node 1) bbbbbbbbbbbb" in error["message"]
+    assert error["message"].endswith(fc.way_out(fc.RANKS_DIVERGED))
+    assert fc.RANKS_DIVERGED not in fc.RETRIED  # the same exchange diverges the same way again
+
+
+def params(rank, sha="a" * 64, **more):
+    return {"event": "params", "rank": rank, "sha256": sha, **more}
+
+
+def test_malformed_params_events_are_skipped_with_one_note_never_a_crash():
+    """A params event with no rank, a list or a bool as rank, or a sha256 that is not a string
+    (a non-JSON-number rank crashed every single-node run, which now reads checksums) is skipped;
+    one note counts them; the well-formed ones still decide."""
+    start = {"event": "run_start", "processes": 2, "nodes": 1}
+    events = [start, {"event": "params"}, params([1]), params(True), params(0, sha=12345), params(1, sha=["x"]),
+              params(0), params(1)]
+    ranks, note = node_group.checksums({0: events}, start)
+    assert [(r["rank"], r["node"]) for r in ranks] == [(0, 0), (1, 0)] and node_group.diverged(ranks) is None
+    assert note == ("5 params event(s) skipped: a params event needs a whole-number rank and a string sha256 "
+                    "(the trainer's protocol.py writes them)")
+    assert node_group.checksums({0: [start, params(0), params(1)]}, start) == (
+        [{"rank": 0, "node": 0, "sha256": "a" * 64}, {"rank": 1, "node": 0, "sha256": "a" * 64}], None)
+
+
+def test_a_rank_that_sends_no_checksum_is_named_where_others_sent_one():
+    """Two nodes of two processes each: rank 3 (on node 1) sent none, so its agreement is unchecked
+    and the note names it; it is no failure. A framework that sends none at all gets no note; one
+    process per node expects rank 0 of each node."""
+    start = {"event": "run_start", "processes": 4, "nodes": 2}
+    ranks, note = node_group.checksums({0: [start, params(0), params(1)], 1: [params(2)]}, start)
+    assert [r["rank"] for r in ranks] == [0, 1, 2] and node_group.diverged(ranks) is None
+    assert note == ("no parameter checksum from rank 3 (node 1) while 3 other rank(s) sent one: "
+                    "their agreement with the others is unchecked")
+    assert node_group.checksums({0: [start], 1: []}, start) == ([], None)  # numpy, caffe, cntk
+    assert node_group.checksums({0: [start, params(0, sha=None)]}, start)[1] is None
+    per_node = {"event": "run_start", "processes": 1, "nodes": 2}
+    _, note = node_group.checksums({0: [per_node, params(0)], 1: []}, per_node)
+    assert note.startswith("no parameter checksum from rank 0 (node 1) while 1 other rank(s)")
+    assert node_group.expected_ranks({"processes": 4, "nodes": 2}) == [(0, 0), (0, 1), (1, 2), (1, 3)]
+    assert node_group.expected_ranks({}) == [(0, 0)]
+
+
+@pytest.mark.slow
+def test_a_run_whose_ranks_really_diverge_fails_ranks_diverged_with_the_way_out(tmp_path):
+    """Two CPU replicas of a trainer that exchanges no gradients (tests/unsynced_trainer.py), run
+    by the orchestrator: each rank's checksum is relayed, they differ, and the run fails with
+    its own class, each rank's checksum and the way out in its message; one replica is done."""
+    from helpers import FAST, user_dir
+
+    site = unsynced_site(tmp_path / "site-conf")
+    workdir = user_dir(tmp_path, dict(os.environ, TRAINER_CPU_REPLICAS="1"))
+    done = orchestrator(["-m", site, "framework=unsynced", "model=lenet",
+                         "dataset=synthetic", "gpus=0,2", "batch_size=8", "threads=1", "wait=true", *FAST], workdir)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    got = rows(workdir, "select r.state, r.error_class, r.error_message from runs r join cells c "
+                        "on c.id = r.cell_id order by c.gpus")
+    assert [(state, klass) for state, klass, _ in got] == [("done", None), ("failed", fc.RANKS_DIVERGED)], got
+    message = got[1][2]
+    assert message.startswith("the ranks ended with different parameters: rank 0 (node 0) ")
+    assert ", rank 1 (node 0) " in message and fc.way_out(fc.RANKS_DIVERGED) in message
+    result = json.loads(next(p for p in tmp_path.glob("runs/**/result.json")
+                             if json.loads(p.read_text())["state"] == "failed").read_text())
+    assert [r["rank"] for r in result["ranks"]] == [0, 1] and len({r["sha256"] for r in result["ranks"]}) == 2
+
+
+@pytest.mark.slow
+def test_a_rank_sending_a_malformed_checksum_costs_a_note_not_the_run(tmp_path):
+    """Two CPU replicas, rank 1 sending a number for its checksum: the run is done with its
+    metrics, and its notes skip that event and name rank 1 as unchecked (it crashed before)."""
+    from helpers import FAST, user_dir
+
+    site = unsynced_site(tmp_path / "site-conf")
+    workdir = user_dir(tmp_path, dict(os.environ, TRAINER_CPU_REPLICAS="1", UNSYNCED_BAD_RANK="1"))
+    done = orchestrator(["-m", site, "framework=unsynced", "model=lenet", "dataset=synthetic", "gpus=2",
+                         "batch_size=8", "threads=1", "wait=true", *FAST], workdir)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    result = json.loads(next(tmp_path.glob("runs/**/result.json")).read_text())
+    assert result["state"] == "done" and result["metrics"]["images_per_sec"] > 0, result.get("error")
+    assert "1 params event(s) skipped: a params event needs a whole-number rank and a string sha256" in result["notes"]
+    assert "no parameter checksum from rank 1 (node 0) while 1 other rank(s) sent one" in result["notes"]
+
+
+def unsynced_site(path):
+    """The override that adds framework `unsynced` (tests/unsynced_trainer.py) as a site would."""
+    (path / "framework").mkdir(parents=True)
+    (path / "framework" / "unsynced.yaml").write_text("name: unsynced\ntrainer: tests.unsynced_trainer\nenv: numpy\n")
+    return f"hydra.searchpath=[file://{path}]"
+
+
+@pytest.mark.slow
+def test_two_nodes_whose_ranks_diverge_fail_ranks_diverged_on_the_cluster(slurm_workdir, tmp_path_factory):
+    """The same across two nodes of the test cluster: each node's rank trains alone, node 0 reads
+    node 1's checksum from its events file, and the cell fails naming both nodes' ranks."""
+    site = unsynced_site(tmp_path_factory.mktemp("site-conf"))
+    done = orchestrator(["-m", site, *SMALL, "framework=unsynced", "model=lenet", "dataset=synthetic",
+                         "nodes=2", "batch_size=8"], slurm_workdir)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    wait_until_final(slurm_workdir)
+    ((state, klass, message),) = rows(slurm_workdir, "select state, error_class, error_message from runs")
+    assert (state, klass) == ("failed", fc.RANKS_DIVERGED), message
+    assert message.startswith("the ranks ended with different parameters: rank 0 (node 0) ")
+    assert ", rank 1 (node 1) " in message and "rerun --failed --class ranks_diverged" in message
+    assert fc.RANKS_DIVERGED in orchestrator(["status", "--failed"], slurm_workdir).stdout
+
+
 def test_waiting_for_peers_ends_at_the_patience_or_the_deadline_with_the_silent_as_none(tmp_path):
     write(tmp_path, 1)
     # patience spent / deadline passed: the answer at once, the node not heard from as None

@@ -78,10 +78,10 @@ def test_the_check_finds_a_second_declaration():
 
 def test_every_setting_has_its_columns_and_result_field():
     """The `cells` table has a column per setting, `refusals` one per headline setting, the results
-    view one per headline setting (and `input`), and a result file's `cell` a field per setting."""
+    view one per setting, and a result file's `cell` a field per setting."""
     assert set(schema.Cell.__table__.c.keys()) >= NAMES
     assert set(schema.Refusal.__table__.c.keys()) >= set(setting_registry.HEADLINE)
-    assert set(schema.RESULTS_COLUMNS) >= set(setting_registry.IN_RESULTS)
+    assert set(schema.RESULTS_COLUMNS) >= NAMES
     assert set(resultfile.CELL_COLUMNS) | set(resultfile.OPTIONAL_CELL_COLUMNS) == NAMES
     for s in SETTINGS:
         column = schema.Cell.__table__.c[s.name]
@@ -107,6 +107,52 @@ def test_the_trainer_accepts_every_flag_it_is_told():
     assert (args.mode, args.epochs, args.target_accuracy, args.data_dir) == ("accuracy", 3, 0.5, "/tmp/data")
     assert "--epochs" not in trainer_args({**BASE, "epochs": 3}, None)
     assert "--input" not in trainer_args({**BASE, "input": "memory"}, None)
+
+
+def test_the_trainer_run_by_hand_defaults_as_the_grid_does():
+    """A trainer started without a flag measures what a cell left at conf/config.yaml's default
+    does (its --iterations once defaulted to 100, the grid's to 50): every grid key the trainer also
+    takes has one default, and the registry's defaults and choices are the trainer's."""
+    import yaml
+
+    from trainers.common import settings
+    from trainers.common.protocol import build_parser
+
+    grid = yaml.safe_load((ROOT / "conf" / "config.yaml").read_text())
+    parser = build_parser()
+    parsed = vars(parser.parse_args(["--model", "lenet", "--dataset", "mnist", "--batch-size", "8"]))
+    given = ("batch_size",)  # required of the trainer; the grid's null is the model's own default
+    shared = {name: parsed[name] for name in grid if name in parsed and name not in given}
+    assert len(shared) >= 12, shared
+    assert shared == {name: grid[name] for name in shared}  # the trainer's defaults are the grid's
+    assert set(shared) == set(settings.DEFAULTS) and shared == settings.DEFAULTS
+    options = {a.dest: a for a in parser._actions}
+    for s in SETTINGS:
+        if s.name in settings.BY_NAME:
+            assert tuple(s.choices) == tuple(options[s.name].choices or ()), s.name
+            assert s.default in (None, parsed[s.name]), s.name
+
+
+def test_a_null_target_is_told_to_the_trainer_whose_default_is_a_target():
+    """target_accuracy=null (no target) reaches the trainer as `--target-accuracy none`, not as
+    silence, which would now mean the default 0.9; throughput mode tells it nothing."""
+    from trainers.common.protocol import build_parser
+
+    accuracy = {**BASE, "mode": "accuracy", "epochs": 3, "target_accuracy": None}
+    told = trainer_args(accuracy, "/tmp/data")
+    assert told[told.index("--target-accuracy") + 1] == "none"
+    assert build_parser().parse_args(told).target_accuracy is None
+    assert "--target-accuracy" not in trainer_args(BASE, None)
+    assert build_parser().parse_args(trainer_args(BASE, None)).target_accuracy == 0.9
+
+
+def test_the_trainers_help_says_what_none_means_for_the_target():
+    """--help spells the null target's flag value and its meaning: `none: no target` (it read
+    "(none: none)")."""
+    from trainers.common.protocol import build_parser
+
+    text = " ".join(build_parser().format_help().split())
+    assert "are reported (none: no target)" in text, text
 
 
 def test_refused_and_expanded_cells_read_defaults_the_same_way():

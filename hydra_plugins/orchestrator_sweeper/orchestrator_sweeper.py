@@ -12,10 +12,13 @@ sweeper only leaves out the second composition. Everything else (the grammar of 
 Selected by the project's config (`override hydra/sweeper: orchestrator`).
 """
 from dataclasses import dataclass, field
-from typing import Dict, Optional, Sequence
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence
 
 from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 from hydra.core.config_store import ConfigStore
+
+from orchestrator import private_files
 
 
 @dataclass
@@ -33,3 +36,12 @@ class OrchestratorSweeper(BasicSweeper):
     def validate_batch_is_legal(self, batch: Sequence[Sequence[str]]) -> None:
         """Checked by the launcher as it expands the batch (one composition per distinct
         configuration, Hydra's errors unchanged), not by composing every cell here first."""
+
+    def sweep(self, arguments: List[str]) -> Any:
+        """Hydra's sweep, whose `multirun.yaml` (the config and the overrides typed: a `paths.db=`
+        URL with its password) is made 0600 before Hydra writes it: Hydra truncates the file,
+        which keeps its mode (orchestrator/private_files.py)."""
+        folder = Path(self.config.hydra.sweep.dir)
+        folder.mkdir(parents=True, exist_ok=True)
+        private_files.keep_private(folder / "multirun.yaml")
+        return super().sweep(arguments)

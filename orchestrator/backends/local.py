@@ -18,6 +18,7 @@ import psutil
 import submitit
 from submitit.local.local import LocalJob
 
+from orchestrator import private_files
 from orchestrator.backends.base import Backend, SchedulerView
 
 #: A local job waits in line for the node lock, so the executor's own limit must cover the
@@ -26,7 +27,12 @@ LOCAL_CONTROLLER_TIMEOUT_MIN = 7 * 24 * 60
 
 
 class DetachedLocalExecutor(submitit.LocalExecutor):
-    """submitit's LocalExecutor whose jobs survive the submitting process and its terminal."""
+    """submitit's LocalExecutor whose jobs survive the submitting process and its terminal, and
+    whose pickles (each holds the database URL) are created 0600 (private_files.py)."""
+
+    def _internal_process_submissions(self, delayed_submissions: list) -> list:
+        with private_files.umask() as self._user_umask:
+            return super()._internal_process_submissions(delayed_submissions)
 
     def _submit_command(self, command: str) -> LocalJob:
         env = dict(os.environ)
@@ -49,7 +55,7 @@ class DetachedLocalExecutor(submitit.LocalExecutor):
             process = subprocess.Popen(  # pylint: disable=consider-using-with
                 [sys.executable, "-m", "submitit.local._local", str(self.folder)],
                 env=env, start_new_session=True, stdin=subprocess.DEVNULL,
-                stdout=log, stderr=subprocess.STDOUT)
+                stdout=log, stderr=subprocess.STDOUT, umask=getattr(self, "_user_umask", -1))
         return LocalJob(folder=self.folder, job_id=str(process.pid), process=process, tasks=[0])
 
 

@@ -13,7 +13,7 @@ the sweep again cancelled its runs and removed the bundle before the late sbatch
 cancels itself, so nothing is measured twice.
 
 Run as `python -m orchestrator.backends.slurm_task FOLDER` (the executor's batch script). It
-imports only the standard library and submitit: it runs on compute nodes.
+imports only the standard library, submitit and orchestrator.private_files: it runs on compute nodes.
 """
 from __future__ import annotations
 
@@ -23,6 +23,8 @@ import subprocess
 import sys
 from pathlib import Path
 from typing import Sequence
+
+from orchestrator import private_files
 
 _COUNT = struct.Struct("<Q")
 _SPAN = struct.Struct("<QQ")
@@ -35,18 +37,14 @@ def bundle_path(folder: Path, job_name: str) -> Path:
 
 def write_bundle(path: Path, pickles: Sequence[bytes]) -> None:
     """The tasks' pickles in one file: their count, the end offsets, then the pickles; written
-    under a temporary name and renamed, so a task never reads half of one."""
+    under a temporary name and renamed, so a task never reads half of one; 0600, as each pickle
+    holds the database URL (private_files.py)."""
     ends, total = [], 0
     for data in pickles:
         total += len(data)
         ends.append(total)
-    tmp = path.with_name(path.name + ".tmp")
-    with tmp.open("wb") as out:
-        out.write(_COUNT.pack(len(pickles)))
-        out.write(struct.pack(f"<{len(ends) + 1}Q", 0, *ends))
-        for data in pickles:
-            out.write(data)
-    os.replace(tmp, path)
+    private_files.write_bytes(path, b"".join([_COUNT.pack(len(pickles)), struct.pack(f"<{len(ends) + 1}Q", 0, *ends),
+                                              *pickles]))
 
 
 def read_task(path: Path, index: int) -> bytes | None:
@@ -71,9 +69,7 @@ def take_task_pickle(bundle: Path, index: int, target: Path) -> bool:
     data = read_task(bundle, index)
     if data is None:
         return False
-    tmp = target.with_name(f"{target.name}.{os.getpid()}.tmp")
-    tmp.write_bytes(data)
-    os.replace(tmp, target)
+    private_files.write_bytes(target, data)  # 0600, as the bundle
     return True
 
 

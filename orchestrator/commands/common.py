@@ -170,3 +170,23 @@ def add_noisy_cv(parser: Any, help: str) -> None:
     """--noisy-cv PCT, as `results --summary` and `report` take it."""
     parser.add_argument("--noisy-cv", type=float, default=None, metavar="PCT",
                         help=f"{help} above this CV in %% (default $ORCHESTRATOR_NOISY_CV or {NOISY_CV_PERCENT:g})")
+
+
+def add_user(parser: Any, verb: str) -> None:
+    """--user NAME / --all-users: whose runs a command that acts on failed runs takes (default:
+    the caller's own, by the runs' submit_user), as `rerun --failed` and `status --failed` take them."""
+    whose = parser.add_mutually_exclusive_group()
+    whose.add_argument("--user", metavar="NAME", help=f"{verb} the runs NAME submitted (default: your own)")
+    whose.add_argument("--all-users", action="store_true", help=f"{verb} every user's runs (default: your own)")
+
+
+def whose(args: Any) -> tuple[Optional[str], str]:
+    """The user whose runs a command takes (None: everyone's), and how its output says so."""
+    # lazy: the lease module only where a command asks whose runs it acts on
+    from orchestrator.sqlite_lease import who
+
+    if getattr(args, "all_users", False):
+        return None, "every user's runs"
+    me = who()[0]
+    user = getattr(args, "user", None) or me
+    return user, f"runs of user {user}" + (" (yours; --user NAME or --all-users for others')" if user == me else "")

@@ -1,12 +1,13 @@
-"""`rerun --failed`: submit again the repeats whose latest attempt failed, was lost or
-cancelled, with the config their sweep recorded (orchestrator.rerun picks and submits them)."""
+"""`rerun --failed`: submit again the caller's repeats whose latest attempt failed, was lost or
+cancelled: the cell their sweep recorded, on the caller's own site configuration
+(orchestrator.rerun picks and submits them; orchestrator/rerun_config.py says why)."""
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from orchestrator.commands.common import CliError, add_sweep, pick_sweeps, reconcile
+from orchestrator.commands.common import CliError, add_sweep, add_user, pick_sweeps, reconcile, whose
 from orchestrator.commands.render import one_line
 from orchestrator.sql_adapters import Rows
 from orchestrator.setting_registry import NAMES as SETTINGS
@@ -33,6 +34,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "it, a timed-out repeat gets twice its last limit, up to its partition's MaxTime)")
     p.add_argument("--mem", type=int, metavar="GB", help="give the reruns this much memory (GB)")
     p.add_argument("--dry-run", action="store_true", help="list what would be resubmitted; submit nothing")
+    add_user(p, "rerun")
+    p.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
+                   help="your site's options, as a sweep takes them (cluster=NAME, cluster.setup=[...], paths.data=, "
+                        "runtime=, apptainer.images=, hydra.searchpath=[...]): a rerun runs on your own "
+                        "configuration, never on the one recorded in the database (docs/shared-results.md)")
     p.add_argument("--follow-up", action="store_true",
                    help="what retry.timeout=N's follow-up job runs (docs/slurm.md): collect first, then only the "
                         "timed-out repeats with a retry left in their sweep (fewer than N), each with twice its limit")
@@ -42,24 +48,22 @@ def run(args: argparse.Namespace, out: Console) -> int:
     # lazy: SQLAlchemy (~0.3 s) only in the commands that need it: `status` and --help start without it
     from orchestrator import db, rerun
     from orchestrator.commands.collect import collect
+    from orchestrator.rerun_config import Site
 
     if args.follow_up and (args.classes or args.time):
         raise CliError("--follow-up picks timed-out repeats and gives each twice its limit; drop --class and --time")
+    site = Site(args.overrides, args.db, args.runs)  # a bad override: its one line, before anything else
     if args.follow_up and collect(args.db, Path(args.runs), out):
         out.print("[yellow]some result files are broken (above); the rest were collected[/]")
     factory = db.open_db(args.db, create=False)
     with factory() as session:
         reconcile(Rows.of(session), None, out)
         sweep = pick_sweeps(Rows.of(session), args.sweep)[0].id if args.sweep else None
-        where: dict[str, list[Any]] = {}
-        for item in args.where:
-            key, sep, value = item.partition("=")
-            if not sep or key not in SETTINGS:
-                raise CliError(f"--where {item!r}: expected SETTING=VALUE with SETTING one of "
-                               f"{', '.join(SETTINGS)}")
-            where.setdefault(key, []).extend(FRAMEWORK_ALIASES.get(v, v) for v in value.split(","))
+        where = _where(args.where)
         classes = [c.strip() for c in args.classes.split(",")] if args.classes else None
-        picks, problems = rerun.pick(session, sweep, classes, where, args.time, args.mem, args.follow_up)
+        user, said = whose(args)
+        out.print(f"{'would rerun' if args.dry_run else 'rerunning'} {said}", markup=False)
+        picks, problems = rerun.pick(session, site, sweep, classes, where, args.time, args.mem, args.follow_up, user)
         for problem in problems:
             out.print(f"[yellow]cannot rerun[/] {problem}")
         if not picks and args.follow_up:
@@ -76,19 +80,36 @@ def run(args: argparse.Namespace, out: Console) -> int:
             hardware = p.cell.config["hardware"]
             limit = f", limit {hardware['time_min']} min ({hardware['time_source']})" if hardware.get("time_source") else ""
             out.print(f"  {p.cell.label}  repeat {p.last.repeat} attempt {p.attempt}  "
-                      f"(last: {p.last.state} {p.last.error_class or ''}, sweep {p.last.sweep_id}{limit})")
+                      f"(last: {p.last.state} {p.last.error_class or ''}, sweep {p.last.sweep_id}, run {p.last.uid}{limit})")
         if args.dry_run:
             return 0
-        failures = 0
-        for report in rerun.submit(session, picks):
-            for cell, job_id, n in report.submitted:
-                out.print(f"  submitted {cell.label} as job {job_id}")
-            for cell, message in report.failed:
-                failures += 1
-                out.print(f"  [red]not submitted[/] {cell.label}: {one_line(message)}")
-            for _, reason in report.refused:  # e.g. more than the cluster's nodes hold, even now
-                failures += 1
-                out.print(f"  [red]refused[/] {one_line(reason, 400)}", soft_wrap=True)
-            for note in report.notes:
-                out.print(f"  {note}", markup=False, soft_wrap=True)
-        return 1 if failures else 0
+        return _print_reports(rerun.submit(session, picks), out)
+
+
+def _where(items: list[str]) -> dict[str, list[Any]]:
+    """--where KEY=VALUE[,VALUE] (repeatable), by setting."""
+    where: dict[str, list[Any]] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or key not in SETTINGS:
+            raise CliError(f"--where {item!r}: expected SETTING=VALUE with SETTING one of "
+                           f"{', '.join(SETTINGS)}")
+        where.setdefault(key, []).extend(FRAMEWORK_ALIASES.get(v, v) for v in value.split(","))
+    return where
+
+
+def _print_reports(reports: list[Any], out: Console) -> int:
+    """What each sweep's resubmission did; 1 where a repeat was not submitted or was refused."""
+    failures = 0
+    for report in reports:
+        for cell, job_id, n in report.submitted:
+            out.print(f"  submitted {cell.label} as job {job_id}")
+        for cell, message in report.failed:
+            failures += 1
+            out.print(f"  [red]not submitted[/] {cell.label}: {one_line(message)}")
+        for _, reason in report.refused:  # e.g. more than the cluster's nodes hold, even now
+            failures += 1
+            out.print(f"  [red]refused[/] {one_line(reason, 400)}", soft_wrap=True)
+        for note in report.notes:
+            out.print(f"  {note}", markup=False, soft_wrap=True)
+    return 1 if failures else 0

@@ -30,6 +30,10 @@ HELP = "the measurements, as a table or CSV"
 LIMIT = 50
 #: The order `results` lists runs in (the run's uid last: one order, whichever select reads it).
 RESULTS_ORDER = (*setting_registry.HEADLINE, "sweep", "repeat", "attempt", "run")
+#: The tables' first columns, drawn for every row: each a title and the settings it shows (joined by
+#: /). Any other setting gets a column of its own where it varies among the rows shown (_varying).
+SETTING_COLUMNS = (("framework/model/dataset", ("framework", "model", "dataset")), ("hardware", ("hardware",)),
+                   ("gpus", ("gpus",)), ("batch", ("batch_size",)), ("prec", ("precision",)))
 #: Short names `--where` takes for `results` columns (`user` alone is a word SQL keeps for itself:
 #: PostgreSQL answers `SELECT user` with the session's role, so the column is submit_user).
 WHERE_ALIASES = {"user": "submit_user", "host": "submit_host"}
@@ -165,14 +169,13 @@ def _print_summary(cells: Sequence[Any], total: int, noisy: int, threshold: floa
     first = f"; the first {len(cells):,}" if total > len(cells) else ""
     table = Table(title=f"{total:,} cells over their repeats (noisy: CV > {threshold * 100:g}%){first}",
                   title_justify="left", box=box.SIMPLE_HEAD)
-    numeric = ("gpus", "batch", "n", "median img/s", "CV %", "min", "max", "GPU W", "J/img")
-    for name in ("framework/model/dataset", "hardware", "gpus", "batch", "prec", "n", "median img/s",
-                 "CV %", "min", "max", "GPU W", "J/img", "noise"):
+    numeric = ("n", "median img/s", "CV %", "min", "max", "GPU W", "J/img")
+    varying = _add_setting_columns(table, cells)
+    for name in ("n", "median img/s", "CV %", "min", "max", "GPU W", "J/img", "noise"):
         table.add_column(name, justify="right" if name in numeric else "left", no_wrap=True)
     for c in cells:
         table.add_row(*(Text(str(v)) for v in (
-            f"{c['framework']}/{c['model']}/{c['dataset']}", c["hardware"], c["gpus"], c["batch_size"],
-            c["precision"], c["n"], num(c["images_per_sec_median"], 1),
+            *_setting_cells(c, varying), c["n"], num(c["images_per_sec_median"], 1),
             "-" if c["images_per_sec_cv"] is None else f"{c['images_per_sec_cv'] * 100:.1f}",
             num(c["images_per_sec_min"], 1), num(c["images_per_sec_max"], 1),
             num(c["gpu_power_avg_w"], 0), num(c["energy_per_image_j"], 3),
@@ -203,9 +206,9 @@ def _results_table(rows: Sequence[Any], total: int, sweep: Optional[str]) -> Tab
     acc = any(r["top1"] is not None for r in rows)  # accuracy mode's columns only where measured
     mfu = any(r["mfu"] is not None for r in rows)  # where the hardware declares its peak FLOP/s
     acc_names = ("top-1", "best", "to target", "s to target", "s/epoch")
-    numeric = ("gpus", "batch", "rep", "images/s", "mfu %", "cpu %", "RSS MB", "GPU MB", "GPU W", "J/img",
-               *acc_names)
-    for name in ("framework/model/dataset", "hardware", "gpus", "batch", "prec", "rep", "state",
+    numeric = ("rep", "images/s", "mfu %", "cpu %", "RSS MB", "GPU MB", "GPU W", "J/img", *acc_names)
+    varying = _add_setting_columns(table, rows)
+    for name in ("rep", "state",
                  "images/s", *(("mfu %",) if mfu else ()), *(acc_names if acc else ()), "cpu %", "RSS MB",
                  *(("GPU MB", "GPU W", "J/img") if gpu else ()), "node"):
         table.add_column(name, justify="right" if name in numeric else "left", no_wrap=True)
@@ -219,8 +222,7 @@ def _results_table(rows: Sequence[Any], total: int, sweep: Optional[str]) -> Tab
         acc_cells = (num(r["top1"], 3), num(r["top1_best"], 3), to_target, num(r["time_to_target_s"], 1),
                      num(r["epoch_s"], 2)) if acc else ()
         table.add_row(*(Text(str(v)) for v in (
-            f"{r['framework']}/{r['model']}/{r['dataset']}", r["hardware"], r["gpus"], r["batch_size"],
-            r["precision"], repeat, state, rate(r["images_per_sec"], r["images_per_sec_std"]),
+            *_setting_cells(r, varying), repeat, state, rate(r["images_per_sec"], r["images_per_sec_std"]),
             *((_percent(r["mfu"]),) if mfu else ()), *acc_cells, num(r["cpu_percent"], 0), num(r["peak_rss_mb"], 0), *gpu_cells, r["node"] or "")))
     return table
 
@@ -229,3 +231,26 @@ def _percent(fraction: Optional[float]) -> str:
     """A fraction as a percentage to three significant figures (a CPU's MFU against a GPU's peak is
     tiny, and still not zero); "-" for none."""
     return "-" if fraction is None else f"{fraction * 100:.3g}"
+
+
+def _varying(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The settings the rows hold, beyond SETTING_COLUMNS', whose values differ among them (in the
+    registry's order): after `nodes=1,2` the two runs differ in `nodes` alone, which must show."""
+    drawn = {name for _, names in SETTING_COLUMNS for name in names}
+    held = [name for name in setting_registry.NAMES if name not in drawn and rows and name in rows[0]]
+    return [name for name in held if len({r[name] for r in rows}) > 1]
+
+
+def _add_setting_columns(table: Table, rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The setting columns: SETTING_COLUMNS', then one per setting that varies among `rows`; those."""
+    varying = _varying(rows)
+    for title, name in [(title, names[0]) for title, names in SETTING_COLUMNS] + [(name, name) for name in varying]:
+        numeric = setting_registry.BY_NAME[name].kind is not str
+        table.add_column(title, justify="right" if numeric else "left", no_wrap=True)
+    return varying
+
+
+def _setting_cells(row: Mapping[str, Any], varying: Sequence[str]) -> list[Any]:
+    """A row's values in the setting columns (_add_setting_columns): "" for none."""
+    joined = ["/".join(str(row[name]) for name in names) for _, names in SETTING_COLUMNS]
+    return joined + ["" if row[name] is None else row[name] for name in varying]

@@ -16,9 +16,11 @@ from orchestrator.commands.common import (
     PROG,
     CliError,
     add_sweep,
+    add_user,
     pick_sweeps,
     reading,
     reconcile,
+    whose,
 )
 from orchestrator.commands.render import one_line, when
 from orchestrator.sql_adapters import Rows
@@ -41,25 +43,28 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="list every failed or lost run (latest attempts), not the summary")
     p.add_argument("--class", dest="classes", metavar="A,B",
                    help=f"with --failed: only these error classes ({', '.join(failure_classes.NAMES)})")
+    add_user(p, "with --failed: list")
 
 
 def run(args: argparse.Namespace, out: Console) -> int:
     classes = [c.strip() for c in args.classes.split(",") if c.strip()] if args.classes else None
     if classes and not args.failed:
         raise CliError(f"--class picks what --failed lists: {PROG} status --failed --class {args.classes}")
-    return status(args.db, out, args.sweep, args.failed, classes)
+    if (args.user or args.all_users) and not args.failed:
+        raise CliError(f"--user and --all-users pick what --failed lists: {PROG} status --failed --all-users")
+    return status(args.db, out, args.sweep, args.failed, classes, whose(args) if args.failed else (None, ""))
 
 
 def status(url: str, out: Console, sweep: Optional[str] = None, failed: bool = False,
-           classes: Optional[list[str]] = None) -> int:
+           classes: Optional[list[str]] = None, user: tuple[Optional[str], str] = (None, "")) -> int:
     """The runs of the sweeps (`sweep`: one), brought up to date first: counted by state with the
-    first failures of each class, or (`failed`) every failed one of `classes`."""
+    first failures of each class, or (`failed`) every failed one of `classes` of `user` (commands.common.whose's)."""
     with reading(url) as rows:
         sweeps = pick_sweeps(rows, sweep)
         reconcile(rows, sweeps[0].id if sweep else None, out)
         ids = [s.id for s in sweeps] if sweep else None
         if failed:
-            return _list_failures(rows, ids, classes)
+            return _list_failures(rows, ids, classes, user)
         counts = queries.latest_counts(rows, ids)
         _print_counts(rows, sweeps, counts, out)
         shown = FAILURES + runstate.IN_FLIGHT
@@ -167,12 +172,13 @@ def _print_failure_examples(rows: Rows, sweeps: list[Any], counts: list[Any], ex
           f"as CSV: {PROG} results --state failed,lost --csv")
 
 
-def _list_failures(rows: Rows, sweep_ids: Optional[list[str]], classes: Optional[list[str]]) -> int:
-    """`status --failed`: every failed or lost run (latest attempts), streamed."""
+def _list_failures(rows: Rows, sweep_ids: Optional[list[str]], classes: Optional[list[str]],
+                   user: tuple[Optional[str], str]) -> int:
+    """`status --failed`: every failed or lost run (latest attempts) of `user` (None: everyone's), streamed."""
     which = f" of class {', '.join(classes)}" if classes else ""
-    print(f"Failed or lost runs{which} (latest attempts):")
+    print(f"Failed or lost runs{which} (latest attempts), {user[1] or 'every user'}:")
     n = 0
-    for row in queries.latest_failures(rows, sweep_ids, FAILURES, classes):
+    for row in queries.latest_failures(rows, sweep_ids, FAILURES, classes, user[0]):
         _print_failure(row, indent="  ")
         n += 1
     print(f"{n} run(s)")

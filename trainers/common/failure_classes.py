@@ -52,6 +52,7 @@ UNPLACEABLE = "unplaceable"
 LOST = "lost"
 BROKEN_RESULT = "broken_result"
 IMPLAUSIBLE = "implausible"
+RANKS_DIVERGED = "ranks_diverged"
 
 #: What `status` and the report say of a failed run that recorded no class.
 NO_CLASS = "no error recorded"
@@ -104,9 +105,10 @@ CLASSES = (
         PREEMPTED, "a job of higher priority took the node", True,
         "`%s --class preempted`, or a partition without preemption" % _RERUN, by="scheduler"),
     FailureClass(
-        UNPLACEABLE, "no node of the cluster can ever hold the job's request", True,
-        "ask for less (gpus, hardware.mem_gb, hardware.time_min) or another partition, or wait for "
-        "drained nodes; then `%s --class unplaceable`" % _RERUN, by="launcher or scheduler"),
+        UNPLACEABLE, "no node of the cluster can ever hold the job's request", False,
+        "ask for less (`%s --time MIN` or `--mem GB` below the request; or type the sweep again with "
+        "fewer gpus or nodes, or another partition), or once drained nodes are back "
+        "`%s --class unplaceable`" % (_RERUN, _RERUN), by="launcher or scheduler"),
     FailureClass(
         LOST, "the job ended without writing its result file, and the scheduler no longer knows it",
         True, "read the job's log under the sweep's .submitit folder, then `%s`" % _RERUN,
@@ -116,11 +118,23 @@ CLASSES = (
         "the message names the broken field; `%s` measures the repeat again" % _RERUN,
         by="tracking"),
     FailureClass(
-        IMPLAUSIBLE, "the run measured more than its hardware can do (mfu above 1: images/s x FLOPs per "
-        "image above the declared peak FLOP/s), so a figure is wrong: the trainer's step timing (a "
-        "step timed without waiting for the device) or the hardware's peak_tflops", False,
+        IMPLAUSIBLE, "the run measured more than its hardware can do by the algorithms production libraries use "
+        "(images/s x the fewest FLOPs per image of direct, Winograd F(6x6,3x3) and FFT convolutions, "
+        "trainers/common/flops.py, above the declared peak FLOP/s; larger Winograd tiles and Winograd on "
+        "polyphase splits of strided convolutions are not counted; an mfu above 1 alone is not refused, "
+        "and a run is refused only above an mfu of 1.5 (resnet50) to 5.3 (vgg16), docs/measurement.md), so a "
+        "figure is wrong: "
+        "the trainer's step timing (a step timed without waiting for the device) or the hardware's "
+        "peak_tflops", False,
         "the message names the figures; fix the trainer's timing or conf/hardware/<name>.yaml's "
         "peak_tflops, then `%s --class implausible`" % _RERUN, by="job"),
+    FailureClass(
+        RANKS_DIVERGED, "the ranks of a data-parallel run ended with different parameters (their "
+        "checksums differ), so their gradients were not exchanged: the figures are of separate "
+        "trainings, not of one", False,
+        "the message names each rank's checksum; fix the framework's gradient exchange "
+        "(trainers/<framework>/: its all-reduce, its distribution strategy), then `%s --class "
+        "ranks_diverged`" % _RERUN, by="job"),
 )
 
 #: name -> its FailureClass

@@ -18,6 +18,7 @@ from trainers.common import accuracy
 from trainers.common import data as datasets
 from trainers.common import imagenet
 from trainers.common import recipe
+from trainers.common import settings
 from trainers.common.errors import (EXIT_CODES, Diverged, InvalidArgument, Unsupported,
                                     classify)
 from trainers.common.events import Events
@@ -25,15 +26,11 @@ from trainers.common.host import available_cpus
 from trainers.common.inputs import DATASETS, MODELS, input_shape, to_float
 from trainers.common.launch import launch, node_from_env, rank_from_env
 from trainers.common.pool import build_pool, pool_batches
-from trainers.common.scaling import SCALINGS, split_batch
-from trainers.common.support import PRECISIONS, cpu_replicas_requested, declared
+from trainers.common.scaling import split_batch
+from trainers.common.support import cpu_replicas_requested, declared
 from trainers.common.timing import timed
 
 SYNTHETIC = "synthetic"
-MODES = ("throughput", "accuracy")
-# memory: the steps cycle batches prepared before timing; pipeline: each timed step takes its
-# batch from the ImageNet loader (decode, crop, convert included), as real training does
-INPUTS = ("memory", "pipeline")
 # tests only: TRAINER_FAULT=overflow feeds the framework images of float32's largest value, so
 # that a conformance test sees each framework's own step overflow into a non-finite loss
 FAULT_ENV = "TRAINER_FAULT"
@@ -60,34 +57,25 @@ def build_parser():
     parser.add_argument("--data-dir", help="where the dataset's files are")
     parser.add_argument("--batch-size", type=int, required=True,
                         help="global under strong scaling, per GPU under weak")
-    parser.add_argument("--scaling", choices=SCALINGS, default="strong")
-    parser.add_argument("--iterations", type=int, default=100,
-                        help="measured steps, after warm-up")
-    parser.add_argument("--warmup", type=int, default=10,
-                        help="steps run and timed but not measured")
-    parser.add_argument("--gpus", type=int, default=0, help="0 = CPU; GPUs per node")
-    parser.add_argument("--nodes", type=int, default=1,
-                        help="nodes the run spans (the job gives each node its place: "
-                             "TRAINER_NODES, TRAINER_NODE_RANK, TRAINER_NODE_ADDRS, TRAINER_PORT)")
-    parser.add_argument("--threads", type=int, default=None,
-                        help="intra-op CPU threads (default: the CPUs this process may use)")
-    parser.add_argument("--precision", choices=PRECISIONS, default="fp32")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--mode", choices=MODES, default="throughput",
-                        help="throughput: timed steps on pooled batches; accuracy: --epochs "
-                             "passes over the training split, evaluated after each")
-    parser.add_argument("--epochs", type=int, default=10, help="accuracy mode: epochs")
-    parser.add_argument("--target-accuracy", type=float, default=None,
-                        help="accuracy mode: the test top-1 whose time and epochs are reported")
+    for setting in settings.SETTINGS:  # the grid's own defaults (trainers/common/settings.py)
+        parser.add_argument(setting.flag, type=_parse(setting), default=setting.default,
+                            choices=setting.choices or None, help=setting.help or None)
     parser.add_argument("--learning-rate", type=float, default=recipe.LEARNING_RATE,
                         help="accuracy mode: the schedule's base rate (default: the recipe's)")
-    parser.add_argument("--input", choices=INPUTS, default="memory",
-                        help="memory: timed steps on batches prepared before timing; pipeline: "
-                             "each timed step takes the next batch from the loader (--dataset "
-                             "imagenet)")
     parser.add_argument("--loader-workers", type=int, default=None,
                         help="ImageNet loader processes (default: the CPUs this process may use)")
     return parser
+
+
+def _parse(setting):
+    """The flag's type: its kind, and for a nullable setting also settings.NONE (None)."""
+    if not setting.nullable:
+        return setting.kind
+
+    def parse(text):
+        return None if text == settings.NONE else setting.kind(text)
+    parse.__name__ = setting.kind.__name__  # argparse's "invalid float value" names the kind
+    return parse
 
 
 class Config(object):

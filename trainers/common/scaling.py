@@ -6,8 +6,7 @@ the devices. A device is a GPU, or on CPU (gpus=0) one process per node. Nodes m
 devices the same way GPUs do, so `scaling` means the same across nodes as across GPUs.
 """
 from trainers.common.errors import InvalidArgument, Unsupported
-
-SCALINGS = ("strong", "weak")
+from trainers.common.settings import SCALINGS
 
 
 def split_batch(batch_size, scaling, gpus, nodes=1):

@@ -19,9 +19,10 @@ an `unsupported` error event.
 """
 import importlib
 
+from trainers.common.settings import PRECISIONS  # noqa: F401  (read from here by the frameworks' tests)
+
 CPU = "cpu"
 GPU = "gpu"
-PRECISIONS = ("fp32", "fp16", "bf16")
 
 # How a framework uses several devices (GPUs; CPU replicas where declared).
 REPLICAS = "replicas"                      # one process, one replica per device

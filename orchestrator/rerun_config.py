@@ -1,0 +1,114 @@
+"""What a rerun submits: the recorded cell, on the caller's own site configuration.
+
+A sweep records each cell's resolved config in the database (`sweep_cells.config`), so that a
+rerun measures the same thing. But the database is shared: whoever can write one of its rows
+(another user, a compromised account, a copied database) could plant `cluster.setup: ["rm -rf
+~"]` there, and the next user's `rerun --failed` would run it in that user's jobs. So nothing
+recorded is ever taken as a command or a path. The sections that reach a shell, a batch script
+or a path (SITE: `cluster` with its setup lines, python and sbatch options; `paths`; `runtime`;
+`apptainer`; and `dataset.dir`) are dropped from the record and taken from the caller's own
+composition of conf/ with the caller's overrides, as a new sweep would make them (the recorded
+cluster's and dataset's `name` only choose the caller's file of that group, as plain names).
+The rest (the settings, `framework`, `model`, `hardware`, `retry`, `monitor` ...) is the
+measurement and its request, kept, and checked as a new sweep checks a cell
+(orchestrator/cell.py: names, integers, module names; submit.Options; the backend's sbatch
+policy); it must still make the recorded cell (the same id), or it is refused with the way out.
+"""
+from __future__ import annotations
+
+import copy
+from typing import Any, Optional
+
+from orchestrator import config_checks
+from orchestrator.cell import Cell, CellError, resolved_config
+from orchestrator.submit import Options, check_request
+
+#: The config sections a rerun always takes from the caller's composition, never from the record.
+SITE = ("cluster", "paths", "runtime", "apptainer")
+#: The override keys a rerun accepts (its first dotted part): the site's, and Hydra's search path.
+OVERRIDABLE = (*SITE, "hydra")
+#: How to type the site options, in a refusal.
+SITE_WAY_OUT = ("a rerun takes only your site's options (cluster=NAME, cluster.KEY=, paths.KEY=, runtime=, "
+                "apptainer.KEY=, hydra.searchpath=); the cell's own settings are its sweep's: type the sweep "
+                "again with KEY=VALUE, or use --time / --mem")
+
+
+def check_overrides(overrides: list[str]) -> list[str]:
+    """The caller's overrides, each a site option (OVERRIDABLE); ConfigError naming the first that is not."""
+    for item in overrides:
+        key = item.lstrip("+~").partition("=")[0]
+        if key.split(".")[0] not in OVERRIDABLE or "=" not in item:
+            raise config_checks.refuse(key, item.partition("=")[2], "is not a site option a rerun takes",
+                                       SITE_WAY_OUT)
+    return list(overrides)
+
+
+class Site:
+    """The caller's composition of conf/ with their overrides (one per cluster and dataset choice,
+    composed once), and the database and runs folder of the command itself."""
+
+    def __init__(self, overrides: list[str], db_url: str, runs: str) -> None:
+        self.overrides = check_overrides(overrides)
+        self.db_url, self.runs = db_url, runs
+        self._composed: dict[tuple[str, str], Any] = {}
+        self.cluster_chosen = next((o.partition("=")[2] for o in self.overrides if o.startswith("cluster=")), None)
+
+    def composed(self, cluster: str, dataset: str) -> dict[str, Any]:
+        """The caller's config with these group choices, resolved to plain data (CellError where it
+        does not compose: the line says which override or file)."""
+        key = (cluster, dataset)
+        if key not in self._composed:
+            # lazy: Hydra's compose only where a rerun submits (`status` and --help start without it)
+            from hydra import compose, initialize_config_dir
+
+            choices = [f"cluster={cluster}", f"dataset={dataset}"]
+            try:
+                with initialize_config_dir(version_base="1.3", config_dir=str(config_checks.CONF), job_name="rerun"):
+                    cfg = compose("config", overrides=[*choices, *self.overrides])
+            except Exception as exc:  # Hydra's MissingConfigException, OverrideParseException ...
+                raise CellError(f"your configuration does not compose with {' '.join(choices)} "
+                                f"({str(exc).splitlines()[0]}); fix the override it names, or choose your "
+                                f"site's cluster with cluster=NAME") from None
+            plain = resolved_config(cfg)
+            plain["paths"].update(db=self.db_url, runs=self.runs)  # the command's own (--db, --runs)
+            self._composed[key] = plain
+        return self._composed[key]
+
+    def rebuilt(self, recorded: dict[str, Any], cell_id: str, time_min: Optional[int] = None,
+                mem_gb: Optional[int] = None) -> Cell:
+        """The recorded cell on this site: a new config (the record is never changed), its site
+        sections the caller's, checked as a new sweep's cell; CellError naming what is wrong."""
+        config = _measurement(recorded)
+        cluster = self.cluster_chosen or _recorded_name(recorded, "cluster")
+        site = self.composed(config_checks.choice("cluster", cluster), _recorded_name(recorded, "dataset"))
+        config.update({key: copy.deepcopy(site[key]) for key in SITE})
+        config["dataset"]["dir"] = site["dataset"].get("dir")
+        if time_min:
+            config["hardware"].update(time_min=int(time_min), time_floor=None, time_source="rerun --time")
+        if mem_gb:
+            config["hardware"]["mem_gb"] = int(mem_gb)
+        try:
+            cell = Cell.from_plain(config)
+            check_request(Options.from_config(config).backend, config, cell.label)
+        except config_checks.ConfigError as exc:
+            raise CellError(str(exc)) from None
+        if cell.id != cell_id:
+            raise CellError(f"its recorded config makes cell {cell.id} here, not {cell_id} (a default of conf/ "
+                            f"changed since its sweep); type the sweep again")
+        return cell
+
+
+def _measurement(recorded: Any) -> dict[str, Any]:
+    """A copy of a recorded config without its site sections (dropped, never read)."""
+    if not isinstance(recorded, dict) or not all(isinstance(recorded.get(g), dict) for g in config_checks.GROUPS):
+        raise CellError("its recorded config is not a config of the groups "
+                        f"{', '.join(config_checks.GROUPS)}; type its sweep again")
+    return copy.deepcopy({key: value for key, value in recorded.items() if key not in SITE})
+
+
+def _recorded_name(recorded: dict[str, Any], group: str) -> str:
+    """A recorded group's `name`, as the choice that names the caller's file of that group."""
+    try:
+        return config_checks.choice(group, recorded[group].get("name"))
+    except config_checks.ConfigError as exc:
+        raise CellError(f"{exc} (recorded)") from None

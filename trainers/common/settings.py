@@ -1,0 +1,75 @@
+"""The settings that the benchmark grid and the trainer's command line both know, declared once:
+each one's type, default and choices, so that a trainer run by hand measures what the grid's
+cell of the same name does (the trainer's --iterations once defaulted to 100, the grid's to 50).
+
+From this table come the trainer's flags and their defaults (protocol.build_parser) and the
+choices and defaults of the orchestrator's cell settings (orchestrator/setting_registry.py);
+conf/config.yaml, which YAML cannot derive, is held to it by tests/test_setting_registry.py.
+The settings each run must name (model, dataset, batch size) or that only one side knows (the
+trainer's --data-dir, --learning-rate, --loader-workers; the grid's framework and hardware) are
+not here.
+
+Trainers run in old containers (Python 3.6) where only `trainers/` is mounted, so this module
+lives under trainers/common/ and imports nothing; the orchestrator imports it from here (as
+failure_classes.py).
+"""
+
+PRECISIONS = ("fp32", "fp16", "bf16")
+#: strong: the batch is global, split across devices; weak: the batch is each device's
+SCALINGS = ("strong", "weak")
+MODES = ("throughput", "accuracy")
+# memory: the steps cycle batches prepared before timing; pipeline: each timed step takes its
+# batch from the ImageNet loader (decode, crop, convert included), as real training does
+INPUTS = ("memory", "pipeline")
+#: how a null value is spelled on the trainer's command line where the default is not null
+NONE = "none"
+
+
+class Setting(object):
+    """One shared setting: `kind` (int, float, str), `default` (None: the trainer works it out,
+    as threads from the CPUs it may use), `choices` (empty: any value of its kind), `help` (the
+    trainer's --help line) and `nullable`: null is a value of its own though the default is not
+    (target_accuracy: no target), given to the trainer as `--flag none` (NONE)."""
+
+    __slots__ = ("name", "kind", "default", "choices", "help", "nullable")
+
+    def __init__(self, name, kind, default, choices=(), help="", nullable=False):
+        self.name = name
+        self.kind = kind
+        self.default = default
+        self.choices = choices
+        self.help = help
+        self.nullable = nullable
+
+    @property
+    def flag(self):
+        """The trainer's command-line flag: --target-accuracy for target_accuracy."""
+        return "--" + self.name.replace("_", "-")
+
+    def __repr__(self):
+        return "Setting(%r, default=%r)" % (self.name, self.default)
+
+
+SETTINGS = (
+    Setting("scaling", str, "strong", SCALINGS, "strong: --batch-size is global, split across the "
+            "devices; weak: it is each device's"),
+    Setting("iterations", int, 50, help="measured steps, after warm-up"),
+    Setting("warmup", int, 10, help="steps run and timed but not measured"),
+    Setting("gpus", int, 0, help="0 = CPU; GPUs per node"),
+    Setting("nodes", int, 1, help="nodes the run spans (the job gives each node its place: "
+            "TRAINER_NODES, TRAINER_NODE_RANK, TRAINER_NODE_ADDRS, TRAINER_PORT)"),
+    Setting("threads", int, None, help="intra-op CPU threads (default: the CPUs this process may use)"),
+    Setting("precision", str, "fp32", PRECISIONS),
+    Setting("seed", int, 0),
+    Setting("mode", str, "throughput", MODES, "throughput: timed steps on pooled batches; accuracy: "
+            "--epochs passes over the training split, evaluated after each"),
+    Setting("epochs", int, 10, help="accuracy mode: epochs"),
+    Setting("target_accuracy", float, 0.9, help="accuracy mode: the test top-1 whose time and epochs "
+            "are reported (%s: no target)" % NONE, nullable=True),
+    Setting("input", str, "memory", INPUTS, "memory: timed steps on batches prepared before timing; "
+            "pipeline: each timed step takes the next batch from the loader (--dataset imagenet)"),
+)
+#: name -> its Setting
+BY_NAME = dict((s.name, s) for s in SETTINGS)
+#: name -> its default
+DEFAULTS = dict((s.name, s.default) for s in SETTINGS)
