@@ -153,10 +153,12 @@ def test_retry_timeout_counts_the_retries_of_its_own_sweep_not_the_attempts_of_e
     import time
 
     from orchestrator import db, rerun, schema
+    from orchestrator.rerun_config import Site
 
-    config = cell("hardware=cpu12", "retry.timeout=1").config
+    config = cell("cluster=slurm", "hardware=cpu12", "retry.timeout=1").config  # retry.timeout needs a scheduler
     config = {**config, "hardware": {**config["hardware"], "time_min": 3, "time_source": time_limits.SET}}
-    factory = db.open_db(f"sqlite:///{tmp_path}/results.db")
+    url = f"sqlite:///{tmp_path}/results.db"
+    factory, site = db.open_db(url), Site([], url, str(tmp_path / "runs"))
     c = Cell.from_plain(config)
 
     def timed_out(sweep, attempt, latest=True):
@@ -175,10 +177,10 @@ def test_retry_timeout_counts_the_retries_of_its_own_sweep_not_the_attempts_of_e
         timed_out("a", 1, latest=False)
         timed_out("b", 2)
     with factory() as session:
-        picks, problems = rerun.pick(session, sweep_id="b", follow_up=True)
+        picks, problems = rerun.pick(session, site, sweep_id="b", follow_up=True)
     assert [(p.attempt, p.cell.config["hardware"]["time_min"]) for p in picks] == [(3, 6)], problems
     with factory.begin() as session:  # the retry timed out too: sweep b's one retry is spent
         session.query(schema.Run).filter_by(attempt=2).one().latest = False
         timed_out("b", 3)
     with factory() as session:
-        assert rerun.pick(session, sweep_id="b", follow_up=True)[0] == []
+        assert rerun.pick(session, site, sweep_id="b", follow_up=True)[0] == []
