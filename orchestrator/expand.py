@@ -347,7 +347,9 @@ def _applied(plain: dict[str, Any], change: dict[tuple[str, ...], Any]) -> dict[
 
 def _with(plain: dict[str, Any], path: list[str], value: Any) -> dict[str, Any]:
     """`plain` with the value at `path` replaced: the mappings along the path copied, the rest
-    shared with the composition's resolved config (which nothing downstream changes)."""
+    shared with the composition's resolved config and its other cells. Nothing downstream may
+    write into a cell's config: a module that changes one makes its own copy (time_limits.learn
+    returns new cells with a copied config and hardware; rerun deep-copies the recorded one)."""
     out = dict(plain)
     if len(path) > 1:
         out[path[0]] = _with(plain[path[0]], path[1:], value)

@@ -49,7 +49,7 @@ def main(cfg: DictConfig) -> None:
     # lazy: only a single run needs the launcher (SQLAlchemy, submitit); --help, --cfg and sweeps (the launcher plugin) never do
     from orchestrator import launcher_output, config_checks
     from orchestrator.cell import Cell, CellError
-    from orchestrator.submit import Options, check_request, submit_sweep
+    from orchestrator.submit import Options, check_request, learn_time_limits, submit_sweep
 
     # as the launcher does for each cell of a sweep: the cell's bad values refuse it, and
     # sweep-wide ones (paths, cluster, the database) stop here, before anything is written
@@ -62,7 +62,7 @@ def main(cfg: DictConfig) -> None:
             raise SystemExit(f"refused: {exc}") from None
         if opts.dry_run:
             config_checks.check_database(opts.db_url)
-            launcher_output.print_cells([cell], [])
+            launcher_output.print_cells(learn_time_limits([cell], opts), [])  # the limit it would ask for, and why
             return
         report = submit_sweep([cell], opts, argv=["python", "-m", "orchestrator", *sys.argv[1:]], foreground=True)
     launcher_output.print_submit_report(report, opts)

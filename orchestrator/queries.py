@@ -135,16 +135,19 @@ def recorded_config(rows: Rows, sweep_id: str, cell_id: str) -> Any:
 def limit_history(rows: Rows, framework: str, model: str, dataset: str, hardware: str, settings: Sequence[str],
                   done: str, most: int = 200) -> list[Any]:
     """The successful runs (state `done`) of the cells with these names, newest first, with their
-    wall time (`wall_s`) and the cells' `settings` columns: what a learned time limit comes from
-    (time_limits.learn)."""
+    wall time (`wall_s`; NULL where a time is missing), their mean measured step time (`step_s`,
+    the metric step_time_mean; NULL where none) and the cells' `settings` columns: what a learned
+    time limit comes from (time_limits.learn, which leaves out a missing or negative wall time)."""
     columns = ", ".join('cells."%s"' % name for name in settings)  # quoted: a setting may be a keyword (like)
     return rows.all(
-        f"SELECT runs.cell_id, runs.ended_at - runs.started_at AS wall_s, {columns} FROM runs JOIN cells ON cells.id = runs.cell_id "
-        "WHERE runs.state = :done AND runs.started_at IS NOT NULL AND runs.ended_at IS NOT NULL "
-        "AND cells.framework = :framework AND cells.model = :model AND cells.dataset = :dataset "
-        "AND cells.hardware = :hardware ORDER BY runs.ended_at DESC LIMIT :most",
+        f"SELECT runs.cell_id, runs.ended_at - runs.started_at AS wall_s, metrics.value AS step_s, {columns} "
+        "FROM runs JOIN cells ON cells.id = runs.cell_id "
+        "LEFT JOIN metrics ON metrics.run_id = runs.id AND metrics.name = :step "
+        "WHERE runs.state = :done AND cells.framework = :framework AND cells.model = :model "
+        "AND cells.dataset = :dataset AND cells.hardware = :hardware "
+        "ORDER BY runs.ended_at IS NULL, runs.ended_at DESC LIMIT :most",
         {"done": done, "framework": framework, "model": model, "dataset": dataset, "hardware": hardware,
-         "most": most})
+         "most": most, "step": "step_time_mean"})
 
 
 def running_jobs(rows: Rows, sweep_ids: Optional[Sequence[str]], running: str) -> list[Any]:

@@ -16,7 +16,7 @@ database holds is run as a command or used as a path), with more time or memory 
 by its partition's MaxTime (refused, with the way out, where it had MaxTime already).
 Submission goes through the launcher's own `submit_runs` (so a rerun whose sweep asked for
 `retry.timeout` gets its follow-up job too). `retry.timeout`'s follow-up job picks with
-`follow_up`: the timeouts with a retry left.
+`follow_up`: the timeouts with a retry left in their sweep.
 """
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Iterator, Optional
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session, aliased
 
 from orchestrator import retry, schema, runstate, time_limits
@@ -76,7 +76,7 @@ def pick(session: Session, site: Site, sweep_id: Optional[str] = None, classes: 
             problems.append(f"{last.uid}: no recorded config for this cell (sweep recorded before "
                             f"rerun existed); type its sweep again instead")
             continue
-        if follow_up and not retry.retry_left(link.config, last.attempt):
+        if follow_up and not retry.retry_left(link.config, last.attempt, _first_attempt(session, last)):
             continue
         try:
             cell = site.rebuilt(link.config, last.cell_id, time_min, mem_gb)
@@ -131,6 +131,12 @@ def _left_out(unasked: dict[str, int], others: dict[str, int]) -> list[str]:
         lines.append(f"{sum(others.values())} repeat(s) of other users ({whose}): not yours; "
                      f"--user NAME or --all-users takes them (on your own site configuration)")
     return lines
+
+
+def _first_attempt(session: Session, last: schema.Run) -> int:
+    """The first attempt `last`'s sweep made of its repeat: what its retries count from (retry.retry_left)."""
+    return session.scalar(select(func.min(schema.Run.attempt)).where(
+        schema.Run.sweep_id == last.sweep_id, schema.Run.cell_id == last.cell_id, schema.Run.repeat == last.repeat))
 
 
 def _more_time(config: dict[str, Any], last: schema.Run, backends: dict[str, Backend]) -> Optional[str]:

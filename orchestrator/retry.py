@@ -1,14 +1,14 @@
 """`retry.timeout: N`: a timed-out repeat resubmitted automatically, with twice its limit, up to N times.
 
 Who resubmits when nobody waits on the login node: a **follow-up job**. With every submission
-of runs that may still be retried (attempt <= N), the launcher also submits one small job (one
+of runs that may still be retried (fewer than N retries in this sweep), the launcher submits one small job (one
 CPU, FOLLOW_UP_MIN minutes, never exclusive) that Slurm holds until every one of those jobs has
 ended (`--dependency=afterany:<their arrays>`). On a compute node it runs what a user would type:
 
     orchestrator rerun --failed --follow-up --sweep S
 
 that is, `collect`, then `rerun`'s pick of the sweep's repeats whose latest attempt timed out
-and whose attempt is at most N, each with twice its last limit up to its partition's MaxTime
+and that this sweep has retried fewer than N times, each with twice its last limit up to its partition's MaxTime
 (orchestrator/rerun.py). That submission is an ordinary one, so it brings the next follow-up
 where a retry is still left, and none after the N-th. The user may log out; data still flows one
 way (the follow-up is a `collect` and a `rerun` that the scheduler starts, nothing reaches back
@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any, Mapping, Optional
 
 from orchestrator import config_checks
-from orchestrator.sql_adapters import SQLITE_FILE
+from orchestrator.sql_adapters import SQLITE_FILE, Rows
 
 #: The most automatic retries a cell may be given (each doubles its limit: 2^5 = 32 times the first).
 MAX_RETRIES = 5
@@ -56,10 +56,20 @@ def timeouts(config: Mapping[str, Any]) -> int:
                                  f"use retry.timeout=N, the automatic retries of a timed-out cell (0 to {MAX_RETRIES})")
 
 
-def retry_left(config: Mapping[str, Any], attempt: int) -> bool:
-    """Whether an attempt that times out may still be retried automatically: at most N retries,
-    so attempts 1 to N are followed up and attempt N+1 is the last."""
-    return attempt <= timeouts(config)
+def retry_left(config: Mapping[str, Any], attempt: int, first: int = 1) -> bool:
+    """Whether an attempt that times out may still be retried automatically: at most N retries
+    of the sweep that asked for them, so of its attempts `first` (its first of the repeat) to
+    `first` + N - 1 each is followed up and `first` + N is the last. Attempts are numbered per
+    (cell, repeat) across sweeps: a cell typed again after an earlier failure, or with
+    force=true, starts at 2 or more, and counting from 1 gave it fewer retries or none (issue 35)."""
+    return attempt - first < timeouts(config)
+
+
+def first_attempts(rows: Rows, sweep_id: str) -> dict[tuple[str, int], int]:
+    """(cell id, repeat) -> the first attempt `sweep_id` made of it: what its retries count from."""
+    found = rows.all("SELECT cell_id, repeat, min(attempt) AS first FROM runs WHERE sweep_id = :sweep_id "
+                     "GROUP BY cell_id, repeat", {"sweep_id": sweep_id})
+    return {(r.cell_id, int(r.repeat)): int(r.first) for r in found}
 
 
 def database_url(url: str, cwd: Optional[Path] = None) -> str:

@@ -282,11 +282,11 @@ def submit_sweep(cells: list[Cell], opts: Options, argv: list[str] | None = None
                 planned.append((cell, runs))
             else:
                 report.skipped.append((cell, reason))
-        learn_time_limits([cell for cell, _ in planned], opts, Rows.of(session))
-        _record_cells(session, report.sweep_id, cells, known, {cell.id for cell, _ in planned})
-        report.notes += made_on_first_use({cell.config["dataset"]["dir"] for cell, _ in planned
-                                           if cell.config["dataset"].get("name") in MADE_ON_FIRST_USE
-                                           and cell.config["dataset"].get("dir")})
+        learned = {c.id: c for c in learn_time_limits([cell for cell, _ in planned], opts, Rows.of(session))}
+        planned, cells = [(learned[c.id], runs) for c, runs in planned], [learned.get(c.id, c) for c in cells]
+        _record_cells(session, report.sweep_id, cells, known, set(learned))
+        report.notes += made_on_first_use({c.config["dataset"]["dir"] for c, _ in planned if c.config["dataset"]
+                                           .get("name") in MADE_ON_FIRST_USE and c.config["dataset"].get("dir")})
         insert_runs(session, [run for _, runs in planned for run in runs],
                     earlier=[run for runs in existing.values() for run in runs])
         session.commit()  # the sweep and its pending runs exist before anything is submitted
@@ -294,9 +294,9 @@ def submit_sweep(cells: list[Cell], opts: Options, argv: list[str] | None = None
     return report
 
 
-def learn_time_limits(cells: list[Cell], opts: Options, rows: Rows | None = None) -> None:
-    """Each cell's `hardware.time_min: auto` learned from earlier runs (time_limits.learn), with the environment's
-    build where its job builds it; `rows` None: `opts`' database read here, if it exists (a dry run writes nothing)."""
+def learn_time_limits(cells: list[Cell], opts: Options, rows: Rows | None = None) -> list[Cell]:
+    """The cells with `time_min: auto` learned (time_limits.learn: new cells), the build counted where a job builds its
+    environment; `rows` None: `opts`' database read here, if it exists (a dry run writes nothing)."""
     built: dict[str, bool] = {}  # by environment: its recipe read and hashed once, not once per cell
 
     def builds(cell: Cell) -> bool:
@@ -316,7 +316,7 @@ def learn_time_limits(cells: list[Cell], opts: Options, rows: Rows | None = None
             return time_limits.learn(cells, None, opts.backend.max_time_min, opts.cluster, builds)
         with factory() as session:
             return time_limits.learn(cells, Rows.of(session), opts.backend.max_time_min, opts.cluster, builds)
-    time_limits.learn(cells, rows, opts.backend.max_time_min, opts.cluster, builds)
+    return time_limits.learn(cells, rows, opts.backend.max_time_min, opts.cluster, builds)
 
 
 def refusal_settings(cfg: Any) -> dict[str, Any]:
@@ -353,8 +353,7 @@ def submit_runs(session: Session, sweep_id: str, planned: list[tuple[Cell, list[
 
     Before a group's submission its runs are marked with the group's job name and their index
     in it, and committed; the job ids are committed right after. A submission killed between
-    the two is found again by name the next time (`adopt_interrupted`), never submitted twice.
-    """
+    the two is found again by name the next time (`adopt_interrupted`), never submitted twice."""
     if foreground:
         for cell, runs in planned:
             _mark(session, runs, runstate.RUNNING, job_id=None)
@@ -368,6 +367,7 @@ def submit_runs(session: Session, sweep_id: str, planned: list[tuple[Cell, list[
         groups.setdefault(signature(params), (params, []))[1].append((cell, runs))
     batches, checked, step = [], True, opts.backend.array_limit() or len(planned) or 1
     followed: list[tuple[Cell, str]] = []  # (cell, job) whose runs may still be retried
+    first = retry.first_attempts(Rows.of(session), sweep_id) if opts.retry_timeout else {}  # what retries count from
     for params, group in groups.values():
         try:
             reason = opts.backend.refuse(group[0][0].config) if checked else None  # one request per group
@@ -381,15 +381,15 @@ def submit_runs(session: Session, sweep_id: str, planned: list[tuple[Cell, list[
             report.refused += [(" ".join(cell.overrides), f"{cell.label}: {reason}") for cell, _ in group]
             continue
         batches += [(params, group[i:i + step]) for i in range(0, len(group), step)]
-    executor = None
     for params, members in batches:
         name = f"orch-{sweep_id}-{secrets.token_hex(3)}"
         update_runs(session, [(run, {"state_detail": f"{SUBMITTING} {name}[{index}/{len(members)}]"})
                               for index, (_, runs) in enumerate(members) for run in runs])
         session.commit()
         try:
-            if executor is None:
-                executor = opts.backend.executor(opts.runs / sweep_id / ".submitit")
+            # one executor per array: submitit's update_parameters merges, so a parameter one array set (its
+            # --time-min, GPUs) stayed on every later array that sets none (issue 35: found through sbatch)
+            executor = opts.backend.executor(opts.runs / sweep_id / ".submitit")
             job_ids = opts.backend.submit(executor, run_cell, [job_spec(c, sweep_id, r, opts) for c, r in members],
                                           params, name)
         except Exception as exc:  # one group's submission failing never stops the sweep
@@ -405,7 +405,7 @@ def submit_runs(session: Session, sweep_id: str, planned: list[tuple[Cell, list[
         for (cell, runs), job_id in zip(members, job_ids):
             report.submitted.append((cell, job_id, len(runs)))
             progress(f"submitted {cell.label} as job {job_id}")
-            if any(retry.retry_left(cell.config, run.attempt) for run in runs):
+            if any(retry.retry_left(cell.config, run.attempt, first.get((cell.id, run.repeat), 1)) for run in runs):
                 followed.append((cell, job_id))
         session.commit()
     if followed:

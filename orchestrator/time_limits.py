@@ -7,12 +7,15 @@ measurement lost). With `hardware.time_min: auto` the limit is predicted at subm
 1. **the same cell**: the longest wall time (`ended_at - started_at`) of its `recent` latest
    successful runs (a user's most recent runs predict best; the longest of them is the cautious
    choice, since a limit too short costs far more than one too long);
-2. else **similar cells** (same framework, model, dataset, hardware and mode): each one's wall
-   time scaled by the work of a run, the samples it steps through: (warmup + iterations) × the
-   global batch (batch_size, × gpus × nodes under weak scaling), or epochs in accuracy mode
-   (one pass is the dataset, the same for both). More GPUs or nodes are never assumed faster
-   (a strong-scaling cell on 2 GPUs is predicted to take as long as on 1): the guess errs long.
-   The largest such estimate counts;
+2. else **similar cells** (same framework, model, dataset, hardware, mode and precision: a
+   precision's speed depends on the device's units, so none is scaled to another): each run's
+   start-up (its wall time less its measured steps, `step_time_mean` × iterations, which the
+   result file records) kept as it was, and only its steps scaled to the cell's warm-up and
+   iterations by the work of one step per device (step_factor): the batch per device (under
+   strong scaling fewer GPUs or nodes are more work each; more are never assumed faster), the
+   input pixels and the CPU threads (fewer: up to proportionally slower; more: never faster).
+   Without a step time, the whole wall time is scaled; in accuracy mode, by epochs. The guess
+   errs long, and the largest such estimate counts;
 3. else the hardware's ceiling `hardware.time_max` (what `time_min` was before).
 
 A learned prediction P (minutes) becomes the limit `ceil(P × safety + allowance)`, capped by
@@ -23,17 +26,26 @@ environment is not built yet and the job will build it (a recipe changed since t
 from: the runtime's `builds_in_job`). The defaults, safety 1.5 and 1 minute, are what
 benchmarks/time_limits.py measured to meet the goal with one earlier run per cell (under 1 %
 timed out, median asked ÷ used under 2) for run-to-run spreads up to 0.1 (10 %); a noisier
-site raises `time_limits.safety` to 2 (its figures: docs/slurm.md), and `retry.timeout`
-retries what still times out (orchestrator/retry.py). Only one learned from the same cell also gives sbatch's `--time-min`,
-`ceil(P + allowance)`: Slurm's backfill may start the job in a hole that long and then really
-give it only that (/work/shared/site-facts.md measured it), so it must be a time the job surely
-finishes in: a measured one, never a scaled guess.
+site raises `time_limits.safety` to 2 and `floor_safety` to 1.8 (figures: docs/slurm.md), and `retry.timeout`
+retries what still times out (orchestrator/retry.py). Only one learned from the same cell also
+gives sbatch's `--time-min`, `ceil(P × floor_safety + allowance)`: Slurm's backfill may start the
+job in a hole that long and then really give it only that (/work/shared/site-facts.md measured
+it), so it must be a time the job surely finishes in: a measured one, never a scaled guess, with
+its own margin (floor_safety 1.4: benchmarks/time_limits.py measured under 1 % of runs past it at
+10 % spread with one earlier run, 0.17 %; without a margin, 20.6 %).
+
+The limit is kept in the cell's config (its hardware's `time_min`, `time_floor`, `time_source`:
+what sbatch, the job and the sweep's record read), but never written into a config given:
+`learn` returns new cells whose config and hardware are copies (expand.py shares the rest of a
+composition's config between its cells), and nothing else writes a cell's config (rerun
+deep-copies the recorded one first).
 
 Everything here is a pure function of the history given (tested on canned history); the
 question asked of the database is queries.limit_history.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping, Optional
@@ -46,18 +58,21 @@ AUTO = "auto"
 #: The time limit (minutes) of a cell whose hardware and cluster name none.
 DEFAULT_TIME_MIN = 60
 #: The defaults of the sweep's `time_limits:` keys (conf/config.yaml).
-DEFAULTS = {"safety": 1.5, "allowance_min": 1.0, "build_min": 15.0, "recent": 3}
+DEFAULTS = {"safety": 1.5, "floor_safety": 1.4, "allowance_min": 1.0, "build_min": 15.0, "recent": 3}
 #: Where a limit came from (recorded as `hardware.time_source` of the cell's config).
 SAME_CELL, SIMILAR, CEILING, SET, RERUN = "same cell", "similar cells", "ceiling", "set", "rerun"
 
 
 @dataclass(frozen=True)
 class Past:
-    """One earlier successful run, as the history query gives it."""
+    """One earlier successful run, as the history query gives it: its wall time and, where its
+    result file had one, its mean measured step time (`step_s`, the metric step_time_mean): the
+    part of the wall time that scales with the work; the rest is start-up, compile and warm-up."""
 
     cell_id: str
     wall_s: float
     settings: Mapping[str, Any]
+    step_s: Optional[float] = None
 
 
 @dataclass(frozen=True)
@@ -69,24 +84,76 @@ class Limit:
     source: str
 
 
-def work(settings: Mapping[str, Any]) -> float:
-    """The samples one run steps through, up to a constant shared by similar cells."""
-    if settings.get("mode") == "accuracy":
-        return float(settings.get("epochs") or 1)
-    batch = int(settings.get("batch_size") or 1)
-    if settings.get("scaling") == "weak":
-        batch *= max(1, int(settings.get("gpus") or 1)) * max(1, int(settings.get("nodes") or 1))
-    return float((int(settings.get("warmup") or 0) + int(settings.get("iterations") or 1)) * batch)
+def _devices(settings: Mapping[str, Any]) -> int:
+    """The devices a run steps on: its GPUs, or one process per node on CPU, times its nodes."""
+    return max(1, int(settings.get("gpus") or 0)) * max(1, int(settings.get("nodes") or 1))
+
+
+def _per_device(settings: Mapping[str, Any], devices: int) -> float:
+    """The samples each device steps through per step: the batch under weak scaling, the batch
+    split over `devices` under strong scaling (trainers/common/scaling.py)."""
+    batch = float(settings.get("batch_size") or 1)
+    return batch if settings.get("scaling") == "weak" else batch / devices
+
+
+def _pixels(settings: Mapping[str, Any]) -> Optional[int]:
+    """The input pixels per sample the model sees (trainers/common/inputs.py), None if unknown."""
+    from trainers.common import inputs  # lazy: it imports numpy, which `status` and `report` never need
+
+    try:
+        return math.prod(inputs.input_shape(settings["model"], setting_registry.shape_of(settings)))
+    except KeyError:
+        return None
+
+
+def step_factor(cell: Mapping[str, Any], past: Mapping[str, Any]) -> float:
+    """How many times one step of `cell` costs one step of `past`, erring long: samples per
+    device (fewer GPUs or nodes under strong scaling are more work per device; more are never
+    assumed faster), input pixels, and CPU threads (fewer: up to proportionally slower; more:
+    never assumed faster). Precision is not scaled: similar cells share it (`similar`)."""
+    factor = _per_device(cell, min(_devices(cell), _devices(past))) / _per_device(past, _devices(past))
+    pixels, pixels_past = _pixels(cell), _pixels(past)
+    if pixels and pixels_past:
+        factor *= pixels / pixels_past
+    return factor * max(1.0, float(past.get("threads") or 1) / float(cell.get("threads") or 1))
+
+
+def scaled(settings: Mapping[str, Any], past: Past) -> float:
+    """A similar cell's run `past` scaled to `settings` (seconds). Throughput mode with a step
+    time recorded: the start-up (wall time less the measured steps) is kept as it was and only
+    the steps are scaled, the cell's warm-up steps counted at full cost; without one, the whole
+    wall time by the steps. Accuracy mode: by epochs (one pass is the dataset, whatever the batch)."""
+    old = past.settings
+    if (settings.get("mode") or "throughput") == "accuracy":
+        epochs = float(settings.get("epochs") or 1) / float(old.get("epochs") or 1)
+        devices = max(1.0, _devices(old) / _devices(settings)) if settings.get("scaling") != "weak" else 1.0
+        return past.wall_s * epochs * devices * step_factor(dict(settings, batch_size=1, scaling="weak"),
+                                                            dict(old, batch_size=1, scaling="weak"))
+    steps = int(settings.get("warmup") or 0) + int(settings.get("iterations") or 1)
+    factor = step_factor(settings, old)
+    if past.step_s:
+        start_up = max(0.0, past.wall_s - past.step_s * int(old.get("iterations") or 1))
+        return start_up + past.step_s * factor * steps
+    return past.wall_s * factor * steps / (int(old.get("warmup") or 0) + int(old.get("iterations") or 1))
+
+
+def similar(settings: Mapping[str, Any], past: Mapping[str, Any]) -> bool:
+    """Whether a run of another cell (same framework, model, dataset and hardware: the history
+    query's) may be scaled to this one: the same mode and precision (a precision's speed depends
+    on the device's units, which nothing here knows)."""
+    return all((settings.get(k) or d) == (past.get(k) or d) for k, d in (("mode", "throughput"), ("precision", "fp32")))
 
 
 def predict(cell_id: str, settings: Mapping[str, Any], history: Iterable[Past], ceiling_min: int,
             safety: float = DEFAULTS["safety"], allowance_min: float = DEFAULTS["allowance_min"],
             recent: int = DEFAULTS["recent"], max_time_min: Optional[int] = None, runs: int = 1,
-            build_min: float = DEFAULTS["build_min"], builds: bool = False) -> Limit:
+            build_min: float = DEFAULTS["build_min"], builds: bool = False,
+            floor_safety: float = DEFAULTS["floor_safety"]) -> Limit:
     """The limit of one cell's job from `history` (similar cells' successful runs, newest first):
     the job runs `runs` repeats one after another under one limit (job.run_cell), so a run's
     predicted time counts that many times; the allowance once, with `build_min` where the job
-    `builds` its environment first."""
+    `builds` its environment first. `--time-min` (the floor) only from the same cell's runs,
+    with its own margin `floor_safety`."""
     if builds:
         allowance_min += build_min
     history = list(history)
@@ -95,19 +162,19 @@ def predict(cell_id: str, settings: Mapping[str, Any], history: Iterable[Past], 
         minutes, source = max(own) / 60.0, f"{SAME_CELL} (longest of {len(own)} run(s): {max(own):.0f} s)"
     else:
         others: dict[str, list[Past]] = {}
-        mode = settings.get("mode") or "throughput"
         for p in history:
-            if (p.settings.get("mode") or "throughput") == mode:
+            if similar(settings, p.settings):
                 others.setdefault(p.cell_id, []).append(p)
-        scaled = [max(p.wall_s for p in runs[:recent]) * work(settings) / work(runs[0].settings)
-                  for runs in others.values()]
-        if not scaled:
+        if not others:
             return Limit(cap(ceiling_min, max_time_min), None, CEILING)
-        minutes, source = max(scaled) / 60.0, f"{SIMILAR} ({len(scaled)} cell(s), scaled by work)"
+        estimates = [max(scaled(settings, p) for p in mine[:recent]) for mine in others.values()]
+        minutes, source = max(estimates) / 60.0, f"{SIMILAR} ({len(estimates)} cell(s), scaled by work)"
     if runs > 1:
         minutes, source = minutes * runs, f"{source} x {runs} repeats"
+    if builds and build_min:
+        source = f"{source} + {build_min:g} min to build its environment"
     limit = cap(math.ceil(minutes * safety + allowance_min), max_time_min)
-    floor = cap(math.ceil(minutes + allowance_min), limit) if own else None
+    floor = cap(math.ceil(minutes * floor_safety + allowance_min), limit) if own else None
     return Limit(limit, floor, source)
 
 
@@ -134,7 +201,7 @@ def options(config: Mapping[str, Any]) -> dict[str, Any]:
         if isinstance(default, int):
             out[key] = config_checks.integer(where, value, 1, way_out=f"use {where}=N with N >= 1")
         else:
-            out[key] = config_checks.number(where, value, 1.0 if key == "safety" else 0.0)
+            out[key] = config_checks.number(where, value, 1.0 if key.endswith("safety") else 0.0)
     return out
 
 
@@ -161,26 +228,49 @@ def recorded(config: Mapping[str, Any]) -> Optional[Limit]:
 
 
 def learn(cells: Iterable[Any], rows: Optional[Rows], max_time_of: Callable[[Mapping[str, Any]], Optional[int]],
-          cluster: Mapping[str, Any], builds: Callable[[Any], bool] = lambda cell: False) -> None:
-    """Turns each cell's `hardware.time_min: auto` into minutes (predict, from `rows`' history;
-    None: no database yet) and records where they came from in its config's hardware:
-    `time_min`, `time_floor` (--time-min, or None) and `time_source`: what the dry run shows, the
+          cluster: Mapping[str, Any], builds: Callable[[Any], bool] = lambda cell: False) -> list[Any]:
+    """The cells with each `hardware.time_min: auto` turned into minutes (predict, from `rows`'
+    history; None: no database yet) and where they came from: `time_min`, `time_floor`
+    (--time-min, or None) and `time_source` in its config's hardware: what the dry run shows, the
     sweep records with the cell (sweep_cells.config) and rerun doubles. A number stays as set.
     `max_time_of(config)`: the MaxTime of the cell's partition, None where unlimited or unknown;
     `builds(cell)`: whether its job will build its environment first (asked only of a cell with a
-    learned limit)."""
-    histories: dict[tuple[str, ...], list[Past]] = {}
+    learned limit).
+
+    Nothing given is written: each cell that changes is a new Cell with a new config, its top
+    level and its hardware copied (expand.py shares the rest of a composition's config between
+    its cells, and a limit written into a shared dict became every later cell's, issue 35).
+    A history row without a valid wall time (NULL, or an end before its start) is left out
+    and counted in the source."""
+    histories: dict[tuple[str, ...], tuple[list[Past], int]] = {}
+    out = []
     for cell in cells:
         hardware = cell.config["hardware"]
         if hardware.get("time_min") != AUTO:
-            hardware.setdefault("time_source", SET)
+            out.append(cell if hardware.get("time_source") else _with_hardware(cell, time_source=SET))
             continue
         names = tuple(str(cell.settings[k]) for k in ("framework", "model", "dataset", "hardware"))
         if names not in histories:
-            found = queries.limit_history(rows, *names, setting_registry.NAMES, runstate.DONE) if rows is not None else []
-            histories[names] = [Past(r.cell_id, float(r.wall_s), r._asdict()) for r in found]
-        history = histories[names]
+            histories[names] = _history(rows, names)
+        history, invalid = histories[names]
         limit = predict(cell.id, cell.settings, history, configured(hardware, cluster),
                         **options(cell.config), max_time_min=max_time_of(cell.config),
                         runs=int(cell.config.get("repeats") or 1), builds=bool(history) and builds(cell))
-        hardware.update(time_min=limit.minutes, time_floor=limit.floor, time_source=limit.source)
+        source = limit.source + (f"; {invalid} run(s) without a valid wall time left out" if invalid else "")
+        out.append(_with_hardware(cell, time_min=limit.minutes, time_floor=limit.floor, time_source=source))
+    return out
+
+
+def _history(rows: Optional[Rows], names: tuple[str, ...]) -> tuple[list[Past], int]:
+    """The successful runs of the cells with these names, newest first, and how many were left
+    out for a missing or negative wall time."""
+    found = queries.limit_history(rows, *names, setting_registry.NAMES, runstate.DONE) if rows is not None else []
+    valid = [r for r in found if r.wall_s is not None and float(r.wall_s) >= 0]
+    return [Past(r.cell_id, float(r.wall_s), r._asdict(), float(r.step_s) if r.step_s else None)
+            for r in valid], len(found) - len(valid)
+
+
+def _with_hardware(cell: Any, **changes: Any) -> Any:
+    """`cell` with these keys of its hardware changed: a new Cell, config and hardware dict."""
+    config = {**cell.config, "hardware": {**cell.config["hardware"], **changes}}
+    return dataclasses.replace(cell, config=config)

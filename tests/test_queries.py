@@ -86,9 +86,9 @@ def test_the_history_a_learned_time_limit_reads_is_the_same_on_either_store(tmp_
     with factory() as session:
         history = queries.limit_history(rows_module.Rows.of(session), cell["framework"], "lenet", cell["dataset"],
                                         cell["hardware"], setting_registry.NAMES, runstate.DONE)
-    assert [(r.cell_id, float(r.wall_s), r.batch_size) for r in history] == [
-        (new["cell_id"], 160.0, 16), (old["cell_id"], 100.0, 8)]
+    assert [(r.cell_id, float(r.wall_s), r.batch_size, r.step_s) for r in history] == [
+        (new["cell_id"], 160.0, 16, 0.064), (old["cell_id"], 100.0, 8, 0.064)]  # step_s: its step_time_mean
     assert all(r.like == cell["like"] for r in history)
     past = [time_limits.Past(r.cell_id, float(r.wall_s), r._asdict()) for r in history]
     limit = time_limits.predict(old["cell_id"], old["cell"], past, ceiling_min=120)
-    assert (limit.minutes, limit.floor) == (4, 3) and limit.source.startswith(time_limits.SAME_CELL)  # 100 s x 1.5 + 1 min
+    assert (limit.minutes, limit.floor) == (4, 4) and limit.source.startswith(time_limits.SAME_CELL)  # 100 s x 1.5 + 1 min

@@ -569,3 +569,85 @@ def test_a_node_set_down_mid_run_ends_with_slurms_class_and_one_measurement(slur
     assert orchestrator(["collect"], slurm_workdir).returncode == 0
     assert rows(slurm_workdir, "select count(*) from results where state = 'done'") == [(1,)]
     assert rows(slurm_workdir, "select count(*) from runs where state = 'done'") == [(1,)]
+
+
+#: A site's hardware of one CPU (a site config dir's hardware/tiny.yaml): a sweep on it overrides
+#: nothing under `hardware.`, so its cells share their composition's hardware dict (expand.py).
+TINY = ("name: tiny\npartition: cpu\ngpu_type: null\ngpus_per_node: 0\ncpus: 1\nmem_gb: 1\ntime_min: auto\n"
+        "time_max: 120\npeak_tflops: {fp32: null, fp16: null, bf16: null}\n")
+
+
+def _expected_limits(slurm_workdir, sweep_id):
+    """Each cell of the sweep: the limit time_limits.predict gives it from the database's one
+    earlier run (wall time and step time as recorded), and whether it is its own history."""
+    import json
+
+    from orchestrator import time_limits
+
+    (cell_id, wall_s, step_s, settings), = rows(slurm_workdir, (
+        "select cells.id, runs.ended_at - runs.started_at, metrics.value, cells.settings from runs join cells on "
+        "cells.id = runs.cell_id left join metrics on metrics.run_id = runs.id and metrics.name = 'step_time_mean' "
+        "where runs.state = 'done'"))
+    past = [time_limits.Past(cell_id, wall_s, json.loads(settings), step_s)]
+    return {cid: (time_limits.predict(cid, json.loads(s), past, 120, max_time_min=2880), cid == cell_id)
+            for cid, s in rows(slurm_workdir, "select cells.id, cells.settings from sweep_cells join cells on "
+                                              f"cells.id = sweep_cells.cell_id where sweep_id = '{sweep_id}'")}
+
+
+def test_each_cell_of_a_value_sweep_is_submitted_with_its_own_learned_limit(slurm_workdir, tmp_path_factory):
+    """Issue 35, 1, through sbatch: after one run of one small cell, a sweep of values only
+    (batch_size, iterations; nothing under hardware.) gave every cell the first cell's limit."""
+    site = tmp_path_factory.mktemp("site-conf")
+    (site / "hardware").mkdir()
+    (site / "hardware" / "tiny.yaml").write_text(TINY)
+    # --config-dir, not hydra.searchpath=: an override of the search path composes each cell whole (nothing shared)
+    base = ["-m", "--config-dir", str(site), "cluster=slurm", "hardware=tiny", "model=lenet", "warmup=1",
+            "time_limits.build_min=0"]  # whether the shared environment is built yet is not this test's question
+    first = orchestrator([*base, "batch_size=8", "iterations=3"], slurm_workdir)
+    assert first.returncode == 0, first.stderr
+    wait_until_final(slurm_workdir)
+    assert rows(slurm_workdir, "select count(*) from runs where state = 'done'") == [(1,)]
+
+    wide = (slurm_workdir[0], {**slurm_workdir[1], "COLUMNS": "400"})
+    dry = orchestrator([*base, "batch_size=512,8", "iterations=50000,3", "force=true", "dry_run=true"], wide)
+    assert dry.returncode == 0, dry.stderr  # the other order, in a dry run
+    again = orchestrator([*base, "batch_size=8,512", "iterations=3,50000", "force=true"], slurm_workdir)
+    assert again.returncode == 0, again.stderr
+    (sweep_id,) = rows(slurm_workdir, "select sweep_id from runs where attempt = 2")[0]
+    expected = _expected_limits(slurm_workdir, sweep_id)
+    assert len(expected) == 4 and sum(own for _, own in expected.values()) == 1, expected
+    # 64 times the batch over 16,667 times the steps: far longer than the cell run once, whatever its step time
+    assert max(limit.minutes for limit, _ in expected.values()) > min(limit.minutes for limit, _ in expected.values())
+    jobs = dict(rows(slurm_workdir, f"select cell_id, job_id from runs where sweep_id = '{sweep_id}'"))
+    for cid, (limit, own) in expected.items():  # the script sbatch was given for the cell's array
+        script = next(Path(slurm_workdir[0], "runs", sweep_id, ".submitit").glob(
+            f"{jobs[cid].split('_')[0]}_submission.sh")).read_text()
+        assert f"#SBATCH --time={limit.minutes}\n" in script, script
+        assert (f"#SBATCH --time-min={limit.floor}\n" in script) if own else ("--time-min" not in script), script
+        line = next(li for li in dry.stdout.splitlines() if cid in li)
+        assert f" {limit.minutes} min" in line and (_source(own) in line), line
+
+
+def _source(own):
+    """How the dry run names a limit learned from the cell's own runs, or from similar cells'."""
+    from orchestrator import time_limits
+
+    return time_limits.SAME_CELL if own else time_limits.SIMILAR
+
+
+def test_retry_timeout_follows_up_a_cell_that_failed_in_an_earlier_sweep(slurm_workdir):
+    """Issue 35, 4: typed again after a failure, the cell's attempt is 2; with retry.timeout=1
+    it was given no follow-up (attempts were counted across sweeps, 2 > 1)."""
+    cell = ["-m", *SMALL, "model=lenet", "seed=5"]
+    first = orchestrator(cell, slurm_workdir)
+    assert first.returncode == 0, first.stderr
+    wait_until_final(slurm_workdir)
+    con = sqlite3.connect(str(slurm_workdir[0] / "results.db"))
+    with con:  # as if it had timed out (a minute is not waited for)
+        con.execute("update runs set state = 'failed', error_class = 'timeout'")
+    con.close()
+    again = orchestrator([*cell, "hardware.time_min=1", "retry.timeout=1"], slurm_workdir)
+    assert again.returncode == 0, again.stderr
+    assert rows(slurm_workdir, "select attempt from runs order by attempt") == [(1,), (2,)]
+    said = " ".join(again.stdout.split())
+    assert re.search(r"retry.timeout=1: job \d+(_0)? resubmits", said), said

@@ -8,7 +8,7 @@ from orchestrator.backends import backend_for
 from orchestrator.backends.sbatch import sbatch_options
 from orchestrator.cell import Cell
 from orchestrator.config_checks import ConfigError
-from orchestrator.time_limits import Past, doubled, predict, work
+from orchestrator.time_limits import Past, doubled, predict, scaled, step_factor
 
 from helpers import REPO
 
@@ -21,28 +21,38 @@ def test_the_same_cells_longest_recent_run_times_safety_plus_allowance_and_its_t
     history = [Past("a", 40, LENET), Past("a", 150, LENET), Past("a", 90, LENET), Past("a", 900, LENET),
                Past("b", 6000, dict(LENET, iterations=5000))]
     limit = predict("a", LENET, history, ceiling_min=120, safety=2, allowance_min=3, recent=3)
-    assert (limit.minutes, limit.floor) == (8, 6)  # 150 s = 2.5 min: ceil(2.5 * 2 + 3), ceil(2.5 + 3)
+    assert (limit.minutes, limit.floor) == (8, 7)  # 150 s = 2.5 min: ceil(2.5 * 2 + 3), ceil(2.5 * 1.4 + 3)
     assert limit.source.startswith(time_limits.SAME_CELL)
     # capped by the partition's MaxTime, and the floor never above the limit
     capped = predict("a", LENET, history, ceiling_min=120, safety=2, allowance_min=3, max_time_min=4)
     assert (capped.minutes, capped.floor) == (4, 4)
     # a job runs its cell's repeats one after another under one limit: each counts, the allowance once
     three = predict("a", LENET, history, ceiling_min=120, safety=2, allowance_min=3, recent=3, runs=3)
-    assert (three.minutes, three.floor) == (18, 11)  # 3 x 2.5 min: ceil(7.5 * 2 + 3), ceil(7.5 + 3)
+    assert (three.minutes, three.floor) == (18, 14)  # 3 x 2.5 min: ceil(7.5 * 2 + 3), ceil(7.5 * 1.4 + 3)
     assert three.source.endswith("x 3 repeats")
 
 
-def test_similar_cells_are_scaled_by_the_samples_a_run_steps_through_and_give_no_time_min():
-    done = dict(LENET, iterations=290, batch_size=32)  # (10 + 290) × 32 = 9,600 samples in 600 s
-    wanted = dict(LENET, iterations=590, batch_size=32)  # 19,200 samples: twice the work
-    limit = predict("new", wanted, [Past("old", 600, done)], ceiling_min=120, safety=1, allowance_min=0)
-    assert (limit.minutes, limit.floor) == (20, None) and limit.source.startswith(time_limits.SIMILAR)
-    # weak scaling: the batch is per GPU, so 2 GPUs step through twice the samples; strong: the same
-    assert work(dict(done, scaling="weak", gpus=2)) == 2 * work(done)
-    assert work(dict(done, gpus=2)) == work(done)  # more GPUs are never assumed faster
+def test_similar_cells_scale_only_the_steps_by_their_work_and_give_no_time_min():
+    done = dict(LENET, iterations=290, batch_size=32)  # 300 steps in 600 s, 290 measured of 1.5 s: 165 s start-up
+    wanted = dict(LENET, iterations=590, batch_size=32)  # twice the steps, the same start-up
+    limit = predict("new", wanted, [Past("old", 600, done, step_s=1.5)], ceiling_min=120, safety=1, allowance_min=0)
+    assert (limit.minutes, limit.floor) == (18, None) and limit.source.startswith(time_limits.SIMILAR)  # 165 + 600 x 1.5
+    # no step time recorded: the whole wall time by the steps (the start-up scaled too: errs long)
+    assert predict("new", wanted, [Past("old", 600, done)], ceiling_min=120, safety=1, allowance_min=0).minutes == 20
+    # weak scaling: the batch is per GPU, the same per GPU on 2; strong: 2 GPUs halve it, and 1 GPU after 2 doubles it
+    assert step_factor(dict(done, scaling="weak", gpus=2), done) == 1
+    assert step_factor(dict(done, gpus=2), done) == 1  # more GPUs are never assumed faster
+    assert step_factor(done, dict(done, gpus=2)) == 2 and step_factor(done, dict(done, nodes=2)) == 2
+    # threads: fewer are up to proportionally slower, more never assumed faster; image size: its pixels
+    assert step_factor(dict(done, threads=1), dict(done, threads=12)) == 12
+    assert step_factor(dict(done, threads=12), dict(done, threads=1)) == 1
+    assert step_factor(dict(done, model="lenet", dataset="cifar10"), done) == 3 * 32 * 32 / (28 * 28)
+    # precision: not scaled, so not similar (fp16 history says nothing of an fp32 cell's time)
+    fp16 = predict("new", dict(LENET, precision="fp32"), [Past("old", 600, dict(LENET, precision="fp16"))], ceiling_min=120)
+    assert fp16.source == time_limits.CEILING
     # accuracy mode: epochs over the same dataset; a throughput run says nothing about it
     accuracy = dict(LENET, mode="accuracy", epochs=4)
-    assert work(dict(accuracy, epochs=8)) == 2 * work(accuracy)
+    assert scaled(dict(accuracy, epochs=8), Past("old", 60, accuracy)) == 120
     alone = predict("new", accuracy, [Past("old", 600, done)], ceiling_min=120)
     assert (alone.minutes, alone.floor, alone.source) == (120, None, time_limits.CEILING)
 
@@ -51,8 +61,8 @@ def test_a_job_that_will_build_its_environment_is_given_the_build_time_too():
     history = [Past("a", 600, LENET)]
     built = predict("a", LENET, history, ceiling_min=120, safety=1.5, allowance_min=1)
     building = predict("a", LENET, history, ceiling_min=120, safety=1.5, allowance_min=1, build_min=15, builds=True)
-    assert (built.minutes, built.floor) == (16, 11)  # 10 min x 1.5 + 1
-    assert (building.minutes, building.floor) == (31, 26)  # and 15 for the build, in --time-min too
+    assert (built.minutes, built.floor) == (16, 15)  # 10 min x 1.5 + 1, 10 min x 1.4 + 1
+    assert (building.minutes, building.floor) == (31, 30)  # and 15 for the build, in --time-min too
 
 
 def test_nothing_similar_gives_the_ceiling_capped_by_maxtime():
@@ -91,7 +101,8 @@ def test_a_learned_limit_reaches_the_script_as_time_and_time_min(tmp_path):
 def test_bad_time_limit_settings_are_refused_with_the_way_out():
     with pytest.raises(ConfigError, match="time_limits.safety"):
         time_limits.options({"time_limits": {"safety": 0.5}})
-    assert time_limits.options({}) == {"safety": 1.5, "allowance_min": 1.0, "build_min": 15.0, "recent": 3}
+    assert time_limits.options({}) == {"safety": 1.5, "floor_safety": 1.4, "allowance_min": 1.0, "build_min": 15.0,
+                                       "recent": 3}
     assert time_limits.options(cell().config) == time_limits.options({})  # conf/config.yaml says the same
     from orchestrator.cell import CellError
     with pytest.raises(CellError, match="or auto"):
@@ -105,6 +116,8 @@ def test_retry_timeout_counts_attempts_and_the_follow_up_opens_the_same_database
     two = {"retry": {"timeout": 2}}  # two retries: attempts 1 and 2 are followed up, attempt 3 is the last
     assert [retry.retry_left(two, attempt) for attempt in (1, 2, 3)] == [True, True, False]
     assert not retry.retry_left({}, 1)
+    # counted from the sweep's first attempt of the repeat: one that began at attempt 3 has 3 and 4 followed up
+    assert [retry.retry_left(two, attempt, first=3) for attempt in (3, 4, 5)] == [True, True, False]
     with pytest.raises(ConfigError, match="retry.timeout=-1 must be an integer from 0 to 5"):
         retry.timeouts({"retry": {"timeout": -1}})
     # the follow-up job runs elsewhere: a relative SQLite path is made absolute, a server URL kept
@@ -130,3 +143,44 @@ def test_whether_a_job_will_build_its_environment_is_read_from_the_cache(tmp_pat
     assert not venv.builds_in_job()
     assert make_runtime("container", "torch", cache=tmp_path).builds_in_job()  # no image for the recipe
     assert not make_runtime("apptainer", "torch", images=tmp_path).builds_in_job()  # refused, never built
+
+
+
+def test_retry_timeout_counts_the_retries_of_its_own_sweep_not_the_attempts_of_earlier_ones(tmp_path):
+    """Issue 35, 4: a cell that timed out in sweep `a` (attempt 1) is typed again in sweep `b`
+    with retry.timeout=1; its attempt there is 2, and counting attempts (2 > 1) gave it no retry.
+    The follow-up's pick (rerun.pick, follow_up) against a real SQLite results database."""
+    import time
+
+    from orchestrator import db, rerun, schema
+    from orchestrator.rerun_config import Site
+
+    config = cell("cluster=slurm", "hardware=cpu12", "retry.timeout=1").config  # retry.timeout needs a scheduler
+    config = {**config, "hardware": {**config["hardware"], "time_min": 3, "time_source": time_limits.SET}}
+    url = f"sqlite:///{tmp_path}/results.db"
+    factory, site = db.open_db(url), Site([], url, str(tmp_path / "runs"))
+    c = Cell.from_plain(config)
+
+    def timed_out(sweep, attempt, latest=True):
+        run = schema.Run(uid=f"{sweep}:{c.id}:0:{attempt}", sweep_id=sweep, cell_id=c.id, repeat=0,
+                         attempt=attempt, state="pending", executor="slurm", latest=latest)
+        run.state = "submitted"  # each move one the run-state model allows
+        run.state, run.error_class = "failed", "timeout"
+        session.add(run)
+
+    with factory.begin() as session:
+        session.add(schema.Cell(id=c.id, settings=c.settings, created_at=time.time(), **c.settings))
+        for sweep in ("a", "b"):
+            session.add(schema.Sweep(id=sweep, created_at=time.time(), argv=[], overrides=[], n_cells=1))
+            session.flush()
+            session.add(schema.SweepCell(sweep_id=sweep, cell_id=c.id, config=config))
+        timed_out("a", 1, latest=False)
+        timed_out("b", 2)
+    with factory() as session:
+        picks, problems = rerun.pick(session, site, sweep_id="b", follow_up=True)
+    assert [(p.attempt, p.cell.config["hardware"]["time_min"]) for p in picks] == [(3, 6)], problems
+    with factory.begin() as session:  # the retry timed out too: sweep b's one retry is spent
+        session.query(schema.Run).filter_by(attempt=2).one().latest = False
+        timed_out("b", 3)
+    with factory() as session:
+        assert rerun.pick(session, site, sweep_id="b", follow_up=True)[0] == []

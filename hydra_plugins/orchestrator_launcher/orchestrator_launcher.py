@@ -91,8 +91,8 @@ class OrchestratorLauncher(Launcher):
                 launcher_output.print_left_out(left_out)
             if options.dry_run:
                 config_checks.check_database(options.db_url)
-                learn_time_limits(cells, options)  # what each would ask for, and why
-                launcher_output.print_cells(cells, refused, refused_settings)
+                launcher_output.print_cells(learn_time_limits(cells, options),  # what each would ask for, and why
+                                            refused, refused_settings)
                 launcher_output.print_refused(unready, label="[yellow]needs data[/yellow] (a submission now refuses it)")
                 return [JobReturn(overrides=list(o), status=JobStatus.COMPLETED) for o in job_overrides]
             report = submit_sweep(cells, options, argv=["python", "-m", "orchestrator", *sys.argv[1:]],

@@ -41,7 +41,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "configuration, never on the one recorded in the database (docs/shared-results.md)")
     p.add_argument("--follow-up", action="store_true",
                    help="what retry.timeout=N's follow-up job runs (docs/slurm.md): collect first, then only the "
-                        "timed-out repeats with a retry left (attempt <= N), each with twice its limit")
+                        "timed-out repeats with a retry left in their sweep (fewer than N), each with twice its limit")
 
 
 def run(args: argparse.Namespace, out: Console) -> int:
