@@ -148,6 +148,9 @@ BY_NAME: dict[str, SettingDef] = {s.name: s for s in SETTINGS}
 NAMES: tuple[str, ...] = tuple(BY_NAME)
 #: The headline settings (see SettingDef.headline), in order.
 HEADLINE: tuple[str, ...] = tuple(s.name for s in SETTINGS if s.headline)
+#: The order rows are sorted in (`results`, its summary): the headline settings, then every other,
+#: so that rows differing only in a setting that is no headline's come out in its order.
+SORTED_BY: tuple[str, ...] = (*HEADLINE, *(name for name in NAMES if name not in HEADLINE))
 
 
 def read_settings(get: Lookup) -> dict[str, Any]:
