@@ -139,7 +139,8 @@ SETTINGS: tuple[SettingDef, ...] = (
     SettingDef("target_accuracy", float, _accuracy_only("target_accuracy"), hashed=IN_ACCURACY_MODE, minimum=0.0,
        way_out="use target_accuracy=X with 0 < X <= 1 (a test top-1), or target_accuracy=null"),
     # memory: batches prepared before the timed steps; pipeline: each timed step takes its batch from
-    # the ImageNet loader (trainers/common/imagenet.py). None for memory (migration 0010).
+    # the ImageNet loader (trainers/common/imagenet.py). A cell at memory stores None (migration 0010),
+    # which the views show as memory.
     SettingDef("input", str, _key("input", _D["input"]), hashed=UNLESS_DEFAULT, default=_D["input"],
        choices=shared.INPUTS),
 )

@@ -4,8 +4,10 @@ alone come out in its order, and a filled column compares as its type on SQLite 
 import csv
 import io
 
+import pytest
+
 from orchestrator.cli import main
-from db_urls import query
+from db_urls import is_sqlite, query
 from result_factory import make_result, write_result
 
 
@@ -82,3 +84,15 @@ def test_a_filled_in_setting_compares_as_its_type_on_every_database(tmp_path, db
     assert query(db_url, "select images_per_sec from results where nodes = '2'") == [(1900.0,)]
     assert query(db_url, "select images_per_sec from results where nodes = '1'") == [(1000.0,)]
     assert query(db_url, "select n from cell_summary where nodes = '1'") == [(1,)]
+
+
+def test_like_is_quoted_in_sql_as_the_docs_say(tmp_path, db_url, monkeypatch):
+    """`like` is a word SQL keeps for itself: docs/protocol.md §5 and the README quote it, which works on
+    every database; unquoted, PostgreSQL refuses it (SQLite lets it pass)."""
+    import sqlalchemy
+
+    _collect(tmp_path, db_url, monkeypatch, [make_result(sweep="s", dataset="synthetic", like="mnist")])
+    assert query(db_url, """select "like" from results where "like" = 'mnist'""") == [("mnist",)]
+    if not is_sqlite(db_url):
+        with pytest.raises(sqlalchemy.exc.ProgrammingError, match="syntax error"):
+            query(db_url, "select like from results")
