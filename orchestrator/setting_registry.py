@@ -53,9 +53,9 @@ class SettingDef:
     way_out: Optional[str] = None
     #: Passed to the trainer as --<name> (docs/protocol.md), where not None.
     trainer_flag: bool = True
-    #: Shown and grouped by everywhere a run or cell is named in a line: a `cells` row's headline,
-    #: the `refusals` columns, the summary's grouping, the order `results` lists runs in. (Every
-    #: setting is a column of the `results` view, its default filled in.)
+    #: Shown everywhere a run or cell is named in a line: a `cells` row's headline, the `refusals`
+    #: columns; first in the order `results` and its summary list rows in (SORTED_BY). (Every
+    #: setting is a column of the `results` view and the summary, its default filled in.)
     headline: bool = False
     #: A table CSV given to `compare` must have it (it says what a number is).
     names_a_number: bool = False
