@@ -152,8 +152,8 @@ start_parts() {
 stop_parts() {  # lets go of each part held; stops one a test.sh started if nobody else holds it
   local part file stop
   for part in "${!HOLDER[@]}"; do
-    kill "${HOLDER[$part]}" 2>/dev/null || true
-    wait "${HOLDER[$part]}" 2>/dev/null || true
+    kill -KILL "${HOLDER[$part]}" 2>/dev/null || true  # KILL: a TERM that lands before its exec is lost
+    { wait "${HOLDER[$part]}"; } 2>/dev/null || true
     unset "HOLDER[$part]"
     file="$(users_lock "$part")"
     [ -e "$(started_mark "$part")" ] && [ -n "${STOP[$part]:-}" ] || continue
