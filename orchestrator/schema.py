@@ -31,6 +31,7 @@ from sqlalchemy import (
     and_,
     bindparam,
     case,
+    cast,
     func,
     join,
     select,
@@ -292,7 +293,8 @@ def setting_value(attr: Any) -> Any:
     definition = setting_registry.BY_NAME.get(attr.key) if attr.class_ is Cell else None
     if definition is None or definition.default is None:
         return attr
-    return func.coalesce(attr, definition.default)
+    # cast: the column's type kept, so that SQLite compares `nodes = '2'` as a number, as PostgreSQL does
+    return cast(func.coalesce(attr, definition.default), attr.type)
 
 
 def results_select() -> Select:
@@ -375,8 +377,9 @@ def _pivoted(metric: metric_registry.MetricDef) -> Any:
     return (value / metric.divisor if metric.divisor != 1 else value).label(metric.column)
 
 
-#: The cell settings the summary groups by (and sorts on).
-SUMMARY_CELL = setting_registry.HEADLINE
+#: The cell's settings the summary shows, every one (defaults filled in), in the order it sorts on:
+#: two cells that differ in `iterations` alone must not look alike.
+SUMMARY_CELL = setting_registry.SORTED_BY
 #: The `cell_summary` view's columns, in order.
 SUMMARY_COLUMNS = (
     "cell", *SUMMARY_CELL, "n", "images_per_sec_median", "images_per_sec_mean", "images_per_sec_std",

@@ -53,9 +53,9 @@ class SettingDef:
     way_out: Optional[str] = None
     #: Passed to the trainer as --<name> (docs/protocol.md), where not None.
     trainer_flag: bool = True
-    #: Shown and grouped by everywhere a run or cell is named in a line: a `cells` row's headline,
-    #: the `refusals` columns, the summary's grouping, the order `results` lists runs in. (Every
-    #: setting is a column of the `results` view, its default filled in.)
+    #: Shown everywhere a run or cell is named in a line: a `cells` row's headline, the `refusals`
+    #: columns; first in the order `results` and its summary list rows in (SORTED_BY). (Every
+    #: setting is a column of the `results` view and the summary, its default filled in.)
     headline: bool = False
     #: A table CSV given to `compare` must have it (it says what a number is).
     names_a_number: bool = False
@@ -139,7 +139,8 @@ SETTINGS: tuple[SettingDef, ...] = (
     SettingDef("target_accuracy", float, _accuracy_only("target_accuracy"), hashed=IN_ACCURACY_MODE, minimum=0.0,
        way_out="use target_accuracy=X with 0 < X <= 1 (a test top-1), or target_accuracy=null"),
     # memory: batches prepared before the timed steps; pipeline: each timed step takes its batch from
-    # the ImageNet loader (trainers/common/imagenet.py). None for memory (migration 0010).
+    # the ImageNet loader (trainers/common/imagenet.py). A cell at memory stores None (migration 0010),
+    # which the views show as memory.
     SettingDef("input", str, _key("input", _D["input"]), hashed=UNLESS_DEFAULT, default=_D["input"],
        choices=shared.INPUTS),
 )
@@ -148,6 +149,9 @@ BY_NAME: dict[str, SettingDef] = {s.name: s for s in SETTINGS}
 NAMES: tuple[str, ...] = tuple(BY_NAME)
 #: The headline settings (see SettingDef.headline), in order.
 HEADLINE: tuple[str, ...] = tuple(s.name for s in SETTINGS if s.headline)
+#: The order rows are sorted in (`results`, its summary): the headline settings, then every other,
+#: so that rows differing only in a setting that is no headline's come out in its order.
+SORTED_BY: tuple[str, ...] = (*HEADLINE, *(name for name in NAMES if name not in HEADLINE))
 
 
 def read_settings(get: Lookup) -> dict[str, Any]:

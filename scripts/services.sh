@@ -1,7 +1,15 @@
 # Sourced by test.sh: the real parts the tests run against, started (or found running) one by one.
 #
 #   start_parts [part ...]   # default: every part in PARTS; exports ORCHESTRATOR_TEST_POSTGRES, SLURM_CONF
-#   stop_parts               # stops what start_parts started (never what it found running)
+#   stop_parts               # lets go of the parts; the last user of one a test.sh started stops it
+#   stop_parts_at_exit       # stop_parts when the shell exits, SIGTERM, SIGHUP and SIGINT included
+#
+# Several test.sh may run side by side on one machine: each holds a shared flock on a part's
+# users.lock (in its state directory) from before it looks for the part until stop_parts, and the
+# part is stopped only by one that takes the lock exclusively (nobody else uses it) and finds the
+# mark that a test.sh started it (never one the machine's owner started). The lock lives in a
+# holder process (`tail --pid`, gone with this shell even on SIGKILL), so that the daemons a part
+# starts do not inherit it.
 #
 # Under CI=true (what CI services set) a part that does not start fails: start_parts returns 1 after
 # trying every part, its last line naming each with its reason. Why: its tests would only skip, and a
@@ -10,10 +18,44 @@
 
 #: The parts, in the order they start: trainer environments and images first (the slowest).
 PARTS=(frameworks images slurm postgres sharedfs chromium)
-STARTED=()
+#: How each part that test.sh may start is stopped (relative to ROOT), and where its users.lock is.
+declare -A STOP=([slurm]="slurm/stop.sh" [postgres]="scripts/postgres.sh stop" [sharedfs]="scripts/sharedfs.sh stop")
+users_lock() {
+  case "$1" in
+    slurm) echo "${SLURM_TEST_DIR:-/tmp/orchestrator-slurm}/users.lock" ;;
+    postgres) echo "${POSTGRES_TEST_DIR:-/tmp/orchestrator-postgres}/users.lock" ;;
+    sharedfs) echo "${SHAREDFS_TEST_DIR:-/tmp/orchestrator-sharedfs}/users.lock" ;;
+  esac
+}
+#: The marks, beside users.lock, that a test.sh started the part (so the last user stops it).
+started_mark() { echo "$(dirname "$(users_lock "$1")")/started-by-test.sh"; }
+declare -A HOLDER=()  # part -> the pid of the process that holds its shared lock
 
-# Whether this is a CI run (CI=true; 1 or yes too), as tests/ci_skips.py reads it.
-under_ci() { case "${CI:-}" in true|TRUE|True|1|yes) return 0 ;; *) return 1 ;; esac; }
+# Whether this is a CI run: CI, trimmed and lower-cased, is true, 1 or yes (the rule of
+# tests/ci_skips.py's under_ci, word for word).
+under_ci() {
+  local v="${CI:-}"
+  v="${v#"${v%%[![:space:]]*}"}"
+  v="${v%"${v##*[![:space:]]}"}"
+  case "${v,,}" in true|1|yes) return 0 ;; *) return 1 ;; esac
+}
+
+# Takes a shared lock on PART's users.lock (waiting while a stopper holds it) and hands it to a holder
+# process that lives as long as this shell; this shell keeps no descriptor of it.
+hold_part() {
+  local file fd
+  file="$(users_lock "$1")"
+  [ -n "$file" ] || return 0
+  mkdir -p "$(dirname "$file")"
+  exec {fd}>>"$file"
+  flock -s "$fd"
+  tail --pid=$$ -f /dev/null >/dev/null 2>&1 </dev/null &
+  HOLDER[$1]=$!
+  exec {fd}>&-
+}
+
+# Marks PART as started by a test.sh, for the last of its users to stop.
+mark_started() { : >"$(started_mark "$1")"; }
 
 # The last line a step said on FILE, without its `[name] ` or `[name] ERROR: ` prefix.
 last_said() { tail -n1 "$1" | sed -E 's/^\[[a-z/]+\] (ERROR: |NOT READY: |not ready: )?//'; }
@@ -36,7 +78,7 @@ part_slurm() {  # the four-node test Slurm cluster of slurm/
     return 1
   else
     { bash "$ROOT/slurm/install.sh" && bash "$ROOT/slurm/start.sh"; } 2>&1 | tee "$SAID" || return 1
-    STARTED+=(slurm)
+    mark_started slurm
   fi
 }
 
@@ -48,7 +90,7 @@ part_postgres() {  # the private PostgreSQL server of scripts/postgres.sh (tests
     url="$(bash "$ROOT/scripts/postgres.sh" start 2>"$SAID" | tail -n1)"
     cat "$SAID" >&2
     [ -n "$url" ] || return 1
-    STARTED+=(postgres)
+    mark_started postgres
   fi
   export ORCHESTRATOR_TEST_POSTGRES="$url"
 }
@@ -61,7 +103,7 @@ part_sharedfs() {  # GlusterFS, one volume mounted twice (tests/test_shared_fs.p
     return 1
   else
     bash "$ROOT/scripts/sharedfs.sh" start 2>&1 >/dev/null | tee "$SAID" || return 1
-    STARTED+=(sharedfs)
+    mark_started sharedfs
   fi
 }
 
@@ -86,13 +128,15 @@ start_parts() {
   SAID="$(mktemp /tmp/test-part.XXXXXX)"
   for part in "${parts[@]}"; do
     : >"$SAID"
+    [ "$part" != slurm ] || export SLURM_TEST_DIR="${SLURM_TEST_DIR:-/tmp/orchestrator-slurm}"
+    hold_part "$part"
     "part_$part" && continue
     why="$(last_said "$SAID")"
     why="${why:-it failed (above)}"
     if under_ci; then
       echo "[test] ERROR: $part did not start: $why" >&2
     else
-      echo "[test] WARNING: $part did not start: $why; its tests will skip" >&2
+      echo "[test] WARNING: $part did not start: $why; its tests will skip or fail, each saying why" >&2
     fi
     failed+=("$part ($why)")
   done
@@ -105,14 +149,24 @@ start_parts() {
   return 0
 }
 
-stop_parts() {
-  local part
-  for part in ${STARTED[@]+"${STARTED[@]}"}; do
-    case "$part" in
-      slurm) bash "$ROOT/slurm/stop.sh" >/dev/null 2>&1 || true ;;
-      postgres) bash "$ROOT/scripts/postgres.sh" stop >/dev/null 2>&1 || true ;;
-      sharedfs) bash "$ROOT/scripts/sharedfs.sh" stop >/dev/null 2>&1 || true ;;
-    esac
+stop_parts() {  # lets go of each part held; stops one a test.sh started if nobody else holds it
+  local part file stop
+  for part in "${!HOLDER[@]}"; do
+    kill -KILL "${HOLDER[$part]}" 2>/dev/null || true  # KILL: a TERM that lands before its exec is lost
+    { wait "${HOLDER[$part]}"; } 2>/dev/null || true
+    unset "HOLDER[$part]"
+    file="$(users_lock "$part")"
+    [ -e "$(started_mark "$part")" ] && [ -n "${STOP[$part]:-}" ] || continue
+    read -ra stop <<<"${STOP[$part]}"
+    # shellcheck disable=SC2016  # the inner shell's $1 and $@
+    flock -n -x "$file" bash -c '[ -e "$1" ] || exit 0; rm -f "$1"; shift; bash "$@" >/dev/null 2>&1 || true' \
+      _ "$(started_mark "$part")" "$ROOT/${stop[0]}" "${stop[@]:1}" || true
   done
-  STARTED=()
+}
+
+stop_parts_at_exit() {  # stop_parts however the shell ends: EXIT, and the signals made exits
+  trap stop_parts EXIT
+  trap 'exit 129' HUP
+  trap 'exit 130' INT
+  trap 'exit 143' TERM
 }

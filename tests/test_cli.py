@@ -350,36 +350,6 @@ def test_results_summary_filters_by_any_results_column_in_sql(tmp_path, db_url, 
     assert "no latest attempt with a throughput matches these filters" in capsys.readouterr().err
 
 
-def test_results_show_each_setting_that_varies_and_the_view_holds_its_default(tmp_path, db_url, monkeypatch,
-                                                                             capsys):
-    """After `nodes=1,2` the two runs differ in `nodes` alone: `results` and its summary show a `nodes`
-    column (and none for a setting every row shares), and the view holds 1 for the one-node run, its
-    declared default, not NULL: `--where nodes=1` and SQL `where nodes = 1` find it."""
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("COLUMNS", "250")
-    monkeypatch.setenv("ORCHESTRATOR_DB", db_url)
-    write_result(tmp_path / "runs", make_result(sweep="s", metrics={"images_per_sec": 1000.0}))  # one node: None
-    write_result(tmp_path / "runs", make_result(sweep="s", nodes=2, metrics={"images_per_sec": 1900.0}))
-    assert main(["collect"]) == 0
-    assert query(db_url, "select count(*) from cells where nodes is null") == [(1,)]  # cell ids as they were
-    assert query(db_url, "select nodes, input, iterations from results order by nodes") == [
-        (1, "memory", 20), (2, "memory", 20)]
-    assert query(db_url, "select images_per_sec from results where nodes = 1") == [(1000.0,)]
-    capsys.readouterr()
-    assert main(["results", "--csv", "--where", "nodes=1"]) == 0
-    assert [(r["nodes"], r["images_per_sec"]) for r in csv.DictReader(io.StringIO(capsys.readouterr().out))] == [
-        ("1", "1000.0")]
-    for summary, first in (([], "rep"), (["--summary"], "n")):
-        assert main(["results", *summary]) == 0
-        lines = capsys.readouterr().out.splitlines()
-        header = next(line.split() for line in lines if line.split()[:1] == ["framework/model/dataset"])
-        assert header[:7] == ["framework/model/dataset", "hardware", "gpus", "batch", "prec", "nodes", first], lines
-        assert "threads" not in header and "iterations" not in header, header  # the same in every row
-        shown = [line.split()[:6] for line in lines if line.split()[:1] == ["torch/lenet/mnist"]]
-        assert shown == [["torch/lenet/mnist", "local", "0", "64", "fp32", "1"],
-                         ["torch/lenet/mnist", "local", "0", "64", "fp32", "2"]], lines
-
-
 OLD_DB = Path(__file__).parent / "data" / "results-5f8e814.db"  # made by the release before migrations
 
 

@@ -39,6 +39,8 @@ pytestmark = pytest.mark.slow
 
 LENET = ["--model", "lenet", "--dataset", "synthetic", "--like", "mnist", "--threads", "1"]
 SHORT = ["--iterations", "3", "--warmup", "1"]
+#: Why the no-CUDA refusal test skips: the one skip its `gpu` marker allows under CI (tests/ci_skips.py).
+HAS_GPU = "this machine has a GPU"
 # the published networks (torchvision's, Caffe's LeNet) at (channels, size, classes)
 PUBLISHED = {
     (1, 28, 10): {"lenet": 431080},
@@ -141,13 +143,13 @@ def test_the_orchestrator_refuses_the_same_cells_in_the_same_words(framework, re
     assert placed.settings["framework"] == framework.name
 
 
-@pytest.mark.gpu  # skips on a machine with a GPU
+@pytest.mark.gpu(reason=HAS_GPU)  # skips on a machine with a GPU
 @pytest.mark.parametrize("gpus", [1, 2])
 def test_gpus_on_a_machine_without_cuda_are_refused(framework, gpus):
     if shutil.which("nvidia-smi") and subprocess.call(["nvidia-smi", "-L"],
                                                       stdout=subprocess.DEVNULL,
                                                       stderr=subprocess.DEVNULL) == 0:
-        pytest.skip("this machine has a GPU")
+        pytest.skip(HAS_GPU)
     proc, events = framework.run(LENET + SHORT + ["--batch-size", "4", "--gpus", gpus])
     message = _refused(proc, events)
     support = framework.support

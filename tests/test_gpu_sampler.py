@@ -30,6 +30,11 @@ def test_gpus_zero_records_no_gpu_monitor_and_the_run_carries_on(tmp_path):
                    "unavailable": "no GPU monitor: the cell asks for no GPU (gpus=0)"}
 
 
+#: The skips the `gpu` markers below allow under CI (tests/ci_skips.py): one path or the other runs.
+HAS_NVML = "this machine has NVML; the real path is tested below"
+NO_NVML = "needs an NVIDIA GPU and its driver (NVML)"
+
+
 def _nvml_works() -> bool:
     try:
         import pynvml
@@ -41,8 +46,8 @@ def _nvml_works() -> bool:
         return False
 
 
-@pytest.mark.gpu
-@pytest.mark.skipif(_nvml_works(), reason="this machine has NVML; the real path is tested below")
+@pytest.mark.gpu(reason=HAS_NVML)
+@pytest.mark.skipif(_nvml_works(), reason=HAS_NVML)
 def test_without_nvml_the_reason_is_recorded_for_real():
     sampler = GpuSampler(1, environ={})
     with pytest.raises(SamplerUnavailable) as caught:
@@ -166,8 +171,8 @@ def test_counter_energy_needs_samples_around_the_window():
     assert metrics.counter_energy(t, [5.0, 3.0, 4.0], 0.0, 2.0) is None  # a counter reset
 
 
-@pytest.mark.gpu
-@pytest.mark.skipif(not _nvml_works(), reason="needs an NVIDIA GPU and its driver (NVML)")
+@pytest.mark.gpu(reason=NO_NVML)
+@pytest.mark.skipif(not _nvml_works(), reason=NO_NVML)
 def test_real_nvml_samples_this_machines_gpu(tmp_path):
     proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(1.0)"])
     monitor = Monitor([GpuSampler(1)], period_s=0.1, path=tmp_path / "s.jsonl")

@@ -58,7 +58,7 @@ def test_a_part_that_does_not_start_fails_the_run_under_ci_naming_why(postgres_d
                                                "cannot prove them: postgres (%s)" % why), err
     else:
         assert out.strip() == "rc=0 url=", out + err
-        assert err.strip().splitlines()[-1] == "[test] WARNING: postgres did not start: %s; its tests will skip" % why
+        assert err.strip().splitlines()[-1] == "[test] WARNING: postgres did not start: %s; its tests will skip or fail, each saying why" % why
 
 
 def test_a_stopped_server_is_started_under_ci_and_only_what_was_started_is_stopped(postgres_dir):
@@ -123,3 +123,69 @@ def test_every_apt_get_of_the_scripts_goes_through_apt_sh():
     direct = ["%s:%d" % (path.relative_to(REPO), n) for path in scripts if path.name != "apt.sh"
               for n, line in enumerate(path.read_text().splitlines(), 1) if re.search(r"(?<!command -v )\bapt-get\b", _commands(line))]
     assert direct == [], "apt-get called directly (use scripts/apt.sh's apt_get/apt_install): %s" % direct
+
+
+@pytest.mark.parametrize("value", ["true", " TRUE ", "Yes", "1", "\ttrue\n", "0", "false", "", "on", "t rue"])
+def test_bash_and_python_read_ci_by_one_rule(value):
+    """services.sh's under_ci and tests/ci_skips.py's agree on every value (trimmed, lower-cased)."""
+    import ci_skips
+
+    status, out, err = _bash('source scripts/services.sh; under_ci && echo yes || echo no', CI=value)
+    os.environ["CI"], saved = value, os.environ.get("CI")
+    try:
+        python = ci_skips.under_ci()
+    finally:
+        os.environ.pop("CI") if saved is None else os.environ.__setitem__("CI", saved)
+    assert (status, out.strip()) == (0, "yes" if python else "no"), (value, out, err)
+
+
+def test_ci_run_of_a_fresh_clone_says_ci_true(tmp_path):
+    """.ci/run exports CI=true where nothing set it (so no part may be skipped), and keeps a CI's own value."""
+    (tmp_path / ".ci").mkdir()
+    (tmp_path / "scripts").mkdir()
+    shutil.copy(str(REPO / ".ci/run"), str(tmp_path / ".ci/run"))
+    (tmp_path / "scripts/test.sh").write_text('#!/bin/sh\necho "CI=$CI"\n')
+    os.chmod(str(tmp_path / "scripts/test.sh"), 0o755)
+    for env, said in (({}, "CI=true"), ({"CI": "1"}, "CI=1")):
+        environ = dict({k: v for k, v in os.environ.items() if k != "CI"}, **env)
+        done = subprocess.run(["bash", str(tmp_path / ".ci/run")], env=environ, stdout=subprocess.PIPE,
+                              universal_newlines=True, timeout=60)
+        assert (done.returncode, done.stdout.strip()) == (0, said)
+
+
+def _answers(port):
+    return subprocess.call(["psql", "-X", "-tAc", "SELECT 1", "postgresql://bench@127.0.0.1:%d/bench" % port],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) == 0
+
+
+def test_two_runs_side_by_side_the_last_user_stops_what_one_started_even_on_sigterm(postgres_dir):
+    """Run A starts a private PostgreSQL server, run B finds it running; A ending leaves it to B
+    (it still answers), and B, ended by SIGTERM, is the last user and stops it."""
+    port = _free_port()
+    environ = {k: v for k, v in os.environ.items() if k not in ("CI", "ORCHESTRATOR_TEST_POSTGRES")}
+    environ.update(ROOT=str(REPO), POSTGRES_TEST_DIR=postgres_dir, POSTGRES_TEST_PORT=str(port),
+                   PATH="/usr/lib/postgresql/15/bin:" + os.environ["PATH"])
+    script = ('source scripts/services.sh; stop_parts_at_exit; start_parts postgres; '
+              'echo "url=${ORCHESTRATOR_TEST_POSTGRES:-}"; read _; stop_parts; echo stopped; read _')
+    runs = [subprocess.Popen(["bash", "-c", script], cwd=str(REPO), env=environ, stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, universal_newlines=True)
+            for _ in range(2)]
+    a, b = runs
+    try:
+        url = "url=postgresql+psycopg://bench@127.0.0.1:%d/bench" % port
+        assert a.stdout.readline().strip() == url
+        assert b.stdout.readline().strip() == url
+        assert os.path.exists(os.path.join(postgres_dir, "started-by-test.sh"))  # A started it
+        a.stdin.write("\n")
+        a.stdin.flush()
+        assert a.stdout.readline().strip() == "stopped"
+        assert _answers(port), "A stopped the server B still uses"
+        b.terminate()
+        assert b.wait(timeout=120) == 143
+        assert not _answers(port), "B, the last user, did not stop the server a test.sh started"
+    finally:
+        for run in runs:
+            run.kill()
+            run.wait()
+        subprocess.call(["bash", "scripts/postgres.sh", "stop"], cwd=str(REPO), env=environ,
+                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

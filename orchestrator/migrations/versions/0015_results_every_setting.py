@@ -3,8 +3,9 @@ setting's declared default stores None (its id is as it was before the setting e
 view showed as it was, so a one-node run had `nodes` NULL and `where nodes = 1` found nothing. The
 view now fills in each setting's `default` from setting_registry (`nodes` 1, `input` memory) and has a
 column for every setting (`like`, `scaling`, `iterations`, `warmup`, `seed`, `epochs`,
-`target_accuracy` too), so `results` can show the ones that vary; `cell_summary` fills its headline
-settings the same way.
+`target_accuracy` too), so `results` can show the ones that vary; `cell_summary` has every setting
+too, filled the same way (two cells differing in `iterations` alone must not look alike). A filled
+column keeps its type (a cast), so SQLite compares `nodes = '2'` as a number, as PostgreSQL does.
 
 No table changes: the cells keep None, so their ids and rows are unchanged; env.py rebuilds the views.
 """
@@ -14,7 +15,7 @@ branch_labels = None
 depends_on = None
 
 #: The views this revision defines (orchestrator.migrations.views_sha256()).
-views_sha256 = "73895642b40f84c6"
+views_sha256 = "7ea9a9cc5fe42974"
 
 
 def upgrade() -> None:
