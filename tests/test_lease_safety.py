@@ -14,9 +14,10 @@ import threading
 import pytest
 from sqlalchemy import text
 from test_db_sharing import _leased, _other_host_holds, on_network_fs  # noqa: F401 - a fixture
+from result_factory import make_result, write_result
 from test_report import Study
 
-from orchestrator import cli, db, sqlite_lease, sqlite_sharing, tracking
+from orchestrator import cli, collector, db, sqlite_lease, sqlite_sharing, tracking
 from orchestrator.backends import backend_class
 from orchestrator.report import build
 from orchestrator.sql_adapters import Rows
@@ -206,3 +207,24 @@ def test_a_report_lets_the_database_go_before_it_draws(tmp_path, on_network_fs, 
     with study.factory() as session:
         build.write_report(session, ["s1"], tmp_path / "report", 5.0)
     assert held == [0]
+
+
+def test_a_collector_whose_lease_was_lost_before_its_commit_lands_the_batch_in_another_turn(
+        tmp_path, on_network_fs, monkeypatch):
+    runs = tmp_path / "runs"
+    for i in range(5):
+        write_result(runs, make_result(seed=i))
+    factory = db.open_db(f"sqlite:///{tmp_path / 'results.db'}")
+    real, commits = sqlite_lease._Lease.fence, []
+
+    def fence(self):
+        if not commits:  # the first commit finds its lease broken, as after a stall
+            self.lost = "another process broke it and took its own"
+        commits.append(self.path)
+        return real(self)
+    monkeypatch.setattr(sqlite_lease._Lease, "fence", fence)
+    report = collector.collect(factory, runs)
+    # the batch again in one more turn of the lease, not file by file (a turn each)
+    assert (report.added, report.already, report.broken, len(commits)) == (5, 0, [], 2)
+    with factory() as session:
+        assert session.execute(text("SELECT count(*) FROM runs WHERE collected_at IS NOT NULL")).scalar() == 5
