@@ -26,6 +26,7 @@ for the rest of the collection, and new rows and metrics go in with one statemen
 from __future__ import annotations
 
 import os
+import random
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -126,35 +127,40 @@ def collect(session_factory: sessionmaker, runs_root: Path, batch_size: int = BA
     The folder of a sweep the launcher recorded (runs/<sweep id>) whose runs are all collected
     is not looked into (unless `everything`): its runs count as already in the database. The
     launcher records every run before its job starts, so such a folder holds no result to land;
-    a sweep the collector made (the launcher did not record it) is always looked into. Files are
-    read READERS at once, the next batch while this one lands."""
+    a sweep the collector made (the launcher did not record it) is always looked into. Files go
+    in batches, each first checked against what is landed (by any collector), then read READERS
+    at once; collectors started together begin at different batches, and so share the work."""
     runs_root = Path(runs_root)
     if not runs_root.is_dir():
         raise FileNotFoundError(f"no runs directory {runs_root}")
     report, known = CollectReport(), _Known()
-    folders = [p.name for p in runs_root.iterdir() if p.is_dir()]
     with session_factory() as session:
-        done = {} if everything else _collected_sweeps(session, folders)
-        report.already += sum(done.values())
-        landed = set(session.scalars(select(Run.result_path).where(
-            Run.sweep_id.in_([f for f in folders if f not in done]), Run.collected_at.is_not(None),
-            Run.result_path.is_not(None)))) if len(folders) > len(done) else set()
+        done = {} if everything else _collected_sweeps(session, [p.name for p in runs_root.iterdir() if p.is_dir()])
+    report.already += sum(done.values())
     found = find_results(runs_root, done)
-    # Cheap skip for files collected from this very place; a moved runs/ tree still ends up in
-    # `already` through the claim.
-    new = [pair for pair in found if str(pair[1]) not in landed]
-    report.already += len(found) - len(new)
     size = max(1, batch_size)
-    chunks = [new[i:i + size] for i in range(0, len(new), size)]
+    chunks = [found[i:i + size] for i in range(0, len(found), size)]
+    start = random.randrange(len(chunks)) if chunks else 0  # collectors at once start apart
     with ThreadPoolExecutor(READERS) as pool:
-        reading = pool.map(_read, chunks[0]) if chunks else iter(())
-        for i in range(len(chunks)):
-            read = list(reading)
-            if i + 1 < len(chunks):
-                reading = pool.map(_read, chunks[i + 1])
+        for chunk in chunks[start:] + chunks[:start]:
+            new = _not_landed(session_factory, chunk)
+            report.already += len(chunk) - len(new)
+            read = list(pool.map(_read, new))
             report.broken += [f for f in read if not isinstance(f, _File)]
             _land(session_factory, [f for f in read if isinstance(f, _File)], known, report)
+    report.broken.sort()
     return report
+
+
+def _not_landed(session_factory: sessionmaker, chunk: list[tuple[Path, Path]]) -> list[tuple[Path, Path]]:
+    """The files of `chunk` not landed from where they lie, by this collector or another (one
+    that started at once may have landed them while this one waited): one look at the index of
+    landed paths (ix_runs_landed), before any is read. A moved runs/ tree still ends up in
+    `already`, through the claim."""
+    with session_factory() as session:
+        landed = set(session.scalars(select(Run.result_path).where(
+            Run.collected_at.is_not(None), Run.result_path.in_([str(real) for _, real in chunk]))))
+    return [pair for pair in chunk if str(pair[1]) not in landed]
 
 
 def _read(pair: tuple[Path, Path]) -> Any:

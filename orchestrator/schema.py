@@ -189,6 +189,9 @@ class Run(Base):
         # the sweeps with runs still to collect, from the few runs that are (migration 0015)
         Index("ix_runs_uncollected", "sweep_id", sqlite_where=text("collected_at IS NULL"),
               postgresql_where=text("collected_at IS NULL")),
+        # which result files are landed, read from the index alone (migration 0015)
+        Index("ix_runs_landed", "result_path", sqlite_where=text("collected_at IS NOT NULL"),
+              postgresql_where=text("collected_at IS NOT NULL")),
     )
 
     @validates("state")
