@@ -10,9 +10,7 @@ connection that takes it (the why and the measurements: sqlite_sharing.py, docs/
 - The releasing holder leaves the file's state in a file's *name*,
   `<file>.written-<inode>-<counter>-<pages>`; the next holder waits until its view shows it.
 - LeasedConnection takes it when SQLite prepares its first statement (the authorizer; no
-  statement cache), and gives it back at commit, rollback or close.
-
-Only the standard library (status reads through it without SQLAlchemy).
+  statement cache), and gives it back at commit, rollback or close. Only the standard library.
 """
 from __future__ import annotations
 
@@ -38,21 +36,20 @@ FRESH_WAIT_S = 5.0
 
 class LeaseRefused(sqlite3.OperationalError):
     """Another host (or process) holds the lease past the wait, or this host's view of the file
-    lags behind the last holder's: nothing was read or written. The message names who and what
-    to do."""
+    lags behind the last holder's: nothing was read or written. The message names who and why."""
 
 
-def _header_state(path: str, drop_cache: bool) -> tuple[int, int, int]:
+def _header_state(path: str, drop_cache: bool, span: int = 0) -> tuple[int, int, int]:
     """(inode, change counter, size in pages) of a SQLite file as this host sees it now, from its
     header (a rollback-journal file keeps both there); with `drop_cache`, this host's cached pages
-    of it are dropped first, so that the read goes to the file system."""
+    of it (its first `span` bytes; 0: all) are dropped first, so that the read goes to the file system."""
     try:
         fd = os.open(path, os.O_RDONLY)
     except FileNotFoundError:
         return (0, 0, 0)
     try:
         if drop_cache:
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            os.posix_fadvise(fd, 0, span, os.POSIX_FADV_DONTNEED)
         header = os.pread(fd, 32, 0)
         if len(header) < 32:
             return (os.fstat(fd).st_ino, 0, 0)
@@ -79,6 +76,7 @@ class _Lease:
         self.guard = threading.Lock()
         self.stop: Optional[threading.Event] = None
         self.fd, self.ino, self.beat_at, self.lost = -1, 0, 0.0, ""
+        self.left = ""  # the record this process left last: while it is the newest, no other wrote since
 
     def acquire(self, wait_s: Optional[float] = None) -> None:
         with self.guard:
@@ -144,6 +142,7 @@ class _Lease:
         one rewritten in place 1 in 200), while a directory's listing was never stale."""
         state = "-".join(str(v) for v in _header_state(self.path, drop_cache=False))
         user, host = who()
+        self.left = self.record + state
         try:
             records = self._records()
             if [name for _, name in records] == [self.record + state]:
@@ -208,12 +207,15 @@ class _Lease:
     def _check_fresh(self) -> None:
         """Waits until this host sees the file as the last writer left it (its recorded change
         counter and size, or a later one), dropping cached pages before each look; refuses after
-        FRESH_WAIT_S. A record of another file (another inode: the file was moved away and made
-        again) is no measure."""
+        FRESH_WAIT_S. A record of another file (another inode: moved away, made again) is no
+        measure. Where the newest is the one this process left and the header, read afresh, still
+        says so, nobody committed since, and its cached pages are the file's: none are dropped."""
         records = self._records()
         if not records:
             return  # no writer recorded one yet
         want, record = max(records)
+        if record == self.left and _header_state(self.path, drop_cache=True, span=4096) == want:
+            return
         deadline = time.monotonic() + FRESH_WAIT_S
         while True:
             seen = _header_state(self.path, drop_cache=True)
@@ -259,17 +261,15 @@ def _alive(pid: int) -> bool:
     except ProcessLookupError:
         return False
     except (PermissionError, OverflowError, ValueError):
-        return True  # another user's process, or not a pid: assume alive
+        pass  # another user's process, or not a pid: assume alive
     return True
 
 
 def _field(path: str, name: str) -> str:
     """One string field of a small JSON record file ('?' where it has none)."""
-    try:
-        with open(path, "rb") as f:
-            record = json.loads(f.read(4096))
-    except (OSError, ValueError, RecursionError):
-        return "?"
+    record: Any = None
+    with suppress(OSError, ValueError, RecursionError), open(path, "rb") as f:
+        record = json.loads(f.read(4096))
     value = record.get(name) if isinstance(record, dict) else None
     return value if isinstance(value, str) else "?"
 
