@@ -255,3 +255,26 @@ def test_a_holder_that_wrote_last_keeps_its_cached_pages_and_drops_them_once_ano
     assert con.execute("SELECT count(*) FROM t").fetchone() == (2,)
     con.commit()
     assert 0 in drops  # every cached page dropped before the read
+
+
+def test_reconcile_never_overwrites_a_run_landed_while_it_looked(tmp_path, monkeypatch):
+    """reconcile lets the database go between its read and its write: a collector may land a run
+    meanwhile, and its verdict (here: running, from job.json) must not replace `done`."""
+    study = Study(tmp_path)
+    study.cell(runs=["pending"])
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "job.json").write_text(json.dumps({"node": "node07", "started_at": 1.7e9}))
+    with study.factory.begin() as session:
+        session.execute(text("UPDATE runs SET run_dir = :d"), {"d": str(run_dir)})
+    real = tracking.evidence_in
+
+    def landed_meanwhile(directory):
+        with study.factory.begin() as session:  # another process's collector, while this one looks
+            session.execute(text("UPDATE runs SET state = 'done', collected_at = 1.7e9"))
+        return real(directory)
+    monkeypatch.setattr(tracking, "evidence_in", landed_meanwhile)
+    with study.factory() as session:
+        tracking.reconcile(Rows.of(session))
+    with study.factory() as session:
+        assert session.execute(text("SELECT state, node FROM runs")).one() == ("done", None)
