@@ -14,6 +14,7 @@ connection that takes it (the why and the measurements: sqlite_sharing.py, docs/
 """
 from __future__ import annotations
 
+import errno
 import getpass
 import json
 import os
@@ -50,9 +51,7 @@ def _header_state(path: str, drop_cache: bool, span: int = 0) -> tuple[int, int,
     try:
         if drop_cache:
             os.posix_fadvise(fd, 0, span, os.POSIX_FADV_DONTNEED)
-        header = os.pread(fd, 32, 0)
-        if len(header) < 32:
-            return (os.fstat(fd).st_ino, 0, 0)
+        header = os.pread(fd, 32, 0).ljust(32, b"\0")  # a file shorter than a header: 0 and 0
         return (os.fstat(fd).st_ino, int.from_bytes(header[24:28], "big"), int.from_bytes(header[28:32], "big"))
     finally:
         os.close(fd)
@@ -190,6 +189,9 @@ class _Lease:
                 pause = min(pause * 2, 0.25)
                 continue
             except OSError as exc:
+                if exc.errno == errno.ESTALE and time.monotonic() < deadline:  # removed on another
+                    time.sleep(pause)  # host as this one looked (GlusterFS says so): look again
+                    continue
                 raise LeaseRefused(
                     f"cannot make the lease {self.file} ({exc.strerror}): nothing was read or written; make "
                     f"its directory writable for every user who collects, or use a database server "
@@ -237,11 +239,8 @@ class _Lease:
             self.stop.set()
             self.stop = None
         if self.fd >= 0:
-            try:
-                if os.stat(self.file).st_ino == self.ino:
-                    _remove_if(self.file, self.ino)
-            except OSError:
-                pass
+            if _ino(self.file) == self.ino:
+                _remove_if(self.file, self.ino)
             os.close(self.fd)
         self.fd, self.ino = -1, 0
 
@@ -335,14 +334,18 @@ def _break(file: str, holder: Optional[dict[str, Any]], stamp: tuple[int, int, i
 def _clear_abandoned_guard(guard: str) -> None:
     """A break guard unchanged for LEASE_STALE_S: its breaker died while breaking; removed."""
     _, stamp = _read_lease(guard)
-    if stamp is None:
-        return
     first = _guards_seen.get(guard)
-    if first is None or first[0] != stamp:
+    if stamp is None or first is None or first[0] != stamp:
         _guards_seen[guard] = (stamp, time.monotonic())
     elif time.monotonic() - first[1] > LEASE_STALE_S:
         _remove_if(guard, stamp[0])
         _guards_seen.pop(guard, None)
+
+
+def _ino(path: str) -> int:
+    with suppress(OSError):
+        return os.stat(path).st_ino
+    return -1
 
 
 def _remove_if(file: str, ino: int) -> bool:
@@ -354,9 +357,7 @@ def _remove_if(file: str, ino: int) -> bool:
         os.rename(file, aside)
     except OSError:
         return False
-    ours = False
-    with suppress(OSError):
-        ours = os.stat(aside).st_ino == ino
+    ours = _ino(aside) == ino
     if not ours:
         with suppress(OSError):  # EEXIST: a newer lease stands there; the one moved aside is lost
             os.link(aside, file)  # to its holder, whose fence sees it
@@ -369,10 +370,9 @@ def _refusal(path: str, holder: Optional[dict[str, Any]], wait_s: float) -> str:
     if holder is None:
         by = f"a lease that names no holder ({os.path.basename(path)}.writer: being written, or not a lease)"
     else:
-        since = holder.get("since")
+        since, user = holder.get("since"), holder.get("user")
         held = f", for {time.time() - since:.0f} s" if isinstance(since, (int, float)) else ""
-        user = holder.get("user") if isinstance(holder.get("user"), str) else "?"
-        by = f"{holder['host']} (pid {holder['pid']}, user {user}{held})"
+        by = f"{holder['host']} (pid {holder['pid']}, user {user if isinstance(user, str) else '?'}{held})"
     return (f"{path} is in use by {by}; waited {wait_s:.0f} s, read and wrote nothing: try again when it "
             f"ends, or give this host its own results file (ORCHESTRATOR_DB=sqlite:////local/disk/results.db), "
             f"or share results through a database server (docs/shared-results.md)")

@@ -278,3 +278,32 @@ def test_reconcile_never_overwrites_a_run_landed_while_it_looked(tmp_path, monke
         tracking.reconcile(Rows.of(session))
     with study.factory() as session:
         assert session.execute(text("SELECT state, node FROM runs")).one() == ("done", None)
+
+
+def test_a_stale_file_handle_while_taking_the_lease_is_looked_at_again(tmp_path, quick, monkeypatch):
+    """GlusterFS answered ESTALE to a look at a lease another host had just removed: the old code
+    ended `collect` with that traceback."""
+    _other_host_holds(tmp_path / "results.db.writer", refresh=False)
+    stale, real_open, real_os_open = [], open, os.open
+
+    def estale_once(kind):
+        if kind not in stale:
+            stale.append(kind)
+            raise OSError(116, "Stale file handle")
+
+    def reading(file, *args, **kwargs):
+        if str(file).endswith(".writer"):
+            estale_once("read")
+        return real_open(file, *args, **kwargs)
+
+    def making(file, flags, *args):
+        if str(file).endswith(".writer") and flags & os.O_EXCL and "read" in stale:
+            estale_once("make")
+        return real_os_open(file, flags, *args)
+    monkeypatch.setattr(sqlite_lease, "open", reading, raising=False)
+    monkeypatch.setattr(os, "open", making)
+    lease = sqlite_lease._Lease(str(tmp_path / "results.db"))
+    lease.acquire(wait_s=10)
+    assert stale == ["read", "make"]
+    assert json.loads((tmp_path / "results.db.writer").read_text())["pid"] == os.getpid()
+    lease.release()
