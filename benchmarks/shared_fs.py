@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import json
 import os
 import re
 import shutil
@@ -45,7 +46,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]  # the orchestrator, and the tests' result_factory
@@ -56,7 +57,8 @@ SCRATCH = Path(os.environ.get("SHAREDFS_TEST_DIR", "/tmp/orchestrator-sharedfs")
 FRAMEWORKS = ("torch", "tensorflow", "mxnet", "caffe", "cntk", "numpy")
 MODELS = ("lenet", "alexnet", "resnet50", "googlenet", "vgg16")
 REPORT = re.compile(r"(\d+) added, (\d+) already in the DB, (\d+) broken")
-PROJECT = "shared-fs-bench"
+#: The folder on the volume the rounds use (another checkout benchmarking at once picks its own: --project).
+PROJECT = os.environ.get("SHARED_FS_PROJECT", "shared-fs-bench")
 PYTHON = ROOT / ".venv" / "bin" / "python"
 
 
@@ -105,6 +107,7 @@ class Round:
     wal_left: bool = False
     same_bytes: Optional[bool] = None
     error: str = ""
+    stalled: str = ""
     commands: list[Command] = field(default_factory=list)
     views: dict[str, "View"] = field(default_factory=dict)
 
@@ -193,14 +196,23 @@ def precreate(python: str, cwd: Path, env: dict[str, str], timeout: float) -> st
 
 
 def race(python: str, dirs: Sequence[Path], hosts: Sequence[str], env: dict[str, str], timeout: float,
-         logs: Path, extra: Sequence[Sequence[str]]) -> list[Command]:
+         logs: Path, extra: Sequence[Sequence[str]], during: Optional[Callable[[list[int]], None]] = None,
+         profile: bool = False, binds: Sequence[tuple[str, str, str]] = ()) -> list[Command]:
     """`orchestrator collect` in each dir at once, each in its own UTS namespace as host `hosts[i]`.
-    Both wait on their stdin before the exec; one write to each starts them together."""
+    Both wait on their stdin before the exec; one write to each starts them together. `during`
+    is called with their process ids once they are started; with `profile`, each runs under
+    cProfile into `logs/<host>.prof`. `binds[i]`, where given, is (mount, path, dir): in a mount
+    namespace of its own, host i sees that mount at that path and works in that dir (two login
+    nodes mount the volume at one path)."""
     procs = []
-    for d, host, more in zip(dirs, hosts, extra):
+    for i, (d, host, more) in enumerate(zip(dirs, hosts, extra)):
         out = open(logs / f"{host}.out", "w+b")
-        script = 'hostname "$1" || exit 97; shift; read -r go || exit 98; exec "$@" </dev/null'
-        argv = ["unshare", "--uts", "sh", "-c", script, "sh", host, python, "-m", "orchestrator", "collect", *more]
+        script = ('hostname "$1" || exit 97; if [ -n "$2" ]; then mount --bind "$2" "$3" && cd "$4" || exit 96; fi; '
+                  'shift 4; read -r go || exit 98; exec "$@" </dev/null')
+        prof = ["-m", "cProfile", "-o", str(logs / f"{host}.prof")] if profile else []
+        bind = list(binds[i]) if i < len(binds) and binds[i][0] else ["", "", ""]
+        argv = ["unshare", "--uts", "--mount", "--propagation", "private", "sh", "-c", script, "sh", host, *bind,
+                python, *prof, "-m", "orchestrator", "collect", *more]
         proc = subprocess.Popen(argv, cwd=d, env=env, stdin=subprocess.PIPE, stdout=out, stderr=subprocess.STDOUT,
                                 start_new_session=True)
         procs.append((proc, out, Command(host)))
@@ -211,6 +223,8 @@ def race(python: str, dirs: Sequence[Path], hosts: Sequence[str], env: dict[str,
         proc.stdin.flush()
     for proc, _, _ in procs:
         proc.stdin.close()
+    if during is not None:
+        during([proc.pid for proc, _, _ in procs])
     deadline = t0 + timeout
     for proc, out, cmd in procs:
         try:
@@ -229,6 +243,31 @@ def race(python: str, dirs: Sequence[Path], hosts: Sequence[str], env: dict[str,
         m = REPORT.search(text)
         cmd.added = int(m.group(1)) if m else None
     return [c for _, _, c in procs]
+
+
+def stall(project: Path, seconds: float, said: list[str]) -> Callable[[list[int]], None]:
+    """A `during` for race: once the first collector holds the writer lease (its record names its
+    pid), it is stopped (SIGSTOP: heartbeat and all) for `seconds`, then continued; what happened
+    goes into `said`. Past the lease's stale time the other breaks it, and the stopped one must
+    not commit what it began (sqlite_lease's fence)."""
+    def during(pids: list[int]) -> None:
+        lease, deadline = project / "results.db.writer", time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                holder = json.loads(lease.read_bytes())
+            except (OSError, ValueError):
+                holder = None
+            if isinstance(holder, dict) and holder.get("pid") == pids[0]:
+                break
+            time.sleep(0.005)
+        else:
+            said.append("never saw loginA hold the lease: not stopped")
+            return
+        os.kill(pids[0], signal.SIGSTOP)
+        time.sleep(seconds)
+        os.kill(pids[0], signal.SIGCONT)
+        said.append(f"loginA stopped {seconds:g} s while it held the lease")
+    return during
 
 
 def digest(path: Path) -> Optional[str]:
@@ -328,7 +367,11 @@ def one_round(n_round: int, args: argparse.Namespace, path_env: str, work: Path)
     # --split: each login node collects its own sweep (runs/<sweep>), so every commit adds rows
     # no other commit adds, and a commit overwritten by the other host's shows as runs lost
     extra = [batch + ([f"--runs=runs/r{n_round:02d}-sweep-{i}"] if args.split else []) for i in (0, 1)]
-    r.commands = race(args.python, [project_a, project_b], ["loginA", "loginB"], env, args.timeout, logs, extra)
+    stalled: list[str] = []
+    during = stall(project_a, args.stall, stalled) if args.stall else None
+    r.commands = race(args.python, [project_a, project_b], ["loginA", "loginB"], env, args.timeout, logs, extra,
+                      during=during)
+    r.stalled = "; ".join(stalled)
     projects = {"A": project_a, "B": project_b}
     if args.brick:
         projects["srv"] = args.brick / rel
@@ -372,6 +415,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                     help="the volume's folder on the server (GlusterFS brick), read as the server's truth "
                          "(default: $SHAREDFS_TEST_DIR/brick with the default mounts, if it exists; 'none': no)")
     ap.add_argument("--keep", action="store_true", help="keep each round's project on the volume")
+    ap.add_argument("--stall", type=float, default=0, metavar="S",
+                    help="stop loginA (SIGSTOP) for S seconds once it holds the lease, in every round; past "
+                         "the lease's stale time (sqlite_lease.LEASE_STALE_S) loginB breaks it")
     ap.add_argument("--quiet", action="store_true", help="no command lines per round")
     args = ap.parse_args(argv)
     if not 1 <= args.rounds <= 1000 or not 1 <= args.files <= 100_000:
@@ -409,6 +455,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             r = one_round(n, args, path_env, work)
             totals.append(r)
             print(row(r) + f"  ({time.monotonic() - t:.1f} s)", flush=True)
+            if r.stalled:
+                print(f"        {r.stalled}", flush=True)
             if not args.quiet:
                 for c in r.commands:
                     print("        " + c.line(), flush=True)

@@ -25,21 +25,28 @@ for the rest of the collection, and new rows and metrics go in with one statemen
 """
 from __future__ import annotations
 
+import os
+import random
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Collection, Optional
 
-from sqlalchemy import bindparam, delete, insert, select, update
+from sqlalchemy import bindparam, delete, func, insert, select, update
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError, OperationalError
 from sqlalchemy.orm import sessionmaker
 
 from . import runstate
+from .sqlite_lease import LeaseLost
 from .schema import Cell, Metric, Run, Sweep, SweepCell, mark_latest
 from .metric_registry import unit_of
 from .resultfile import CELL_COLUMNS, OPTIONAL_CELL_COLUMNS, RESULT_NAME, BadResult, read_result
 
+#: Result files read, and folders listed, at once: on a network file system each is a round trip
+#: that waits on the server, not on this CPU, and threads overlap the waits.
+READERS = 8
 #: Files per transaction: large enough that a commit's cost vanishes, small enough that the
 #: write lock is never held for long (a launcher waits for it) and a crash loses little work.
 BATCH_SIZE = 500
@@ -83,38 +90,107 @@ class _Known:
     pairs: set[tuple[str, str]] = field(default_factory=set)
 
 
-def find_results(runs_root: Path) -> list[Path]:
-    """Every `result.json` under `runs_root`; a job's `result.json.tmp` (not yet renamed) is not one."""
-    return sorted(p for p in runs_root.rglob(RESULT_NAME) if p.is_file())
+def find_results(runs_root: Path, skip: Collection[str] = ()) -> list[tuple[Path, Path]]:
+    """Every `result.json` under `runs_root` but in its top folders named in `skip` (a job's
+    `result.json.tmp`, not yet renamed, is not one): each as found and where it really lies.
+    One listing per folder (os.scandir), READERS folders of a level at once, and no look at each
+    file: on a network file system every look is a round trip, and a project's runs/ holds every
+    run it ever had."""
+    found, level, top = [], [(runs_root, runs_root.resolve())], True
+    with ThreadPoolExecutor(READERS) as pool:
+        while level:
+            deeper = []
+            for (shown, real), entries in zip(level, pool.map(_listing, [shown for shown, _ in level])):
+                for name, is_dir, is_link in entries:
+                    if not is_dir:
+                        found.append((shown / name, (shown / name).resolve() if is_link else real / name))
+                    elif not (top and name in skip):
+                        deeper.append((shown / name, real / name))
+            level, top = deeper, False
+    return sorted(found)
 
 
-def collect(session_factory: sessionmaker, runs_root: Path, batch_size: int = BATCH_SIZE) -> CollectReport:
-    """Ingests every result file under `runs_root` that the database does not hold yet."""
+def _listing(folder: Path) -> list[tuple[str, bool, bool]]:
+    """A folder's subfolders and its result file: (name, is a folder, is a link); none if unreadable."""
+    try:
+        with os.scandir(folder) as entries:
+            return [(e.name, e.is_dir(follow_symlinks=False), e.is_symlink()) for e in entries
+                    if e.is_dir(follow_symlinks=False) or (e.name == RESULT_NAME and e.is_file())]
+    except OSError:
+        return []
+
+
+def collect(session_factory: sessionmaker, runs_root: Path, batch_size: int = BATCH_SIZE,
+            everything: bool = False) -> CollectReport:
+    """Ingests every result file under `runs_root` that the database does not hold yet.
+
+    The folder of a sweep the launcher recorded (runs/<sweep id>) whose runs are all collected
+    is not looked into (unless `everything`): its runs count as already in the database. The
+    launcher records every run before its job starts, so such a folder holds no result to land;
+    a sweep the collector made (the launcher did not record it) is always looked into. Files go
+    in batches, each first checked against what is landed (by any collector), then read READERS
+    at once; collectors started together begin at different batches, and so share the work."""
     runs_root = Path(runs_root)
     if not runs_root.is_dir():
         raise FileNotFoundError(f"no runs directory {runs_root}")
-    report, known, batch = CollectReport(), _Known(), []
+    report, known = CollectReport(), _Known()
+    with session_factory() as session:
+        done = {} if everything else _collected_sweeps(session, [p.name for p in runs_root.iterdir() if p.is_dir()])
+    report.already += sum(done.values())
+    found = find_results(runs_root, done)
+    size = max(1, batch_size)
+    chunks = [found[i:i + size] for i in range(0, len(found), size)]
+    start = random.randrange(len(chunks)) if chunks else 0  # collectors at once start apart
+    with ThreadPoolExecutor(READERS) as pool:
+        for chunk in chunks[start:] + chunks[:start]:
+            new = _not_landed(session_factory, chunk)
+            report.already += len(chunk) - len(new)
+            read = list(pool.map(_read, new))
+            report.broken += [f for f in read if not isinstance(f, _File)]
+            _land(session_factory, [f for f in read if isinstance(f, _File)], known, report)
+    report.broken.sort()
+    return report
+
+
+def _not_landed(session_factory: sessionmaker, chunk: list[tuple[Path, Path]]) -> list[tuple[Path, Path]]:
+    """The files of `chunk` not landed from where they lie, by this collector or another (one
+    that started at once may have landed them while this one waited): one look at the index of
+    landed paths (ix_runs_landed), before any is read. A moved runs/ tree still ends up in
+    `already`, through the claim."""
     with session_factory() as session:
         landed = set(session.scalars(select(Run.result_path).where(
-            Run.collected_at.is_not(None), Run.result_path.is_not(None))))
-    for path in find_results(runs_root):
-        resolved = path.resolve()
-        # Cheap skip for files collected from this very place; a moved runs/ tree still ends up
-        # in `already` through the claim.
-        if str(resolved) in landed:
-            report.already += 1
-            continue
-        try:  # one file's problem, whatever it is, is that file's broken reason, never the end
-            batch.append(_File(path, resolved, read_result(path)))
-        except BadResult as exc:
-            report.broken.append((path, str(exc)))
-        except Exception as exc:  # noqa: BLE001 - reported with the file, collection goes on
-            report.broken.append((path, f"{type(exc).__name__}: {exc}"))
-        if len(batch) >= max(1, batch_size):
-            _land(session_factory, batch, known, report)
-            batch = []
-    _land(session_factory, batch, known, report)
-    return report
+            Run.collected_at.is_not(None), Run.result_path.in_([str(real) for _, real in chunk]))))
+    return [pair for pair in chunk if str(pair[1]) not in landed]
+
+
+def _read(pair: tuple[Path, Path]) -> Any:
+    """A result file read and checked (a _File), or (its path, why it is broken): one file's
+    problem, whatever it is, is that file's broken reason, never the end of the collection."""
+    path, resolved = pair
+    try:
+        return _File(path, resolved, read_result(path))
+    except BadResult as exc:
+        return (path, str(exc))
+    except Exception as exc:  # noqa: BLE001 - reported with the file, collection goes on
+        return (path, f"{type(exc).__name__}: {exc}")
+
+
+def _collected_sweeps(session: Any, folders: list[str]) -> dict[str, int]:
+    """Of the sweeps named by `folders`, those the launcher recorded (the collector records none
+    with cells) with every run collected, and how many runs each has: from the sweep_id indexes
+    alone (ix_runs_uncollected holds only the runs still to collect)."""
+    if not folders:
+        return {}
+    sweeps = Sweep.__table__.c
+    runs = Run.__table__.c
+    pending = select(runs.sweep_id).where(runs.sweep_id == sweeps.id, runs.collected_at.is_(None))
+    done = list(session.scalars(select(sweeps.id).where(
+        sweeps.id.in_(folders), sweeps.n_cells > 0, ~pending.exists())))
+    if not done:
+        return {}
+    counts = session.execute(select(runs.sweep_id, func.count()).where(runs.sweep_id.in_(done))
+                             .group_by(runs.sweep_id))
+    return {sweep: n for sweep, n in counts if n}
 
 
 def _land(session_factory: sessionmaker, files: list[_File], known: _Known, report: CollectReport) -> None:
@@ -123,6 +199,8 @@ def _land(session_factory: sessionmaker, files: list[_File], known: _Known, repo
         return
     try:
         outcomes = _transaction(session_factory, files, known)
+    except OperationalError as exc:  # a lost lease or a server's deadlock: the batch once more
+        outcomes = _again(session_factory, files, known) if _transient(exc) else [CONTENDED] * len(files)
     except Exception:  # noqa: BLE001 - the files alone say which one it was
         outcomes = [CONTENDED] * len(files)
     for file, outcome in zip(files, outcomes):
@@ -136,6 +214,14 @@ def _land(session_factory: sessionmaker, files: list[_File], known: _Known, repo
             report.waiting += 1
         else:
             report.broken.append((file.path, outcome))
+
+
+def _again(session_factory: sessionmaker, files: list[_File], known: _Known) -> list[str]:
+    """The batch in a new transaction (another turn of the lease); if that fails, its files alone."""
+    try:
+        return _transaction(session_factory, files, known)
+    except Exception:  # noqa: BLE001 - the files alone say which one it was
+        return [CONTENDED] * len(files)
 
 
 def _ingest_alone(session_factory: sessionmaker, file: _File, known: _Known) -> str:
@@ -287,9 +373,12 @@ TRANSIENT_SQLSTATES = ("40001", "40P01")
 
 
 def _transient(exc: OperationalError) -> bool:
-    """Whether the server ended the transaction for another's sake (psycopg names the SQLSTATE
-    `sqlstate`, psycopg2 `pgcode`); never on SQLite, whose batches hold the write lock."""
+    """Whether the transaction was ended for another's sake and the same work, tried again,
+    succeeds: a server's (psycopg names the SQLSTATE `sqlstate`, psycopg2 `pgcode`), or a SQLite
+    file's writer lease lost before the commit (this process stalled: sqlite_lease.LeaseLost)."""
     orig = getattr(exc, "orig", None)
+    if isinstance(orig, LeaseLost):
+        return True
     return (getattr(orig, "sqlstate", None) or getattr(orig, "pgcode", None)) in TRANSIENT_SQLSTATES
 
 

@@ -129,6 +129,8 @@ def open_db(url: str, create: bool = True) -> sessionmaker:
                     log.warning("upgraded %s in place from schema %s to %s", path or make_url(url).render_as_string(),
                                 before or "(none recorded: made before migrations)", SCHEMA_VERSION)
     except (ArgumentError, ImportError, DBAPIError) as exc:  # never a traceback: why, and what to do
+        if isinstance(getattr(exc, "orig", None), (sqlite_lease.LeaseRefused, sqlite_lease.LeaseLost)):
+            raise exc.orig from None  # the lease's own line (it waited already), not "cannot be opened"
         raise Unusable.of(url, exc) from exc
     return sessionmaker(engine, expire_on_commit=False)
 

@@ -187,6 +187,12 @@ class Run(Base):
         Index("ix_runs_cell_repeat", "sweep_id", "cell_id", "repeat", "attempt"),
         # latest_runs and what `status` counts of those runs, read from this index alone (migration 0009)
         Index("ix_runs_current", "latest", "sweep_id", "state", "error_class", "state_detail"),
+        # the sweeps with runs still to collect, from the few runs that are (migration 0016)
+        Index("ix_runs_uncollected", "sweep_id", sqlite_where=text("collected_at IS NULL"),
+              postgresql_where=text("collected_at IS NULL")),
+        # which result files are landed, read from the index alone (migration 0016)
+        Index("ix_runs_landed", "result_path", sqlite_where=text("collected_at IS NOT NULL"),
+              postgresql_where=text("collected_at IS NOT NULL")),
     )
 
     @validates("state")

@@ -25,7 +25,7 @@ from functools import lru_cache
 from typing import Any, Iterator, Mapping, Optional, Sequence
 from urllib.parse import quote
 
-from .sqlite_lease import connect_args
+from .sqlite_lease import LeaseLost, LeaseRefused, connect_args
 from .sqlite_sharing import BUSY_TIMEOUT_S, apply_pragmas
 
 #: The Alembic revision the tables and views of schema.py are: the head of orchestrator/migrations/versions,
@@ -180,6 +180,9 @@ def connect(url: str) -> Optional[SqliteRows]:
             conn.close()
             return None
         sqlite_pragmas(conn)
+    except (LeaseRefused, LeaseLost):  # waited its one wait already: said as it is, never waited again
+        conn.close()
+        raise
     except sqlite3.Error:  # not a database, no version table, a lock held too long: db.open_db's to say
         conn.close()
         return None

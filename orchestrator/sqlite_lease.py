@@ -4,16 +4,17 @@ connection that takes it (the why and the measurements: sqlite_sharing.py, docs/
 - The lease is `<file>.writer`, made with O_EXCL, naming its holder (host, process, user), kept
   fresh by a heartbeat, removed after the holder's transaction; others wait up to the busy
   timeout, then are refused in one line (LeaseRefused). A lease unrefreshed for LEASE_STALE_S
-  is broken; on its holder's host, at once when the process is gone.
+  is broken (on its holder's host, at once when the process is gone), compare-and-break: only
+  the lease judged, never one made since. A holder fences itself: a lease broken by another, or
+  that its heartbeat could not refresh, aborts the transaction before its commit (LeaseLost).
 - The releasing holder leaves the file's state in a file's *name*,
   `<file>.written-<inode>-<counter>-<pages>`; the next holder waits until its view shows it.
 - LeasedConnection takes it when SQLite prepares its first statement (the authorizer; no
-  statement cache), and gives it back at commit, rollback or close.
-
-Only the standard library (status reads through it without SQLAlchemy).
+  statement cache), and gives it back at commit, rollback or close. Only the standard library.
 """
 from __future__ import annotations
 
+import errno
 import getpass
 import json
 import os
@@ -21,7 +22,7 @@ import socket
 import sqlite3
 import threading
 import time
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from typing import Any, Iterator, Optional
 
 from . import sqlite_sharing
@@ -34,44 +35,47 @@ LEASE_STALE_S = 20.0
 FRESH_WAIT_S = 5.0
 
 
-
-
 class LeaseRefused(sqlite3.OperationalError):
     """Another host (or process) holds the lease past the wait, or this host's view of the file
-    lags behind the last holder's: nothing was read or written. The message names who and what
-    to do."""
+    lags behind the last holder's: nothing was read or written. The message names who and why."""
 
 
-def _header_state(path: str, drop_cache: bool) -> tuple[int, int, int]:
+def _header_state(path: str, drop_cache: bool, span: int = 0) -> tuple[int, int, int]:
     """(inode, change counter, size in pages) of a SQLite file as this host sees it now, from its
     header (a rollback-journal file keeps both there); with `drop_cache`, this host's cached pages
-    of it are dropped first, so that the read goes to the file system."""
+    of it (its first `span` bytes; 0: all) are dropped first, so that the read goes to the file system."""
     try:
         fd = os.open(path, os.O_RDONLY)
     except FileNotFoundError:
         return (0, 0, 0)
     try:
         if drop_cache:
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-        header = os.pread(fd, 32, 0)
-        if len(header) < 32:
-            return (os.fstat(fd).st_ino, 0, 0)
+            os.posix_fadvise(fd, 0, span, os.POSIX_FADV_DONTNEED)
+        header = os.pread(fd, 32, 0).ljust(32, b"\0")  # a file shorter than a header: 0 and 0
         return (os.fstat(fd).st_ino, int.from_bytes(header[24:28], "big"), int.from_bytes(header[28:32], "big"))
     finally:
         os.close(fd)
 
 
+class LeaseLost(sqlite3.OperationalError):
+    """This process's lease was broken by another (it stalled past LEASE_STALE_S) or could not be
+    refreshed (ESTALE, EIO): another host may write, so the transaction was rolled back uncommitted."""
+
+
 class _Lease:
-    """This process's hold on `<path>.writer`, counted per connection that holds it."""
+    """This process's hold on `<path>.writer`, counted per connection that holds it. While held:
+    the lease file's descriptor and inode (what is ours: a file at the path with another inode
+    is another's lease), and when the heartbeat last refreshed it."""
 
     def __init__(self, path: str) -> None:
         self.path, self.file = path, path + ".writer"
         self.folder, base = os.path.split(path)
         self.record = base + ".written-"  # + "<inode>-<change counter>-<pages>"
         self.holders = 0
-        self.token = ""
         self.guard = threading.Lock()
         self.stop: Optional[threading.Event] = None
+        self.fd, self.ino, self.beat_at, self.lost = -1, 0, 0.0, ""
+        self.left = ""  # the record this process left last: while it is the newest, no other wrote since
 
     def acquire(self, wait_s: Optional[float] = None) -> None:
         with self.guard:
@@ -93,8 +97,42 @@ class _Lease:
             self.holders -= 1
             if self.holders:
                 return
-            self._record()
+            if not self.lost:
+                self._record()
             self._drop()
+
+    def fence(self) -> None:
+        """Raises LeaseLost unless the lease is still ours and was refreshed within half the stale
+        time: a commit that follows a stall (or a dead heartbeat) must not land, since another
+        host may have judged the lease abandoned, broken it and written since."""
+        stalled = time.monotonic() - self.beat_at
+        self._beat()
+        if not self.lost and stalled > LEASE_STALE_S / 2:
+            self.lost = f"unrefreshed for {stalled:.0f} s: this process stalled"
+        if self.lost:
+            raise LeaseLost(
+                f"{self.path}: this process lost its writer lease ({self.lost}); its transaction was rolled "
+                f"back and nothing was written: run the command again")
+
+    def _beat(self) -> None:
+        """Refreshes the lease through its own descriptor (never another's file at the path); a
+        lease whose path names another file, or that cannot be refreshed, is lost."""
+        if self.fd < 0 or self.lost:
+            return
+        try:
+            if os.stat(self.file).st_ino != self.ino:
+                self.lost = "another process broke it and took its own"
+                return
+            os.utime(self.fd)
+            self.beat_at = time.monotonic()
+        except FileNotFoundError:
+            self.lost = "another process broke it"
+        except OSError as exc:
+            self.lost = f"it could not be refreshed: {exc.strerror or exc}"
+
+    def _heartbeat(self, stop: threading.Event) -> None:
+        while not stop.wait(LEASE_HEARTBEAT_S) and not self.lost:
+            self._beat()
 
     def _record(self) -> None:
         """Leaves what this writer left the file at for the next, in a file's *name*: another
@@ -103,6 +141,7 @@ class _Lease:
         one rewritten in place 1 in 200), while a directory's listing was never stale."""
         state = "-".join(str(v) for v in _header_state(self.path, drop_cache=False))
         user, host = who()
+        self.left = self.record + state
         try:
             records = self._records()
             if [name for _, name in records] == [self.record + state]:
@@ -129,23 +168,20 @@ class _Lease:
 
     def _take(self, wait_s: float) -> None:
         user, host = who()
-        me = {"host": host, "pid": os.getpid(), "user": user, "since": time.time()}
         deadline, pause = time.monotonic() + wait_s, 0.01
         seen, seen_at = None, time.monotonic()
         while True:
-            me["token"] = os.urandom(8).hex()
+            token = os.urandom(8).hex()
             try:
                 fd = os.open(self.file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
             except FileExistsError:
                 holder, stamp = _read_lease(self.file)
-                if holder is None:  # removed between the two calls: try again
-                    continue
+                stamp = stamp or (0, 0, -1)  # removed between the two calls (or a dangling link)
                 now = time.monotonic()
                 if stamp != seen:
                     seen, seen_at = stamp, now
-                gone = holder.get("host") == host and not _alive(holder.get("pid"))
-                if gone or now - seen_at > LEASE_STALE_S:
-                    _break(self.file, holder)
+                gone = holder is not None and holder["host"] == host and not _alive(holder["pid"])
+                if (gone or now - seen_at > LEASE_STALE_S) and _break(self.file, holder, stamp):
                     continue
                 if now > deadline:
                     raise LeaseRefused(_refusal(self.path, holder, wait_s))
@@ -153,38 +189,42 @@ class _Lease:
                 pause = min(pause * 2, 0.25)
                 continue
             except OSError as exc:
+                if exc.errno == errno.ESTALE and time.monotonic() < deadline:  # removed on another
+                    time.sleep(pause)  # host as this one looked (GlusterFS says so): look again
+                    continue
                 raise LeaseRefused(
                     f"cannot make the lease {self.file} ({exc.strerror}): nothing was read or written; make "
                     f"its directory writable for every user who collects, or use a database server "
                     f"(docs/shared-results.md)") from exc
-            with os.fdopen(fd, "w") as f:
-                json.dump(me, f)
-            self.token = me["token"]
-            self.stop = threading.Event()
-            threading.Thread(target=_heartbeat, args=(self.file, self.stop), daemon=True,
-                             name="writer-lease").start()
+            self._hold(fd, {"host": host, "pid": os.getpid(), "user": user, "since": time.time(), "token": token})
             return
+
+    def _hold(self, fd: int, me: dict[str, Any]) -> None:
+        """Writes this holder's record into the new lease and starts its heartbeat."""
+        os.write(fd, json.dumps(me).encode())
+        self.fd, self.ino, self.beat_at, self.lost = fd, os.fstat(fd).st_ino, time.monotonic(), ""
+        self.stop = threading.Event()
+        threading.Thread(target=self._heartbeat, args=(self.stop,), daemon=True, name="writer-lease").start()
 
     def _check_fresh(self) -> None:
         """Waits until this host sees the file as the last writer left it (its recorded change
         counter and size, or a later one), dropping cached pages before each look; refuses after
-        FRESH_WAIT_S. A record of another file (another inode: the file was moved away and made
-        again) is no measure."""
+        FRESH_WAIT_S. A record of another file (another inode: moved away, made again) is no
+        measure. Where the newest is the one this process left and the header, read afresh, still
+        says so, nobody committed since, and its cached pages are the file's: none are dropped."""
         records = self._records()
         if not records:
             return  # no writer recorded one yet
         want, record = max(records)
+        if record == self.left and _header_state(self.path, drop_cache=True, span=4096) == want:
+            return
         deadline = time.monotonic() + FRESH_WAIT_S
         while True:
             seen = _header_state(self.path, drop_cache=True)
             if seen[0] != want[0] or seen[1:] == want[1:] or seen[1] > want[1]:
                 return
             if time.monotonic() > deadline:
-                try:
-                    with open(os.path.join(self.folder, record)) as f:
-                        last = json.load(f).get("host", "?")
-                except (OSError, ValueError):
-                    last = "?"
+                last = _field(os.path.join(self.folder, record), "host")
                 raise LeaseRefused(
                     f"this host's view of {self.path} lags behind the last writer's ({last}: change {want[1]}, "
                     f"{want[2]} pages; seen here: change {seen[1]}, {seen[2]} pages, after {FRESH_WAIT_S:.0f} s): "
@@ -193,16 +233,16 @@ class _Lease:
             time.sleep(0.1)
 
     def _drop(self) -> None:
+        """Stops the heartbeat and removes the lease, if it is still ours (compared by inode: a
+        lease another process made after breaking ours is never removed)."""
         if self.stop is not None:
             self.stop.set()
             self.stop = None
-        holder, _ = _read_lease(self.file)
-        if holder is not None and holder.get("token") == self.token:
-            try:
-                os.unlink(self.file)
-            except FileNotFoundError:
-                pass
-        self.token = ""
+        if self.fd >= 0:
+            if _ino(self.file) == self.ino:
+                _remove_if(self.file, self.ino)
+            os.close(self.fd)
+        self.fd, self.ino = -1, 0
 
 
 def who() -> tuple[str, str]:
@@ -214,59 +254,126 @@ def who() -> tuple[str, str]:
     return user, socket.gethostname()
 
 
-def _alive(pid: Any) -> bool:
+def _alive(pid: int) -> bool:
     try:
-        os.kill(int(pid), 0)
+        os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    except (PermissionError, ValueError, TypeError, OverflowError):
-        return True  # another user's process, or not a pid: assume alive
+    except (PermissionError, OverflowError, ValueError):
+        pass  # another user's process, or not a pid: assume alive
     return True
 
 
-def _read_lease(file: str) -> tuple[Optional[dict[str, Any]], Any]:
-    """The lease's holder and a stamp that changes whenever it is refreshed or replaced."""
+def _field(path: str, name: str) -> str:
+    """One string field of a small JSON record file ('?' where it has none)."""
+    record: Any = None
+    with suppress(OSError, ValueError, RecursionError), open(path, "rb") as f:
+        record = json.loads(f.read(4096))
+    value = record.get(name) if isinstance(record, dict) else None
+    return value if isinstance(value, str) else "?"
+
+
+#: What a lease's holder record must hold, and of which type: anything else is no record.
+HOLDER_FIELDS = {"host": str, "pid": int, "token": str}
+
+
+def _read_lease(file: str) -> tuple[Optional[dict[str, Any]], Optional[tuple[int, int, int]]]:
+    """The lease's holder record (None where its content is none: being written, or foreign)
+    and a stamp that changes whenever it is refreshed or replaced; (None, None) where there is
+    no lease."""
     try:
-        with open(file) as f:
+        with open(file, "rb") as f:
             st = os.fstat(f.fileno())
-            text = f.read()
+            data = f.read(4096)
     except FileNotFoundError:
         return None, None
+    except OSError:  # unreadable here: judged by its stamp alone
+        try:
+            st = os.stat(file)
+        except OSError:
+            return None, None
+        data = b""
     try:
-        holder = json.loads(text)
-    except ValueError:  # being written right now
-        holder = {}
-    return holder, (st.st_ino, st.st_mtime_ns, st.st_size)
+        holder = json.loads(data)
+    except (ValueError, RecursionError):
+        holder = None
+    valid = isinstance(holder, dict) and all(
+        type(holder.get(key)) is kind for key, kind in HOLDER_FIELDS.items())
+    return (holder if valid else None), (st.st_ino, st.st_mtime_ns, st.st_size)
 
 
-def _break(file: str, holder: dict[str, Any]) -> None:
-    """Removes an abandoned lease: renamed aside first, so that of two processes breaking it at
-    once only one removes it."""
+#: How long this process has seen each break guard unchanged: (its stamp, since when).
+_guards_seen: dict[str, tuple[Any, float]] = {}
+
+
+def _break(file: str, holder: Optional[dict[str, Any]], stamp: tuple[int, int, int]) -> bool:
+    """Removes the lease judged abandoned, and only that one (compare-and-break): breakers take
+    turns through `<file>.breaking` (O_EXCL), and each compares the lease with the stamp it judged
+    before moving it aside; one refreshed, released or replaced since is left alone. Whether it
+    broke it."""
+    guard = file + ".breaking"
+    try:
+        fd = os.open(guard, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    except FileExistsError:
+        _clear_abandoned_guard(guard)
+        return False
+    except OSError:
+        return False
+    try:
+        if _read_lease(file)[1] != stamp or not _remove_if(file, stamp[0]):
+            return False
+    finally:
+        os.close(fd)
+        with suppress(OSError):
+            os.unlink(guard)
+    who_held = f"{holder['host']} (pid {holder['pid']})" if holder else "no holder record"
+    sqlite_sharing.say(f"broke the abandoned lease of {who_held}")
+    return True
+
+
+def _clear_abandoned_guard(guard: str) -> None:
+    """A break guard unchanged for LEASE_STALE_S: its breaker died while breaking; removed."""
+    _, stamp = _read_lease(guard)
+    first = _guards_seen.get(guard)
+    if stamp is None or first is None or first[0] != stamp:
+        _guards_seen[guard] = (stamp, time.monotonic())
+    elif time.monotonic() - first[1] > LEASE_STALE_S:
+        _remove_if(guard, stamp[0])
+        _guards_seen.pop(guard, None)
+
+
+def _ino(path: str) -> int:
+    with suppress(OSError):
+        return os.stat(path).st_ino
+    return -1
+
+
+def _remove_if(file: str, ino: int) -> bool:
+    """Removes `file` if it is the inode `ino`: moved aside first (of two processes removing it at
+    once, only one does), then compared; another file moved aside by mistake is put back (a hard
+    link never replaces a file that is there meanwhile). Whether it removed it."""
     aside = f"{file}.broken.{os.getpid()}.{os.urandom(4).hex()}"
     try:
         os.rename(file, aside)
-    except FileNotFoundError:
-        return
-    sqlite_sharing.say(f"broke the abandoned lease of {holder.get('host')} (pid {holder.get('pid')})")
-    try:
-        os.unlink(aside)
     except OSError:
-        pass
+        return False
+    ours = _ino(aside) == ino
+    if not ours:
+        with suppress(OSError):  # EEXIST: a newer lease stands there; the one moved aside is lost
+            os.link(aside, file)  # to its holder, whose fence sees it
+    with suppress(OSError):
+        os.unlink(aside)
+    return ours
 
 
-def _heartbeat(file: str, stop: threading.Event) -> None:
-    while not stop.wait(LEASE_HEARTBEAT_S):
-        try:
-            os.utime(file)
-        except OSError:
-            return
-
-
-def _refusal(path: str, holder: dict[str, Any], wait_s: float) -> str:
-    since = holder.get("since")
-    held = f", for {time.time() - since:.0f} s" if isinstance(since, (int, float)) else ""
-    return (f"{path} is in use by {holder.get('host', '?')} (pid {holder.get('pid', '?')}, user "
-            f"{holder.get('user', '?')}{held}); waited {wait_s:.0f} s, read and wrote nothing: try again when it "
+def _refusal(path: str, holder: Optional[dict[str, Any]], wait_s: float) -> str:
+    if holder is None:
+        by = f"a lease that names no holder ({os.path.basename(path)}.writer: being written, or not a lease)"
+    else:
+        since, user = holder.get("since"), holder.get("user")
+        held = f", for {time.time() - since:.0f} s" if isinstance(since, (int, float)) else ""
+        by = f"{holder['host']} (pid {holder['pid']}, user {user if isinstance(user, str) else '?'}{held})"
+    return (f"{path} is in use by {by}; waited {wait_s:.0f} s, read and wrote nothing: try again when it "
             f"ends, or give this host its own results file (ORCHESTRATOR_DB=sqlite:////local/disk/results.db), "
             f"or share results through a database server (docs/shared-results.md)")
 
@@ -329,6 +436,12 @@ class LeasedConnection(sqlite3.Connection):
             self._lease.release()
 
     def commit(self) -> None:
+        if self._holds and self.in_transaction and self._lease is not None:
+            try:
+                self._lease.fence()  # a lost lease: another host may write; this commit must not land
+            except LeaseLost:
+                self.rollback()
+                raise
         try:
             super().commit()
         finally:

@@ -25,7 +25,9 @@ malformed" in a collector reading while the other host committed). So on a netwo
   the transaction (commit, rollback or close). Another process, on any host, waits for it (up
   to the busy timeout) and is then refused in one line that names the holder and the way out:
   hosts take turns, one at a time. A lease nobody refreshes for LEASE_STALE_S (its holder died)
-  is broken; on the holder's own host, at once when its process is gone.
+  is broken; on the holder's own host, at once when its process is gone. Only the lease judged
+  is ever broken (compare-and-break), and a holder whose lease was broken or could not be
+  refreshed rolls its transaction back before the commit (its fence).
 - each holder sees what the previous one wrote: the releasing holder leaves the file's change
   counter and size in the *name* of a file, `<file>.written-<inode>-<counter>-<pages>` (a
   directory listing is fresh on another host where a file's content may not be: measured), and

@@ -208,49 +208,72 @@ def reconcile(rows: Rows, sweep_id: Optional[str] = None,
 
     SQL text (orchestrator.queries) over `rows` (orchestrator.sql_adapters): `status` reconciles every open run each time it is
     typed, without importing SQLAlchemy. The open runs are read as rows and only what changed is
-    written, one executemany per set of columns."""
+    written, one executemany per set of columns. Between the read and the write the database is
+    let go (a commit: on a network file system that ends this host's turn of the lease), so that
+    the schedulers' polls (sacct, squeue: up to 30 s each) and the run directories' files keep
+    no other command waiting; the write then changes only runs still as they were read."""
     backends = {} if backends is None else backends
     report = Reconciled()
     by_backend: dict[str, list[Any]] = {}
     for run in queries.open_runs(rows, runstate.OPEN, _OPEN_RUN, sweep_id):
         by_backend.setdefault(run.executor if run.job_id else "", []).append(run)
+    clusters = {name: _cluster_config(rows, runs[0]) for name, runs in by_backend.items() if name}
+    rows.commit()  # nothing held while the schedulers answer
     now = time.time()
     changes: dict[tuple[str, ...], list[dict[str, Any]]] = {}  # the columns set -> each run's values
     for name, runs in by_backend.items():
-        backend, answers = None, None
-        if name:
-            try:
-                backend = backends.get(name) or backends.setdefault(
-                    name, backend_class(name)(_cluster_config(rows, runs[0])))
-            except UnknownBackend:
-                backend = None
-            answers = backend.poll({r.job_id for r in runs}) if backend else None
-            if backend is not None and answers is None:
-                report.silent[name] = f"{backend.last_error}; {backend.failures} poll(s) in a row"
-                report.kept[name] = len(runs)
-            elif backend is not None and backend.last_error:
-                report.partial[name] = backend.last_error
-                report.kept[name] = sum(1 for r in runs if r.job_id not in answers)
+        backend = _backend(backends, name, clusters.get(name)) if name else None
+        answers = _poll(backend, name, runs, report)
         for run in runs:
-            logs = (f"{os.path.dirname(os.path.dirname(run.run_dir))}/.submitit" if run.run_dir
-                    else "the .submitit folder")
-            seen = (answers or {}).get(run.job_id) if name else None
-            values = {"observed_at": now} if seen is not None else {}
-            if seen is None and name and run.observed_at:
-                report.as_of[name] = max(report.as_of.get(name, 0.0), run.observed_at)
-            verdict = decide(evidence_in(run.run_dir), seen,
-                            job_id=run.job_id if name else None, backend=name or "job", now=now,
-                            submitted_at=run.submitted_at, grace_s=backend.grace_s if backend else 0.0,
-                            logs=f"its log under {logs}", previous=run.state_detail)
-            changed = _changed(run, verdict or {})
-            report.changed += bool(changed)
-            values.update(changed)
+            values = _verdict(run, name, backend, answers, now, report)
             if values:
-                changes.setdefault(tuple(sorted(values)), []).append({"b_id": run.id, **values})
+                changes.setdefault(tuple(sorted(values)), []).append(
+                    {"b_id": run.id, "b_state": run.state, **values})
     for columns, values in changes.items():
         queries.update_runs(rows, columns, values)
     rows.commit()
     return report
+
+
+def _backend(backends: dict[str, Backend], name: str, cluster: Optional[dict[str, Any]]) -> Optional[Backend]:
+    """The backend of that name, made once per caller; None for one this release does not know."""
+    try:
+        return backends.get(name) or backends.setdefault(name, backend_class(name)(cluster or {}))
+    except UnknownBackend:
+        return None
+
+
+def _poll(backend: Optional[Backend], name: str, runs: list[Any], report: Reconciled) -> Optional[dict[str, Any]]:
+    """The backend's word on the runs' jobs (None: no answer, said in the report)."""
+    if backend is None:
+        return None
+    answers = backend.poll({r.job_id for r in runs})
+    if answers is None:
+        report.silent[name] = f"{backend.last_error}; {backend.failures} poll(s) in a row"
+        report.kept[name] = len(runs)
+    elif backend.last_error:
+        report.partial[name] = backend.last_error
+        report.kept[name] = sum(1 for r in runs if r.job_id not in answers)
+    return answers
+
+
+def _verdict(run: Any, name: str, backend: Optional[Backend], answers: Optional[dict[str, Any]], now: float,
+             report: Reconciled) -> dict[str, Any]:
+    """What changes of one run, from its directory and its scheduler's word."""
+    logs = (f"{os.path.dirname(os.path.dirname(run.run_dir))}/.submitit" if run.run_dir
+            else "the .submitit folder")
+    seen = (answers or {}).get(run.job_id) if name else None
+    values = {"observed_at": now} if seen is not None else {}
+    if seen is None and name and run.observed_at:
+        report.as_of[name] = max(report.as_of.get(name, 0.0), run.observed_at)
+    verdict = decide(evidence_in(run.run_dir), seen,
+                    job_id=run.job_id if name else None, backend=name or "job", now=now,
+                    submitted_at=run.submitted_at, grace_s=backend.grace_s if backend else 0.0,
+                    logs=f"its log under {logs}", previous=run.state_detail)
+    changed = _changed(run, verdict or {})
+    report.changed += bool(changed)
+    values.update(changed)
+    return values
 
 
 def _cluster_config(rows: Rows, run: Any) -> dict[str, Any]:

@@ -19,6 +19,8 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "benchmarks"))
 import shared_fs  # noqa: E402 - the benchmark's own rounds
 
+from orchestrator import sqlite_lease  # noqa: E402
+
 HOW = "start it as root with `scripts/sharedfs.sh start` (scripts/test.sh does when run as root)"
 
 
@@ -41,5 +43,20 @@ def test_collectors_on_two_hosts_of_one_glusterfs_volume_lose_nothing(mounts, ho
     totals = said.strip().splitlines()[-1]
     assert "on fuse.glusterfs, journal mode delete: 3 rounds, 180 files made, 180 landed, 0 lost" in totals, said
     assert "0 duplicated, 0 claimed twice, 0 rounds failing integrity_check, 0 of 6 commands exited non-zero" \
+        in totals, said
+    assert status == 0, said
+
+
+def test_a_collector_stopped_past_the_stale_time_commits_nothing_after_the_other_broke_its_lease(mounts, capsys):
+    """loginA is stopped (SIGSTOP: its heartbeat too) while it holds the lease, for longer than
+    the stale time; loginB breaks the lease and collects; loginA, continued, must not commit what
+    it began (its fence rolls it back), lands nothing twice, and both exit 0. About 40 s."""
+    status = shared_fs.main([str(mounts[0]), str(mounts[1]), "--rounds", "1", "--files", "60",
+                             "--stall", str(sqlite_lease.LEASE_STALE_S + 5)])
+    said = capsys.readouterr().out
+    assert f"loginA stopped {sqlite_lease.LEASE_STALE_S + 5:g} s while it held the lease" in said, said
+    totals = said.strip().splitlines()[-1]
+    assert "1 rounds, 60 files made, 60 landed, 0 lost" in totals, said
+    assert "0 duplicated, 0 claimed twice, 0 rounds failing integrity_check, 0 of 2 commands exited non-zero" \
         in totals, said
     assert status == 0, said

@@ -18,13 +18,15 @@ HELP = "land finished runs' result.json files in the DB"
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--batch", type=int, default=None, metavar="N",
                    help="result files per transaction (default 500; 1 to 10000)")
+    p.add_argument("--all", dest="everything", action="store_true",
+                   help="look into every sweep's folder, also those whose runs are all collected")
 
 
 def run(args: argparse.Namespace, out: Console) -> int:
-    return collect(args.db, Path(args.runs), out, args.batch)
+    return collect(args.db, Path(args.runs), out, args.batch, args.everything)
 
 
-def collect(url: str, runs: Path, out: Console, batch: Optional[int] = None) -> int:
+def collect(url: str, runs: Path, out: Console, batch: Optional[int] = None, everything: bool = False) -> int:
     """Collects the result files under `runs` into the database at `url` (made if missing);
     exit status 1 where a file is broken."""
     # lazy: SQLAlchemy (~0.3 s) only in the commands that need it: `status` and --help start without it
@@ -39,7 +41,7 @@ def collect(url: str, runs: Path, out: Console, batch: Optional[int] = None) -> 
     factory = db.open_db(url)
     with factory() as session:  # first the runs' fate: a requeued job's old failure must wait
         reconcile(Rows.of(session), None, out)
-    report = collect_files(factory, runs, batch_size=batch or BATCH_SIZE)
+    report = collect_files(factory, runs, batch_size=batch or BATCH_SIZE, everything=everything)
     out.print(str(report), markup=False)
     for path, reason in report.broken:
         out.print(f"  broken: {path}: {reason}", markup=False, soft_wrap=True)

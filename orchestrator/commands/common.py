@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional
 from orchestrator import queries
 from orchestrator.sql_adapters import Rows, connect, sqlite_file
 from orchestrator.config_checks import ConfigError
+from orchestrator.sqlite_lease import LeaseLost, LeaseRefused
 from orchestrator.sqlite_sharing import damaged, damaged_way_out
 
 if TYPE_CHECKING:
@@ -56,6 +57,8 @@ def database_error(exc: Exception, url: str) -> Optional[str]:
     """What to say of a database error (None: it is not one). SQLAlchemy's and db's errors are
     looked for only where the command imported them (`status` on a current SQLite file reads it
     with sqlite3 alone: orchestrator.sql_adapters)."""
+    if isinstance(exc, (LeaseRefused, LeaseLost)):
+        return str(exc)  # its one line names the holder or the loss, and the way out
     said = exc if isinstance(exc, sqlite3.Error) else None  # the driver's error, said as it is
     if "orchestrator.db" in sys.modules:
         # lazy: SQLAlchemy (~0.3 s) only in the commands that need it: `status` and --help start without it

@@ -32,27 +32,34 @@ class Report:
 
 def write_report(session: Any, sweep_ids: Sequence[str], out: Path, noisy_cv: float) -> Report:
     """Reads the sweeps from the database and writes the report into `out` (made if needed;
-    files of an earlier report there are replaced)."""
+    files of an earlier report there are replaced). Everything is read first, then the session
+    lets the database go (a commit: on a network file system that ends this host's turn of the
+    lease) before anything is drawn or written: rendering keeps no other command waiting."""
     report = Report(out)
-    (out / "tables").mkdir(parents=True, exist_ok=True)
     all_tables = tables.from_db(session, sweep_ids, noisy_cv)
+    by_name = {t.spec.metric.name: t for t in all_tables}
+    speed = by_name["images_per_sec"]
+    multi_node = any((e.settings.get("nodes") or 1) > 1 for e in speed.entries)
+    addrs = query.node_addrs(session, sweep_ids) if multi_node else None
+    job_times, configs = query.job_times(session, sweep_ids), query.recorded_configs(session, sweep_ids)
+    cores = query.cores(session, sweep_ids)
+    about = (query.sweeps(session, sweep_ids), query.span(session, sweep_ids))
+    provenance = query.provenance(session, sweep_ids)
+    session.commit()  # read: nothing below touches the database
+    (out / "tables").mkdir(parents=True, exist_ok=True)
     for table in all_tables:
         name = table.spec.metric.name
         report.tables += [tables.write_csv(table, out / "tables" / f"{name}.csv"),
                           tables.write_markdown(table, out / "tables" / f"{name}.md")]
-    by_name = {t.spec.metric.name: t for t in all_tables}
-    speed = by_name["images_per_sec"]
     nodes = None  # the node scaling series, where a sweep asked for more than one node
-    if any((e.settings.get("nodes") or 1) > 1 for e in speed.entries):
-        nodes = speedup.node_scaling(speed.entries, query.node_addrs(session, sweep_ids))
+    if multi_node:
+        nodes = speedup.node_scaling(speed.entries, addrs)
         report.tables += scaling_table.write(nodes, out / "tables")
-    times = time_table.rows(speed, query.job_times(session, sweep_ids), query.recorded_configs(session, sweep_ids))
+    times = time_table.rows(speed, job_times, configs)
     report.tables += time_table.write(times, out / "tables")
-    drawn, report.skipped = figures.write_all(speed, by_name["energy_per_image_j"],
-                                              query.cores(session, sweep_ids), nodes, out / "figures")
+    drawn, report.skipped = figures.write_all(speed, by_name["energy_per_image_j"], cores, nodes, out / "figures")
     report.figures = [p for f in drawn for p in (f.svg, f.png)]
     report.cells = len(by_name["images_per_sec"].entries)
-    html = page.render(query.sweeps(session, sweep_ids), query.span(session, sweep_ids), all_tables, drawn,
-                       report.skipped, query.provenance(session, sweep_ids), noisy_cv, nodes, times)
+    html = page.render(*about, all_tables, drawn, report.skipped, provenance, noisy_cv, nodes, times)
     report.index.write_text(html, encoding="utf-8")
     return report
