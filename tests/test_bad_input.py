@@ -274,6 +274,28 @@ def test_a_dataset_without_files_is_refused_at_expansion_with_the_command_that_w
     assert not (tmp_path / "data").exists()  # a dry run writes nothing
 
 
+def test_the_foreground_run_takes_the_sweeps_front_door_a_missing_dataset_refused(tmp_path):
+    """Issue 36: `python -m orchestrator` without -m skipped the missing-dataset check and ran the
+    trainer on a folder that is not there. Now it is the sweep's launch path: refused in one line
+    naming the folder and `orchestrator data generate`, nothing written; its dry run counts the
+    cell and says it needs its data."""
+    env = workdir(tmp_path)
+    cell = ["framework=numpy", "model=lenet", "dataset=mnist", "iterations=2", "warmup=1", "threads=1", "batch_size=8"]
+    done = run_cli(cell, tmp_path, **env)
+    said = " ".join((done.stdout + done.stderr).split())
+    assert done.returncode == 1, said
+    assert "Traceback" not in said, said
+    assert "refused numpy/lenet/mnist: dataset=mnist reads" in said, said
+    assert f"orchestrator data generate mnist --dir {tmp_path / 'data'}" in said, said
+    assert "nothing was submitted" in said, said
+    assert list(tmp_path.iterdir()) == []  # no results.db, no runs/, no data/
+    dry = run_cli([*cell, "dry_run=true"], tmp_path, **env)
+    said = " ".join(dry.stdout.split())
+    assert dry.returncode == 0, dry.stderr
+    assert "1 cells (dry run" in said and "needs data (a submission now refuses it) numpy/lenet/mnist: " in said, said
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_digits_are_written_on_first_use_once(tmp_path):
     """A sweep on dataset=digits writes scikit-learn's digits where they are missing, into a private
     folder renamed into place; a second finds them and writes nothing."""
