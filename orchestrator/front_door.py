@@ -50,12 +50,12 @@ def launch(asked: Iterable[Asked], foreground: bool = False) -> None:
     argv = ["python", "-m", "orchestrator", *sys.argv[1:]]
     with config_checks.stop_on_bad_input():
         found = sort_cells(asked)
-        if not found.cells:
-            launcher_output.print_refused(found.refused)
-            raise SystemExit(f"no cell of this sweep can be placed ({len(found.refused)} refused); "
-                             f"nothing was submitted")
         if found.left_out:
             launcher_output.print_left_out(found.left_out)
+        if not found.cells:
+            launcher_output.print_refused(found.refused)
+            raise SystemExit(f"no cell of this sweep can be placed ({len(found.refused)} refused, "
+                             f"{len(found.left_out)} left out); nothing was submitted")
         opts = found.options
         if opts.dry_run:
             config_checks.check_database(opts.db_url)

@@ -296,6 +296,18 @@ def test_the_foreground_run_takes_the_sweeps_front_door_a_missing_dataset_refuse
     assert list(tmp_path.iterdir()) == []
 
 
+def test_the_foreground_run_leaves_out_a_threads_presets_cell_beyond_the_nodes_cpus(tmp_path):
+    """The threads preset's rule (no cell with more threads than the node's CPUs) holds in the
+    foreground too: said once, and nothing runs or is written."""
+    done = run_cli(["framework=numpy", "+preset=threads", "hardware=cpu12", "threads=64", "dry_run=true"],
+                   tmp_path, **workdir(tmp_path))
+    said = " ".join((done.stdout + done.stderr).split())
+    assert done.returncode == 1 and "Traceback" not in said, said
+    assert "1 cell(s) left out: more threads than the node's CPUs (threads=64 on cpu12)" in said, said
+    assert "(0 refused, 1 left out); nothing was submitted" in said, said
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_digits_are_written_on_first_use_once(tmp_path):
     """A sweep on dataset=digits writes scikit-learn's digits where they are missing, into a private
     folder renamed into place; a second finds them and writes nothing."""
