@@ -20,7 +20,7 @@ from sqlalchemy import bindparam, insert, select, update
 from sqlalchemy.orm import Session
 
 from orchestrator import db, schema, retry, runstate, config_checks, setting_registry, time_limits
-from orchestrator.backends import Backend, SchedulerUnavailable, backend_for, backend_name, sbatch
+from orchestrator.backends import Backend, SchedulerUnavailable, backend_for, sbatch
 from orchestrator.backends.base import signature
 from orchestrator.cell import Cell, CellError
 from orchestrator.dataset_files import MADE_ON_FIRST_USE, made_on_first_use
@@ -64,8 +64,7 @@ class Options:
         for key in ("db", "runs", "data", "cache"):
             config_checks.one_line(f"paths.{key}", paths.get(key), f"set ORCHESTRATOR_{key.upper()} or paths.{key}= to "
                             + ("a database URL such as sqlite:///results.db" if key == "db" else "a directory"))
-        backend_name(cfg["cluster"])
-        sbatch.check_cluster(cfg["cluster"])
+        sbatch.check_cluster(cfg["cluster"])  # cluster.executor: checked by backend_for (__post_init__)
         for key in ("images", "binary"):
             config_checks.one_line(f"apptainer.{key}", apptainer.get(key), f"set apptainer.{key}= to "
                             + ("a directory of <framework>.sif images" if key == "images" else "a command name"))
