@@ -3,8 +3,9 @@
 With `-m`, Hydra's sweeper expands the grid and the project's launcher submits the cells
 (hydra_plugins/orchestrator_launcher) — this task function is not called then. Without `-m`,
 the one composed cell runs here in the foreground, through the same job code, and is collected
-at once: the way to debug a trainer (`dry_run=true` lists it instead). Its bad values are refused
-as the launcher refuses them, in the same words, before anything is written.
+at once: the way to debug a trainer (`dry_run=true` lists it instead). It goes through the same
+front door as a sweep (orchestrator/front_door.py): every input check, in the same words, before
+anything is written.
 """
 from __future__ import annotations
 
@@ -46,25 +47,12 @@ CONF = str(Path(__file__).resolve().parent.parent / "conf")
 
 @hydra.main(version_base="1.3", config_path=CONF, config_name="config")
 def main(cfg: DictConfig) -> None:
-    # lazy: only a single run needs the launcher (SQLAlchemy, submitit); --help, --cfg and sweeps (the launcher plugin) never do
-    from orchestrator import launcher_output, config_checks
-    from orchestrator.cell import Cell, CellError
-    from orchestrator.submit import Options, check_request, learn_time_limits, submit_sweep
+    # lazy: only a single run needs the launch path (SQLAlchemy, submitit); --help, --cfg and sweeps (the launcher plugin) never do
+    from orchestrator import front_door
+    from orchestrator.cell import Cell
 
-    # as the launcher does for each cell of a sweep: the cell's bad values refuse it, and
-    # sweep-wide ones (paths, cluster, the database) stop here, before anything is written
-    with config_checks.stop_on_bad_input():
-        try:
-            cell = Cell.from_config(cfg, choices=HydraConfig.get().runtime.choices)
-            opts = Options.from_config(cell.config)
-            check_request(opts.backend, cell.config, cell.label)
-        except CellError as exc:
-            raise SystemExit(f"refused: {exc}") from None
-        if opts.dry_run:
-            config_checks.check_database(opts.db_url)
-            launcher_output.print_cells(learn_time_limits([cell], opts), [])  # the limit it would ask for, and why
-            return
-        report = submit_sweep([cell], opts, argv=["python", "-m", "orchestrator", *sys.argv[1:]], foreground=True)
-    launcher_output.print_submit_report(report, opts)
-    if report.submitted:
-        launcher_output.collect_and_show(opts.db_url, opts.runs / report.sweep_id, report.sweep_id)
+    hydra_config = HydraConfig.get()
+    front_door.launch([front_door.Asked(" ".join(hydra_config.overrides.task),
+                                        lambda: Cell.from_config(cfg, choices=hydra_config.runtime.choices),
+                                        lambda: cfg)],
+                      foreground=True)

@@ -64,7 +64,7 @@ class Options:
         for key in ("db", "runs", "data", "cache"):
             config_checks.one_line(f"paths.{key}", paths.get(key), f"set ORCHESTRATOR_{key.upper()} or paths.{key}= to "
                             + ("a database URL such as sqlite:///results.db" if key == "db" else "a directory"))
-        sbatch.check_cluster(cfg["cluster"])
+        sbatch.check_cluster(cfg["cluster"])  # cluster.executor: checked by backend_for (__post_init__)
         for key in ("images", "binary"):
             config_checks.one_line(f"apptainer.{key}", apptainer.get(key), f"set apptainer.{key}= to "
                             + ("a directory of <framework>.sif images" if key == "images" else "a command name"))

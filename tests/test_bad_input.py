@@ -184,6 +184,10 @@ BAD = {
     "not a database, -m dry run": (["-m", "NOTDB", "dry_run=true"], "'sqlite:///", "move it away"),
     "not a database, foreground": (["NOTDB"], "'sqlite:///", "move it away"),
     "not a database, foreground dry run": (["NOTDB", "dry_run=true"], "'sqlite:///", "move it away"),
+    "cluster.executor unknown": (["-m", "cluster.executor=pbs", "dry_run=true"], "cluster.executor='pbs'",
+                                 "use cluster.executor=local"),
+    "cluster.executor unknown, foreground": (["cluster.executor=pbs"], "cluster.executor='pbs'",
+                                             "use cluster.executor=local"),
     "unreachable server": (["-m", "paths.db=postgresql://127.0.0.1:1/x"], "'postgresql://127.0.0.1:1/x'",
                            "point ORCHESTRATOR_DB (paths.db=, --db) at sqlite:///results.db"),
     "unreachable server, dry run": (["paths.db=postgresql://127.0.0.1:1/x", "dry_run=true"],
@@ -268,6 +272,40 @@ def test_a_dataset_without_files_is_refused_at_expansion_with_the_command_that_w
                    tmp_path, **env)
     assert done.returncode == 0 and "1 cells (dry run" in done.stdout and "refused" not in done.stdout, done.stdout
     assert not (tmp_path / "data").exists()  # a dry run writes nothing
+
+
+def test_the_foreground_run_takes_the_sweeps_front_door_a_missing_dataset_refused(tmp_path):
+    """Issue 36: `python -m orchestrator` without -m skipped the missing-dataset check and ran the
+    trainer on a folder that is not there. Now it is the sweep's launch path: refused in one line
+    naming the folder and `orchestrator data generate`, nothing written; its dry run counts the
+    cell and says it needs its data."""
+    env = workdir(tmp_path)
+    cell = ["framework=numpy", "model=lenet", "dataset=mnist", "iterations=2", "warmup=1", "threads=1", "batch_size=8"]
+    done = run_cli(cell, tmp_path, **env)
+    said = " ".join((done.stdout + done.stderr).split())
+    assert done.returncode == 1, said
+    assert "Traceback" not in said, said
+    assert "refused numpy/lenet/mnist: dataset=mnist reads" in said, said
+    assert f"orchestrator data generate mnist --dir {tmp_path / 'data'}" in said, said
+    assert "nothing was submitted" in said, said
+    assert list(tmp_path.iterdir()) == []  # no results.db, no runs/, no data/
+    dry = run_cli([*cell, "dry_run=true"], tmp_path, **env)
+    said = " ".join(dry.stdout.split())
+    assert dry.returncode == 0, dry.stderr
+    assert "1 cells (dry run" in said and "needs data (a submission now refuses it) numpy/lenet/mnist: " in said, said
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_foreground_run_leaves_out_a_threads_presets_cell_beyond_the_nodes_cpus(tmp_path):
+    """The threads preset's rule (no cell with more threads than the node's CPUs) holds in the
+    foreground too: said once, and nothing runs or is written."""
+    done = run_cli(["framework=numpy", "+preset=threads", "hardware=cpu12", "threads=64", "dry_run=true"],
+                   tmp_path, **workdir(tmp_path))
+    said = " ".join((done.stdout + done.stderr).split())
+    assert done.returncode == 1 and "Traceback" not in said, said
+    assert "1 cell(s) left out: more threads than the node's CPUs (threads=64 on cpu12)" in said, said
+    assert "(0 refused, 1 left out); nothing was submitted" in said, said
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_digits_are_written_on_first_use_once(tmp_path):

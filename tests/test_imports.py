@@ -8,6 +8,7 @@ cell -> job -> result file -> collector -> DB -> report); an import hidden in a 
 one is still a cycle here.
 """
 import ast
+import re
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -36,9 +37,37 @@ def _owner(name: str, known: dict):
     return name or None
 
 
+#: A registry's entry `"a.b:Class"` (as orchestrator/backends names its backends): the module it
+#: imports on first use, an import all the same. (A bare "a.b" string is often only a name, as
+#: `module="trainers.torch"`, and is not counted.)
+ENTRY = re.compile(r"([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+):[A-Za-z_][\w.]*")
+#: The calls that import the module their first argument names.
+IMPORT_CALLS = ("import_module", "__import__")
+
+
+def _called(node) -> str:
+    """The name a call's function goes by (`importlib.import_module` -> import_module)."""
+    func = node.func
+    return func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+
+
+def named_imports(node, known: dict) -> list:
+    """The modules of `known` that an AST node imports by a literal name: the first argument of an
+    import call (`importlib.import_module("a.b")`, `__import__("a.b")`), or a registry's entry."""
+    if isinstance(node, ast.Call) and _called(node) in IMPORT_CALLS and node.args \
+            and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str):
+        return [node.args[0].value]
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        match = ENTRY.fullmatch(node.value)
+        if match and match.group(1) in known:
+            return [match.group(1)]
+    return []
+
+
 def imports(name: str, path: Path, known: dict) -> set:
-    """The modules of `known` that module `name` imports, at any depth, relative imports resolved
-    and `from package import module` counted as the module."""
+    """The modules of `known` that module `name` imports, at any depth, relative imports resolved,
+    `from package import module` counted as the module, and the modules it imports by name
+    (named_imports: importlib, __import__, a registry's "module:Class")."""
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     out = set()
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
@@ -51,7 +80,7 @@ def imports(name: str, path: Path, known: dict) -> set:
                 base = ".".join(parts + ([base] if base else []))
             targets = [_owner(f"{base}.{alias.name}", known) or base for alias in node.names]
         else:
-            continue
+            targets = named_imports(node, known)
         out.update(t for t in (_owner(target, known) for target in targets) if t and t != name)
     return out
 
@@ -168,6 +197,33 @@ def test_the_graph_sees_function_level_relative_and_from_package_imports(tmp_pat
     assert edges["orchestrator.c"] == {"orchestrator.a", "orchestrator.sub"}
     assert cycles(edges) == [["orchestrator.a", "orchestrator.sub.b", "orchestrator.c", "orchestrator.a"]]
     assert unexplained_imports(tmp_path) == ["orchestrator/c.py:2: from orchestrator import a"]
+
+
+def test_the_graph_follows_importlib_dunder_import_and_a_registrys_module_paths(tmp_path):
+    """The loop issue 36 found behind importlib (a package's registry names "mod:Class", imported on
+    first use; that module imports back the package's registry) is a cycle here; so are loops
+    through `importlib.import_module("a.b")` and `__import__("a.b")` with literal names. A name that
+    is only a name (`module="orchestrator.b"`, a docstring) is no import."""
+    pkg = tmp_path / "orchestrator"
+    (pkg / "reg").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "reg" / "__init__.py").write_text(
+        "import importlib\nKINDS = {'x': 'orchestrator.reg.x:X'}\n\n\ndef get(n):\n"
+        "    mod, _, cls = KINDS[n].partition(':')\n    return getattr(importlib.import_module(mod), cls)\n")
+    (pkg / "reg" / "x.py").write_text("from orchestrator.reg import policy\n")
+    (pkg / "reg" / "policy.py").write_text("from orchestrator.reg import KINDS\n")
+    (pkg / "a.py").write_text("import importlib\n\n\ndef f():\n    return importlib.import_module('orchestrator.b')\n")
+    (pkg / "b.py").write_text("def g():\n    return __import__('orchestrator.a')\n")
+    (pkg / "c.py").write_text('"""See orchestrator.a and orchestrator.b."""\nNAME = dict(module="orchestrator.b")\n')
+    for other in ("hydra_plugins", "trainers"):
+        (tmp_path / other).mkdir()
+    edges = graph(tmp_path)
+    assert edges["orchestrator.reg"] == {"orchestrator.reg.x"}
+    assert edges["orchestrator.a"] == {"orchestrator.b"} and edges["orchestrator.b"] == {"orchestrator.a"}
+    assert edges["orchestrator.c"] == set()
+    assert sorted(cycles(edges)) == [["orchestrator.a", "orchestrator.b", "orchestrator.a"],
+                                     ["orchestrator.reg", "orchestrator.reg.x", "orchestrator.reg.policy",
+                                      "orchestrator.reg"]]
 
 
 def test_no_import_cycle_among_the_orchestrators_or_the_trainers_modules():

@@ -11,6 +11,7 @@ import importlib
 from typing import Any, Mapping
 
 from orchestrator.backends.base import Backend, SchedulerUnavailable, SchedulerView
+from orchestrator.config_checks import ConfigError, refuse
 
 #: backend name (a cluster config's `executor`) -> "module:Class", imported on first use so
 #: that `orchestrator --help` and the local path never import what Slurm needs.
@@ -21,13 +22,20 @@ BACKENDS = {
 DEFAULT = "local"
 
 
-class UnknownBackend(ValueError):
-    """A cluster config names an executor no backend implements."""
+class UnknownBackend(ConfigError):
+    """A cluster config names an executor no backend implements (a sweep-wide bad value: the
+    command ends with its message, config_checks.stop_on_bad_input)."""
 
 
 def backend_name(cluster: Mapping[str, Any]) -> str:
-    """The backend a cluster config names (`executor`, default local)."""
-    return str(cluster.get("executor") or DEFAULT)
+    """The backend a cluster config names (`executor`, default local), checked here, beside the
+    registry: a backend's own modules never read BACKENDS (that was the loop behind importlib,
+    backends -> slurm -> sbatch -> backends)."""
+    name = cluster.get("executor") or DEFAULT
+    if name not in BACKENDS:
+        error = refuse("cluster.executor", name, f"is not one of {', '.join(BACKENDS)}", f"use cluster.executor={DEFAULT}")
+        raise UnknownBackend(str(error))
+    return str(name)
 
 
 def backend_for(cluster: Mapping[str, Any]) -> Backend:
@@ -36,9 +44,7 @@ def backend_for(cluster: Mapping[str, Any]) -> Backend:
 
 
 def backend_class(name: str) -> type[Backend]:
-    if name not in BACKENDS:
-        raise UnknownBackend(f"cluster.executor={name!r} is not one of {', '.join(BACKENDS)}")
-    module, _, cls = BACKENDS[name].partition(":")
+    module, _, cls = BACKENDS[backend_name({"executor": name})].partition(":")
     return getattr(importlib.import_module(module), cls)
 
 

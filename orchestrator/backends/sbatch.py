@@ -21,7 +21,6 @@ from __future__ import annotations
 import re
 from typing import Any, Mapping, Optional
 
-from orchestrator.backends import BACKENDS
 from orchestrator.backends.slurm_cluster import Request, show_mb
 from orchestrator.config_checks import boolean, integer, name, one_line, one_of, refuse
 from orchestrator.time_limits import configured
@@ -168,8 +167,8 @@ def shell_lines(key: str, lines: Any) -> list[str]:
 
 
 def check_cluster(config: Mapping[str, Any]) -> None:
-    """The sweep-wide cluster keys that reach the scheduler (raises config_checks.ConfigError)."""
-    one_of("cluster.executor", config.get("executor") or "local", BACKENDS)
+    """The sweep-wide cluster keys that reach the scheduler (raises config_checks.ConfigError);
+    `executor` is checked where backends are chosen (backends.backend_name)."""
     if config.get("name") is not None:
         name("cluster.name", config["name"])
     for key in ("exclusive", "check_requests"):
