@@ -46,6 +46,7 @@ question asked of the database is queries.limit_history.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping, Optional
@@ -103,37 +104,46 @@ def _sample_flops(settings: Mapping[str, Any]) -> Optional[float]:
     """One sample's training FLOPs by the layer tables (trainers/common/flops.py) at the input
     the model sees; else its height x width (never its channels alone: a first convolution over
     3 channels costs little more than over 1, issue 35); None if unknown."""
-    from trainers.common import flops, inputs  # lazy: numpy, which `status` and `report` never need
-
     try:
-        like = setting_registry.shape_of(settings)
-        shape = inputs.input_shape(settings["model"], like)
+        return _model_flops(str(settings["model"]), str(setting_registry.shape_of(settings)))
     except KeyError:
         return None
+
+
+@functools.lru_cache(maxsize=None)
+def _model_flops(model: str, like: str) -> float:
+    """_sample_flops of a model on a data shape, counted once (the layer tables are walked)."""
+    from trainers.common import flops, inputs  # lazy: numpy, which `status` and `report` never need
+
+    shape = inputs.input_shape(model, like)
     try:
-        return float(flops.training_flops(settings["model"], shape, inputs.DATASETS[like].classes))
+        return float(flops.training_flops(model, shape, inputs.DATASETS[like].classes))
     except (KeyError, ValueError):
         return float(shape[1] * shape[2])
 
 
-def work_ratio(cell: Mapping[str, Any], past: Mapping[str, Any]) -> float:
-    """How many times one step of `cell` is the work of one step of `past`: samples per device,
-    one sample's FLOPs, and CPU threads (fewer: up to proportionally slower; more: never
-    assumed faster). Precision is not scaled: similar cells share it (`similar`)."""
-    factor = _per_device(cell) / _per_device(past)
+def _ratios(cell: Mapping[str, Any], past: Mapping[str, Any]) -> tuple[float, float, float]:
+    """One step of `cell` over one of `past`: samples per device, one sample's FLOPs (1 where
+    unknown) and CPU threads (fewer: up to proportionally slower; more: never assumed faster).
+    Precision is not scaled: similar cells share it (`similar`)."""
     work, work_past = _sample_flops(cell), _sample_flops(past)
-    if work and work_past:
-        factor *= work / work_past
-    return factor * max(1.0, float(past.get("threads") or 1) / float(cell.get("threads") or 1))
+    threads = max(1.0, float(past.get("threads") or 1) / float(cell.get("threads") or 1))
+    return _per_device(cell) / _per_device(past), (work / work_past if work and work_past else 1.0), threads
+
+
+def work_ratio(cell: Mapping[str, Any], past: Mapping[str, Any]) -> float:
+    """How many times one step of `cell` is the work of one step of `past` (_ratios' product)."""
+    return math.prod(_ratios(cell, past))
 
 
 def step_factor(cell: Mapping[str, Any], past: Mapping[str, Any]) -> float:
-    """How many times one step of `cell` costs one step of `past`, erring long: the work ratio,
-    but never below 1. A smaller batch per device, input or thread count costs less per step yet
-    more per sample (a device is used worse), by how much nothing here knows; one step of it
-    never costs more than the larger step did, so the history's step time is the floor. Larger
-    work scales linearly: per-sample cost falls with the batch, so that errs long too."""
-    return max(1.0, work_ratio(cell, past))
+    """How many times one step of `cell` costs one step of `past`, erring long: each of _ratios
+    never below 1. A smaller batch per device or a smaller input costs less per step but more
+    per sample (a step's fixed overhead, a device used worse), by how much nothing here knows:
+    the history's step time is the floor, factor by factor (a batch 64 times smaller on an input
+    64 times larger is not the same step). More work scales linearly, which errs long: a larger
+    batch uses a device better. Measured: benchmarks/time_limits.py's similar cells."""
+    return math.prod(max(1.0, r) for r in _ratios(cell, past))
 
 
 def trusted_step(past: "Past") -> bool:
@@ -171,14 +181,16 @@ SAME = (("mode", "throughput"), ("precision", "fp32"), ("input", "memory"))
 def similar(settings: Mapping[str, Any], past: "Past") -> bool:
     """Whether a run of another cell (same framework, model, dataset and hardware: the history
     query's) may be scaled to this one: SAME equal; in throughput mode a trusted step time
-    (trusted_step); and not a weak-scaling cell on more devices than the run (its communication
-    is not modelled: a guess would err short)."""
+    (trusted_step); and not a cell on more devices or nodes than the run, under either scaling
+    (the communication they add is not modelled: a guess would err short, and under strong
+    scaling the smaller batch each does saves less than it adds: benchmarks/time_limits.py)."""
     old = past.settings
     if not all((settings.get(k) or d) == (old.get(k) or d) for k, d in SAME):
         return False
     if (settings.get("mode") or "throughput") != "accuracy" and not trusted_step(past):
         return False
-    return not (settings.get("scaling") == "weak" and _devices(settings) > _devices(old))
+    more = _devices(settings) > _devices(old) or int(settings.get("nodes") or 1) > int(old.get("nodes") or 1)
+    return not more
 
 
 def predict(cell_id: str, settings: Mapping[str, Any], history: Iterable[Past], ceiling_min: int,

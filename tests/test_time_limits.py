@@ -87,6 +87,10 @@ def test_scaling_down_never_makes_a_step_or_the_start_up_cheaper_than_the_histor
     assert scaled(dict(big, batch_size=8), past) == 300  # not 100 + 200 / 64
     assert scaled(dict(big, batch_size=2048), past) == 100 + 4 * 200  # up: linearly
     assert scaled(dict(big, iterations=10), past) == 100 + 10 * 2  # fewer steps: the start-up stays
+    # factor by factor: a batch 64 times smaller on an input 64 times larger is not the same step
+    lenet = dict(big, dataset="synthetic", like="mnist", batch_size=64)
+    larger = time_limits.work_ratio(dict(lenet, like="imagenet", batch_size=64), lenet)
+    assert larger > 30 and step_factor(dict(lenet, like="imagenet", batch_size=1), lenet) == pytest.approx(larger)
     accuracy = dict(big, mode="accuracy", epochs=4)
     assert scaled(dict(accuracy, epochs=1), Past("old", 300, accuracy)) == 300  # never below its wall time
     assert scaled(dict(accuracy, batch_size=64), Past("old", 300, accuracy)) == 300 * 8  # 8 x the steps per epoch
@@ -103,8 +107,10 @@ def test_input_and_weak_scaling_onto_more_devices_are_not_similar():
     past = Past("old", 300, dict(LENET, batch_size=64, iterations=100), step_s=2.0)
     assert predict("new", dict(past.settings, input="pipeline"), [past], ceiling_min=120).source == time_limits.CEILING
     weak = Past("old", 300, dict(past.settings, scaling="weak", gpus=1), step_s=2.0)
-    for more in (dict(gpus=2), dict(nodes=2)):
-        assert predict("new", dict(weak.settings, **more), [weak], ceiling_min=120).source == time_limits.CEILING
+    strong = Past("old", 300, dict(past.settings, gpus=1), step_s=2.0)
+    for run in (weak, strong):  # strong: a quarter of the batch each saves less than 4 devices' all-reduce adds
+        for more in (dict(gpus=4), dict(nodes=2), dict(gpus=0, nodes=2)):
+            assert predict("new", dict(run.settings, **more), [run], ceiling_min=120).source == time_limits.CEILING
     assert predict("new", dict(weak.settings, iterations=200), [weak], ceiling_min=120).source.startswith(
         time_limits.SIMILAR)
 
