@@ -7,10 +7,15 @@ one earlier run per cell"). For each policy: the fraction of runs that would hav
 (run time > limit) and the median and 95th percentile of asked ÷ used (limit ÷ run time), for the limit and for the floor (`--time-min`, which a backfilled job gets
 as its limit: the runs past it would time out there).
 
-Similar cells apart: generated families of one composition swept over batch_size, iterations,
-threads and gpus (strong scaling), one run of one variant predicting each other variant's limit
-(orchestrator/time_limits.scaled); their ground truth is not the predictor's model (sublinear
-batch cost, Amdahl's law over threads, communication), so the figures test its caution.
+Similar cells apart, by direction (the cell longer or shorter than its history): generated
+families of one composition, one run of one random variant predicting 20 others
+(orchestrator/time_limits.scaled), drawn over batch 1 to 4,096, iterations, threads, GPUs,
+nodes, strong or weak scaling, the data's shape and epochs; a fifth of histories without a step
+time, 30 % of families in accuracy mode. Their ground truth is not the predictor's model (a
+per-step overhead, so per-sample cost rises at small batch; Amdahl's law over threads;
+communication growing with devices and nodes; FLOP-true input costs), so the figures test its
+caution: the share of cells found similar (the rest get the ceiling) and the % of those timed
+out, also counting Slurm's early signal.
 
 The history is a results database's successful runs (`--db sqlite:///results.db`), or a
 generated one: `--cells` cells whose typical run time is log-uniform between 20 s and 6 h

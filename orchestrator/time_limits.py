@@ -7,15 +7,16 @@ measurement lost). With `hardware.time_min: auto` the limit is predicted at subm
 1. **the same cell**: the longest wall time (`ended_at - started_at`) of its `recent` latest
    successful runs (a user's most recent runs predict best; the longest of them is the cautious
    choice, since a limit too short costs far more than one too long);
-2. else **similar cells** (same framework, model, dataset, hardware, mode and precision: a
-   precision's speed depends on the device's units, so none is scaled to another): each run's
-   start-up (its wall time less its measured steps, `step_time_mean` × iterations, which the
-   result file records) kept as it was, and only its steps scaled to the cell's warm-up and
-   iterations by the work of one step per device (step_factor): the batch per device (under
-   strong scaling fewer GPUs or nodes are more work each; more are never assumed faster), the
-   input pixels and the CPU threads (fewer: up to proportionally slower; more: never faster).
-   Without a step time, the whole wall time is scaled; in accuracy mode, by epochs. The guess
-   errs long, and the largest such estimate counts;
+2. else **similar cells** (same framework, model, dataset, hardware, mode, precision and input:
+   `similar`; never a run on fewer devices or nodes than the cell, whose communication nothing
+   models; in throughput mode only a run with a trusted step time, `trusted_step`): each run's
+   start-up (its wall time less its measured steps, `step_time_mean` × iterations) kept as it
+   was, and only its steps scaled to the cell's warm-up and iterations by step_factor: the batch
+   per device, one sample's FLOPs and the CPU threads, each factor never below 1 (a smaller step
+   is never assumed cheaper than the history's: it costs more per sample; a larger one scales
+   linearly, which errs long since a larger batch uses a device better). In accuracy mode the
+   whole wall time by epochs, old ÷ new devices and the per-sample cost, never below the
+   history's. The largest such estimate counts;
 3. else the hardware's ceiling `hardware.time_max` (what `time_min` was before).
 
 A learned prediction P (minutes) becomes the limit `ceil(P × safety + allowance)`, capped by
@@ -25,14 +26,17 @@ second beside its run's wall time with its environment built), plus `build_min` 
 environment is not built yet and the job will build it (a recipe changed since the runs learned
 from: the runtime's `builds_in_job`). The defaults, safety 1.5 and 1 minute, are what
 benchmarks/time_limits.py measured to meet the goal with one earlier run per cell (under 1 %
-timed out, median asked ÷ used under 2) for run-to-run spreads up to 0.1 (10 %); a noisier
-site raises `time_limits.safety` to 2 and `floor_safety` to 1.8 (figures: docs/slurm.md), and `retry.timeout`
+timed out, also counting Slurm's early USR2, median asked ÷ used under 2) for run-to-run
+spreads up to 0.1 (10 %); a noisier site raises `time_limits.safety` to 2 and `floor_safety`
+to 1.8 (figures: docs/slurm.md), and `retry.timeout`
 retries what still times out (orchestrator/retry.py). Only one learned from the same cell also
 gives sbatch's `--time-min`, `ceil(P × floor_safety + allowance)`: Slurm's backfill may start the
 job in a hole that long and then really give it only that (/work/shared/site-facts.md measured
 it), so it must be a time the job surely finishes in: a measured one, never a scaled guess, with
 its own margin (floor_safety 1.4: benchmarks/time_limits.py measured under 1 % of runs past it at
-10 % spread with one earlier run, 0.17 %; without a margin, 20.6 %).
+10 % spread with one earlier run, 0.21 %, 0.67 % counting Slurm's early USR2; without a margin,
+20.95 % and 34.09 %). A cell whose latest attempt timed out gets at least twice that attempt's
+limit (`predict`'s `timed_out_min`): what it had is known not to be enough.
 
 The limit is kept in the cell's config (its hardware's `time_min`, `time_floor`, `time_source`:
 what sbatch, the job and the sweep's record read), but never written into a config given:
