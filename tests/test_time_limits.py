@@ -1,5 +1,5 @@
 """Time limits learned from earlier runs (orchestrator/time_limits.py) on canned history, and
-what they become in the sbatch script. The real-cluster half is in test_slurm.py."""
+what they become in the sbatch script. The real-cluster half is in test_slurm_limits.py."""
 import pytest
 from hydra import compose, initialize_config_dir
 

@@ -1,6 +1,6 @@
 """Each cell of a sweep learns its own time limit (issue 35, 1 and 8): cells made by
 orchestrator/expand.py, which shares the unchanged parts of a composition's config between them,
-against one earlier run in a real SQLite results database. The real-cluster half: test_slurm.py."""
+against one earlier run in a real SQLite results database. The real-cluster half: test_slurm_limits.py."""
 import math
 
 import pytest
