@@ -135,22 +135,55 @@ def recorded_config(rows: Rows, sweep_id: str, cell_id: str) -> Any:
 
 
 
+#: A run's wall time is valid: both ends recorded, the end not before the start.
+VALID_WALL = "runs.started_at IS NOT NULL AND runs.ended_at IS NOT NULL AND runs.ended_at >= runs.started_at"
+_NAMED = ("cells.framework = :framework AND cells.model = :model AND cells.dataset = :dataset "
+          "AND cells.hardware = :hardware")
+
+
 def limit_history(rows: Rows, framework: str, model: str, dataset: str, hardware: str, settings: Sequence[str],
                   done: str, most: int = 200) -> list[Any]:
-    """The successful runs (state `done`) of the cells with these names, newest first, with their
-    wall time (`wall_s`; NULL where a time is missing), their mean measured step time (`step_s`,
-    the metric step_time_mean; NULL where none) and the cells' `settings` columns: what a learned
-    time limit comes from (time_limits.learn, which leaves out a missing or negative wall time)."""
+    """The `most` latest successful runs (state `done`) with a valid wall time (VALID_WALL: a
+    missing or reversed one counts toward nothing, not even `most`) of the cells with these
+    names, newest first, with their wall time (`wall_s`), their mean measured step time
+    (`step_s`, the metric step_time_mean; NULL where none) and the cells' `settings` columns:
+    what a learned time limit comes from (time_limits.learn)."""
     columns = ", ".join('cells."%s"' % name for name in settings)  # quoted: a setting may be a keyword (like)
     return rows.all(
         f"SELECT runs.cell_id, runs.ended_at - runs.started_at AS wall_s, metrics.value AS step_s, {columns} "
         "FROM runs JOIN cells ON cells.id = runs.cell_id "
         "LEFT JOIN metrics ON metrics.run_id = runs.id AND metrics.name = :step "
-        "WHERE runs.state = :done AND cells.framework = :framework AND cells.model = :model "
-        "AND cells.dataset = :dataset AND cells.hardware = :hardware "
-        "ORDER BY runs.ended_at IS NULL, runs.ended_at DESC LIMIT :most",
+        f"WHERE runs.state = :done AND {_NAMED} AND {VALID_WALL} "
+        "ORDER BY runs.ended_at DESC LIMIT :most",
         {"done": done, "framework": framework, "model": model, "dataset": dataset, "hardware": hardware,
          "most": most, "step": "step_time_mean"})
+
+
+def limit_left_out(rows: Rows, framework: str, model: str, dataset: str, hardware: str, done: str) -> dict[str, int]:
+    """Cell id -> how many of its successful runs have no valid wall time (limit_history leaves
+    them out): what each cell's learned limit says of its own."""
+    found = rows.all(
+        "SELECT runs.cell_id, count(*) AS n FROM runs JOIN cells ON cells.id = runs.cell_id "
+        f"WHERE runs.state = :done AND {_NAMED} AND NOT ({VALID_WALL}) GROUP BY runs.cell_id",
+        {"done": done, "framework": framework, "model": model, "dataset": dataset, "hardware": hardware})
+    return {r.cell_id: int(r.n) for r in found}
+
+
+def limit_timeouts(rows: Rows, framework: str, model: str, dataset: str, hardware: str, failed: str,
+                   timeout: str, done: str) -> list[Any]:
+    """The timed-out runs (state `failed`, class `timeout`) of the cells with these names that
+    no success of their cell followed, newest first: each one's wall time (`wall_s`, NULL where
+    unknown) and its sweep's recorded config of the cell (`config`, sweep_cells; NULL where none),
+    which holds the limit it timed out at (time_limits.learn asks at least twice that)."""
+    return rows.all(
+        "SELECT runs.cell_id, runs.ended_at - runs.started_at AS wall_s, sweep_cells.config "
+        "FROM runs JOIN cells ON cells.id = runs.cell_id LEFT JOIN sweep_cells ON "
+        "sweep_cells.sweep_id = runs.sweep_id AND sweep_cells.cell_id = runs.cell_id "
+        f"WHERE runs.state = :failed AND runs.error_class = :timeout AND {_NAMED} AND NOT EXISTS "
+        "(SELECT 1 FROM runs AS d WHERE d.cell_id = runs.cell_id AND d.state = :done AND d.ended_at > runs.ended_at) "
+        "ORDER BY runs.ended_at IS NULL, runs.ended_at DESC",
+        {"failed": failed, "timeout": timeout, "done": done, "framework": framework, "model": model,
+         "dataset": dataset, "hardware": hardware})
 
 
 def running_jobs(rows: Rows, sweep_ids: Optional[Sequence[str]], running: str) -> list[Any]:

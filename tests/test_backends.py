@@ -469,6 +469,9 @@ def test_the_signal_before_the_time_limit_is_a_fraction_of_it(tmp_path):
     assert params["signal_delay_s"] == 6
     script = _make_sbatch_string(command="true", folder=tmp_path, **params)
     assert "#SBATCH --signal=USR2@6" in script and "#SBATCH --time=1" in script
+    # with a floor, sized from it: a backfilled job really gets only the floor (issue 35 review, 8)
+    floored = p100("hardware.time_min=120", "+hardware.time_floor=3")
+    assert floored["signal_delay_s"] == 18 and floored["additional_parameters"]["time-min"] == 3
 
 
 # --- launch.submit_runs: refused before sbatch, split at the array limit ------------------------

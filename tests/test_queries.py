@@ -77,11 +77,13 @@ def test_the_history_a_learned_time_limit_reads_is_the_same_on_either_store(tmp_
     old = make_result(sweep="a", model="lenet", batch_size=8)
     new = make_result(sweep="b", model="lenet", batch_size=16)
     new["started_at"], new["ended_at"] = new["started_at"] + 500, new["ended_at"] + 560  # 160 s, and newer
+    timed_out = make_result(sweep="e", model="lenet", batch_size=64, state="failed",
+                            error={"class": "timeout", "message": "time limit"})
     for result in (old, new, make_result(sweep="c", model="lenet", batch_size=32, state="failed"),
-                   make_result(sweep="d", model="alexnet")):
+                   make_result(sweep="d", model="alexnet"), timed_out):
         write_result(runs, result)
     factory = db.open_db(db_url)
-    assert collect(factory, runs).added == 4
+    assert collect(factory, runs).added == 5
     cell = old["cell"]
     with factory() as session:
         history = queries.limit_history(rows_module.Rows.of(session), cell["framework"], "lenet", cell["dataset"],
@@ -89,6 +91,12 @@ def test_the_history_a_learned_time_limit_reads_is_the_same_on_either_store(tmp_
     assert [(r.cell_id, float(r.wall_s), r.batch_size, r.step_s) for r in history] == [
         (new["cell_id"], 160.0, 16, 0.064), (old["cell_id"], 100.0, 8, 0.064)]  # step_s: its step_time_mean
     assert all(r.like == cell["like"] for r in history)
+    names = (cell["framework"], "lenet", cell["dataset"], cell["hardware"])
+    with factory() as session:  # a timeout no success of its cell followed; no invalid wall time
+        rows = rows_module.Rows.of(session)
+        timeouts = queries.limit_timeouts(rows, *names, runstate.FAILED, "timeout", runstate.DONE)
+        assert [(r.cell_id, float(r.wall_s)) for r in timeouts] == [(timed_out["cell_id"], 100.0)]
+        assert queries.limit_left_out(rows, *names, runstate.DONE) == {}
     past = [time_limits.Past(r.cell_id, float(r.wall_s), r._asdict()) for r in history]
     limit = time_limits.predict(old["cell_id"], old["cell"], past, ceiling_min=120)
     assert (limit.minutes, limit.floor) == (4, 4) and limit.source.startswith(time_limits.SAME_CELL)  # 100 s x 1.5 + 1 min

@@ -1,5 +1,5 @@
 """Time limits learned from earlier runs (orchestrator/time_limits.py) on canned history, and
-what they become in the sbatch script. The real-cluster half is in test_slurm.py."""
+what they become in the sbatch script. The real-cluster half is in test_slurm_limits.py."""
 import pytest
 from hydra import compose, initialize_config_dir
 
@@ -37,16 +37,17 @@ def test_similar_cells_scale_only_the_steps_by_their_work_and_give_no_time_min()
     wanted = dict(LENET, iterations=590, batch_size=32)  # twice the steps, the same start-up
     limit = predict("new", wanted, [Past("old", 600, done, step_s=1.5)], ceiling_min=120, safety=1, allowance_min=0)
     assert (limit.minutes, limit.floor) == (18, None) and limit.source.startswith(time_limits.SIMILAR)  # 165 + 600 x 1.5
-    # no step time recorded: the whole wall time by the steps (the start-up scaled too: errs long)
-    assert predict("new", wanted, [Past("old", 600, done)], ceiling_min=120, safety=1, allowance_min=0).minutes == 20
     # weak scaling: the batch is per GPU, the same per GPU on 2; strong: 2 GPUs halve it, and 1 GPU after 2 doubles it
     assert step_factor(dict(done, scaling="weak", gpus=2), done) == 1
     assert step_factor(dict(done, gpus=2), done) == 1  # more GPUs are never assumed faster
     assert step_factor(done, dict(done, gpus=2)) == 2 and step_factor(done, dict(done, nodes=2)) == 2
-    # threads: fewer are up to proportionally slower, more never assumed faster; image size: its pixels
+    # threads: fewer are up to proportionally slower, more never assumed faster
     assert step_factor(dict(done, threads=1), dict(done, threads=12)) == 12
     assert step_factor(dict(done, threads=12), dict(done, threads=1)) == 1
-    assert step_factor(dict(done, model="lenet", dataset="cifar10"), done) == 3 * 32 * 32 / (28 * 28)
+    # image size: one sample's training FLOPs by the layer tables
+    from trainers.common import flops
+    assert step_factor(dict(done, dataset="cifar10"), done) == pytest.approx(
+        flops.training_flops("lenet", (3, 32, 32), 10) / flops.training_flops("lenet", (1, 28, 28), 10))
     # precision: not scaled, so not similar (fp16 history says nothing of an fp32 cell's time)
     fp16 = predict("new", dict(LENET, precision="fp32"), [Past("old", 600, dict(LENET, precision="fp16"))], ceiling_min=120)
     assert fp16.source == time_limits.CEILING
@@ -55,6 +56,73 @@ def test_similar_cells_scale_only_the_steps_by_their_work_and_give_no_time_min()
     assert scaled(dict(accuracy, epochs=8), Past("old", 60, accuracy)) == 120
     alone = predict("new", accuracy, [Past("old", 600, done)], ceiling_min=120)
     assert (alone.minutes, alone.floor, alone.source) == (120, None, time_limits.CEILING)
+
+
+def test_accuracy_mode_scales_by_old_over_new_devices_under_weak_scaling_too():
+    """Issue 35 review, 1: an epoch is the whole dataset, so on half the devices each steps
+    through twice the samples, weak scaling or strong."""
+    for scaling in ("weak", "strong"):
+        two = dict(LENET, mode="accuracy", epochs=4, gpus=2, scaling=scaling, batch_size=64 * (1 if scaling == "weak" else 2))
+        one = dict(two, gpus=1, batch_size=64)
+        assert scaled(one, Past("old", 600, two)) == 1200, scaling
+
+
+def test_channels_alone_never_scale_a_guess_down():
+    """Issue 35 review, 2: vgg16 like=imagenet (3 x 224 x 224) predicting like=mnist (1 x 224 x
+    224) was a third of the pixels; its FLOPs are nearly the same (only the first convolution's
+    input channels differ), and the step floor keeps it from shrinking at all."""
+    vgg = dict(LENET, model="vgg16", dataset="synthetic", like="imagenet", hardware="p100", gpus=1)
+    mnist = dict(vgg, like="mnist")
+    assert time_limits.work_ratio(mnist, vgg) > 0.99
+    # 100 s start-up + 50 steps of 10 s: the same 100 s + its 10 warm-up and 50 steps at 10 s each
+    assert scaled(mnist, Past("old", 600, vgg, step_s=10.0)) == 100 + 60 * 10
+
+
+def test_scaling_down_never_makes_a_step_or_the_start_up_cheaper_than_the_history():
+    """Issue 35 review, 3: a smaller batch per device costs more per sample, so a step of it is
+    never assumed cheaper than the history's (a: per-step floor); the start-up is never scaled
+    (b); a step time from a few short steps is not extrapolated (c); larger work scales linearly."""
+    big = dict(LENET, batch_size=512, iterations=100, warmup=0)
+    past = Past("old", 300, big, step_s=2.0)  # 200 s of steps, 100 s start-up
+    assert scaled(dict(big, batch_size=8), past) == 300  # not 100 + 200 / 64
+    assert scaled(dict(big, batch_size=2048), past) == 100 + 4 * 200  # up: linearly
+    assert scaled(dict(big, iterations=10), past) == 100 + 10 * 2  # fewer steps: the start-up stays
+    # factor by factor: a batch 64 times smaller on an input 64 times larger is not the same step
+    lenet = dict(big, dataset="synthetic", like="mnist", batch_size=64)
+    larger = time_limits.work_ratio(dict(lenet, like="imagenet", batch_size=64), lenet)
+    assert larger > 30 and step_factor(dict(lenet, like="imagenet", batch_size=1), lenet) == pytest.approx(larger)
+    accuracy = dict(big, mode="accuracy", epochs=4)
+    assert scaled(dict(accuracy, epochs=1), Past("old", 300, accuracy)) == 300  # never below its wall time
+    assert scaled(dict(accuracy, batch_size=64), Past("old", 300, accuracy)) == 300 * 8  # 8 x the steps per epoch
+    few = [Past("old", 300, dict(big, iterations=10), step_s=2.0), Past("old", 300, big, step_s=0.01),
+           Past("old", 300, big)]  # 10 steps; 1 s of steps; no step time
+    for p in few:
+        assert predict("new", dict(big, iterations=5000), [p], ceiling_min=120).source == time_limits.CEILING, p
+    assert predict("new", dict(big, iterations=5000), [past], ceiling_min=1000).source.startswith(time_limits.SIMILAR)
+
+
+def test_input_and_weak_scaling_onto_more_devices_are_not_similar():
+    """Issue 35 review, 5: input=pipeline pays for a data pipeline memory does not; a weak-scaling
+    cell on more devices than its history adds communication nothing models."""
+    past = Past("old", 300, dict(LENET, batch_size=64, iterations=100), step_s=2.0)
+    assert predict("new", dict(past.settings, input="pipeline"), [past], ceiling_min=120).source == time_limits.CEILING
+    weak = Past("old", 300, dict(past.settings, scaling="weak", gpus=1), step_s=2.0)
+    strong = Past("old", 300, dict(past.settings, gpus=1), step_s=2.0)
+    for run in (weak, strong):  # strong: a quarter of the batch each saves less than 4 devices' all-reduce adds
+        for more in (dict(gpus=4), dict(nodes=2), dict(gpus=0, nodes=2)):
+            assert predict("new", dict(run.settings, **more), [run], ceiling_min=120).source == time_limits.CEILING
+    assert predict("new", dict(weak.settings, iterations=200), [weak], ceiling_min=120).source.startswith(
+        time_limits.SIMILAR)
+
+
+def test_a_cell_that_timed_out_gets_at_least_twice_the_limit_it_timed_out_at():
+    """Issue 35 review, 4: a cell whose only history is a timeout at 240 min was given a similar
+    cell's guess (or the ceiling) below it."""
+    similar_run = Past("y", 30, dict(LENET, iterations=50), step_s=0.2)
+    limit = predict("x", dict(LENET, iterations=50000), [similar_run], ceiling_min=120, timed_out_min=240)
+    assert limit.minutes == 480 and "timed out at 240 min" in limit.source
+    assert predict("x", LENET, [], ceiling_min=120, timed_out_min=240, max_time_min=300).minutes == 300
+    assert predict("x", LENET, [], ceiling_min=120, timed_out_min=30).minutes == 120  # the guess is already more
 
 
 def test_a_job_that_will_build_its_environment_is_given_the_build_time_too():

@@ -1,6 +1,6 @@
 """Each cell of a sweep learns its own time limit (issue 35, 1 and 8): cells made by
 orchestrator/expand.py, which shares the unchanged parts of a composition's config between them,
-against one earlier run in a real SQLite results database. The real-cluster half: test_slurm.py."""
+against one earlier run in a real SQLite results database. The real-cluster half: test_slurm_limits.py."""
 import math
 
 import pytest
@@ -134,3 +134,63 @@ def test_the_foreground_dry_run_shows_the_learned_limit_its_source_and_the_rows_
     out = " ".join(done.stdout.split())
     assert "2 min (--time-min 2)" in out and "auto min" not in out, done.stdout
     assert "same cell (longest of 1 run(s): 30 s); 1 run(s) without a valid wall time left out" in out, done.stdout
+
+
+def _timed_out_run(url, cell, limit_min):
+    """A timed-out attempt of `cell` at `limit_min` (its sweep's recorded config says so), that
+    ran until the limit stopped it."""
+    import time
+
+    from orchestrator import db, schema
+
+    with db.open_db(url).begin() as session:
+        if session.get(schema.Cell, cell.id) is None:
+            session.add(schema.Cell(id=cell.id, settings=cell.settings, created_at=time.time(), **cell.settings))
+        session.add(schema.Sweep(id="timed", created_at=time.time(), argv=[], overrides=[], n_cells=1))
+        session.flush()
+        config = {**cell.config, "hardware": {**cell.config["hardware"], "time_min": limit_min}}
+        session.add(schema.SweepCell(sweep_id="timed", cell_id=cell.id, config=config))
+        run = schema.Run(uid=f"timed:{cell.id}:0:1", sweep_id="timed", cell_id=cell.id, repeat=0, attempt=1,
+                         state="pending", executor="slurm")
+        run.state = "submitted"
+        run.state = "running"
+        run.state, run.error_class, run.started_at, run.ended_at = "failed", "timeout", 5000.0, 5000.0 + 60 * limit_min - 20
+        session.add(run)
+
+
+def test_a_cell_whose_history_is_a_timeout_is_given_twice_the_limit_it_timed_out_at(tmp_path):
+    """Issue 35 review, 4: cell X timed out at 240 min; cell Y (50 iterations) ran 30 s. Typed
+    again, X was given Y's scaled guess, below what is known not to be enough."""
+    x, y = _expanded([["hardware=cpu12", "iterations=50000"], ["hardware=cpu12", "iterations=50"]])
+    url = f"sqlite:///{tmp_path}/results.db"
+    _one_earlier_run(url, y, 30.0, 0.2)  # 50 steps of 0.2 s: trusted, 20 s start-up
+    _timed_out_run(url, x, 240)
+    lx, ly = _learned(url, [x, y])
+    assert lx.config["hardware"]["time_min"] == 480, lx.config["hardware"]
+    assert "timed out at 240 min before: at least twice that" in lx.config["hardware"]["time_source"]
+    assert ly.config["hardware"]["time_min"] == 2  # its own run: the timeout is X's, not Y's
+
+
+def test_the_left_out_count_is_said_of_its_own_cell_and_counts_not_toward_the_history(tmp_path):
+    """Issue 35 review, 10: the count of a cell's invalid rows was said of every cell learned
+    from the same names, and invalid rows filled limit_history's LIMIT in place of valid ones."""
+    from sqlalchemy import text
+
+    from orchestrator import db, queries, runstate, setting_registry
+    from orchestrator.sql_adapters import Rows
+
+    a, b = _expanded([["hardware=cpu12", "iterations=50"], ["hardware=cpu12", "precision=bf16"]])
+    url = f"sqlite:///{tmp_path}/results.db"
+    _one_earlier_run(url, a, 30.0, 0.2)
+    with db.open_db(url).kw["bind"].begin() as con:  # three runs of cell a, each ended before it started, newer
+        for n in (1, 2, 3):
+            con.execute(text("INSERT INTO runs (uid, sweep_id, cell_id, repeat, attempt, state, started_at, ended_at, "
+                             f"latest) SELECT uid || '{n}', sweep_id, cell_id, {n}, 1, 'done', 9000, 8990, 1 FROM runs "
+                             "WHERE repeat = 0"))
+    la, lb = _learned(url, [a, b])
+    assert la.config["hardware"]["time_source"].endswith("; 3 run(s) without a valid wall time left out")
+    assert "left out" not in lb.config["hardware"]["time_source"], lb.config["hardware"]
+    with db.open_db(url, create=False)() as session:
+        found = queries.limit_history(Rows.of(session), *(a.settings[k] for k in ("framework", "model", "dataset", "hardware")),
+                                      setting_registry.NAMES, runstate.DONE, most=1)
+    assert [float(r.wall_s) for r in found] == [30.0]

@@ -107,7 +107,9 @@ def submitit_params(job: Request, cluster: Mapping[str, Any]) -> dict[str, Any]:
     if cluster.get("setup"):
         params["setup"] = list(cluster["setup"])
     params["array_parallelism"] = int(cluster.get("array_parallelism") or 16)
-    params["signal_delay_s"] = signal_delay_s(params["time"])
+    # from the floor where one is asked: a backfilled job really gets only the floor (site facts),
+    # and the delay, time the run loses, needs only to cover recording the timeout, not a longer limit
+    params["signal_delay_s"] = signal_delay_s(job.time_floor_min or params["time"])
     sbatch_request(params)  # nothing from configuration breaks out of its #SBATCH line
     if job.time_floor_min:  # computed here, not configuration: added after the check that refuses it there
         params["additional_parameters"] = {**extra, "time-min": int(job.time_floor_min)}
