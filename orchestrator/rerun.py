@@ -22,12 +22,13 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Iterator, Optional
 
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, aliased
 
-from orchestrator import retry, schema, runstate, time_limits
+from orchestrator import config_checks, retry, schema, runstate, time_limits
 from orchestrator.backends import Backend, backend_for
 from orchestrator.cell import Cell, CellError
 from orchestrator.config_checks import ConfigError
@@ -63,6 +64,10 @@ def pick(session: Session, site: Site, sweep_id: Optional[str] = None, classes: 
     others: dict[str, int] = {}  # another user's repeats (by user) -> left out
     backends: dict[str, Backend] = {}  # by cluster: MaxTime read once per cluster
     for last in _matching(session, sweep_id, classes, where):
+        unsafe = _unsafe_names(last, site.runs)
+        if unsafe:
+            problems.append(unsafe)
+            continue
         if user is not None and last.submit_user != user:
             others[last.submit_user or "?"] = others.get(last.submit_user or "?", 0) + 1
             continue
@@ -90,6 +95,23 @@ def pick(session: Session, site: Site, sweep_id: Optional[str] = None, classes: 
                 continue
         picks.append(Pick(last=last, cell=cell, attempt=last.attempt + 1))
     return picks, problems + _left_out(unasked, others)
+
+
+def _unsafe_names(last: schema.Run, runs: str) -> Optional[str]:
+    """Why `last`'s recorded sweep and cell ids may not become a run directory
+    (`<runs>/<sweep>/<cell>/`) and a job name: each must be a plain name (a row written with SQL
+    could say `../../home/alice` or hold a newline), and the directory must resolve under `runs`
+    (not through a symlink planted in it). None where they may."""
+    try:
+        for key, value in (("sweep id", last.sweep_id), ("cell id", last.cell_id)):
+            config_checks.name(key, value, "a row no sweep could have written: leave it, or type its sweep again")
+    except ConfigError as exc:
+        return f"run {last.uid!r}: {exc}"
+    top = Path(runs).resolve()
+    if top not in (top / last.sweep_id / last.cell_id).resolve().parents:
+        return (f"run {last.uid!r}: its run directory {runs}/{last.sweep_id}/{last.cell_id} resolves outside "
+                f"{runs} (a symlink there); remove the link, or rerun with another --runs")
+    return None
 
 
 def _matching(session: Session, sweep_id: Optional[str], classes: Optional[list[str]],

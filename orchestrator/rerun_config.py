@@ -87,6 +87,7 @@ class Site:
             config["hardware"].update(time_min=int(time_min), time_floor=None, time_source="rerun --time")
         if mem_gb:
             config["hardware"]["mem_gb"] = int(mem_gb)
+        _check_learned(config["hardware"])
         try:
             cell = Cell.from_plain(config)
             check_request(Options.from_config(config).backend, config, cell.label)
@@ -104,6 +105,20 @@ def _measurement(recorded: Any) -> dict[str, Any]:
         raise CellError("its recorded config is not a config of the groups "
                         f"{', '.join(config_checks.GROUPS)}; type its sweep again")
     return copy.deepcopy({key: value for key, value in recorded.items() if key not in SITE})
+
+
+def _check_learned(hardware: dict[str, Any]) -> None:
+    """The values time_limits computed and the sweep recorded (`time_floor`: sbatch's --time-min,
+    `time_source`: what `rerun` prints), checked as time_limits makes them: a floor a whole number
+    of minutes from 1 to the cell's limit (`time_min`, itself checked by Cell.from_plain), a
+    source one line of text."""
+    limit = hardware.get("time_min")
+    if hardware.get("time_floor") is not None:
+        config_checks.integer("hardware.time_floor", hardware["time_floor"], 1,
+                              limit if isinstance(limit, int) and limit >= 1 else 1,
+                              "a floor time_limits never makes (recorded); type its sweep again")
+    if hardware.get("time_source") is not None:
+        config_checks.one_line("hardware.time_source", hardware["time_source"], "type its sweep again")
 
 
 def _recorded_name(recorded: dict[str, Any], group: str) -> str:

@@ -122,7 +122,7 @@ def reconcile(rows: Rows, sweep_id: Optional[str], out: Console) -> None:
     from orchestrator import tracking
 
     for message in tracking.reconcile(rows, sweep_id).messages():
-        out.print(f"[yellow]{message}[/]")
+        out.print(message, style="yellow", markup=False)  # it names runs and jobs the database holds
 
 
 def pick_sweeps(rows: Rows, wanted: Optional[str]) -> list[Any]:

@@ -49,6 +49,7 @@ def run(args: argparse.Namespace, out: Console) -> int:
     from orchestrator import db, rerun
     from orchestrator.commands.collect import collect
     from orchestrator.rerun_config import Site
+    from rich.markup import escape
 
     if args.follow_up and (args.classes or args.time):
         raise CliError("--follow-up picks timed-out repeats and gives each twice its limit; drop --class and --time")
@@ -65,7 +66,7 @@ def run(args: argparse.Namespace, out: Console) -> int:
         out.print(f"{'would rerun' if args.dry_run else 'rerunning'} {said}", markup=False)
         picks, problems = rerun.pick(session, site, sweep, classes, where, args.time, args.mem, args.follow_up, user)
         for problem in problems:
-            out.print(f"[yellow]cannot rerun[/] {problem}")
+            out.print(f"[yellow]cannot rerun[/] {escape(problem)}")  # it holds users and ids from the database
         if not picks and args.follow_up:
             out.print("nothing to retry: no timed-out repeat" + (f" of sweep {sweep}" if sweep else "")
                       + " has a retry left")
@@ -79,8 +80,8 @@ def run(args: argparse.Namespace, out: Console) -> int:
         for p in picks:
             hardware = p.cell.config["hardware"]
             limit = f", limit {hardware['time_min']} min ({hardware['time_source']})" if hardware.get("time_source") else ""
-            out.print(f"  {p.cell.label}  repeat {p.last.repeat} attempt {p.attempt}  "
-                      f"(last: {p.last.state} {p.last.error_class or ''}, sweep {p.last.sweep_id}, run {p.last.uid}{limit})")
+            out.print(f"  {p.cell.label}  repeat {p.last.repeat} attempt {p.attempt}  (last: {p.last.state} "
+                      f"{p.last.error_class or ''}, sweep {p.last.sweep_id}, run {p.last.uid}{limit})", markup=False)
         if args.dry_run:
             return 0
         return _print_reports(rerun.submit(session, picks), out)
@@ -100,16 +101,18 @@ def _where(items: list[str]) -> dict[str, list[Any]]:
 
 def _print_reports(reports: list[Any], out: Console) -> int:
     """What each sweep's resubmission did; 1 where a repeat was not submitted or was refused."""
+    from rich.markup import escape  # lazy, as in run(): a scheduler's message is text, never markup
+
     failures = 0
     for report in reports:
         for cell, job_id, n in report.submitted:
             out.print(f"  submitted {cell.label} as job {job_id}")
         for cell, message in report.failed:
             failures += 1
-            out.print(f"  [red]not submitted[/] {cell.label}: {one_line(message)}")
+            out.print(f"  [red]not submitted[/] {escape(cell.label)}: {escape(one_line(message))}")
         for _, reason in report.refused:  # e.g. more than the cluster's nodes hold, even now
             failures += 1
-            out.print(f"  [red]refused[/] {one_line(reason, 400)}", soft_wrap=True)
+            out.print(f"  [red]refused[/] {escape(one_line(reason, 400))}", soft_wrap=True)
         for note in report.notes:
             out.print(f"  {note}", markup=False, soft_wrap=True)
     return 1 if failures else 0

@@ -86,6 +86,7 @@ def _print_counts(rows: Rows, sweeps: list[Any], counts: list[Any], out: Console
     """The table: per sweep, its cells and its runs by state (latest attempts), and earlier ones."""
     # lazy: rich's tables and console only where something is drawn with them
     from rich.table import Table
+    from rich.text import Text  # a sweep id from the database is text, never markup
 
     by_sweep: dict[str, dict[str, int]] = {}
     for c in counts:
@@ -101,7 +102,7 @@ def _print_counts(rows: Rows, sweeps: list[Any], counts: list[Any], out: Console
         c = by_sweep.get(sweep.id, {})
         retried = all_runs.get(sweep.id, 0) - sum(c.values())
         cells = max(sweep.n_cells or 0, linked.get(sweep.id, 0))
-        table.add_row(sweep.id, when(sweep.created_at), str(cells),
+        table.add_row(Text(sweep.id), when(sweep.created_at), str(cells),
                       *(str(c.get(s, "")) for s in states), str(retried or ""))
     out.print(table)
 

@@ -1,0 +1,120 @@
+"""The hostile review of the rerun work (issue 35 item 6, round 3): what the database records is
+never a path, a module, a command or markup; the files that hold a URL are written without
+following anyone's planted name. Each test is a reproduction script of that review, turned into
+an assertion (real SQLite/PostgreSQL databases, real compositions of conf/, the real CLI)."""
+import getpass
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from orchestrator import private_files
+
+ME = getpass.getuser()
+
+
+@pytest.fixture(autouse=True)
+def keep_umask():
+    """Tests that set a shared account's umask give the process its own back."""
+    old = os.umask(0o022)
+    yield
+    os.umask(old)
+
+
+def test_a_private_write_never_opens_a_planted_name_and_is_0600_from_its_first_byte(tmp_path, monkeypatch):
+    loot = tmp_path / "attacker-loot"
+    loot.write_text("")
+    os.chmod(loot, 0o666)
+    for pid_name in (f"config.yaml.{os.getpid()}.tmp",):  # the old predictable name, planted as a symlink
+        os.symlink(loot, tmp_path / pid_name)
+    seen = []
+    real_replace = os.replace
+
+    def spy(src, dst):  # the temporary file just before it takes the target's name
+        seen.append((oct(stat.S_IMODE(os.lstat(src).st_mode)), os.path.islink(src)))
+        return real_replace(src, dst)
+
+    monkeypatch.setattr(os, "replace", spy)
+    target = tmp_path / "config.yaml"
+    private_files.write_text(target, "paths: {db: postgresql://alice:secret@db/bench}\n")
+    assert loot.read_text() == "" and not target.is_symlink() and "secret" in target.read_text()
+    assert seen == [("0o600", False)] and oct(stat.S_IMODE(target.stat().st_mode)) == "0o600"
+
+
+def test_keep_private_does_not_follow_a_planted_symlink(tmp_path):
+    victim = tmp_path / "victims-file"
+    victim.write_text("theirs\n")
+    os.chmod(victim, 0o644)
+    planted = tmp_path / "multirun.yaml"
+    os.symlink(victim, planted)
+    with pytest.raises(OSError):
+        private_files.keep_private(planted)
+    assert oct(stat.S_IMODE(victim.stat().st_mode)) == "0o644" and victim.read_text() == "theirs\n"
+    mine = tmp_path / "mine.yaml"
+    mine.write_text("old\n")
+    os.chmod(mine, 0o644)
+    private_files.keep_private(mine)
+    assert oct(stat.S_IMODE(mine.stat().st_mode)) == "0o600" and mine.read_text() == "old\n"
+
+
+CELL = ["framework=numpy", "model=lenet", "iterations=3", "warmup=1", "+framework.env=norecipe"]
+
+
+def _picked(tmp_path, planted=None, sweep_id="s1", user=ME, runs=None):
+    """rerun's pick, as `rerun --failed --all-users` makes it, of one recorded failed cell."""
+    from orchestrator import db, rerun
+    from orchestrator.rerun_config import Site
+    from trainers.common import failure_classes as fc
+
+    from helpers import record_failed
+
+    url = "sqlite:///%s/results.db" % tmp_path
+    record_failed(url, [(CELL, fc.CRASH, user)], planted, sweep_id=sweep_id)
+    with db.open_db(url, create=False)() as s:
+        return rerun.pick(s, Site([], url, str(runs or tmp_path / "runs")))
+
+
+@pytest.mark.parametrize("sweep_id", ["../outside", "s1\ntouch pwned #", "/tmp/abs", ".hidden"])
+def test_a_recorded_sweep_id_that_is_a_path_or_a_shell_line_is_refused_in_one_line(tmp_path, sweep_id):
+    picks, problems = _picked(tmp_path, sweep_id=sweep_id)
+    assert picks == [] and len(problems) == 1, problems
+    assert f"sweep id={sweep_id!r} is not a plain name" in problems[0] and "\n" not in problems[0], problems
+
+
+def test_a_run_directory_that_resolves_outside_runs_is_refused(tmp_path):
+    (tmp_path / "runs").mkdir()
+    (tmp_path / "elsewhere").mkdir()
+    os.symlink(tmp_path / "elsewhere", tmp_path / "runs" / "s1")
+    picks, problems = _picked(tmp_path)
+    assert picks == [] and len(problems) == 1 and "resolves outside" in problems[0], problems
+
+
+@pytest.mark.parametrize("floor", ["x", 10**9, 0, 2.5])
+def test_a_recorded_time_floor_is_checked_as_time_limits_makes_it(tmp_path, floor):
+    picks, problems = _picked(tmp_path, {"hardware": {"time_min": 30, "time_floor": floor}})
+    assert picks == [] and len(problems) == 1, problems
+    assert f"hardware.time_floor={floor!r} must be an integer from 1 to 30" in problems[0], problems
+
+
+def test_a_recorded_learned_limit_within_bounds_is_kept(tmp_path):
+    picks, problems = _picked(tmp_path, {"hardware": {"time_min": 30, "time_floor": 12, "time_source": "learned"}})
+    assert len(picks) == 1 and picks[0].cell.config["hardware"]["time_floor"] == 12, problems
+
+
+def test_markup_in_database_values_is_printed_as_text_by_every_command(tmp_path):
+    from trainers.common import failure_classes as fc
+
+    from helpers import orchestrator, record_failed, user_dir
+
+    workdir = user_dir(tmp_path)
+    workdir[1]["ORCHESTRATOR_CACHE"] = str(tmp_path / "cache")
+    url = workdir[1]["ORCHESTRATOR_DB"]
+    record_failed(url, [(CELL, fc.CRASH, "mallory[/]")])
+    record_failed(url, [(CELL + ["seed=3"], fc.CRASH, ME)], sweep_id="s2[/bold]")
+    for args in (["rerun", "--failed", "--dry-run"], ["rerun", "--failed", "--dry-run", "--all-users"],
+                 ["status"], ["status", "--failed", "--all-users"]):
+        shown = orchestrator(args, workdir)
+        assert shown.returncode == 0 and "MarkupError" not in shown.stderr, (args, shown.stderr)
+        assert "s2[/bold]" in shown.stdout, (args, shown.stdout)
+    assert "mallory[/]: 1" in orchestrator(["rerun", "--failed", "--dry-run"], workdir).stdout
