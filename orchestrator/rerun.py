@@ -195,7 +195,7 @@ def submit(session: Session, picks: list[Pick]) -> list[SubmitReport]:
             planned.setdefault(key, (p.cell, []))[1].append(run)
         insert_runs(session, [run for _, runs in planned.values() for run in runs])
         for p in mine:  # the sweep's record is its latest attempt's config: what a next rerun doubles
-            session.get(schema.SweepCell, (sweep_id, p.cell.id)).config = p.cell.config
+            session.get(schema.SweepCell, (sweep_id, p.cell.id)).config = p.cell.recorded
         session.commit()
         submit_runs(session, sweep_id, list(planned.values()), opts, report)
         reports.append(report)

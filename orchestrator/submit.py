@@ -169,7 +169,7 @@ def _record_cells(session: Session, sweep_id: str, cells: list[Cell], known: set
     if new:
         session.execute(insert(schema.Cell.__table__), new)
     session.execute(insert(schema.SweepCell.__table__), [
-        {"sweep_id": sweep_id, "cell_id": cell.id, "config": cell.config if cell.id in planned else None}
+        {"sweep_id": sweep_id, "cell_id": cell.id, "config": cell.recorded if cell.id in planned else None}
         for cell in cells])
 
 
@@ -268,7 +268,7 @@ def submit_sweep(cells: list[Cell], opts: Options, argv: list[str] | None = None
     with factory() as session:
         adopt_interrupted(session, opts.backend)
         user, host = who()
-        session.add(schema.Sweep(id=report.sweep_id, created_at=time.time(), argv=list(argv or sys.argv),
+        session.add(schema.Sweep(id=report.sweep_id, created_at=time.time(), argv=[db.hide_passwords(a) for a in argv or sys.argv],
                              overrides=[list(c.overrides) for c in cells], n_cells=len(cells),
                              submit_user=user, submit_host=host))
         session.flush()  # the sweep first: its refusals refer to it

@@ -3,11 +3,13 @@ never a path, a module, a command or markup; the files that hold a URL are writt
 following anyone's planted name. Each test is a reproduction script of that review, turned into
 an assertion (real SQLite/PostgreSQL databases, real compositions of conf/, the real CLI)."""
 import getpass
+import json
 import os
 import stat
 from pathlib import Path
 
 import pytest
+import sqlalchemy
 
 from orchestrator import private_files
 
@@ -118,3 +120,41 @@ def test_markup_in_database_values_is_printed_as_text_by_every_command(tmp_path)
         assert shown.returncode == 0 and "MarkupError" not in shown.stderr, (args, shown.stderr)
         assert "s2[/bold]" in shown.stdout, (args, shown.stdout)
     assert "mallory[/]: 1" in orchestrator(["rerun", "--failed", "--dry-run"], workdir).stdout
+
+
+def _with_password(url):
+    """The database's URL as a user with a password types it (the test server trusts loopback, so
+    the password is carried, never checked: what matters is where it ends up)."""
+    from sqlalchemy.engine import make_url
+
+    parsed = make_url(url)
+    return url if parsed.drivername.startswith("sqlite") else \
+        parsed.set(password="s3cret-pw").render_as_string(hide_password=False)
+
+
+def test_no_database_url_or_password_is_written_into_the_database(db_url, tmp_path):
+    """A launch with a typed `paths.db=` and another user's rerun with their own --db: neither
+    the URL (sweep_cells.config's paths.db) nor its password (sweeps.argv) is in the shared database."""
+    from db_urls import query
+
+    from helpers import orchestrator, user_dir
+    from orchestrator import db, rerun
+    from orchestrator.rerun_config import Site
+
+    workdir = user_dir(tmp_path)
+    workdir[1].update(ORCHESTRATOR_CACHE=str(tmp_path / "cache"), ORCHESTRATOR_DB=db_url)
+    typed = _with_password(db_url)
+    launch = orchestrator(["-m", *CELL, f"paths.db={typed}"], workdir)
+    assert launch.returncode == 0, launch.stdout + launch.stderr
+    (argv,) = query(db_url, "SELECT argv FROM sweeps")[0]
+    assert "s3cret-pw" not in str(argv) and any(str(a).startswith("paths.db=") for a in
+                                                 (argv if isinstance(argv, list) else json.loads(argv)))
+    with db.open_db(db_url, create=False)() as s:
+        s.execute(sqlalchemy.text("UPDATE runs SET state = 'failed', error_class = 'crash'"))
+        s.commit()
+        picks, problems = rerun.pick(s, Site([], typed, str(tmp_path / "runs")))
+        assert len(picks) == 1, problems
+        rerun.submit(s, picks)
+    for (config,) in query(db_url, "SELECT config FROM sweep_cells"):
+        text = config if isinstance(config, str) else json.dumps(config)
+        assert "s3cret-pw" not in text and '"db"' not in text and "paths" in text, text

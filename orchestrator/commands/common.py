@@ -88,13 +88,9 @@ def shown(url: str) -> str:
     if "@" not in url:  # no password to mask (and no SQLAlchemy to import for `status`)
         return url
     # lazy: SQLAlchemy (~0.3 s) only in the commands that need it: `status` and --help start without it
-    from sqlalchemy.engine import make_url
-    from sqlalchemy.exc import ArgumentError
+    from orchestrator import db
 
-    try:
-        return make_url(url).render_as_string(hide_password=True)
-    except ArgumentError:
-        return url
+    return db.hide_passwords(url)
 
 
 @contextmanager
