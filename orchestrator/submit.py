@@ -78,7 +78,7 @@ class Options:
             data=Path(paths["data"]).expanduser().absolute(),
             cache=cache,
             cluster=dict(cfg["cluster"]),
-            runtime={"kind": config_checks.one_of("runtime", cfg.get("runtime", "venv"), ("venv", "apptainer", "container")),
+            runtime={"kind": config_checks.one_of("runtime", cfg.get("runtime", "venv"), config_checks.RUNTIMES),
                      "cache": str(cache), "images": str(Path(apptainer["images"]).expanduser().absolute()),
                      "binary": apptainer["binary"]},
             monitor_period_s=float(monitor.get("period_s", 0.1)),
@@ -410,7 +410,7 @@ def submit_runs(session: Session, sweep_id: str, planned: list[tuple[Cell, list[
         session.commit()
     if followed:
         report.notes.append(retry.follow_up(sweep_id, [job for _, job in followed], followed[0][0].config,
-                                            opts.backend, opts.db_url, opts.runs))
+                                            opts.backend, opts.db_url, opts.runs, followed[0][0].overrides))
 
 
 #: A cancelled run's state_detail when its submission was given up (the name it went out under).

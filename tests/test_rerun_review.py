@@ -61,9 +61,11 @@ def test_keep_private_does_not_follow_a_planted_symlink(tmp_path):
 
 
 CELL = ["framework=numpy", "model=lenet", "iterations=3", "warmup=1", "+framework.env=norecipe"]
+#: The caller's own naming of that environment (a rerun builds only what the caller's configuration names).
+ENV = "+framework.env=norecipe"
 
 
-def _picked(tmp_path, planted=None, sweep_id="s1", user=ME, runs=None):
+def _picked(tmp_path, planted=None, sweep_id="s1", user=ME, runs=None, overrides=(ENV,), cell=CELL):
     """rerun's pick, as `rerun --failed --all-users` makes it, of one recorded failed cell."""
     from orchestrator import db, rerun
     from orchestrator.rerun_config import Site
@@ -72,9 +74,9 @@ def _picked(tmp_path, planted=None, sweep_id="s1", user=ME, runs=None):
     from helpers import record_failed
 
     url = "sqlite:///%s/results.db" % tmp_path
-    record_failed(url, [(CELL, fc.CRASH, user)], planted, sweep_id=sweep_id)
+    record_failed(url, [(cell, fc.CRASH, user)], planted, sweep_id=sweep_id)
     with db.open_db(url, create=False)() as s:
-        return rerun.pick(s, Site([], url, str(runs or tmp_path / "runs")))
+        return rerun.pick(s, Site(list(overrides), url, str(runs or tmp_path / "runs")))
 
 
 @pytest.mark.parametrize("sweep_id", ["../outside", "s1\ntouch pwned #", "/tmp/abs", ".hidden"])
@@ -114,12 +116,12 @@ def test_markup_in_database_values_is_printed_as_text_by_every_command(tmp_path)
     url = workdir[1]["ORCHESTRATOR_DB"]
     record_failed(url, [(CELL, fc.CRASH, "mallory[/]")])
     record_failed(url, [(CELL + ["seed=3"], fc.CRASH, ME)], sweep_id="s2[/bold]")
-    for args in (["rerun", "--failed", "--dry-run"], ["rerun", "--failed", "--dry-run", "--all-users"],
+    for args in (["rerun", "--failed", "--dry-run", ENV], ["rerun", "--failed", "--dry-run", "--all-users", ENV],
                  ["status"], ["status", "--failed", "--all-users"]):
         shown = orchestrator(args, workdir)
         assert shown.returncode == 0 and "MarkupError" not in shown.stderr, (args, shown.stderr)
         assert "s2[/bold]" in shown.stdout, (args, shown.stdout)
-    assert "mallory[/]: 1" in orchestrator(["rerun", "--failed", "--dry-run"], workdir).stdout
+    assert "mallory[/]: 1" in orchestrator(["rerun", "--failed", "--dry-run", ENV], workdir).stdout
 
 
 def _with_password(url):
@@ -152,9 +154,102 @@ def test_no_database_url_or_password_is_written_into_the_database(db_url, tmp_pa
     with db.open_db(db_url, create=False)() as s:
         s.execute(sqlalchemy.text("UPDATE runs SET state = 'failed', error_class = 'crash'"))
         s.commit()
-        picks, problems = rerun.pick(s, Site([], typed, str(tmp_path / "runs")))
+        picks, problems = rerun.pick(s, Site([ENV], typed, str(tmp_path / "runs")))
         assert len(picks) == 1, problems
         rerun.submit(s, picks)
     for (config,) in query(db_url, "SELECT config FROM sweep_cells"):
         text = config if isinstance(config, str) else json.dumps(config)
         assert "s3cret-pw" not in text and '"db"' not in text and "paths" in text, text
+
+
+@pytest.mark.parametrize("planted, yours, said", [
+    ({"trainer": "this"}, [ENV], "its sweep ran framework.trainer='this' (recorded), your configuration names None"),
+    ({"trainer": "trainers.numpy"}, [ENV], "framework.trainer='trainers.numpy' (recorded)"),
+    ({"env": "numpy"}, [ENV], "its sweep ran framework.env='numpy' (recorded), your configuration names 'norecipe'"),
+    ({}, [], "its sweep ran framework.env='norecipe' (recorded), your configuration names None"),
+])
+def test_a_recorded_trainer_or_environment_is_never_imported_or_built(tmp_path, planted, yours, said):
+    """The review's `framework.trainer: this` (an import in the caller's process) and a torch cell
+    recorded with numpy's trainer: refused, unless the caller's own configuration names the same."""
+    picks, problems = _picked(tmp_path, {"framework": planted} if planted else None, overrides=yours)
+    assert picks == [] and len(problems) == 1 and said in problems[0], problems
+
+
+def test_the_framework_section_run_is_the_callers_own_composition(tmp_path):
+    picks, problems = _picked(tmp_path, overrides=[ENV, "+framework.trainer=trainers.numpy"],
+                              planted={"framework": {"trainer": "trainers.numpy", "extra": "x"}})
+    assert len(picks) == 1, problems
+    assert picks[0].cell.config["framework"] == {"name": "numpy", "env": "norecipe", "trainer": "trainers.numpy"}
+
+
+@pytest.mark.parametrize("runtime, refused", [("apptainer", False), ("container", False), ("touch pwned", True)])
+def test_the_recorded_runtime_is_kept_checked_with_its_choices(tmp_path, runtime, refused):
+    """A rerun and retry's follow-up (which types no override) measure in the runtime the sweep did."""
+    picks, problems = _picked(tmp_path, {"runtime": runtime})
+    if refused:
+        assert picks == [] and "runtime='touch pwned' is not one of venv, apptainer, container" in problems[0]
+    else:
+        assert len(picks) == 1 and picks[0].cell.config["runtime"] == runtime, problems
+
+
+def test_another_data_folder_than_the_sweeps_is_refused(tmp_path):
+    cell = ["framework=numpy", "model=lenet", "dataset=mnist", "+framework.env=norecipe"]
+    recorded = "/scratch/theirs/mnist"
+    picks, problems = _picked(tmp_path, {"dataset": {"dir": recorded}}, cell=cell,
+                              overrides=[ENV, "paths.data=/tmp/mine"])
+    assert picks == [] and "its sweep read its data from '/scratch/theirs/mnist' (recorded), your " \
+                           "configuration from '/tmp/mine/mnist'; type paths.data=DIR" in problems[0], problems
+    (tmp_path / "same").mkdir()
+    picks, problems = _picked(tmp_path / "same", {"dataset": {"dir": recorded}}, cell=cell,
+                              overrides=[ENV, "paths.data=/scratch/theirs"])
+    assert len(picks) == 1 and picks[0].cell.config["dataset"]["dir"] == recorded, problems
+
+
+@pytest.mark.parametrize("typed, way_out", [("paths.runs=/scratch/me/runs", "use --runs DIR"),
+                                            ("paths.db=postgresql://me@db/bench", "use --db URL")])
+def test_paths_the_rerun_command_sets_itself_are_refused_as_overrides(tmp_path, typed, way_out):
+    from helpers import orchestrator, user_dir
+
+    refused = orchestrator(["rerun", "--failed", "--dry-run", typed], user_dir(tmp_path))
+    assert refused.returncode == 1 and refused.stderr.count("\n") == 1, refused.stderr
+    assert refused.stderr.startswith(f"{typed.partition('=')[0]}=") and "is the rerun command's own; " + way_out \
+        in refused.stderr, refused.stderr
+
+
+def test_a_follow_up_takes_the_launchs_site_options_from_its_pickle_only():
+    from orchestrator.rerun_config import site_only
+
+    launch = ["cluster=slurm", "hardware=cpu12", "batch_size=8", "+framework.env=norecipe", "paths.data=/scratch",
+              "paths.db=postgresql://me:pw@db/bench", "paths.runs=/x", "runtime=apptainer", "+cluster.setup=[module load x]"]
+    assert site_only(launch) == ["cluster=slurm", "+framework.env=norecipe", "paths.data=/scratch",
+                                 "+cluster.setup=[module load x]"]
+
+
+def test_the_follow_up_job_reruns_on_the_launchs_site_configuration(tmp_path, slurm_env, monkeypatch):
+    """retry.run, the follow-up job's body, with the overrides its pickle carries, on the test
+    cluster: the timed-out repeat is resubmitted on them (without them its recorded environment is
+    not the caller's, and it is refused)."""
+    import subprocess
+
+    from orchestrator import retry
+    from trainers.common import failure_classes as fc
+
+    from helpers import SMALL, orchestrator, record_failed, rows, user_dir
+
+    workdir = user_dir(tmp_path, slurm_env)
+    workdir[1]["ORCHESTRATOR_CACHE"] = str(tmp_path / "cache")
+    url = workdir[1]["ORCHESTRATOR_DB"]
+    launch = [*SMALL, *CELL, "retry.timeout=1", "hardware.time_min=5"]
+    record_failed(url, [(launch, fc.TIMEOUT, ME)])
+    (tmp_path / "runs").mkdir()
+    bare = orchestrator(["rerun", "--failed", "--follow-up", "--sweep", "s1", "--dry-run"], workdir)
+    assert "its sweep ran framework.env='norecipe' (recorded)" in bare.stdout, bare.stdout + bare.stderr
+    for key, value in workdir[1].items():
+        monkeypatch.setenv(key, value)
+    try:
+        assert retry.run({"sweep": "s1", "db": url, "runs": str(tmp_path / "runs"), "overrides": launch}) == 0
+        assert [(a, j is not None) for a, j in rows(workdir, "select attempt, job_id from runs order by attempt")] \
+            == [(1, False), (2, True)]
+    finally:
+        for (job,) in rows(workdir, "select job_id from runs where job_id is not null"):
+            subprocess.run(["scancel", job.split("_")[0]], env=slurm_env)

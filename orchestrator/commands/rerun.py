@@ -4,6 +4,8 @@ cancelled: the cell their sweep recorded, on the caller's own site configuration
 from __future__ import annotations
 
 import argparse
+import json
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -37,7 +39,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_user(p, "rerun")
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
                    help="your site's options, as a sweep takes them (cluster=NAME, cluster.setup=[...], paths.data=, "
-                        "runtime=, apptainer.images=, hydra.searchpath=[...]): a rerun runs on your own "
+                        "apptainer.images=, +framework.env=, hydra.searchpath=[...]): a rerun runs on your own "
                         "configuration, never on the one recorded in the database (docs/shared-results.md)")
     p.add_argument("--follow-up", action="store_true",
                    help="what retry.timeout=N's follow-up job runs (docs/slurm.md): collect first, then only the "
@@ -53,7 +55,7 @@ def run(args: argparse.Namespace, out: Console) -> int:
 
     if args.follow_up and (args.classes or args.time):
         raise CliError("--follow-up picks timed-out repeats and gives each twice its limit; drop --class and --time")
-    site = Site(args.overrides, args.db, args.runs)  # a bad override: its one line, before anything else
+    site = Site(_overrides(args), args.db, args.runs)  # a bad override: its one line, before anything else
     if args.follow_up and collect(args.db, Path(args.runs), out):
         out.print("[yellow]some result files are broken (above); the rest were collected[/]")
     factory = db.open_db(args.db, create=False)
@@ -85,6 +87,17 @@ def run(args: argparse.Namespace, out: Console) -> int:
         if args.dry_run:
             return 0
         return _print_reports(rerun.submit(session, picks), out)
+
+
+def _overrides(args: argparse.Namespace) -> list[str]:
+    """The site options typed; a follow-up job's also the launch's (from its pickle, orchestrator/retry.py):
+    it reruns on the site configuration its sweep was launched with."""
+    # lazy: as in run(), Hydra's and SQLAlchemy's modules only where a rerun is asked for
+    from orchestrator import retry
+    from orchestrator.rerun_config import site_only
+
+    carried = json.loads(os.environ.get(retry.OVERRIDES_ENV) or "[]") if args.follow_up else []
+    return [*site_only(carried), *args.overrides]
 
 
 def _where(items: list[str]) -> dict[str, list[Any]]:
