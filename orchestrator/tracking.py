@@ -29,7 +29,7 @@ from typing import Any, Optional
 
 from orchestrator import queries, runstate
 from orchestrator.backends import Backend, SchedulerView, UnknownBackend, backend_class
-from orchestrator.resultfile import RESULT_NAME, BadResult, read_result
+from orchestrator.resultfile import RESULT_NAME, BadResult, read_regular, read_result
 from orchestrator.sql_adapters import Rows
 from trainers.common import failure_classes as fc
 
@@ -41,6 +41,10 @@ class Evidence:
     result: Optional[dict[str, Any]] = None  # a result file that passes collect's check
     broken: Optional[str] = None             # why a present result file fails that check
     started: Optional[dict[str, Any]] = None  # job.json: the job began on a node
+
+
+#: The most a job's job.json (a few fields: its node, its start) may hold.
+JOB_JSON_BYTES = 64 * 1024
 
 
 def evidence_in(run_dir: Optional[str]) -> Evidence:
@@ -57,11 +61,10 @@ def evidence_in(run_dir: Optional[str]) -> Evidence:
             evidence.broken = str(exc)
         except Exception as exc:  # noqa: BLE001 - a hostile file is a broken one, never a crash
             evidence.broken = f"{type(exc).__name__}: {exc}"
-    try:
-        with open(os.path.join(run_dir, "job.json"), encoding="utf-8") as f:
-            started = json.load(f)
+    try:  # a regular file only: the run directory is the database's word (read_regular says why)
+        started = json.loads(read_regular(os.path.join(run_dir, "job.json"), JOB_JSON_BYTES))
         evidence.started = started if isinstance(started, dict) else None
-    except (OSError, ValueError, RecursionError):
+    except (OSError, ValueError, RecursionError, BadResult):
         pass
     return evidence
 

@@ -5,6 +5,7 @@ an assertion (real SQLite/PostgreSQL databases, real compositions of conf/, the 
 import getpass
 import json
 import os
+import sqlite3
 import stat
 from pathlib import Path
 
@@ -253,3 +254,25 @@ def test_the_follow_up_job_reruns_on_the_launchs_site_configuration(tmp_path, sl
     finally:
         for (job,) in rows(workdir, "select job_id from runs where job_id is not null"):
             subprocess.run(["scancel", job.split("_")[0]], env=slurm_env)
+
+
+def test_a_fifo_where_a_recorded_run_directory_points_hangs_no_command(tmp_path):
+    """The review's r8: run_dir in the database names a folder whose result.json and job.json are
+    FIFOs; `status` and `rerun --dry-run` used to block forever opening them."""
+    from trainers.common import failure_classes as fc
+
+    from helpers import orchestrator, record_failed, user_dir
+
+    workdir = user_dir(tmp_path)
+    record_failed(workdir[1]["ORCHESTRATOR_DB"], [(CELL, fc.CRASH, "mallory")])
+    trap = tmp_path / "trap"
+    trap.mkdir()
+    for name in ("result.json", "job.json"):
+        os.mkfifo(trap / name)
+    con = sqlite3.connect(str(tmp_path / "results.db"))
+    con.execute("update runs set state = 'submitted', error_class = NULL, run_dir = ?", (str(trap),))
+    con.commit()
+    con.close()
+    for args in (["status"], ["rerun", "--failed", "--dry-run", "--all-users", ENV]):
+        shown = orchestrator(args, workdir, timeout=60)  # a hang is a TimeoutExpired: the test fails
+        assert shown.returncode == 0, (args, shown.stdout + shown.stderr)
