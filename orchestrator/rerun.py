@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any, Iterator, Optional
 
 from sqlalchemy import func, select
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, aliased
 
 from orchestrator import config_checks, retry, schema, runstate, time_limits
@@ -33,6 +34,7 @@ from orchestrator.backends import Backend, backend_for
 from orchestrator.cell import Cell, CellError
 from orchestrator.config_checks import ConfigError
 from orchestrator.rerun_config import Site
+from orchestrator.resultfile import run_uid
 from orchestrator.submit import Options, SubmitReport, insert_runs, new_run, submit_runs
 from trainers.common import failure_classes
 
@@ -179,7 +181,9 @@ def _more_time(config: dict[str, Any], last: schema.Run, backends: dict[str, Bac
 
 
 def submit(session: Session, picks: list[Pick]) -> list[SubmitReport]:
-    """Records attempt n+1 of every pick in its sweep and submits them, one report per sweep."""
+    """Records attempt n+1 of every pick in its sweep and submits them, one report per sweep.
+    A pick whose attempt another rerun recorded meanwhile (two `rerun --failed` of one repeat at
+    once: the run's uid is taken) was resubmitted by it: skipped with a note, the rest go on."""
     by_sweep: dict[str, list[Pick]] = {}
     for p in picks:
         by_sweep.setdefault(p.last.sweep_id, []).append(p)
@@ -187,16 +191,36 @@ def submit(session: Session, picks: list[Pick]) -> list[SubmitReport]:
     for sweep_id, mine in by_sweep.items():
         report = SubmitReport(sweep_id=sweep_id)
         opts = Options.from_config(mine[0].cell.config)
+        planned = _record(session, sweep_id, mine, opts, report)
+        if planned:
+            submit_runs(session, sweep_id, planned, opts, report)
+        reports.append(report)
+    return reports
+
+
+def _record(session: Session, sweep_id: str, mine: list[Pick], opts: Options,
+            report: SubmitReport) -> list[tuple[Cell, list[schema.Run]]]:
+    """The picks' new runs inserted and committed, grouped by cell and request (one job each);
+    those whose uid another rerun took first left out, said in `report`'s notes."""
+    while True:  # each conflict removes at least one pick: it ends
         planned: dict[str, tuple[Cell, list[schema.Run]]] = {}
         for p in mine:
             run = new_run(sweep_id, p.cell.id, p.last.repeat, p.attempt, opts)
             run.submitted_at = time.time()
             key = p.cell.id + repr(sorted(p.cell.config["hardware"].items()))
             planned.setdefault(key, (p.cell, []))[1].append(run)
-        insert_runs(session, [run for _, runs in planned.values() for run in runs])
-        for p in mine:  # the sweep's record is its latest attempt's config: what a next rerun doubles
-            session.get(schema.SweepCell, (sweep_id, p.cell.id)).config = p.cell.recorded
-        session.commit()
-        submit_runs(session, sweep_id, list(planned.values()), opts, report)
-        reports.append(report)
-    return reports
+        uids = [run.uid for _, runs in planned.values() for run in runs]
+        try:
+            insert_runs(session, [run for _, runs in planned.values() for run in runs])
+            for p in mine:  # the sweep's record is its latest attempt's config: what a next rerun doubles
+                session.get(schema.SweepCell, (sweep_id, p.cell.id)).config = p.cell.recorded
+            session.commit()
+            return list(planned.values())
+        except IntegrityError:
+            session.rollback()
+            taken = set(session.scalars(select(schema.Run.uid).where(schema.Run.uid.in_(uids))))
+            if not taken:
+                raise
+            report.notes.append(f"{len(taken)} repeat(s) already resubmitted by another rerun meanwhile "
+                                f"(run {', '.join(sorted(taken))}): left to it")
+            mine = [p for p in mine if run_uid(sweep_id, p.cell.id, p.last.repeat, p.attempt) not in taken]

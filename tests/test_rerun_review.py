@@ -276,3 +276,32 @@ def test_a_fifo_where_a_recorded_run_directory_points_hangs_no_command(tmp_path)
     for args in (["status"], ["rerun", "--failed", "--dry-run", "--all-users", ENV]):
         shown = orchestrator(args, workdir, timeout=60)  # a hang is a TimeoutExpired: the test fails
         assert shown.returncode == 0, (args, shown.stdout + shown.stderr)
+
+
+def test_a_repeat_another_rerun_resubmitted_meanwhile_is_left_to_it(db_url, tmp_path, monkeypatch):
+    """Two `rerun --failed` of one repeat at once (the review's r5: one exited 1 with UNIQUE constraint
+    failed: runs.uid): the other's attempt row is inserted between this one's pick and its insert,
+    through a second connection, as the other process does; this one skips that repeat, says so,
+    and submits the rest."""
+    from orchestrator import db, rerun, schema
+    from orchestrator.rerun_config import Site
+    from orchestrator.resultfile import run_uid
+    from trainers.common import failure_classes as fc
+
+    from helpers import record_failed
+
+    ids = record_failed(db_url, [(CELL, fc.CRASH, ME), (CELL + ["seed=5"], fc.CRASH, ME)])
+    (tmp_path / "cache").mkdir()
+    monkeypatch.setenv("ORCHESTRATOR_CACHE", str(tmp_path / "cache"))
+    with db.open_db(db_url, create=False)() as s:
+        picks, problems = rerun.pick(s, Site([ENV], db_url, str(tmp_path / "runs")))
+        assert len(picks) == 2, problems
+        first = picks[0]
+        with db.open_db(db_url, create=False).begin() as other:  # the other rerun, first to insert
+            other.add(schema.Run(uid=run_uid("s1", first.cell.id, 0, 2), sweep_id="s1", cell_id=first.cell.id,
+                                 repeat=0, attempt=2, state="pending", latest=False, submit_user="other",
+                                 run_dir="x", executor="local"))
+        (report,) = rerun.submit(s, picks)
+    assert [c.id for c, _, _ in report.submitted] == [picks[1].cell.id], (report.failed, report.notes)
+    assert any("1 repeat(s) already resubmitted by another rerun meanwhile" in n for n in report.notes), report.notes
+    assert sorted(ids) == sorted(p.cell.id for p in picks)
