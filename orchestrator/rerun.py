@@ -63,7 +63,7 @@ def pick(session: Session, site: Site, sweep_id: Optional[str] = None, classes: 
     problems = [f"--class {name}: not a failure class; one of {', '.join(failure_classes.NAMES)}"
                 for name in classes or () if name not in failure_classes.BY_NAME and name not in runstate.RERUNNABLE]
     unasked: dict[str, int] = {}  # class not retried unless named -> repeats left out
-    others: dict[str, int] = {}  # another user's repeats (by user) -> left out
+    others: dict[Optional[str], int] = {}  # another user's repeats (by user; None: unknown) -> left out
     backends: dict[str, Backend] = {}  # by cluster: MaxTime read once per cluster
     for last in _matching(session, sweep_id, classes, where):
         unsafe = _unsafe_names(last, site.runs)
@@ -71,7 +71,7 @@ def pick(session: Session, site: Site, sweep_id: Optional[str] = None, classes: 
             problems.append(unsafe)
             continue
         if user is not None and last.submit_user != user:
-            others[last.submit_user or "?"] = others.get(last.submit_user or "?", 0) + 1
+            others[last.submit_user] = others.get(last.submit_user, 0) + 1
             continue
         link = session.get(schema.SweepCell, (last.sweep_id, last.cell_id))
         declared = failure_classes.BY_NAME.get(last.error_class)
@@ -145,11 +145,14 @@ def _asks_less(link: Optional[schema.SweepCell], time_min: Optional[int], mem_gb
                 or (mem_gb and isinstance(had_mem, int) and mem_gb < had_mem))
 
 
-def _left_out(unasked: dict[str, int], others: dict[str, int]) -> list[str]:
+def _left_out(unasked: dict[str, int], others: dict[Optional[str], int]) -> list[str]:
     """The lines that say what was left out unasked: classes not retried unless named, and other
     users' repeats."""
     lines = [f"{n} repeat(s) of class {name} unchanged ({failure_classes.BY_NAME[name].meaning}): "
              f"{failure_classes.way_out(name)}" for name, n in sorted(unasked.items())]
+    if others.get(None):  # rows from before submitters were recorded
+        lines.append(f"{others[None]} repeat(s) of unknown submitter: --all-users takes them")
+    others = {user: n for user, n in others.items() if user is not None}
     if others:
         whose = ", ".join(f"{user}: {n}" for user, n in sorted(others.items()))
         lines.append(f"{sum(others.values())} repeat(s) of other users ({whose}): not yours; "

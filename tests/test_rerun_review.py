@@ -305,3 +305,17 @@ def test_a_repeat_another_rerun_resubmitted_meanwhile_is_left_to_it(db_url, tmp_
     assert [c.id for c, _, _ in report.submitted] == [picks[1].cell.id], (report.failed, report.notes)
     assert any("1 repeat(s) already resubmitted by another rerun meanwhile" in n for n in report.notes), report.notes
     assert sorted(ids) == sorted(p.cell.id for p in picks)
+
+
+def test_runs_of_unknown_submitter_are_counted_where_they_are_hidden(tmp_path):
+    from trainers.common import failure_classes as fc
+
+    from helpers import orchestrator, record_failed, user_dir
+
+    workdir = user_dir(tmp_path)
+    record_failed(workdir[1]["ORCHESTRATOR_DB"], [(CELL, fc.CRASH, None), (CELL + ["seed=2"], fc.CRASH, None)])
+    dry = orchestrator(["rerun", "--failed", "--dry-run", ENV], workdir)
+    assert "2 repeat(s) of unknown submitter: --all-users takes them" in dry.stdout, dry.stdout
+    listed = orchestrator(["status", "--failed"], workdir)
+    assert "0 run(s)\n2 run(s) of unknown submitter not shown: --all-users takes them" in listed.stdout, listed.stdout
+    assert "unknown submitter" not in orchestrator(["status", "--failed", "--all-users"], workdir).stdout

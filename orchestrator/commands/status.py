@@ -183,6 +183,10 @@ def _list_failures(rows: Rows, sweep_ids: Optional[list[str]], classes: Optional
         _print_failure(row, indent="  ")
         n += 1
     print(f"{n} run(s)")
+    if user[0] is not None:  # runs recorded before submitters were: nobody's, so shown to nobody by default
+        unknown = sum(1 for _ in queries.latest_failures(rows, sweep_ids, FAILURES, classes, unknown_user=True))
+        if unknown:
+            print(f"{unknown} run(s) of unknown submitter not shown: --all-users takes them")
     return 0
 
 
