@@ -119,7 +119,7 @@ def _print_reports(reports: list[Any], out: Console) -> int:
     failures = 0
     for report in reports:
         for cell, job_id, n in report.submitted:
-            out.print(f"  submitted {cell.label} as job {job_id}")
+            out.print(f"  submitted {cell.label} as job {job_id}", markup=False)
         for cell, message in report.failed:
             failures += 1
             out.print(f"  [red]not submitted[/] {escape(cell.label)}: {escape(one_line(message))}")
