@@ -319,3 +319,35 @@ def test_runs_of_unknown_submitter_are_counted_where_they_are_hidden(tmp_path):
     listed = orchestrator(["status", "--failed"], workdir)
     assert "0 run(s)\n2 run(s) of unknown submitter not shown: --all-users takes them" in listed.stdout, listed.stdout
     assert "unknown submitter" not in orchestrator(["status", "--failed", "--all-users"], workdir).stdout
+
+
+def test_an_open_run_whose_recorded_directory_is_outside_runs_is_not_read(tmp_path):
+    """A run_dir the database gives (another user's runs folder, or a planted path) is not opened:
+    its run is left as it was and counted; one under --runs is read as before."""
+    from trainers.common import failure_classes as fc
+
+    from helpers import orchestrator, record_failed, rows, user_dir
+
+    workdir = user_dir(tmp_path)
+    record_failed(workdir[1]["ORCHESTRATOR_DB"], [(CELL, fc.CRASH, ME)])
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "result.json").write_text("{not json")  # read, it would mark the run failed (broken)
+    con = sqlite3.connect(str(tmp_path / "results.db"))
+    con.execute("update runs set state = 'submitted', error_class = NULL, job_id = NULL, run_dir = ?",
+                (str(elsewhere),))
+    con.commit()
+    con.close()
+    (tmp_path / "runs").mkdir()
+    shown = orchestrator(["status"], workdir)
+    assert shown.returncode == 0 and "1 open run(s) recorded with a run directory outside" in shown.stdout, \
+        shown.stdout + shown.stderr
+    assert rows(workdir, "select state from runs") == [("submitted",)]
+    moved = tmp_path / "runs" / "s1"
+    elsewhere.rename(moved)
+    con = sqlite3.connect(str(tmp_path / "results.db"))
+    con.execute("update runs set run_dir = ?", (str(moved),))
+    con.commit()
+    con.close()
+    assert "outside" not in orchestrator(["status"], workdir).stdout
+    assert rows(workdir, "select state from runs") != [("submitted",)]

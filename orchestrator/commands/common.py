@@ -111,13 +111,14 @@ def reading(url: str) -> Iterator[Rows]:
         yield Rows.of(session)
 
 
-def reconcile(rows: Rows, sweep_id: Optional[str], out: Console) -> None:
+def reconcile(rows: Rows, sweep_id: Optional[str], out: Console, runs: Optional[str] = None) -> None:
     """Brings open runs' states up to date (orchestrator.tracking); says which scheduler did not
-    answer, in which case its runs keep their states."""
+    answer, in which case its runs keep their states. `runs` (the command's --runs): only run
+    directories under it are read (the database's word is no path to open anywhere)."""
     # lazy: SQLAlchemy (~0.3 s) only in the commands that need it: `status` and --help start without it
     from orchestrator import tracking
 
-    for message in tracking.reconcile(rows, sweep_id).messages():
+    for message in tracking.reconcile(rows, sweep_id, runs=runs).messages():
         out.print(message, style="yellow", markup=False)  # it names runs and jobs the database holds
 
 

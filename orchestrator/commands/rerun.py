@@ -60,7 +60,7 @@ def run(args: argparse.Namespace, out: Console) -> int:
         out.print("[yellow]some result files are broken (above); the rest were collected[/]")
     factory = db.open_db(args.db, create=False)
     with factory() as session:
-        reconcile(Rows.of(session), None, out)
+        reconcile(Rows.of(session), None, out, args.runs)
         sweep = pick_sweeps(Rows.of(session), args.sweep)[0].id if args.sweep else None
         where = _where(args.where)
         classes = [c.strip() for c in args.classes.split(",")] if args.classes else None

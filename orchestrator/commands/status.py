@@ -52,16 +52,19 @@ def run(args: argparse.Namespace, out: Console) -> int:
         raise CliError(f"--class picks what --failed lists: {PROG} status --failed --class {args.classes}")
     if (args.user or args.all_users) and not args.failed:
         raise CliError(f"--user and --all-users pick what --failed lists: {PROG} status --failed --all-users")
-    return status(args.db, out, args.sweep, args.failed, classes, whose(args) if args.failed else (None, ""))
+    return status(args.db, out, args.sweep, args.failed, classes, whose(args) if args.failed else (None, ""),
+                  args.runs)
 
 
 def status(url: str, out: Console, sweep: Optional[str] = None, failed: bool = False,
-           classes: Optional[list[str]] = None, user: tuple[Optional[str], str] = (None, "")) -> int:
-    """The runs of the sweeps (`sweep`: one), brought up to date first: counted by state with the
-    first failures of each class, or (`failed`) every failed one of `classes` of `user` (commands.common.whose's)."""
+           classes: Optional[list[str]] = None, user: tuple[Optional[str], str] = (None, ""),
+           runs: Optional[str] = None) -> int:
+    """The runs of the sweeps (`sweep`: one), brought up to date first (the run directories under
+    `runs` read): counted by state with the first failures of each class, or (`failed`) every
+    failed one of `classes` of `user` (commands.common.whose's)."""
     with reading(url) as rows:
         sweeps = pick_sweeps(rows, sweep)
-        reconcile(rows, sweeps[0].id if sweep else None, out)
+        reconcile(rows, sweeps[0].id if sweep else None, out, runs)
         ids = [s.id for s in sweeps] if sweep else None
         if failed:
             return _list_failures(rows, ids, classes, user)
