@@ -63,6 +63,15 @@ class Cell:
         s = self.settings
         return f"{s['framework']}/{s['model']}/{s['dataset']} gpus={s['gpus']} bs={s['batch_size']}"
 
+    @property
+    def recorded(self) -> dict[str, Any]:
+        """The config as the database keeps it (sweep_cells.config, read by every user of a shared
+        database): without `paths.db`, the URL the submitter opened it with (a PostgreSQL
+        password). Nothing reads it back: a rerun takes `paths` from the caller (rerun_config.py).
+        A new mapping: the cell's own config, which cells share parts of, is not changed."""
+        paths = {k: v for k, v in (self.config.get("paths") or {}).items() if k != "db"}
+        return {**self.config, "paths": paths}
+
     @classmethod
     def from_config(cls, cfg: DictConfig, overrides: tuple[str, ...] = (),
                     choices: Any = None) -> "Cell":

@@ -25,6 +25,7 @@ The tables and views themselves are declared in schema.py (which the migrations 
 from __future__ import annotations
 
 import logging
+import re
 from contextlib import nullcontext
 from pathlib import Path
 from typing import Any, Optional
@@ -62,10 +63,7 @@ class Unusable(ArgumentError):
 
     @classmethod
     def of(cls, url: str, exc: BaseException) -> "Unusable":
-        try:
-            shown = make_url(url).render_as_string(hide_password=True)
-        except Exception:
-            shown = url
+        shown = hide_passwords(url)
         cause = " ".join(str(getattr(exc, "orig", None) or exc).split())[:300]
         if isinstance(exc, ImportError):
             return cls(shown, f"its driver is not installed ({cause})",
@@ -88,6 +86,21 @@ class Unusable(ArgumentError):
                    f"start it or fix the URL's host, port, name and credentials, or point {cls.WHERE} at "
                    f"sqlite:///results.db")
 
+
+
+#: A URL inside a word (`paths.db=postgresql://alice:secret@db/bench`): scheme, then to the next space.
+_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://\S+")
+
+
+def hide_passwords(text: str) -> str:
+    """`text` with the password of every URL in it masked (SQLAlchemy's `***`): what is kept in
+    the shared database of a command line (sweeps.argv, shown by `report`) or printed."""
+    def hidden(match: re.Match[str]) -> str:
+        try:
+            return make_url(match.group(0)).render_as_string(hide_password=True)
+        except ArgumentError:  # not a URL SQLAlchemy reads: its user:password@ part masked all the same
+            return re.sub(r"://([^/@:]*):[^/@]*@", r"://\1:***@", match.group(0))
+    return _URL.sub(hidden, text)
 
 
 def sqlite_path(url: str) -> Optional[Path]:

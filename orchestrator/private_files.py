@@ -15,6 +15,7 @@ the job on a compute node use it.
 from __future__ import annotations
 
 import os
+import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
@@ -24,17 +25,16 @@ MODE = 0o600
 
 
 def write_bytes(path: Path, data: bytes) -> None:
-    """`data` at `path`, 0600, whole or not at all: written under a temporary name of the
-    same directory (created 0600) and renamed over `path`."""
-    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, MODE)
+    """`data` at `path`, 0600, whole or not at all: written under a random temporary name of the
+    same directory (mkstemp: O_EXCL, 0600 from creation, so no name another user planted, a
+    symlink or a readable file, is ever opened) and renamed over `path`."""
+    fd, tmp = tempfile.mkstemp(dir=str(path.parent), prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as out:
             out.write(data)
-        os.chmod(tmp, MODE)  # an existing temporary file keeps its mode through O_CREAT
         os.replace(tmp, path)
     except BaseException:
-        tmp.unlink(missing_ok=True)
+        Path(tmp).unlink(missing_ok=True)
         raise
 
 
@@ -45,9 +45,13 @@ def write_text(path: Path, text: str) -> None:
 def keep_private(path: Path) -> None:
     """`path` 0600 before a library writes it by truncating it (Hydra's multirun.yaml): made
     empty and 0600 where it is not there, an existing one set 0600 (its content so far was
-    written the same way)."""
-    os.close(os.open(path, os.O_WRONLY | os.O_CREAT, MODE))
-    os.chmod(path, MODE)
+    written the same way). Opened with O_NOFOLLOW and changed through its descriptor: a symlink
+    planted there is refused (OSError), never followed to another file whose mode would change."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, MODE)
+    try:
+        os.fchmod(fd, MODE)
+    finally:
+        os.close(fd)
 
 
 @contextmanager

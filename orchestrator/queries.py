@@ -82,9 +82,11 @@ def sweep_sizes(rows: Rows, sweep_ids: Sequence[str]) -> tuple[dict[str, int], d
 
 
 def latest_failures(rows: Rows, sweep_ids: Optional[Sequence[str]], states: Sequence[str],
-                    classes: Optional[Sequence[str]] = None, user: Optional[str] = None) -> Iterator[Any]:
+                    classes: Optional[Sequence[str]] = None, user: Optional[str] = None,
+                    unknown_user: bool = False) -> Iterator[Any]:
     """The latest attempts in `states` (of `classes` of error, if given; submitted by `user`, if
-    given) with their cells' names, streamed in the order `status --failed` lists them."""
+    given; `unknown_user`: of no recorded submitter, rows from before submitters were recorded)
+    with their cells' names, streamed in the order `status --failed` lists them."""
     names, params = in_list("state", list(states))
     where = [f"runs.state IN {names}"]
     if classes:
@@ -94,6 +96,8 @@ def latest_failures(rows: Rows, sweep_ids: Optional[Sequence[str]], states: Sequ
     if user is not None:
         where.append("runs.submit_user = :submit_user")
         params["submit_user"] = user
+    if unknown_user:
+        where.append("runs.submit_user IS NULL")
     latest, more = latest_where(sweep_ids, *where)
     return rows.rows(f"{_FAILURE} WHERE {latest} {_FAILURE_ORDER}", {**params, **more})
 

@@ -22,16 +22,19 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Iterator, Optional
 
 from sqlalchemy import func, select
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, aliased
 
-from orchestrator import retry, schema, runstate, time_limits
+from orchestrator import config_checks, retry, schema, runstate, time_limits
 from orchestrator.backends import Backend, backend_for
 from orchestrator.cell import Cell, CellError
 from orchestrator.config_checks import ConfigError
 from orchestrator.rerun_config import Site
+from orchestrator.resultfile import run_uid
 from orchestrator.submit import Options, SubmitReport, insert_runs, new_run, submit_runs
 from trainers.common import failure_classes
 
@@ -60,11 +63,15 @@ def pick(session: Session, site: Site, sweep_id: Optional[str] = None, classes: 
     problems = [f"--class {name}: not a failure class; one of {', '.join(failure_classes.NAMES)}"
                 for name in classes or () if name not in failure_classes.BY_NAME and name not in runstate.RERUNNABLE]
     unasked: dict[str, int] = {}  # class not retried unless named -> repeats left out
-    others: dict[str, int] = {}  # another user's repeats (by user) -> left out
+    others: dict[Optional[str], int] = {}  # another user's repeats (by user; None: unknown) -> left out
     backends: dict[str, Backend] = {}  # by cluster: MaxTime read once per cluster
     for last in _matching(session, sweep_id, classes, where):
+        unsafe = _unsafe_names(last, site.runs)
+        if unsafe:
+            problems.append(unsafe)
+            continue
         if user is not None and last.submit_user != user:
-            others[last.submit_user or "?"] = others.get(last.submit_user or "?", 0) + 1
+            others[last.submit_user] = others.get(last.submit_user, 0) + 1
             continue
         link = session.get(schema.SweepCell, (last.sweep_id, last.cell_id))
         declared = failure_classes.BY_NAME.get(last.error_class)
@@ -90,6 +97,23 @@ def pick(session: Session, site: Site, sweep_id: Optional[str] = None, classes: 
                 continue
         picks.append(Pick(last=last, cell=cell, attempt=last.attempt + 1))
     return picks, problems + _left_out(unasked, others)
+
+
+def _unsafe_names(last: schema.Run, runs: str) -> Optional[str]:
+    """Why `last`'s recorded sweep and cell ids may not become a run directory
+    (`<runs>/<sweep>/<cell>/`) and a job name: each must be a plain name (a row written with SQL
+    could say `../../home/alice` or hold a newline), and the directory must resolve under `runs`
+    (not through a symlink planted in it). None where they may."""
+    try:
+        for key, value in (("sweep id", last.sweep_id), ("cell id", last.cell_id)):
+            config_checks.name(key, value, "a row no sweep could have written: leave it, or type its sweep again")
+    except ConfigError as exc:
+        return f"run {last.uid!r}: {exc}"
+    top = Path(runs).resolve()
+    if top not in (top / last.sweep_id / last.cell_id).resolve().parents:
+        return (f"run {last.uid!r}: its run directory {runs}/{last.sweep_id}/{last.cell_id} resolves outside "
+                f"{runs} (a symlink there); remove the link, or rerun with another --runs")
+    return None
 
 
 def _matching(session: Session, sweep_id: Optional[str], classes: Optional[list[str]],
@@ -121,11 +145,14 @@ def _asks_less(link: Optional[schema.SweepCell], time_min: Optional[int], mem_gb
                 or (mem_gb and isinstance(had_mem, int) and mem_gb < had_mem))
 
 
-def _left_out(unasked: dict[str, int], others: dict[str, int]) -> list[str]:
+def _left_out(unasked: dict[str, int], others: dict[Optional[str], int]) -> list[str]:
     """The lines that say what was left out unasked: classes not retried unless named, and other
     users' repeats."""
     lines = [f"{n} repeat(s) of class {name} unchanged ({failure_classes.BY_NAME[name].meaning}): "
              f"{failure_classes.way_out(name)}" for name, n in sorted(unasked.items())]
+    if others.get(None):  # rows from before submitters were recorded
+        lines.append(f"{others[None]} repeat(s) of unknown submitter: --all-users takes them")
+    others = {user: n for user, n in others.items() if user is not None}
     if others:
         whose = ", ".join(f"{user}: {n}" for user, n in sorted(others.items()))
         lines.append(f"{sum(others.values())} repeat(s) of other users ({whose}): not yours; "
@@ -157,7 +184,9 @@ def _more_time(config: dict[str, Any], last: schema.Run, backends: dict[str, Bac
 
 
 def submit(session: Session, picks: list[Pick]) -> list[SubmitReport]:
-    """Records attempt n+1 of every pick in its sweep and submits them, one report per sweep."""
+    """Records attempt n+1 of every pick in its sweep and submits them, one report per sweep.
+    A pick whose attempt another rerun recorded meanwhile (two `rerun --failed` of one repeat at
+    once: the run's uid is taken) was resubmitted by it: skipped with a note, the rest go on."""
     by_sweep: dict[str, list[Pick]] = {}
     for p in picks:
         by_sweep.setdefault(p.last.sweep_id, []).append(p)
@@ -165,16 +194,36 @@ def submit(session: Session, picks: list[Pick]) -> list[SubmitReport]:
     for sweep_id, mine in by_sweep.items():
         report = SubmitReport(sweep_id=sweep_id)
         opts = Options.from_config(mine[0].cell.config)
+        planned = _record(session, sweep_id, mine, opts, report)
+        if planned:
+            submit_runs(session, sweep_id, planned, opts, report)
+        reports.append(report)
+    return reports
+
+
+def _record(session: Session, sweep_id: str, mine: list[Pick], opts: Options,
+            report: SubmitReport) -> list[tuple[Cell, list[schema.Run]]]:
+    """The picks' new runs inserted and committed, grouped by cell and request (one job each);
+    those whose uid another rerun took first left out, said in `report`'s notes."""
+    while True:  # each conflict removes at least one pick: it ends
         planned: dict[str, tuple[Cell, list[schema.Run]]] = {}
         for p in mine:
             run = new_run(sweep_id, p.cell.id, p.last.repeat, p.attempt, opts)
             run.submitted_at = time.time()
             key = p.cell.id + repr(sorted(p.cell.config["hardware"].items()))
             planned.setdefault(key, (p.cell, []))[1].append(run)
-        insert_runs(session, [run for _, runs in planned.values() for run in runs])
-        for p in mine:  # the sweep's record is its latest attempt's config: what a next rerun doubles
-            session.get(schema.SweepCell, (sweep_id, p.cell.id)).config = p.cell.config
-        session.commit()
-        submit_runs(session, sweep_id, list(planned.values()), opts, report)
-        reports.append(report)
-    return reports
+        uids = [run.uid for _, runs in planned.values() for run in runs]
+        try:
+            insert_runs(session, [run for _, runs in planned.values() for run in runs])
+            for p in mine:  # the sweep's record is its latest attempt's config: what a next rerun doubles
+                session.get(schema.SweepCell, (sweep_id, p.cell.id)).config = p.cell.recorded
+            session.commit()
+            return list(planned.values())
+        except IntegrityError:
+            session.rollback()
+            taken = set(session.scalars(select(schema.Run.uid).where(schema.Run.uid.in_(uids))))
+            if not taken:
+                raise
+            report.notes.append(f"{len(taken)} repeat(s) already resubmitted by another rerun meanwhile "
+                                f"(run {', '.join(sorted(taken))}): left to it")
+            mine = [p for p in mine if run_uid(sweep_id, p.cell.id, p.last.repeat, p.attempt) not in taken]

@@ -4,43 +4,66 @@ A sweep records each cell's resolved config in the database (`sweep_cells.config
 rerun measures the same thing. But the database is shared: whoever can write one of its rows
 (another user, a compromised account, a copied database) could plant `cluster.setup: ["rm -rf
 ~"]` there, and the next user's `rerun --failed` would run it in that user's jobs. So nothing
-recorded is ever taken as a command or a path. The sections that reach a shell, a batch script
-or a path (SITE: `cluster` with its setup lines, python and sbatch options; `paths`; `runtime`;
+recorded is ever taken as a command, a module or a path. The sections that reach a shell, a batch
+script or a path (SITE: `cluster` with its setup lines, python and sbatch options; `paths`;
 `apptainer`; and `dataset.dir`) are dropped from the record and taken from the caller's own
 composition of conf/ with the caller's overrides, as a new sweep would make them (the recorded
-cluster's and dataset's `name` only choose the caller's file of that group, as plain names).
-The rest (the settings, `framework`, `model`, `hardware`, `retry`, `monitor` ...) is the
-measurement and its request, kept, and checked as a new sweep checks a cell
-(orchestrator/cell.py: names, integers, module names; submit.Options; the backend's sbatch
-policy); it must still make the recorded cell (the same id), or it is refused with the way out.
+cluster's, dataset's and framework's `name` only choose the caller's file of that group, as plain
+names). The framework section (its trainer module is imported and run, its env names the recipe
+built) is the caller's too, and the record must agree with it (RUNNABLE). `runtime`, a closed
+choice that changes the measurement, is the record's, checked against its choices. The rest (the
+settings, `model`, `hardware`, `retry`, `monitor` ...) is the measurement and its request, kept,
+and checked as a new sweep checks a cell (orchestrator/cell.py: names, integers; submit.Options;
+the backend's sbatch policy; the limits time_limits computed); it must still make the recorded
+cell (the same id), or it is refused with the way out.
 """
 from __future__ import annotations
 
 import copy
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 from orchestrator import config_checks
 from orchestrator.cell import Cell, CellError, resolved_config
 from orchestrator.submit import Options, check_request
 
 #: The config sections a rerun always takes from the caller's composition, never from the record.
-SITE = ("cluster", "paths", "runtime", "apptainer")
-#: The override keys a rerun accepts (its first dotted part): the site's, and Hydra's search path.
+SITE = ("cluster", "paths", "apptainer")
+#: Recorded values a rerun would import or run (the trainer's module, the environment's recipe):
+#: the caller's composition names them (an override of these keys), and the record must agree.
+RUNNABLE = ("framework.trainer", "framework.env")
+#: The override keys a rerun accepts (their first dotted part): the site's, and Hydra's search path.
 OVERRIDABLE = (*SITE, "hydra")
+#: What the rerun command itself sets: never an override (it would be dropped).
+COMMANDS_OWN = {"paths.runs": "--runs DIR", "paths.db": "--db URL"}
 #: How to type the site options, in a refusal.
-SITE_WAY_OUT = ("a rerun takes only your site's options (cluster=NAME, cluster.KEY=, paths.KEY=, runtime=, "
-                "apptainer.KEY=, hydra.searchpath=); the cell's own settings are its sweep's: type the sweep "
-                "again with KEY=VALUE, or use --time / --mem")
+SITE_WAY_OUT = ("a rerun takes only your site's options (cluster=NAME, cluster.KEY=, paths.data=, apptainer.KEY=, "
+                "+framework.env=, +framework.trainer=, hydra.searchpath=); the cell's own settings (runtime "
+                "included) are its sweep's: type the sweep again with KEY=VALUE, or use --time / --mem")
 
 
 def check_overrides(overrides: list[str]) -> list[str]:
-    """The caller's overrides, each a site option (OVERRIDABLE); ConfigError naming the first that is not."""
+    """The caller's overrides, each a site option (OVERRIDABLE, RUNNABLE); ConfigError naming the first that is not."""
     for item in overrides:
-        key = item.lstrip("+~").partition("=")[0]
-        if key.split(".")[0] not in OVERRIDABLE or "=" not in item:
-            raise config_checks.refuse(key, item.partition("=")[2], "is not a site option a rerun takes",
-                                       SITE_WAY_OUT)
+        refusal = _not_site(item)
+        if refusal:
+            raise refusal
     return list(overrides)
+
+
+def site_only(overrides: Sequence[str]) -> list[str]:
+    """A launch's overrides (the follow-up job's, orchestrator/retry.py), less the cell's own
+    settings and what the rerun command sets itself: the site options its rerun runs on."""
+    return [item for item in overrides if _not_site(item) is None]
+
+
+def _not_site(item: str) -> Optional[config_checks.ConfigError]:
+    """Why `item` is not an override a rerun takes; None where it is."""
+    key, _, value = item.lstrip("+~").partition("=")
+    if key in COMMANDS_OWN:
+        return config_checks.refuse(key, value, "is the rerun command's own", f"use {COMMANDS_OWN[key]}")
+    if (key.split(".")[0] not in OVERRIDABLE and key not in RUNNABLE) or "=" not in item:
+        return config_checks.refuse(key, value, "is not a site option a rerun takes", SITE_WAY_OUT)
+    return None
 
 
 class Site:
@@ -50,18 +73,18 @@ class Site:
     def __init__(self, overrides: list[str], db_url: str, runs: str) -> None:
         self.overrides = check_overrides(overrides)
         self.db_url, self.runs = db_url, runs
-        self._composed: dict[tuple[str, str], Any] = {}
+        self._composed: dict[tuple[str, ...], Any] = {}
         self.cluster_chosen = next((o.partition("=")[2] for o in self.overrides if o.startswith("cluster=")), None)
 
-    def composed(self, cluster: str, dataset: str) -> dict[str, Any]:
+    def composed(self, cluster: str, dataset: str, framework: str) -> dict[str, Any]:
         """The caller's config with these group choices, resolved to plain data (CellError where it
         does not compose: the line says which override or file)."""
-        key = (cluster, dataset)
+        key = (cluster, dataset, framework)
         if key not in self._composed:
             # lazy: Hydra's compose only where a rerun submits (`status` and --help start without it)
             from hydra import compose, initialize_config_dir
 
-            choices = [f"cluster={cluster}", f"dataset={dataset}"]
+            choices = [f"cluster={cluster}", f"dataset={dataset}", f"framework={framework}"]
             try:
                 with initialize_config_dir(version_base="1.3", config_dir=str(config_checks.CONF), job_name="rerun"):
                     cfg = compose("config", overrides=[*choices, *self.overrides])
@@ -80,15 +103,19 @@ class Site:
         sections the caller's, checked as a new sweep's cell; CellError naming what is wrong."""
         config = _measurement(recorded)
         cluster = self.cluster_chosen or _recorded_name(recorded, "cluster")
-        site = self.composed(config_checks.choice("cluster", cluster), _recorded_name(recorded, "dataset"))
+        site = self.composed(config_checks.choice("cluster", cluster), _recorded_name(recorded, "dataset"),
+                             _recorded_name(recorded, "framework"))
         config.update({key: copy.deepcopy(site[key]) for key in SITE})
-        config["dataset"]["dir"] = site["dataset"].get("dir")
+        config["runtime"] = config_checks.one_of("runtime", recorded.get("runtime", "venv"), config_checks.RUNTIMES)
+        config["framework"] = _runnable(config["framework"], site["framework"])
+        config["dataset"]["dir"] = _same_data(recorded["dataset"].get("dir"), site["dataset"].get("dir"))
         if time_min:
             config["hardware"].update(time_min=int(time_min), time_floor=None, time_source="rerun --time")
         if mem_gb:
             config["hardware"]["mem_gb"] = int(mem_gb)
+        _check_learned(config["hardware"])
         try:
-            cell = Cell.from_plain(config)
+            cell = Cell.from_plain(config, tuple(self.overrides))  # a follow-up it brings carries them
             check_request(Options.from_config(config).backend, config, cell.label)
         except config_checks.ConfigError as exc:
             raise CellError(str(exc)) from None
@@ -104,6 +131,42 @@ def _measurement(recorded: Any) -> dict[str, Any]:
         raise CellError("its recorded config is not a config of the groups "
                         f"{', '.join(config_checks.GROUPS)}; type its sweep again")
     return copy.deepcopy({key: value for key, value in recorded.items() if key not in SITE})
+
+
+def _runnable(recorded: dict[str, Any], yours: dict[str, Any]) -> dict[str, Any]:
+    """The framework section a rerun runs: the caller's (its trainer module is imported and run,
+    its env names the recipe built), refused where the record's differs (another trainer or
+    environment would measure something else)."""
+    for key in RUNNABLE:
+        field = key.partition(".")[2]
+        if recorded.get(field) != yours.get(field):
+            raise CellError(f"its sweep ran {key}={recorded.get(field)!r} (recorded), your configuration names "
+                            f"{yours.get(field)!r}; a rerun imports and runs only what yours names: type "
+                            f"+{key}=NAME if you mean the same, or type its sweep again")
+    return copy.deepcopy(yours)
+
+
+def _same_data(recorded: Any, yours: Any) -> Any:
+    """The caller's data folder, where it is the one the sweep read (compared, never opened):
+    other data would be another measurement."""
+    if recorded != yours:
+        raise CellError(f"its sweep read its data from {recorded!r} (recorded), your configuration from "
+                        f"{yours!r}; type paths.data=DIR for the same data, or type its sweep again")
+    return yours
+
+
+def _check_learned(hardware: dict[str, Any]) -> None:
+    """The values time_limits computed and the sweep recorded (`time_floor`: sbatch's --time-min,
+    `time_source`: what `rerun` prints), checked as time_limits makes them: a floor a whole number
+    of minutes from 1 to the cell's limit (`time_min`, itself checked by Cell.from_plain), a
+    source one line of text."""
+    limit = hardware.get("time_min")
+    if hardware.get("time_floor") is not None:
+        config_checks.integer("hardware.time_floor", hardware["time_floor"], 1,
+                              limit if isinstance(limit, int) and limit >= 1 else 1,
+                              "a floor time_limits never makes (recorded); type its sweep again")
+    if hardware.get("time_source") is not None:
+        config_checks.one_line("hardware.time_source", hardware["time_source"], "type its sweep again")
 
 
 def _recorded_name(recorded: dict[str, Any], group: str) -> str:

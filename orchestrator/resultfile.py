@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -48,13 +50,27 @@ MAX_DEPTH = 32
 INT_RANGE = (-(2 ** 63), 2 ** 63 - 1)
 
 
+def read_regular(path: Path | str, max_bytes: int) -> bytes:
+    """The bytes of a regular file of at most `max_bytes`; BadResult for anything else. Opened
+    without blocking and checked on its descriptor: a FIFO (or device) planted where a run
+    directory recorded in the database points would otherwise hang every `status` that reads it."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise BadResult("not a regular file (a FIFO, device or folder): not read")
+        if info.st_size > max_bytes:
+            raise BadResult(f"{info.st_size:,} bytes, more than the {max_bytes:,} a result file may have")
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            return f.read(max_bytes + 1)
+    finally:
+        os.close(fd)
+
+
 def read_result(path: Path) -> dict[str, Any]:
     """The parsed, checked contents of one result.json; raises BadResult saying what is wrong."""
     try:
-        size = path.stat().st_size
-        if size > MAX_BYTES:
-            raise BadResult(f"{size:,} bytes, more than the {MAX_BYTES:,} a result file may have")
-        raw = path.read_bytes()
+        raw = read_regular(path, MAX_BYTES)
     except OSError as exc:
         raise BadResult(f"cannot read: {exc.strerror or exc}") from None
     if not raw.strip():

@@ -28,11 +28,12 @@ is (the follow-up's log, under `runs/<sweep>/.submitit/`, says so when it is not
 """
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any, Mapping, Optional
+from typing import Any, Mapping, Optional, Sequence
 
 from orchestrator import config_checks
 from orchestrator.sql_adapters import SQLITE_FILE, Rows
@@ -45,6 +46,9 @@ FOLLOW_UP_MIN = 10
 FOLLOW_UP_MEM_MB = 2048
 #: What it runs, after `python -m orchestrator` (the sweep's id is appended).
 FOLLOW_UP_ARGV = ("rerun", "--failed", "--follow-up", "--sweep")
+#: The variable that hands it the launch's overrides (JSON), from its 0600 pickle: the rerun takes
+#: their site options (rerun_config.site_only), so that it runs on the launch's site configuration.
+OVERRIDES_ENV = "ORCHESTRATOR_FOLLOW_UP_OVERRIDES"
 
 
 def timeouts(config: Mapping[str, Any]) -> int:
@@ -86,19 +90,21 @@ def run(follow_up: Mapping[str, str]) -> int:
     `python -m orchestrator rerun --failed --follow-up --sweep S` with the sweep's database and
     runs directory, which travel in the job's pickle (never on a command line, where a
     database URL's password would show in `ps`)."""
-    env = {**os.environ, "ORCHESTRATOR_DB": follow_up["db"], "ORCHESTRATOR_RUNS": follow_up["runs"]}
+    env = {**os.environ, "ORCHESTRATOR_DB": follow_up["db"], "ORCHESTRATOR_RUNS": follow_up["runs"],
+           OVERRIDES_ENV: json.dumps(list(follow_up.get("overrides") or []))}
     argv = [sys.executable, "-m", "orchestrator", *FOLLOW_UP_ARGV, follow_up["sweep"]]
     return subprocess.run(argv, env=env, check=True).returncode
 
 
 def follow_up(sweep_id: str, job_ids: list[str], config: Mapping[str, Any], backend: Any, db_url: str,
-              runs: Path) -> str:
+              runs: Path, overrides: Sequence[str] = ()) -> str:
     """Submits the sweep's follow-up job, held until `job_ids` (those whose runs may still be
     retried; `config`: the first one's cell) have ended; returns the line that says so. Its
     failure to go out loses nothing: the line says it, and `rerun --failed --class timeout` does
-    the same by hand."""
+    the same by hand. `overrides`: the launch's (the first followed cell's), which its pickle
+    carries, never the database."""
     partition = (backend.cluster.get("follow_up_partition") or config["hardware"].get("partition")) or None
-    spec = {"sweep": sweep_id, "db": database_url(db_url), "runs": str(runs)}
+    spec = {"sweep": sweep_id, "db": database_url(db_url), "runs": str(runs), "overrides": list(overrides)}
     folder = runs / sweep_id / ".submitit"
     try:
         executor = backend.executor(folder)  # its own: none of the cells' parameters

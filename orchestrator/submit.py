@@ -78,7 +78,7 @@ class Options:
             data=Path(paths["data"]).expanduser().absolute(),
             cache=cache,
             cluster=dict(cfg["cluster"]),
-            runtime={"kind": config_checks.one_of("runtime", cfg.get("runtime", "venv"), ("venv", "apptainer", "container")),
+            runtime={"kind": config_checks.one_of("runtime", cfg.get("runtime", "venv"), config_checks.RUNTIMES),
                      "cache": str(cache), "images": str(Path(apptainer["images"]).expanduser().absolute()),
                      "binary": apptainer["binary"]},
             monitor_period_s=float(monitor.get("period_s", 0.1)),
@@ -169,7 +169,7 @@ def _record_cells(session: Session, sweep_id: str, cells: list[Cell], known: set
     if new:
         session.execute(insert(schema.Cell.__table__), new)
     session.execute(insert(schema.SweepCell.__table__), [
-        {"sweep_id": sweep_id, "cell_id": cell.id, "config": cell.config if cell.id in planned else None}
+        {"sweep_id": sweep_id, "cell_id": cell.id, "config": cell.recorded if cell.id in planned else None}
         for cell in cells])
 
 
@@ -268,7 +268,7 @@ def submit_sweep(cells: list[Cell], opts: Options, argv: list[str] | None = None
     with factory() as session:
         adopt_interrupted(session, opts.backend)
         user, host = who()
-        session.add(schema.Sweep(id=report.sweep_id, created_at=time.time(), argv=list(argv or sys.argv),
+        session.add(schema.Sweep(id=report.sweep_id, created_at=time.time(), argv=[db.hide_passwords(a) for a in argv or sys.argv],
                              overrides=[list(c.overrides) for c in cells], n_cells=len(cells),
                              submit_user=user, submit_host=host))
         session.flush()  # the sweep first: its refusals refer to it
@@ -410,7 +410,7 @@ def submit_runs(session: Session, sweep_id: str, planned: list[tuple[Cell, list[
         session.commit()
     if followed:
         report.notes.append(retry.follow_up(sweep_id, [job for _, job in followed], followed[0][0].config,
-                                            opts.backend, opts.db_url, opts.runs))
+                                            opts.backend, opts.db_url, opts.runs, followed[0][0].overrides))
 
 
 #: A cancelled run's state_detail when its submission was given up (the name it went out under).

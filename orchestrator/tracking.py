@@ -29,7 +29,7 @@ from typing import Any, Optional
 
 from orchestrator import queries, runstate
 from orchestrator.backends import Backend, SchedulerView, UnknownBackend, backend_class
-from orchestrator.resultfile import RESULT_NAME, BadResult, read_result
+from orchestrator.resultfile import RESULT_NAME, BadResult, read_regular, read_result
 from orchestrator.sql_adapters import Rows
 from trainers.common import failure_classes as fc
 
@@ -41,6 +41,10 @@ class Evidence:
     result: Optional[dict[str, Any]] = None  # a result file that passes collect's check
     broken: Optional[str] = None             # why a present result file fails that check
     started: Optional[dict[str, Any]] = None  # job.json: the job began on a node
+
+
+#: The most a job's job.json (a few fields: its node, its start) may hold.
+JOB_JSON_BYTES = 64 * 1024
 
 
 def evidence_in(run_dir: Optional[str]) -> Evidence:
@@ -57,11 +61,10 @@ def evidence_in(run_dir: Optional[str]) -> Evidence:
             evidence.broken = str(exc)
         except Exception as exc:  # noqa: BLE001 - a hostile file is a broken one, never a crash
             evidence.broken = f"{type(exc).__name__}: {exc}"
-    try:
-        with open(os.path.join(run_dir, "job.json"), encoding="utf-8") as f:
-            started = json.load(f)
+    try:  # a regular file only: the run directory is the database's word (read_regular says why)
+        started = json.loads(read_regular(os.path.join(run_dir, "job.json"), JOB_JSON_BYTES))
         evidence.started = started if isinstance(started, dict) else None
-    except (OSError, ValueError, RecursionError):
+    except (OSError, ValueError, RecursionError, BadResult):
         pass
     return evidence
 
@@ -180,6 +183,17 @@ class Reconciled:
     kept: dict[str, int] = field(default_factory=dict)
     #: backend name -> when it last answered about a run it now kept silent on
     as_of: dict[str, float] = field(default_factory=dict)
+    #: the runs folder of the command (None: any run directory is read), and the open runs whose
+    #: recorded directory is not under it: left as they were, their files not read
+    runs: Optional[str] = None
+    outside: int = 0
+
+    def reads(self, run_dir: Optional[str]) -> bool:
+        """Whether `run_dir` (the database's word) resolves under the command's runs folder."""
+        if self.runs is None or not run_dir:
+            return True
+        top = os.path.realpath(self.runs)
+        return os.path.realpath(run_dir).startswith(top + os.sep)
 
     def _as_of(self, name: str) -> str:
         when = self.as_of.get(name)
@@ -193,6 +207,9 @@ class Reconciled:
         for name, error in sorted(self.partial.items()):
             out.append(f"{name} answered in part ({error}): {self._as_of(name)} for the "
                        f"{self.kept.get(name, 0)} open run(s) it could not tell about")
+        if self.outside:
+            out.append(f"{self.outside} open run(s) recorded with a run directory outside {self.runs} (another "
+                       f"user's runs folder, or a row no sweep wrote) left as they were: --runs DIR reads theirs")
         return out
 
 
@@ -202,9 +219,10 @@ _OPEN_RUN = ("id", "sweep_id", "cell_id", "executor", "job_id", "run_dir", "subm
 
 
 def reconcile(rows: Rows, sweep_id: Optional[str] = None,
-              backends: Optional[dict[str, Backend]] = None) -> Reconciled:
+              backends: Optional[dict[str, Backend]] = None, runs: Optional[str] = None) -> Reconciled:
     """Brings every open, uncollected run up to date; commits. `backends` (name -> instance)
     lets a caller that polls repeatedly keep the count of polls in a row without an answer.
+    `runs`: only runs whose recorded directory is under it are read (the others are counted).
 
     SQL text (orchestrator.queries) over `rows` (orchestrator.sql_adapters): `status` reconciles every open run each time it is
     typed, without importing SQLAlchemy. The open runs are read as rows and only what changed is
@@ -213,7 +231,7 @@ def reconcile(rows: Rows, sweep_id: Optional[str] = None,
     the schedulers' polls (sacct, squeue: up to 30 s each) and the run directories' files keep
     no other command waiting; the write then changes only runs still as they were read."""
     backends = {} if backends is None else backends
-    report = Reconciled()
+    report = Reconciled(runs=runs)
     by_backend: dict[str, list[Any]] = {}
     for run in queries.open_runs(rows, runstate.OPEN, _OPEN_RUN, sweep_id):
         by_backend.setdefault(run.executor if run.job_id else "", []).append(run)
@@ -259,7 +277,11 @@ def _poll(backend: Optional[Backend], name: str, runs: list[Any], report: Reconc
 
 def _verdict(run: Any, name: str, backend: Optional[Backend], answers: Optional[dict[str, Any]], now: float,
              report: Reconciled) -> dict[str, Any]:
-    """What changes of one run, from its directory and its scheduler's word."""
+    """What changes of one run, from its directory and its scheduler's word (nothing, counted,
+    for a run whose recorded directory is not under the command's runs folder)."""
+    if not report.reads(run.run_dir):
+        report.outside += 1
+        return {}
     logs = (f"{os.path.dirname(os.path.dirname(run.run_dir))}/.submitit" if run.run_dir
             else "the .submitit folder")
     seen = (answers or {}).get(run.job_id) if name else None

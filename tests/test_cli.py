@@ -119,7 +119,8 @@ def test_status_is_a_summary_and_failed_lists_every_failure(env, any_db, capsys)
     assert out.index("sweep new (8") < out.index("sweep old (1") < out.index("Every one: ")
 
     assert main(["status", "--failed"]) == 0  # the caller's own: these runs' submitter is not recorded
-    assert capsys.readouterr().out.endswith("(yours; --user NAME or --all-users for others'):\n0 run(s)\n")
+    assert capsys.readouterr().out.endswith("(yours; --user NAME or --all-users for others'):\n0 run(s)\n"
+                                            "9 run(s) of unknown submitter not shown: --all-users takes them\n")
     assert main(["status", "--failed", "--all-users"]) == 0
     out = capsys.readouterr().out
     assert out.count("failed torch/googlenet/mnist") == 7 and out.count("log: ") == 9

@@ -40,7 +40,8 @@ def test_a_setup_line_planted_in_the_database_never_runs_in_a_rerun(slurm_workdi
         con.execute("""update sweep_cells set config = json_set(config, '$.cluster.setup', json('["touch pwned"]'),
                        '$.cluster.python', 'touch pwned-python; python3')""")
         con.execute("update runs set state = 'failed', error_class = 'crash'")
-    again = orchestrator(["rerun", "--failed", "--class", "crash", "cluster.setup=[echo caller-setup]"], slurm_workdir)
+    again = orchestrator(["rerun", "--failed", "--class", "crash", "cluster.setup=[echo caller-setup]", "+framework.env=norecipe"],
+                         slurm_workdir)
     assert again.returncode == 0, again.stdout + again.stderr
     wait_until_final(slurm_workdir)
 

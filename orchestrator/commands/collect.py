@@ -40,7 +40,7 @@ def collect(url: str, runs: Path, out: Console, batch: Optional[int] = None, eve
         raise CliError(f"--batch {batch}: result files per transaction, 1 to 10000 (default {BATCH_SIZE})")
     factory = db.open_db(url)
     with factory() as session:  # first the runs' fate: a requeued job's old failure must wait
-        reconcile(Rows.of(session), None, out)
+        reconcile(Rows.of(session), None, out, str(runs))
     report = collect_files(factory, runs, batch_size=batch or BATCH_SIZE, everything=everything)
     out.print(str(report), markup=False)
     for path, reason in report.broken:

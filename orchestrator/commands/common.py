@@ -88,13 +88,9 @@ def shown(url: str) -> str:
     if "@" not in url:  # no password to mask (and no SQLAlchemy to import for `status`)
         return url
     # lazy: SQLAlchemy (~0.3 s) only in the commands that need it: `status` and --help start without it
-    from sqlalchemy.engine import make_url
-    from sqlalchemy.exc import ArgumentError
+    from orchestrator import db
 
-    try:
-        return make_url(url).render_as_string(hide_password=True)
-    except ArgumentError:
-        return url
+    return db.hide_passwords(url)
 
 
 @contextmanager
@@ -115,14 +111,15 @@ def reading(url: str) -> Iterator[Rows]:
         yield Rows.of(session)
 
 
-def reconcile(rows: Rows, sweep_id: Optional[str], out: Console) -> None:
+def reconcile(rows: Rows, sweep_id: Optional[str], out: Console, runs: Optional[str] = None) -> None:
     """Brings open runs' states up to date (orchestrator.tracking); says which scheduler did not
-    answer, in which case its runs keep their states."""
+    answer, in which case its runs keep their states. `runs` (the command's --runs): only run
+    directories under it are read (the database's word is no path to open anywhere)."""
     # lazy: SQLAlchemy (~0.3 s) only in the commands that need it: `status` and --help start without it
     from orchestrator import tracking
 
-    for message in tracking.reconcile(rows, sweep_id).messages():
-        out.print(f"[yellow]{message}[/]")
+    for message in tracking.reconcile(rows, sweep_id, runs=runs).messages():
+        out.print(message, style="yellow", markup=False)  # it names runs and jobs the database holds
 
 
 def pick_sweeps(rows: Rows, wanted: Optional[str]) -> list[Any]:

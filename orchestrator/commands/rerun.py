@@ -4,6 +4,8 @@ cancelled: the cell their sweep recorded, on the caller's own site configuration
 from __future__ import annotations
 
 import argparse
+import json
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -37,7 +39,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_user(p, "rerun")
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
                    help="your site's options, as a sweep takes them (cluster=NAME, cluster.setup=[...], paths.data=, "
-                        "runtime=, apptainer.images=, hydra.searchpath=[...]): a rerun runs on your own "
+                        "apptainer.images=, +framework.env=, hydra.searchpath=[...]): a rerun runs on your own "
                         "configuration, never on the one recorded in the database (docs/shared-results.md)")
     p.add_argument("--follow-up", action="store_true",
                    help="what retry.timeout=N's follow-up job runs (docs/slurm.md): collect first, then only the "
@@ -49,15 +51,16 @@ def run(args: argparse.Namespace, out: Console) -> int:
     from orchestrator import db, rerun
     from orchestrator.commands.collect import collect
     from orchestrator.rerun_config import Site
+    from rich.markup import escape
 
     if args.follow_up and (args.classes or args.time):
         raise CliError("--follow-up picks timed-out repeats and gives each twice its limit; drop --class and --time")
-    site = Site(args.overrides, args.db, args.runs)  # a bad override: its one line, before anything else
+    site = Site(_overrides(args), args.db, args.runs)  # a bad override: its one line, before anything else
     if args.follow_up and collect(args.db, Path(args.runs), out):
         out.print("[yellow]some result files are broken (above); the rest were collected[/]")
     factory = db.open_db(args.db, create=False)
     with factory() as session:
-        reconcile(Rows.of(session), None, out)
+        reconcile(Rows.of(session), None, out, args.runs)
         sweep = pick_sweeps(Rows.of(session), args.sweep)[0].id if args.sweep else None
         where = _where(args.where)
         classes = [c.strip() for c in args.classes.split(",")] if args.classes else None
@@ -65,7 +68,7 @@ def run(args: argparse.Namespace, out: Console) -> int:
         out.print(f"{'would rerun' if args.dry_run else 'rerunning'} {said}", markup=False)
         picks, problems = rerun.pick(session, site, sweep, classes, where, args.time, args.mem, args.follow_up, user)
         for problem in problems:
-            out.print(f"[yellow]cannot rerun[/] {problem}")
+            out.print(f"[yellow]cannot rerun[/] {escape(problem)}")  # it holds users and ids from the database
         if not picks and args.follow_up:
             out.print("nothing to retry: no timed-out repeat" + (f" of sweep {sweep}" if sweep else "")
                       + " has a retry left")
@@ -79,11 +82,22 @@ def run(args: argparse.Namespace, out: Console) -> int:
         for p in picks:
             hardware = p.cell.config["hardware"]
             limit = f", limit {hardware['time_min']} min ({hardware['time_source']})" if hardware.get("time_source") else ""
-            out.print(f"  {p.cell.label}  repeat {p.last.repeat} attempt {p.attempt}  "
-                      f"(last: {p.last.state} {p.last.error_class or ''}, sweep {p.last.sweep_id}, run {p.last.uid}{limit})")
+            out.print(f"  {p.cell.label}  repeat {p.last.repeat} attempt {p.attempt}  (last: {p.last.state} "
+                      f"{p.last.error_class or ''}, sweep {p.last.sweep_id}, run {p.last.uid}{limit})", markup=False)
         if args.dry_run:
             return 0
         return _print_reports(rerun.submit(session, picks), out)
+
+
+def _overrides(args: argparse.Namespace) -> list[str]:
+    """The site options typed; a follow-up job's also the launch's (from its pickle, orchestrator/retry.py):
+    it reruns on the site configuration its sweep was launched with."""
+    # lazy: as in run(), Hydra's and SQLAlchemy's modules only where a rerun is asked for
+    from orchestrator import retry
+    from orchestrator.rerun_config import site_only
+
+    carried = json.loads(os.environ.get(retry.OVERRIDES_ENV) or "[]") if args.follow_up else []
+    return [*site_only(carried), *args.overrides]
 
 
 def _where(items: list[str]) -> dict[str, list[Any]]:
@@ -100,16 +114,18 @@ def _where(items: list[str]) -> dict[str, list[Any]]:
 
 def _print_reports(reports: list[Any], out: Console) -> int:
     """What each sweep's resubmission did; 1 where a repeat was not submitted or was refused."""
+    from rich.markup import escape  # lazy, as in run(): a scheduler's message is text, never markup
+
     failures = 0
     for report in reports:
         for cell, job_id, n in report.submitted:
-            out.print(f"  submitted {cell.label} as job {job_id}")
+            out.print(f"  submitted {cell.label} as job {job_id}", markup=False)
         for cell, message in report.failed:
             failures += 1
-            out.print(f"  [red]not submitted[/] {cell.label}: {one_line(message)}")
+            out.print(f"  [red]not submitted[/] {escape(cell.label)}: {escape(one_line(message))}")
         for _, reason in report.refused:  # e.g. more than the cluster's nodes hold, even now
             failures += 1
-            out.print(f"  [red]refused[/] {one_line(reason, 400)}", soft_wrap=True)
+            out.print(f"  [red]refused[/] {escape(one_line(reason, 400))}", soft_wrap=True)
         for note in report.notes:
             out.print(f"  {note}", markup=False, soft_wrap=True)
     return 1 if failures else 0

@@ -52,16 +52,19 @@ def run(args: argparse.Namespace, out: Console) -> int:
         raise CliError(f"--class picks what --failed lists: {PROG} status --failed --class {args.classes}")
     if (args.user or args.all_users) and not args.failed:
         raise CliError(f"--user and --all-users pick what --failed lists: {PROG} status --failed --all-users")
-    return status(args.db, out, args.sweep, args.failed, classes, whose(args) if args.failed else (None, ""))
+    return status(args.db, out, args.sweep, args.failed, classes, whose(args) if args.failed else (None, ""),
+                  args.runs)
 
 
 def status(url: str, out: Console, sweep: Optional[str] = None, failed: bool = False,
-           classes: Optional[list[str]] = None, user: tuple[Optional[str], str] = (None, "")) -> int:
-    """The runs of the sweeps (`sweep`: one), brought up to date first: counted by state with the
-    first failures of each class, or (`failed`) every failed one of `classes` of `user` (commands.common.whose's)."""
+           classes: Optional[list[str]] = None, user: tuple[Optional[str], str] = (None, ""),
+           runs: Optional[str] = None) -> int:
+    """The runs of the sweeps (`sweep`: one), brought up to date first (the run directories under
+    `runs` read): counted by state with the first failures of each class, or (`failed`) every
+    failed one of `classes` of `user` (commands.common.whose's)."""
     with reading(url) as rows:
         sweeps = pick_sweeps(rows, sweep)
-        reconcile(rows, sweeps[0].id if sweep else None, out)
+        reconcile(rows, sweeps[0].id if sweep else None, out, runs)
         ids = [s.id for s in sweeps] if sweep else None
         if failed:
             return _list_failures(rows, ids, classes, user)
@@ -86,6 +89,7 @@ def _print_counts(rows: Rows, sweeps: list[Any], counts: list[Any], out: Console
     """The table: per sweep, its cells and its runs by state (latest attempts), and earlier ones."""
     # lazy: rich's tables and console only where something is drawn with them
     from rich.table import Table
+    from rich.text import Text  # a sweep id from the database is text, never markup
 
     by_sweep: dict[str, dict[str, int]] = {}
     for c in counts:
@@ -101,7 +105,7 @@ def _print_counts(rows: Rows, sweeps: list[Any], counts: list[Any], out: Console
         c = by_sweep.get(sweep.id, {})
         retried = all_runs.get(sweep.id, 0) - sum(c.values())
         cells = max(sweep.n_cells or 0, linked.get(sweep.id, 0))
-        table.add_row(sweep.id, when(sweep.created_at), str(cells),
+        table.add_row(Text(sweep.id), when(sweep.created_at), str(cells),
                       *(str(c.get(s, "")) for s in states), str(retried or ""))
     out.print(table)
 
@@ -182,6 +186,10 @@ def _list_failures(rows: Rows, sweep_ids: Optional[list[str]], classes: Optional
         _print_failure(row, indent="  ")
         n += 1
     print(f"{n} run(s)")
+    if user[0] is not None:  # runs recorded before submitters were: nobody's, so shown to nobody by default
+        unknown = sum(1 for _ in queries.latest_failures(rows, sweep_ids, FAILURES, classes, unknown_user=True))
+        if unknown:
+            print(f"{unknown} run(s) of unknown submitter not shown: --all-users takes them")
     return 0
 
 

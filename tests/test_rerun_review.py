@@ -1,0 +1,353 @@
+"""The hostile review of the rerun work (issue 35 item 6, round 3): what the database records is
+never a path, a module, a command or markup; the files that hold a URL are written without
+following anyone's planted name. Each test is a reproduction script of that review, turned into
+an assertion (real SQLite/PostgreSQL databases, real compositions of conf/, the real CLI)."""
+import getpass
+import json
+import os
+import sqlite3
+import stat
+from pathlib import Path
+
+import pytest
+import sqlalchemy
+
+from orchestrator import private_files
+
+ME = getpass.getuser()
+
+
+@pytest.fixture(autouse=True)
+def keep_umask():
+    """Tests that set a shared account's umask give the process its own back."""
+    old = os.umask(0o022)
+    yield
+    os.umask(old)
+
+
+def test_a_private_write_never_opens_a_planted_name_and_is_0600_from_its_first_byte(tmp_path, monkeypatch):
+    loot = tmp_path / "attacker-loot"
+    loot.write_text("")
+    os.chmod(loot, 0o666)
+    for pid_name in (f"config.yaml.{os.getpid()}.tmp",):  # the old predictable name, planted as a symlink
+        os.symlink(loot, tmp_path / pid_name)
+    seen = []
+    real_replace = os.replace
+
+    def spy(src, dst):  # the temporary file just before it takes the target's name
+        seen.append((oct(stat.S_IMODE(os.lstat(src).st_mode)), os.path.islink(src)))
+        return real_replace(src, dst)
+
+    monkeypatch.setattr(os, "replace", spy)
+    target = tmp_path / "config.yaml"
+    private_files.write_text(target, "paths: {db: postgresql://alice:secret@db/bench}\n")
+    assert loot.read_text() == "" and not target.is_symlink() and "secret" in target.read_text()
+    assert seen == [("0o600", False)] and oct(stat.S_IMODE(target.stat().st_mode)) == "0o600"
+
+
+def test_keep_private_does_not_follow_a_planted_symlink(tmp_path):
+    victim = tmp_path / "victims-file"
+    victim.write_text("theirs\n")
+    os.chmod(victim, 0o644)
+    planted = tmp_path / "multirun.yaml"
+    os.symlink(victim, planted)
+    with pytest.raises(OSError):
+        private_files.keep_private(planted)
+    assert oct(stat.S_IMODE(victim.stat().st_mode)) == "0o644" and victim.read_text() == "theirs\n"
+    mine = tmp_path / "mine.yaml"
+    mine.write_text("old\n")
+    os.chmod(mine, 0o644)
+    private_files.keep_private(mine)
+    assert oct(stat.S_IMODE(mine.stat().st_mode)) == "0o600" and mine.read_text() == "old\n"
+
+
+CELL = ["framework=numpy", "model=lenet", "iterations=3", "warmup=1", "+framework.env=norecipe"]
+#: The caller's own naming of that environment (a rerun builds only what the caller's configuration names).
+ENV = "+framework.env=norecipe"
+
+
+def _picked(tmp_path, planted=None, sweep_id="s1", user=ME, runs=None, overrides=(ENV,), cell=CELL):
+    """rerun's pick, as `rerun --failed --all-users` makes it, of one recorded failed cell."""
+    from orchestrator import db, rerun
+    from orchestrator.rerun_config import Site
+    from trainers.common import failure_classes as fc
+
+    from helpers import record_failed
+
+    url = "sqlite:///%s/results.db" % tmp_path
+    record_failed(url, [(cell, fc.CRASH, user)], planted, sweep_id=sweep_id)
+    with db.open_db(url, create=False)() as s:
+        return rerun.pick(s, Site(list(overrides), url, str(runs or tmp_path / "runs")))
+
+
+@pytest.mark.parametrize("sweep_id", ["../outside", "s1\ntouch pwned #", "/tmp/abs", ".hidden"])
+def test_a_recorded_sweep_id_that_is_a_path_or_a_shell_line_is_refused_in_one_line(tmp_path, sweep_id):
+    picks, problems = _picked(tmp_path, sweep_id=sweep_id)
+    assert picks == [] and len(problems) == 1, problems
+    assert f"sweep id={sweep_id!r} is not a plain name" in problems[0] and "\n" not in problems[0], problems
+
+
+def test_a_run_directory_that_resolves_outside_runs_is_refused(tmp_path):
+    (tmp_path / "runs").mkdir()
+    (tmp_path / "elsewhere").mkdir()
+    os.symlink(tmp_path / "elsewhere", tmp_path / "runs" / "s1")
+    picks, problems = _picked(tmp_path)
+    assert picks == [] and len(problems) == 1 and "resolves outside" in problems[0], problems
+
+
+@pytest.mark.parametrize("floor", ["x", 10**9, 0, 2.5])
+def test_a_recorded_time_floor_is_checked_as_time_limits_makes_it(tmp_path, floor):
+    picks, problems = _picked(tmp_path, {"hardware": {"time_min": 30, "time_floor": floor}})
+    assert picks == [] and len(problems) == 1, problems
+    assert f"hardware.time_floor={floor!r} must be an integer from 1 to 30" in problems[0], problems
+
+
+def test_a_recorded_learned_limit_within_bounds_is_kept(tmp_path):
+    picks, problems = _picked(tmp_path, {"hardware": {"time_min": 30, "time_floor": 12, "time_source": "learned"}})
+    assert len(picks) == 1 and picks[0].cell.config["hardware"]["time_floor"] == 12, problems
+
+
+def test_markup_in_database_values_is_printed_as_text_by_every_command(tmp_path):
+    from trainers.common import failure_classes as fc
+
+    from helpers import orchestrator, record_failed, user_dir
+
+    workdir = user_dir(tmp_path)
+    workdir[1]["ORCHESTRATOR_CACHE"] = str(tmp_path / "cache")
+    url = workdir[1]["ORCHESTRATOR_DB"]
+    record_failed(url, [(CELL, fc.CRASH, "mallory[/]")])
+    record_failed(url, [(CELL + ["seed=3"], fc.CRASH, ME)], sweep_id="s2[/bold]")
+    for args in (["rerun", "--failed", "--dry-run", ENV], ["rerun", "--failed", "--dry-run", "--all-users", ENV],
+                 ["status"], ["status", "--failed", "--all-users"]):
+        shown = orchestrator(args, workdir)
+        assert shown.returncode == 0 and "MarkupError" not in shown.stderr, (args, shown.stderr)
+        assert "s2[/bold]" in shown.stdout, (args, shown.stdout)
+    assert "mallory[/]: 1" in orchestrator(["rerun", "--failed", "--dry-run", ENV], workdir).stdout
+
+
+def _with_password(url):
+    """The database's URL as a user with a password types it (the test server trusts loopback, so
+    the password is carried, never checked: what matters is where it ends up)."""
+    from sqlalchemy.engine import make_url
+
+    parsed = make_url(url)
+    return url if parsed.drivername.startswith("sqlite") else \
+        parsed.set(password="s3cret-pw").render_as_string(hide_password=False)
+
+
+def test_no_database_url_or_password_is_written_into_the_database(db_url, tmp_path):
+    """A launch with a typed `paths.db=` and another user's rerun with their own --db: neither
+    the URL (sweep_cells.config's paths.db) nor its password (sweeps.argv) is in the shared database."""
+    from db_urls import query
+
+    from helpers import orchestrator, user_dir
+    from orchestrator import db, rerun
+    from orchestrator.rerun_config import Site
+
+    workdir = user_dir(tmp_path)
+    workdir[1].update(ORCHESTRATOR_CACHE=str(tmp_path / "cache"), ORCHESTRATOR_DB=db_url)
+    typed = _with_password(db_url)
+    launch = orchestrator(["-m", *CELL, f"paths.db={typed}"], workdir)
+    assert launch.returncode == 0, launch.stdout + launch.stderr
+    (argv,) = query(db_url, "SELECT argv FROM sweeps")[0]
+    assert "s3cret-pw" not in str(argv) and any(str(a).startswith("paths.db=") for a in
+                                                 (argv if isinstance(argv, list) else json.loads(argv)))
+    with db.open_db(db_url, create=False)() as s:
+        s.execute(sqlalchemy.text("UPDATE runs SET state = 'failed', error_class = 'crash'"))
+        s.commit()
+        picks, problems = rerun.pick(s, Site([ENV], typed, str(tmp_path / "runs")))
+        assert len(picks) == 1, problems
+        rerun.submit(s, picks)
+    for (config,) in query(db_url, "SELECT config FROM sweep_cells"):
+        text = config if isinstance(config, str) else json.dumps(config)
+        assert "s3cret-pw" not in text and '"db"' not in text and "paths" in text, text
+
+
+@pytest.mark.parametrize("planted, yours, said", [
+    ({"trainer": "this"}, [ENV], "its sweep ran framework.trainer='this' (recorded), your configuration names None"),
+    ({"trainer": "trainers.numpy"}, [ENV], "framework.trainer='trainers.numpy' (recorded)"),
+    ({"env": "numpy"}, [ENV], "its sweep ran framework.env='numpy' (recorded), your configuration names 'norecipe'"),
+    ({}, [], "its sweep ran framework.env='norecipe' (recorded), your configuration names None"),
+])
+def test_a_recorded_trainer_or_environment_is_never_imported_or_built(tmp_path, planted, yours, said):
+    """The review's `framework.trainer: this` (an import in the caller's process) and a torch cell
+    recorded with numpy's trainer: refused, unless the caller's own configuration names the same."""
+    picks, problems = _picked(tmp_path, {"framework": planted} if planted else None, overrides=yours)
+    assert picks == [] and len(problems) == 1 and said in problems[0], problems
+
+
+def test_the_framework_section_run_is_the_callers_own_composition(tmp_path):
+    picks, problems = _picked(tmp_path, overrides=[ENV, "+framework.trainer=trainers.numpy"],
+                              planted={"framework": {"trainer": "trainers.numpy", "extra": "x"}})
+    assert len(picks) == 1, problems
+    assert picks[0].cell.config["framework"] == {"name": "numpy", "env": "norecipe", "trainer": "trainers.numpy"}
+
+
+@pytest.mark.parametrize("runtime, refused", [("apptainer", False), ("container", False), ("touch pwned", True)])
+def test_the_recorded_runtime_is_kept_checked_with_its_choices(tmp_path, runtime, refused):
+    """A rerun and retry's follow-up (which types no override) measure in the runtime the sweep did."""
+    picks, problems = _picked(tmp_path, {"runtime": runtime})
+    if refused:
+        assert picks == [] and "runtime='touch pwned' is not one of venv, apptainer, container" in problems[0]
+    else:
+        assert len(picks) == 1 and picks[0].cell.config["runtime"] == runtime, problems
+
+
+def test_another_data_folder_than_the_sweeps_is_refused(tmp_path):
+    cell = ["framework=numpy", "model=lenet", "dataset=mnist", "+framework.env=norecipe"]
+    recorded = "/scratch/theirs/mnist"
+    picks, problems = _picked(tmp_path, {"dataset": {"dir": recorded}}, cell=cell,
+                              overrides=[ENV, "paths.data=/tmp/mine"])
+    assert picks == [] and "its sweep read its data from '/scratch/theirs/mnist' (recorded), your " \
+                           "configuration from '/tmp/mine/mnist'; type paths.data=DIR" in problems[0], problems
+    (tmp_path / "same").mkdir()
+    picks, problems = _picked(tmp_path / "same", {"dataset": {"dir": recorded}}, cell=cell,
+                              overrides=[ENV, "paths.data=/scratch/theirs"])
+    assert len(picks) == 1 and picks[0].cell.config["dataset"]["dir"] == recorded, problems
+
+
+@pytest.mark.parametrize("typed, way_out", [("paths.runs=/scratch/me/runs", "use --runs DIR"),
+                                            ("paths.db=postgresql://me@db/bench", "use --db URL")])
+def test_paths_the_rerun_command_sets_itself_are_refused_as_overrides(tmp_path, typed, way_out):
+    from helpers import orchestrator, user_dir
+
+    refused = orchestrator(["rerun", "--failed", "--dry-run", typed], user_dir(tmp_path))
+    assert refused.returncode == 1 and refused.stderr.count("\n") == 1, refused.stderr
+    assert refused.stderr.startswith(f"{typed.partition('=')[0]}=") and "is the rerun command's own; " + way_out \
+        in refused.stderr, refused.stderr
+
+
+def test_a_follow_up_takes_the_launchs_site_options_from_its_pickle_only():
+    from orchestrator.rerun_config import site_only
+
+    launch = ["cluster=slurm", "hardware=cpu12", "batch_size=8", "+framework.env=norecipe", "paths.data=/scratch",
+              "paths.db=postgresql://me:pw@db/bench", "paths.runs=/x", "runtime=apptainer", "+cluster.setup=[module load x]"]
+    assert site_only(launch) == ["cluster=slurm", "+framework.env=norecipe", "paths.data=/scratch",
+                                 "+cluster.setup=[module load x]"]
+
+
+def test_the_follow_up_job_reruns_on_the_launchs_site_configuration(tmp_path, slurm_env, monkeypatch):
+    """retry.run, the follow-up job's body, with the overrides its pickle carries, on the test
+    cluster: the timed-out repeat is resubmitted on them (without them its recorded environment is
+    not the caller's, and it is refused)."""
+    import subprocess
+
+    from orchestrator import retry
+    from trainers.common import failure_classes as fc
+
+    from helpers import SMALL, orchestrator, record_failed, rows, user_dir
+
+    workdir = user_dir(tmp_path, slurm_env)
+    workdir[1]["ORCHESTRATOR_CACHE"] = str(tmp_path / "cache")
+    url = workdir[1]["ORCHESTRATOR_DB"]
+    launch = [*SMALL, *CELL, "retry.timeout=1", "hardware.time_min=5"]
+    record_failed(url, [(launch, fc.TIMEOUT, ME)])
+    (tmp_path / "runs").mkdir()
+    bare = orchestrator(["rerun", "--failed", "--follow-up", "--sweep", "s1", "--dry-run"], workdir)
+    assert "its sweep ran framework.env='norecipe' (recorded)" in bare.stdout, bare.stdout + bare.stderr
+    for key, value in workdir[1].items():
+        monkeypatch.setenv(key, value)
+    try:
+        assert retry.run({"sweep": "s1", "db": url, "runs": str(tmp_path / "runs"), "overrides": launch}) == 0
+        assert [(a, j is not None) for a, j in rows(workdir, "select attempt, job_id from runs order by attempt")] \
+            == [(1, False), (2, True)]
+    finally:
+        for (job,) in rows(workdir, "select job_id from runs where job_id is not null"):
+            subprocess.run(["scancel", job.split("_")[0]], env=slurm_env)
+
+
+def test_a_fifo_where_a_recorded_run_directory_points_hangs_no_command(tmp_path):
+    """The review's r8: run_dir in the database names a folder whose result.json and job.json are
+    FIFOs; `status` and `rerun --dry-run` used to block forever opening them."""
+    from trainers.common import failure_classes as fc
+
+    from helpers import orchestrator, record_failed, user_dir
+
+    workdir = user_dir(tmp_path)
+    record_failed(workdir[1]["ORCHESTRATOR_DB"], [(CELL, fc.CRASH, "mallory")])
+    trap = tmp_path / "trap"
+    trap.mkdir()
+    for name in ("result.json", "job.json"):
+        os.mkfifo(trap / name)
+    con = sqlite3.connect(str(tmp_path / "results.db"))
+    con.execute("update runs set state = 'submitted', error_class = NULL, run_dir = ?", (str(trap),))
+    con.commit()
+    con.close()
+    for args in (["status"], ["rerun", "--failed", "--dry-run", "--all-users", ENV]):
+        shown = orchestrator(args, workdir, timeout=60)  # a hang is a TimeoutExpired: the test fails
+        assert shown.returncode == 0, (args, shown.stdout + shown.stderr)
+
+
+def test_a_repeat_another_rerun_resubmitted_meanwhile_is_left_to_it(db_url, tmp_path, monkeypatch):
+    """Two `rerun --failed` of one repeat at once (the review's r5: one exited 1 with UNIQUE constraint
+    failed: runs.uid): the other's attempt row is inserted between this one's pick and its insert,
+    through a second connection, as the other process does; this one skips that repeat, says so,
+    and submits the rest."""
+    from orchestrator import db, rerun, schema
+    from orchestrator.rerun_config import Site
+    from orchestrator.resultfile import run_uid
+    from trainers.common import failure_classes as fc
+
+    from helpers import record_failed
+
+    ids = record_failed(db_url, [(CELL, fc.CRASH, ME), (CELL + ["seed=5"], fc.CRASH, ME)])
+    (tmp_path / "cache").mkdir()
+    monkeypatch.setenv("ORCHESTRATOR_CACHE", str(tmp_path / "cache"))
+    with db.open_db(db_url, create=False)() as s:
+        picks, problems = rerun.pick(s, Site([ENV], db_url, str(tmp_path / "runs")))
+        assert len(picks) == 2, problems
+        first = picks[0]
+        with db.open_db(db_url, create=False).begin() as other:  # the other rerun, first to insert
+            other.add(schema.Run(uid=run_uid("s1", first.cell.id, 0, 2), sweep_id="s1", cell_id=first.cell.id,
+                                 repeat=0, attempt=2, state="pending", latest=False, submit_user="other",
+                                 run_dir="x", executor="local"))
+        (report,) = rerun.submit(s, picks)
+    assert [c.id for c, _, _ in report.submitted] == [picks[1].cell.id], (report.failed, report.notes)
+    assert any("1 repeat(s) already resubmitted by another rerun meanwhile" in n for n in report.notes), report.notes
+    assert sorted(ids) == sorted(p.cell.id for p in picks)
+
+
+def test_runs_of_unknown_submitter_are_counted_where_they_are_hidden(tmp_path):
+    from trainers.common import failure_classes as fc
+
+    from helpers import orchestrator, record_failed, user_dir
+
+    workdir = user_dir(tmp_path)
+    record_failed(workdir[1]["ORCHESTRATOR_DB"], [(CELL, fc.CRASH, None), (CELL + ["seed=2"], fc.CRASH, None)])
+    dry = orchestrator(["rerun", "--failed", "--dry-run", ENV], workdir)
+    assert "2 repeat(s) of unknown submitter: --all-users takes them" in dry.stdout, dry.stdout
+    listed = orchestrator(["status", "--failed"], workdir)
+    assert "0 run(s)\n2 run(s) of unknown submitter not shown: --all-users takes them" in listed.stdout, listed.stdout
+    assert "unknown submitter" not in orchestrator(["status", "--failed", "--all-users"], workdir).stdout
+
+
+def test_an_open_run_whose_recorded_directory_is_outside_runs_is_not_read(tmp_path):
+    """A run_dir the database gives (another user's runs folder, or a planted path) is not opened:
+    its run is left as it was and counted; one under --runs is read as before."""
+    from trainers.common import failure_classes as fc
+
+    from helpers import orchestrator, record_failed, rows, user_dir
+
+    workdir = user_dir(tmp_path)
+    record_failed(workdir[1]["ORCHESTRATOR_DB"], [(CELL, fc.CRASH, ME)])
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "result.json").write_text("{not json")  # read, it would mark the run failed (broken)
+    con = sqlite3.connect(str(tmp_path / "results.db"))
+    con.execute("update runs set state = 'submitted', error_class = NULL, job_id = NULL, run_dir = ?",
+                (str(elsewhere),))
+    con.commit()
+    con.close()
+    (tmp_path / "runs").mkdir()
+    shown = orchestrator(["status"], workdir)
+    assert shown.returncode == 0 and "1 open run(s) recorded with a run directory outside" in shown.stdout, \
+        shown.stdout + shown.stderr
+    assert rows(workdir, "select state from runs") == [("submitted",)]
+    moved = tmp_path / "runs" / "s1"
+    elsewhere.rename(moved)
+    con = sqlite3.connect(str(tmp_path / "results.db"))
+    con.execute("update runs set run_dir = ?", (str(moved),))
+    con.commit()
+    con.close()
+    assert "outside" not in orchestrator(["status"], workdir).stdout
+    assert rows(workdir, "select state from runs") != [("submitted",)]
