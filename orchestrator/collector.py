@@ -179,18 +179,26 @@ def _collected_sweeps(session: Any, folders: list[str]) -> dict[str, int]:
     """Of the sweeps named by `folders`, those the launcher recorded (the collector records none
     with cells) with every run collected, and how many runs each has: from the sweep_id indexes
     alone (ix_runs_uncollected holds only the runs still to collect)."""
-    if not folders:
-        return {}
     sweeps = Sweep.__table__.c
     runs = Run.__table__.c
     pending = select(runs.sweep_id).where(runs.sweep_id == sweeps.id, runs.collected_at.is_(None))
-    done = list(session.scalars(select(sweeps.id).where(
-        sweeps.id.in_(folders), sweeps.n_cells > 0, ~pending.exists())))
-    if not done:
-        return {}
-    counts = session.execute(select(runs.sweep_id, func.count()).where(runs.sweep_id.in_(done))
-                             .group_by(runs.sweep_id))
-    return {sweep: n for sweep, n in counts if n}
+    found: dict[str, int] = {}
+    for part in _parts(folders):  # one bound name per folder: SQLite before 3.32 takes 999 at most
+        done = list(session.scalars(select(sweeps.id).where(
+            sweeps.id.in_(part), sweeps.n_cells > 0, ~pending.exists())))
+        if done:
+            counts = session.execute(select(runs.sweep_id, func.count()).where(runs.sweep_id.in_(done))
+                                     .group_by(runs.sweep_id))
+            found.update((sweep, n) for sweep, n in counts if n)
+    return found
+
+
+#: The most names one statement binds (SQLite before 3.32 allows 999 variables per statement).
+BIND_MOST = 500
+
+
+def _parts(names: list[str]) -> list[list[str]]:
+    return [names[i:i + BIND_MOST] for i in range(0, len(names), BIND_MOST)]
 
 
 def _land(session_factory: sessionmaker, files: list[_File], known: _Known, report: CollectReport) -> None:

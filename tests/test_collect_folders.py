@@ -32,3 +32,27 @@ def test_the_folder_of_a_recorded_sweep_whose_runs_are_all_collected_is_not_look
     pending = collect(factory, runs)
     assert (pending.added, pending.already) == (0, 4)
     assert sorted(p.parts[-4] for p, _ in pending.broken) == ["s1", "s2"]
+
+
+def test_a_thousand_sweep_folders_fit_an_sqlite_that_binds_999_variables(tmp_path):
+    """SQLite before 3.32 (RHEL 8's 3.26) allows 999 variables per statement: the first look names
+    every top-level folder of runs/, so it is asked in parts."""
+    import sqlite3
+
+    from sqlalchemy import event
+
+    runs = tmp_path / "runs"
+    for i in range(1000):
+        (runs / f"sweep{i:04d}").mkdir(parents=True)
+    write_result(runs, make_result(sweep="sweep0999", seed=1))
+    factory = db.open_db(f"sqlite:///{tmp_path}/results.db")
+    engine = factory.kw["bind"]
+    event.listen(engine, "connect", lambda con, _: con.setlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER, 999))
+    engine.dispose()
+    with factory.begin() as session:
+        session.add_all(Sweep(id=f"sweep{i:04d}", created_at=1.0, argv=["orchestrator"], overrides=[], n_cells=1)
+                        for i in range(1000))
+    first = collect(factory, runs)
+    assert (first.added, first.already, first.broken) == (1, 0, [])
+    again = collect(factory, runs)  # sweep0999 now fully collected: counted without a look
+    assert (again.added, again.already, again.broken) == (0, 1, [])
