@@ -229,8 +229,9 @@ def reconcile(rows: Rows, sweep_id: Optional[str] = None,
             if values:
                 changes.setdefault(tuple(sorted(values)), []).append(
                     {"b_id": run.id, "b_state": run.state, **values})
-    for columns, values in changes.items():
-        queries.update_runs(rows, columns, values)
+    for columns, values in changes.items():  # counted as written: a run changed since is left alone
+        written = queries.update_runs(rows, columns, values)
+        report.changed += written if set(columns) != {"observed_at"} else 0
     rows.commit()
     return report
 
@@ -270,9 +271,7 @@ def _verdict(run: Any, name: str, backend: Optional[Backend], answers: Optional[
                     job_id=run.job_id if name else None, backend=name or "job", now=now,
                     submitted_at=run.submitted_at, grace_s=backend.grace_s if backend else 0.0,
                     logs=f"its log under {logs}", previous=run.state_detail)
-    changed = _changed(run, verdict or {})
-    report.changed += bool(changed)
-    values.update(changed)
+    values.update(_changed(run, verdict or {}))
     return values
 
 
