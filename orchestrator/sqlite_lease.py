@@ -15,10 +15,8 @@ connection that takes it (the why and the measurements: sqlite_sharing.py, docs/
 from __future__ import annotations
 
 import errno
-import getpass
 import json
 import os
-import socket
 import sqlite3
 import threading
 import time
@@ -26,7 +24,10 @@ from contextlib import contextmanager, suppress
 from typing import Any, Iterator, Optional
 
 from . import sqlite_sharing
+from .sqlite_break import alive, break_lease as _break, guard_blocks, read_lease, remove_if, who
 from .sqlite_sharing import path_of, policy_for
+
+__all__ = ["LeaseLost", "LeaseRefused", "LeasedConnection", "connect_args", "lease_held", "who"]
 
 #: A lease's holder refreshes it this often; a lease unchanged for LEASE_STALE_S is abandoned.
 LEASE_HEARTBEAT_S = 2.0
@@ -74,7 +75,7 @@ class _Lease:
         self.holders = 0
         self.guard = threading.Lock()
         self.stop: Optional[threading.Event] = None
-        self.fd, self.ino, self.beat_at, self.lost = -1, 0, 0.0, ""
+        self.fd, self.ino, self.beat_at, self.lost, self.token = -1, 0, 0.0, "", ""
         self.left = ""  # the record this process left last: while it is the newest, no other wrote since
 
     def acquire(self, wait_s: Optional[float] = None) -> None:
@@ -175,16 +176,16 @@ class _Lease:
             try:
                 fd = os.open(self.file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
             except FileExistsError:
-                holder, stamp = _read_lease(self.file)
+                holder, stamp = read_lease(self.file)
                 stamp = stamp or (0, 0, -1)  # removed between the two calls (or a dangling link)
                 now = time.monotonic()
                 if stamp != seen:
                     seen, seen_at = stamp, now
-                gone = holder is not None and holder["host"] == host and not _alive(holder["pid"])
+                gone = holder is not None and holder["host"] == host and not alive(holder["pid"])
                 if (gone or now - seen_at > LEASE_STALE_S) and _break(self.file, holder, stamp):
                     continue
                 if now > deadline:
-                    raise LeaseRefused(_refusal(self.path, holder, wait_s))
+                    raise LeaseRefused(_refusal(self.path, holder, wait_s) + guard_blocks(self.file + ".breaking"))
                 time.sleep(pause)
                 pause = min(pause * 2, 0.25)
                 continue
@@ -197,6 +198,7 @@ class _Lease:
                     f"its directory writable for every user who collects, or use a database server "
                     f"(docs/shared-results.md)") from exc
             self._hold(fd, {"host": host, "pid": os.getpid(), "user": user, "since": time.time(), "token": token})
+            self.token = token
             return
 
     def _hold(self, fd: int, me: dict[str, Any]) -> None:
@@ -233,35 +235,17 @@ class _Lease:
             time.sleep(0.1)
 
     def _drop(self) -> None:
-        """Stops the heartbeat and removes the lease, if it is still ours (compared by inode: a
+        """Stops the heartbeat and removes the lease, if it is still ours (by inode and token: a
         lease another process made after breaking ours is never removed)."""
         if self.stop is not None:
             self.stop.set()
             self.stop = None
         if self.fd >= 0:
-            if _ino(self.file) == self.ino:
-                _remove_if(self.file, self.ino)
+            holder, stamp = read_lease(self.file)
+            if stamp is not None and stamp[0] == self.ino and holder is not None and holder["token"] == self.token:
+                remove_if(self.file, holder, stamp)
             os.close(self.fd)
         self.fd, self.ino = -1, 0
-
-
-def who() -> tuple[str, str]:
-    """This process's user and host, as a lease names its holder and the database its submitter."""
-    try:
-        user = getpass.getuser()
-    except Exception:  # noqa: BLE001 - no name for this uid
-        user = str(os.getuid())
-    return user, socket.gethostname()
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except (PermissionError, OverflowError, ValueError):
-        pass  # another user's process, or not a pid: assume alive
-    return True
 
 
 def _field(path: str, name: str) -> str:
@@ -271,99 +255,6 @@ def _field(path: str, name: str) -> str:
         record = json.loads(f.read(4096))
     value = record.get(name) if isinstance(record, dict) else None
     return value if isinstance(value, str) else "?"
-
-
-#: What a lease's holder record must hold, and of which type: anything else is no record.
-HOLDER_FIELDS = {"host": str, "pid": int, "token": str}
-
-
-def _read_lease(file: str) -> tuple[Optional[dict[str, Any]], Optional[tuple[int, int, int]]]:
-    """The lease's holder record (None where its content is none: being written, or foreign)
-    and a stamp that changes whenever it is refreshed or replaced; (None, None) where there is
-    no lease."""
-    try:
-        with open(file, "rb") as f:
-            st = os.fstat(f.fileno())
-            data = f.read(4096)
-    except FileNotFoundError:
-        return None, None
-    except OSError:  # unreadable here: judged by its stamp alone
-        try:
-            st = os.stat(file)
-        except OSError:
-            return None, None
-        data = b""
-    try:
-        holder = json.loads(data)
-    except (ValueError, RecursionError):
-        holder = None
-    valid = isinstance(holder, dict) and all(
-        type(holder.get(key)) is kind for key, kind in HOLDER_FIELDS.items())
-    return (holder if valid else None), (st.st_ino, st.st_mtime_ns, st.st_size)
-
-
-#: How long this process has seen each break guard unchanged: (its stamp, since when).
-_guards_seen: dict[str, tuple[Any, float]] = {}
-
-
-def _break(file: str, holder: Optional[dict[str, Any]], stamp: tuple[int, int, int]) -> bool:
-    """Removes the lease judged abandoned, and only that one (compare-and-break): breakers take
-    turns through `<file>.breaking` (O_EXCL), and each compares the lease with the stamp it judged
-    before moving it aside; one refreshed, released or replaced since is left alone. Whether it
-    broke it."""
-    guard = file + ".breaking"
-    try:
-        fd = os.open(guard, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-    except FileExistsError:
-        _clear_abandoned_guard(guard)
-        return False
-    except OSError:
-        return False
-    try:
-        if _read_lease(file)[1] != stamp or not _remove_if(file, stamp[0]):
-            return False
-    finally:
-        os.close(fd)
-        with suppress(OSError):
-            os.unlink(guard)
-    who_held = f"{holder['host']} (pid {holder['pid']})" if holder else "no holder record"
-    sqlite_sharing.say(f"broke the abandoned lease of {who_held}")
-    return True
-
-
-def _clear_abandoned_guard(guard: str) -> None:
-    """A break guard unchanged for LEASE_STALE_S: its breaker died while breaking; removed."""
-    _, stamp = _read_lease(guard)
-    first = _guards_seen.get(guard)
-    if stamp is None or first is None or first[0] != stamp:
-        _guards_seen[guard] = (stamp, time.monotonic())
-    elif time.monotonic() - first[1] > LEASE_STALE_S:
-        _remove_if(guard, stamp[0])
-        _guards_seen.pop(guard, None)
-
-
-def _ino(path: str) -> int:
-    with suppress(OSError):
-        return os.stat(path).st_ino
-    return -1
-
-
-def _remove_if(file: str, ino: int) -> bool:
-    """Removes `file` if it is the inode `ino`: moved aside first (of two processes removing it at
-    once, only one does), then compared; another file moved aside by mistake is put back (a hard
-    link never replaces a file that is there meanwhile). Whether it removed it."""
-    aside = f"{file}.broken.{os.getpid()}.{os.urandom(4).hex()}"
-    try:
-        os.rename(file, aside)
-    except OSError:
-        return False
-    ours = _ino(aside) == ino
-    if not ours:
-        with suppress(OSError):  # EEXIST: a newer lease stands there; the one moved aside is lost
-            os.link(aside, file)  # to its holder, whose fence sees it
-    with suppress(OSError):
-        os.unlink(aside)
-    return ours
 
 
 def _refusal(path: str, holder: Optional[dict[str, Any]], wait_s: float) -> str:

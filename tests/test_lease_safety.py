@@ -18,7 +18,7 @@ from test_db_sharing import _leased, _other_host_holds, on_network_fs  # noqa: F
 from result_factory import make_result, write_result
 from test_report import Study
 
-from orchestrator import cli, collector, db, sqlite_lease, sqlite_sharing, tracking
+from orchestrator import cli, collector, db, sqlite_break, sqlite_lease, sqlite_sharing, tracking
 from orchestrator.backends import backend_class
 from orchestrator.report import build
 from orchestrator.sql_adapters import Rows
@@ -301,7 +301,7 @@ def test_a_stale_file_handle_while_taking_the_lease_is_looked_at_again(tmp_path,
         if str(file).endswith(".writer") and flags & os.O_EXCL and "read" in stale:
             estale_once("make")
         return real_os_open(file, flags, *args)
-    monkeypatch.setattr(sqlite_lease, "open", reading, raising=False)
+    monkeypatch.setattr(sqlite_break, "open", reading, raising=False)
     monkeypatch.setattr(os, "open", making)
     lease = sqlite_lease._Lease(str(tmp_path / "results.db"))
     lease.acquire(wait_s=10)
