@@ -234,6 +234,22 @@ class _Lease:
                     f"(docs/shared-results.md)")
             time.sleep(0.1)
 
+    def check_one_host(self) -> None:
+        """Refuses a write from a host other than the one that wrote last, where the file
+        system's locks are each host's own (sqlite_sharing.py: a stopped holder's commit after
+        its fence is covered by nothing else there)."""
+        records = self._records()
+        if not records:
+            return
+        record = os.path.join(self.folder, max(records)[1])
+        last, here = _field(record, "host"), who()[1]
+        if last not in (here, "?"):
+            raise LeaseRefused(
+                f"{self.path} lies on {policy_for(self.path).filesystem.name}, whose locks are each host's own, "
+                f"and {last} wrote it last: writers on two hosts can corrupt it, so nothing was written; write "
+                f"from {last}, or give this host its own results file, or use a database server; if {last} "
+                f"writes it no more, remove {record} (docs/shared-results.md)")
+
     def _drop(self) -> None:
         """Stops the heartbeat and removes the lease, if it is still ours (by inode and token: a
         lease another process made after breaking ours is never removed)."""
@@ -296,6 +312,12 @@ def lease_held(path: str) -> Iterator[None]:
         lease.release()
 
 
+#: The authorizer's actions that write the file (what a second host must not do where locks are local).
+WRITES = frozenset(getattr(sqlite3, name) for name in dir(sqlite3) if (name.startswith(
+    ("SQLITE_CREATE_", "SQLITE_DROP_")) and "TEMP" not in name) or name in (
+        "SQLITE_INSERT", "SQLITE_UPDATE", "SQLITE_DELETE", "SQLITE_ALTER_TABLE", "SQLITE_REINDEX"))
+
+
 class LeasedConnection(sqlite3.Connection):
     """A connection to a file on a network file system: takes the lease when it first prepares a
     statement (SQLite's authorizer is asked at every prepare; connect_args turns the statement
@@ -307,18 +329,22 @@ class LeasedConnection(sqlite3.Connection):
         self._holds = False
         self._refused: Optional[LeaseRefused] = None
         path = path_of(self)
+        self._one_host = self._may_write = False
         if path:
-            self._lease = lease_of(path)
+            self._lease, self._one_host = lease_of(path), policy_for(path).one_host
             self.set_authorizer(self._authorize)
 
     def _authorize(self, action: int, arg1: Any, arg2: Any, dbname: Any, source: Any) -> int:
-        if not self._holds and self._lease is not None:
-            try:
+        try:
+            if not self._holds and self._lease is not None:
                 self._lease.acquire()
-            except LeaseRefused as exc:  # an authorizer cannot raise: said by execute instead
-                self._refused = exc
-                return sqlite3.SQLITE_DENY
-            self._holds = True
+                self._holds, self._may_write = True, not self._one_host
+            if not self._may_write and action in WRITES and self._lease is not None:
+                self._lease.check_one_host()
+                self._may_write = True
+        except LeaseRefused as exc:  # an authorizer cannot raise: said by execute instead
+            self._refused = exc
+            return sqlite3.SQLITE_DENY
         return sqlite3.SQLITE_OK
 
     def _give_back(self) -> None:

@@ -3,15 +3,16 @@
 a network file system; the lease over two real GlusterFS mounts is test_shared_fs.py's."""
 import json
 import os
+import socket
 import subprocess
 import sys
 import threading
 import time
 
 import pytest
-from test_db_sharing import _other_host_holds
+from test_db_sharing import _leased, _leased_with_table, _other_host_holds
 
-from orchestrator import sqlite_break, sqlite_lease
+from orchestrator import filesystems, sqlite_break, sqlite_lease, sqlite_sharing
 
 
 @pytest.fixture
@@ -120,3 +121,51 @@ def test_a_guard_left_by_a_breaker_killed_on_another_host_is_cleared_by_the_next
             for _ in range(3)]
     assert said == ["took"] * 3
     assert [n for n in os.listdir(tmp_path) if ".writer" in n] == []  # no lease, guard, or probe left
+
+
+@pytest.mark.parametrize("line, local", [
+    ("alice@login:/data /m fuse.sshfs rw 0 0", True),
+    ("smbnetfs /m fuse.smbnetfs rw 0 0", True),
+    ("nas:/export /m nfs4 rw,vers=4.2,local_lock=all 0 0", True),
+    ("nas:/export /m nfs rw,vers=3,local_lock=none 0 0", False),
+    ("10.0.0.5@o2ib:/lustre /m lustre rw,localflock 0 0", True),
+    ("10.0.0.5@o2ib:/lustre /m lustre rw,flock 0 0", False),
+    ("gluster1:/vol0 /m fuse.glusterfs rw,user_id=0 0 0", False),
+    ("mfs#mfsmaster:9421 /m fuse rw 0 0", False),
+])
+def test_the_mount_table_says_whose_locks_are_each_hosts_own(line, local):
+    fs = filesystems.classify(filesystems.parse_mounts(line)[0], None)
+    assert fs.network and fs.local_locks is local
+
+
+@pytest.fixture
+def on_sshfs(monkeypatch):
+    """Every file taken as lying on an sshfs mount, whose POSIX locks stay on each host."""
+    monkeypatch.setattr(sqlite_sharing, "filesystem_of",
+                        lambda path: filesystems.FileSystem("fuse.sshfs", True, "mount table", local_locks=True))
+    sqlite_sharing._policy.cache_clear()
+    yield
+    sqlite_sharing._policy.cache_clear()
+
+
+def test_where_locks_are_each_hosts_own_only_the_host_that_wrote_last_may_write(tmp_path, on_sshfs, monkeypatch):
+    """A holder stopped between its fence and its commit could commit after another host broke
+    its lease, and there no shared lock stops it: so a second host is refused before it writes."""
+    con = _leased_with_table(tmp_path)  # written from this host
+    con.execute("INSERT INTO t VALUES (1)")
+    con.commit()
+    here = sqlite_lease.who
+    monkeypatch.setattr(sqlite_lease, "who", lambda: ("bob", "login2"))  # the same file, from login2
+    other = _leased(str(tmp_path / "results.db"))
+    assert other.execute("SELECT count(*) FROM t").fetchone() == (1,)  # reads: as before
+    with pytest.raises(sqlite_lease.LeaseRefused) as refused:
+        other.execute("INSERT INTO t VALUES (2)")
+    said = str(refused.value)
+    assert f"whose locks are each host's own, and {socket.gethostname()} wrote it last" in said
+    assert "nothing was written" in said and "results.db.written-" in said and "\n" not in said
+    other.rollback()
+    assert not (tmp_path / "results.db.writer").exists()
+    monkeypatch.setattr(sqlite_lease, "who", here)
+    con.execute("INSERT INTO t VALUES (3)")  # the host that wrote last still writes
+    con.commit()
+    assert con.execute("SELECT x FROM t").fetchall() == [(1,), (3,)]
