@@ -226,4 +226,4 @@ def damaged_way_out(path: str) -> str:
     return (f"{path} is damaged (SQLite: database disk image is malformed); nothing was changed: keep a copy, "
             f"then recover what it holds (sqlite3 {path} .recover | sqlite3 recovered.db) or restore a "
             f"backup, and move the damaged file away (a new one is made in its place); "
-            f"`orchestrator collect` lands every run again from its result.json")
+            f"then `orchestrator collect --all` lands every run again from its result.json")
