@@ -67,11 +67,9 @@ class CollectReport:
 
     def hint(self) -> str:
         """One line where the database looks behind runs/ ('' where it does not)."""
-        if not self.behind:
-            return ""
-        return (f"{len(self.behind)} sweep(s) ({', '.join(self.behind[:3])}{', ...' if len(self.behind) > 3 else ''}) "
-                f"hold fewer runs than cells and were not looked into: if this database was restored or "
-                f"recovered, run `orchestrator collect --all`, which looks into every folder")
+        some = ", ".join(self.behind[:3]) + (", ..." if len(self.behind) > 3 else "")
+        return (f"{len(self.behind)} sweep(s) ({some}) hold fewer runs than cells and were not looked into: if "
+                f"this database was restored or recovered, run `orchestrator collect --all`") if self.behind else ""
 
     def __str__(self) -> str:
         waiting = f", {self.waiting} waiting for their job to end" if self.waiting else ""
@@ -206,12 +204,9 @@ def _collected_sweeps(session: Any, folders: list[str]) -> dict[str, tuple[int, 
     return found
 
 
-#: The most names one statement binds (SQLite before 3.32 allows 999 variables per statement).
-BIND_MOST = 500
-
-
-def _parts(names: list[str]) -> list[list[str]]:
-    return [names[i:i + BIND_MOST] for i in range(0, len(names), BIND_MOST)]
+def _parts(names: list[str], most: int = 500) -> list[list[str]]:
+    """`names` in lists of `most`: SQLite before 3.32 binds 999 variables per statement at most."""
+    return [names[i:i + most] for i in range(0, len(names), most)]
 
 
 def _land(session_factory: sessionmaker, files: list[_File], known: _Known, report: CollectReport) -> None:
