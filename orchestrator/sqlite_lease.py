@@ -110,7 +110,8 @@ class _Lease:
         self._beat()
         if not self.lost and stalled > LEASE_STALE_S / 2:
             self.lost = f"unrefreshed for {stalled:.0f} s: this process stalled"
-        if self.lost:
+        if self.lost:  # said, as collect lands the batch again in silence (benchmarks/shared_fs.py counts it)
+            sqlite_sharing.say(f"{self.path}: lost its writer lease before a commit ({self.lost}); rolled back")
             raise LeaseLost(
                 f"{self.path}: this process lost its writer lease ({self.lost}); its transaction was rolled "
                 f"back and nothing was written: run the command again")
