@@ -53,6 +53,8 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]  # the orchestrator, and the tes
 
 from result_factory import make_result, write_result  # noqa: E402
 
+import shared_fs_stall  # noqa: E402 - its self-stopping collector (this folder is on sys.path)
+
 SCRATCH = Path(os.environ.get("SHAREDFS_TEST_DIR", "/tmp/orchestrator-sharedfs"))
 FRAMEWORKS = ("torch", "tensorflow", "mxnet", "caffe", "cntk", "numpy")
 MODELS = ("lenet", "alexnet", "resnet50", "googlenet", "vgg16")
@@ -197,13 +199,13 @@ def precreate(python: str, cwd: Path, env: dict[str, str], timeout: float) -> st
 
 def race(python: str, dirs: Sequence[Path], hosts: Sequence[str], env: dict[str, str], timeout: float,
          logs: Path, extra: Sequence[Sequence[str]], during: Optional[Callable[[list[int]], None]] = None,
-         profile: bool = False, binds: Sequence[tuple[str, str, str]] = ()) -> list[Command]:
+         profile: bool = False, binds: Sequence[tuple[str, str, str]] = (), first: Sequence[str] = ()) -> list[Command]:
     """`orchestrator collect` in each dir at once, each in its own UTS namespace as host `hosts[i]`.
     Both wait on their stdin before the exec; one write to each starts them together. `during`
     is called with their process ids once they are started; with `profile`, each runs under
     cProfile into `logs/<host>.prof`. `binds[i]`, where given, is (mount, path, dir): in a mount
     namespace of its own, host i sees that mount at that path and works in that dir (two login
-    nodes mount the volume at one path)."""
+    nodes mount the volume at one path). `first`: what host 0 runs instead of `-m orchestrator`."""
     procs = []
     for i, (d, host, more) in enumerate(zip(dirs, hosts, extra)):
         out = open(logs / f"{host}.out", "w+b")
@@ -212,7 +214,7 @@ def race(python: str, dirs: Sequence[Path], hosts: Sequence[str], env: dict[str,
         prof = ["-m", "cProfile", "-o", str(logs / f"{host}.prof")] if profile else []
         bind = list(binds[i]) if i < len(binds) and binds[i][0] else ["", "", ""]
         argv = ["unshare", "--uts", "--mount", "--propagation", "private", "sh", "-c", script, "sh", host, *bind,
-                python, *prof, "-m", "orchestrator", "collect", *more]
+                python, *prof, *(first if i == 0 and first else ["-m", "orchestrator"]), "collect", *more]
         proc = subprocess.Popen(argv, cwd=d, env=env, stdin=subprocess.PIPE, stdout=out, stderr=subprocess.STDOUT,
                                 start_new_session=True)
         procs.append((proc, out, Command(host)))
@@ -243,31 +245,6 @@ def race(python: str, dirs: Sequence[Path], hosts: Sequence[str], env: dict[str,
         m = REPORT.search(text)
         cmd.added = int(m.group(1)) if m else None
     return [c for _, _, c in procs]
-
-
-def stall(project: Path, seconds: float, said: list[str]) -> Callable[[list[int]], None]:
-    """A `during` for race: once the first collector holds the writer lease (its record names its
-    pid), it is stopped (SIGSTOP: heartbeat and all) for `seconds`, then continued; what happened
-    goes into `said`. Past the lease's stale time the other breaks it, and the stopped one must
-    not commit what it began (sqlite_lease's fence)."""
-    def during(pids: list[int]) -> None:
-        lease, deadline = project / "results.db.writer", time.monotonic() + 60
-        while time.monotonic() < deadline:
-            try:
-                holder = json.loads(lease.read_bytes())
-            except (OSError, ValueError):
-                holder = None
-            if isinstance(holder, dict) and holder.get("pid") == pids[0]:
-                break
-            time.sleep(0.005)
-        else:
-            said.append("never saw loginA hold the lease: not stopped")
-            return
-        os.kill(pids[0], signal.SIGSTOP)
-        time.sleep(seconds)
-        os.kill(pids[0], signal.SIGCONT)
-        said.append(f"loginA stopped {seconds:g} s while it held the lease")
-    return during
 
 
 def digest(path: Path) -> Optional[str]:
@@ -368,10 +345,11 @@ def one_round(n_round: int, args: argparse.Namespace, path_env: str, work: Path)
     # no other commit adds, and a commit overwritten by the other host's shows as runs lost
     extra = [batch + ([f"--runs=runs/r{n_round:02d}-sweep-{i}"] if args.split else []) for i in (0, 1)]
     stalled: list[str] = []
-    during = stall(project_a, args.stall, stalled) if args.stall else None
+    during = shared_fs_stall.stall(args.stall, stalled, args.stall_at) if args.stall else None
+    first = [str(Path(shared_fs_stall.__file__).resolve()), args.stall_at] if args.stall else []
     r.commands = race(args.python, [project_a, project_b], ["loginA", "loginB"], env, args.timeout, logs, extra,
-                      during=during)
-    r.stalled = "; ".join(stalled)
+                      during=during, first=first)
+    r.stalled = "; ".join(stalled + ([shared_fs_stall.fence_said(r.commands[0].said)] if args.stall else []))
     projects = {"A": project_a, "B": project_b}
     if args.brick:
         projects["srv"] = args.brick / rel
@@ -397,7 +375,8 @@ def row(r: Round) -> str:
     return text + (f" ({', '.join(other)})" if other else "") + (f"  [{r.error}]" if r.error else "")
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
+def parse(argv: Optional[Sequence[str]]) -> argparse.Namespace:
+    """The benchmark's arguments, checked (the mounts must be two views of one volume)."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("a", nargs="?", type=Path, default=SCRATCH / "hostA", help="mount A (default: %(default)s)")
     ap.add_argument("b", nargs="?", type=Path, default=SCRATCH / "hostB", help="mount B (default: %(default)s)")
@@ -416,8 +395,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                          "(default: $SHAREDFS_TEST_DIR/brick with the default mounts, if it exists; 'none': no)")
     ap.add_argument("--keep", action="store_true", help="keep each round's project on the volume")
     ap.add_argument("--stall", type=float, default=0, metavar="S",
-                    help="stop loginA (SIGSTOP) for S seconds once it holds the lease, in every round; past "
-                         "the lease's stale time (sqlite_lease.LEASE_STALE_S) loginB breaks it")
+                    help="loginA stops itself (SIGSTOP) at its first write commit, for S seconds, in every round; "
+                         "past the lease's stale time (sqlite_lease.LEASE_STALE_S) loginB breaks the lease")
+    ap.add_argument("--stall-at", choices=("commit", "fenced"), default="commit",
+                    help="commit: before its fence (which must then fire: LeaseLost); fenced: after it passed "
+                         "(the gap SQLite's shared POSIX locks cover on GlusterFS) (shared_fs_stall.py)")
     ap.add_argument("--quiet", action="store_true", help="no command lines per round")
     args = ap.parse_args(argv)
     if not 1 <= args.rounds <= 1000 or not 1 <= args.files <= 100_000:
@@ -430,7 +412,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         args.brick = SCRATCH / "brick"
     elif args.brick is not None and str(args.brick) == "none":
         args.brick = None
+    return args
 
+
+def header(args: argparse.Namespace) -> str:
+    """What is measured, printed before the rounds; the file system's type."""
     point_a, fstype, source = mount_of(args.a)
     point_b = mount_of(args.b)[0]
     print(f"file system: {fstype} ({source}), statfs magic {statfs_magic(args.a)}; A = {args.a} (mount {point_a}), "
@@ -441,9 +427,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     print("columns: landed as read through A, through B, and on the server; lost = made but not landed (server); dup = a run uid stored twice; 2x = runs both collectors said they "
           "added (one host's commit overwrote the other's); A=B: mounts read the same bytes; wal: a -wal file left")
     print(HEAD, flush=True)
+    return fstype
 
+
+def rounds(args: argparse.Namespace, started: float) -> list[Round]:
+    """The rounds, each printed as it ends, until --rounds or --max-minutes."""
     totals: list[Round] = []
-    started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="shared_fs.") as tmp:
         work = Path(tmp)
         path_env = silent_slurm(work / "bin")
@@ -462,7 +451,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                     print("        " + c.line(), flush=True)
     if not args.keep:
         shutil.rmtree(args.a / PROJECT, ignore_errors=True)
+    return totals
 
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    args = parse(argv)
+    fstype = header(args)
+    started = time.monotonic()
+    totals = rounds(args, started)
     made = sum(r.made for r in totals)
     journals = sorted({r.journal for r in totals if r.journal})
     failed = sum(1 for r in totals for c in r.commands if c.rc != 0)
@@ -475,7 +471,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
           f"{sum(1 for r in totals if r.same_bytes is False)} rounds where A and B read different bytes; "
           f"{time.monotonic() - started:.0f} s")
     return 1 if any(r.bad for r in totals) else 0
-
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -61,6 +61,15 @@ class CollectReport:
     broken: list[tuple[Path, str]] = field(default_factory=list)
     #: failed results of runs whose job is still in flight (requeued): landed once it ends
     waiting: int = 0
+    #: sweeps not looked into (all their runs collected) that hold fewer runs than cells: the
+    #: database looks behind its runs/ (restored from a backup, salvaged with .recover)
+    behind: list[str] = field(default_factory=list)
+
+    def hint(self) -> str:
+        """One line where the database looks behind runs/ ('' where it does not)."""
+        some = ", ".join(self.behind[:3]) + (", ..." if len(self.behind) > 3 else "")
+        return (f"{len(self.behind)} sweep(s) ({some}) hold fewer runs than cells and were not looked into: if "
+                f"this database was restored or recovered, run `orchestrator collect --all`") if self.behind else ""
 
     def __str__(self) -> str:
         waiting = f", {self.waiting} waiting for their job to end" if self.waiting else ""
@@ -136,6 +145,8 @@ def collect(session_factory: sessionmaker, runs_root: Path, batch_size: int = BA
     report, known = CollectReport(), _Known()
     with session_factory() as session:
         done = {} if everything else _collected_sweeps(session, [p.name for p in runs_root.iterdir() if p.is_dir()])
+    report.behind = sorted(sweep for sweep, (_, cells) in done.items() if cells > done[sweep][0])
+    done = {sweep: n for sweep, (n, _) in done.items()}
     report.already += sum(done.values())
     found = find_results(runs_root, done)
     size = max(1, batch_size)
@@ -175,22 +186,27 @@ def _read(pair: tuple[Path, Path]) -> Any:
         return (path, f"{type(exc).__name__}: {exc}")
 
 
-def _collected_sweeps(session: Any, folders: list[str]) -> dict[str, int]:
+def _collected_sweeps(session: Any, folders: list[str]) -> dict[str, tuple[int, int]]:
     """Of the sweeps named by `folders`, those the launcher recorded (the collector records none
-    with cells) with every run collected, and how many runs each has: from the sweep_id indexes
-    alone (ix_runs_uncollected holds only the runs still to collect)."""
-    if not folders:
-        return {}
+    with cells) with every run collected, and how many runs and cells each has: from the sweep_id
+    indexes alone (ix_runs_uncollected holds only the runs still to collect)."""
     sweeps = Sweep.__table__.c
     runs = Run.__table__.c
     pending = select(runs.sweep_id).where(runs.sweep_id == sweeps.id, runs.collected_at.is_(None))
-    done = list(session.scalars(select(sweeps.id).where(
-        sweeps.id.in_(folders), sweeps.n_cells > 0, ~pending.exists())))
-    if not done:
-        return {}
-    counts = session.execute(select(runs.sweep_id, func.count()).where(runs.sweep_id.in_(done))
-                             .group_by(runs.sweep_id))
-    return {sweep: n for sweep, n in counts if n}
+    found: dict[str, tuple[int, int]] = {}
+    for part in _parts(folders):  # one bound name per folder: SQLite before 3.32 takes 999 at most
+        done = dict(session.execute(select(sweeps.id, sweeps.n_cells).where(
+            sweeps.id.in_(part), sweeps.n_cells > 0, ~pending.exists())).all())
+        if done:
+            counts = session.execute(select(runs.sweep_id, func.count()).where(runs.sweep_id.in_(done))
+                                     .group_by(runs.sweep_id))
+            found.update((sweep, (n, done[sweep])) for sweep, n in counts if n)
+    return found
+
+
+def _parts(names: list[str], most: int = 500) -> list[list[str]]:
+    """`names` in lists of `most`: SQLite before 3.32 binds 999 variables per statement at most."""
+    return [names[i:i + most] for i in range(0, len(names), most)]
 
 
 def _land(session_factory: sessionmaker, files: list[_File], known: _Known, report: CollectReport) -> None:

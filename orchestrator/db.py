@@ -129,7 +129,7 @@ def open_db(url: str, create: bool = True) -> sessionmaker:
         if engine.dialect.name == "sqlite":
             event.listen(engine, "connect", _sqlite_pragmas)
         # on a network file system, what is found and what is done about it in one turn of the
-        # lease: another host never sees the schema half made (sqlite_sharing.py)
+        # lease: another host does not see the schema half made (sqlite_sharing.py: the one gap)
         with sqlite_lease.lease_held(str(path)) if path else nullcontext():
             has_runs, current = _layout(engine)
             if not create and not has_runs:

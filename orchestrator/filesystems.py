@@ -70,11 +70,12 @@ NETWORK_FUSE_SOURCES = ("mfs#", "lizardfs#", "glusterfs#", "sshfs#", "s3fs#")
 
 
 class Mount(NamedTuple):
-    """One line of the mount table: where, what type, from what."""
+    """One line of the mount table: where, what type, from what, with which options."""
 
     point: str
     fstype: str
     source: str
+    options: str = ""
 
 
 class FileSystem(NamedTuple):
@@ -84,6 +85,9 @@ class FileSystem(NamedTuple):
     name: str
     network: bool
     how: str
+    #: POSIX locks are each host's own (sshfs, smbnetfs, NFS local_lock=all|posix, Lustre
+    #: localflock): SQLite's own locks then guard nothing between hosts (site-facts.md)
+    local_locks: bool = False
 
 
 def parse_mounts(text: str) -> list[Mount]:
@@ -94,7 +98,7 @@ def parse_mounts(text: str) -> list[Mount]:
         fields = line.split()
         if len(fields) >= 3:
             source, point, fstype = (_unescape(f) for f in fields[:3])
-            mounts.append(Mount(point, fstype, source))
+            mounts.append(Mount(point, fstype, source, fields[3] if len(fields) > 3 else ""))
     return mounts
 
 
@@ -124,8 +128,24 @@ def mount_of(path: str, mounts: Sequence[Mount]) -> Optional[Mount]:
     return best
 
 
+#: FUSE subtypes whose POSIX locks stay on each host (measured: site-facts.md), and the mount
+#: options that make a kernel client's locks local (NFS `local_lock=`, Lustre `localflock`).
+LOCAL_LOCK_FUSE = frozenset({"sshfs", "smbnetfs"})
+LOCAL_LOCK_OPTIONS = ("local_lock=all", "local_lock=posix", "localflock")
+
+
 def classify(mount: Optional[Mount], magic: Optional[int]) -> FileSystem:
-    """What a mount-table line and a statfs magic say together (either may be missing)."""
+    """What a mount-table line and a statfs magic say together (either may be missing), and
+    whether its POSIX locks are each host's own (known from the mount table only)."""
+    fs = _classify(mount, magic)
+    if mount is None or not fs.network:
+        return fs
+    options = mount.options.split(",")
+    local = mount.fstype.partition(".")[2] in LOCAL_LOCK_FUSE or any(o in options for o in LOCAL_LOCK_OPTIONS)
+    return fs._replace(local_locks=local)
+
+
+def _classify(mount: Optional[Mount], magic: Optional[int]) -> FileSystem:
     if mount is not None:
         fstype, source = mount.fstype, mount.source
         if fstype.startswith("fuse.") or fstype == "fuse" or fstype == "fuseblk":

@@ -122,11 +122,11 @@ def open_runs(rows: Rows, states: Sequence[str], columns: Sequence[str],
     return rows.rows(query, params)
 
 
-def update_runs(rows: Rows, columns: Sequence[str], values: Sequence[dict[str, Any]]) -> None:
+def update_runs(rows: Rows, columns: Sequence[str], values: Sequence[dict[str, Any]]) -> int:
     """Sets `columns` of runs, one run per set of values (its id as `b_id`), in one executemany;
     only runs still uncollected and in the state read (`b_state`): the values were decided
-    outside the transaction, and a collector may have landed the run meanwhile."""
-    rows.many(f"UPDATE runs SET {', '.join(f'{c} = :{c}' for c in columns)} WHERE id = :b_id "
+    outside the transaction, and a collector may have landed the run meanwhile. How many it changed."""
+    return rows.many(f"UPDATE runs SET {', '.join(f'{c} = :{c}' for c in columns)} WHERE id = :b_id "
               "AND state = :b_state AND collected_at IS NULL", values)
 
 

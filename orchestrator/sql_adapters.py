@@ -103,7 +103,8 @@ class Rows:
     def all(self, sql: str, params: Optional[Mapping[str, Any]] = None) -> list[Any]:
         return list(self.rows(sql, params))
 
-    def many(self, sql: str, params: Sequence[Mapping[str, Any]]) -> None:
+    def many(self, sql: str, params: Sequence[Mapping[str, Any]]) -> int:
+        """Runs `sql` once per set of parameters; how many rows they changed in all."""
         raise NotImplementedError
 
     def commit(self) -> None:
@@ -121,9 +122,8 @@ class SqliteRows(Rows):
         make = _row_type(tuple(d[0] for d in cursor.description))._make
         return (make(r) for r in cursor)
 
-    def many(self, sql: str, params: Sequence[Mapping[str, Any]]) -> None:
-        if params:
-            self.conn.executemany(sql, params)
+    def many(self, sql: str, params: Sequence[Mapping[str, Any]]) -> int:
+        return self.conn.executemany(sql, params).rowcount if params else 0
 
     def commit(self) -> None:
         self.conn.commit()
@@ -151,12 +151,11 @@ class SessionRows(Rows):
 
         return iter(self.session.execute(text(sql), dict(params or {}), execution_options={"yield_per": 500}))
 
-    def many(self, sql: str, params: Sequence[Mapping[str, Any]]) -> None:
+    def many(self, sql: str, params: Sequence[Mapping[str, Any]]) -> int:
         # lazy: status reads through sqlite3 without SQLAlchemy; only a session's rows need it
         from sqlalchemy import text
 
-        if params:
-            self.session.execute(text(sql), list(params))
+        return self.session.execute(text(sql), list(params)).rowcount if params else 0
 
     def commit(self) -> None:
         self.session.commit()

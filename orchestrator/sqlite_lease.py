@@ -15,10 +15,8 @@ connection that takes it (the why and the measurements: sqlite_sharing.py, docs/
 from __future__ import annotations
 
 import errno
-import getpass
 import json
 import os
-import socket
 import sqlite3
 import threading
 import time
@@ -26,7 +24,10 @@ from contextlib import contextmanager, suppress
 from typing import Any, Iterator, Optional
 
 from . import sqlite_sharing
+from .sqlite_break import alive, break_lease as _break, guard_blocks, read_lease, remove_if, who
 from .sqlite_sharing import path_of, policy_for
+
+__all__ = ["LeaseLost", "LeaseRefused", "LeasedConnection", "connect_args", "lease_held", "who"]
 
 #: A lease's holder refreshes it this often; a lease unchanged for LEASE_STALE_S is abandoned.
 LEASE_HEARTBEAT_S = 2.0
@@ -74,7 +75,7 @@ class _Lease:
         self.holders = 0
         self.guard = threading.Lock()
         self.stop: Optional[threading.Event] = None
-        self.fd, self.ino, self.beat_at, self.lost = -1, 0, 0.0, ""
+        self.fd, self.ino, self.beat_at, self.lost, self.token = -1, 0, 0.0, "", ""
         self.left = ""  # the record this process left last: while it is the newest, no other wrote since
 
     def acquire(self, wait_s: Optional[float] = None) -> None:
@@ -109,7 +110,8 @@ class _Lease:
         self._beat()
         if not self.lost and stalled > LEASE_STALE_S / 2:
             self.lost = f"unrefreshed for {stalled:.0f} s: this process stalled"
-        if self.lost:
+        if self.lost:  # said, as collect lands the batch again in silence (benchmarks/shared_fs.py counts it)
+            sqlite_sharing.say(f"{self.path}: lost its writer lease before a commit ({self.lost}); rolled back")
             raise LeaseLost(
                 f"{self.path}: this process lost its writer lease ({self.lost}); its transaction was rolled "
                 f"back and nothing was written: run the command again")
@@ -175,16 +177,16 @@ class _Lease:
             try:
                 fd = os.open(self.file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
             except FileExistsError:
-                holder, stamp = _read_lease(self.file)
+                holder, stamp = read_lease(self.file)
                 stamp = stamp or (0, 0, -1)  # removed between the two calls (or a dangling link)
                 now = time.monotonic()
                 if stamp != seen:
                     seen, seen_at = stamp, now
-                gone = holder is not None and holder["host"] == host and not _alive(holder["pid"])
+                gone = holder is not None and holder["host"] == host and not alive(holder["pid"])
                 if (gone or now - seen_at > LEASE_STALE_S) and _break(self.file, holder, stamp):
                     continue
                 if now > deadline:
-                    raise LeaseRefused(_refusal(self.path, holder, wait_s))
+                    raise LeaseRefused(_refusal(self.path, holder, wait_s) + guard_blocks(self.file + ".breaking"))
                 time.sleep(pause)
                 pause = min(pause * 2, 0.25)
                 continue
@@ -197,6 +199,7 @@ class _Lease:
                     f"its directory writable for every user who collects, or use a database server "
                     f"(docs/shared-results.md)") from exc
             self._hold(fd, {"host": host, "pid": os.getpid(), "user": user, "since": time.time(), "token": token})
+            self.token = token
             return
 
     def _hold(self, fd: int, me: dict[str, Any]) -> None:
@@ -232,36 +235,34 @@ class _Lease:
                     f"(docs/shared-results.md)")
             time.sleep(0.1)
 
+    def check_one_host(self) -> None:
+        """Refuses a write from a host other than the one that wrote last, where the file
+        system's locks are each host's own (sqlite_sharing.py: a stopped holder's commit after
+        its fence is covered by nothing else there)."""
+        records = self._records()
+        if not records:
+            return
+        record = os.path.join(self.folder, max(records)[1])
+        last, here = _field(record, "host"), who()[1]
+        if last not in (here, "?"):
+            raise LeaseRefused(
+                f"{self.path} lies on {policy_for(self.path).filesystem.name}, whose locks are each host's own, "
+                f"and {last} wrote it last: writers on two hosts can corrupt it, so nothing was written; write "
+                f"from {last}, or give this host its own results file, or use a database server; if {last} "
+                f"writes it no more, remove {record} (docs/shared-results.md)")
+
     def _drop(self) -> None:
-        """Stops the heartbeat and removes the lease, if it is still ours (compared by inode: a
+        """Stops the heartbeat and removes the lease, if it is still ours (by inode and token: a
         lease another process made after breaking ours is never removed)."""
         if self.stop is not None:
             self.stop.set()
             self.stop = None
         if self.fd >= 0:
-            if _ino(self.file) == self.ino:
-                _remove_if(self.file, self.ino)
+            holder, stamp = read_lease(self.file)
+            if stamp is not None and stamp[0] == self.ino and holder is not None and holder["token"] == self.token:
+                remove_if(self.file, holder, stamp)
             os.close(self.fd)
         self.fd, self.ino = -1, 0
-
-
-def who() -> tuple[str, str]:
-    """This process's user and host, as a lease names its holder and the database its submitter."""
-    try:
-        user = getpass.getuser()
-    except Exception:  # noqa: BLE001 - no name for this uid
-        user = str(os.getuid())
-    return user, socket.gethostname()
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except (PermissionError, OverflowError, ValueError):
-        pass  # another user's process, or not a pid: assume alive
-    return True
 
 
 def _field(path: str, name: str) -> str:
@@ -271,99 +272,6 @@ def _field(path: str, name: str) -> str:
         record = json.loads(f.read(4096))
     value = record.get(name) if isinstance(record, dict) else None
     return value if isinstance(value, str) else "?"
-
-
-#: What a lease's holder record must hold, and of which type: anything else is no record.
-HOLDER_FIELDS = {"host": str, "pid": int, "token": str}
-
-
-def _read_lease(file: str) -> tuple[Optional[dict[str, Any]], Optional[tuple[int, int, int]]]:
-    """The lease's holder record (None where its content is none: being written, or foreign)
-    and a stamp that changes whenever it is refreshed or replaced; (None, None) where there is
-    no lease."""
-    try:
-        with open(file, "rb") as f:
-            st = os.fstat(f.fileno())
-            data = f.read(4096)
-    except FileNotFoundError:
-        return None, None
-    except OSError:  # unreadable here: judged by its stamp alone
-        try:
-            st = os.stat(file)
-        except OSError:
-            return None, None
-        data = b""
-    try:
-        holder = json.loads(data)
-    except (ValueError, RecursionError):
-        holder = None
-    valid = isinstance(holder, dict) and all(
-        type(holder.get(key)) is kind for key, kind in HOLDER_FIELDS.items())
-    return (holder if valid else None), (st.st_ino, st.st_mtime_ns, st.st_size)
-
-
-#: How long this process has seen each break guard unchanged: (its stamp, since when).
-_guards_seen: dict[str, tuple[Any, float]] = {}
-
-
-def _break(file: str, holder: Optional[dict[str, Any]], stamp: tuple[int, int, int]) -> bool:
-    """Removes the lease judged abandoned, and only that one (compare-and-break): breakers take
-    turns through `<file>.breaking` (O_EXCL), and each compares the lease with the stamp it judged
-    before moving it aside; one refreshed, released or replaced since is left alone. Whether it
-    broke it."""
-    guard = file + ".breaking"
-    try:
-        fd = os.open(guard, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-    except FileExistsError:
-        _clear_abandoned_guard(guard)
-        return False
-    except OSError:
-        return False
-    try:
-        if _read_lease(file)[1] != stamp or not _remove_if(file, stamp[0]):
-            return False
-    finally:
-        os.close(fd)
-        with suppress(OSError):
-            os.unlink(guard)
-    who_held = f"{holder['host']} (pid {holder['pid']})" if holder else "no holder record"
-    sqlite_sharing.say(f"broke the abandoned lease of {who_held}")
-    return True
-
-
-def _clear_abandoned_guard(guard: str) -> None:
-    """A break guard unchanged for LEASE_STALE_S: its breaker died while breaking; removed."""
-    _, stamp = _read_lease(guard)
-    first = _guards_seen.get(guard)
-    if stamp is None or first is None or first[0] != stamp:
-        _guards_seen[guard] = (stamp, time.monotonic())
-    elif time.monotonic() - first[1] > LEASE_STALE_S:
-        _remove_if(guard, stamp[0])
-        _guards_seen.pop(guard, None)
-
-
-def _ino(path: str) -> int:
-    with suppress(OSError):
-        return os.stat(path).st_ino
-    return -1
-
-
-def _remove_if(file: str, ino: int) -> bool:
-    """Removes `file` if it is the inode `ino`: moved aside first (of two processes removing it at
-    once, only one does), then compared; another file moved aside by mistake is put back (a hard
-    link never replaces a file that is there meanwhile). Whether it removed it."""
-    aside = f"{file}.broken.{os.getpid()}.{os.urandom(4).hex()}"
-    try:
-        os.rename(file, aside)
-    except OSError:
-        return False
-    ours = _ino(aside) == ino
-    if not ours:
-        with suppress(OSError):  # EEXIST: a newer lease stands there; the one moved aside is lost
-            os.link(aside, file)  # to its holder, whose fence sees it
-    with suppress(OSError):
-        os.unlink(aside)
-    return ours
 
 
 def _refusal(path: str, holder: Optional[dict[str, Any]], wait_s: float) -> str:
@@ -405,6 +313,12 @@ def lease_held(path: str) -> Iterator[None]:
         lease.release()
 
 
+#: The authorizer's actions that write the file (what a second host must not do where locks are local).
+WRITES = frozenset(getattr(sqlite3, name) for name in dir(sqlite3) if (name.startswith(
+    ("SQLITE_CREATE_", "SQLITE_DROP_")) and "TEMP" not in name) or name in (
+        "SQLITE_INSERT", "SQLITE_UPDATE", "SQLITE_DELETE", "SQLITE_ALTER_TABLE", "SQLITE_REINDEX"))
+
+
 class LeasedConnection(sqlite3.Connection):
     """A connection to a file on a network file system: takes the lease when it first prepares a
     statement (SQLite's authorizer is asked at every prepare; connect_args turns the statement
@@ -416,18 +330,22 @@ class LeasedConnection(sqlite3.Connection):
         self._holds = False
         self._refused: Optional[LeaseRefused] = None
         path = path_of(self)
+        self._one_host = self._may_write = False
         if path:
-            self._lease = lease_of(path)
+            self._lease, self._one_host = lease_of(path), policy_for(path).one_host
             self.set_authorizer(self._authorize)
 
     def _authorize(self, action: int, arg1: Any, arg2: Any, dbname: Any, source: Any) -> int:
-        if not self._holds and self._lease is not None:
-            try:
+        try:
+            if not self._holds and self._lease is not None:
                 self._lease.acquire()
-            except LeaseRefused as exc:  # an authorizer cannot raise: said by execute instead
-                self._refused = exc
-                return sqlite3.SQLITE_DENY
-            self._holds = True
+                self._holds, self._may_write = True, not self._one_host
+            if not self._may_write and action in WRITES and self._lease is not None:
+                self._lease.check_one_host()
+                self._may_write = True
+        except LeaseRefused as exc:  # an authorizer cannot raise: said by execute instead
+            self._refused = exc
+            return sqlite3.SQLITE_DENY
         return sqlite3.SQLITE_OK
 
     def _give_back(self) -> None:

@@ -33,6 +33,12 @@ malformed" in a collector reading while the other host committed). So on a netwo
   directory listing is fresh on another host where a file's content may not be: measured), and
   the next, once it holds the lease, drops this host's cached pages of the file and waits until
   it sees that counter and size, or refuses before reading or writing anything.
+- where the file system's POSIX locks are each host's own (sshfs, smbnetfs, NFS
+  `local_lock=all`, Lustre `localflock`: filesystems.py), SQLite's own locks guard nothing between
+  hosts, and a holder stopped between its fence and its commit (milliseconds) could commit after
+  another host broke its lease: there only the host that wrote last (named in the `.written-`
+  record) may write; another is refused before it writes, with the way out (`one_host`).
+  On GlusterFS, CephFS and MooseFS that same gap is covered by SQLite's locks, shared there.
 The lease is taken where SQLite itself prepares a statement (an authorizer on every connection
 to such a file, with the statement cache off so that every statement is prepared), so no command
 reads or writes without it: sqlite_lease.py.
@@ -73,6 +79,8 @@ class Policy(NamedTuple):
     journal: str
     mmap: bool
     lease: bool
+    #: writes only from the host that wrote last (the file system's locks are each host's own)
+    one_host: bool = False
 
 
 def policy_for(path: str) -> Policy:
@@ -89,14 +97,16 @@ def _policy(path: str, override: str) -> Policy:
             f"{JOURNAL_ENV}={override} is not a journal mode; use one of {', '.join(JOURNAL_MODES)}, "
             f"or unset it")
     journal = override or ("delete" if fs.network else "wal")
-    policy = Policy(path, fs, journal, mmap=not fs.network, lease=fs.network and journal != "wal")
+    lease = fs.network and journal != "wal"
+    policy = Policy(path, fs, journal, mmap=not fs.network, lease=lease, one_host=lease and fs.local_locks)
     if override:
         say(f"{path}: journal mode {journal}, as {JOURNAL_ENV} says (the file system is {fs.name})"
              + ("; no writer lease: only one host may write it" if fs.network and journal == "wal" else ""))
     elif fs.network:
         say(f"{path} lies on {fs.name}, a network file system: commands take turns through "
              f"{os.path.basename(path)}.writer (rollback journal, no WAL); a group that shares results "
-             f"should use a database server (docs/shared-results.md)")
+             f"should use a database server (docs/shared-results.md)"
+             + ("; its locks are each host's own, so only one host may write it" if policy.one_host else ""))
     return policy
 
 
@@ -216,4 +226,4 @@ def damaged_way_out(path: str) -> str:
     return (f"{path} is damaged (SQLite: database disk image is malformed); nothing was changed: keep a copy, "
             f"then recover what it holds (sqlite3 {path} .recover | sqlite3 recovered.db) or restore a "
             f"backup, and move the damaged file away (a new one is made in its place); "
-            f"`orchestrator collect` lands every run again from its result.json")
+            f"then `orchestrator collect --all` lands every run again from its result.json")

@@ -105,30 +105,10 @@ def decide(evidence: Evidence, seen: Optional[SchedulerView], *, job_id: Optiona
     """
     if evidence.result is not None and evidence.result["state"] == runstate.DONE:
         return _from_result(evidence.result)
-    if seen is None:
-        if job_id is not None:
-            return None  # the scheduler did not answer: leave every state as it was
-        # no scheduler to ask (a foreground run): the directory is all there is
-        if evidence.result is not None:
-            return _from_result(evidence.result)
-        if evidence.broken is not None:
-            return _broken(evidence.broken, now)
-        if evidence.started is not None:
-            return {"state": runstate.RUNNING, "node": evidence.started.get("node"),
-                    "started_at": evidence.started.get("started_at")}
-        return None
-    if seen.phase == "queued":
-        reason = f" ({seen.detail})" if seen.detail else ""
-        never = f"{NEVER}{seen.never}" if seen.never else ""
-        return {"state": runstate.SUBMITTED, "state_detail": f"{seen.state}{reason}{never}"}
-    if seen.phase == "running":
-        ended = result_of_this_start(evidence)
-        if ended is not None and (ended.get("error") or {}).get("class") != fc.SIGNALLED:
-            return _from_result(ended)  # this run ended; the job runs its next repeat
-        # (a trainer ended by a signal while Slurm still holds the job: wait for Slurm's word)
-        started = evidence.started or {}
-        return {"state": runstate.RUNNING, "state_detail": seen.state,
-                "node": started.get("node") or seen.detail, "started_at": started.get("started_at")}
+    if seen is None:  # no answer about its job: left as it was; no job: the directory is all there is
+        return None if job_id is not None else _without_scheduler(evidence, now)
+    if seen.phase in ("queued", "running"):
+        return _live(evidence, seen)
     if seen.phase == "unknown" and now - (submitted_at or 0.0) < grace_s:
         return None  # just submitted: the scheduler may not list it yet
     if (seen.phase == "ended" and seen.error_class == fc.CANCELLED and evidence.result is None
@@ -158,6 +138,33 @@ def decide(evidence: Evidence, seen: Optional[SchedulerView], *, job_id: Optiona
     return {"state": runstate.LOST, "state_detail": seen.state or None, "error_class": fc.LOST,
             "error_message": f"job {job_id} ended without writing {RESULT_NAME}{says}; see {logs}",
             "ended_at": now}
+
+
+def _without_scheduler(evidence: Evidence, now: float) -> Optional[dict[str, Any]]:
+    """A run with no scheduler to ask (a foreground run), from its directory alone."""
+    if evidence.result is not None:
+        return _from_result(evidence.result)
+    if evidence.broken is not None:
+        return _broken(evidence.broken, now)
+    if evidence.started is not None:
+        return {"state": runstate.RUNNING, "node": evidence.started.get("node"),
+                "started_at": evidence.started.get("started_at")}
+    return None
+
+
+def _live(evidence: Evidence, seen: SchedulerView) -> dict[str, Any]:
+    """A run whose job the scheduler still holds (queued or running)."""
+    if seen.phase == "queued":
+        reason = f" ({seen.detail})" if seen.detail else ""
+        never = f"{NEVER}{seen.never}" if seen.never else ""
+        return {"state": runstate.SUBMITTED, "state_detail": f"{seen.state}{reason}{never}"}
+    ended = result_of_this_start(evidence)
+    if ended is not None and (ended.get("error") or {}).get("class") != fc.SIGNALLED:
+        return _from_result(ended)  # this run ended; the job runs its next repeat
+    # (a trainer ended by a signal while Slurm still holds the job: wait for Slurm's word)
+    started = evidence.started or {}
+    return {"state": runstate.RUNNING, "state_detail": seen.state,
+            "node": started.get("node") or seen.detail, "started_at": started.get("started_at")}
 
 
 def _state_of(error_class: str) -> str:
@@ -247,8 +254,9 @@ def reconcile(rows: Rows, sweep_id: Optional[str] = None,
             if values:
                 changes.setdefault(tuple(sorted(values)), []).append(
                     {"b_id": run.id, "b_state": run.state, **values})
-    for columns, values in changes.items():
-        queries.update_runs(rows, columns, values)
+    for columns, values in changes.items():  # counted as written: a run changed since is left alone
+        written = queries.update_runs(rows, columns, values)
+        report.changed += written if set(columns) != {"observed_at"} else 0
     rows.commit()
     return report
 
@@ -292,9 +300,7 @@ def _verdict(run: Any, name: str, backend: Optional[Backend], answers: Optional[
                     job_id=run.job_id if name else None, backend=name or "job", now=now,
                     submitted_at=run.submitted_at, grace_s=backend.grace_s if backend else 0.0,
                     logs=f"its log under {logs}", previous=run.state_detail)
-    changed = _changed(run, verdict or {})
-    report.changed += bool(changed)
-    values.update(changed)
+    values.update(_changed(run, verdict or {}))
     return values
 
 

@@ -189,7 +189,8 @@ def test_a_connection_holds_the_lease_from_its_first_statement_to_its_commit(tmp
     assert not lease.exists()
     for _ in range(2):  # every statement is prepared, so the second read takes it too
         con.execute("SELECT count(*) FROM t").fetchall()
-        assert lease.exists()  # a read takes it as well: another host's commit is never half seen
+        assert lease.exists()  # a read takes it as well: another host's commit is not seen half made
+        # (short of a holder stopped between its fence and its commit: docs/shared-results.md)
         con.commit()
         assert not lease.exists()
     con.execute("INSERT INTO t VALUES (1)")

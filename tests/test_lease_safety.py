@@ -18,7 +18,7 @@ from test_db_sharing import _leased, _other_host_holds, on_network_fs  # noqa: F
 from result_factory import make_result, write_result
 from test_report import Study
 
-from orchestrator import cli, collector, db, sqlite_lease, sqlite_sharing, tracking
+from orchestrator import cli, collector, db, sqlite_break, sqlite_lease, sqlite_sharing, tracking
 from orchestrator.backends import backend_class
 from orchestrator.report import build
 from orchestrator.sql_adapters import Rows
@@ -257,10 +257,11 @@ def test_a_holder_that_wrote_last_keeps_its_cached_pages_and_drops_them_once_ano
     assert 0 in drops  # every cached page dropped before the read
 
 
-def test_reconcile_never_overwrites_a_run_landed_while_it_looked(tmp_path, monkeypatch):
+def test_reconcile_never_overwrites_a_run_landed_while_it_looked(tmp_path, db_url, monkeypatch):
     """reconcile lets the database go between its read and its write: a collector may land a run
-    meanwhile, and its verdict (here: running, from job.json) must not replace `done`."""
-    study = Study(tmp_path)
+    meanwhile, and its verdict (here: running, from job.json) must not replace `done`, nor be
+    counted as a change (the compare-and-set wrote nothing)."""
+    study = Study(tmp_path, url=db_url)
     study.cell(runs=["pending"])
     run_dir = tmp_path / "run"
     run_dir.mkdir()
@@ -275,7 +276,7 @@ def test_reconcile_never_overwrites_a_run_landed_while_it_looked(tmp_path, monke
         return real(directory)
     monkeypatch.setattr(tracking, "evidence_in", landed_meanwhile)
     with study.factory() as session:
-        tracking.reconcile(Rows.of(session))
+        assert tracking.reconcile(Rows.of(session)).changed == 0
     with study.factory() as session:
         assert session.execute(text("SELECT state, node FROM runs")).one() == ("done", None)
 
@@ -300,7 +301,7 @@ def test_a_stale_file_handle_while_taking_the_lease_is_looked_at_again(tmp_path,
         if str(file).endswith(".writer") and flags & os.O_EXCL and "read" in stale:
             estale_once("make")
         return real_os_open(file, flags, *args)
-    monkeypatch.setattr(sqlite_lease, "open", reading, raising=False)
+    monkeypatch.setattr(sqlite_break, "open", reading, raising=False)
     monkeypatch.setattr(os, "open", making)
     lease = sqlite_lease._Lease(str(tmp_path / "results.db"))
     lease.acquire(wait_s=10)

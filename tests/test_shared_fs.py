@@ -48,13 +48,16 @@ def test_collectors_on_two_hosts_of_one_glusterfs_volume_lose_nothing(mounts, ho
 
 
 def test_a_collector_stopped_past_the_stale_time_commits_nothing_after_the_other_broke_its_lease(mounts, capsys):
-    """loginA is stopped (SIGSTOP: its heartbeat too) while it holds the lease, for longer than
-    the stale time; loginB breaks the lease and collects; loginA, continued, must not commit what
-    it began (its fence rolls it back), lands nothing twice, and both exit 0. About 40 s."""
+    """loginA stops itself (SIGSTOP: its heartbeat too) at its first write commit, before its
+    fence, for longer than the stale time; loginB breaks the lease and collects; loginA, continued,
+    must not commit what it began (its fence fires and rolls it back), lands nothing twice, and
+    both exit 0. The old stop, from outside once the lease was held, mostly hit a read turn, where
+    no fence runs. About 40 s."""
     status = shared_fs.main([str(mounts[0]), str(mounts[1]), "--rounds", "1", "--files", "60",
                              "--stall", str(sqlite_lease.LEASE_STALE_S + 5)])
     said = capsys.readouterr().out
-    assert f"loginA stopped {sqlite_lease.LEASE_STALE_S + 5:g} s while it held the lease" in said, said
+    assert f"loginA stopped {sqlite_lease.LEASE_STALE_S + 5:g} s at a commit (before its fence)" in said, said
+    assert "loginA's fence fired (LeaseLost): yes" in said, said
     totals = said.strip().splitlines()[-1]
     assert "1 rounds, 60 files made, 60 landed, 0 lost" in totals, said
     assert "0 duplicated, 0 claimed twice, 0 rounds failing integrity_check, 0 of 2 commands exited non-zero" \

@@ -43,6 +43,8 @@ def collect(url: str, runs: Path, out: Console, batch: Optional[int] = None, eve
         reconcile(Rows.of(session), None, out, str(runs))
     report = collect_files(factory, runs, batch_size=batch or BATCH_SIZE, everything=everything)
     out.print(str(report), markup=False)
+    if report.hint():
+        out.print(report.hint(), markup=False, soft_wrap=True)
     for path, reason in report.broken:
         out.print(f"  broken: {path}: {reason}", markup=False, soft_wrap=True)
     if report.broken:
