@@ -51,6 +51,7 @@ import multiprocessing
 import os
 import sys
 from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 from concurrent.futures.process import BrokenProcessPool
 
 import numpy as np
@@ -349,6 +350,12 @@ def batch_plan(n, per_device_batch, seed, rank=0, world_size=1):
     return plan
 
 
+#: How often a wait for a batch also looks whether a worker has died (seconds).
+WORKER_CHECK_S = 1.0
+_WORKER_DIED = ("an ImageNet loader worker ended abruptly while decoding (%s); the job's log says why "
+                "(memory? a signal?), or use --loader-workers 0")
+
+
 class Loader(object):
     """Batches of one rank's share of `folder` (an ImageFolder), decoded by `workers` processes
     with `prefetch` batches in flight; `next(loader)` is (uint8 images N x 3 x 224 x 224, int64
@@ -394,12 +401,36 @@ class Loader(object):
     def _result(self, future):
         """A batch from the pool; a worker that died (killed, or unable to start) is reported.
         (multiprocessing.Pool would wait forever: a worker killed while it holds the task
-        queue's lock leaves every other worker, and Pool.terminate, blocked on it.)"""
-        try:
-            return future.result()
-        except BrokenProcessPool as exc:
-            raise DataError("an ImageNet loader worker ended abruptly while decoding (%s); the job's "
-                            "log says why (memory? a signal?), or use --loader-workers 0" % exc)
+        queue's lock leaves every other worker, and Pool.terminate, blocked on it.) The pool's
+        own report is not enough either: a worker killed while it sends a batch back leaves half
+        a message in the result pipe, and the executor's manager thread then waits for the rest
+        for ever (seen in CI under load) without looking at the workers. So the wait also looks
+        at the workers once a second itself."""
+        while True:
+            try:
+                return future.result(timeout=WORKER_CHECK_S)
+            except FutureTimeout:
+                ended = [p.exitcode for p in list((getattr(self._pool, "_processes", None) or {}).values())
+                         if p.exitcode is not None]
+                if ended:
+                    self._abandon()
+                    raise DataError(_WORKER_DIED % ("exit code %s" % ended[0]))
+            except BrokenProcessPool as exc:
+                raise DataError(_WORKER_DIED % exc)
+
+    def _abandon(self):
+        """Ends a pool whose manager thread may be stuck on a dead worker's half message: every
+        worker killed, then this process's own end of the result pipe closed, so that the stuck
+        read meets the pipe's end, the pool calls itself broken and its thread ends (the
+        interpreter joins that thread at exit)."""
+        pool, self._pool = self._pool, None
+        for process in list((getattr(pool, "_processes", None) or {}).values()):
+            if process.exitcode is None:
+                process.kill() if hasattr(process, "kill") else process.terminate()
+        writer = getattr(getattr(pool, "_result_queue", None), "_writer", None)
+        if writer is not None:
+            writer.close()
+        pool.shutdown(wait=False)
 
     next = __next__
 
