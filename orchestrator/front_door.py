@@ -15,7 +15,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
-from orchestrator import config_checks, launcher_output
+from orchestrator import config_checks, db, launcher_output
 from orchestrator.cell import Cell, CellError
 from orchestrator.dataset_files import missing_files
 from orchestrator.submit import Options, check_request, learn_time_limits, refusal_settings, submit_sweep
@@ -64,13 +64,14 @@ def launch(asked: Iterable[Asked], foreground: bool = False) -> None:
             launcher_output.print_refused(found.unready,
                                           label="[yellow]needs data[/yellow] (a submission now refuses it)")
             return
+        factory = db.open_db(opts.db_url)  # once: each step after is handed this handle
         report = submit_sweep(found.cells, opts, argv=argv, refused=found.refused,
-                              refused_settings=found.refused_settings, foreground=foreground)
+                              refused_settings=found.refused_settings, foreground=foreground, factory=factory)
     launcher_output.print_submit_report(report, opts)
     if report.submitted and foreground:
-        launcher_output.collect_and_show(opts.db_url, opts.runs / report.sweep_id, report.sweep_id)
+        launcher_output.collect_and_show(factory, opts.db_url, opts.runs / report.sweep_id, report.sweep_id)
     elif report.submitted and opts.wait:
-        launcher_output.follow_and_collect(report.sweep_id, opts)
+        launcher_output.follow_and_collect(report.sweep_id, opts, factory)
 
 
 def sort_cells(asked: Iterable[Asked]) -> Sorted:

@@ -17,7 +17,7 @@ from typing import Any, Callable, Iterable, Mapping
 
 from omegaconf import OmegaConf
 from sqlalchemy import bindparam, insert, select, update
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, sessionmaker
 
 from orchestrator import db, schema, retry, runstate, config_checks, setting_registry, time_limits
 from orchestrator.backends import Backend, SchedulerUnavailable, backend_for, sbatch
@@ -253,18 +253,18 @@ def check_request(backend: Backend, config: dict[str, Any], label: str) -> None:
 
 
 def submit_sweep(cells: list[Cell], opts: Options, argv: list[str] | None = None,
-                 refused: list[tuple[str, str]] | None = None,
-                 foreground: bool = False,
+                 refused: list[tuple[str, str]] | None = None, foreground: bool = False,
                  progress: Callable[[str], None] = lambda line: None,
-                 refused_settings: Mapping[str, Mapping[str, Any]] | None = None) -> SubmitReport:
+                 refused_settings: Mapping[str, Mapping[str, Any]] | None = None,
+                 factory: sessionmaker | None = None) -> SubmitReport:
     """Records the sweep and submits one job per cell that still needs runs; returns at once.
     `cells` are distinct (the launcher keeps the first spelling of a cell typed twice: tf, tensorflow).
 
-    The cells refused at expansion (`refused`: override line, reason) are recorded with the
-    sweep (schema.Refusal), with what their config said of their settings (`refused_settings`, by
-    override line: refusal_settings), so that a report can name them and why."""
+    The cells refused at expansion (`refused`: override line, reason) are recorded with the sweep
+    (schema.Refusal), with what their config said of their settings (`refused_settings`, by override
+    line: refusal_settings), so that a report can name them and why. `factory`: the launch's handle."""
     report = SubmitReport(sweep_id=new_sweep_id(), refused=list(refused or []))
-    factory = db.open_db(opts.db_url)
+    factory = factory or db.open_db(opts.db_url)
     with factory() as session:
         adopt_interrupted(session, opts.backend)
         user, host = who()

@@ -1,0 +1,42 @@
+"""One open per command: a `wait=true` launch opens its results database once and hands the
+handle on (submission, following the jobs, collect, results, status), instead of opening it at
+each step (issue 36 item 5). Counted in a real launch through submitit's local executor."""
+import json
+import subprocess
+import sys
+
+from helpers import REPO, rows, user_dir
+
+#: Counts, in the launching process, every opening of the database: db.open_db (SQLAlchemy) and
+#: sql_adapters.connect (sqlite3 alone, `status`'s fast path), before any module binds either.
+COUNTING = """
+import atexit, json, runpy, sys
+from orchestrator import db, sql_adapters
+opened = []
+def counted(f):
+    def wrapped(*args, **kwargs):
+        opened.append(f.__name__)
+        return f(*args, **kwargs)
+    return wrapped
+db.open_db, sql_adapters.connect = counted(db.open_db), counted(sql_adapters.connect)
+counts = sys.argv[1]
+atexit.register(lambda: open(counts, "w").write(json.dumps(opened)))
+sys.argv = ["orchestrator"] + sys.argv[2:]
+runpy.run_module("orchestrator", run_name="__main__")
+"""
+#: A cell whose job fails at once without building anything: its environment has no recipe.
+CELL = ["framework=numpy", "model=lenet", "iterations=3", "warmup=1", "+framework.env=norecipe"]
+
+
+def test_a_wait_true_launch_opens_the_database_once(tmp_path):
+    cwd, env = user_dir(tmp_path)
+    env["ORCHESTRATOR_CACHE"] = str(tmp_path / "cache")  # no environment to find or build
+    counts = tmp_path / "opened.json"
+    launched = subprocess.run([sys.executable, "-c", COUNTING, str(counts), "-m", *CELL, "wait=true"],
+                              cwd=str(cwd), env=dict(env, PYTHONPATH=str(REPO)), stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, universal_newlines=True, timeout=600)
+    assert launched.returncode == 0, launched.stdout + launched.stderr
+    # it went the whole way: submitted, followed, collected, and `status` printed the failure
+    assert rows((cwd, env), "select state from runs") == [("failed",)], launched.stdout
+    assert "1 cells submitted" in launched.stdout and "failed" in launched.stdout.split("submitted")[-1]
+    assert json.loads(counts.read_text()) == ["open_db"], launched.stdout
