@@ -81,10 +81,8 @@ def print_cells(cells: list, refused: list[tuple[str, str]],
     # a setting hashed only in some cells (accuracy mode's, one away from its default) is shown
     # only where a cell has it
     shown = [s.name for s in SETTINGS
-             if s.hashed == ALWAYS or any(c.settings.get(s.name) is not None for c in cells)]
-    defaults = {s.name: s.default for s in SETTINGS}  # stored as None at its default: shown as it
-    rows = [[cell.id, *(str(defaults[k] if cell.settings[k] is None and defaults[k] is not None
-                            else cell.settings[k]) for k in shown), *time_limit(cell.config["hardware"])]
+             if s.hashed == ALWAYS or any(c.settings.get(s.name) not in (None, s.default) for c in cells)]
+    rows = [[cell.id, *(str(cell.settings[k]) for k in shown), *time_limit(cell.config["hardware"])]
             for cell in cells]
     shown += ["limit", "limit from"]
     if len(rows) <= TABLE_ROWS:

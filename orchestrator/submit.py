@@ -164,8 +164,8 @@ def _record_cells(session: Session, sweep_id: str, cells: list[Cell], known: set
     runs it (`planned`): a skipped cell has no run here to need it (a retype of 1,000 done cells
     wrote 1,000 configs for nothing)."""
     now = time.time()
-    new = [{"id": cell.id, "settings": cell.settings, "created_at": now, **cell.settings}
-           for cell in cells if cell.id not in known]
+    new = [{"id": cell.id, "settings": kept, "created_at": now, **kept}
+           for cell in cells if cell.id not in known for kept in [setting_registry.recorded(cell.settings)]]
     if new:
         session.execute(insert(schema.Cell.__table__), new)
     session.execute(insert(schema.SweepCell.__table__), [
