@@ -207,3 +207,19 @@ def test_a_resolved_cell_holds_every_default_and_keeps_its_id(overrides, expecte
     recorded = setting_registry.recorded(cell.settings)
     assert recorded["nodes"] == (None if cell.settings["nodes"] == 1 else cell.settings["nodes"])
     assert setting_registry.filled(recorded) == cell.settings
+
+
+def test_a_rerun_picks_by_a_setting_a_record_keeps_as_none(tmp_path):
+    """`rerun --where nodes=1` finds a one-node cell, whose record keeps None for nodes (as every
+    cell made before nodes existed does): the read fills the default, as the `results` view does."""
+    from helpers import orchestrator, record_failed, user_dir
+    from trainers.common import failure_classes
+
+    workdir = user_dir(tmp_path)
+    workdir[1]["ORCHESTRATOR_CACHE"] = str(tmp_path / "cache")
+    [mine] = record_failed(workdir[1]["ORCHESTRATOR_DB"], [(["framework=numpy", "model=lenet", "threads=1"],
+                                                           failure_classes.CRASH, __import__("getpass").getuser())])
+    for where, found in (("nodes=1", True), ("mode=throughput", True), ("nodes=2", False)):
+        dry = orchestrator(["rerun", "--failed", "--dry-run", "--where", where], workdir)
+        assert dry.returncode == 0, dry.stderr
+        assert (mine in dry.stdout) is found and ("nothing to rerun" in dry.stdout) is not found, (where, dry.stdout)
