@@ -294,9 +294,9 @@ def submit_sweep(cells: list[Cell], opts: Options, argv: list[str] | None = None
     return report
 
 
-def learn_time_limits(cells: list[Cell], opts: Options, rows: Rows | None = None) -> list[Cell]:
-    """The cells with `time_min: auto` learned (time_limits.learn: new cells), the build counted where a job builds its
-    environment; `rows` None: `opts`' database read here, if it exists (a dry run writes nothing)."""
+def learn_time_limits(cells: list[Cell], opts: Options, rows: Rows | None) -> list[Cell]:
+    """The cells with `time_min: auto` learned (time_limits.learn: new cells) from the command's open
+    database (`rows`; None: none yet), the build counted where a job builds its environment."""
     built: dict[str, bool] = {}  # by environment: its recipe read and hashed once, not once per cell
 
     def builds(cell: Cell) -> bool:
@@ -309,13 +309,6 @@ def learn_time_limits(cells: list[Cell], opts: Options, rows: Rows | None = None
                 built[env] = False
         return built[env]
 
-    if rows is None and any(cell.config["hardware"].get("time_min") == time_limits.AUTO for cell in cells):
-        try:
-            factory = db.open_db(opts.db_url, create=False)
-        except db.NoDatabase:  # no earlier run at all: every limit is its ceiling
-            return time_limits.learn(cells, None, opts.backend.max_time_min, opts.cluster, builds)
-        with factory() as session:
-            return time_limits.learn(cells, Rows.of(session), opts.backend.max_time_min, opts.cluster, builds)
     return time_limits.learn(cells, rows, opts.backend.max_time_min, opts.cluster, builds)
 
 

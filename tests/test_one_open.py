@@ -28,15 +28,33 @@ runpy.run_module("orchestrator", run_name="__main__")
 CELL = ["framework=numpy", "model=lenet", "iterations=3", "warmup=1", "+framework.env=norecipe"]
 
 
-def test_a_wait_true_launch_opens_the_database_once(tmp_path):
-    cwd, env = user_dir(tmp_path)
-    env["ORCHESTRATOR_CACHE"] = str(tmp_path / "cache")  # no environment to find or build
+def launched(tmp_path, workdir, args):
+    """`python -m orchestrator ARGS` in the user's directory, counting its openings of the database:
+    the finished process and the openings in order."""
+    cwd, env = workdir
     counts = tmp_path / "opened.json"
-    launched = subprocess.run([sys.executable, "-c", COUNTING, str(counts), "-m", *CELL, "wait=true"],
-                              cwd=str(cwd), env=dict(env, PYTHONPATH=str(REPO)), stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, universal_newlines=True, timeout=600)
-    assert launched.returncode == 0, launched.stdout + launched.stderr
+    done = subprocess.run([sys.executable, "-c", COUNTING, str(counts), *args],
+                          cwd=str(cwd), env=dict(env, PYTHONPATH=str(REPO)), stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, universal_newlines=True, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done, json.loads(counts.read_text())
+
+
+def test_a_wait_true_launch_opens_the_database_once(tmp_path):
+    workdir = user_dir(tmp_path)
+    workdir[1]["ORCHESTRATOR_CACHE"] = str(tmp_path / "cache")  # no environment to find or build
+    done, opened = launched(tmp_path, workdir, ["-m", *CELL, "wait=true"])
     # it went the whole way: submitted, followed, collected, and `status` printed the failure
-    assert rows((cwd, env), "select state from runs") == [("failed",)], launched.stdout
-    assert "1 cells submitted" in launched.stdout and "failed" in launched.stdout.split("submitted")[-1]
-    assert json.loads(counts.read_text()) == ["open_db"], launched.stdout
+    assert rows(workdir, "select state from runs") == [("failed",)], done.stdout
+    assert "1 cells submitted" in done.stdout and "failed" in done.stdout.split("submitted")[-1]
+    assert opened == ["open_db"], done.stdout
+
+
+def test_a_dry_run_opens_the_database_once_to_check_it_and_learn_limits(tmp_path):
+    workdir = user_dir(tmp_path)
+    (tmp_path / "runs").mkdir()
+    assert subprocess.run([sys.executable, "-m", "orchestrator", "collect"], cwd=str(tmp_path), env=workdir[1],
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE).returncode == 0  # the database made
+    done, opened = launched(tmp_path, workdir, ["-m", *CELL, "hardware.time_min=auto", "dry_run=true"])
+    assert "1 cells (dry run: nothing submitted)" in done.stdout, done.stdout
+    assert opened == ["open_db"], done.stdout
