@@ -5,6 +5,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from helpers import REPO, rows, user_dir
 
 #: Counts, in the launching process, every opening of the database: db.open_db (SQLAlchemy) and
@@ -40,10 +42,11 @@ def launched(tmp_path, workdir, args):
     return done, json.loads(counts.read_text())
 
 
-def test_a_wait_true_launch_opens_the_database_once(tmp_path):
+@pytest.mark.parametrize("args", [["-m", *CELL, "wait=true"], CELL], ids=["wait=true", "foreground"])
+def test_a_launch_that_waits_for_its_runs_opens_the_database_once(tmp_path, args):
     workdir = user_dir(tmp_path)
     workdir[1]["ORCHESTRATOR_CACHE"] = str(tmp_path / "cache")  # no environment to find or build
-    done, opened = launched(tmp_path, workdir, ["-m", *CELL, "wait=true"])
+    done, opened = launched(tmp_path, workdir, args)
     # it went the whole way: submitted, followed, collected, and `status` printed the failure
     assert rows(workdir, "select state from runs") == [("failed",)], done.stdout
     assert "1 cells submitted" in done.stdout and "failed" in done.stdout.split("submitted")[-1]
