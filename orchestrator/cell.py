@@ -129,7 +129,7 @@ def resolve_settings(cfg: dict[str, Any]) -> dict[str, Any]:
                         f"use target_accuracy=0.9, or target_accuracy=null")
     _check_input(where, settings)
     _refusing(where, _check_hardware, cfg["hardware"])
-    nodes = settings.get("nodes") or 1
+    nodes = settings["nodes"]
     if nodes > 1 and (cfg.get("cluster") or {}).get("executor", "local") != "slurm":
         raise CellError(f"{where}: nodes={nodes} needs a cluster of nodes, but cluster="
                         f"{(cfg.get('cluster') or {}).get('name', 'local')} runs one; use cluster=slurm, or nodes=1")
@@ -148,7 +148,7 @@ def lookup(plain: Any, path: str) -> Any:
 
 
 def _checked(where: str, setting: setting_registry.SettingDef, value: Any) -> Any:
-    """One setting's value checked against its declaration, as a cell stores it. A value that is
+    """One setting's value checked against its declaration, its default included. A value that is
     plainly right (one of the choices; an int at or above the minimum) passes at once: a sweep of
     thousands of cells checks each of their settings."""
     if value is None and (setting.nullable or setting.hashed != setting_registry.ALWAYS):
@@ -164,13 +164,13 @@ def _checked(where: str, setting: setting_registry.SettingDef, value: Any) -> An
         value = float(_refusing(where, config_checks.number, setting.name, value, setting.minimum or 0.0,
                                 setting.way_out))
     # (a string without choices is a group's name, checked with its group, or `like`, a data shape)
-    return setting_registry.stored(setting.name, value)
+    return value
 
 
 def _check_input(where: str, settings: dict[str, Any]) -> None:
     """input=pipeline only where a dataset read per step (imagenet) is timed, in throughput mode."""
     value, dataset = settings["input"], settings["dataset"]
-    if value is None:
+    if value == setting_registry.BY_NAME["input"].default:
         return
     if dataset not in PIPELINE_DATASETS:
         what = ("random tensors made in memory" if dataset == "synthetic"

@@ -38,7 +38,7 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError, OperationalError
 from sqlalchemy.orm import sessionmaker
 
-from . import runstate
+from . import runstate, setting_registry
 from .sqlite_lease import LeaseLost
 from .schema import Cell, Metric, Run, Sweep, SweepCell, mark_latest
 from .metric_registry import unit_of
@@ -306,10 +306,10 @@ def _parents(conn: Connection, files: list[_File], known: _Known, new: _Known) -
     known.cells |= _ids_present(conn, Cell.id, cells)
     if cells - known.cells:
         now = time.time()
+        kept = {c: setting_registry.recorded(first[c].result["cell"]) for c in cells - known.cells}
         conn.execute(insert(Cell), [
-            {"id": c, "settings": first[c].result["cell"], "created_at": now,
-             **{key: first[c].result["cell"][key] for key in CELL_COLUMNS},
-             **{key: first[c].result["cell"].get(key) for key in OPTIONAL_CELL_COLUMNS}}
+            {"id": c, "settings": kept[c], "created_at": now, **{key: kept[c][key] for key in CELL_COLUMNS},
+             **{key: kept[c].get(key) for key in OPTIONAL_CELL_COLUMNS}}
             for c in sorted(cells - known.cells)])
         new.cells |= cells - known.cells
     by_sweep: dict[str, set[str]] = {}

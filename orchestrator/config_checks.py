@@ -125,19 +125,22 @@ def module(key: str, value: Any) -> str:
 
 # --- at the entry points --------------------------------------------------------------------
 
-def check_database(url: str) -> None:
+def check_database(url: str) -> Any:
     """That a sweep could use its results database, opened as a read opens it: never created
-    (a dry run writes nothing); the same message a launch would give where it cannot be used."""
+    (a dry run writes nothing); the same message a launch would give where it cannot be used.
+    Returns its handle (db.open_db's sessionmaker; None where there is none yet): a dry run opens
+    its database this once and reads the learned limits through it."""
     # lazy: SQLAlchemy only where a command checks its database (cell and expand import this module)
     from orchestrator import db
 
     try:
-        db.open_db(url, create=False).kw["bind"].dispose()
+        return db.open_db(url, create=False)
     except db.NoDatabase:  # a launch makes it, where its directory exists
         path = db.sqlite_path(url)
         if path is not None and not path.parent.is_dir():
             raise db.Unusable(url, f"the SQLite file's directory {path.parent} does not exist",
                               f"make it, or point {db.Unusable.WHERE} elsewhere") from None
+        return None
 
 
 @contextmanager

@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import os
 import sys
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
-from orchestrator import config_checks, launcher_output
+from orchestrator import config_checks, db, launcher_output
 from orchestrator.cell import Cell, CellError
 from orchestrator.dataset_files import missing_files
+from orchestrator.sql_adapters import Rows
 from orchestrator.submit import Options, check_request, learn_time_limits, refusal_settings, submit_sweep
 
 
@@ -58,19 +60,21 @@ def launch(asked: Iterable[Asked], foreground: bool = False) -> None:
                              f"{len(found.left_out)} left out); nothing was submitted")
         opts = found.options
         if opts.dry_run:
-            config_checks.check_database(opts.db_url)
-            launcher_output.print_cells(learn_time_limits(found.cells, opts),  # what each would ask for, and why
-                                        found.refused, found.refused_settings)
+            factory = config_checks.check_database(opts.db_url)  # its one open (None: no database yet)
+            with factory() if factory else nullcontext() as session:
+                learned = learn_time_limits(found.cells, opts, Rows.of(session) if session else None)
+            launcher_output.print_cells(learned, found.refused, found.refused_settings)  # what each asks for, and why
             launcher_output.print_refused(found.unready,
                                           label="[yellow]needs data[/yellow] (a submission now refuses it)")
             return
+        factory = db.open_db(opts.db_url)  # once: each step after is handed this handle
         report = submit_sweep(found.cells, opts, argv=argv, refused=found.refused,
-                              refused_settings=found.refused_settings, foreground=foreground)
+                              refused_settings=found.refused_settings, foreground=foreground, factory=factory)
     launcher_output.print_submit_report(report, opts)
     if report.submitted and foreground:
-        launcher_output.collect_and_show(opts.db_url, opts.runs / report.sweep_id, report.sweep_id)
+        launcher_output.collect_and_show(factory, opts.db_url, opts.runs / report.sweep_id, report.sweep_id)
     elif report.submitted and opts.wait:
-        launcher_output.follow_and_collect(report.sweep_id, opts)
+        launcher_output.follow_and_collect(report.sweep_id, opts, factory)
 
 
 def sort_cells(asked: Iterable[Asked]) -> Sorted:

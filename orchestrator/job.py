@@ -76,7 +76,7 @@ def run_cell(spec: JobSpec) -> list[str]:
 
 
 def _nodes(spec: JobSpec) -> int:
-    return int(spec.settings.get("nodes") or 1)
+    return int(spec.settings["nodes"])
 
 
 @contextlib.contextmanager
@@ -203,7 +203,7 @@ def _run_trainer(spec: JobSpec, run: RunSpec, paths: dict[str, str], deadline: f
     argv, env = runtime.command(trainer_args(spec.settings, spec.data_dir, spec.config), gpus=spec.settings["gpus"],
                                 binds=[spec.data_dir] if spec.data_dir else [], run_dir=paths["run_dir"])
     env = {**os.environ, **env, **(place.trainer_env(run.repeat) if place else {})}
-    gpus = int(spec.settings.get("gpus") or 0)
+    gpus = int(spec.settings["gpus"])
     idle_s = _idle_seconds(spec, gpus)
     monitor = Monitor(default_samplers(gpus, env), spec.monitor_period_s, Path(paths["samples"]))
     monitor.measure_idle(idle_s)  # the GPUs' idle power, before the trainer loads them

@@ -17,7 +17,7 @@ from rich.progress import (
 )
 from rich.table import Table
 
-from orchestrator import db, queries, runstate, tracking
+from orchestrator import queries, runstate, tracking
 from orchestrator.commands import collect, results, status
 from orchestrator.commands.common import answer
 from orchestrator.commands.render import console as command_console
@@ -26,6 +26,8 @@ from orchestrator.sql_adapters import Rows
 from orchestrator.setting_registry import ALWAYS, SETTINGS
 
 if TYPE_CHECKING:
+    from sqlalchemy.orm import sessionmaker
+
     from orchestrator.submit import Options, SubmitReport
 
 console = Console(highlight=False)
@@ -79,10 +81,8 @@ def print_cells(cells: list, refused: list[tuple[str, str]],
     # a setting hashed only in some cells (accuracy mode's, one away from its default) is shown
     # only where a cell has it
     shown = [s.name for s in SETTINGS
-             if s.hashed == ALWAYS or any(c.settings.get(s.name) is not None for c in cells)]
-    defaults = {s.name: s.default for s in SETTINGS}  # stored as None at its default: shown as it
-    rows = [[cell.id, *(str(defaults[k] if cell.settings[k] is None and defaults[k] is not None
-                            else cell.settings[k]) for k in shown), *time_limit(cell.config["hardware"])]
+             if s.hashed == ALWAYS or any(c.settings.get(s.name) not in (None, s.default) for c in cells)]
+    rows = [[cell.id, *(str(cell.settings[k]) for k in shown), *time_limit(cell.config["hardware"])]
             for cell in cells]
     shown += ["limit", "limit from"]
     if len(rows) <= TABLE_ROWS:
@@ -171,9 +171,9 @@ def _print_more(total: int, kind: str, hint: str) -> None:
         console.print(f"... and {total - SHOWN:,} more {kind} ({total:,} in all: {hint})", markup=False)
 
 
-def follow(sweep_id: str, opts: "Options", poll_s: float = 2.0) -> dict[str, int]:
-    """A progress bar over the sweep's repeats (their latest attempts) until none is open."""
-    factory = db.open_db(opts.db_url)
+def follow(sweep_id: str, opts: "Options", factory: "sessionmaker", poll_s: float = 2.0) -> dict[str, int]:
+    """A progress bar over the sweep's repeats (their latest attempts) until none is open, read
+    through the launch's database handle (`factory`)."""
     backends = {opts.backend.name: opts.backend}  # one instance: it counts polls without an answer
     with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
                   TextColumn("{task.fields[states]}"), TimeElapsedColumn(), console=console) as bar:
@@ -195,17 +195,19 @@ def follow(sweep_id: str, opts: "Options", poll_s: float = 2.0) -> dict[str, int
             time.sleep(poll_s)
 
 
-def follow_and_collect(sweep_id: str, opts: "Options") -> None:
-    """wait=true: follow the jobs, collect their results, print the sweep's table."""
-    follow(sweep_id, opts)
-    collect_and_show(opts.db_url, Path(opts.runs), sweep_id)
+def follow_and_collect(sweep_id: str, opts: "Options", factory: "sessionmaker") -> None:
+    """wait=true: follow the jobs, collect their results, print the sweep's table; all through the
+    launch's one database handle (`factory`)."""
+    follow(sweep_id, opts, factory)
+    collect_and_show(factory, opts.db_url, Path(opts.runs), sweep_id)
 
 
-def collect_and_show(db_url: str, runs: Path, sweep_id: str) -> None:
+def collect_and_show(factory: "sessionmaker", db_url: str, runs: Path, sweep_id: str) -> None:
     """After a sweep's runs ended: their result files under `runs` collected, the sweep's results
     and where its runs stand, as `collect`, `results --sweep` and `status --sweep` print them
-    (each problem said in one line, as those commands say it)."""
+    (each problem said in one line, as those commands say it, naming `db_url`), through the
+    launch's database handle (`factory`): the launch opened its database once."""
     out = command_console()
-    answer(lambda: collect.collect(db_url, runs, out), db_url)
-    answer(lambda: results.results(db_url, out, sweep_id), db_url)
-    answer(lambda: status.status(db_url, out, sweep_id), db_url)
+    answer(lambda: collect.collect(factory, runs, out), db_url)
+    answer(lambda: results.results(factory, out, sweep_id), db_url)
+    answer(lambda: status.status(factory, out, sweep_id), db_url)

@@ -261,7 +261,7 @@ def utilisation(start: dict[str, Any], images_per_sec: float,
         per_image, fewest = flops.training_flops(*shape), flops.fewest_training_flops(*shape)
     except (KeyError, TypeError, ValueError) as exc:  # flops' ValueError names the layer left without output
         return None, f"no mfu: run_start's network and input cannot be counted ({exc!r})", None
-    devices = max(int(start.get("gpus") or 0), 1) * int(start.get("nodes") or 1)
+    devices = max(int(start["gpus"]), 1) * int(start["nodes"])
     ceiling = float(peak) * 1e12 * devices
     achieved = images_per_sec * per_image
     where = f"({start['model']} at {'x'.join(str(n) for n in start['input_shape'])})"

@@ -29,7 +29,7 @@ from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, aliased
 
-from orchestrator import config_checks, retry, schema, runstate, time_limits
+from orchestrator import config_checks, retry, schema, runstate, setting_registry, time_limits
 from orchestrator.backends import Backend, backend_for
 from orchestrator.cell import Cell, CellError
 from orchestrator.config_checks import ConfigError
@@ -128,8 +128,9 @@ def _matching(session: Session, sweep_id: Optional[str], classes: Optional[list[
             continue
         if classes and (last.error_class or last.state) not in classes:
             continue
-        cell_row = session.get(schema.Cell, last.cell_id)
-        if where and not all(str(getattr(cell_row, k, None)) in {str(v) for v in vs} for k, vs in where.items()):
+        cell_row = session.get(schema.Cell, last.cell_id)  # its record: read with its defaults filled in
+        values = setting_registry.filled({k: getattr(cell_row, k, None) for k in where or {}})
+        if where and not all(str(values[k]) in {str(v) for v in vs} for k, vs in where.items()):
             continue
         yield last
 

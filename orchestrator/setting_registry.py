@@ -39,7 +39,8 @@ class SettingDef:
 
     `read(get, so_far)` is its default rule: its value from the config (`get`), given the settings
     read before it (`so_far`, in table order). A value equal to `default` is stored as None where
-    `default` is set: what a cell made before the setting existed holds. `minimum` and `choices`
+    `default` is set (a record made before the setting existed holds None; a resolved cell holds
+    the default itself, and its id leaves it out: hashed_keys). `minimum` and `choices`
     are its range; `way_out` the line a refusal of a bad value ends with."""
 
     name: str
@@ -165,9 +166,22 @@ def read_settings(get: Lookup) -> dict[str, Any]:
 
 
 def stored(name: str, value: Any) -> Any:
-    """A checked value as a cell holds it: None for a setting's default (see SettingDef)."""
-    default = BY_NAME[name].default
+    """A value as a record keeps it (a `cells` or `refusals` row): None for a setting's default, as
+    records made before the setting existed hold it (see SettingDef). A resolved cell holds the value."""
+    default = getattr(BY_NAME.get(name), "default", None)  # a key no setting declares: as it is
     return None if default is not None and value == default else value
+
+
+def recorded(settings: Mapping[str, Any]) -> dict[str, Any]:
+    """A cell's settings as its records keep them (stored): what the writers of `cells` rows write."""
+    return {name: stored(name, value) for name, value in settings.items()}
+
+
+def filled(record: Mapping[str, Any]) -> dict[str, Any]:
+    """A record's settings complete: each None of a setting with a default read as that default.
+    The one place a read of recorded settings in Python fills them (SQL reads: schema.setting_value),
+    so that no reader re-defaults a setting (`nodes or 1`)."""
+    return {**record, **{s.name: s.default for s in SETTINGS if s.default is not None and record.get(s.name) is None}}
 
 
 def hashed_keys(settings: Mapping[str, Any]) -> tuple[str, ...]:

@@ -17,7 +17,7 @@ from typing import Any, Callable, Iterable, Mapping
 
 from omegaconf import OmegaConf
 from sqlalchemy import bindparam, insert, select, update
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, sessionmaker
 
 from orchestrator import db, schema, retry, runstate, config_checks, setting_registry, time_limits
 from orchestrator.backends import Backend, SchedulerUnavailable, backend_for, sbatch
@@ -164,8 +164,8 @@ def _record_cells(session: Session, sweep_id: str, cells: list[Cell], known: set
     runs it (`planned`): a skipped cell has no run here to need it (a retype of 1,000 done cells
     wrote 1,000 configs for nothing)."""
     now = time.time()
-    new = [{"id": cell.id, "settings": cell.settings, "created_at": now, **cell.settings}
-           for cell in cells if cell.id not in known]
+    new = [{"id": cell.id, "settings": kept, "created_at": now, **kept}
+           for cell in cells if cell.id not in known for kept in [setting_registry.recorded(cell.settings)]]
     if new:
         session.execute(insert(schema.Cell.__table__), new)
     session.execute(insert(schema.SweepCell.__table__), [
@@ -253,18 +253,18 @@ def check_request(backend: Backend, config: dict[str, Any], label: str) -> None:
 
 
 def submit_sweep(cells: list[Cell], opts: Options, argv: list[str] | None = None,
-                 refused: list[tuple[str, str]] | None = None,
-                 foreground: bool = False,
+                 refused: list[tuple[str, str]] | None = None, foreground: bool = False,
                  progress: Callable[[str], None] = lambda line: None,
-                 refused_settings: Mapping[str, Mapping[str, Any]] | None = None) -> SubmitReport:
+                 refused_settings: Mapping[str, Mapping[str, Any]] | None = None,
+                 factory: sessionmaker | None = None) -> SubmitReport:
     """Records the sweep and submits one job per cell that still needs runs; returns at once.
     `cells` are distinct (the launcher keeps the first spelling of a cell typed twice: tf, tensorflow).
 
-    The cells refused at expansion (`refused`: override line, reason) are recorded with the
-    sweep (schema.Refusal), with what their config said of their settings (`refused_settings`, by
-    override line: refusal_settings), so that a report can name them and why."""
+    The cells refused at expansion (`refused`: override line, reason) are recorded with the sweep
+    (schema.Refusal), with what their config said of their settings (`refused_settings`, by override
+    line: refusal_settings), so that a report can name them and why. `factory`: the launch's handle."""
     report = SubmitReport(sweep_id=new_sweep_id(), refused=list(refused or []))
-    factory = db.open_db(opts.db_url)
+    factory = factory or db.open_db(opts.db_url)
     with factory() as session:
         adopt_interrupted(session, opts.backend)
         user, host = who()
@@ -294,9 +294,9 @@ def submit_sweep(cells: list[Cell], opts: Options, argv: list[str] | None = None
     return report
 
 
-def learn_time_limits(cells: list[Cell], opts: Options, rows: Rows | None = None) -> list[Cell]:
-    """The cells with `time_min: auto` learned (time_limits.learn: new cells), the build counted where a job builds its
-    environment; `rows` None: `opts`' database read here, if it exists (a dry run writes nothing)."""
+def learn_time_limits(cells: list[Cell], opts: Options, rows: Rows | None) -> list[Cell]:
+    """The cells with `time_min: auto` learned (time_limits.learn: new cells) from the command's open
+    database (`rows`; None: none yet), the build counted where a job builds its environment."""
     built: dict[str, bool] = {}  # by environment: its recipe read and hashed once, not once per cell
 
     def builds(cell: Cell) -> bool:
@@ -309,13 +309,6 @@ def learn_time_limits(cells: list[Cell], opts: Options, rows: Rows | None = None
                 built[env] = False
         return built[env]
 
-    if rows is None and any(cell.config["hardware"].get("time_min") == time_limits.AUTO for cell in cells):
-        try:
-            factory = db.open_db(opts.db_url, create=False)
-        except db.NoDatabase:  # no earlier run at all: every limit is its ceiling
-            return time_limits.learn(cells, None, opts.backend.max_time_min, opts.cluster, builds)
-        with factory() as session:
-            return time_limits.learn(cells, Rows.of(session), opts.backend.max_time_min, opts.cluster, builds)
     return time_limits.learn(cells, rows, opts.backend.max_time_min, opts.cluster, builds)
 
 

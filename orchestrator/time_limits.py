@@ -94,13 +94,13 @@ class Limit:
 
 def _devices(settings: Mapping[str, Any]) -> int:
     """The devices a run steps on: its GPUs, or one process per node on CPU, times its nodes."""
-    return max(1, int(settings.get("gpus") or 0)) * max(1, int(settings.get("nodes") or 1))
+    return max(1, int(settings["gpus"])) * int(settings["nodes"])
 
 
 def _per_device(settings: Mapping[str, Any]) -> float:
     """The samples each device steps through per step: the batch under weak scaling, the batch
     split over its devices under strong scaling (trainers/common/scaling.py)."""
-    batch = float(settings.get("batch_size") or 1)
+    batch = float(settings["batch_size"])
     return batch if settings.get("scaling") == "weak" else batch / _devices(settings)
 
 
@@ -131,7 +131,7 @@ def _ratios(cell: Mapping[str, Any], past: Mapping[str, Any]) -> tuple[float, fl
     unknown) and CPU threads (fewer: up to proportionally slower; more: never assumed faster).
     Precision is not scaled: similar cells share it (`similar`)."""
     work, work_past = _sample_flops(cell), _sample_flops(past)
-    threads = max(1.0, float(past.get("threads") or 1) / float(cell.get("threads") or 1))
+    threads = max(1.0, float(past["threads"]) / float(cell["threads"]))
     return _per_device(cell) / _per_device(past), (work / work_past if work and work_past else 1.0), threads
 
 
@@ -153,7 +153,7 @@ def step_factor(cell: Mapping[str, Any], past: Mapping[str, Any]) -> float:
 def trusted_step(past: "Past") -> bool:
     """Whether `past`'s measured step time may be extrapolated: at least MIN_TIMED_STEPS steps
     and MIN_TIMED_S seconds of them (a few short steps are mostly timer and warm-up noise)."""
-    iterations = int(past.settings.get("iterations") or 0)
+    iterations = int(past.settings["iterations"])
     return bool(past.step_s) and iterations >= MIN_TIMED_STEPS and past.step_s * iterations >= MIN_TIMED_S
 
 
@@ -166,20 +166,20 @@ def scaled(settings: Mapping[str, Any], past: "Past") -> float:
     sample (with the step floor); the result file separates no start-up here, so the whole wall
     time scales, and never below the history's (the start-up never shrinks)."""
     old = past.settings
-    if (settings.get("mode") or "throughput") == "accuracy":
-        epochs = float(settings.get("epochs") or 1) / float(old.get("epochs") or 1)
+    if settings["mode"] == "accuracy":
+        epochs = float(settings["epochs"]) / float(old["epochs"])
         devices = max(1.0, _devices(old) / _devices(settings))
         per_sample = step_factor(settings, old) * _per_device(old) / _per_device(settings)
         return past.wall_s * max(1.0, epochs * devices * per_sample)
-    steps = int(settings.get("warmup") or 0) + int(settings.get("iterations") or 1)
-    start_up = max(0.0, past.wall_s - (past.step_s or 0.0) * int(old.get("iterations") or 1))
+    steps = int(settings["warmup"]) + int(settings["iterations"])
+    start_up = max(0.0, past.wall_s - (past.step_s or 0.0) * int(old["iterations"]))
     return start_up + (past.step_s or 0.0) * step_factor(settings, old) * steps
 
 
-#: What `similar` requires equal (absent: the default): each changes the speed by what nothing
-#: here models (a precision's speed depends on the device's units; `input=memory` skips the
-#: pipeline a `pipeline` run pays for).
-SAME = (("mode", "throughput"), ("precision", "fp32"), ("input", "memory"))
+#: What `similar` requires equal: each changes the speed by what nothing here models (a
+#: precision's speed depends on the device's units; `input=memory` skips the pipeline a
+#: `pipeline` run pays for).
+SAME = ("mode", "precision", "input")
 
 
 def similar(settings: Mapping[str, Any], past: "Past") -> bool:
@@ -189,11 +189,11 @@ def similar(settings: Mapping[str, Any], past: "Past") -> bool:
     (the communication they add is not modelled: a guess would err short, and under strong
     scaling the smaller batch each does saves less than it adds: benchmarks/time_limits.py)."""
     old = past.settings
-    if not all((settings.get(k) or d) == (old.get(k) or d) for k, d in SAME):
+    if not all(settings[k] == old[k] for k in SAME):
         return False
-    if (settings.get("mode") or "throughput") != "accuracy" and not trusted_step(past):
+    if settings["mode"] != "accuracy" and not trusted_step(past):
         return False
-    more = _devices(settings) > _devices(old) or int(settings.get("nodes") or 1) > int(old.get("nodes") or 1)
+    more = _devices(settings) > _devices(old) or int(settings["nodes"]) > int(old["nodes"])
     return not more
 
 
@@ -347,7 +347,8 @@ class History:
         if rows is None:
             return cls([], {}, {})
         found = queries.limit_history(rows, *names, setting_registry.NAMES, runstate.DONE)
-        runs = [Past(r.cell_id, float(r.wall_s), r._asdict(), float(r.step_s) if r.step_s else None) for r in found]
+        runs = [Past(r.cell_id, float(r.wall_s), setting_registry.filled(r._asdict()),  # defaults filled in
+                     float(r.step_s) if r.step_s else None) for r in found]
         timed_out: dict[str, float] = {}
         for r in queries.limit_timeouts(rows, *names, runstate.FAILED, failure_classes.TIMEOUT, runstate.DONE):
             if r.cell_id not in timed_out:  # newest first: the latest one

@@ -125,7 +125,7 @@ def record_failed(url, cells, planted=None, sweep_id="s1"):
     Returns the cell ids in order."""
     import json
 
-    from orchestrator import db, runstate, schema
+    from orchestrator import db, runstate, schema, setting_registry
     from orchestrator.cell import Cell
 
     factory = db.open_db(url)
@@ -140,7 +140,8 @@ def record_failed(url, cells, planted=None, sweep_id="s1"):
             recorded = json.loads(json.dumps(config))
             for section, values in (planted or {}).items():
                 recorded[section] = dict(recorded[section], **values) if isinstance(values, dict) else values
-            s.add(schema.Cell(id=cell.id, settings=cell.settings, created_at=1.0, **cell.settings))
+            kept = setting_registry.recorded(cell.settings)  # a record's form: None at a default
+            s.add(schema.Cell(id=cell.id, settings=kept, created_at=1.0, **kept))
             s.flush()
             s.add(schema.SweepCell(sweep_id=sweep_id, cell_id=cell.id, config=recorded))
             run = schema.Run(uid="%s:%s:0:1" % (sweep_id, cell.id), sweep_id=sweep_id, cell_id=cell.id, repeat=0,

@@ -101,7 +101,7 @@ def test_accuracy_mode_is_part_of_a_cells_id_only_in_that_mode():
     THROUGHPUT_SETTINGS = [s.name for s in SETTINGS if s.hashed == ALWAYS]
 
     plain = cell("model=lenet", "dataset=digits")
-    assert plain.settings["mode"] is None and plain.settings["epochs"] is None
+    assert plain.settings["mode"] == "throughput" and plain.settings["epochs"] is None
     assert plain.id == cell_id({k: plain.settings[k] for k in THROUGHPUT_SETTINGS})
     accurate = cell("model=lenet", "dataset=digits", "mode=accuracy")
     assert accurate.settings["mode"] == "accuracy" and accurate.settings["epochs"] == 10
@@ -123,7 +123,7 @@ def test_input_is_part_of_a_cells_id_only_when_it_is_pipeline():
     before = cell("model=alexnet", "dataset=imagenet")
     memory = cell("model=alexnet", "dataset=imagenet", "input=memory")
     pipeline = cell("model=alexnet", "dataset=imagenet", "input=pipeline")
-    assert before.settings["input"] is None and memory.settings["input"] is None
+    assert before.settings["input"] == memory.settings["input"] == "memory"
     assert before.id == memory.id == cell_id({k: before.settings[k] for k in THROUGHPUT_SETTINGS})
     assert pipeline.settings["input"] == "pipeline" and pipeline.id != memory.id
     assert cell("model=lenet").id == cell_id({k: cell("model=lenet").settings[k] for k in THROUGHPUT_SETTINGS})

@@ -14,7 +14,7 @@ import pytest
 from helpers import FAST, orchestrator, rows, user_dir, wait_until_final
 from result_factory import make_settings
 
-from orchestrator import db, schema
+from orchestrator import db, schema, setting_registry
 from orchestrator.cell import cell_id
 from trainers.common.failure_classes import way_out
 from orchestrator.report import compare, speedup, tables
@@ -85,7 +85,7 @@ def ips(*values, **more):
 
 
 def entry(table, **settings):
-    want = make_settings(**settings)
+    want = setting_registry.filled(make_settings(**settings))  # a report reads each default filled in
     found = [e for e in table.entries if all(e.settings.get(k) == v for k, v in want.items())]
     assert len(found) == 1, (settings, [e.settings for e in table.entries])
     return found[0]
@@ -376,7 +376,7 @@ def test_compare_round_trip_verdicts_and_exit_statuses(tmp_path, db_url):
     name, entries = tables.read_csv(csv_path)
     assert name == "images_per_sec" and len(entries) == 4
     torch = next(e for e in entries if e.settings["framework"] == "torch")
-    assert torch.settings == make_settings(framework="torch", input=None) and torch.stats.n == 3
+    assert torch.settings == setting_registry.filled(make_settings(framework="torch")) and torch.stats.n == 3
     assert torch.median == 1000.0 and round(torch.stats.cv, 4) == 0.01
     assert report.cells == 4
     workdir = user_dir(tmp_path)

@@ -171,4 +171,55 @@ def test_refused_and_expanded_cells_read_defaults_the_same_way():
     refused = refusal_settings(OmegaConf.create(plain))
     assert refused["mode"] is None and refused["input"] is None  # at their defaults: None, as stored
     assert refused == {name: setting_registry.stored(name, value) for name, value in read.items()}
-    assert resolve_settings(plain) == refused
+    assert setting_registry.recorded(resolve_settings(plain)) == refused  # a record of the same values
+
+
+#: override lines and the ids main's cell.py gave their cells (commit b74db17, before a cell's
+#: settings held their defaults): resolution filling every default must not change one
+COMPOSED_IDS = [
+    (["framework=torch", "model=lenet", "dataset=mnist", "threads=2"], "240a93cd2dc8"),
+    (["framework=torch", "model=lenet", "dataset=mnist", "threads=2", "nodes=1", "mode=throughput", "input=memory"],
+     "240a93cd2dc8"),
+    (["framework=torch", "model=lenet", "dataset=mnist", "threads=2", "nodes=2", "cluster=slurm"], "8fa446e66171"),
+    (["framework=torch", "model=alexnet", "dataset=imagenet", "input=pipeline", "threads=2"], "92d222731193"),
+    (["framework=torch", "model=lenet", "dataset=digits", "mode=accuracy", "epochs=3", "threads=2"], "246609ee3c0d"),
+    (["framework=numpy", "model=lenet", "dataset=mnist", "threads=1", "seed=3"], "ee22111e4b35"),
+    (["framework=tensorflow", "model=lenet", "dataset=synthetic", "dataset.like=cifar10", "batch_size=16", "threads=2"],
+     "2a998f449883"),
+]
+
+
+@pytest.mark.parametrize("overrides, expected", COMPOSED_IDS)
+def test_a_resolved_cell_holds_every_default_and_keeps_its_id(overrides, expected):
+    """Resolution fills each setting's default into the cell (no reader re-defaults: `nodes` is 1,
+    not None), while the id still leaves a setting at its default out, as it did."""
+    from orchestrator.cell import Cell
+
+    from helpers import composed
+
+    cell = Cell.from_plain(composed(overrides), tuple(overrides))
+    assert cell.id == expected
+    given = dict(o.split("=", 1) for o in overrides)
+    assert cell.settings["nodes"] == int(given.get("nodes", 1))
+    assert cell.settings["mode"] == given.get("mode", "throughput")
+    assert cell.settings["input"] == given.get("input", "memory")
+    # a record keeps None at a default (as before); its read fills it back from the declaration
+    recorded = setting_registry.recorded(cell.settings)
+    assert recorded["nodes"] == (None if cell.settings["nodes"] == 1 else cell.settings["nodes"])
+    assert setting_registry.filled(recorded) == cell.settings
+
+
+def test_a_rerun_picks_by_a_setting_a_record_keeps_as_none(tmp_path):
+    """`rerun --where nodes=1` finds a one-node cell, whose record keeps None for nodes (as every
+    cell made before nodes existed does): the read fills the default, as the `results` view does."""
+    from helpers import orchestrator, record_failed, user_dir
+    from trainers.common import failure_classes
+
+    workdir = user_dir(tmp_path)
+    workdir[1]["ORCHESTRATOR_CACHE"] = str(tmp_path / "cache")
+    [mine] = record_failed(workdir[1]["ORCHESTRATOR_DB"], [(["framework=numpy", "model=lenet", "threads=1"],
+                                                           failure_classes.CRASH, __import__("getpass").getuser())])
+    for where, found in (("nodes=1", True), ("mode=throughput", True), ("nodes=2", False)):
+        dry = orchestrator(["rerun", "--failed", "--dry-run", "--where", where], workdir)
+        assert dry.returncode == 0, dry.stderr
+        assert (mine in dry.stdout) is found and ("nothing to rerun" in dry.stdout) is not found, (where, dry.stdout)

@@ -12,8 +12,10 @@ from orchestrator.time_limits import Past, doubled, predict, scaled, step_factor
 
 from helpers import REPO
 
-LENET = {"framework": "torch", "model": "lenet", "dataset": "mnist", "hardware": "cpu12", "gpus": 0,
-         "iterations": 50, "warmup": 10, "batch_size": 64, "scaling": "strong"}
+#: a resolved cell's settings: every one, defaults included (cell.resolve_settings)
+LENET = {"framework": "torch", "model": "lenet", "dataset": "mnist", "like": None, "hardware": "cpu12", "gpus": 0,
+         "nodes": 1, "threads": 12, "iterations": 50, "warmup": 10, "batch_size": 64, "scaling": "strong", "seed": 0,
+         "precision": "fp32", "mode": "throughput", "epochs": None, "target_accuracy": None, "input": "memory"}
 
 
 def test_the_same_cells_longest_recent_run_times_safety_plus_allowance_and_its_time_min():

@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING, Optional
 
-from orchestrator.commands.common import LAUNCH_HINT, CliError, reconcile
+from orchestrator.commands.common import LAUNCH_HINT, CliError, Database, opened, reconcile
 from orchestrator.sql_adapters import Rows
 
 if TYPE_CHECKING:
@@ -26,11 +26,11 @@ def run(args: argparse.Namespace, out: Console) -> int:
     return collect(args.db, Path(args.runs), out, args.batch, args.everything)
 
 
-def collect(url: str, runs: Path, out: Console, batch: Optional[int] = None, everything: bool = False) -> int:
-    """Collects the result files under `runs` into the database at `url` (made if missing);
+def collect(database: Database, runs: Path, out: Console, batch: Optional[int] = None,
+            everything: bool = False) -> int:
+    """Collects the result files under `runs` into the database (a URL: made if missing);
     exit status 1 where a file is broken."""
     # lazy: SQLAlchemy (~0.3 s) only in the commands that need it: `status` and --help start without it
-    from orchestrator import db
     from orchestrator.collector import BATCH_SIZE
     from orchestrator.collector import collect as collect_files
 
@@ -38,7 +38,7 @@ def collect(url: str, runs: Path, out: Console, batch: Optional[int] = None, eve
         raise CliError(f"no runs directory {runs} here; {LAUNCH_HINT} (or pass --runs DIR)")
     if batch is not None and not 1 <= batch <= 10_000:
         raise CliError(f"--batch {batch}: result files per transaction, 1 to 10000 (default {BATCH_SIZE})")
-    factory = db.open_db(url)
+    factory = opened(database, create=True)
     with factory() as session:  # first the runs' fate: a requeued job's old failure must wait
         reconcile(Rows.of(session), None, out, str(runs))
     report = collect_files(factory, runs, batch_size=batch or BATCH_SIZE, everything=everything)

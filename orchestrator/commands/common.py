@@ -6,7 +6,7 @@ import os
 import sqlite3
 import sys
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional, Union
 
 from orchestrator import queries
 from orchestrator.sql_adapters import Rows, connect, sqlite_file
@@ -16,6 +16,11 @@ from orchestrator.sqlite_sharing import damaged, damaged_way_out
 
 if TYPE_CHECKING:
     from rich.console import Console
+    from sqlalchemy.orm import sessionmaker
+
+#: A command's database: its URL, opened by the command, or the handle (db.open_db's sessionmaker)
+#: of a launch that opened it once and passes it on to the commands it runs after its jobs.
+Database = Union[str, "sessionmaker"]
 
 PROG = "python -m orchestrator"
 LAUNCH_HINT = f"run a sweep first: {PROG} -m framework=torch model=lenet dataset=mnist"
@@ -93,21 +98,29 @@ def shown(url: str) -> str:
     return db.hide_passwords(url)
 
 
+def opened(database: Database, create: bool = False) -> "sessionmaker":
+    """The database's handle: the one passed on (a launch opens its database once, not once per
+    step), else its URL opened here through db.open_db, which upgrades an old one and explains a
+    missing or unusable one (never created where `create` is False: a read makes nothing)."""
+    if not isinstance(database, str):
+        return database
+    # lazy: SQLAlchemy (~0.3 s) only in the commands that need it: `status` and --help start without it
+    from orchestrator import db
+
+    return db.open_db(database, create=create)
+
+
 @contextmanager
-def reading(url: str) -> Iterator[Rows]:
-    """The database at `url`, for a command that reads it with SQL text (orchestrator.queries):
-    through sqlite3 alone when it is a SQLite file at the current revision (`status` without
-    SQLAlchemy's import), else through db.open_db, which upgrades an old one and explains a
-    missing or unusable one (a read never creates a database)."""
-    direct = connect(url)
+def reading(database: Database) -> Iterator[Rows]:
+    """The database, for a command that reads it with SQL text (orchestrator.queries): a URL of a
+    SQLite file at the current revision through sqlite3 alone (`status` without SQLAlchemy's
+    import), else through its handle (opened)."""
+    direct = connect(database) if isinstance(database, str) else None
     if direct is not None:
         with direct:
             yield direct
         return
-    # lazy: SQLAlchemy (~0.3 s) only in the commands that need it: `status` and --help start without it
-    from orchestrator import db
-
-    with db.open_db(url, create=False)() as session:
+    with opened(database)() as session:
         yield Rows.of(session)
 
 

@@ -13,9 +13,11 @@ from typing import TYPE_CHECKING, Any, Mapping, Optional, Sequence
 from orchestrator import runstate, setting_registry
 from orchestrator.commands.common import (
     CliError,
+    Database,
     add_noisy_cv,
     add_sweep,
     noisy_cv,
+    opened,
     pick_sweeps,
 )
 from orchestrator.commands.render import first_then_rest, num, print_more, rate, write_csv
@@ -74,7 +76,7 @@ def run(args: argparse.Namespace, out: Console) -> int:
                    threshold=threshold)
 
 
-def results(url: str, out: Console, sweep: Optional[str] = None, filters: Optional[dict[str, list[Any]]] = None,
+def results(database: Database, out: Console, sweep: Optional[str] = None, filters: Optional[dict[str, list[Any]]] = None,
             limit: Optional[int] = LIMIT, summary: bool = False, csv: bool = False,
             threshold: Optional[float] = None) -> int:
     """The runs (`summary`: the cells) that match `filters` ({results column: values}) and `sweep`,
@@ -83,11 +85,11 @@ def results(url: str, out: Console, sweep: Optional[str] = None, filters: Option
     from sqlalchemy import func, select
 
     # lazy: SQLAlchemy (~0.3 s) only in the commands that need it: `status` and --help start without it
-    from orchestrator import db, schema
+    from orchestrator import schema
 
     filters = dict(filters or {})
     threshold = schema.NOISY_CV if threshold is None else threshold
-    Session = db.open_db(url, create=False)  # a read never creates a database
+    Session = opened(database)  # a read never creates a database
     with Session() as session:
         sweeps = pick_sweeps(Rows.of(session), sweep)  # an empty database is an error, not an empty table
         if sweep:

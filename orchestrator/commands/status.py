@@ -15,6 +15,7 @@ from orchestrator import queries, runstate, time_limits
 from orchestrator.commands.common import (
     PROG,
     CliError,
+    Database,
     add_sweep,
     add_user,
     pick_sweeps,
@@ -56,13 +57,13 @@ def run(args: argparse.Namespace, out: Console) -> int:
                   args.runs)
 
 
-def status(url: str, out: Console, sweep: Optional[str] = None, failed: bool = False,
+def status(database: Database, out: Console, sweep: Optional[str] = None, failed: bool = False,
            classes: Optional[list[str]] = None, user: tuple[Optional[str], str] = (None, ""),
            runs: Optional[str] = None) -> int:
     """The runs of the sweeps (`sweep`: one), brought up to date first (the run directories under
     `runs` read): counted by state with the first failures of each class, or (`failed`) every
     failed one of `classes` of `user` (commands.common.whose's)."""
-    with reading(url) as rows:
+    with reading(database) as rows:
         sweeps = pick_sweeps(rows, sweep)
         reconcile(rows, sweeps[0].id if sweep else None, out, runs)
         ids = [s.id for s in sweeps] if sweep else None

@@ -39,7 +39,7 @@ def write_report(session: Any, sweep_ids: Sequence[str], out: Path, noisy_cv: fl
     all_tables = tables.from_db(session, sweep_ids, noisy_cv)
     by_name = {t.spec.metric.name: t for t in all_tables}
     speed = by_name["images_per_sec"]
-    multi_node = any((e.settings.get("nodes") or 1) > 1 for e in speed.entries)
+    multi_node = any(e.settings["nodes"] > 1 for e in speed.entries)
     addrs = query.node_addrs(session, sweep_ids) if multi_node else None
     job_times, configs = query.job_times(session, sweep_ids), query.recorded_configs(session, sweep_ids)
     cores = query.cores(session, sweep_ids)

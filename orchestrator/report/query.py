@@ -17,7 +17,7 @@ from sqlalchemy import Float, Select, case, cast, func, literal, select, union_a
 from sqlalchemy.orm import Session
 
 from orchestrator import schema, runstate
-from orchestrator.setting_registry import HEADLINE, NAMES as SETTINGS
+from orchestrator.setting_registry import HEADLINE, NAMES as SETTINGS, filled
 from orchestrator.metric_registry import MetricDef
 
 
@@ -71,7 +71,7 @@ def sweeps(session: Session, sweep_ids: Sequence[str]) -> list[SweepInfo]:
 
 def cells(session: Session, sweep_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
     """cell id -> its settings (cell.SETTINGS), for every cell the sweeps named."""
-    columns = [getattr(schema.Cell, key) for key in SETTINGS]
+    columns = [schema.setting_value(getattr(schema.Cell, key)) for key in SETTINGS]  # defaults filled in
     return {row[0]: dict(zip(SETTINGS, row[1:])) for row in session.execute(
         select(schema.Cell.id, *columns).where(schema.Cell.id.in_(_sweep_cells(sweep_ids))))}
 
@@ -82,7 +82,7 @@ def refusals(session: Session, sweep_ids: Sequence[str]) -> list[tuple[dict[str,
     for row in session.scalars(select(schema.Refusal).where(schema.Refusal.sweep_id.in_(sweep_ids)).order_by(schema.Refusal.id)):
         settings = {key: None for key in SETTINGS} | dict(row.settings or {})
         settings.update({key: getattr(row, key) for key in HEADLINE})
-        out.append((settings, row.reason))
+        out.append((filled(settings), row.reason))
     return out
 
 

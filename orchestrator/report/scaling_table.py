@@ -89,7 +89,7 @@ def csv_rows(series: Sequence[Series]) -> list[dict[str, object]]:
         for x in counts([s]):
             p, m = points.get(x), missing.get(x)
             out.append({**{k: s.settings.get(k) for k in SETTINGS}, "nodes": x,
-                        "gpus_total": (s.settings.get("gpus") or 0) * x,
+                        "gpus_total": s.settings["gpus"] * x,
                         "median": p.median if p else None, "speedup": p.speedup if p else None,
                         "efficiency": p.efficiency if p else None, "ideal": p.ideal if p else None,
                         "status": OK if p else "n/a", "reason": m.reason if m else "", "detail": m.detail if m else "",

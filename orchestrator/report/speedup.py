@@ -19,7 +19,7 @@ efficiency measures the frameworks' collectives on one machine, not a network.
 from __future__ import annotations
 
 import ipaddress
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional, Sequence
 
 from orchestrator.report.labels import hardware_label
@@ -121,16 +121,11 @@ def thread_scaling(entries: Sequence[Entry], cores: dict[str, int]) -> list[Seri
     return out
 
 
-def _with_nodes(entries: Sequence[Entry]) -> list[Entry]:
-    """The entries with `nodes` as a number (a cell on one node stores None, the default)."""
-    return [replace(e, settings=e.settings | {"nodes": e.settings.get("nodes") or 1}) for e in entries]
-
-
 def node_scaling(entries: Sequence[Entry], addrs: Mapping[str, Sequence[str]]) -> list[Series]:
     """Images/s, speedup and efficiency from 1 to N nodes, per cell that ran on one node and on
     more (or was refused, or failed, there: n/a points); `addrs` (cell id -> its runs' recorded
     node addresses, each run's comma-separated) says where the nodes shared a host."""
-    out = _series(_with_nodes(entries), "nodes", base=1, keep_missing=True)
+    out = _series(entries, "nodes", base=1, keep_missing=True)
     for series in out:
         series.shared_host = shared_host([a for c in series.cells for a in addrs.get(c, ())])
     return out
@@ -159,7 +154,7 @@ def total_gpu_scaling(entries: Sequence[Entry]) -> list[Series]:
     """Where cells differ in both `gpus` and `nodes`: speedup and efficiency against the job's GPUs
     in all (gpus × nodes), over the same cell on one GPU of one node, a series per GPUs per node."""
     groups: dict[tuple, list[Entry]] = {}
-    for e in _with_nodes(entries):
+    for e in entries:
         if e.status == OK and e.median is not None and e.settings.get("gpus"):
             key = tuple(sorted((k, v) for k, v in e.settings.items() if k not in ("gpus", "nodes")))
             groups.setdefault(key, []).append(e)

@@ -403,7 +403,8 @@ def _entry(row: dict[str, Any]) -> Entry:
         except ValueError:
             raise ValueError(f"{key}={text!r} is not a number") from None
 
-    settings = {s.name: value(s.name, s.kind) for s in setting_registry.SETTINGS}
+    # a table written before a setting existed (nodes) has no column for it: its default
+    settings = setting_registry.filled({s.name: value(s.name, s.kind) for s in setting_registry.SETTINGS})
     median = value("median", float)
     if median is None:
         return Entry(settings, (row.get("status") or "").strip() or NOT_MEASURED,
