@@ -417,3 +417,50 @@ def test_a_rerun_never_writes_the_callers_site_into_the_sweeps_record(tmp_path, 
         rerun.submit(s, picks)
     (config,) = sqlite3.connect(str(tmp_path / "results.db")).execute("SELECT config FROM sweep_cells").fetchone()
     assert "hf_bobs_secret" not in config and json.loads(config)["cluster"] == {"name": json.loads(before)["cluster"]["name"]}, config
+
+
+def test_hydra_searchpath_is_the_one_hydra_key_a_rerun_or_follow_up_takes():
+    """A follow-up job composes the launch's site: its conf dir (hydra.searchpath) included, never
+    Hydra's run or sweep dirs (a carried `hydra.run.dir=` would write elsewhere)."""
+    from orchestrator.rerun_config import site_only
+
+    typed = ["hydra.searchpath=[file:///x/myconf]", "hydra.run.dir=/tmp/x", "hydra.sweep.dir=/tmp/y",
+             "cluster=slurm", "batch_size=8", "paths.db=sqlite:///x.db"]
+    assert site_only(typed) == ["hydra.searchpath=[file:///x/myconf]", "cluster=slurm"]
+
+
+def test_a_launchs_hydra_searchpath_travels_with_its_cells(tmp_path):
+    """Issue 35 review: the follow-up job carried the first cell's overrides, Hydra's task
+    overrides, never hydra.searchpath: a sweep on a site cluster from its own conf dir composed no
+    such cluster in its follow-up and got no retries. Each cell's overrides (what the follow-up
+    carries, and sweeps.overrides records) now hold it."""
+    from helpers import orchestrator, user_dir
+    from orchestrator.rerun_config import site_only
+
+    workdir = user_dir(tmp_path)
+    workdir[1].update(ORCHESTRATOR_CACHE=str(tmp_path / "cache"))
+    (tmp_path / "myconf").mkdir()
+    searchpath = f"hydra.searchpath=[file://{tmp_path}/myconf]"
+    launch = orchestrator(["-m", *CELL[:2], "iterations=3,4", *CELL[3:], searchpath], workdir)
+    assert launch.returncode == 0, launch.stdout + launch.stderr
+    (overrides,) = sqlite3.connect(str(tmp_path / "results.db")).execute("SELECT overrides FROM sweeps").fetchone()
+    cells = json.loads(overrides)
+    assert len(cells) == 2 and all(site_only(cell) == [CELL[-1], searchpath] for cell in cells), cells
+
+
+def test_retry_timeout_is_refused_where_the_cells_site_options_differ():
+    """The follow-up job carries one cell's site options (orchestrator/retry.py): a sweep whose
+    cells have different ones is refused retry.timeout in one line, before anything is written."""
+    from helpers import composed
+    from orchestrator import config_checks, front_door
+    from orchestrator.cell import Cell
+
+    def cell(*overrides):
+        return Cell.from_plain(composed([*CELL, *overrides]), (*CELL, *overrides))
+
+    same = [cell("seed=1", "+cluster.setup=[echo a]"), cell("seed=2", "+cluster.setup=[echo a]")]
+    front_door.one_site(same, 1)
+    differ = [same[0], cell("seed=2", "+cluster.setup=[echo b]")]
+    front_door.one_site(differ, 0)  # no follow-up: nothing carried
+    with pytest.raises(config_checks.ConfigError, match=r"^retry.timeout=1 needs one site configuration.*; launch one"):
+        front_door.one_site(differ, 1)
