@@ -464,3 +464,17 @@ def test_retry_timeout_is_refused_where_the_cells_site_options_differ():
     front_door.one_site(differ, 0)  # no follow-up: nothing carried
     with pytest.raises(config_checks.ConfigError, match=r"^retry.timeout=1 needs one site configuration.*; launch one"):
         front_door.one_site(differ, 1)
+
+
+@pytest.mark.parametrize("carried", ["not json", '{"cluster": "x"}', "[1, 2]", '"cluster=slurm"'])
+def test_follow_up_overrides_that_are_not_a_list_of_strings_are_one_line(tmp_path, carried):
+    """ORCHESTRATOR_FOLLOW_UP_OVERRIDES that is not a JSON list of strings: its one line, never
+    a traceback (the review: json.loads' error, or site_only iterating a dict or an int)."""
+    from helpers import orchestrator, user_dir
+
+    workdir = user_dir(tmp_path)
+    workdir[1]["ORCHESTRATOR_FOLLOW_UP_OVERRIDES"] = carried
+    done = orchestrator(["rerun", "--failed", "--follow-up", "--sweep", "s1", "--dry-run"], workdir)
+    said = done.stdout + done.stderr
+    assert done.returncode != 0 and "Traceback" not in said, said
+    assert "ORCHESTRATOR_FOLLOW_UP_OVERRIDES=" in said and "is not a JSON list of override strings" in said, said
