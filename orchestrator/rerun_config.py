@@ -41,14 +41,14 @@ SITE_WAY_OUT = ("a rerun takes only your site's options (cluster=NAME, cluster.K
                 "included) are its sweep's: type the sweep again with KEY=VALUE, or use --time / --mem")
 
 
-def rerecorded(rerun: Mapping[str, Any]) -> dict[str, Any]:
+def rerecorded(rerun: Mapping[str, Any], record: Any) -> dict[str, Any]:
     """What a rerun writes over its sweep's record of the cell (the config a next rerun doubles):
-    the rerun's config with its site sections (SITE) cut to their `name`, the choice a next rerun
-    composes its own from (_recorded_name). The rest of them is the caller's site, never read
-    back, and may hold a secret (`cluster.setup` exporting a token) that every user of a shared
-    database could read in another user's record."""
-    return {key: {k: v for k, v in value.items() if k == "name"} if key in SITE and isinstance(value, Mapping)
-            else value for key, value in rerun.items()}
+    the rerun's cell config with the record's own site sections (SITE), never the caller's. A
+    rerun never reads them back (it takes the caller's), status reads the recorded `cluster`
+    (tracking: the sweep's backend settings), and the caller's may hold a secret (`cluster.setup`
+    exporting a token) that every user of a shared database could read in another's record."""
+    kept = {key: value for key, value in record.items() if key in SITE} if isinstance(record, Mapping) else {}
+    return {**{key: value for key, value in rerun.items() if key not in SITE}, **kept}
 
 
 def check_overrides(overrides: list[str]) -> list[str]:
