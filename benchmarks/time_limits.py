@@ -97,7 +97,7 @@ def _figures(name: str, asked_used: list[tuple]) -> dict[str, float]:
 
 #: The values a generated family of similar cells draws its variants from (one composition, values only).
 VARIANTS = {"batch_size": (1, 4, 16, 64, 256, 1024, 4096), "iterations": (50, 500, 5000), "threads": (1, 4, 12),
-            "gpus": (1, 2, 4), "nodes": (1, 2), "scaling": ("strong", "weak"), "like": ("mnist", "cifar10", "imagenet"),
+            "gpus": (0, 1, 2, 4), "nodes": (1, 2), "scaling": ("strong", "weak"), "like": ("mnist", "cifar10", "imagenet"),
             "epochs": (1, 2, 5)}
 #: Samples in one epoch of a generated accuracy-mode family.
 EPOCH_SAMPLES = 60000
@@ -109,12 +109,13 @@ def _truth(family: dict, cell: dict) -> tuple[float, float]:
     cost rises at small batch), each sample its FLOP-true cost (trainers/common/flops.py, which
     the predictor also reads: the FLOPs are the one thing it is meant to know), threads by
     Amdahl's law, and communication grows with devices and more with nodes, whatever the scaling."""
-    devices = cell["gpus"] * cell["nodes"]
+    devices = max(1, cell["gpus"]) * cell["nodes"]  # gpus=0: one process per node, on its CPUs
     per_device = cell["batch_size"] if cell["scaling"] == "weak" else cell["batch_size"] / devices
     step = family["base"] * (family["overhead"] + (1 - family["overhead"]) * per_device / 64)
     step *= family["flops"][cell["like"]] / family["flops"]["cifar10"]
     serial = family["serial"]
     step *= (serial + (1 - serial) / cell["threads"]) / (serial + (1 - serial) / 12)
+    step *= family["cpu_slower"] if cell["gpus"] == 0 else 1
     step *= 1 + family["comm"] * math.log2(devices) + (family["comm"] * 3 if cell["nodes"] > 1 else 0)
     if cell.get("mode") == "accuracy":
         global_batch = cell["batch_size"] * (devices if cell["scaling"] == "weak" else 1)
@@ -128,6 +129,7 @@ def _family(rng: random.Random, flops_of) -> dict:
             "start_up": math.exp(rng.uniform(math.log(10), math.log(300))),  # compile included
             "base": math.exp(rng.uniform(math.log(0.001), math.log(2))),  # a step at batch 64 per device
             "overhead": rng.uniform(0.02, 0.5), "serial": rng.uniform(0.02, 0.3), "comm": rng.uniform(0.02, 0.3),
+            "cpu_slower": rng.uniform(3, 50),  # a CPU step against a GPU's, same batch
             "mode": "accuracy" if rng.random() < 0.3 else "throughput", "no_step_time": rng.random() < 0.2}
 
 

@@ -45,6 +45,11 @@ NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+-]*")
 MODULE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
 
 
+#: monitor.KEY's (least, most): a period a sampler can keep (1 ms) up to one a run still has samples
+#: of (a minute); an idle window up to 10 minutes (every GPU job waits through it before its trainer).
+MONITOR_BOUNDS = {"period_s": (0.001, 60.0), "idle_s": (0.0, 600.0)}
+
+
 class ConfigError(ValueError):
     """A sweep-wide value that cannot be used; the message names the key, the value and the way out."""
 
@@ -72,11 +77,13 @@ def integer(key: str, value: Any, minimum: int, maximum: int = INT_MAX, way_out:
     return value
 
 
-def number(key: str, value: Any, minimum: float, way_out: Optional[str] = None) -> float:
-    """A finite number >= minimum (an int is a number too)."""
+def number(key: str, value: Any, minimum: float, way_out: Optional[str] = None,
+           maximum: float = math.inf) -> float:
+    """A finite number >= minimum and <= maximum (an int is a number too)."""
     if (isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)
-            or value < minimum):
-        raise refuse(key, value, f"must be a number >= {minimum:g}", way_out or f"use {key}=X with X >= {minimum:g}")
+            or not minimum <= value <= maximum):
+        said = f">= {minimum:g}" if maximum == math.inf else f"from {minimum:g} to {maximum:g}"
+        raise refuse(key, value, f"must be a number {said}", way_out or f"use {key}=X with X {said}")
     return float(value)
 
 

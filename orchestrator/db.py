@@ -28,7 +28,7 @@ import logging
 import re
 from contextlib import nullcontext
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 from sqlalchemy import Column, Engine, MetaData, PrimaryKeyConstraint, String, Table, create_engine, event, inspect, select
 from sqlalchemy.engine import Connection, make_url
@@ -88,19 +88,25 @@ class Unusable(ArgumentError):
 
 
 
-#: A URL inside a word (`paths.db=postgresql://alice:secret@db/bench`): scheme, then to the next space.
-_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://\S+")
+#: The `user:password@` part of a URL inside a word (`+cluster.setup=[export DB=postgresql://alice:secret@db/b]`),
+#: Hydra's escaped spelling (`postgresql\\://alice\\:secret@db`) included: scheme and user kept, the password masked.
+_PASSWORD = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*\\?://[^:/@\s]*:)[^@\s]*@")
+#: What a command sets itself (`--runs`, `--db`), never a recorded override: `paths.db` is a URL with its password.
+COMMANDS_OWN = {"paths.runs": "--runs DIR", "paths.db": "--db URL"}
 
 
 def hide_passwords(text: str) -> str:
-    """`text` with the password of every URL in it masked (SQLAlchemy's `***`): what is kept in
-    the shared database of a command line (sweeps.argv, shown by `report`) or printed."""
-    def hidden(match: re.Match[str]) -> str:
-        try:
-            return make_url(match.group(0)).render_as_string(hide_password=True)
-        except ArgumentError:  # not a URL SQLAlchemy reads: its user:password@ part masked all the same
-            return re.sub(r"://([^/@:]*):[^/@]*@", r"://\1:***@", match.group(0))
-    return _URL.sub(hidden, text)
+    """`text` with the password of every URL in it masked (`***`), the rest byte for byte: what is
+    kept in the shared database of a command line or printed. A pattern, not a URL parser: a word
+    that is no URL (`docker://ubuntu:22.04]`, `file:///x/conf]`) is left as it is, never refused."""
+    return _PASSWORD.sub(r"\1***@", text)
+
+
+def recordable(words: Sequence[str]) -> list[str]:
+    """A command line's or a cell's overrides as the shared database keeps them (sweeps.argv,
+    sweeps.overrides, refusals): less the command's own `paths.db=`/`paths.runs=` (its URL, which
+    Hydra's escaping hides from any pattern), every other URL's password masked."""
+    return [hide_passwords(word) for word in words if word.split("=", 1)[0].lstrip("+~") not in COMMANDS_OWN]
 
 
 def sqlite_path(url: str) -> Optional[Path]:

@@ -19,6 +19,7 @@ from typing import Any, Callable, Iterable
 from orchestrator import config_checks, db, launcher_output
 from orchestrator.cell import Cell, CellError
 from orchestrator.dataset_files import missing_files
+from orchestrator.rerun_config import site_only
 from orchestrator.sql_adapters import Rows
 from orchestrator.submit import Options, check_request, learn_time_limits, refusal_settings, submit_sweep
 
@@ -59,6 +60,7 @@ def launch(asked: Iterable[Asked], foreground: bool = False) -> None:
             raise SystemExit(f"no cell of this sweep can be placed ({len(found.refused)} refused, "
                              f"{len(found.left_out)} left out); nothing was submitted")
         opts = found.options
+        one_site(found.cells, opts.retry_timeout)
         if opts.dry_run:
             factory = config_checks.check_database(opts.db_url)  # its one open (None: no database yet)
             with factory() if factory else nullcontext() as session:
@@ -75,6 +77,16 @@ def launch(asked: Iterable[Asked], foreground: bool = False) -> None:
         launcher_output.collect_and_show(factory, opts.db_url, opts.runs / report.sweep_id, report.sweep_id)
     elif report.submitted and opts.wait:
         launcher_output.follow_and_collect(report.sweep_id, opts, factory)
+
+
+def one_site(cells: list[Cell], retry_timeout: int) -> None:
+    """retry.timeout's follow-up job reruns the sweep on one site configuration, the first followed
+    cell's site options (orchestrator/retry.py): refused, before anything is written, where the
+    cells' differ (`cluster.setup=[a],[b]`); one launch per site configuration has each its own."""
+    if retry_timeout and len({tuple(site_only(cell.overrides)) for cell in cells}) > 1:
+        raise config_checks.refuse("retry.timeout", retry_timeout, "needs one site configuration for the whole "
+                                   "sweep (its follow-up job reruns on one), and these cells' site options differ",
+                                   "launch one sweep per site option, or drop retry.timeout")
 
 
 def sort_cells(asked: Iterable[Asked]) -> Sorted:

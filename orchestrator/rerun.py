@@ -29,11 +29,11 @@ from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, aliased
 
-from orchestrator import config_checks, retry, schema, runstate, setting_registry, time_limits
+from orchestrator import config_checks, queries, retry, schema, runstate, setting_registry, time_limits
 from orchestrator.backends import Backend, backend_for
 from orchestrator.cell import Cell, CellError
 from orchestrator.config_checks import ConfigError
-from orchestrator.rerun_config import Site
+from orchestrator.rerun_config import Site, rerecorded
 from orchestrator.resultfile import run_uid
 from orchestrator.submit import Options, SubmitReport, insert_runs, new_run, submit_runs
 from trainers.common import failure_classes
@@ -217,7 +217,8 @@ def _record(session: Session, sweep_id: str, mine: list[Pick], opts: Options,
         try:
             insert_runs(session, [run for _, runs in planned.values() for run in runs])
             for p in mine:  # the sweep's record is its latest attempt's config: what a next rerun doubles
-                session.get(schema.SweepCell, (sweep_id, p.cell.id)).config = p.cell.recorded
+                row = session.get(schema.SweepCell, (sweep_id, p.cell.id))
+                row.config = rerecorded(p.cell.recorded, queries.json_value(row.config))
             session.commit()
             return list(planned.values())
         except IntegrityError:

@@ -20,10 +20,11 @@ cell (the same id), or it is refused with the way out.
 from __future__ import annotations
 
 import copy
-from typing import Any, Optional, Sequence
+from typing import Any, Mapping, Optional, Sequence
 
-from orchestrator import config_checks
+from orchestrator import config_checks, time_limits
 from orchestrator.cell import Cell, CellError, resolved_config
+from orchestrator.db import COMMANDS_OWN
 from orchestrator.submit import Options, check_request
 
 #: The config sections a rerun always takes from the caller's composition, never from the record.
@@ -31,14 +32,23 @@ SITE = ("cluster", "paths", "apptainer")
 #: Recorded values a rerun would import or run (the trainer's module, the environment's recipe):
 #: the caller's composition names them (an override of these keys), and the record must agree.
 RUNNABLE = ("framework.trainer", "framework.env")
-#: The override keys a rerun accepts (their first dotted part): the site's, and Hydra's search path.
-OVERRIDABLE = (*SITE, "hydra")
-#: What the rerun command itself sets: never an override (it would be dropped).
-COMMANDS_OWN = {"paths.runs": "--runs DIR", "paths.db": "--db URL"}
+#: The override keys a rerun accepts: those under a site section (their first dotted part), and
+#: Hydra's search path (a site's own conf dir), never another `hydra.` key (its run and sweep dirs).
+OVERRIDABLE = (*SITE, "hydra.searchpath")
 #: How to type the site options, in a refusal.
 SITE_WAY_OUT = ("a rerun takes only your site's options (cluster=NAME, cluster.KEY=, paths.data=, apptainer.KEY=, "
                 "+framework.env=, +framework.trainer=, hydra.searchpath=); the cell's own settings (runtime "
                 "included) are its sweep's: type the sweep again with KEY=VALUE, or use --time / --mem")
+
+
+def rerecorded(rerun: Mapping[str, Any], record: Any) -> dict[str, Any]:
+    """What a rerun writes over its sweep's record of the cell (the config a next rerun doubles):
+    the rerun's cell config with the record's own site sections (SITE), never the caller's. A
+    rerun never reads them back (it takes the caller's), status reads the recorded `cluster`
+    (tracking: the sweep's backend settings), and the caller's may hold a secret (`cluster.setup`
+    exporting a token) that every user of a shared database could read in another's record."""
+    kept = {key: value for key, value in record.items() if key in SITE} if isinstance(record, Mapping) else {}
+    return {**{key: value for key, value in rerun.items() if key not in SITE}, **kept}
 
 
 def check_overrides(overrides: list[str]) -> list[str]:
@@ -61,7 +71,7 @@ def _not_site(item: str) -> Optional[config_checks.ConfigError]:
     key, _, value = item.lstrip("+~").partition("=")
     if key in COMMANDS_OWN:
         return config_checks.refuse(key, value, "is the rerun command's own", f"use {COMMANDS_OWN[key]}")
-    if (key.split(".")[0] not in OVERRIDABLE and key not in RUNNABLE) or "=" not in item:
+    if not (key.split(".")[0] in OVERRIDABLE or key in OVERRIDABLE or key in RUNNABLE) or "=" not in item:
         return config_checks.refuse(key, value, "is not a site option a rerun takes", SITE_WAY_OUT)
     return None
 
@@ -117,6 +127,7 @@ class Site:
         try:
             cell = Cell.from_plain(config, tuple(self.overrides))  # a follow-up it brings carries them
             check_request(Options.from_config(config).backend, config, cell.label)
+            time_limits.options(config)  # as a new sweep's: a rerun of it may learn again
         except config_checks.ConfigError as exc:
             raise CellError(str(exc)) from None
         if cell.id != cell_id:
@@ -140,9 +151,10 @@ def _runnable(recorded: dict[str, Any], yours: dict[str, Any]) -> dict[str, Any]
     for key in RUNNABLE:
         field = key.partition(".")[2]
         if recorded.get(field) != yours.get(field):
-            raise CellError(f"its sweep ran {key}={recorded.get(field)!r} (recorded), your configuration names "
-                            f"{yours.get(field)!r}; a rerun imports and runs only what yours names: type "
-                            f"+{key}=NAME if you mean the same, or type its sweep again")
+            # the recorded value is not shown: whoever writes the database chose it, for a user to copy
+            raise CellError(f"its sweep ran another {key} (recorded) than your configuration names "
+                            f"({yours.get(field)!r}); a rerun imports and runs only what yours names: type "
+                            f"+{key}=NAME with the one its sweep was launched with, or type its sweep again")
     return copy.deepcopy(yours)
 
 

@@ -68,9 +68,9 @@ class Options:
         for key in ("images", "binary"):
             config_checks.one_line(f"apptainer.{key}", apptainer.get(key), f"set apptainer.{key}= to "
                             + ("a directory of <framework>.sif images" if key == "images" else "a command name"))
-        for key, minimum in (("period_s", 0.001), ("idle_s", 0.0)):
+        for key, (least, most) in config_checks.MONITOR_BOUNDS.items():
             if key in monitor:
-                config_checks.number(f"monitor.{key}", monitor[key], minimum)
+                config_checks.number(f"monitor.{key}", monitor[key], least, maximum=most)
         cache = Path(paths["cache"]).expanduser().absolute()
         return cls(
             db_url=paths["db"],
@@ -268,8 +268,8 @@ def submit_sweep(cells: list[Cell], opts: Options, argv: list[str] | None = None
     with factory() as session:
         adopt_interrupted(session, opts.backend)
         user, host = who()
-        session.add(schema.Sweep(id=report.sweep_id, created_at=time.time(), argv=[db.hide_passwords(a) for a in argv or sys.argv],
-                             overrides=[list(c.overrides) for c in cells], n_cells=len(cells),
+        session.add(schema.Sweep(id=report.sweep_id, created_at=time.time(), argv=db.recordable(argv or sys.argv),
+                             overrides=[db.recordable(c.overrides) for c in cells], n_cells=len(cells),
                              submit_user=user, submit_host=host))
         session.flush()  # the sweep first: its refusals refer to it
         for overrides, reason in report.refused:
@@ -330,8 +330,8 @@ def refusal_settings(cfg: Any) -> dict[str, Any]:
 
 
 def _refusal(sweep_id: str, overrides: str, reason: str, settings: Mapping[str, Any] | None) -> schema.Refusal:
-    settings = dict(settings or {})
-    return schema.Refusal(sweep_id=sweep_id, overrides=overrides, reason=reason, settings=settings or None,
+    settings, kept = dict(settings or {}), " ".join(db.recordable(overrides.split(" ")))
+    return schema.Refusal(sweep_id=sweep_id, overrides=kept, reason=db.hide_passwords(reason), settings=settings or None,
                       **{key: settings.get(key) for key in setting_registry.HEADLINE})
 
 

@@ -187,9 +187,13 @@ def similar(settings: Mapping[str, Any], past: "Past") -> bool:
     query's) may be scaled to this one: SAME equal; in throughput mode a trusted step time
     (trusted_step); and not a cell on more devices or nodes than the run, under either scaling
     (the communication they add is not modelled: a guess would err short, and under strong
-    scaling the smaller batch each does saves less than it adds: benchmarks/time_limits.py)."""
+    scaling the smaller batch each does saves less than it adds: benchmarks/time_limits.py); and
+    on GPUs both or on CPU both (_devices counts a CPU run as one device: a GPU's step time says
+    nothing of a CPU's)."""
     old = past.settings
     if not all(settings[k] == old[k] for k in SAME):
+        return False
+    if (int(settings["gpus"]) > 0) != (int(old["gpus"]) > 0):
         return False
     if settings["mode"] != "accuracy" and not trusted_step(past):
         return False

@@ -176,6 +176,8 @@ BAD = {
     "retry.timeout on cluster=local": (["-m", "retry.timeout=1"], "retry.timeout=1",
                                        "rerun timed-out cells with `orchestrator rerun --failed --class timeout`"),
     "monitor.period_s=abc": (["-m", "monitor.period_s=abc"], "monitor.period_s='abc'", "use monitor.period_s=X"),
+    "monitor.idle_s=1e9": (["-m", "monitor.idle_s=1e9"], "monitor.idle_s=1000000000.0",
+                           "use monitor.idle_s=X with X from 0 to 600"),
     "site yaml injection": (["-m", "cluster=evil", "hardware=cpu12", "SITE"],
                             "cluster.sbatch option name='comment=ok\\ntouch pwned #'", "fix or remove it in"),
     "site yaml injection, dry run": (["-m", "cluster=evil", "hardware=cpu12", "SITE", "dry_run=true"],

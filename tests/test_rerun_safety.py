@@ -86,7 +86,9 @@ def test_the_attack_of_issue_35_runs_nothing_recorded(shared):
     assert pickles and all(b"echo mine" in p.read_bytes() for p in pickles), pickles
     assert not (workdir[0] / "elsewhere").exists() and not Path("/tmp/pwned-images").exists()
     (config,) = rows(workdir, f"select config from sweep_cells where cell_id = '{mine}'")[0]
-    assert "pwned" not in config and json.loads(config)["paths"]["runs"] == str(workdir[0] / "runs")
+    recorded = json.loads(config)  # the record's own site sections, as planted (never run), never the caller's
+    assert "echo mine" not in config and recorded["cluster"]["setup"] == ["touch pwned"], config
+    assert recorded["paths"]["runs"] != str(workdir[0] / "runs") and recorded["hardware"], config
     (run_dir, state) = rows(workdir, "select run_dir, state from runs where attempt = 2")[0]
     assert run_dir == str(workdir[0] / "runs" / "s1" / mine / "0.2") and state == runstate.FAILED
     assert f"rerunning runs of user {ME} (yours" in again.stdout and "resubmitting 1 repeat" in again.stdout

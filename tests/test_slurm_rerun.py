@@ -51,7 +51,8 @@ def test_a_setup_line_planted_in_the_database_never_runs_in_a_rerun(slurm_workdi
     assert "touch pwned" not in script and "echo caller-setup" in script, script
     assert not list(slurm_workdir[0].rglob("pwned*")) and not list(Path.home().glob("pwned*"))
     (config,) = rows(slurm_workdir, "select config from sweep_cells")[0]
-    assert json.loads(config)["cluster"]["setup"] == ["echo caller-setup"]
+    # the record keeps its own site sections (as planted: never run), never the caller's (which may hold a token)
+    assert json.loads(config)["cluster"]["setup"] == ["touch pwned"] and "caller-setup" not in config, config
     assert rows(slurm_workdir, "select count(*) from runs where attempt = 2 and job_id is not null") == [(1,)]
 
 

@@ -117,6 +117,18 @@ def test_input_and_weak_scaling_onto_more_devices_are_not_similar():
         time_limits.SIMILAR)
 
 
+def test_a_cpu_cell_is_not_similar_to_a_gpu_history_nor_the_reverse():
+    """Issue 35 review: a gpus=0 cell counts as one device, so a 1-GPU history's step time was
+    scaled to it as if a CPU stepped as fast as a GPU (and a GPU cell from a CPU history)."""
+    gpu = Past("old", 300, dict(LENET, batch_size=64, iterations=100, gpus=1), step_s=2.0)
+    cpu = Past("old", 300, dict(gpu.settings, gpus=0), step_s=2.0)
+    for cell, run in ((cpu.settings, gpu), (gpu.settings, cpu)):
+        assert predict("new", dict(cell, iterations=200), [run], ceiling_min=120).source == time_limits.CEILING
+    for run in (gpu, cpu):  # each side of the choice is still similar to its own
+        assert predict("new", dict(run.settings, iterations=200), [run], ceiling_min=120).source.startswith(
+            time_limits.SIMILAR)
+
+
 def test_a_cell_that_timed_out_gets_at_least_twice_the_limit_it_timed_out_at():
     """Issue 35 review, 4: a cell whose only history is a timeout at 240 min was given a similar
     cell's guess (or the ceiling) below it."""

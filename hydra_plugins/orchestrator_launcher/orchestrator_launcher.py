@@ -45,17 +45,21 @@ class OrchestratorLauncher(Launcher):
         # lazy: the orchestrator's modules only where a sweep is launched (Hydra imports every plugin)
         from orchestrator import front_door
         from orchestrator.expand import Expander
+        from orchestrator.rerun_config import site_only
 
         assert self.config is not None and self.hydra_context is not None
         expander = Expander(self.hydra_context.config_loader, self.config)
-        front_door.launch(_asked(expanded) for expanded in expander.expand(job_overrides, initial_job_idx))
+        # Hydra's overrides of the launch that a rerun takes (hydra.searchpath: a site's own conf dir) go with
+        # each cell's, so the follow-up job of retry.timeout composes the same site (orchestrator/retry.py)
+        carried = tuple(site_only(list(self.config.hydra.overrides.hydra)))
+        front_door.launch(_asked(expanded, carried) for expanded in expander.expand(job_overrides, initial_job_idx))
         log.debug("expanded %d cells: %d compositions, %d on Hydra's path", len(job_overrides),
                   len(expander.composed), expander.slow)
         return [JobReturn(overrides=list(o), status=JobStatus.COMPLETED, _return_value=None)
                 for o in job_overrides]
 
 
-def _asked(expanded):
+def _asked(expanded, carried=()):
     """One expanded override list as the front door takes it: its choices were checked where the
     expander composed it, so the cell is made from its plain config."""
     from orchestrator.cell import Cell, CellError
@@ -64,6 +68,6 @@ def _asked(expanded):
     def resolve():
         if expanded.error:
             raise CellError(expanded.error)
-        return Cell.from_plain(expanded.plain, expanded.overrides)
+        return Cell.from_plain(expanded.plain, (*expanded.overrides, *carried))
 
     return Asked(" ".join(expanded.overrides), resolve, expanded.as_config)

@@ -96,7 +96,14 @@ def _overrides(args: argparse.Namespace) -> list[str]:
     from orchestrator import retry
     from orchestrator.rerun_config import site_only
 
-    carried = json.loads(os.environ.get(retry.OVERRIDES_ENV) or "[]") if args.follow_up else []
+    text = os.environ.get(retry.OVERRIDES_ENV) or "[]" if args.follow_up else "[]"
+    try:
+        carried = json.loads(text)
+    except ValueError:
+        carried = None
+    if not isinstance(carried, list) or not all(isinstance(item, str) for item in carried):
+        raise CliError(f"{retry.OVERRIDES_ENV}={text[:200]!r} is not a JSON list of override strings; the follow-up "
+                       f"job sets it from its pickle: unset it, or rerun with `orchestrator rerun --failed`")
     return [*site_only(carried), *args.overrides]
 
 
