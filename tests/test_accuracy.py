@@ -128,12 +128,14 @@ def test_accuracy_on_generated_files_says_it_means_nothing(framework_run, tmp_pa
 def test_an_accuracy_run_lands_its_metrics_in_results(digits, tmp_path):
     """The job as the launcher hands it over (settings as the cell resolves them; mode, epochs and
     target from the cell's config), its result file collected, `orchestrator results` showing it."""
-    from orchestrator import job
+    from orchestrator import job, setting_registry
 
     workdir = user_dir(tmp_path)
-    settings = {"framework": "torch", "model": "lenet", "dataset": "digits", "like": None,
-                "hardware": "local", "gpus": 0, "threads": 1, "batch_size": BATCH, "scaling": "strong",
-                "iterations": 50, "warmup": 10, "seed": 0, "precision": "fp32"}
+    # a resolved cell holds every setting, defaults included (setting_registry.filled)
+    settings = setting_registry.filled({
+        "framework": "torch", "model": "lenet", "dataset": "digits", "like": None, "hardware": "local",
+        "gpus": 0, "threads": 1, "batch_size": BATCH, "scaling": "strong", "iterations": 50, "warmup": 10,
+        "seed": 0, "precision": "fp32", "mode": "accuracy", "epochs": 4, "target_accuracy": TARGET})
     config = {"framework": {"name": "torch"}, "mode": "accuracy", "epochs": 4, "target_accuracy": TARGET}
     cache = os.environ.get("ORCHESTRATOR_CACHE", str(Path.home() / ".cache" / "orchestrator"))
     run_dir = tmp_path / "runs" / "s1" / "c1" / "0"
