@@ -16,7 +16,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from orchestrator import job  # noqa: E402
+from orchestrator import job, setting_registry  # noqa: E402
 from orchestrator.venv_runtime import REPO, _trainer_env  # noqa: E402
 
 
@@ -54,7 +54,7 @@ def main() -> int:
                 "precision": "fp32"}
     cid = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:12]  # no omegaconf here
     sweep = time.strftime("gpucheck-%Y%m%d-%H%M%S")
-    spec = job.JobSpec(sweep_id=sweep, cell_id=cid, settings=settings,
+    spec = job.JobSpec(sweep_id=sweep, cell_id=cid, settings=setting_registry.filled(settings),
                        config={"monitor": {"period_s": 0.1, "idle_s": args.idle_s},
                                "cluster": {"exclusive": True}},
                        runs=[job.RunSpec(uid=f"{sweep}:{cid}:{r}:1", repeat=r, attempt=1,
