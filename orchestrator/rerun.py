@@ -34,7 +34,7 @@ from orchestrator.backends import Backend, backend_for
 from orchestrator.cell import Cell, CellError
 from orchestrator.config_checks import ConfigError
 from orchestrator.rerun_config import Site, rerecorded
-from orchestrator.resultfile import run_uid
+from orchestrator.resultfile import inside, run_uid
 from orchestrator.submit import Options, SubmitReport, insert_runs, new_run, submit_runs
 from trainers.common import failure_classes
 
@@ -109,8 +109,7 @@ def _unsafe_names(last: schema.Run, runs: str) -> Optional[str]:
             config_checks.name(key, value, "a row no sweep could have written: leave it, or type its sweep again")
     except ConfigError as exc:
         return f"run {last.uid!r}: {exc}"
-    top = Path(runs).resolve()
-    if top not in (top / last.sweep_id / last.cell_id).resolve().parents:
+    if not inside(runs, Path(runs, last.sweep_id, last.cell_id)):
         return (f"run {last.uid!r}: its run directory {runs}/{last.sweep_id}/{last.cell_id} resolves outside "
                 f"{runs} (a symlink there); remove the link, or rerun with another --runs")
     return None

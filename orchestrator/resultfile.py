@@ -50,6 +50,13 @@ MAX_DEPTH = 32
 INT_RANGE = (-(2 ** 63), 2 ** 63 - 1)
 
 
+def inside(top: Path | str, path: Path | str) -> bool:
+    """Whether `path` (a run directory, the database's word) resolves, symlinks followed, to
+    somewhere under `top` (the command's runs folder): the one test rerun and tracking share.
+    os.path, not pathlib: `status` asks it for every open run."""
+    return os.path.realpath(path).startswith(os.path.realpath(top).rstrip(os.sep) + os.sep)
+
+
 def read_regular(path: Path | str, max_bytes: int) -> bytes:
     """The bytes of a regular file of at most `max_bytes`; BadResult for anything else. Opened
     without blocking and checked on its descriptor: a FIFO (or device) planted where a run

@@ -29,7 +29,7 @@ from typing import Any, Optional
 
 from orchestrator import queries, runstate
 from orchestrator.backends import Backend, SchedulerView, UnknownBackend, backend_class
-from orchestrator.resultfile import RESULT_NAME, BadResult, read_regular, read_result
+from orchestrator.resultfile import RESULT_NAME, BadResult, inside, read_regular, read_result
 from orchestrator.sql_adapters import Rows
 from trainers.common import failure_classes as fc
 
@@ -199,8 +199,7 @@ class Reconciled:
         """Whether `run_dir` (the database's word) resolves under the command's runs folder."""
         if self.runs is None or not run_dir:
             return True
-        top = os.path.realpath(self.runs)
-        return os.path.realpath(run_dir).startswith(top + os.sep)
+        return inside(self.runs, run_dir)
 
     def _as_of(self, name: str) -> str:
         when = self.as_of.get(name)
