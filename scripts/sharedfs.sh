@@ -74,6 +74,20 @@ end_pid() {
 
 is_mounted() { awk -v m="$1" '$2 == m {found=1} END {exit !found}' /proc/mounts; }
 
+# A mount whose FUSE client is gone (killed, or a machine reused after a run that ended without
+# `stop`) stays in /proc/mounts while every access fails ENOTCONN ("Transport endpoint is not
+# connected"), even the mkdir -p and stat that would find it: so it is judged before any of them.
+is_dead_mount() { is_mounted "$1" && ! stat -f "$1" >/dev/null 2>&1; }
+
+# Lets go of a dead mount of ours (lazily: a process may still hold a path under it).
+clear_dead_mount() {
+    local m=$1
+    is_dead_mount "$m" || return 0
+    log "$m is a dead mount (its client is gone): unmounting it"
+    umount -l "$m" 2>/dev/null || fusermount -uz "$m" 2>/dev/null || true
+    ! is_mounted "$m" || die "could not unmount the dead mount $m (try: umount -l $m)"
+}
+
 # --- start ------------------------------------------------------------------------------------
 
 install_gluster() {
@@ -88,6 +102,12 @@ install_gluster() {
 }
 
 make_netns() {
+    # A name left by a machine reused without `stop` may no longer hold a namespace (a plain file
+    # where the bind mount was): nsenter then fails, so it is removed and made again.
+    if [[ -e $NSFILE ]] && ! nsenter --net="$NSFILE" true 2>/dev/null; then
+        log "$NSFILE holds no network namespace: removing it"
+        ip netns del "$NETNS" 2>/dev/null || rm -f "$NSFILE"
+    fi
     if [[ ! -e $NSFILE ]]; then
         ip netns add "$NETNS"
         log "made network namespace $NETNS"
@@ -175,15 +195,12 @@ mount_twice() {
     local m name pid i
     for m in "${MOUNTS[@]}"; do
         name=$(basename "$m")
-        mkdir -p "$m"
+        clear_dead_mount "$m"
         if is_mounted "$m"; then
-            if stat -f "$m" >/dev/null 2>&1; then
-                log "$m already mounted"
-                continue
-            fi
-            log "$m is a dead mount: unmounting it"
-            umount -l "$m" || true
+            log "$m already mounted"
+            continue
         fi
+        mkdir -p "$m"
         if pid=$(live_pid "$DIR/run/mnt-$name.pid"); then end_pid "$pid" "client of $m"; fi
         # The client in the server's network namespace; the mount lands in the ordinary one.
         # shellcheck disable=SC2086
@@ -282,7 +299,9 @@ cmd_status() {
         done < <(find "$DIR/run/vols" -name '*.pid')
     fi
     for m in "${MOUNTS[@]}"; do
-        if is_mounted "$m"; then
+        if is_dead_mount "$m"; then
+            echo "$m: dead mount (its client is gone; \`$0 start\` unmounts and mounts it again)"; ok=1
+        elif is_mounted "$m"; then
             echo "$m: mounted ($(awk -v m="$m" '$2 == m {print $1, $3}' /proc/mounts))"
         else
             echo "$m: not mounted"; ok=1
