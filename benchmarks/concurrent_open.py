@@ -41,7 +41,7 @@ class Tally(NamedTuple):
 
 
 def _open_and_write(how: str, path: Path, name: str, barrier, queue) -> None:
-    from orchestrator import db, schema, sql_adapters
+    from orchestrator.store import db, schema, sql_adapters
 
     try:
         barrier.wait(timeout=60)
@@ -66,7 +66,7 @@ def _open_and_write(how: str, path: Path, name: str, barrier, queue) -> None:
 def race(how: str, kind: str, processes: int, rounds: int, where: Path) -> Tally:
     """`rounds` rounds of `processes` openers (`how`: "connect" or "open_db") on a `kind` ("new"
     or "old") file under `where`."""
-    from orchestrator import db  # imported once here, so that forked openers start at once
+    from orchestrator.store import db  # imported once here, so that forked openers start at once
 
     ctx = multiprocessing.get_context("fork")
     opens, failures, said = 0, 0, {}

@@ -30,10 +30,10 @@ from typing import Optional
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from orchestrator import metrics  # noqa: E402
-from orchestrator.job import read_events, trainer_args  # noqa: E402
-from orchestrator.runtime import ContainerRuntime  # noqa: E402
-from orchestrator.venv_runtime import REPO, VenvRuntime  # noqa: E402
+from orchestrator.job import metrics  # noqa: E402
+from orchestrator.job.run import read_events, trainer_args  # noqa: E402
+from orchestrator.envs.runtime import ContainerRuntime  # noqa: E402
+from orchestrator.envs.venv_runtime import REPO, VenvRuntime  # noqa: E402
 
 #: model: (batch size, iterations, warm-up, the dataset whose shape it takes), small enough for a 2-core CPU
 MODELS = {"lenet": (64, 100, 10, "mnist"), "resnet50": (4, 10, 3, "imagenet")}

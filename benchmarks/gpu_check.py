@@ -16,8 +16,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from orchestrator import job, setting_registry  # noqa: E402
-from orchestrator.venv_runtime import REPO, _trainer_env  # noqa: E402
+from orchestrator.job import run as job  # noqa: E402
+from orchestrator import setting_registry
+from orchestrator.envs.venv_runtime import REPO, _trainer_env  # noqa: E402
 
 
 class ThisPython:

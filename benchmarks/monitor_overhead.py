@@ -20,10 +20,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from orchestrator import metrics  # noqa: E402
-from orchestrator.job import read_events, trainer_args  # noqa: E402
-from orchestrator.monitor import Monitor, default_samplers  # noqa: E402
-from orchestrator.venv_runtime import REPO, VenvRuntime, _trainer_env  # noqa: E402
+from orchestrator.job import metrics  # noqa: E402
+from orchestrator.job.run import read_events, trainer_args  # noqa: E402
+from orchestrator.job.monitor import Monitor, default_samplers  # noqa: E402
+from orchestrator.envs.venv_runtime import REPO, VenvRuntime, _trainer_env  # noqa: E402
 
 
 def one_run(argv: list[str], env: dict[str, str], monitored: bool, period: float, gpus: int,

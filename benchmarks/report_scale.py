@@ -37,8 +37,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from orchestrator import db  # noqa: E402
-from orchestrator.cell import SETTINGS, cell_id  # noqa: E402
+from orchestrator.store import db  # noqa: E402
+from orchestrator.sweep.cell import SETTINGS, cell_id  # noqa: E402
 
 CASES = [("lenet", "mnist")] + [(m, d) for m in ("alexnet", "resnet50", "googlenet", "vgg16") for d in ("cifar10", "imagenet")]
 FRAMEWORKS = ("caffe", "tensorflow", "torch", "mxnet", "cntk")

@@ -47,9 +47,9 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]  # the orchestrator, and the tes
 
 from result_factory import T0, make_provenance, make_result, make_settings, write_result  # noqa: E402
 
-from orchestrator import db, schema  # noqa: E402
-from orchestrator.cell import cell_id  # noqa: E402
-from orchestrator.resultfile import CELL_COLUMNS  # noqa: E402
+from orchestrator.store import db, schema  # noqa: E402
+from orchestrator.sweep.cell import cell_id  # noqa: E402
+from orchestrator.results.resultfile import CELL_COLUMNS  # noqa: E402
 from sqlalchemy import create_engine, inspect  # noqa: E402
 from sqlalchemy.engine import make_url  # noqa: E402
 
@@ -286,7 +286,7 @@ def measure_collect(n: int, workdir: Path, recorded: bool = True, url: Optional[
     """One collection of `n` fresh result files (the launcher's rows there first, if `recorded`),
     then a second one that finds them all landed; seconds and ms per file. `url`: a new, empty
     database to collect into (a SQLite file in `workdir` by default)."""
-    from orchestrator.collector import collect
+    from orchestrator.results.collector import collect
 
     runs, url = workdir / "runs", url or f"sqlite:///{workdir / 'results.db'}"
     results = write_results(runs, n)
@@ -315,8 +315,8 @@ def command_env(env: Optional[dict[str, str]] = None) -> dict[str, str]:
 
 
 #: What the commands import, compiled into the bytecode cache before anything is timed.
-WARM = ("orchestrator.__main__", "orchestrator.cli", "orchestrator.db", "orchestrator.tracking",
-        "orchestrator.collector", "orchestrator.backends.slurm", "rich.console", "rich.table", "sqlalchemy.orm")
+WARM = ("orchestrator.__main__", "orchestrator.cli", "orchestrator.store.db", "orchestrator.launch.tracking",
+        "orchestrator.results.collector", "orchestrator.backends.slurm", "rich.console", "rich.table", "sqlalchemy.orm")
 
 
 def warm_cache() -> None:

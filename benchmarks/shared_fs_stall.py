@@ -51,7 +51,7 @@ def fence_said(output: str) -> str:
 
 
 def _stop_at(where: str) -> None:
-    from orchestrator import sqlite_lease  # only the stopped collector patches its own fence
+    from orchestrator.store import sqlite_lease  # only the stopped collector patches its own fence
 
     real, done = sqlite_lease._Lease.fence, []
 

@@ -1,7 +1,7 @@
 """Fixed time limits against learned ones (issue 27), replayed over a history of run times.
 
 Each cell's runs are replayed in order. A run's limit is either the fixed one (`--fixed`, the
-old `hardware.time_min: 120`) or learned by orchestrator/time_limits.predict from that cell's
+old `hardware.time_min: 120`) or learned by orchestrator/sweep/time_limits.predict from that cell's
 earlier runs (the first run of a cell, with nothing earlier, is left out of the figures: "with
 one earlier run per cell"). For each policy: the fraction of runs that would have timed out
 (run time > limit) and the median and 95th percentile of asked ÷ used (limit ÷ run time), for the limit and for the floor (`--time-min`, which a backfilled job gets
@@ -9,7 +9,7 @@ as its limit: the runs past it would time out there).
 
 Similar cells apart, by direction (the cell longer or shorter than its history): generated
 families of one composition, one run of one random variant predicting 20 others
-(orchestrator/time_limits.scaled), drawn over batch 1 to 4,096, iterations, threads, GPUs,
+(orchestrator/sweep/time_limits.scaled), drawn over batch 1 to 4,096, iterations, threads, GPUs,
 nodes, strong or weak scaling, the data's shape and epochs; a fifth of histories without a step
 time, 30 % of families in accuracy mode. Their ground truth is not the predictor's model (a
 per-step overhead, so per-sample cost rises at small batch; Amdahl's law over threads;
@@ -33,7 +33,7 @@ import random
 import statistics
 from collections import defaultdict
 
-from orchestrator.time_limits import CEILING, Past, predict
+from orchestrator.sweep.time_limits import CEILING, Past, predict
 
 #: How much earlier than asked Slurm's end-of-time signal may come: slurmctld checks limits about
 #: every 30 s (orchestrator/backends/sbatch.py signal_delay_s).
@@ -52,7 +52,7 @@ def generated(cells: int, runs: int, spread: float, seed: int) -> dict[str, list
 def from_database(url: str) -> dict[str, list[float]]:
     from sqlalchemy import text
 
-    from orchestrator import db
+    from orchestrator.store import db
 
     out: dict[str, list[float]] = defaultdict(list)
     with db.open_db(url, create=False)() as session:

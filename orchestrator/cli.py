@@ -17,10 +17,10 @@ from pathlib import Path
 from types import ModuleType
 from typing import Optional, Sequence
 
-from .commands import COMMON_OPTIONS, NAMES, command_at
-from .commands.common import PROG, answer, default_runs
-from .commands.render import console
-from .sql_adapters import default_url
+from orchestrator.commands import COMMON_OPTIONS, NAMES, command_at
+from orchestrator.commands.common import PROG, answer, default_runs
+from orchestrator.commands.render import console
+from orchestrator.store.sql_adapters import default_url
 
 
 def command(name: str) -> ModuleType:

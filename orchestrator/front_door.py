@@ -16,12 +16,14 @@ from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
-from orchestrator import config_checks, db, launcher_output
-from orchestrator.cell import Cell, CellError
-from orchestrator.dataset_files import missing_files
-from orchestrator.rerun_config import site_only
-from orchestrator.sql_adapters import Rows
-from orchestrator.submit import Options, check_request, learn_time_limits, refusal_settings, submit_sweep
+from orchestrator.sweep import config_checks
+from orchestrator.store import db
+from orchestrator import launcher_output
+from orchestrator.sweep.cell import Cell, CellError
+from orchestrator.sweep.dataset_files import missing_files
+from orchestrator.launch.rerun_config import site_only
+from orchestrator.store.sql_adapters import Rows
+from orchestrator.launch.submit import Options, check_request, learn_time_limits, refusal_settings, submit_sweep
 
 
 @dataclass(frozen=True)
@@ -81,7 +83,7 @@ def launch(asked: Iterable[Asked], foreground: bool = False) -> None:
 
 def one_site(cells: list[Cell], retry_timeout: int) -> None:
     """retry.timeout's follow-up job reruns the sweep on one site configuration, the first followed
-    cell's site options (orchestrator/retry.py): refused, before anything is written, where the
+    cell's site options (orchestrator/launch/retry.py): refused, before anything is written, where the
     cells' differ (`cluster.setup=[a],[b]`); one launch per site configuration has each its own."""
     if retry_timeout and len({tuple(site_only(cell.overrides)) for cell in cells}) > 1:
         raise config_checks.refuse("retry.timeout", retry_timeout, "needs one site configuration for the whole "

@@ -19,7 +19,7 @@ from hydra._internal.utils import get_args_parser
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
-from orchestrator.expand import share_loaded_configs
+from orchestrator.sweep.expand import share_loaded_configs
 
 
 
@@ -49,7 +49,7 @@ CONF = str(Path(__file__).resolve().parent.parent / "conf")
 def main(cfg: DictConfig) -> None:
     # lazy: only a single run needs the launch path (SQLAlchemy, submitit); --help, --cfg and sweeps (the launcher plugin) never do
     from orchestrator import front_door
-    from orchestrator.cell import Cell
+    from orchestrator.sweep.cell import Cell
 
     hydra_config = HydraConfig.get()
     front_door.launch([front_door.Asked(" ".join(hydra_config.overrides.task),

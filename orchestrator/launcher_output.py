@@ -17,18 +17,20 @@ from rich.progress import (
 )
 from rich.table import Table
 
-from orchestrator import queries, runstate, tracking
+from orchestrator.store import queries
+from orchestrator import runstate
+from orchestrator.launch import tracking
 from orchestrator.commands import collect, results, status
 from orchestrator.commands.common import answer
 from orchestrator.commands.render import console as command_console
 from orchestrator.report.labels import hardware_label, hardware_order
-from orchestrator.sql_adapters import Rows
+from orchestrator.store.sql_adapters import Rows
 from orchestrator.setting_registry import ALWAYS, SETTINGS
 
 if TYPE_CHECKING:
     from sqlalchemy.orm import sessionmaker
 
-    from orchestrator.submit import Options, SubmitReport
+    from orchestrator.launch.submit import Options, SubmitReport
 
 console = Console(highlight=False)
 

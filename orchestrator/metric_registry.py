@@ -5,10 +5,10 @@ table; its unit is stored beside each value; `column` names its column in the `r
 (shown there divided by `divisor`: bytes as MB), if it has one; `larger_is_better` says which way
 a comparison goes (None for figures that describe a run rather than score it); `description` is
 the line a report or a table header shows; `across_nodes` says how a cell across nodes combines
-its nodes' values (orchestrator/node_group.py). The metrics code computes these names, the collector
+its nodes' values (orchestrator/job/node_group.py). The metrics code computes these names, the collector
 stores their units, the database pivots the view's columns from them, and the CLI types its
 filters by them. Adding a metric is one line here (and, if it gets a view column, a schema
-revision: orchestrator/migrations).
+revision: orchestrator/store/migrations).
 
 This module imports nothing heavy: the CLI reads it on every start.
 """

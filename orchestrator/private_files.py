@@ -3,8 +3,8 @@
 A PostgreSQL URL carries its password (`postgresql://alice:secret@db/bench`), and what a sweep
 leaves on a shared file system travels with it: every job's pickle (its spec holds the cell's
 resolved config, `paths.db` included), an array's bundle of them (backends/slurm_task.py),
-retry.timeout's follow-up job (its spec is the URL itself, orchestrator/retry.py), each
-run's `config.yaml` (orchestrator/job.py) and Hydra's `multirun.yaml` (the overrides typed,
+retry.timeout's follow-up job (its spec is the URL itself, orchestrator/launch/retry.py), each
+run's `config.yaml` (orchestrator/job/run.py) and Hydra's `multirun.yaml` (the overrides typed,
 `paths.db=` among them: hydra_plugins/orchestrator_sweeper). Each is created with mode 0600 from its first byte:
 a chmod after writing leaves a window in which another user on the login node can read it, and
 the umask of a shared account is often 022.

@@ -1,6 +1,6 @@
 """Every cell setting declared once: what a cell measures, and everything derived from that.
 
-A cell's settings are the values that define a measurement (orchestrator/cell.py hashes them into
+A cell's settings are the values that define a measurement (orchestrator/sweep/cell.py hashes them into
 the cell's id). Each is declared here with its type, its range or choices, how its value is read
 from a composed config with its default filled in, whether and when it is hashed into the cell
 id, whether the trainer is told it (`--batch-size`), and where it is shown. From this table come:

@@ -3,7 +3,7 @@
 #   ./scripts/frameworks.sh [framework ...]     (default: every containers/<fw>/env.yaml)
 # First the Debian packages each recipe lists in containers/<fw>/debian-packages.txt (installed
 # with apt-get when root, waiting for another apt-get: scripts/apt.sh), then the venv itself
-# (orchestrator.runtime.VenvRuntime.ensure: reused when already there). One framework that fails
+# (orchestrator.envs.runtime.VenvRuntime.ensure: reused when already there). One framework that fails
 # does not stop the others; where any is not ready, the last line names each with its reason and
 # it exits 1 (test.sh then warns, or under CI=true fails the run). A framework this machine cannot
 # hold (`unsupported`) is not ready either: its tests cannot run here.
@@ -43,7 +43,7 @@ for fw in "${frameworks[@]}"; do
   # its output as it builds on stderr, the reason it failed (if it did) on fd 3, captured
   why="$("$PY" - "$fw" 3>&1 1>&2 <<'PY'
 import os, sys, time
-from orchestrator.runtime import VenvRuntime, EnvironmentNotReady
+from orchestrator.envs.runtime import VenvRuntime, EnvironmentNotReady
 fw = sys.argv[1]
 start = time.monotonic()
 try:

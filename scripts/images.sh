@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Called by test.sh (or run alone): the container images the tests run, built by the project's
-# own builder (orchestrator/images.py) from containers/<fw>/, reused when the recipe is unchanged.
+# own builder (orchestrator/envs/images.py) from containers/<fw>/, reused when the recipe is unchanged.
 #   ./scripts/images.sh [torch,cntk | all]      (default: torch,cntk, the ones CI runs)
 # Needs Debian's charliecloud (ch-run) and mmdebstrap, installed here with apt-get when root.
 # Where the tools or the build are missing, its last line says why and it exits 1: test.sh then

@@ -19,7 +19,7 @@ def pytest_configure(config):
     (Python 3.6, numpy 1.19) when it exists and PY36_PYTHON is not set."""
     if not os.environ.get("PY36_PYTHON"):
         try:
-            from orchestrator.venv_runtime import VenvRuntime
+            from orchestrator.envs.venv_runtime import VenvRuntime
 
             runtime = VenvRuntime.for_framework("cntk")
             if runtime.is_ready():
@@ -44,7 +44,7 @@ def torch_python() -> str:
     override = os.environ.get("TORCH_PYTHON")
     if override:
         return override
-    from orchestrator.venv_runtime import VenvRuntime
+    from orchestrator.envs.venv_runtime import VenvRuntime
 
     return str(VenvRuntime.for_framework("torch").ensure())
 
@@ -55,7 +55,7 @@ def framework_python(framework: str) -> str:
     Skips, naming the reason, where the framework has no trainer yet or this machine cannot
     hold it (no interpreter of the version it needs); a recipe that fails to install fails.
     """
-    from orchestrator.venv_runtime import EnvironmentNotReady, VenvRuntime
+    from orchestrator.envs.venv_runtime import EnvironmentNotReady, VenvRuntime
 
     if not (REPO / "trainers" / framework / "__main__.py").is_file():
         pytest.skip(f"no trainers/{framework} yet")
@@ -89,7 +89,7 @@ def model_counts(python, module, channels, size, classes, models):
 
 def recipe_env(framework):
     """The variables a job sets for this framework's trainer (PYTHONPATH, the recipe's `env`)."""
-    from orchestrator.venv_runtime import VenvRuntime
+    from orchestrator.envs.venv_runtime import VenvRuntime
 
     return VenvRuntime.for_framework(framework).command([])[1]
 
@@ -103,7 +103,7 @@ class Framework(object):
 
     def __init__(self, spec):
         from trainers.common.support import declared
-        from orchestrator.venv_runtime import EnvironmentNotReady, VenvRuntime
+        from orchestrator.envs.venv_runtime import EnvironmentNotReady, VenvRuntime
 
         self.name, self.module, self.env_name = spec["name"], spec["trainer"], spec["env"]
         self.support = declared(self.module)
@@ -258,7 +258,7 @@ def slurm_workdir(tmp_path, torch_python, slurm_env):
         jobs = []
     for (job_id,) in jobs:
         subprocess.run(["scancel", job_id.split("_")[0]], env=workdir[1])
-    try:  # retry.timeout's follow-up jobs (orchestrator/retry.py), named after their sweep
+    try:  # retry.timeout's follow-up jobs (orchestrator/launch/retry.py), named after their sweep
         sweeps = rows(workdir, "select id from sweeps")
     except sqlite3.Error:
         sweeps = []

@@ -6,7 +6,7 @@ import copy
 import sys
 import traceback
 
-from orchestrator import expand
+from orchestrator.sweep import expand
 
 
 class Frozen(dict):

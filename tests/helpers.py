@@ -112,7 +112,7 @@ def composed(overrides):
     """conf/ composed with these overrides (Hydra's compose, as a sweep composes a cell), resolved to plain data."""
     from hydra import compose, initialize_config_dir
 
-    from orchestrator.cell import resolved_config
+    from orchestrator.sweep.cell import resolved_config
 
     with initialize_config_dir(version_base="1.3", config_dir=str(REPO / "conf"), job_name="test"):
         return resolved_config(compose("config", overrides=list(overrides)))
@@ -125,8 +125,9 @@ def record_failed(url, cells, planted=None, sweep_id="s1"):
     Returns the cell ids in order."""
     import json
 
-    from orchestrator import db, runstate, schema, setting_registry
-    from orchestrator.cell import Cell
+    from orchestrator.store import db, schema
+    from orchestrator import runstate, setting_registry
+    from orchestrator.sweep.cell import Cell
 
     factory = db.open_db(url)
     ids = []

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from orchestrator import setting_registry
-from orchestrator.cell import cell_id
+from orchestrator.sweep.cell import cell_id
 
 T0 = 1_700_000_000.0
 
@@ -67,7 +67,7 @@ def make_result(sweep: str = "sweep-a", repeat: int = 0, attempt: int = 1, state
 
 
 def make_provenance(cell: dict[str, Any]) -> dict[str, Any]:
-    """A job's provenance record (orchestrator/provenance.py), for a P100 node under Slurm."""
+    """A job's provenance record (orchestrator/job/provenance.py), for a P100 node under Slurm."""
     return {
         "node": "node01", "os": "Linux-5.14.0-x86_64-with-glibc2.34",
         "cpu": {"model": "Intel(R) Xeon(R) CPU E5-2680 v4 @ 2.40GHz", "cores": 28, "threads": 56,

@@ -110,7 +110,7 @@ def test_missing_digits_files_say_how_to_write_them(framework_run, tmp_path):
 
 
 def test_accuracy_on_generated_files_says_it_means_nothing(framework_run, tmp_path):
-    from orchestrator import metrics
+    from orchestrator.job import metrics
 
     done = orchestrator(["data", "generate", "mnist", "-n", "256"], user_dir(tmp_path))
     assert done.returncode == 0 and "means nothing" in done.stdout, done.stdout + done.stderr
@@ -128,7 +128,8 @@ def test_accuracy_on_generated_files_says_it_means_nothing(framework_run, tmp_pa
 def test_an_accuracy_run_lands_its_metrics_in_results(digits, tmp_path):
     """The job as the launcher hands it over (settings as the cell resolves them; mode, epochs and
     target from the cell's config), its result file collected, `orchestrator results` showing it."""
-    from orchestrator import job, setting_registry
+    from orchestrator.job import run as job
+    from orchestrator import setting_registry
 
     workdir = user_dir(tmp_path)
     # a resolved cell holds every setting, defaults included (setting_registry.filled)

@@ -1,4 +1,4 @@
-"""The Apptainer definitions generated from the recipes (orchestrator/apptainer.py): for every
+"""The Apptainer definitions generated from the recipes (orchestrator/envs/apptainer.py): for every
 framework and base, a definition that carries what the image build installs, labelled with its
 recipe's hash, with the GPU wheels swapped in from containers/<fw>/gpu.yaml, and that changes
 whenever a recipe file does (no hand-kept .def to drift). Fast, no network: nothing is built
@@ -13,9 +13,9 @@ import pytest
 
 from helpers import REPO
 
-from orchestrator.apptainer import BASES, Definition, DefinitionError, generate, gpu_builds, requirement_name
-from orchestrator.images import Recipe
-from orchestrator.venv_runtime import available_recipes
+from orchestrator.envs.apptainer import BASES, Definition, DefinitionError, generate, gpu_builds, requirement_name
+from orchestrator.envs.images import Recipe
+from orchestrator.envs.venv_runtime import available_recipes
 
 SECTIONS = ("%files", "%post", "%environment", "%labels", "%help")
 

@@ -13,8 +13,8 @@ from orchestrator.backends.slurm import (LEFT_QUEUE, STATES, UNPLACEABLE, SlurmB
                                          parse_squeue, verdicts)
 from orchestrator.backends.slurm_cluster import (Request, cluster_from, hopeless, parse_config, parse_gres, parse_mb,
                                                  parse_minutes, parse_records, refusal, request_from_tres)
-from orchestrator.cell import Cell
-from orchestrator.tracking import Evidence, decide
+from orchestrator.sweep.cell import Cell
+from orchestrator.launch.tracking import Evidence, decide
 
 from helpers import REPO
 
@@ -247,7 +247,7 @@ def test_every_decision_is_a_legal_move_from_every_open_state():
 
 
 def test_run_state_model_refuses_illegal_moves():
-    from orchestrator.schema import Run
+    from orchestrator.store.schema import Run
 
     run = Run(uid="u", sweep_id="s", cell_id="c", repeat=0, attempt=1, state="pending")
     run.state = "submitted"
@@ -501,8 +501,8 @@ def launch(tmp_path, facts, fitting=3, too_big=2, db_url=None, **cluster):
     Slurm; recorded in the database of `db_url` (a SQLite file under tmp_path by default)."""
     from sqlalchemy import select
 
-    from orchestrator import db, schema
-    from orchestrator.submit import Options, submit_sweep
+    from orchestrator.store import db, schema
+    from orchestrator.launch.submit import Options, submit_sweep
 
     where = [f"paths.db='{db_url or f'sqlite:///{tmp_path}/results.db'}'", f"paths.runs={tmp_path}/runs"]
     cells = [cell("cluster=slurm", "hardware=p100", "hardware.cpus=1", "hardware.mem_gb=1", f"seed={i}", *where)
@@ -568,8 +568,9 @@ def test_a_silent_scheduler_keeps_states_and_says_as_of_when(tmp_path, db_url, m
     and the report dates the states it keeps from the scheduler's last answer."""
     import time as clock
 
-    from orchestrator import db, schema, tracking
-    from orchestrator.sql_adapters import Rows, connect
+    from orchestrator.store import db, schema
+    from orchestrator.launch import tracking
+    from orchestrator.store.sql_adapters import Rows, connect
 
     monkeypatch.setenv("PATH", str(tmp_path))
     monkeypatch.setenv("ORCHESTRATOR_LOST_GRACE_S", "0")

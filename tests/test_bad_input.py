@@ -7,12 +7,12 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 from submitit.slurm.slurm import _make_sbatch_string
 
-from orchestrator import config_checks
+from orchestrator.sweep import config_checks
 from orchestrator.backends import sbatch as sbatch_policy
 from orchestrator.backends.slurm import SlurmBackend
-from orchestrator.cell import Cell, CellError
-from orchestrator.submit import Options
-from orchestrator.config_checks import ConfigError
+from orchestrator.sweep.cell import Cell, CellError
+from orchestrator.launch.submit import Options
+from orchestrator.sweep.config_checks import ConfigError
 
 from helpers import REPO, run_cli
 
@@ -127,7 +127,7 @@ def test_a_partition_may_be_a_list():
 
 def test_run_directories_are_made_of_generated_ids_only(tmp_path):
     """What joins paths.runs: the sweep id (generated), the cell id (a hash), the repeat/attempt."""
-    from orchestrator.submit import new_sweep_id
+    from orchestrator.launch.submit import new_sweep_id
 
     cell = Cell.from_config(composed("model=lenet"))
     assert config_checks.NAME.fullmatch(new_sweep_id()) and len(cell.id) == 12 and int(cell.id, 16) >= 0
@@ -237,7 +237,7 @@ def test_an_existing_database_passes_the_dry_runs_check_unchanged(db_url, other_
     from sqlalchemy import create_engine, inspect
 
     from db_urls import is_sqlite, query, sqlite_file
-    from orchestrator import db
+    from orchestrator.store import db
 
     url = db_url
     db.open_db(url)
@@ -313,7 +313,7 @@ def test_the_foreground_run_leaves_out_a_threads_presets_cell_beyond_the_nodes_c
 def test_digits_are_written_on_first_use_once(tmp_path):
     """A sweep on dataset=digits writes scikit-learn's digits where they are missing, into a private
     folder renamed into place; a second finds them and writes nothing."""
-    from orchestrator.dataset_files import made_on_first_use
+    from orchestrator.sweep.dataset_files import made_on_first_use
     from trainers.common import data
 
     target = tmp_path / "data" / "digits"

@@ -148,7 +148,7 @@ def test_a_named_postgresql_server_that_does_not_answer_fails_not_skips(tmp_path
 
 
 UNSUPPORTED_HERE = '''
-from orchestrator.venv_runtime import EnvironmentNotReady, VenvRuntime
+from orchestrator.envs.venv_runtime import EnvironmentNotReady, VenvRuntime
 
 
 def _ensure(self, *args, **kwargs):

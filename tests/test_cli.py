@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator import db, schema
+from orchestrator.store import db, schema
 from orchestrator.cli import main
 from db_urls import is_sqlite, query
 from result_factory import make_result, write_result, write_text
@@ -140,7 +140,7 @@ def test_status_shows_how_long_running_jobs_have_left_of_their_limit(env, any_db
     import json
     import time
 
-    from orchestrator.cell import cell_id
+    from orchestrator.sweep.cell import cell_id
     from result_factory import make_settings
 
     main(["collect"])
@@ -418,7 +418,7 @@ def test_the_cli_imports_only_what_a_command_needs(env):
 def test_the_sqlite_file_status_reads_is_the_one_sqlalchemy_opens(tmp_path):
     """rows.sqlite_file (status's sqlite3 path) names the file db.sqlite_path names, or none where
     only SQLAlchemy can read the URL (options, escapes, other databases), never another file."""
-    from orchestrator.sql_adapters import sqlite_file
+    from orchestrator.store.sql_adapters import sqlite_file
 
     for url in ("sqlite:///results.db", f"sqlite:///{tmp_path}/r.db", "sqlite:///sub/dir/r.db",
                 "sqlite:///r.db?timeout=5", "sqlite:///r%20s.db", "sqlite://", "sqlite:///:memory:",

@@ -6,9 +6,9 @@ import sqlite3
 
 from sqlalchemy import event
 
-from orchestrator import db
-from orchestrator.collector import collect
-from orchestrator.schema import Run, Sweep
+from orchestrator.store import db
+from orchestrator.results.collector import collect
+from orchestrator.store.schema import Run, Sweep
 from result_factory import make_result, write_result, write_text
 
 

@@ -10,9 +10,9 @@ import pytest
 from sqlalchemy import func, select, update
 from sqlalchemy.exc import DBAPIError
 
-from orchestrator import db
-from orchestrator.collector import collect
-from orchestrator.schema import Cell, Metric, Run, Sweep, SweepCell
+from orchestrator.store import db
+from orchestrator.results.collector import collect
+from orchestrator.store.schema import Cell, Metric, Run, Sweep, SweepCell
 from db_urls import execute, is_sqlite, query
 from result_factory import make_result, write_result, write_text
 

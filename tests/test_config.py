@@ -4,7 +4,7 @@ import os
 import pytest
 from hydra import compose, initialize_config_dir
 
-from orchestrator.cell import Cell, CellError, cell_id
+from orchestrator.sweep.cell import Cell, CellError, cell_id
 
 from helpers import REPO, run_cli
 

@@ -130,7 +130,7 @@ def test_undeclared_precisions_on_the_cpu_are_refused(framework):
 
 def test_the_orchestrator_refuses_the_same_cells_in_the_same_words(framework, repo_root):
     from hydra import compose, initialize_config_dir
-    from orchestrator.cell import Cell, CellError
+    from orchestrator.sweep.cell import Cell, CellError
 
     precision = next(p for p in PRECISIONS if p not in framework.support.precisions[CPU])
     overrides = ["framework=%s" % framework.name, "model=lenet", "precision=%s" % precision]

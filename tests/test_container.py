@@ -1,5 +1,5 @@
 """runtime=container for real: the torch and CNTK images built from containers/<fw>/ by
-scripts/images.sh (orchestrator/images.py), trainers run in them with ch-run through the
+scripts/images.sh (orchestrator/envs/images.py), trainers run in them with ch-run through the
 orchestrator, a broken recipe named by its failing step, and what a running job can write.
 
 The images are built by the project's own scripts (scripts/test.sh calls scripts/images.sh);
@@ -26,8 +26,8 @@ def _skip(reason):
 @pytest.fixture(scope="module")
 def images():
     """{framework: manifest} of the CI images, built (or reused) as a job would."""
-    from orchestrator.images import ImageStore, Recipe
-    from orchestrator.venv_runtime import EnvironmentNotReady
+    from orchestrator.envs.images import ImageStore, Recipe
+    from orchestrator.envs.venv_runtime import EnvironmentNotReady
 
     if shutil.which("ch-run") is None:
         _skip("no ch-run (Debian's charliecloud)")
@@ -96,7 +96,7 @@ def test_a_running_job_writes_its_run_directory_and_nothing_else(images, tmp_pat
     holds only what the runtime passes, and every write outside the run directory fails (the
     image is read-only, trainers/ and the data read-only, the host's files out of sight or not
     writable, /tmp private)."""
-    from orchestrator.runtime import ContainerRuntime
+    from orchestrator.envs.runtime import ContainerRuntime
 
     run_dir, data = tmp_path / "run", tmp_path / "data"
     run_dir.mkdir()
@@ -130,7 +130,7 @@ def test_a_running_job_writes_its_run_directory_and_nothing_else(images, tmp_pat
 
 
 def test_the_data_directory_is_seen_at_its_mount_point(images, tmp_path):
-    from orchestrator.runtime import ContainerRuntime
+    from orchestrator.envs.runtime import ContainerRuntime
 
     argv, _ = ContainerRuntime("cntk").command(["--data-dir", str(tmp_path)], binds=[str(tmp_path)],
                                                run_dir=str(tmp_path))
@@ -144,7 +144,7 @@ def test_the_data_directory_is_seen_at_its_mount_point(images, tmp_path):
       "fail.sh": "echo 'the post-install step broke on purpose' >&2\nexit 3\n"}, "post_install fail.sh"),
 ])
 def test_a_broken_recipe_fails_naming_the_step(images, tmp_path, broken, step):
-    from orchestrator.images import ImageBuildError, ImageStore, Recipe
+    from orchestrator.envs.images import ImageBuildError, ImageStore, Recipe
 
     if step == "debian packages" and os.geteuid() != 0:
         pytest.skip("installing Debian packages into an image needs root")
@@ -167,7 +167,7 @@ def test_a_broken_recipe_fails_naming_the_step(images, tmp_path, broken, step):
 
 
 def test_an_image_is_keyed_by_its_recipe_and_reused(images, tmp_path):
-    from orchestrator.images import ImageStore, Recipe
+    from orchestrator.envs.images import ImageStore, Recipe
 
     store = ImageStore()
     lines = []
@@ -193,8 +193,8 @@ def test_every_framework_trains_in_its_image(fw, tmp_path):
     framework's image built from its recipe (Caffe's compiles from source: 10-20 minutes) and its
     trainer run through the orchestrator in it. CI runs torch and CNTK only (above): without
     CONTAINER_ALL these are deselected (marker `container_all`, tests/ci_skips.py), not skipped."""
-    from orchestrator.images import ImageStore, Recipe
-    from orchestrator.venv_runtime import EnvironmentNotReady
+    from orchestrator.envs.images import ImageStore, Recipe
+    from orchestrator.envs.venv_runtime import EnvironmentNotReady
 
     if shutil.which("ch-run") is None or shutil.which("mmdebstrap") is None:
         _skip("no ch-run or mmdebstrap")
@@ -213,7 +213,7 @@ def test_every_framework_trains_in_its_image(fw, tmp_path):
 
 def test_as_an_ordinary_user_the_command_is_plain_ch_run_with_its_binds(images, tmp_path, monkeypatch):
     """Not root: no mount namespace and no setpriv; the environment is unset before it is set."""
-    from orchestrator.runtime import ContainerRuntime
+    from orchestrator.envs.runtime import ContainerRuntime
 
     monkeypatch.setattr(os, "geteuid", lambda: 1000)
     runtime = ContainerRuntime("torch")

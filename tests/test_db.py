@@ -17,9 +17,9 @@ from alembic.runtime.migration import MigrationContext
 from sqlalchemy import create_engine, inspect, select, text
 from sqlalchemy.exc import IntegrityError
 
-from orchestrator import db, migrations, schema, sql_adapters
-from orchestrator.cell import cell_id as make_cell_id
-from orchestrator.schema import Cell, Metric, Run, Sweep, SweepCell
+from orchestrator.store import db, migrations, schema, sql_adapters
+from orchestrator.sweep.cell import cell_id as make_cell_id
+from orchestrator.store.schema import Cell, Metric, Run, Sweep, SweepCell
 from db_urls import execute, is_sqlite, plain_rows, query, sqlite_file
 from result_factory import make_settings
 
@@ -183,7 +183,7 @@ def test_schema_version_is_the_head_revision_which_pins_the_views():
     scripts = migrations.script()
     assert db.SCHEMA_VERSION == scripts.get_current_head()
     assert scripts.get_revision(db.SCHEMA_VERSION).module.views_sha256 == migrations.views_sha256(), (
-        "the views' definitions changed: add a revision under orchestrator/migrations/versions with "
+        "the views' definitions changed: add a revision under orchestrator/store/migrations/versions with "
         f"views_sha256 = {migrations.views_sha256()!r}")
 
 

@@ -1,4 +1,4 @@
-"""`orchestrator db copy SRC DST` (orchestrator/db_copy.py) between real stores: a SQLite file
+"""`orchestrator db copy SRC DST` (orchestrator/store/db_copy.py) between real stores: a SQLite file
 and the test PostgreSQL server, both ways, twice, and what it refuses."""
 import subprocess
 import sys
@@ -8,8 +8,8 @@ import pytest
 from sqlalchemy import create_engine, text
 from sqlalchemy.pool import NullPool
 
-from orchestrator import db, schema, db_copy
-from orchestrator.schema import Refusal, Run
+from orchestrator.store import db, schema, db_copy
+from orchestrator.store.schema import Refusal, Run
 from test_db import add_run
 
 #: What a store holds, read without its own numbering (run ids): compared across stores.

@@ -15,8 +15,8 @@ import time
 
 import pytest
 
-from orchestrator import filesystems, sql_adapters, sqlite_lease, sqlite_sharing
-from orchestrator.filesystems import FileSystem, Mount, classify, mount_of, parse_mounts
+from orchestrator.store import filesystems, sql_adapters, sqlite_lease, sqlite_sharing
+from orchestrator.store.filesystems import FileSystem, Mount, classify, mount_of, parse_mounts
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "benchmarks"))
 from concurrent_open import race  # noqa: E402 - the benchmark's own rounds
@@ -335,7 +335,7 @@ def test_writers_on_two_hosts_take_turns_and_nothing_is_lost(tmp_path, on_networ
 # --- a damaged file -----------------------------------------------------------------------------
 
 def test_a_damaged_file_is_named_damaged_with_the_way_out(tmp_path):
-    from orchestrator import db
+    from orchestrator.store import db
 
     path = tmp_path / "results.db"
     db.open_db(f"sqlite:///{path}").kw["bind"].dispose()

@@ -8,12 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator import db, schema, job, rerun, runstate
+from orchestrator.store import db, schema
+from orchestrator.job import run as job
+from orchestrator.launch import rerun
+from orchestrator import runstate
 from orchestrator.backends.slurm import STATES
-from orchestrator.cell import cell_id
-from orchestrator.rerun_config import Site
-from orchestrator.resultfile import BadResult, read_result
-from orchestrator.tracking import Evidence, decide
+from orchestrator.sweep.cell import cell_id
+from orchestrator.launch.rerun_config import Site
+from orchestrator.results.resultfile import BadResult, read_result
+from orchestrator.launch.tracking import Evidence, decide
 from trainers.common import errors
 from trainers.common import failure_classes as fc
 

@@ -1,4 +1,4 @@
-"""orchestrator/expand.py: composing once per distinct configuration names the same cells, with
+"""orchestrator/sweep/expand.py: composing once per distinct configuration names the same cells, with
 the same configs and the same refusals, as composing every cell through Hydra (issue 13, item 1)."""
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from hydra.core.hydra_config import HydraConfig
 
-from orchestrator.cell import Cell, CellError
-from orchestrator.expand import Expander
+from orchestrator.sweep.cell import Cell, CellError
+from orchestrator.sweep.expand import Expander
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -142,7 +142,7 @@ def test_two_choices_that_touch_one_key_give_hydras_config(hydra_loader):
 def test_changes_that_touch_one_key_overlap():
     """Two choices' changes may be applied together only where no key is in both (or inside one the
     other replaces); a removed key is a change too."""
-    from orchestrator.expand import _applied, _changes, _overlap
+    from orchestrator.sweep.expand import _applied, _changes, _overlap
 
     ref = {"framework": {"name": "torch", "threads": 2}, "hardware": {"name": "cpu12"}, "label": "torch-cpu12"}
     fw = {"framework": {"name": "caffe"}, "hardware": {"name": "cpu12"}, "label": "caffe-cpu12"}

@@ -1,5 +1,5 @@
 """FLOPs per image from the shared layer tables (trainers/common/flops.py), held to the published
-counts; MFU against the hardware's declared peak (orchestrator/metrics.py); a run above the
+counts; MFU against the hardware's declared peak (orchestrator/job/metrics.py); a run above the
 ceiling (the fewest FLOPs of the algorithms production libraries use) refused as implausible, end to end through
 a sweep, the collector and `results`, while published P100 figures above MFU 1 pass."""
 import json
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator import metrics
+from orchestrator.job import metrics
 from trainers.common import failure_classes, flops
 from trainers.common.flops import fewest_macs, fewest_training_flops, forward_macs, training_flops
 

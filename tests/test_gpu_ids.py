@@ -1,9 +1,9 @@
-"""Which GPUs the job was given (orchestrator/monitor/gpu_ids.py): pure functions, tested on
+"""Which GPUs the job was given (orchestrator/job/monitor/gpu_ids.py): pure functions, tested on
 canned NVML device lists in every form a scheduler or a user writes GPU ids (docs/protocol.md §4)."""
 import pytest
 
-from orchestrator.monitor.gpu_ids import job_gpu_ids, parse_gpu_list, resolve_gpus
-from orchestrator.monitor.sampler import SamplerUnavailable
+from orchestrator.job.monitor.gpu_ids import job_gpu_ids, parse_gpu_list, resolve_gpus
+from orchestrator.job.monitor.sampler import SamplerUnavailable
 
 DEVICES = [(0, "GPU-aaaa1111-0000"), (1, "GPU-bbbb2222-0000"), (2, "GPU-cccc3333-0000"), (3, "GPU-dddd4444-0000")]
 

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator import metrics
-from orchestrator.metrics import compute
+from orchestrator.job import metrics
+from orchestrator.job.metrics import compute
 
 DATA = Path(__file__).parent / "data" / "h200-resnet50-b128"
 

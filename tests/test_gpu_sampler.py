@@ -1,4 +1,4 @@
-"""The GPU sampler (orchestrator/monitor/nvml.py): what it records without NVML, and what it samples.
+"""The GPU sampler (orchestrator/job/monitor/nvml.py): what it records without NVML, and what it samples.
 
 Which GPUs it watches is pure and tested on its own (tests/test_gpu_ids.py); so is the energy
 arithmetic, here. Where this machine has no NVML (CI), the no-GPU path runs for real. NVML
@@ -14,8 +14,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from orchestrator import metrics
-from orchestrator.monitor import GpuSampler, HostSampler, Monitor, SamplerUnavailable
+from orchestrator.job import metrics
+from orchestrator.job.monitor import GpuSampler, HostSampler, Monitor, SamplerUnavailable
 
 
 def test_gpus_zero_records_no_gpu_monitor_and_the_run_carries_on(tmp_path):

@@ -266,7 +266,7 @@ def test_torch_and_tensorflow_run_imagenet_through_the_pipeline_end_to_end(tmp_p
 
 
 def test_a_result_file_records_input_and_one_with_a_bad_input_is_refused_naming_the_field(tmp_path):
-    from orchestrator.resultfile import BadResult, read_result
+    from orchestrator.results.resultfile import BadResult, read_result
     from result_factory import make_result
 
     path = tmp_path / "result.json"
@@ -312,8 +312,9 @@ def test_every_framework_takes_its_imagenet_batches_from_the_shared_loader(frame
 
 def test_rerun_where_input_picks_the_pipeline_cells(tmp_path):
     """`rerun --where input=pipeline` picks by the cells' `input` column (null: memory)."""
-    from orchestrator import db, rerun
-    from orchestrator.rerun_config import Site
+    from orchestrator.store import db
+    from orchestrator.launch import rerun
+    from orchestrator.launch.rerun_config import Site
     from helpers import record_failed
 
     url = "sqlite:///%s" % (tmp_path / "results.db")

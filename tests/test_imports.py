@@ -31,7 +31,7 @@ def modules(root: Path = REPO) -> dict:
 
 
 def _owner(name: str, known: dict):
-    """The module `name` is or lies in (`orchestrator.schema.Run` -> orchestrator.db), or None."""
+    """The module `name` is or lies in (`orchestrator.store.schema.Run` -> orchestrator.store.db), or None."""
     while name and name not in known:
         name = name.rpartition(".")[0]
     return name or None
@@ -237,3 +237,84 @@ def test_every_import_inside_a_function_says_why_it_is_not_at_the_top():
     assert not missing, (f"{len(missing)} imports inside functions without a reason (a `# lazy: ...` / "
                          f"`# optional: ...` comment on the line or the line above, or move it to the top of "
                          f"its module):\n" + "\n".join(missing))
+
+
+#: The layers, lowest first: a module may import its own layer and those below it, never one
+#: above. The registries (each idea declared once) sit under everything; the store under every
+#: stage that reads or writes it; the front door (the CLI and the launch's way in) on top. Data
+#: flows along the pipeline config -> cell -> job -> result file -> collector -> store -> report
+#: (docs/architecture.md); imports point down these layers.
+LAYERS = (
+    ("registries", ("orchestrator", "orchestrator.setting_registry", "orchestrator.metric_registry",
+                    "orchestrator.runstate", "orchestrator.frameworks", "orchestrator.private_files")),
+    ("store", ("orchestrator.store",)),
+    ("envs", ("orchestrator.envs",)),
+    ("results", ("orchestrator.results",)),
+    ("sweep", ("orchestrator.sweep",)),
+    ("backends", ("orchestrator.backends",)),
+    ("job", ("orchestrator.job",)),
+    ("launch", ("orchestrator.launch",)),
+    ("report", ("orchestrator.report",)),
+    ("commands", ("orchestrator.commands",)),
+    ("front door", ("orchestrator.front_door", "orchestrator.launcher_output", "orchestrator.hydra_app",
+                    "orchestrator.cli", "orchestrator.__main__", "hydra_plugins")),
+)
+
+
+def layer_of(module: str):
+    """The index in LAYERS of the layer `module` lies in (its longest matching prefix), or None."""
+    best = None
+    for index, (_, prefixes) in enumerate(LAYERS):
+        for prefix in prefixes:
+            if module == prefix or module.startswith(prefix + "."):
+                if best is None or len(prefix) > best[1]:
+                    best = (index, len(prefix))
+    return None if best is None else best[0]
+
+
+def upward_imports(edges: dict) -> list:
+    """`a -> b (layer -> higher layer)` for every import from a layer to one above it."""
+    found = []
+    for module, targets in sorted(edges.items()):
+        mine = layer_of(module)
+        for target in sorted(targets):
+            theirs = layer_of(target)
+            if mine is not None and theirs is not None and theirs > mine:
+                found.append(f"{module} -> {target} ({LAYERS[mine][0]} -> {LAYERS[theirs][0]})")
+    return found
+
+
+def test_every_orchestrator_module_lies_in_one_layer():
+    unplaced = [m for m in modules() if m.startswith(("orchestrator", "hydra_plugins")) and layer_of(m) is None]
+    assert not unplaced, unplaced
+    flat = sorted(m for m in modules() if m.count(".") == 1 and m.startswith("orchestrator.")
+                  and not any(m in prefixes for _, prefixes in LAYERS))
+    assert not flat, f"flat modules outside the registries and the front door: {flat}"
+
+
+def test_no_import_runs_up_the_layers():
+    assert upward_imports(graph()) == []
+
+
+def test_an_upward_import_is_seen(tmp_path):
+    pkg = tmp_path / "orchestrator"
+    for sub in ("store", "report"):
+        (pkg / sub).mkdir(parents=True)
+        (pkg / sub / "__init__.py").write_text("")
+    (pkg / "__init__.py").write_text("")
+    (pkg / "store" / "db.py").write_text("def f():\n    from orchestrator.report import page  # lazy: a test\n")
+    (pkg / "report" / "page.py").write_text("from orchestrator.store import db\n")
+    for other in ("hydra_plugins", "trainers"):
+        (tmp_path / other).mkdir()
+    assert upward_imports(graph(tmp_path)) == [
+        "orchestrator.store.db -> orchestrator.report.page (store -> report)"]
+
+
+def test_the_architecture_page_draws_the_layers_in_order():
+    page = (REPO / "docs" / "architecture.md").read_text()
+    drawing = page[page.index("```layers"):]
+    drawing = drawing[:drawing.index("```", 3)]
+    names = [name for name, _ in LAYERS]
+    positions = [drawing.find(f"[{name}]") for name in names]
+    assert -1 not in positions, [n for n, p in zip(names, positions) if p == -1]
+    assert positions == sorted(positions, reverse=True), "the drawing lists the layers top (front door) to bottom"

@@ -12,7 +12,7 @@ import time
 import pytest
 from test_db_sharing import _leased, _leased_with_table, _other_host_holds
 
-from orchestrator import filesystems, sqlite_break, sqlite_lease, sqlite_sharing
+from orchestrator.store import filesystems, sqlite_break, sqlite_lease, sqlite_sharing
 
 
 @pytest.fixture

@@ -18,10 +18,13 @@ from test_db_sharing import _leased, _other_host_holds, on_network_fs  # noqa: F
 from result_factory import make_result, write_result
 from test_report import Study
 
-from orchestrator import cli, collector, db, sqlite_break, sqlite_lease, sqlite_sharing, tracking
+from orchestrator import cli
+from orchestrator.results import collector
+from orchestrator.store import db, sqlite_break, sqlite_lease, sqlite_sharing
+from orchestrator.launch import tracking
 from orchestrator.backends import backend_class
 from orchestrator.report import build
-from orchestrator.sql_adapters import Rows
+from orchestrator.store.sql_adapters import Rows
 
 
 @pytest.fixture

@@ -3,9 +3,10 @@ import json
 
 import pytest
 
-from orchestrator import metric_registry, metrics
+from orchestrator import metric_registry
+from orchestrator.job import metrics
 from orchestrator.metric_registry import unit_of
-from orchestrator.metrics import (
+from orchestrator.job.metrics import (
     Metrics, NoWindow, compute, host_metrics, measured_steps, measured_window, throughput, window_samples,
 )
 

@@ -6,7 +6,7 @@ import subprocess
 import sys
 import time
 
-from orchestrator.monitor import HostSampler, Monitor
+from orchestrator.job.monitor import HostSampler, Monitor
 
 BURN = "import time\nt = time.time()\nwhile time.time() - t < 1.5: pass\n"
 

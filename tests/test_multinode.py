@@ -194,7 +194,7 @@ SHOW_NODE = ("NodeName=node1 Arch=x86_64 CoresPerSocket=2 CPUAlloc=0 CPUTot=2 No
 
 
 def test_a_node_finds_its_place_and_every_nodes_address_from_slurm():
-    from orchestrator import node_group
+    from orchestrator.job import node_group
 
     asked = []
 
@@ -221,7 +221,8 @@ def test_a_node_finds_its_place_and_every_nodes_address_from_slurm():
 
 
 def test_the_nodes_figures_combine_as_each_metric_declares():
-    from orchestrator import metric_registry, node_group
+    from orchestrator import metric_registry
+    from orchestrator.job import node_group
 
     first = {"images_per_sec": 1000.0, "energy_j": 50.0, "gpu_power_avg_w": 200.0, "gpu_mem_peak_bytes": 3e9,
              "cpu_percent_avg": 90.0, "cpu_percent_peak": 150.0, "images_per_sec_per_w": 5.0, "top1_final": 0.9}

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from helpers import SMALL, orchestrator, rows, wait_until_final
-from orchestrator import node_group
+from orchestrator.job import node_group
 from trainers.common import failure_classes as fc
 
 #: one incarnation of job 7 (the environment both nodes' jobs see); REQUEUED is its next one

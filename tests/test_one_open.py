@@ -13,7 +13,7 @@ from helpers import REPO, rows, user_dir
 #: sql_adapters.connect (sqlite3 alone, `status`'s fast path), before any module binds either.
 COUNTING = """
 import atexit, json, runpy, sys
-from orchestrator import db, sql_adapters
+from orchestrator.store import db, sql_adapters
 opened = []
 def counted(f):
     def wrapped(*args, **kwargs):

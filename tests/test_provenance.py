@@ -4,7 +4,7 @@ import subprocess
 
 import pytest
 
-from orchestrator import provenance
+from orchestrator.job import provenance
 from trainers.common import host
 
 

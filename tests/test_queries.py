@@ -1,10 +1,10 @@
-"""orchestrator.queries: each question the commands ask written once, the same answer through
+"""orchestrator.store.queries: each question the commands ask written once, the same answer through
 sqlite3 (status's path) and through a SQLAlchemy session, and the latest-attempt rule in one module."""
 import re
 from pathlib import Path
 
-from orchestrator import db, schema, queries, sql_adapters as rows_module
-from orchestrator.collector import collect
+from orchestrator.store import db, schema, queries, sql_adapters as rows_module
+from orchestrator.results.collector import collect
 from db_urls import is_sqlite
 from result_factory import make_result, write_result
 
@@ -16,7 +16,7 @@ LATEST_RULE = re.compile(r"\blatest\s*(==|=\s*(:|1\b|true\b|TRUE\b)|\s(IS|is)\s)
 
 
 def test_the_latest_attempt_rule_is_written_in_one_module():
-    """Outside the migrations (history, frozen), only orchestrator/queries.py says which runs are
+    """Outside the migrations (history, frozen), only orchestrator/store/queries.py says which runs are
     the latest attempts; schema.latest_runs() and every command read it from there."""
     saying = sorted(str(p.relative_to(ORCHESTRATOR)) for p in ORCHESTRATOR.rglob("*.py")
                     if "versions" not in p.parts and LATEST_RULE.search(p.read_text()))
@@ -71,7 +71,8 @@ def test_the_history_a_learned_time_limit_reads_is_the_same_on_either_store(tmp_
     """queries.limit_history (time_limits.learn's one question) through each store: the successful
     runs of cells with the same names, newest first, with their wall time and settings (a column
     named like a keyword, `like`, included); a failure and another model are not history."""
-    from orchestrator import runstate, setting_registry, time_limits
+    from orchestrator import runstate, setting_registry
+    from orchestrator.sweep import time_limits
 
     runs = tmp_path / "runs"
     old = make_result(sweep="a", model="lenet", batch_size=8)

@@ -14,8 +14,9 @@ import pytest
 from helpers import FAST, orchestrator, rows, user_dir, wait_until_final
 from result_factory import make_settings
 
-from orchestrator import db, schema, setting_registry
-from orchestrator.cell import cell_id
+from orchestrator.store import db, schema
+from orchestrator import setting_registry
+from orchestrator.sweep.cell import cell_id
 from trainers.common.failure_classes import way_out
 from orchestrator.report import compare, speedup, tables
 from orchestrator.report.build import write_report

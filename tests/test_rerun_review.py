@@ -68,8 +68,9 @@ ENV = "+framework.env=norecipe"
 
 def _picked(tmp_path, planted=None, sweep_id="s1", user=ME, runs=None, overrides=(ENV,), cell=CELL):
     """rerun's pick, as `rerun --failed --all-users` makes it, of one recorded failed cell."""
-    from orchestrator import db, rerun
-    from orchestrator.rerun_config import Site
+    from orchestrator.store import db
+    from orchestrator.launch import rerun
+    from orchestrator.launch.rerun_config import Site
     from trainers.common import failure_classes as fc
 
     from helpers import record_failed
@@ -142,8 +143,9 @@ def test_no_database_url_or_password_is_written_into_the_database(db_url, tmp_pa
     from db_urls import query
 
     from helpers import orchestrator, user_dir
-    from orchestrator import db, rerun
-    from orchestrator.rerun_config import Site
+    from orchestrator.store import db
+    from orchestrator.launch import rerun
+    from orchestrator.launch.rerun_config import Site
 
     workdir = user_dir(tmp_path)
     workdir[1].update(ORCHESTRATOR_CACHE=str(tmp_path / "cache"), ORCHESTRATOR_DB=db_url)
@@ -222,7 +224,7 @@ def test_paths_the_rerun_command_sets_itself_are_refused_as_overrides(tmp_path, 
 
 
 def test_a_follow_up_takes_the_launchs_site_options_from_its_pickle_only():
-    from orchestrator.rerun_config import site_only
+    from orchestrator.launch.rerun_config import site_only
 
     launch = ["cluster=slurm", "hardware=cpu12", "batch_size=8", "+framework.env=norecipe", "paths.data=/scratch",
               "paths.db=postgresql://me:pw@db/bench", "paths.runs=/x", "runtime=apptainer", "+cluster.setup=[module load x]"]
@@ -236,7 +238,7 @@ def test_the_follow_up_job_reruns_on_the_launchs_site_configuration(tmp_path, sl
     not the caller's, and it is refused)."""
     import subprocess
 
-    from orchestrator import retry
+    from orchestrator.launch import retry
     from trainers.common import failure_classes as fc
 
     from helpers import SMALL, orchestrator, record_failed, rows, user_dir
@@ -287,9 +289,10 @@ def test_a_repeat_another_rerun_resubmitted_meanwhile_is_left_to_it(db_url, tmp_
     failed: runs.uid): the other's attempt row is inserted between this one's pick and its insert,
     through a second connection, as the other process does; this one skips that repeat, says so,
     and submits the rest."""
-    from orchestrator import db, rerun, schema
-    from orchestrator.rerun_config import Site
-    from orchestrator.resultfile import run_uid
+    from orchestrator.store import db, schema
+    from orchestrator.launch import rerun
+    from orchestrator.launch.rerun_config import Site
+    from orchestrator.results.resultfile import run_uid
     from trainers.common import failure_classes as fc
 
     from helpers import record_failed
@@ -377,7 +380,7 @@ def test_recorded_monitor_and_time_limit_values_are_checked_as_a_new_sweeps(tmp_
 def test_only_a_urls_password_is_masked(word, kept):
     """A word with no `user:password@` part is kept byte for byte (the review: SQLAlchemy's parser
     raised on `docker://ubuntu:22.04]`, ending the launch, and rewrote `myconf]` as `myconf%5D`)."""
-    from orchestrator import db
+    from orchestrator.store import db
 
     assert db.hide_passwords(word) == (kept or word)
 
@@ -399,8 +402,9 @@ def test_a_launch_with_urls_that_hold_no_password_is_recorded_as_typed(tmp_path)
 def test_a_rerun_never_writes_the_callers_site_into_the_sweeps_record(tmp_path, monkeypatch):
     """Issue 35 review: bob's rerun of alice's cell wrote bob's `cluster.setup` (a token) over
     alice's sweep_cells.config, where every user of the shared database reads it."""
-    from orchestrator import db, rerun
-    from orchestrator.rerun_config import Site
+    from orchestrator.store import db
+    from orchestrator.launch import rerun
+    from orchestrator.launch.rerun_config import Site
     from trainers.common import failure_classes as fc
 
     from helpers import record_failed
@@ -422,7 +426,7 @@ def test_a_rerun_never_writes_the_callers_site_into_the_sweeps_record(tmp_path, 
 def test_hydra_searchpath_is_the_one_hydra_key_a_rerun_or_follow_up_takes():
     """A follow-up job composes the launch's site: its conf dir (hydra.searchpath) included, never
     Hydra's run or sweep dirs (a carried `hydra.run.dir=` would write elsewhere)."""
-    from orchestrator.rerun_config import site_only
+    from orchestrator.launch.rerun_config import site_only
 
     typed = ["hydra.searchpath=[file:///x/myconf]", "hydra.run.dir=/tmp/x", "hydra.sweep.dir=/tmp/y",
              "cluster=slurm", "batch_size=8", "paths.db=sqlite:///x.db"]
@@ -435,7 +439,7 @@ def test_a_launchs_hydra_searchpath_travels_with_its_cells(tmp_path):
     such cluster in its follow-up and got no retries. Each cell's overrides (what the follow-up
     carries, and sweeps.overrides records) now hold it."""
     from helpers import orchestrator, user_dir
-    from orchestrator.rerun_config import site_only
+    from orchestrator.launch.rerun_config import site_only
 
     workdir = user_dir(tmp_path)
     workdir[1].update(ORCHESTRATOR_CACHE=str(tmp_path / "cache"))
@@ -449,11 +453,12 @@ def test_a_launchs_hydra_searchpath_travels_with_its_cells(tmp_path):
 
 
 def test_retry_timeout_is_refused_where_the_cells_site_options_differ():
-    """The follow-up job carries one cell's site options (orchestrator/retry.py): a sweep whose
+    """The follow-up job carries one cell's site options (orchestrator/launch/retry.py): a sweep whose
     cells have different ones is refused retry.timeout in one line, before anything is written."""
     from helpers import composed
-    from orchestrator import config_checks, front_door
-    from orchestrator.cell import Cell
+    from orchestrator.sweep import config_checks
+    from orchestrator import front_door
+    from orchestrator.sweep.cell import Cell
 
     def cell(*overrides):
         return Cell.from_plain(composed([*CELL, *overrides]), (*CELL, *overrides))

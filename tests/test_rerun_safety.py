@@ -17,9 +17,11 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator import db, private_files, rerun, runstate, schema
+from orchestrator.store import db, schema
+from orchestrator import private_files, runstate
+from orchestrator.launch import rerun
 from orchestrator.backends.slurm_task import take_task_pickle, write_bundle
-from orchestrator.rerun_config import Site
+from orchestrator.launch.rerun_config import Site
 from trainers.common import failure_classes as fc
 
 from helpers import composed, orchestrator, record_failed, rows, user_dir, wait_until_final

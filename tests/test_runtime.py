@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.runtime import ApptainerRuntime, make_runtime
-from orchestrator.venv_runtime import REPO, EnvironmentNotReady, VenvRuntime
+from orchestrator.envs.runtime import ApptainerRuntime, make_runtime
+from orchestrator.envs.venv_runtime import REPO, EnvironmentNotReady, VenvRuntime
 
 
 def test_venv_is_keyed_by_its_recipe(tmp_path):

@@ -7,9 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator import schema, resultfile, setting_registry
-from orchestrator.cell import cell_id
-from orchestrator.job import trainer_args
+from orchestrator.store import schema
+from orchestrator.results import resultfile
+from orchestrator import setting_registry
+from orchestrator.sweep.cell import cell_id
+from orchestrator.job.run import trainer_args
 from orchestrator.setting_registry import SETTINGS
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -160,8 +162,8 @@ def test_refused_and_expanded_cells_read_defaults_the_same_way():
     settings expansion gives the cell."""
     from omegaconf import OmegaConf
 
-    from orchestrator.cell import lookup, resolve_settings
-    from orchestrator.submit import refusal_settings
+    from orchestrator.sweep.cell import lookup, resolve_settings
+    from orchestrator.launch.submit import refusal_settings
 
     plain = {"framework": {"name": "torch"}, "model": {"name": "lenet", "batch_size": {"mnist": 64}},
              "dataset": {"name": "mnist"}, "hardware": {"name": "local", "cpus": 3}, "cluster": {"name": "local"}, "gpus": 0, "threads": None,
@@ -193,7 +195,7 @@ COMPOSED_IDS = [
 def test_a_resolved_cell_holds_every_default_and_keeps_its_id(overrides, expected):
     """Resolution fills each setting's default into the cell (no reader re-defaults: `nodes` is 1,
     not None), while the id still leaves a setting at its default out, as it did."""
-    from orchestrator.cell import Cell
+    from orchestrator.sweep.cell import Cell
 
     from helpers import composed
 

@@ -19,7 +19,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "benchmarks"))
 import shared_fs  # noqa: E402 - the benchmark's own rounds
 
-from orchestrator import sqlite_lease  # noqa: E402
+from orchestrator.store import sqlite_lease  # noqa: E402
 
 HOW = "start it as root with `scripts/sharedfs.sh start` (scripts/test.sh does when run as root)"
 

@@ -199,8 +199,8 @@ def test_retry_timeout_resubmits_a_timed_out_cell_by_itself_with_twice_its_limit
 def test_an_interrupted_submission_is_adopted_not_submitted_twice(slurm_workdir, monkeypatch):
     from hydra import compose, initialize_config_dir
 
-    from orchestrator.cell import Cell
-    from orchestrator.submit import Options, submit_sweep
+    from orchestrator.sweep.cell import Cell
+    from orchestrator.launch.submit import Options, submit_sweep
 
     tmp, env = slurm_workdir
     for key in ("ORCHESTRATOR_DB", "ORCHESTRATOR_RUNS", "ORCHESTRATOR_DATA", "SLURM_CONF"):

@@ -66,7 +66,7 @@ def _expected_limits(slurm_workdir, sweep_id):
     earlier run (wall time and step time as recorded), and whether it is its own history."""
     import json
 
-    from orchestrator import time_limits
+    from orchestrator.sweep import time_limits
 
     (cell_id, wall_s, step_s, settings), = rows(slurm_workdir, (
         "select cells.id, runs.ended_at - runs.started_at, metrics.value, cells.settings from runs join cells on "

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.venv_runtime import default_cache
+from orchestrator.envs.venv_runtime import default_cache
 
 from helpers import FAST, harness_site, orchestrator, rows, user_dir, wait_until_final
 

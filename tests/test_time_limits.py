@@ -1,14 +1,14 @@
-"""Time limits learned from earlier runs (orchestrator/time_limits.py) on canned history, and
+"""Time limits learned from earlier runs (orchestrator/sweep/time_limits.py) on canned history, and
 what they become in the sbatch script. The real-cluster half is in test_slurm_limits.py."""
 import pytest
 from hydra import compose, initialize_config_dir
 
-from orchestrator import time_limits
+from orchestrator.sweep import time_limits
 from orchestrator.backends import backend_for
 from orchestrator.backends.sbatch import sbatch_options
-from orchestrator.cell import Cell
-from orchestrator.config_checks import ConfigError
-from orchestrator.time_limits import Past, doubled, predict, scaled, step_factor
+from orchestrator.sweep.cell import Cell
+from orchestrator.sweep.config_checks import ConfigError
+from orchestrator.sweep.time_limits import Past, doubled, predict, scaled, step_factor
 
 from helpers import REPO
 
@@ -186,13 +186,13 @@ def test_bad_time_limit_settings_are_refused_with_the_way_out():
     assert time_limits.options({}) == {"safety": 1.5, "floor_safety": 1.4, "allowance_min": 1.0, "build_min": 15.0,
                                        "recent": 3}
     assert time_limits.options(cell().config) == time_limits.options({})  # conf/config.yaml says the same
-    from orchestrator.cell import CellError
+    from orchestrator.sweep.cell import CellError
     with pytest.raises(CellError, match="or auto"):
         cell("hardware=cpu12", "hardware.time_min=soon")
 
 
 def test_retry_timeout_counts_attempts_and_the_follow_up_opens_the_same_database(tmp_path):
-    from orchestrator import retry
+    from orchestrator.launch import retry
 
     assert retry.timeouts({}) == 0 and retry.timeouts({"retry": {"timeout": 2}}) == 2
     two = {"retry": {"timeout": 2}}  # two retries: attempts 1 and 2 are followed up, attempt 3 is the last
@@ -216,7 +216,7 @@ def test_rerun_follow_up_takes_no_class_or_time(tmp_path):
 
 
 def test_whether_a_job_will_build_its_environment_is_read_from_the_cache(tmp_path):
-    from orchestrator.runtime import make_runtime
+    from orchestrator.envs.runtime import make_runtime
 
     venv = make_runtime("venv", "torch", cache=tmp_path)
     assert venv.builds_in_job()  # an empty cache: the job builds it first
@@ -234,8 +234,9 @@ def test_retry_timeout_counts_the_retries_of_its_own_sweep_not_the_attempts_of_e
     The follow-up's pick (rerun.pick, follow_up) against a real SQLite results database."""
     import time
 
-    from orchestrator import db, rerun, schema
-    from orchestrator.rerun_config import Site
+    from orchestrator.store import db, schema
+    from orchestrator.launch import rerun
+    from orchestrator.launch.rerun_config import Site
 
     config = cell("cluster=slurm", "hardware=cpu12", "retry.timeout=1").config  # retry.timeout needs a scheduler
     config = {**config, "hardware": {**config["hardware"], "time_min": 3, "time_source": time_limits.SET}}

@@ -1,23 +1,23 @@
 """Each cell of a sweep learns its own time limit (issue 35, 1 and 8): cells made by
-orchestrator/expand.py, which shares the unchanged parts of a composition's config between them,
+orchestrator/sweep/expand.py, which shares the unchanged parts of a composition's config between them,
 against one earlier run in a real SQLite results database. The real-cluster half: test_slurm_limits.py."""
 import math
 
 import pytest
 from hydra import compose, initialize_config_dir
 
-from orchestrator import time_limits
-from orchestrator.cell import Cell
+from orchestrator.sweep import time_limits
+from orchestrator.sweep.cell import Cell
 
 from helpers import REPO
 
 
 def _expanded(grid):
-    """The cells of `grid` (override lists) as the launcher makes them: orchestrator/expand.py's
+    """The cells of `grid` (override lists) as the launcher makes them: orchestrator/sweep/expand.py's
     Expander, which shares the unchanged parts of a composition's config between its cells."""
     from hydra.core.global_hydra import GlobalHydra
 
-    from orchestrator.expand import Expander
+    from orchestrator.sweep.expand import Expander
 
     with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
         master = compose("config", return_hydra_config=True)
@@ -30,7 +30,7 @@ def _one_earlier_run(url, cell, wall_s, step_s):
     measured steps `step_s` each (the metric step_time_mean, as the collector records it)."""
     import time
 
-    from orchestrator import db, schema
+    from orchestrator.store import db, schema
 
     with db.open_db(url).begin() as session:
         session.add(schema.Sweep(id="earlier", created_at=time.time(), argv=[], overrides=[], n_cells=1))
@@ -45,8 +45,8 @@ def _one_earlier_run(url, cell, wall_s, step_s):
 
 
 def _learned(url, cells):
-    from orchestrator import db
-    from orchestrator.sql_adapters import Rows
+    from orchestrator.store import db
+    from orchestrator.store.sql_adapters import Rows
 
     with db.open_db(url, create=False)() as session:
         return time_limits.learn(cells, Rows.of(session), lambda config: None, {})
@@ -96,7 +96,7 @@ def test_each_gpu_count_of_a_strong_scaling_sweep_has_its_own_limit(tmp_path):
 
 
 def test_history_rows_without_a_valid_wall_time_are_left_out_and_counted(tmp_path):
-    from orchestrator import db
+    from orchestrator.store import db
 
     (cell,) = _expanded([["hardware=cpu12"]])
     url = f"sqlite:///{tmp_path}/results.db"
@@ -118,7 +118,7 @@ def test_the_foreground_dry_run_shows_the_learned_limit_its_source_and_the_rows_
     """Issue 35, 8: `dry_run=true` without -m showed `auto min` and no source."""
     from sqlalchemy import text
 
-    from orchestrator import db
+    from orchestrator.store import db
     from helpers import run_cli
 
     (cell,) = _expanded([["hardware=cpu12"]])
@@ -141,7 +141,7 @@ def _timed_out_run(url, cell, limit_min):
     ran until the limit stopped it."""
     import time
 
-    from orchestrator import db, schema
+    from orchestrator.store import db, schema
 
     with db.open_db(url).begin() as session:
         if session.get(schema.Cell, cell.id) is None:
@@ -176,8 +176,9 @@ def test_the_left_out_count_is_said_of_its_own_cell_and_counts_not_toward_the_hi
     from the same names, and invalid rows filled limit_history's LIMIT in place of valid ones."""
     from sqlalchemy import text
 
-    from orchestrator import db, queries, runstate, setting_registry
-    from orchestrator.sql_adapters import Rows
+    from orchestrator.store import db, queries
+    from orchestrator import runstate, setting_registry
+    from orchestrator.store.sql_adapters import Rows
 
     a, b = _expanded([["hardware=cpu12", "iterations=50"], ["hardware=cpu12", "precision=bf16"]])
     url = f"sqlite:///{tmp_path}/results.db"

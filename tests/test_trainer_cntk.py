@@ -38,7 +38,7 @@ def test_threads_reach_cntk_and_the_build_says_so(framework_run, run_checks):
 
 
 def test_no_python_36_means_unsupported(tmp_path, repo_root):
-    from orchestrator.venv_runtime import EnvironmentNotReady, VenvRuntime
+    from orchestrator.envs.venv_runtime import EnvironmentNotReady, VenvRuntime
     recipe = tmp_path / "recipe"
     recipe.mkdir()
     shutil.copy(str(repo_root / "containers" / "cntk" / "requirements.txt"), str(recipe))

@@ -15,7 +15,7 @@
 # boost_python library. A second environment with the same key copies the cached package in
 # seconds. The venv gets a copy (not a link), so it keeps working if the cache is cleaned.
 #
-# Environment (set by orchestrator.runtime.VenvRuntime): ENV_DIR, PYTHON, RECIPE_DIR.
+# Environment (set by orchestrator.envs.runtime.VenvRuntime): ENV_DIR, PYTHON, RECIPE_DIR.
 # Optional: CAFFE_BUILD_JOBS (default: all CPUs), CAFFE_SDIST (a local brocolli-caffe sdist).
 set -euo pipefail
 

@@ -44,13 +44,13 @@ class OrchestratorLauncher(Launcher):
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
         # lazy: the orchestrator's modules only where a sweep is launched (Hydra imports every plugin)
         from orchestrator import front_door
-        from orchestrator.expand import Expander
-        from orchestrator.rerun_config import site_only
+        from orchestrator.sweep.expand import Expander
+        from orchestrator.launch.rerun_config import site_only
 
         assert self.config is not None and self.hydra_context is not None
         expander = Expander(self.hydra_context.config_loader, self.config)
         # Hydra's overrides of the launch that a rerun takes (hydra.searchpath: a site's own conf dir) go with
-        # each cell's, so the follow-up job of retry.timeout composes the same site (orchestrator/retry.py)
+        # each cell's, so the follow-up job of retry.timeout composes the same site (orchestrator/launch/retry.py)
         carried = tuple(site_only(list(self.config.hydra.overrides.hydra)))
         front_door.launch(_asked(expanded, carried) for expanded in expander.expand(job_overrides, initial_job_idx))
         log.debug("expanded %d cells: %d compositions, %d on Hydra's path", len(job_overrides),
@@ -62,7 +62,7 @@ class OrchestratorLauncher(Launcher):
 def _asked(expanded, carried=()):
     """One expanded override list as the front door takes it: its choices were checked where the
     expander composed it, so the cell is made from its plain config."""
-    from orchestrator.cell import Cell, CellError
+    from orchestrator.sweep.cell import Cell, CellError
     from orchestrator.front_door import Asked
 
     def resolve():

@@ -4,7 +4,7 @@ Hydra's `BasicSweeper` expands the grid (`framework=caffe,tf seed=range(0,500)`,
 `hydra.sweeper.params` of a preset) and then, before launching, composes every cell's config
 once to check that it can be composed — which the launcher then does again. On a 1,000-cell
 sweep that check was half the submission's time. Our launcher composes each *distinct*
-configuration once (orchestrator/expand.py) through Hydra's own loader, so a wrong name still
+configuration once (orchestrator/sweep/expand.py) through Hydra's own loader, so a wrong name still
 fails there with Hydra's message and its list of choices, before anything is written; this
 sweeper only leaves out the second composition. Everything else (the grammar of sweeps,
 `params`, `max_batch_size`) is Hydra's.

@@ -11,7 +11,7 @@ import importlib
 from typing import Any, Mapping
 
 from orchestrator.backends.base import Backend, SchedulerUnavailable, SchedulerView
-from orchestrator.config_checks import ConfigError, refuse
+from orchestrator.sweep.config_checks import ConfigError, refuse
 
 #: backend name (a cluster config's `executor`) -> "module:Class", imported on first use so
 #: that `orchestrator --help` and the local path never import what Slurm needs.

@@ -103,7 +103,7 @@ class Backend:
                   partition: Optional[str], name: str, time_min: int, mem_mb: int) -> str:
         """Submits fn(spec) as a small job (one CPU, not exclusive, `time_min` minutes, `mem_mb`)
         that starts once every job in `after` has ended, however it ended; returns its job id
-        (orchestrator/retry.py)."""
+        (orchestrator/launch/retry.py)."""
         raise NotImplementedError(f"the {self.name} backend cannot hold a job until others end")
 
     # --- following ----------------------------------------------------------------------

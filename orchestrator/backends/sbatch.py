@@ -22,8 +22,8 @@ import re
 from typing import Any, Mapping, Optional
 
 from orchestrator.backends.slurm_cluster import Request, show_mb
-from orchestrator.config_checks import boolean, integer, name, one_line, one_of, refuse
-from orchestrator.time_limits import configured
+from orchestrator.sweep.config_checks import boolean, integer, name, one_line, one_of, refuse
+from orchestrator.sweep.time_limits import configured
 
 #: An sbatch long option as Slurm spells them, after submitit turns `_` into `-`.
 OPTION = re.compile(r"[a-z][a-z0-9]*(-[a-z0-9]+)*")

@@ -91,7 +91,7 @@ class Request:
     gpu_type: Optional[str] = None
     time_min: Optional[int] = None
     nodes: int = 1
-    #: sbatch's --time-min (a learned limit's lower bound: orchestrator/time_limits.py), or None
+    #: sbatch's --time-min (a learned limit's lower bound: orchestrator/sweep/time_limits.py), or None
     time_floor_min: Optional[int] = None
     #: how the GPUs were asked for, to name them as the user wrote them
     gpu_flag: str = field(default="", compare=False)

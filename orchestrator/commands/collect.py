@@ -1,4 +1,4 @@
-"""`collect`: land finished runs' result.json files in the database (orchestrator.collector),
+"""`collect`: land finished runs' result.json files in the database (orchestrator.results.collector),
 after bringing open runs' states up to date."""
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Optional
 
 from orchestrator.commands.common import LAUNCH_HINT, CliError, Database, opened, reconcile
-from orchestrator.sql_adapters import Rows
+from orchestrator.store.sql_adapters import Rows
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -31,8 +31,8 @@ def collect(database: Database, runs: Path, out: Console, batch: Optional[int] =
     """Collects the result files under `runs` into the database (a URL: made if missing);
     exit status 1 where a file is broken."""
     # lazy: SQLAlchemy (~0.3 s) only in the commands that need it: `status` and --help start without it
-    from orchestrator.collector import BATCH_SIZE
-    from orchestrator.collector import collect as collect_files
+    from orchestrator.results.collector import BATCH_SIZE
+    from orchestrator.results.collector import collect as collect_files
 
     if not runs.is_dir():
         raise CliError(f"no runs directory {runs} here; {LAUNCH_HINT} (or pass --runs DIR)")

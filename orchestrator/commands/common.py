@@ -8,11 +8,11 @@ import sys
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional, Union
 
-from orchestrator import queries
-from orchestrator.sql_adapters import Rows, connect, sqlite_file
-from orchestrator.config_checks import ConfigError
-from orchestrator.sqlite_lease import LeaseLost, LeaseRefused
-from orchestrator.sqlite_sharing import damaged, damaged_way_out
+from orchestrator.store import queries
+from orchestrator.store.sql_adapters import Rows, connect, sqlite_file
+from orchestrator.sweep.config_checks import ConfigError
+from orchestrator.store.sqlite_lease import LeaseLost, LeaseRefused
+from orchestrator.store.sqlite_sharing import damaged, damaged_way_out
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -61,16 +61,16 @@ def answer(command: Callable[[], int], url: str) -> int:
 def database_error(exc: Exception, url: str) -> Optional[str]:
     """What to say of a database error (None: it is not one). SQLAlchemy's and db's errors are
     looked for only where the command imported them (`status` on a current SQLite file reads it
-    with sqlite3 alone: orchestrator.sql_adapters)."""
+    with sqlite3 alone: orchestrator.store.sql_adapters)."""
     if isinstance(exc, (LeaseRefused, LeaseLost)):
         return str(exc)  # its one line names the holder or the loss, and the way out
     said = exc if isinstance(exc, sqlite3.Error) else None  # the driver's error, said as it is
-    if "orchestrator.db" in sys.modules:
+    if "orchestrator.store.db" in sys.modules:
         # lazy: SQLAlchemy (~0.3 s) only in the commands that need it: `status` and --help start without it
         from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 
         # lazy: SQLAlchemy (~0.3 s) only in the commands that need it: `status` and --help start without it
-        from orchestrator import db, schema
+        from orchestrator.store import db, schema
 
         if isinstance(exc, db.NoDatabase):
             return f"{exc}; {LAUNCH_HINT} (or point --db / ORCHESTRATOR_DB at an existing database)"
@@ -93,7 +93,7 @@ def shown(url: str) -> str:
     if "@" not in url:  # no password to mask (and no SQLAlchemy to import for `status`)
         return url
     # lazy: SQLAlchemy (~0.3 s) only in the commands that need it: `status` and --help start without it
-    from orchestrator import db
+    from orchestrator.store import db
 
     return db.hide_passwords(url)
 
@@ -105,14 +105,14 @@ def opened(database: Database, create: bool = False) -> "sessionmaker":
     if not isinstance(database, str):
         return database
     # lazy: SQLAlchemy (~0.3 s) only in the commands that need it: `status` and --help start without it
-    from orchestrator import db
+    from orchestrator.store import db
 
     return db.open_db(database, create=create)
 
 
 @contextmanager
 def reading(database: Database) -> Iterator[Rows]:
-    """The database, for a command that reads it with SQL text (orchestrator.queries): a URL of a
+    """The database, for a command that reads it with SQL text (orchestrator.store.queries): a URL of a
     SQLite file at the current revision through sqlite3 alone (`status` without SQLAlchemy's
     import), else through its handle (opened)."""
     direct = connect(database) if isinstance(database, str) else None
@@ -125,11 +125,11 @@ def reading(database: Database) -> Iterator[Rows]:
 
 
 def reconcile(rows: Rows, sweep_id: Optional[str], out: Console, runs: Optional[str] = None) -> None:
-    """Brings open runs' states up to date (orchestrator.tracking); says which scheduler did not
+    """Brings open runs' states up to date (orchestrator.launch.tracking); says which scheduler did not
     answer, in which case its runs keep their states. `runs` (the command's --runs): only run
     directories under it are read (the database's word is no path to open anywhere)."""
     # lazy: SQLAlchemy (~0.3 s) only in the commands that need it: `status` and --help start without it
-    from orchestrator import tracking
+    from orchestrator.launch import tracking
 
     for message in tracking.reconcile(rows, sweep_id, runs=runs).messages():
         out.print(message, style="yellow", markup=False)  # it names runs and jobs the database holds
@@ -166,7 +166,7 @@ def noisy_cv(percent: Optional[float]) -> float:
             raise CliError(f"ORCHESTRATOR_NOISY_CV={os.environ['ORCHESTRATOR_NOISY_CV']!r} is not a number (percent)") from None
     if value is None:
         # lazy: SQLAlchemy (~0.3 s) only in the commands that need it: `status` and --help start without it
-        from orchestrator import schema
+        from orchestrator.store import schema
 
         return schema.NOISY_CV
     if value < 0:
@@ -196,7 +196,7 @@ def add_user(parser: Any, verb: str) -> None:
 def whose(args: Any) -> tuple[Optional[str], str]:
     """The user whose runs a command takes (None: everyone's), and how its output says so."""
     # lazy: the lease module only where a command asks whose runs it acts on
-    from orchestrator.sqlite_lease import who
+    from orchestrator.store.sqlite_lease import who
 
     if getattr(args, "all_users", False):
         return None, "every user's runs"

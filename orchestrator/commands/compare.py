@@ -7,7 +7,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from orchestrator.commands.common import CliError, pick_sweeps
-from orchestrator.sql_adapters import Rows
+from orchestrator.store.sql_adapters import Rows
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -29,7 +29,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace, out: Console) -> int:
     """Exit 0: no regression; 1: a cell slower beyond --threshold and noise; 2: bad usage."""
     # lazy: SQLAlchemy (~0.3 s) only in the commands that need it: `status` and --help start without it
-    from orchestrator import db, schema
+    from orchestrator.store import db, schema
     from orchestrator.report import compare, tables
 
     def from_sweep(wanted: str, metric: str) -> tuple[str, list[Any]]:

@@ -1,11 +1,11 @@
-"""`data`: dataset files where the `dataset` configs look for them (orchestrator.dataset_files writes them)."""
+"""`data`: dataset files where the `dataset` configs look for them (orchestrator.sweep.dataset_files writes them)."""
 from __future__ import annotations
 
 import argparse
 import os
 from pathlib import Path
 
-from orchestrator import dataset_files
+from orchestrator.sweep import dataset_files
 
 HELP = "write dataset files (generate mnist|cifar10|imagenet, or scikit-learn's digits): data --help"
 

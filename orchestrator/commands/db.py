@@ -1,4 +1,4 @@
-"""`db copy SRC DST`: the results database itself, copied into another (orchestrator.db_copy)."""
+"""`db copy SRC DST`: the results database itself, copied into another (orchestrator.store.db_copy)."""
 from __future__ import annotations
 
 import argparse
@@ -24,8 +24,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace, out: Console) -> int:
     # lazy: SQLAlchemy (~0.3 s) only in the commands that need it: `status` and --help start without it
-    from orchestrator import db
-    from orchestrator.db_copy import CopyRefused, copy
+    from orchestrator.store import db
+    from orchestrator.store.db_copy import CopyRefused, copy
 
     if args.src == args.dst:
         raise CliError(f"db copy: SRC and DST are one database ({shown(args.src)}); name another DST")

@@ -1,5 +1,5 @@
-"""`images`: container images built from the framework recipes (orchestrator.images), and their
-Apptainer definitions (orchestrator.apptainer)."""
+"""`images`: container images built from the framework recipes (orchestrator.envs.images), and their
+Apptainer definitions (orchestrator.envs.apptainer)."""
 from __future__ import annotations
 
 import argparse
@@ -14,7 +14,7 @@ def main(argv: Sequence[str]) -> int:
     """`orchestrator images build FW[,FW...]|all [--force]` / `orchestrator images list` /
     `orchestrator images def FW [--base cpu|cuda12|cuda11|cuda10] [-o FILE]`."""
     # lazy: the image and environment machinery only for `orchestrator images`
-    from orchestrator import images, venv_runtime
+    from orchestrator.envs import images, venv_runtime
 
     parser = argparse.ArgumentParser(prog="orchestrator images",
                                      description="Container images built from containers/<framework>/ "
@@ -25,10 +25,10 @@ def main(argv: Sequence[str]) -> int:
     p.add_argument("--force", action="store_true", help="build again even if an image of this recipe exists")
     sub.add_parser("list", help="the images of the current recipes: digest, size, build time")
     # lazy: the image and environment machinery only for `orchestrator images`
-    from orchestrator.apptainer import BASES
+    from orchestrator.envs.apptainer import BASES
 
     p = sub.add_parser("def", help="print (or write) the Apptainer definition of a framework's recipe on a base "
-                                   "(orchestrator/apptainer.py); the CPU image needs none: apptainer build "
+                                   "(orchestrator/envs/apptainer.py); the CPU image needs none: apptainer build "
                                    "<fw>.sif <image dir>")
     p.add_argument("framework")
     p.add_argument("--base", default="cpu", help="the base image: " + "; ".join(
@@ -39,7 +39,7 @@ def main(argv: Sequence[str]) -> int:
     except SystemExit as exc:
         return exc.code if isinstance(exc.code, int) else 2
     # lazy: the image and environment machinery only for `orchestrator images`
-    from orchestrator.venv_runtime import available_recipes
+    from orchestrator.envs.venv_runtime import available_recipes
 
     names = available_recipes()
     if args.command == "def":
@@ -71,7 +71,7 @@ def main(argv: Sequence[str]) -> int:
 def _definition(args: argparse.Namespace, names: Sequence[str]) -> int:
     """`images def`: the recipe's Apptainer definition on a base, printed or written to -o."""
     # lazy: the image and environment machinery only for `orchestrator images`
-    from orchestrator.apptainer import DefinitionError, generate
+    from orchestrator.envs.apptainer import DefinitionError, generate
 
     if args.framework not in names:
         print(f"no recipe for {args.framework}; containers/ has: {', '.join(names)}", file=sys.stderr)

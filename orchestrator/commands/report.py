@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from orchestrator.commands.common import add_noisy_cv, add_sweep, noisy_cv, pick_sweeps
-from orchestrator.sql_adapters import Rows
+from orchestrator.store.sql_adapters import Rows
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -25,7 +25,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace, out: Console) -> int:
     # lazy: SQLAlchemy (~0.3 s) only in the commands that need it: `status` and --help start without it
-    from orchestrator import db
+    from orchestrator.store import db
     from orchestrator.report.build import write_report
 
     threshold = noisy_cv(args.noisy_cv)

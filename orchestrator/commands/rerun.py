@@ -1,6 +1,6 @@
 """`rerun --failed`: submit again the caller's repeats whose latest attempt failed, was lost or
 cancelled: the cell their sweep recorded, on the caller's own site configuration
-(orchestrator.rerun picks and submits them; orchestrator/rerun_config.py says why)."""
+(orchestrator.launch.rerun picks and submits them; orchestrator/launch/rerun_config.py says why)."""
 from __future__ import annotations
 
 import argparse
@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from orchestrator.commands.common import CliError, add_sweep, add_user, pick_sweeps, reconcile, whose
 from orchestrator.commands.render import one_line
-from orchestrator.sql_adapters import Rows
+from orchestrator.store.sql_adapters import Rows
 from orchestrator.setting_registry import NAMES as SETTINGS
 from trainers.common import failure_classes
 
@@ -48,9 +48,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace, out: Console) -> int:
     # lazy: SQLAlchemy (~0.3 s) only in the commands that need it: `status` and --help start without it
-    from orchestrator import db, rerun
+    from orchestrator.store import db
+    from orchestrator.launch import rerun
     from orchestrator.commands.collect import collect
-    from orchestrator.rerun_config import Site
+    from orchestrator.launch.rerun_config import Site
     from rich.markup import escape
 
     if args.follow_up and (args.classes or args.time):
@@ -90,11 +91,11 @@ def run(args: argparse.Namespace, out: Console) -> int:
 
 
 def _overrides(args: argparse.Namespace) -> list[str]:
-    """The site options typed; a follow-up job's also the launch's (from its pickle, orchestrator/retry.py):
+    """The site options typed; a follow-up job's also the launch's (from its pickle, orchestrator/launch/retry.py):
     it reruns on the site configuration its sweep was launched with."""
     # lazy: as in run(), Hydra's and SQLAlchemy's modules only where a rerun is asked for
-    from orchestrator import retry
-    from orchestrator.rerun_config import site_only
+    from orchestrator.launch import retry
+    from orchestrator.launch.rerun_config import site_only
 
     text = os.environ.get(retry.OVERRIDES_ENV) or "[]" if args.follow_up else "[]"
     try:

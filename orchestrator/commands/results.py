@@ -21,7 +21,7 @@ from orchestrator.commands.common import (
     pick_sweeps,
 )
 from orchestrator.commands.render import first_then_rest, num, print_more, rate, write_csv
-from orchestrator.sql_adapters import Rows
+from orchestrator.store.sql_adapters import Rows
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -85,7 +85,7 @@ def results(database: Database, out: Console, sweep: Optional[str] = None, filte
     from sqlalchemy import func, select
 
     # lazy: SQLAlchemy (~0.3 s) only in the commands that need it: `status` and --help start without it
-    from orchestrator import schema
+    from orchestrator.store import schema
 
     filters = dict(filters or {})
     threshold = schema.NOISY_CV if threshold is None else threshold
@@ -136,7 +136,7 @@ def _parse_where(items: list[str]) -> dict[str, list[Any]]:
     from sqlalchemy import String
 
     # lazy: SQLAlchemy (~0.3 s) only in the commands that need it: `status` and --help start without it
-    from orchestrator import schema
+    from orchestrator.store import schema
 
     where: dict[str, list[Any]] = {}
     for item in items:

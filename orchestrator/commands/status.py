@@ -1,7 +1,7 @@
 """`status`: where each sweep's runs stand (their latest attempts, by state), the first failures
 of each error class, and how to list them all (`--failed`).
 
-The command typed most often, while a sweep runs: it reads with SQL text (orchestrator.queries)
+The command typed most often, while a sweep runs: it reads with SQL text (orchestrator.store.queries)
 through sqlite3 alone where it can (common.reading), so that it answers in half a second over
 100,000 runs, and prints a summary whose length does not grow with the runs.
 """
@@ -11,7 +11,9 @@ import argparse
 import time
 from typing import TYPE_CHECKING, Any, Optional
 
-from orchestrator import queries, runstate, time_limits
+from orchestrator.store import queries
+from orchestrator import runstate
+from orchestrator.sweep import time_limits
 from orchestrator.commands.common import (
     PROG,
     CliError,
@@ -24,7 +26,7 @@ from orchestrator.commands.common import (
     whose,
 )
 from orchestrator.commands.render import one_line, when
-from orchestrator.sql_adapters import Rows
+from orchestrator.store.sql_adapters import Rows
 from trainers.common import failure_classes
 
 if TYPE_CHECKING:

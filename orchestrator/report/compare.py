@@ -25,7 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
-from orchestrator import schema, setting_registry
+from orchestrator.store import schema
+from orchestrator import setting_registry
 from orchestrator.metric_registry import BY_NAME, MetricDef
 from orchestrator.report.labels import hardware_label
 from orchestrator.report.tables import OK, PARAMS, CsvError, Entry, read_csv

@@ -16,7 +16,8 @@ from typing import Any, Iterable, Optional, Sequence
 from sqlalchemy import Float, Select, case, cast, func, literal, select, union_all
 from sqlalchemy.orm import Session
 
-from orchestrator import schema, runstate
+from orchestrator.store import schema
+from orchestrator import runstate
 from orchestrator.setting_registry import HEADLINE, NAMES as SETTINGS, filled
 from orchestrator.metric_registry import MetricDef
 

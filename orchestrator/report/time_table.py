@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-from orchestrator import time_limits
+from orchestrator.sweep import time_limits
 from orchestrator.report.query import JobTime
 from orchestrator.report.tables import Table
 from orchestrator.setting_registry import NAMES as SETTINGS

@@ -10,9 +10,9 @@ it never collected; the file was then compacted (small pages, no WAL).
 import json, sqlite3, sys, time
 from pathlib import Path
 
-from orchestrator import db
+from orchestrator.store import db
 assert db.SCHEMA_VERSION == 2, "run this with the orchestrator of 5f8e814 first on PYTHONPATH"
-from orchestrator.collector import collect
+from orchestrator.results.collector import collect
 from result_factory import make_result
 
 out = Path(sys.argv[1])

@@ -2,7 +2,7 @@
 
 The trainers put the CPU's name in a CPU run's `devices` list, size their thread pools by
 the CPUs they may use and set the pools of the OpenBLAS builds they have loaded; the job records the same facts in result.json's `provenance`
-(orchestrator/provenance.py imports this module), so the two can never disagree. Standard
+(orchestrator/job/provenance.py imports this module), so the two can never disagree. Standard
 library only, and Python 3.6 (the Caffe and CNTK containers).
 """
 import ctypes

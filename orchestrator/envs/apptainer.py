@@ -1,0 +1,341 @@
+"""Apptainer definitions generated from a framework's recipe (`containers/<fw>/`), one per base.
+
+Why: a cluster that runs Apptainer needs a SIF, and GPU nodes need the framework's CUDA build on a
+CUDA base image. A hand-written `.def` beside the recipe drifts from it (versions, packages, build
+scripts), so the definition is derived from the one recipe instead, by the same `Recipe` reader the
+venv and the image build use: its Debian packages, its requirements file (copied in with %files),
+its `post_install` scripts, its `env` and the trainers' mount point, labelled with a hash of every
+recipe file it used, so a SIF names its recipe.
+
+The base is a switch (`BASES`): `cpu` (Debian bookworm by debootstrap: the image build's own
+base), or an NVIDIA CUDA image for GPU nodes (`cuda12`, `cuda11`, `cuda10`, with the compute
+capabilities each toolkit serves). What a framework changes for a GPU base is data, in
+`containers/<fw>/gpu.yaml` (see `GpuBuild`): the GPU wheel that replaces the CPU one, packages the
+base names otherwise, its own build scripts, and the compute capabilities that build runs on. The
+first base listed there is the framework's GPU build, the one `trainers/<fw>/__init__.py` declares
+in `gpu_build` (the range a sweep's expansion and the trainer refuse outside;
+tests/test_apptainer_def.py holds the two equal).
+
+The CPU image needs no definition: `apptainer build <fw>.sif <image dir>` turns the directory
+`orchestrator images build` made into a SIF with no registry at all. Apptainer is not a Debian
+package, so no definition is built on this project's machines.
+"""
+from __future__ import annotations
+
+import os
+import re
+import shlex
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+import yaml
+
+from orchestrator.envs.images import BASE_PACKAGES, ENV_DIR, MOUNT_POINTS, Recipe
+from orchestrator.envs.venv_runtime import REPO, EnvironmentNotReady
+
+#: Where the recipe's files land in the image (%files), as RECIPE_DIR for its scripts.
+RECIPE_IN_IMAGE = "/opt/recipe"
+#: The trainers' mount point (ApptainerRuntime binds the repository's trainers/ below it).
+TRAINERS_MOUNT = "/opt/orchestrator"
+_DEBIAN_NAME = re.compile(r"^[a-z0-9][a-z0-9+.-]+$")
+_SCRIPT_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_REQUIREMENT_NAME = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)")
+
+
+class DefinitionError(EnvironmentNotReady):
+    """A definition that cannot be generated; the message says what is wrong and the way out."""
+
+
+@dataclass(frozen=True)
+class Base:
+    """A base image a definition starts from."""
+
+    name: str
+    header: tuple[tuple[str, str], ...]  # the definition's header lines (Bootstrap, From, ...)
+    system: str                          # what the base is, in words
+    python: str                          # the interpreter its `python3` package gives
+    capability: tuple[float | None, float | None] | None  # compute capabilities its CUDA serves
+    setup: tuple[str, ...] = ()          # %post lines before apt-get (fixed here, not from config)
+    pip: str = ""                        # a pip to upgrade the venv's to ("" keeps the venv's own)
+
+    @property
+    def image(self) -> str:
+        return dict(self.header).get("From") or dict(self.header).get("OSVersion", "")
+
+    def serves(self) -> str:
+        if self.capability is None:
+            return "no GPUs"
+        return _show_range(self.capability)
+
+
+#: The base-image switch. CUDA 12 dropped Kepler (3.x); CUDA 11 still compiles and runs sm_35
+#: (the K20m; 11.x wheels built for 11.2 run on its 11.8 libraries); BVLC Caffe and CNTK 2.7 need cuDNN 7, hence CUDA 10.
+BASES = {
+    "cpu": Base("cpu", (("Bootstrap", "debootstrap"), ("OSVersion", "bookworm"),
+                        ("MirrorURL", "http://deb.debian.org/debian")),
+                "Debian bookworm (debootstrap), the image build's own base", "python3.11", None),
+    "cuda12": Base("cuda12", (("Bootstrap", "docker"), ("From", "nvidia/cuda:12.6.3-cudnn-runtime-ubuntu24.04")),
+                   "CUDA 12.6 + cuDNN 9 runtime on Ubuntu 24.04 (P100 and newer)", "python3.12", (5.0, None)),
+    "cuda11": Base("cuda11", (("Bootstrap", "docker"), ("From", "nvidia/cuda:11.8.0-cudnn8-runtime-ubuntu22.04")),
+                   "CUDA 11.8 + cuDNN 8 runtime on Ubuntu 22.04 (Kepler K20m and newer)", "python3.10", (3.5, None)),
+    "cuda10": Base("cuda10", (("Bootstrap", "docker"), ("From", "nvidia/cuda:10.0-cudnn7-devel-ubuntu18.04")),
+                   "CUDA 10.0 + cuDNN 7 with nvcc on Ubuntu 18.04 (Kepler to Turing; Caffe, CNTK)",
+                   "python3.6", (3.0, 7.5),
+                   # the NVIDIA apt key of these old images was rotated in 2022
+                   setup=("apt-key del 7fa2af80 || true",
+                          "apt-key adv --fetch-keys https://developer.download.nvidia.com/compute/cuda/repos/"
+                          "ubuntu1804/x86_64/3bf863cc.pub"),
+                   pip="pip<22"),  # 18.04's venv pip 9 is older than manylinux2010
+}
+
+
+def _show_range(bounds: Sequence[float | None]) -> str:
+    low, high = bounds
+    if low is None and high is None:
+        return "any compute capability"
+    if low is not None and high is not None:
+        return f"compute capability {low:.1f} to {high:.1f}"
+    return f"compute capability >= {low:.1f}" if low is not None else f"compute capability <= {high:.1f}"
+
+
+@dataclass
+class GpuBuild:
+    """What one GPU base changes in a recipe: `containers/<fw>/gpu.yaml`, one entry per base.
+
+    capability: [lowest, highest]  compute capabilities this build runs on (null: no bound)
+    requirements: {name: line}     a requirement of requirements.txt, by name, replaced by this
+                                   line (null drops it; a name the file lacks is an error)
+    packages: {name: name}         a Debian package the base names otherwise (null drops it)
+    more_packages: [name]          packages only this build needs
+    python: [interpreter]          replaces the recipe's `python:` list for this base
+    post_install: [script]         replaces the recipe's post_install (files in the recipe)
+    env: {NAME: value}             added to the recipe's `env`
+    """
+
+    base: str
+    capability: tuple[float | None, float | None] = (None, None)
+    requirements: dict[str, str | None] = field(default_factory=dict)
+    packages: dict[str, str | None] = field(default_factory=dict)
+    more_packages: list[str] = field(default_factory=list)
+    python: list[str] | None = None
+    post_install: list[str] | None = None
+    env: dict[str, str] = field(default_factory=dict)
+
+
+def gpu_file(recipe: Recipe) -> Path:
+    return recipe.dir / "gpu.yaml"
+
+
+def gpu_builds(recipe: Recipe) -> dict[str, GpuBuild]:
+    """The recipe's GPU builds by base, in the order `gpu.yaml` lists them (the first is the
+    framework's GPU build). Kept apart from env.yaml: they change no venv and no CPU image."""
+    path = gpu_file(recipe)
+    if not path.is_file():
+        return {}
+    data = yaml.safe_load(path.read_text()) or {}
+    if not isinstance(data, dict):
+        raise DefinitionError(f"{path} is not a mapping of base to build; write `cuda12:` entries (containers/README.md)")
+    known = set(GpuBuild.__dataclass_fields__) - {"base"}
+    builds = {}
+    for base, entry in data.items():
+        if base not in BASES or base == "cpu":
+            raise DefinitionError(f"{path} names base {base!r}, which is not a GPU base; use one of "
+                                  f"{', '.join(b for b in BASES if b != 'cpu')}")
+        entry = entry or {}
+        unknown = sorted(set(entry) - known)
+        if unknown:
+            raise DefinitionError(f"{path}: {base} has unknown keys {', '.join(unknown)}; the keys are "
+                                  f"{', '.join(sorted(known))}")
+        try:
+            low, high = (None if c is None else float(c) for c in (list(entry.get("capability") or []) + [None, None])[:2])
+        except (TypeError, ValueError):
+            raise DefinitionError(f"{path}: {base}'s capability {entry.get('capability')!r} is not [low, high]; "
+                                  f"write e.g. `capability: [6.0, null]`") from None
+        builds[base] = GpuBuild(base, (low, high),
+                                dict(entry.get("requirements") or {}), dict(entry.get("packages") or {}),
+                                list(entry.get("more_packages") or []), entry.get("python"),
+                                entry.get("post_install"), {k: str(v) for k, v in (entry.get("env") or {}).items()})
+    return builds
+
+
+def canonical(name: str) -> str:
+    """A project name normalised as pip does (PEP 503): `Tensorflow_CPU` is `tensorflow-cpu`."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def requirement_name(line: str) -> str | None:
+    """A requirement line's project name, normalised as pip does (None for an option line)."""
+    found = _REQUIREMENT_NAME.match(line)
+    return canonical(found.group(1)) if found and not line.lstrip().startswith("-") else None
+
+
+class Definition:
+    """The Apptainer definition of one framework on one base (`text()`)."""
+
+    def __init__(self, recipe: Recipe, base: str = "cpu"):
+        if base not in BASES:
+            raise DefinitionError(f"no base {base!r}; use --base with one of: "
+                                  + "; ".join(f"{b.name} ({b.system}; {b.serves()})" for b in BASES.values()))
+        self.recipe, self.base = recipe, BASES[base]
+        self.fw = recipe.framework
+        builds = gpu_builds(recipe)
+        self.gpu = builds.get(base)
+        if base != "cpu" and self.gpu is None:
+            offered = ", ".join(builds) or "none"
+            raise DefinitionError(
+                f"{self.fw} has no {base} build (its GPU bases: {offered}); use --base "
+                f"{next(iter(builds), 'cpu')}, or add a `{base}:` entry to {gpu_file(recipe)}")
+        if self.gpu:
+            low, high = self.gpu.capability
+            if (low is not None and low < _lowest(self.base)) or (high is not None and _highest(self.base) is not None
+                                                                and high > _highest(self.base)):
+                raise DefinitionError(
+                    f"{gpu_file(recipe)}: the {base} build declares {_show_range(self.gpu.capability)}, "
+                    f"beyond what its base serves ({self.base.serves()}); fix its `capability:`")
+        self.where = f"containers/{self.fw}/"
+
+    # --- what goes in ---------------------------------------------------------------------
+    def interpreter(self) -> str:
+        """The first of the recipe's interpreters this base has (its `python3`, by version)."""
+        listed = (self.gpu.python if self.gpu and self.gpu.python else None) or self.recipe.interpreters()
+        for candidate in listed:
+            name = os.path.basename(os.path.expanduser(str(candidate)))
+            if name in ("python3", self.base.python):
+                return f"/usr/bin/{self.base.python}"
+        raise DefinitionError(
+            f"{self.fw}: the {self.base.name} base has {self.base.python}, none of the recipe's "
+            f"interpreters {listed}; use another --base, or build the image directory (`orchestrator "
+            f"images build {self.fw}` copies the host's interpreter in) and `apptainer build {self.fw}.sif "
+            f"<that directory>`")
+
+    def packages(self) -> list[str]:
+        swaps = self.gpu.packages if self.gpu else {}
+        unknown = sorted(set(swaps) - set(self.recipe.debian_packages()))
+        if unknown:
+            raise DefinitionError(f"{gpu_file(self.recipe)}: {self.base.name} replaces packages "
+                                  f"{', '.join(unknown)}, which {self.recipe.debian} does not list; fix the "
+                                  f"`packages:` names")
+        listed = [swaps.get(p, p) for p in self.recipe.debian_packages()]
+        wanted = [*BASE_PACKAGES, *(p for p in listed if p), *(self.gpu.more_packages if self.gpu else [])]
+        bad = [p for p in wanted if not _DEBIAN_NAME.match(str(p))]
+        if bad:
+            raise DefinitionError(f"{self.fw}: {bad} are not Debian package names; fix "
+                                  f"{self.recipe.debian} or {gpu_file(self.recipe)}")
+        return list(dict.fromkeys(wanted))
+
+    def requirement_lines(self) -> list[str]:
+        """requirements.txt's entries, with this base's replacements (the GPU wheels)."""
+        lines = self.recipe.requirements_listed()
+        swaps = {canonical(k): v for k, v in (self.gpu.requirements if self.gpu else {}).items()}
+        names = {requirement_name(line) for line in lines}
+        unknown = sorted(set(swaps) - names)
+        if unknown:
+            raise DefinitionError(f"{gpu_file(self.recipe)}: {self.base.name} replaces requirements "
+                                  f"{', '.join(unknown)}, which {self.recipe.requirements} does not have; "
+                                  f"fix the `requirements:` names")
+        out = []
+        for line in lines:
+            name = requirement_name(line)
+            replaced = swaps.get(name, line)
+            if replaced:
+                out.append(str(replaced))
+        for line in out:
+            if "\n" in line or line.strip() == "REQUIREMENTS":
+                raise DefinitionError(f"{self.fw}: requirement {line!r} is not one line; fix it")
+        return out
+
+    def scripts(self) -> list[Path]:
+        if self.gpu and self.gpu.post_install is not None:
+            names = [str(n) for n in self.gpu.post_install]
+            bad = [n for n in names if not _SCRIPT_NAME.match(n) or not (self.recipe.dir / n).is_file()]
+            if bad:
+                raise DefinitionError(f"{gpu_file(self.recipe)}: post_install {bad} are not files of "
+                                      f"{self.recipe.dir}; name scripts in the recipe's directory")
+            return [self.recipe.dir / n for n in names]
+        return list(self.recipe.post_install)
+
+    def env(self) -> dict[str, str]:
+        env = {"PYTHONPATH": TRAINERS_MOUNT, "PYTHONUNBUFFERED": "1", "PYTHONNOUSERSITE": "1",
+               **self.recipe.trainer_env(), **(self.gpu.env if self.gpu else {})}
+        bad = [k for k in env if not _ENV_NAME.match(k)]
+        if bad:
+            raise DefinitionError(f"{self.fw}: {bad} are not variable names; fix the recipe's `env:`")
+        return env
+
+    def files(self) -> list[Path]:
+        """Every recipe file the definition uses: copied in with %files, hashed into its label (on
+        the cpu base the image build's files exactly, so both ways to a CPU SIF name one recipe)."""
+        files = [*self.recipe.files(), *self.scripts()]
+        if self.gpu:
+            files.append(gpu_file(self.recipe))
+        return list(dict.fromkeys(files))
+
+    def recipe_hash(self) -> str:
+        return self.recipe.digest(self.files())
+
+    # --- the text -------------------------------------------------------------------------
+    def text(self) -> str:
+        b, fw = self.base, self.fw
+        packages, python, lines = self.packages(), self.interpreter(), self.requirement_lines()
+        scripts, env, digest = self.scripts(), self.env(), self.recipe_hash()
+        capability = self.gpu.capability if self.gpu else None
+        out = [f"{key}: {value}" for key, value in b.header]
+        out += ["",
+                f"# Generated by `orchestrator images def {fw} --base {b.name}` from {self.where} (recipe",
+                f"# sha256 {digest[:12]}): do not edit; change the recipe and generate it again.",
+                f"# Base: {b.system}.",
+                "# Build from the repository's root (the %files paths are relative to it):",
+                f"#   apptainer build {fw}{'' if b.name == 'cpu' else '-' + b.name}.sif <this file>",
+                ""]
+        # Apptainer copies a %files source relative to the build's working directory and makes the
+        # destination's parents (internal/pkg/build/files/copy.go, CopyFromHost)
+        out += ["%files"] + [f"    {_rel(path)} {RECIPE_IN_IMAGE}/{path.name}" for path in self.files()] + [""]
+        out += ["%post", "    set -eu", "    export DEBIAN_FRONTEND=noninteractive LANG=C.UTF-8"]
+        out += [f"    {line}" for line in b.setup]
+        out += ["    apt-get update",
+                "    apt-get install -y --no-install-recommends " + " ".join(packages),
+                "    apt-get clean && rm -rf /var/lib/apt/lists/*",
+                f"    {python} -m venv {ENV_DIR}"]
+        if b.pip:
+            out.append(f"    {ENV_DIR}/bin/python -m pip install --no-cache-dir --upgrade {shlex.quote(b.pip)}")
+        requirements = f"{RECIPE_IN_IMAGE}/{self.recipe.requirements.name}"
+        if self.gpu:  # the recipe's file, its CPU wheels swapped for this base's (gpu.yaml)
+            requirements = f"{RECIPE_IN_IMAGE}/requirements.{b.name}.txt"
+            out += [f"    cat > {requirements} <<'REQUIREMENTS'", *lines, "REQUIREMENTS"]
+        out.append(f"    {ENV_DIR}/bin/python -m pip install --no-cache-dir --progress-bar off -r {requirements}")
+        for script in scripts:
+            out.append(f"    ENV_DIR={ENV_DIR} PYTHON={ENV_DIR}/bin/python RECIPE_DIR={RECIPE_IN_IMAGE} "
+                       f"bash {RECIPE_IN_IMAGE}/{script.name}")
+        out += [f"    {ENV_DIR}/bin/python -m pip freeze > {ENV_DIR}/requirements.lock",
+                "    mkdir -p " + " ".join("/" + m for m in MOUNT_POINTS), ""]
+        out += ["%environment", f'    export PATH="{ENV_DIR}/bin:$PATH"']
+        out += [f"    export {key}={shlex.quote(value)}" for key, value in env.items()] + [""]
+        labels = {"org.orchestrator.framework": fw, "org.orchestrator.recipe": f"{fw}-{digest[:12]}",
+                  "org.orchestrator.recipe_sha256": digest, "org.orchestrator.base": b.name,
+                  "org.orchestrator.base_image": b.image}
+        if capability is not None:
+            labels["org.orchestrator.gpu_capability"] = _show_range(capability)
+        out += ["%labels"] + [f"    {key} {value}" for key, value in labels.items()] + [""]
+        out += ["%help", f"    The {fw} trainer's environment from {self.where} on {b.system}.",
+                f"    Run by the orchestrator's runtime=apptainer: apptainer exec{' --nv' if self.gpu else ''} "
+                f"--bind <repo>/trainers:{TRAINERS_MOUNT}/trainers <sif> python3 -m trainers.{fw} ...", ""]
+        return "\n".join(out)
+
+
+def _lowest(base: Base) -> float:
+    return (base.capability or (0.0, None))[0] or 0.0
+
+
+def _highest(base: Base) -> float | None:
+    return (base.capability or (None, None))[1]
+
+
+def _rel(path: Path) -> str:
+    path = Path(path).absolute()
+    return str(path.relative_to(REPO)) if path.is_relative_to(REPO) else str(path)
+
+
+def generate(framework: str, base: str = "cpu", recipe_dir: Path | None = None) -> str:
+    return Definition(Recipe(framework, recipe_dir), base).text()

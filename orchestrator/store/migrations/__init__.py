@@ -1,0 +1,83 @@
+"""Schema migrations of the results database: Alembic, driven from `db.open_db`.
+
+Nobody runs `alembic` by hand and no alembic.ini exists: `open_db` reads the revision the
+database records (Alembic's `alembic_version` table) and, when it is not `sql_adapters.SCHEMA_VERSION`,
+calls `upgrade` on a connection that holds the database's write lock; Alembic then applies the
+revisions in versions/ (env.py is its environment). A new, empty database skips them: open_db
+makes it from schema.py's tables and stamps the head (Alembic's recipe for a fresh database), which
+test_db checks against what these revisions build. A database made before migrations existed
+has tables but no version: the baseline revision (0001) brings it to the layout of the last
+release without migrations and keeps its rows.
+
+Views hold no data, so revisions leave them alone: every upgrade drops them first (a table
+rebuilt under a view would break it) and creates them from schema.py's definitions last. A change
+to a view's definition is still a revision (its `upgrade` may do nothing), so that databases
+at the old head get their views rebuilt; its `views_sha256` is the views' fingerprint
+(`views_sha256()`), which test_db compares with the definitions in schema.py.
+
+Adding a revision: copy the newest file in versions/, give it the next `revision` id and the
+previous head as `down_revision`, write `upgrade()` with `alembic.op` (on SQLite anything beyond
+adding a column needs `op.batch_alter_table`), and set `views_sha256`; name the file `<revision>_<what>.py`:
+`sql_adapters.SCHEMA_VERSION` is read from the names. A test upgrades a database made by an old release (tests/data/) and compares the
+result with schema.py's tables.
+"""
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Any, Optional
+
+from sqlalchemy.dialects import sqlite
+from sqlalchemy.engine import Connection
+
+from orchestrator.store import schema
+
+HERE = Path(__file__).parent
+
+
+def config(connection: Optional[Connection] = None) -> Any:
+    """Alembic's configuration, made in code: the scripts here, and the connection to use."""
+    from alembic.config import Config  # lazy: Alembic (~0.3 s) only when a database needs upgrading
+
+    cfg = Config()
+    cfg.set_main_option("script_location", str(HERE))
+    cfg.attributes["connection"] = connection
+    return cfg
+
+
+def script() -> Any:
+    """The revisions (Alembic's ScriptDirectory)."""
+    from alembic.script import ScriptDirectory  # lazy: Alembic (~0.3 s) only when a database needs upgrading
+
+    return ScriptDirectory.from_config(config())
+
+
+def upgrade(connection: Connection) -> Optional[str]:
+    """Brings the database on `connection` to the head revision, within the caller's transaction;
+    returns the revision it found (None: none recorded). Raises schema.SchemaError for a revision
+    these scripts do not know."""
+    # lazy: Alembic (~0.3 s) only when a database needs upgrading
+    from alembic import command
+    from alembic.runtime.migration import MigrationContext
+    from alembic.util import CommandError
+
+    before = MigrationContext.configure(connection).get_current_revision()
+    scripts = script()
+    if before == scripts.get_current_head():
+        return before  # another process upgraded it while this one waited for the lock
+    if before is not None:
+        try:
+            scripts.get_revision(before)
+        except CommandError:
+            raise schema.SchemaError(
+                f"the database is at schema revision {before}, which this orchestrator does not know "
+                f"(its newest is {scripts.get_current_head()}): a newer orchestrator wrote it; "
+                f"upgrade this one, or point --db / ORCHESTRATOR_DB at another database") from None
+    command.upgrade(config(connection), "head")
+    return before
+
+
+def views_sha256() -> str:
+    """A fingerprint of the views' definitions (their SQL as SQLite reads it)."""
+    sql = "\n".join(schema.view_sql(name, sqlite.dialect()) for name in schema.VIEWS)
+    return hashlib.sha256(sql.encode()).hexdigest()[:16]

@@ -1,0 +1,461 @@
+"""The results database's schema: its tables (sweeps, cells, runs and their metrics, refusals)
+and its two views, declared once here as SQLAlchemy models and selects.
+
+db.py opens, makes and upgrades a database from these; the migrations (orchestrator/store/migrations)
+build the same tables revision by revision and rebuild the views from these definitions after
+every upgrade. Both depend on this module and neither on the other, which is why it is its own.
+
+Two views, defined here as SQLAlchemy selects and rebuilt by every upgrade: `results`, one row
+per run with its metrics pivoted into columns (names and scales: metric_registry.py), and
+`cell_summary`, one row per cell over its repeats (the latest attempt of each, when it is done):
+n, median, mean, standard deviation, coefficient of variation, min and max of images/s, and
+`noisy` when the CV exceeds `NOISY_CV`. `results --summary` runs the same select with its
+filters and threshold.
+"""
+from __future__ import annotations
+
+from typing import Any, Iterable, Mapping, Optional, Sequence
+
+from sqlalchemy import (
+    JSON,
+    Boolean,
+    CheckConstraint,
+    Column,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    Select,
+    String,
+    Table,
+    and_,
+    bindparam,
+    case,
+    cast,
+    func,
+    join,
+    select,
+    text,
+    true as sa_true,
+    update,
+)
+from sqlalchemy.engine import Connection, Dialect
+from sqlalchemy.orm import DeclarativeBase, Mapped, aliased, mapped_column, relationship, validates
+from sqlalchemy.sql import column, table
+
+from orchestrator import metric_registry, runstate, setting_registry
+from orchestrator.store import queries
+
+#: A cell whose repeats' coefficient of variation (std/mean of images/s) exceeds this is noisy.
+NOISY_CV = 0.05
+
+
+class SchemaError(RuntimeError):
+    """The database is at a revision this orchestrator does not know (a newer one wrote it)."""
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class Sweep(Base):
+    """One `python -m orchestrator -m ...` invocation: what was typed and the cells it expanded to."""
+
+    __tablename__ = "sweeps"
+
+    id: Mapped[str] = mapped_column(String, primary_key=True)
+    created_at: Mapped[float] = mapped_column(Float)
+    argv: Mapped[list[str]] = mapped_column(JSON, default=list)
+    overrides: Mapped[list[list[str]]] = mapped_column(JSON, default=list)
+    n_cells: Mapped[int] = mapped_column(Integer, default=0)
+    note: Mapped[Optional[str]] = mapped_column(String, nullable=True)
+    #: Who typed it, and on which host (migration 0011): null in sweeps recorded before.
+    submit_user: Mapped[Optional[str]] = mapped_column(String, nullable=True)
+    submit_host: Mapped[Optional[str]] = mapped_column(String, nullable=True)
+
+    runs: Mapped[list["Run"]] = relationship(back_populates="sweep")
+
+
+#: A setting's column type, by its declared kind.
+_SQL_TYPES = {str: String, int: Integer, float: Float}
+
+
+def _setting_columns(all_nullable: bool = False) -> list[Column]:
+    """A column per cell setting (setting_registry), null where a cell may lack the value."""
+    return [Column(s.name, _SQL_TYPES[s.kind](),
+                   nullable=all_nullable or s.nullable or s.hashed != setting_registry.ALWAYS)
+            for s in setting_registry.SETTINGS]
+
+
+class Cell(Base):
+    """One measurement's settings; the id is their hash, so equal settings share a row across sweeps.
+
+    A column per setting (setting_registry: accuracy mode's from migration 0006, `input` from
+    0010, null in cells made before), and the whole resolved settings dict, so settings added
+    later are kept before they get a column."""
+
+    __table__ = Table(
+        "cells", Base.metadata,
+        Column("id", String, primary_key=True),
+        *_setting_columns(),
+        Column("settings", JSON, nullable=False),
+        Column("created_at", Float, nullable=False),
+        Index("ix_cells_fmd", "framework", "model", "dataset"),
+    )
+
+
+class SweepCell(Base):
+    """Which cells a sweep named; a cell typed again in a later sweep belongs to both."""
+
+    __tablename__ = "sweep_cells"
+
+    sweep_id: Mapped[str] = mapped_column(ForeignKey("sweeps.id"), primary_key=True)
+    cell_id: Mapped[str] = mapped_column(ForeignKey("cells.id"), primary_key=True)
+    #: The cell's whole resolved config as this sweep composed it (paths, hardware, cluster):
+    #: what `orchestrator rerun` resubmits, with more time or memory if asked. Null where the
+    #: sweep skipped the cell (done or in flight already): no run of this sweep needs it.
+    config: Mapped[Optional[dict[str, Any]]] = mapped_column(JSON(none_as_null=True), nullable=True)
+
+
+class Run(Base):
+    """One attempt at one repeat of one cell within one sweep, from recorded to collected."""
+
+    __tablename__ = "runs"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    #: `<sweep_id>:<cell_id>:<repeat>:<attempt>`, the key shared with the job's result.json.
+    uid: Mapped[str] = mapped_column(String, unique=True)
+    sweep_id: Mapped[str] = mapped_column(ForeignKey("sweeps.id"), index=True)
+    cell_id: Mapped[str] = mapped_column(ForeignKey("cells.id"), index=True)
+    repeat: Mapped[int] = mapped_column(Integer)
+    attempt: Mapped[int] = mapped_column(Integer, default=1)
+    state: Mapped[str] = mapped_column(String, default="pending", index=True)
+    #: Why a run is in its state, in the executor's words (e.g. a scheduler's pending reason).
+    state_detail: Mapped[Optional[str]] = mapped_column(String, nullable=True)
+    job_id: Mapped[Optional[str]] = mapped_column(String, nullable=True)
+    executor: Mapped[Optional[str]] = mapped_column(String, nullable=True)
+    node: Mapped[Optional[str]] = mapped_column(String, nullable=True)
+    #: A run across nodes: each node's address (Slurm's NodeAddr) in rank order, comma-separated
+    #: (migration 0013); null on one node. Addresses that repeat, or loopback ones, are nodes that
+    #: shared one host (the test cluster's), which the report says.
+    node_addrs: Mapped[Optional[str]] = mapped_column(String, nullable=True)
+    submitted_at: Mapped[Optional[float]] = mapped_column(Float, nullable=True)
+    started_at: Mapped[Optional[float]] = mapped_column(Float, nullable=True)
+    ended_at: Mapped[Optional[float]] = mapped_column(Float, nullable=True)
+    #: Who submitted this attempt (its sweep's typist, or whoever reran it), and from which host
+    #: (migration 0011): null in runs recorded before, and in runs only a result file told of.
+    submit_user: Mapped[Optional[str]] = mapped_column(String, nullable=True)
+    submit_host: Mapped[Optional[str]] = mapped_column(String, nullable=True)
+    #: Set once, by the collector that claimed this run's result.json (see collector.py).
+    collected_at: Mapped[Optional[float]] = mapped_column(Float, nullable=True)
+    error_class: Mapped[Optional[str]] = mapped_column(String, nullable=True)
+    error_message: Mapped[Optional[str]] = mapped_column(String, nullable=True)
+    run_dir: Mapped[Optional[str]] = mapped_column(String, nullable=True)
+    log_path: Mapped[Optional[str]] = mapped_column(String, nullable=True)
+    result_path: Mapped[Optional[str]] = mapped_column(String, nullable=True)
+    params: Mapped[Optional[int]] = mapped_column(Integer, nullable=True)
+    framework_version: Mapped[Optional[str]] = mapped_column(String, nullable=True)
+    # Provenance (result.json `provenance`), the parts worth a column; the whole record in `provenance`.
+    framework_build: Mapped[Optional[dict[str, Any]]] = mapped_column(JSON, nullable=True)
+    environment: Mapped[Optional[str]] = mapped_column(String, nullable=True)
+    cpu_model: Mapped[Optional[str]] = mapped_column(String, nullable=True)
+    cpu_cores: Mapped[Optional[int]] = mapped_column(Integer, nullable=True)
+    cpu_threads: Mapped[Optional[int]] = mapped_column(Integer, nullable=True)  # hardware threads the job could use
+    gpu_name: Mapped[Optional[str]] = mapped_column(String, nullable=True)
+    gpu_uuids: Mapped[Optional[str]] = mapped_column(String, nullable=True)      # comma-separated
+    gpu_driver: Mapped[Optional[str]] = mapped_column(String, nullable=True)
+    cuda_driver: Mapped[Optional[str]] = mapped_column(String, nullable=True)
+    git_revision: Mapped[Optional[str]] = mapped_column(String, nullable=True)
+    git_dirty: Mapped[Optional[bool]] = mapped_column(Boolean, nullable=True)
+    slurm_job_id: Mapped[Optional[str]] = mapped_column(String, nullable=True)
+    #: When the run's scheduler last answered about it (tracking); states are as of then.
+    observed_at: Mapped[Optional[float]] = mapped_column(Float, nullable=True)
+    exclusive: Mapped[Optional[bool]] = mapped_column(Boolean, nullable=True)
+    energy_method: Mapped[Optional[str]] = mapped_column(String, nullable=True)  # counter | trapezoid
+    provenance: Mapped[Optional[dict[str, Any]]] = mapped_column(JSON, nullable=True)
+    #: Whether this is the latest attempt of its (cell, repeat): the current word on that
+    #: measurement, which status, rerun, reports and cell_summary read (latest_runs). Kept by
+    #: mark_latest wherever runs are inserted (launch, collector).
+    latest: Mapped[bool] = mapped_column(Boolean, default=True, server_default=sa_true(), nullable=False)
+
+    sweep: Mapped[Sweep] = relationship(back_populates="runs")
+    cell: Mapped[Cell] = relationship()
+    metrics: Mapped[list["Metric"]] = relationship(back_populates="run", cascade="all, delete-orphan")
+
+    __table_args__ = (
+        CheckConstraint(
+            "state IN (" + ", ".join(f"'{s}'" for s in runstate.STATES) + ")", name="ck_runs_state"),
+        Index("ix_runs_cell_repeat", "sweep_id", "cell_id", "repeat", "attempt"),
+        # latest_runs and what `status` counts of those runs, read from this index alone (migration 0009)
+        Index("ix_runs_current", "latest", "sweep_id", "state", "error_class", "state_detail"),
+        # the sweeps with runs still to collect, from the few runs that are (migration 0016)
+        Index("ix_runs_uncollected", "sweep_id", sqlite_where=text("collected_at IS NULL"),
+              postgresql_where=text("collected_at IS NULL")),
+        # which result files are landed, read from the index alone (migration 0016)
+        Index("ix_runs_landed", "result_path", sqlite_where=text("collected_at IS NOT NULL"),
+              postgresql_where=text("collected_at IS NOT NULL")),
+    )
+
+    @validates("state")
+    def _check_state(self, key: str, state: str) -> str:
+        """Every write of a run's state is a move the run-state model allows (runstate.py)."""
+        return runstate.check_move(self.state, state)
+
+
+class Metric(Base):
+    """One named number a run measured (names and units: metric_registry.py)."""
+
+    __tablename__ = "metrics"
+
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True)
+    name: Mapped[str] = mapped_column(String, primary_key=True)
+    value: Mapped[float] = mapped_column(Float)
+    unit: Mapped[Optional[str]] = mapped_column(String, nullable=True)
+
+    run: Mapped[Run] = relationship(back_populates="metrics")
+
+
+class Refusal(Base):
+    """A cell a sweep's expansion refused (its hardware or framework cannot hold it, or a bad value
+    only it has): never a cell, a run or a job, recorded so that a report can say why it has no
+    number. The settings are what the config said, as far as it resolved (None where it did not):
+    the headline ones (setting_registry.HEADLINE) as columns, every one in `settings`."""
+
+    __table__ = Table(
+        "refusals", Base.metadata,
+        Column("id", Integer, primary_key=True, autoincrement=True),
+        Column("sweep_id", ForeignKey("sweeps.id"), index=True, nullable=False),
+        #: The cell's override line, as the launcher printed it beside the reason.
+        Column("overrides", String, nullable=False),
+        Column("reason", String, nullable=False),
+        *(c for c in _setting_columns(all_nullable=True) if c.name in setting_registry.HEADLINE),
+        Column("settings", JSON, nullable=True),
+    )
+
+
+def latest_runs() -> Any:
+    """The latest attempt of each repeat of each cell, as a subquery of `runs` rows.
+
+    Attempts are numbered per (cell, repeat) across sweeps (a rerun or a forced sweep adds
+    attempt n+1), so the highest attempt is the current word on that measurement. The condition
+    is queries.LATEST, the one `status` asks as SQL text; `rerun`, the report and the
+    `cell_summary` view read it through this: the runs whose `latest` flag mark_latest set, read
+    from one index (at 100,000 runs, `status`'s counts in 0.03 s instead of 0.3 s grouping every
+    attempt to find the highest).
+    """
+    return select(Run).where(text(queries.LATEST).bindparams(**queries.LATEST_PARAMS)).subquery("latest_runs")
+
+
+def mark_latest(conn: Any, keys: Iterable[tuple[str, int]]) -> None:
+    """Sets `latest` on the runs of each (cell id, repeat) in `keys`: true for its highest
+    attempt, false for the others. Called in the transaction that inserted runs of those keys
+    (launch, rerun, the collector's unrecorded runs), so the flag never disagrees with the
+    attempts; migration 0009 set it the same way for every run before it."""
+    params = [{"key_cell": cell_id, "key_repeat": repeat} for cell_id, repeat in sorted(set(keys))]
+    if params:
+        conn.execute(_MARK_LATEST, params)
+
+
+_runs, _other = Run.__table__, Run.__table__.alias("other")
+#: mark_latest's statement, one (cell, repeat) per parameter set.
+_MARK_LATEST = (update(_runs)
+                .where(_runs.c.cell_id == bindparam("key_cell"), _runs.c.repeat == bindparam("key_repeat"))
+                .values(latest=_runs.c.attempt == select(func.max(_other.c.attempt))
+                        .where(_other.c.cell_id == _runs.c.cell_id, _other.c.repeat == _runs.c.repeat)
+                        .scalar_subquery()))
+
+
+# --- the views ---------------------------------------------------------------------------------
+# Both are SQLAlchemy selects, compiled into CREATE VIEW by the migrations (migrations/env.py
+# rebuilds them after every upgrade) and run as they are, with filters, by `results --summary`.
+
+#: The `results` view's columns from runs and cells: these come before the metric columns (every
+#: setting's: `mode` comes after them, the cell's or what the run measured) ...
+_RESULTS_HEAD = {
+    "run": Run.uid, "sweep": Run.sweep_id, "cell": Run.cell_id, "repeat": Run.repeat, "attempt": Run.attempt,
+    "state": Run.state, **{name: getattr(Cell, name) for name in setting_registry.NAMES if name != "mode"},
+    "params": Run.params,
+}
+#: ... and these after them.
+_RESULTS_TAIL = {
+    "node": Run.node, "error_class": Run.error_class, "error_message": Run.error_message,
+    "log_path": Run.log_path, "energy_method": Run.energy_method, "gpu_name": Run.gpu_name,
+    "framework_version": Run.framework_version, "git_revision": Run.git_revision, "git_dirty": Run.git_dirty,
+    "submit_user": Run.submit_user, "submit_host": Run.submit_host,
+}
+
+#: The `results` view as a selectable (`select(results_view)`), its columns typed as their sources.
+results_view = table("results", *(column(name, attr.type) for name, attr in _RESULTS_HEAD.items()),
+                     column("mode", String),
+                     *(column(m.column, Float) for m in metric_registry.VIEW_METRICS),
+                     *(column(name, attr.type) for name, attr in _RESULTS_TAIL.items()))
+#: The `results` view's columns, in order: a run, its cell, its metrics (metric_registry), its details.
+RESULTS_COLUMNS = tuple(results_view.c.keys())
+
+
+def setting_value(attr: Any) -> Any:
+    """A `cells` column as the views show it: a setting's declared default (setting_registry) where
+    the cell stores None for being at it (`nodes` 1, so that `where nodes = 1` finds one-node runs);
+    any other column as it is. The cells keep None: their ids and rows stay as they were."""
+    definition = setting_registry.BY_NAME.get(attr.key) if attr.class_ is Cell else None
+    if definition is None or definition.default is None:
+        return attr
+    # cast: the column's type kept, so that SQLite compares `nodes = '2'` as a number, as PostgreSQL does
+    return cast(func.coalesce(attr, definition.default), attr.type)
+
+
+def results_select() -> Select:
+    """The `results` view: one row per run, its cell's settings (defaults filled in), its metrics
+    pivoted into the columns metric_registry gives them (divided by their divisor), and its details."""
+    pivot = (select(Metric.run_id, *(_pivoted(m) for m in metric_registry.VIEW_METRICS))
+             .group_by(Metric.run_id).subquery("m"))
+    return (select(*(setting_value(attr).label(name) for name, attr in _RESULTS_HEAD.items()),
+                   _mode(pivot.c.top1).label("mode"), *(pivot.c[m.column] for m in metric_registry.VIEW_METRICS),
+                   *(attr.label(name) for name, attr in _RESULTS_TAIL.items()))
+            .select_from(join(Run, Cell, Cell.id == Run.cell_id).outerjoin(pivot, pivot.c.run_id == Run.id)))
+
+
+def _mode(top1: Any) -> Any:
+    """throughput or accuracy: the cell's setting where it records one, else what the run measured."""
+    return func.coalesce(Cell.mode, case((top1.isnot(None), "accuracy"), else_="throughput"))
+
+
+#: The `results` columns read from runs and cells as they are, and the metric columns by name.
+_STORED = {**_RESULTS_HEAD, **_RESULTS_TAIL}
+_METRIC_COLUMNS = {m.column: m for m in metric_registry.VIEW_METRICS}
+
+
+def results_columns(names: Sequence[str], runs: Any = None) -> Select:
+    """The `results` view's columns `names` only, for the runs of `runs` (a subquery of `runs`
+    rows, such as latest_runs(); every run by default): each metric column joined from its own
+    rows by (run_id, name), the primary key, instead of pivoting every metric of every run.
+    The same values as the view's (one row per run and metric name: max() of one is that one)."""
+    run = runs.c if runs is not None else Run.__table__.c
+    source = runs if runs is not None else Run.__table__
+    metrics = _METRIC_COLUMNS
+    # cells only where a cell's column is asked for (every run has its cell: the rows are the same)
+    by_cell = any(name not in metrics and name != "mode" and (name not in _STORED or _STORED[name].class_ is Cell)
+                  for name in names)
+    joined = join(source, Cell, Cell.id == run.cell_id) if by_cell else source
+    picked = {}
+    needed = set(names) | ({"top1"} if "mode" in names else set())
+    for name, metric in metrics.items():  # in the registry's order: one SQL text for one question
+        if name in needed:
+            m = aliased(Metric, name=f"m_{name}")
+            joined = joined.outerjoin(m, and_(m.run_id == run.id, m.name == metric.name))
+            picked[name] = m.value / metric.divisor if metric.divisor != 1 else m.value
+    for name in names:
+        if name in _STORED:  # a run's column from `runs`, a cell's from cells
+            attr = _STORED[name]
+            picked[name] = run[attr.key] if attr.class_ is Run else setting_value(attr)
+        elif name == "mode":
+            picked[name] = _mode(picked["top1"])
+        elif name not in metrics:
+            picked[name] = setting_value(getattr(Cell, name))
+    return select(*(picked[name].label(name) for name in names)).select_from(joined)
+
+
+def _stored(name: str) -> Any:
+    """The runs or cells column behind a `results` column, a setting's default filled in (None for a
+    metric, or `mode`)."""
+    if name in _STORED:
+        return setting_value(_STORED[name])
+    return None if name == "mode" or name in _METRIC_COLUMNS else setting_value(getattr(Cell, name))
+
+
+def results_page(filters: Mapping[str, Sequence[Any]], order: Sequence[str],
+                 limit: Optional[int]) -> Optional[tuple[Select, Select]]:
+    """The `results` view's first `limit` rows in `order` and how many rows there are in all, as
+    two selects that never pivot the metrics of runs not shown: the page's runs are picked from
+    runs and cells first, their columns read after (results_columns). None where a filter or the
+    order needs a metric or `mode` (then the view itself, which computes them for every run)."""
+    if limit is None or any(_stored(name) is None for name in (*filters, *order)):
+        return None
+    conditions = [_stored(name).in_(values) for name, values in filters.items()]
+    base = select(Run).join(Cell, Cell.id == Run.cell_id).where(*conditions)
+    page = base.order_by(*(_stored(name) for name in order)).limit(limit).subquery("page")
+    rows = results_columns(RESULTS_COLUMNS, page).subquery("shown")
+    total = select(func.count()).select_from(Run).join(Cell, Cell.id == Run.cell_id).where(*conditions)
+    return select(rows).order_by(*(rows.c[name] for name in order)), total
+
+
+def _pivoted(metric: metric_registry.MetricDef) -> Any:
+    value = func.max(case((Metric.name == metric.name, Metric.value)))
+    return (value / metric.divisor if metric.divisor != 1 else value).label(metric.column)
+
+
+#: The cell's settings the summary shows, every one (defaults filled in), in the order it sorts on:
+#: two cells that differ in `iterations` alone must not look alike.
+SUMMARY_CELL = setting_registry.SORTED_BY
+#: The `cell_summary` view's columns, in order.
+SUMMARY_COLUMNS = (
+    "cell", *SUMMARY_CELL, "n", "images_per_sec_median", "images_per_sec_mean", "images_per_sec_std",
+    "images_per_sec_cv", "images_per_sec_min", "images_per_sec_max", "noisy", "gpu_power_avg_w",
+    "energy_per_image_j", "gpu_mem_peak_mb",
+)
+
+
+def summary_select(filters: Mapping[str, Sequence[Any]] | None = None, noisy_cv: float = NOISY_CV) -> Select:
+    """The `cell_summary` view: per cell, over the latest attempt of each repeat (latest_runs)
+    where that attempt is done and measured images/s: n, median (window functions), mean,
+    standard deviation (n-1, from sums of squares), CV, min and max of images/s, `noisy` (1 when
+    the CV exceeds `noisy_cv`, 0 when not, null for one repeat), mean GPU power and energy per
+    image, peak GPU memory.
+
+    `filters` ({`results` column: values}) pick the runs first (what `results --summary --where
+    ... --sweep ...` asks); the view has none and NOISY_CV. Only the columns used are read
+    (results_columns), so a summary never pivots every metric of every run; and the runs are
+    aggregated per cell before the cell's own columns are joined, once per cell (at 100,000
+    runs, 1.1 s instead of 1.5 s carrying them through the window and the grouping).
+    """
+    filters = dict(filters or {})
+    used = ("cell", "images_per_sec", "gpu_power_avg_w", "energy_per_image_j", "gpu_mem_peak_mb")
+    picked = results_columns(list(dict.fromkeys(("state", *used, *filters))), latest_runs()).subquery("picked")
+    runs = (select(*(picked.c[name] for name in used))
+            .where(picked.c.state == runstate.DONE, picked.c.images_per_sec.is_not(None),
+                   *(picked.c[key].in_(values) for key, values in filters.items()))
+            .subquery("measured"))
+    ranked = select(runs, func.row_number().over(partition_by=runs.c.cell, order_by=runs.c.images_per_sec)
+                    .label("rn"), func.count().over(partition_by=runs.c.cell).label("cnt")).subquery("ranked")
+    x, ips = ranked.c, ranked.c.images_per_sec
+    stats = select(
+        x.cell, func.count().label("n"),
+        func.avg(case((x.rn.in_([(x.cnt + 1) // 2, (x.cnt + 2) // 2]), ips))).label("median"),
+        func.avg(ips).label("mean"), func.min(ips).label("lo"), func.max(ips).label("hi"),
+        func.sum(ips * ips).label("ss"), func.sum(ips).label("s"),
+        func.avg(x.gpu_power_avg_w).label("power"), func.avg(x.energy_per_image_j).label("epi"),
+        func.max(x.gpu_mem_peak_mb).label("mem"),
+    ).group_by(x.cell).subquery("stats")
+    variance = (stats.c.ss - stats.c.s * stats.c.s / stats.c.n) / (stats.c.n - 1)
+    spread = select(stats, case((stats.c.n > 1, func.sqrt(case((variance > 0, variance), else_=0.0))))
+                    .label("sd")).subquery("spread")
+    s = spread.c
+    cv = case((s.mean > 0, s.sd / s.mean))
+    return (select(s.cell, *(setting_value(getattr(Cell, c)).label(c) for c in SUMMARY_CELL), s.n,
+                   s.median.label("images_per_sec_median"), s.mean.label("images_per_sec_mean"), s.sd.label("images_per_sec_std"),
+                   cv.label("images_per_sec_cv"), s.lo.label("images_per_sec_min"), s.hi.label("images_per_sec_max"),
+                   case((cv.is_(None), None), (cv > noisy_cv, 1), else_=0).label("noisy"),
+                   s.power.label("gpu_power_avg_w"), s.epi.label("energy_per_image_j"), s.mem.label("gpu_mem_peak_mb"))
+            .join_from(spread, Cell, Cell.id == s.cell))
+
+
+#: Every view, in the order they are created (cell_summary reads results), and its select.
+VIEWS = {"results": results_select, "cell_summary": summary_select}
+
+
+def view_sql(name: str, dialect: Dialect) -> str:
+    """A view's SELECT as `dialect` writes it, its values inlined (a view takes no parameters)."""
+    return str(VIEWS[name]().compile(dialect=dialect, compile_kwargs={"literal_binds": True}))
+
+
+def drop_views(conn: Connection) -> None:
+    """Drops the views (those that exist), dependents first."""
+    for name in reversed(VIEWS):
+        conn.exec_driver_sql(f"DROP VIEW IF EXISTS {conn.dialect.identifier_preparer.quote(name)}")
+
+
+def create_views(conn: Connection) -> None:
+    """Creates the views from the definitions above."""
+    for name in VIEWS:
+        conn.exec_driver_sql(f"CREATE VIEW {conn.dialect.identifier_preparer.quote(name)} AS\n"
+                             + view_sql(name, conn.dialect))

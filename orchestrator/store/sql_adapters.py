@@ -1,0 +1,193 @@
+"""SQL text over one connection to the results database, with or without SQLAlchemy.
+
+`status` is the command typed most often, while a sweep runs, and it must answer in half a
+second over 100,000 runs (docs/scale.md); importing SQLAlchemy alone takes 0.25–0.3 s of that
+on a 2-core login node. So what `status` runs — the reconciliation of open runs
+(tracking.reconcile) and its counts and examples — is SQL text with `:name` parameters, run
+through one of two small adapters with the same three methods:
+
+- `connect(url)`: Python's own sqlite3, on a SQLite file already at SCHEMA_VERSION;
+- `Rows.of(session)`: a SQLAlchemy session, for every other case (another database, a file
+  that must be made or upgraded first) and for the commands that hold a session anyway.
+
+db.open_db stays the one place that makes, upgrades and explains a database: `connect` answers
+None wherever it would have to (no such file, another revision, a URL with options), and the
+caller opens the database through db.open_db instead. This module imports only the standard
+library, and db.py takes its connection settings and schema revision from here.
+"""
+from __future__ import annotations
+
+import math
+import os
+import sqlite3
+from collections import namedtuple
+from functools import lru_cache
+from typing import Any, Iterator, Mapping, Optional, Sequence
+from urllib.parse import quote
+
+from orchestrator.store.sqlite_lease import LeaseLost, LeaseRefused, connect_args
+from orchestrator.store.sqlite_sharing import BUSY_TIMEOUT_S, apply_pragmas
+
+#: The Alembic revision the tables and views of schema.py are: the head of orchestrator/store/migrations/versions,
+#: read from its files' names (`<revision>_<what>.py`, each revision the one before plus one: test_db
+#: checks that this is Alembic's own head), so that a new revision is that file alone. A listing, not
+#: an import: `status` reads it without Alembic.
+SCHEMA_VERSION = max(name.split("_", 1)[0] for name in os.listdir(
+    os.path.join(os.path.dirname(os.path.abspath(__file__)), "migrations", "versions"))
+    if name.endswith(".py") and name[:1].isdigit())
+#: How a plain SQLite file URL begins (`sqlite:///results.db`, `sqlite:////abs/results.db`).
+SQLITE_FILE = "sqlite:///"
+
+
+def default_url() -> str:
+    """The database the orchestrator uses unless told otherwise (`ORCHESTRATOR_DB`)."""
+    return os.environ.get("ORCHESTRATOR_DB", "sqlite:///results.db")
+
+
+def sqlite_pragmas(conn: Any) -> None:
+    """Per connection (sqlite3's, or the one under SQLAlchemy's): the file's journal mode, waits and
+    durability (sqlite_sharing.apply_pragmas: WAL on a local disk, the rollback journal on a network
+    file system), and sqrt() where SQLite lacks it."""
+    apply_pragmas(conn)
+    try:  # cell_summary needs sqrt(); SQLite builds without its math functions get Python's
+        conn.execute("SELECT sqrt(4)")
+    except Exception:
+        conn.create_function("sqrt", 1, _sqrt)
+    conn.commit()  # no transaction is open: a connection on a network file system ends its lease's turn
+
+
+def _sqrt(x: Any) -> Optional[float]:
+    return None if x is None or x < 0 else math.sqrt(x)
+
+
+def sqlite_file(url: str) -> Optional[str]:
+    """The file of a plain SQLite file URL, as SQLAlchemy reads it; None for anything else (another
+    database, in-memory SQLite, a driver or options in the URL, an escaped character)."""
+    if not url.startswith(SQLITE_FILE):
+        return None
+    path = url[len(SQLITE_FILE):]
+    if not path or path == ":memory:" or any(c in path for c in "?%#"):
+        return None
+    return path
+
+
+def in_list(name: str, values: Sequence[Any]) -> tuple[str, dict[str, Any]]:
+    """An IN list of parameters for SQL text: `(:name_0, :name_1, ...)` and their values (never
+    empty: callers with nothing to match ask nothing)."""
+    if not values:
+        raise ValueError(f"in_list({name!r}): no values")
+    keys = [f"{name}_{i}" for i in range(len(values))]
+    return "(" + ", ".join(f":{k}" for k in keys) + ")", dict(zip(keys, values))
+
+
+@lru_cache(maxsize=64)
+def _row_type(names: tuple[str, ...]) -> Any:
+    return namedtuple("Row", names)  # type: ignore[misc]
+
+
+class Rows:
+    """SQL text with `:name` parameters over one connection: `rows` (an iterator of rows whose
+    columns read as attributes), `all`, `many` (one statement per set of parameters) and `commit`.
+    `url` is the database's URL, for messages."""
+
+    url: str
+
+    @staticmethod
+    def of(session: Any) -> "Rows":
+        """The adapter over a SQLAlchemy session (which the caller keeps and closes)."""
+        return SessionRows(session)
+
+    def rows(self, sql: str, params: Optional[Mapping[str, Any]] = None) -> Iterator[Any]:
+        raise NotImplementedError
+
+    def all(self, sql: str, params: Optional[Mapping[str, Any]] = None) -> list[Any]:
+        return list(self.rows(sql, params))
+
+    def many(self, sql: str, params: Sequence[Mapping[str, Any]]) -> int:
+        """Runs `sql` once per set of parameters; how many rows they changed in all."""
+        raise NotImplementedError
+
+    def commit(self) -> None:
+        raise NotImplementedError
+
+
+class SqliteRows(Rows):
+    """Rows over Python's sqlite3 (and its C speed, without SQLAlchemy's import)."""
+
+    def __init__(self, conn: sqlite3.Connection, url: str) -> None:
+        self.conn, self.url = conn, url
+
+    def rows(self, sql: str, params: Optional[Mapping[str, Any]] = None) -> Iterator[Any]:
+        cursor = self.conn.execute(sql, dict(params or {}))
+        make = _row_type(tuple(d[0] for d in cursor.description))._make
+        return (make(r) for r in cursor)
+
+    def many(self, sql: str, params: Sequence[Mapping[str, Any]]) -> int:
+        return self.conn.executemany(sql, params).rowcount if params else 0
+
+    def commit(self) -> None:
+        self.conn.commit()
+
+    def close(self) -> None:
+        self.conn.close()
+
+    def __enter__(self) -> "SqliteRows":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+class SessionRows(Rows):
+    """Rows over a SQLAlchemy session (imported by whoever made the session)."""
+
+    def __init__(self, session: Any) -> None:
+        self.session = session
+        self.url = str(session.get_bind().url)
+
+    def rows(self, sql: str, params: Optional[Mapping[str, Any]] = None) -> Iterator[Any]:
+        # lazy: status reads through sqlite3 without SQLAlchemy; only a session's rows need it
+        from sqlalchemy import text
+
+        return iter(self.session.execute(text(sql), dict(params or {}), execution_options={"yield_per": 500}))
+
+    def many(self, sql: str, params: Sequence[Mapping[str, Any]]) -> int:
+        # lazy: status reads through sqlite3 without SQLAlchemy; only a session's rows need it
+        from sqlalchemy import text
+
+        return self.session.execute(text(sql), list(params)).rowcount if params else 0
+
+    def commit(self) -> None:
+        self.session.commit()
+
+
+def connect(url: str) -> Optional[SqliteRows]:
+    """Rows over sqlite3 when `url` is a SQLite file at SCHEMA_VERSION; otherwise None, and the
+    caller opens the database through db.open_db (which makes, upgrades or explains it)."""
+    path = sqlite_file(url)
+    if path is None or not os.path.isfile(path):
+        return None
+    try:
+        # mode=rw: never make a file here (a missing one is db.open_db's to explain)
+        conn = sqlite3.connect(f"file:{_quote(os.path.abspath(path))}?mode=rw", uri=True,
+                               timeout=BUSY_TIMEOUT_S, **connect_args(path))
+    except sqlite3.Error:
+        return None
+    try:
+        version = conn.execute("SELECT version_num FROM alembic_version").fetchall()
+        if version != [(SCHEMA_VERSION,)]:
+            conn.close()
+            return None
+        sqlite_pragmas(conn)
+    except (LeaseRefused, LeaseLost):  # waited its one wait already: said as it is, never waited again
+        conn.close()
+        raise
+    except sqlite3.Error:  # not a database, no version table, a lock held too long: db.open_db's to say
+        conn.close()
+        return None
+    return SqliteRows(conn, url)
+
+
+def _quote(path: str) -> str:
+    """A path fit for a `file:` URI (sqlite3 reads `?` and `#` and `%XX` there)."""
+    return quote(path, safe="/")
