@@ -189,7 +189,7 @@ def command_env(path: str) -> dict[str, str]:
 
 def precreate(python: str, cwd: Path, env: dict[str, str], timeout: float) -> str:
     """The project's results.db, made by one process (as the launcher leaves it); '' or why not."""
-    code = "from orchestrator import db; db.open_db('sqlite:///results.db').kw['bind'].dispose()"
+    code = "from orchestrator.store import db; db.open_db('sqlite:///results.db').kw['bind'].dispose()"
     try:
         done = subprocess.run([python, "-c", code], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:

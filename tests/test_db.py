@@ -255,7 +255,7 @@ def test_the_revisions_build_exactly_the_tables_db_py_defines(db_url):
 def test_a_new_database_is_made_at_once_as_the_revisions_build_it(db_url, other_db_url):
     made, built = db_url, other_db_url
     # a new process, to see what it imports: making a new database needs no Alembic
-    done = subprocess.run([sys.executable, "-c", "import sys; from orchestrator import db; "
+    done = subprocess.run([sys.executable, "-c", "import sys; from orchestrator.store import db; "
                            f"db.open_db('{made}'); print(sorted(m for m in sys.modules if 'alembic' in m))"],
                           capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]", done.stdout

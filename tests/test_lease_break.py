@@ -113,7 +113,7 @@ def test_a_guard_left_by_a_breaker_killed_on_another_host_is_cleared_by_the_next
     guard.write_text(json.dumps({"host": "login1", "pid": 4242, "user": "alice", "token": "g"}))
     old = time.time() - 3 * sqlite_break.GUARD_STALE_S
     os.utime(guard, (old, old))
-    code = ("import sys; from orchestrator import sqlite_lease\n"
+    code = ("import sys; from orchestrator.store import sqlite_lease\n"
             f"l = sqlite_lease._Lease({str(path)!r})\n"
             "try:\n    l.acquire(wait_s=3); l.release(); print('took')\n"
             "except sqlite_lease.LeaseRefused as e:\n    print('refused:', e)\n")
