@@ -30,6 +30,7 @@ import heapq
 import json
 import os
 import runpy
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -235,13 +236,15 @@ def main(argv):
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--first", type=int, default=100, help="the calls the returns are counted in")
-    parser.add_argument("--keep", help="run in this new folder and keep it (default: a temporary one)")
+    parser.add_argument("--keep", help="run in this new folder and keep it (default: a temporary one, removed)")
     options, overrides = parser.parse_known_args(argv)
     folder = options.keep or tempfile.mkdtemp(prefix="cell-path-")
     started = time.monotonic()
     traces, (launched, results_out) = run_pipeline(os.path.abspath(folder), overrides)
     report(read_traces(traces), options.first, results_out)
-    print("\n(%.0f s, traced; folder %s)" % (time.monotonic() - started, folder))
+    print("\n(%.0f s, traced%s)" % (time.monotonic() - started, "; kept in " + folder if options.keep else ""))
+    if not options.keep:
+        shutil.rmtree(folder)
 
 
 if __name__ == "__main__":
