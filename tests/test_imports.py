@@ -318,3 +318,15 @@ def test_the_architecture_page_draws_the_layers_in_order():
     positions = [drawing.find(f"[{name}]") for name in names]
     assert -1 not in positions, [n for n, p in zip(names, positions) if p == -1]
     assert positions == sorted(positions, reverse=True), "the drawing lists the layers top (front door) to bottom"
+
+
+def test_the_folders_a_module_finds_from_its_own_file_lie_where_they_are_after_the_move():
+    # a module moved one folder down (orchestrator/envs/, orchestrator/sweep/) that counted
+    # `parent.parent` from its file looked for the recipes and the config tree in orchestrator/
+    from orchestrator import hydra_app
+    from orchestrator.envs import venv_runtime
+    from orchestrator.sweep import config_checks
+
+    assert venv_runtime.REPO == REPO and "torch" in venv_runtime.available_recipes()
+    assert Path(hydra_app.CONF) == config_checks.CONF == REPO / "conf"
+    assert "torch" in config_checks.available("framework")

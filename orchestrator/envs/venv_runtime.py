@@ -23,7 +23,7 @@ import yaml
 
 from trainers.common import failure_classes
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]  # orchestrator/envs/ -> the repository
 CONTAINERS = REPO / "containers"
 
 

@@ -27,7 +27,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Optional
 
-CONF = Path(__file__).resolve().parent.parent / "conf"
+CONF = Path(__file__).resolve().parents[2] / "conf"  # orchestrator/sweep/ -> the repository
 
 #: The config groups whose choice names a file conf/<group>/<choice>.yaml.
 GROUPS = ("framework", "model", "dataset", "hardware", "cluster")
