@@ -20,7 +20,7 @@ def test_the_latest_attempt_rule_is_written_in_one_module():
     the latest attempts; schema.latest_runs() and every command read it from there."""
     saying = sorted(str(p.relative_to(ORCHESTRATOR)) for p in ORCHESTRATOR.rglob("*.py")
                     if "versions" not in p.parts and LATEST_RULE.search(p.read_text()))
-    assert saying == ["queries.py"]
+    assert saying == ["store/queries.py"]
     assert LATEST_RULE.search(queries.LATEST)
 
 
