@@ -28,7 +28,8 @@ import shutil
 from pathlib import Path
 from typing import Callable, Sequence
 
-from orchestrator.images import ImageStore, Recipe
+from orchestrator.image_recipe import Recipe
+from orchestrator.images import ImageStore
 from orchestrator.venv_runtime import REPO, EnvironmentNotReady, VenvRuntime, _trainer_env, default_cache
 
 

@@ -14,7 +14,7 @@ import pytest
 from helpers import REPO
 
 from orchestrator.apptainer import BASES, Definition, DefinitionError, generate, gpu_builds, requirement_name
-from orchestrator.images import Recipe
+from orchestrator.image_recipe import Recipe
 from orchestrator.venv_runtime import available_recipes
 
 SECTIONS = ("%files", "%post", "%environment", "%labels", "%help")
