@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator import db, schema, job, rerun, runstate
+from orchestrator import db, schema, job, job_result, rerun, runstate
 from orchestrator.backends.slurm import STATES
 from orchestrator.cell import cell_id
 from orchestrator.rerun_config import Site
@@ -107,8 +107,8 @@ def test_a_result_file_with_an_undeclared_class_is_refused(tmp_path):
 
 
 def test_the_job_turns_a_trainers_undeclared_class_into_a_crash_that_names_it():
-    assert job._trainer_error({"class": fc.DIVERGED, "message": "nan"}) == {"class": fc.DIVERGED, "message": "nan"}
-    own = job._trainer_error({"class": "gremlins", "message": "it broke"})
+    assert job_result.trainer_error({"class": fc.DIVERGED, "message": "nan"}) == {"class": fc.DIVERGED, "message": "nan"}
+    own = job_result.trainer_error({"class": "gremlins", "message": "it broke"})
     assert own["class"] == fc.CRASH and "'gremlins'" in own["message"] and own["message"].endswith("it broke")
     assert job.MORE_TIME == fc.way_out(fc.TIMEOUT)
 
