@@ -31,7 +31,8 @@ from typing import Optional
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from orchestrator.job import metrics  # noqa: E402
-from orchestrator.job.run import read_events, trainer_args  # noqa: E402
+from orchestrator.job.run import trainer_args  # noqa: E402
+from orchestrator.job.job_result import read_events  # noqa: E402
 from orchestrator.envs.runtime import ContainerRuntime  # noqa: E402
 from orchestrator.envs.venv_runtime import REPO, VenvRuntime  # noqa: E402
 

@@ -14,7 +14,7 @@ import pytest
 from helpers import REPO
 
 from orchestrator.envs.apptainer import BASES, Definition, DefinitionError, generate, gpu_builds, requirement_name
-from orchestrator.envs.images import Recipe
+from orchestrator.envs.image_recipe import Recipe
 from orchestrator.envs.venv_runtime import available_recipes
 
 SECTIONS = ("%files", "%post", "%environment", "%labels", "%help")

@@ -353,6 +353,19 @@ def test_a_request_from_the_cells_hardware_and_the_parameters_from_the_request()
         Request("p100", 16, 16384, 1, "p100", 60)
 
 
+def test_nodes_is_complete_in_a_cells_config_and_never_defaulted_by_the_request():
+    """Settings are complete once, at resolution: a cell's config holds `nodes` even where it was
+    left null or is absent (a config recorded before nodes existed), and the request reads it
+    as it is: a config without it fails loudly rather than asking Slurm for 1 node."""
+    assert p100_request("nodes=null").nodes == 1 and p100_request("nodes=2").nodes == 2
+    old = {k: v for k, v in cell("cluster=slurm", "hardware=p100").config.items() if k != "nodes"}
+    before = dict(old)
+    assert Cell.from_plain(old).config["nodes"] == 1 and old == before  # the caller's mapping unchanged
+    site = backend_for({"executor": "slurm"})
+    with pytest.raises(KeyError, match="nodes"):
+        site.request(old)
+
+
 def test_the_readme_example_is_refused_on_the_test_cluster_naming_the_largest_node():
     why = refusal(p100_request("gpus=1"), REAL)
     assert why == ("partition p100 cannot run it: --cpus-per-task=16, but its largest node has 2 CPUs (localhost); "

@@ -26,7 +26,8 @@ def _skip(reason):
 @pytest.fixture(scope="module")
 def images():
     """{framework: manifest} of the CI images, built (or reused) as a job would."""
-    from orchestrator.envs.images import ImageStore, Recipe
+    from orchestrator.envs.image_recipe import Recipe
+    from orchestrator.envs.images import ImageStore
     from orchestrator.envs.venv_runtime import EnvironmentNotReady
 
     if shutil.which("ch-run") is None:
@@ -144,7 +145,8 @@ def test_the_data_directory_is_seen_at_its_mount_point(images, tmp_path):
       "fail.sh": "echo 'the post-install step broke on purpose' >&2\nexit 3\n"}, "post_install fail.sh"),
 ])
 def test_a_broken_recipe_fails_naming_the_step(images, tmp_path, broken, step):
-    from orchestrator.envs.images import ImageBuildError, ImageStore, Recipe
+    from orchestrator.envs.image_recipe import Recipe
+    from orchestrator.envs.images import ImageBuildError, ImageStore
 
     if step == "debian packages" and os.geteuid() != 0:
         pytest.skip("installing Debian packages into an image needs root")
@@ -167,7 +169,8 @@ def test_a_broken_recipe_fails_naming_the_step(images, tmp_path, broken, step):
 
 
 def test_an_image_is_keyed_by_its_recipe_and_reused(images, tmp_path):
-    from orchestrator.envs.images import ImageStore, Recipe
+    from orchestrator.envs.image_recipe import Recipe
+    from orchestrator.envs.images import ImageStore
 
     store = ImageStore()
     lines = []
@@ -193,7 +196,8 @@ def test_every_framework_trains_in_its_image(fw, tmp_path):
     framework's image built from its recipe (Caffe's compiles from source: 10-20 minutes) and its
     trainer run through the orchestrator in it. CI runs torch and CNTK only (above): without
     CONTAINER_ALL these are deselected (marker `container_all`, tests/ci_skips.py), not skipped."""
-    from orchestrator.envs.images import ImageStore, Recipe
+    from orchestrator.envs.image_recipe import Recipe
+    from orchestrator.envs.images import ImageStore
     from orchestrator.envs.venv_runtime import EnvironmentNotReady
 
     if shutil.which("ch-run") is None or shutil.which("mmdebstrap") is None:

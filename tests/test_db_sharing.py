@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from orchestrator.store import filesystems, sql_adapters, sqlite_lease, sqlite_sharing
+from orchestrator.store import filesystems, sql_adapters, sqlite_connection, sqlite_lease, sqlite_sharing
 from orchestrator.store.filesystems import FileSystem, Mount, classify, mount_of, parse_mounts
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "benchmarks"))
@@ -131,7 +131,7 @@ def on_network_fs(monkeypatch):
 
 def test_a_local_file_gets_wal_and_memory_mapped_reads_and_no_lease(tmp_path):
     sqlite_sharing._policy.cache_clear()
-    con = sqlite3.connect(tmp_path / "results.db", **sqlite_lease.connect_args(str(tmp_path / "results.db")))
+    con = sqlite3.connect(tmp_path / "results.db", **sqlite_connection.connect_args(str(tmp_path / "results.db")))
     sql_adapters.sqlite_pragmas(con)
     assert type(con) is sqlite3.Connection
     assert [con.execute(f"PRAGMA {p}").fetchone()[0] for p in ("journal_mode", "synchronous", "mmap_size")] == \
@@ -140,9 +140,9 @@ def test_a_local_file_gets_wal_and_memory_mapped_reads_and_no_lease(tmp_path):
 
 def test_a_file_on_a_network_file_system_gets_the_rollback_journal_and_the_lease(tmp_path, on_network_fs, capsys):
     path = str(tmp_path / "results.db")
-    con = sqlite3.connect(path, **sqlite_lease.connect_args(path))
+    con = sqlite3.connect(path, **sqlite_connection.connect_args(path))
     sql_adapters.sqlite_pragmas(con)
-    assert isinstance(con, sqlite_lease.LeasedConnection)
+    assert isinstance(con, sqlite_connection.LeasedConnection)
     assert [con.execute(f"PRAGMA {p}").fetchone()[0] for p in ("journal_mode", "synchronous", "mmap_size")] == \
         ["delete", 2, 0]
     said = capsys.readouterr().err
@@ -167,7 +167,7 @@ def test_the_journal_override_is_obeyed_and_said_once(tmp_path, on_network_fs, m
 # --- the writer lease -----------------------------------------------------------------------------
 
 def _leased(path):
-    con = sqlite3.connect(path, **sqlite_lease.connect_args(path))
+    con = sqlite3.connect(path, **sqlite_connection.connect_args(path))
     sql_adapters.sqlite_pragmas(con)
     return con
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.store import db, schema
-from orchestrator.job import run as job
+from orchestrator.job import run as job, job_result
 from orchestrator.launch import rerun
 from orchestrator import runstate
 from orchestrator.backends.slurm import STATES
@@ -110,8 +110,8 @@ def test_a_result_file_with_an_undeclared_class_is_refused(tmp_path):
 
 
 def test_the_job_turns_a_trainers_undeclared_class_into_a_crash_that_names_it():
-    assert job._trainer_error({"class": fc.DIVERGED, "message": "nan"}) == {"class": fc.DIVERGED, "message": "nan"}
-    own = job._trainer_error({"class": "gremlins", "message": "it broke"})
+    assert job_result.trainer_error({"class": fc.DIVERGED, "message": "nan"}) == {"class": fc.DIVERGED, "message": "nan"}
+    own = job_result.trainer_error({"class": "gremlins", "message": "it broke"})
     assert own["class"] == fc.CRASH and "'gremlins'" in own["message"] and own["message"].endswith("it broke")
     assert job.MORE_TIME == fc.way_out(fc.TIMEOUT)
 

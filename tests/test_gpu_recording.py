@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.job import metrics
+from orchestrator.job import energy, metrics
 from orchestrator.job.metrics import compute
 
 DATA = Path(__file__).parent / "data" / "h200-resnet50-b128"
@@ -54,7 +54,7 @@ def test_counter_and_trapezoid_energy_agree_within_five_percent(recording):
     events, samples, window = recording
     counter = compute(events, samples)["energy_j"]
     run = gpu_run(samples)
-    trapezoid = metrics.trapezoid_energy([s["t"] for s in run], [s["power_w"] for s in run],
+    trapezoid = energy.trapezoid_energy([s["t"] for s in run], [s["power_w"] for s in run],
                                          window["start"], window["end"])
     assert trapezoid == pytest.approx(counter, rel=0.05)
     # and without the counter in the samples (a K20m or P100), the job takes the trapezoid path

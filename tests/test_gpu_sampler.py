@@ -14,7 +14,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from orchestrator.job import metrics
+from orchestrator.job import energy, metrics
 from orchestrator.job.monitor import GpuSampler, HostSampler, Monitor, SamplerUnavailable
 
 
@@ -155,20 +155,20 @@ def test_sampler_with_a_stand_in_for_nvml_watches_the_jobs_gpu_and_its_processes
 def test_trapezoid_energy_interpolates_the_window_ends():
     t = [0.0, 1.0, 2.0, 3.0]
     w = [100.0, 100.0, 200.0, 200.0]
-    assert metrics.trapezoid_energy(t, w, 0.0, 3.0) == pytest.approx(100 + 150 + 200)
+    assert energy.trapezoid_energy(t, w, 0.0, 3.0) == pytest.approx(100 + 150 + 200)
     # a window between samples: power at 0.5 is 100, at 2.5 is 200
-    assert metrics.trapezoid_energy(t, w, 0.5, 2.5) == pytest.approx(50 + 150 + 100)
+    assert energy.trapezoid_energy(t, w, 0.5, 2.5) == pytest.approx(50 + 150 + 100)
     # held flat beyond the samples
-    assert metrics.trapezoid_energy([1.0], [50.0], 0.0, 4.0) == pytest.approx(200.0)
-    assert metrics.trapezoid_energy(t, w, 2.0, 2.0) == 0.0
+    assert energy.trapezoid_energy([1.0], [50.0], 0.0, 4.0) == pytest.approx(200.0)
+    assert energy.trapezoid_energy(t, w, 2.0, 2.0) == 0.0
 
 
 def test_counter_energy_needs_samples_around_the_window():
     t = [0.0, 1.0, 2.0]
     mj = [5000.0, 105000.0, 305000.0]
-    assert metrics.counter_energy(t, mj, 0.5, 1.5) == pytest.approx((205000 - 55000) / 1000)
-    assert metrics.counter_energy(t, mj, 0.5, 2.5) is None  # not covered
-    assert metrics.counter_energy(t, [5.0, 3.0, 4.0], 0.0, 2.0) is None  # a counter reset
+    assert energy.counter_energy(t, mj, 0.5, 1.5) == pytest.approx((205000 - 55000) / 1000)
+    assert energy.counter_energy(t, mj, 0.5, 2.5) is None  # not covered
+    assert energy.counter_energy(t, [5.0, 3.0, 4.0], 0.0, 2.0) is None  # a counter reset
 
 
 @pytest.mark.gpu(reason=NO_NVML)

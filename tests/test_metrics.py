@@ -3,8 +3,8 @@ import json
 
 import pytest
 
+from orchestrator.job import energy, metrics
 from orchestrator import metric_registry
-from orchestrator.job import metrics
 from orchestrator.metric_registry import unit_of
 from orchestrator.job.metrics import (
     Metrics, NoWindow, compute, host_metrics, measured_steps, measured_window, throughput, window_samples,
@@ -188,7 +188,7 @@ def test_gpu_metrics_over_the_window_with_idle_power_and_net_energy():
     # no energy counter: the trapezoid rule over power, the window's ends interpolated
     # the longest stretch without a sample: start+0.5 s to the window's end (0.9 s)
     assert m.energy == {"method": "trapezoid", "samples": 4, "max_gap_s": pytest.approx(0.4, abs=1e-3)}
-    expected = metrics.trapezoid_energy([s["t"] for s in run], [s["power_w"] for s in run], start, end)
+    expected = energy.trapezoid_energy([s["t"] for s in run], [s["power_w"] for s in run], start, end)
     assert m["energy_j"] == pytest.approx(expected)
     assert m["energy_net_j"] == pytest.approx(expected - 50.0 * (end - start))
     assert m["energy_per_image_j"] == pytest.approx(expected / 320)

@@ -57,7 +57,8 @@ def request(config: Mapping[str, Any], cluster: Mapping[str, Any]) -> Request:
     asks for them (`cluster.gpu_request`). The time limit is the hardware's `time_min` (with
     `--time-min` where time_limits learned it: `time_floor`); `auto` not learned yet (a cell
     checked before submission learns it) is its ceiling `time_max`; else the cluster's
-    `time_min`, else time_limits.DEFAULT_TIME_MIN."""
+    `time_min`, else time_limits.DEFAULT_TIME_MIN. `nodes` is read as the resolved config holds
+    it, complete (cell.Cell.from_plain): a config without it is a KeyError, never a guess of 1."""
     hardware, gpus = config["hardware"], int(config["gpus"])
     gpu_type = (hardware.get("gpu_type") or None) if gpus else None
     flag = ""
@@ -70,7 +71,7 @@ def request(config: Mapping[str, Any], cluster: Mapping[str, Any]) -> Request:
                    gpus=gpus, gpu_type=gpu_type,
                    time_min=configured(hardware, cluster),
                    time_floor_min=int(hardware["time_floor"]) if hardware.get("time_floor") else None,
-                   nodes=int(config.get("nodes") or 1), gpu_flag=flag)
+                   nodes=int(config["nodes"]), gpu_flag=flag)
 
 
 def _gpu_option(gpus: int, gpu_type: Optional[str], how: str) -> tuple[str, str]:

@@ -13,8 +13,25 @@ HELP = "container images of the framework recipes (build, list, def): images --h
 def main(argv: Sequence[str]) -> int:
     """`orchestrator images build FW[,FW...]|all [--force]` / `orchestrator images list` /
     `orchestrator images def FW [--base cpu|cuda12|cuda11|cuda10] [-o FILE]`."""
+    try:
+        args = _parser().parse_args(list(argv))
+    except SystemExit as exc:
+        return exc.code if isinstance(exc.code, int) else 2
     # lazy: the image and environment machinery only for `orchestrator images`
-    from orchestrator.envs import images, venv_runtime
+    from orchestrator.envs.venv_runtime import available_recipes
+
+    names = available_recipes()
+    if args.command == "def":
+        return _definition(args, names)
+    if args.command == "list":
+        return _list(names)
+    return _build(args, names)
+
+
+def _parser() -> argparse.ArgumentParser:
+    """The subcommands and their options; the bases `def` offers are apptainer.py's table."""
+    # lazy: the image and environment machinery only for `orchestrator images`
+    from orchestrator.envs.apptainer import BASES
 
     parser = argparse.ArgumentParser(prog="orchestrator images",
                                      description="Container images built from containers/<framework>/ "
@@ -24,9 +41,6 @@ def main(argv: Sequence[str]) -> int:
     p.add_argument("frameworks", help="comma-separated frameworks, or all")
     p.add_argument("--force", action="store_true", help="build again even if an image of this recipe exists")
     sub.add_parser("list", help="the images of the current recipes: digest, size, build time")
-    # lazy: the image and environment machinery only for `orchestrator images`
-    from orchestrator.envs.apptainer import BASES
-
     p = sub.add_parser("def", help="print (or write) the Apptainer definition of a framework's recipe on a base "
                                    "(orchestrator/envs/apptainer.py); the CPU image needs none: apptainer build "
                                    "<fw>.sif <image dir>")
@@ -34,34 +48,39 @@ def main(argv: Sequence[str]) -> int:
     p.add_argument("--base", default="cpu", help="the base image: " + "; ".join(
         f"{b.name}: {b.system}, {b.serves()}" for b in BASES.values()) + " (default cpu)")
     p.add_argument("-o", "--output", help="write the definition to this file instead of printing it")
-    try:
-        args = parser.parse_args(list(argv))
-    except SystemExit as exc:
-        return exc.code if isinstance(exc.code, int) else 2
-    # lazy: the image and environment machinery only for `orchestrator images`
-    from orchestrator.envs.venv_runtime import available_recipes
+    return parser
 
-    names = available_recipes()
-    if args.command == "def":
-        return _definition(args, names)
+
+def _list(names: Sequence[str]) -> int:
+    """`images list`: each recipe's image (digest, size, build time, folder), or how to build it."""
+    # lazy: the image and environment machinery only for `orchestrator images`
+    from orchestrator.envs import image_recipe, images
+
     store = images.ImageStore()
-    if args.command == "list":
-        for fw in names:
-            m = store.manifest(images.Recipe(fw))
-            print(f"{fw:12s} " + (f"image:{m['digest'][:23]}  {m['size_bytes'] / 1e6:6.0f} MB  built in "
-                                  f"{m['build_s']:.0f} s  {m['dir']}" if m else "not built (orchestrator images build "
-                                                                               f"{fw})"))
-        return 0
+    for fw in names:
+        m = store.manifest(image_recipe.Recipe(fw))
+        print(f"{fw:12s} " + (f"image:{m['digest'][:23]}  {m['size_bytes'] / 1e6:6.0f} MB  built in "
+                              f"{m['build_s']:.0f} s  {m['dir']}" if m else "not built (orchestrator images build "
+                                                                           f"{fw})"))
+    return 0
+
+
+def _build(args: argparse.Namespace, names: Sequence[str]) -> int:
+    """`images build`: each named framework's image built (or reused) and its older ones pruned;
+    a failed build is said and the others still built (exit 1)."""
+    # lazy: the image and environment machinery only for `orchestrator images`
+    from orchestrator.envs import image_recipe, images, venv_runtime
+
     wanted = names if args.frameworks == "all" else [f.strip() for f in args.frameworks.split(",") if f.strip()]
     unknown = [f for f in wanted if f not in names]
     if unknown:
         print(f"no recipe for {', '.join(unknown)} (containers/ has: {', '.join(names)})", file=sys.stderr)
         return 2
-    status = 0
+    store, status = images.ImageStore(), 0
     for fw in wanted:
         try:
-            store.ensure(images.Recipe(fw), force=args.force)
-            store.prune(images.Recipe(fw))
+            store.ensure(image_recipe.Recipe(fw), force=args.force)
+            store.prune(image_recipe.Recipe(fw))
         except venv_runtime.EnvironmentNotReady as exc:
             print(f"[images] {fw}: FAILED ({exc.error_class}): {exc}", file=sys.stderr)
             status = 1

@@ -31,7 +31,7 @@ from typing import Sequence
 
 import yaml
 
-from orchestrator.envs.images import BASE_PACKAGES, ENV_DIR, MOUNT_POINTS, Recipe
+from orchestrator.envs.image_recipe import BASE_PACKAGES, ENV_DIR, MOUNT_POINTS, Recipe
 from orchestrator.envs.venv_runtime import REPO, EnvironmentNotReady
 
 #: Where the recipe's files land in the image (%files), as RECIPE_DIR for its scripts.

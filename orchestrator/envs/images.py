@@ -25,7 +25,8 @@ reused. `<cache>/images/<fw>-<hash>.json` records its digest (sha256 over every 
 link target and file content: `image:sha256:...` in a run's provenance), its size and how long
 each step took. A step that fails raises `ImageBuildError` naming the step and the command.
 
-The same recipe also gives Apptainer definitions, for a CUDA base on GPU nodes
+The recipe, and what every image holds, are read in image_recipe.py. The same recipe also gives
+Apptainer definitions, for a CUDA base on GPU nodes
 (`orchestrator images def <fw> --base ...`, orchestrator/envs/apptainer.py).
 """
 from __future__ import annotations
@@ -42,18 +43,10 @@ import time
 from pathlib import Path
 from typing import Callable, Sequence
 
+from orchestrator.envs.image_recipe import (BASE_PACKAGES, BASE_SUITE, BUILDER_VERSION, ENV_DIR, MOUNT_POINTS, Recipe,
+                                       base_hash)
+from orchestrator.envs.venv_runtime import EnvironmentNotReady, default_cache, output_tail
 
-from orchestrator.envs.venv_runtime import CONTAINERS, EnvironmentNotReady, VenvRuntime, default_cache, output_tail
-
-#: Bump when the build steps change what an image holds: every image is rebuilt.
-BUILDER_VERSION = "2"
-BASE_SUITE = "bookworm"
-#: What every image has: Python 3 with venv (the trainers' interpreter unless a recipe says otherwise).
-BASE_PACKAGES = ("python3", "python3-venv")
-#: The venv inside the image.
-ENV_DIR = "/opt/env"
-#: Mount points that must exist in the image (ch-run binds onto existing directories only).
-MOUNT_POINTS = ("opt/orchestrator/trainers", "mnt/run", "mnt/data", "mnt/recipe", "mnt/wheels")
 #: What the build steps run with inside the image: nothing of the host's environment.
 BUILD_ENV = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME": "/root",
              "LANG": "C.UTF-8", "PIP_DISABLE_PIP_VERSION_CHECK": "1",
@@ -68,65 +61,6 @@ class ImageBuildError(EnvironmentNotReady):
 
 def _is_root() -> bool:
     return os.geteuid() == 0
-
-
-class Recipe:
-    """A framework's recipe directory, read as the venv runtime reads it."""
-
-    def __init__(self, framework: str, recipe_dir: Path | None = None):
-        self.framework = framework
-        self.dir = Path(recipe_dir) if recipe_dir else CONTAINERS / framework
-        venv = VenvRuntime(framework, recipe_dir=self.dir)  # raises for a missing recipe
-        self.venv = venv
-        self.spec = venv.recipe
-        self.requirements = venv.requirements
-        self.post_install = venv.post_install
-        self.debian = self.dir / "debian-packages.txt"
-        #: sources a post_install script fetches with `pip download` (Caffe's sdist), fetched on the host
-        self.downloads_file = self.dir / "downloads.txt"
-
-    def files(self) -> list[Path]:
-        files = [self.dir / "env.yaml", self.requirements, *self.post_install]
-        return files + [f for f in (self.debian, self.downloads_file) if f.is_file()]
-
-    def downloads(self) -> list[str]:
-        if not self.downloads_file.is_file():
-            return []
-        return _listed(self.downloads_file)
-
-    def requirements_listed(self) -> list[str]:
-        """requirements.txt's entries, as every list file of the recipe is read (`_listed`)."""
-        return _listed(self.requirements)
-
-    def debian_packages(self) -> list[str]:
-        if not self.debian.is_file():
-            return []
-        return _listed(self.debian)
-
-    def interpreters(self) -> list[str]:
-        candidates = self.spec.get("python") or ["python3"]
-        return [candidates] if isinstance(candidates, str) else [str(c) for c in candidates]
-
-    def trainer_env(self) -> dict[str, str]:
-        return self.venv.trainer_env(ENV_DIR)
-
-    def digest(self, files: Sequence[Path] | None = None) -> str:
-        """sha256 over the recipe's files (or `files`: what an Apptainer definition used)."""
-        h = hashlib.sha256()
-        for path in self.files() if files is None else files:
-            h.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
-        return h.hexdigest()
-
-
-def _listed(path: Path) -> list[str]:
-    """A recipe list file's entries: a line each, `#` comments and blank lines left out."""
-    return [entry for entry in (line.split("#")[0].strip() for line in path.read_text().splitlines()) if entry]
-
-
-def base_hash() -> str:
-    text = json.dumps({"suite": BASE_SUITE, "variant": "minbase", "packages": BASE_PACKAGES,
-                       "mounts": MOUNT_POINTS, "builder": BUILDER_VERSION}, sort_keys=True)
-    return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
 def tree_digest(root: Path) -> tuple[str, int]:

@@ -28,7 +28,8 @@ import shutil
 from pathlib import Path
 from typing import Callable, Sequence
 
-from orchestrator.envs.images import ImageStore, Recipe
+from orchestrator.envs.image_recipe import Recipe
+from orchestrator.envs.images import ImageStore
 from orchestrator.envs.venv_runtime import REPO, EnvironmentNotReady, VenvRuntime, _trainer_env, default_cache
 
 

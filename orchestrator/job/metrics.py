@@ -17,6 +17,7 @@ from typing import Any, Iterable, Optional
 
 import numpy as np
 
+from orchestrator.job.energy import counter_energy, trapezoid_energy
 from trainers.common import flops
 
 #: A stretch of the window longer than this with no GPU sample is named in the run's reason.
@@ -119,6 +120,15 @@ def throughput(events: Iterable[dict[str, Any]]) -> dict[str, float]:
     }
 
 
+def _number(value: Any) -> bool:
+    """A JSON number (bools are ints to Python, not numbers to the protocol)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _mean(values: list[float]) -> float:
+    return sum(values) / len(values)
+
+
 def window_samples(samples: Iterable[dict[str, Any]], start: float, end: float) -> list[dict[str, Any]]:
     """The samples stamped inside [start, end] (the same `time.time()` clock as the events)."""
     return [s for s in samples if _number(s.get("t")) and start <= s["t"] <= end]
@@ -149,29 +159,19 @@ def _reduced(samples: list[dict[str, Any]], table: Iterable[tuple[str, str, Any]
     return out
 
 
-def trapezoid_energy(times: list[float], watts: list[float], start: float, end: float) -> float:
-    """Joules over [start, end] from power samples: the trapezoid rule over the samples inside,
-    with the power at `start` and `end` interpolated from their neighbours (held flat beyond the
-    first and last sample)."""
-    if end <= start or not times:
-        return 0.0
-    order = np.argsort(times)
-    t, p = np.asarray(times, float)[order], np.asarray(watts, float)[order]
-    inside = (t > start) & (t < end)
-    tt = np.concatenate(([start], t[inside], [end]))
-    pp = np.concatenate(([np.interp(start, t, p)], p[inside], [np.interp(end, t, p)]))
-    return float(np.sum((tt[1:] - tt[:-1]) * (pp[1:] + pp[:-1]) / 2.0))
-
-
-def counter_energy(times: list[float], millijoules: list[float], start: float, end: float) -> Optional[float]:
-    """Joules over [start, end] from NVML's total-energy counter (mJ), read off the samples by
-    linear interpolation at both ends; None when the samples do not cover the window or the
-    counter went backwards (a driver reload resets it)."""
-    order = np.argsort(times)
-    t, e = np.asarray(times, float)[order], np.asarray(millijoules, float)[order]
-    if len(t) < 2 or t[0] > start or t[-1] < end or np.any(np.diff(e) < 0):
-        return None
-    return float(np.interp(end, t, e) - np.interp(start, t, e)) / 1000.0
+#: The averages and peaks over the window's GPU samples: (metric, the samples' field, how reduced).
+GPU_REDUCTIONS = (
+    ("gpu_mem_avg_bytes", "mem_used_bytes", _mean),
+    ("gpu_mem_peak_bytes", "mem_used_bytes", max),
+    ("gpu_proc_mem_avg_bytes", "proc_mem_bytes", _mean),
+    ("gpu_proc_mem_peak_bytes", "proc_mem_bytes", max),
+    ("gpu_util_avg", "util_gpu_percent", _mean),
+    ("gpu_mem_util_avg", "util_mem_percent", _mean),
+    ("gpu_sm_clock_avg_mhz", "sm_clock_mhz", _mean),
+    ("gpu_temp_peak_c", "temp_c", max),
+    ("gpu_power_avg_w", "power_w", _mean),
+    ("gpu_power_peak_w", "power_w", max),
+)
 
 
 def gpu_metrics(samples: Iterable[dict[str, Any]], window: dict[str, Any],
@@ -186,29 +186,32 @@ def gpu_metrics(samples: Iterable[dict[str, Any]], window: dict[str, Any],
     Returns (metrics, how energy was measured or None).
     """
     gpu = [s for s in samples if s.get("sampler") == "gpu" and _number(s.get("t"))]
-    idle = [s for s in gpu if s.get("phase") == "idle"]
     run = sorted((s for s in gpu if s.get("phase") != "idle"), key=lambda s: s["t"])
-    start, end = window["start"], window["end"]
-    inside = window_samples(run, start, end)
+    inside = window_samples(run, window["start"], window["end"])
+    out = _reduced(inside, GPU_REDUCTIONS)
+    idle_power = _idle_power([s for s in gpu if s.get("phase") == "idle"])
+    if idle_power is not None:
+        out["gpu_idle_power_w"] = idle_power
+    energy, how = _gpu_energy(run, inside, window["start"], window["end"])
+    if energy is not None:
+        out.update(_energy_metrics(energy, out.get("gpu_idle_power_w"), window))
+    if images_per_sec and out.get("gpu_power_avg_w"):
+        out["images_per_sec_per_w"] = images_per_sec / out["gpu_power_avg_w"]
+    return out, how
 
-    out = _reduced(inside, (
-        ("gpu_mem_avg_bytes", "mem_used_bytes", _mean),
-        ("gpu_mem_peak_bytes", "mem_used_bytes", max),
-        ("gpu_proc_mem_avg_bytes", "proc_mem_bytes", _mean),
-        ("gpu_proc_mem_peak_bytes", "proc_mem_bytes", max),
-        ("gpu_util_avg", "util_gpu_percent", _mean),
-        ("gpu_mem_util_avg", "util_mem_percent", _mean),
-        ("gpu_sm_clock_avg_mhz", "sm_clock_mhz", _mean),
-        ("gpu_temp_peak_c", "temp_c", max),
-        ("gpu_power_avg_w", "power_w", _mean),
-        ("gpu_power_peak_w", "power_w", max),
-    ))
-    # A GPU holds its clocks for a second or two after work (an H200 measured here fell from
-    # 126 W to 79 W over ~3 s after a run), so idle power is taken over the idle phase's last third.
-    idle_power = [float(s["power_w"]) for s in sorted(idle, key=lambda s: s["t"]) if _number(s.get("power_w"))]
-    if idle_power:
-        out["gpu_idle_power_w"] = _mean(idle_power[len(idle_power) * 2 // 3:])
 
+def _idle_power(idle: list[dict[str, Any]]) -> Optional[float]:
+    """The GPU's idle power: the mean over the idle phase's last third. A GPU holds its clocks for
+    a second or two after work (an H200 measured here fell from 126 W to 79 W over ~3 s after a
+    run), so the first samples of the idle phase are not idle yet. None without power samples."""
+    power = [float(s["power_w"]) for s in sorted(idle, key=lambda s: s["t"]) if _number(s.get("power_w"))]
+    return _mean(power[len(power) * 2 // 3:]) if power else None
+
+
+def _gpu_energy(run: list[dict[str, Any]], inside: list[dict[str, Any]], start: float,
+                end: float) -> tuple[Optional[float], Optional[dict[str, Any]]]:
+    """Joules over [start, end] and how they were measured: NVML's counter where every sample of
+    the run has one (exact), else trapezoids over power; (None, None) where neither can."""
     energy, how = None, None
     counted = [s for s in run if _number(s.get("energy_mj"))]
     if counted and len(counted) == len(run):
@@ -224,17 +227,20 @@ def gpu_metrics(samples: Iterable[dict[str, Any]], window: dict[str, Any],
         # it (the counter exactly, trapezoids by a straight line), averages cannot see into it
         edges = np.concatenate(([start], [s["t"] for s in inside], [end]))
         how["max_gap_s"] = round(float(np.max(np.diff(edges))), 3)
-    if energy is not None:
-        out["energy_j"] = energy
-        if "gpu_idle_power_w" in out:
-            out["energy_net_j"] = energy - out["gpu_idle_power_w"] * (end - start)
-        if window.get("images"):
-            out["energy_per_image_j"] = energy / window["images"]
-            if "energy_net_j" in out:
-                out["energy_net_per_image_j"] = out["energy_net_j"] / window["images"]
-    if images_per_sec and out.get("gpu_power_avg_w"):
-        out["images_per_sec_per_w"] = images_per_sec / out["gpu_power_avg_w"]
-    return out, how
+    return energy, how
+
+
+def _energy_metrics(energy: float, idle_power: Optional[float], window: dict[str, Any]) -> dict[str, float]:
+    """The window's energy, net of idle power where that was measured, and per image where the
+    window counted its images."""
+    out = {"energy_j": energy}
+    if idle_power is not None:
+        out["energy_net_j"] = energy - idle_power * (window["end"] - window["start"])
+    if window.get("images"):
+        out["energy_per_image_j"] = energy / window["images"]
+        if "energy_net_j" in out:
+            out["energy_net_per_image_j"] = out["energy_net_j"] / window["images"]
+    return out
 
 
 def utilisation(start: dict[str, Any], images_per_sec: float,
@@ -385,12 +391,3 @@ def accuracy(events: Iterable[dict[str, Any]]) -> dict[str, float]:
             if _number(reached.get("elapsed_s")):
                 values["wall_to_target_s"] = float(reached["elapsed_s"])
     return values
-
-
-def _number(value: Any) -> bool:
-    """A JSON number (bools are ints to Python, not numbers to the protocol)."""
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-
-
-def _mean(values: list[float]) -> float:
-    return sum(values) / len(values)

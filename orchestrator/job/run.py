@@ -7,6 +7,9 @@ and writes `result.json` atomically (temporary file, then rename). A job never t
 database: many jobs run at once on many nodes, and SQLite on a shared filesystem must have one
 writer, the collector on the login node.
 
+What the trainer's run says once it ended (its error, the nodes' records and combined figures)
+is read by job_result.py.
+
 `run_cell` is the function submitit pickles; it takes a `JobSpec`, a plain picklable record of
 everything the job needs, so the job never reads back the sweep's config or the DB.
 """
@@ -26,8 +29,9 @@ from typing import Any, Iterator
 import yaml
 from submitit.core.utils import UncompletedJobError
 
-from orchestrator.job import node_group, provenance
+from orchestrator.job import job_result, node_group
 from orchestrator import private_files, runstate, setting_registry
+from orchestrator.job.job_result import TrainerRun
 from orchestrator.job.monitor import Monitor, default_samplers
 from orchestrator.results.resultfile import RESULT_NAME, RESULT_SCHEMA
 from orchestrator.envs.runtime import make_runtime
@@ -173,19 +177,6 @@ def _paths(run_dir: Path) -> dict[str, str]:
             "setup": str(run_dir / "setup.log")}
 
 
-@dataclass
-class TrainerRun:
-    """How one node's trainer ran: its exit status, the monitor's samples, what ran it."""
-
-    returncode: int
-    samples: list[dict[str, Any]]
-    monitor: Monitor
-    runtime: Any
-    argv: list[str]
-    env: dict[str, str]
-    idle_s: float
-
-
 def _run_trainer(spec: JobSpec, run: RunSpec, paths: dict[str, str], deadline: float | None,
                  place: node_group.Place | None) -> TrainerRun:
     """This node's trainer beside this node's monitor, until it ends, the cell's time runs out
@@ -258,9 +249,9 @@ def run_on_other_node(spec: JobSpec, run: RunSpec, deadline: float | None) -> No
             klass = fc.TIMEOUT if isinstance(exc, TimeLimit) else fc.RANK_FAILED
             record.update(error={"class": klass, "message": str(exc)}, returncode=None)
         else:
-            events, _ = read_events(Path(paths["events"]))
+            events, _ = job_result.read_events(Path(paths["events"]))
             record.update(returncode=ran.returncode, monitor=ran.monitor.describe(),
-                          error=_own_error(events, ran.returncode, paths))
+                          error=job_result.own_error(events, ran.returncode, paths))
     except Exception as exc:  # the node's own failure must still reach the first node
         record["error"] = {"class": fc.CRASH, "message": f"job: {type(exc).__name__}: {exc}"}
     node_group.write_node(run_dir, rank, name, record)
@@ -275,7 +266,7 @@ def _measure(spec: JobSpec, run_dir: Path, paths: dict[str, str], deadline: floa
         own = {"class": fc.RANK_FAILED, "message": str(exc)}
         if place:
             node_group.write_node(run_dir, place.rank, place.name, {"error": own})
-        return {"state": runstate.FAILED, "error": _across_nodes(place, run_dir, own, deadline)[0]}
+        return {"state": runstate.FAILED, "error": job_result.across_nodes(place, run_dir, own, deadline)[0]}
     except TimeLimit:
         if place:
             node_group.write_node(run_dir, place.rank, place.name, {"error": {"class": fc.TIMEOUT,
@@ -285,36 +276,20 @@ def _measure(spec: JobSpec, run_dir: Path, paths: dict[str, str], deadline: floa
     if returncode == -signal.SIGUSR2:  # submitit asks Slurm for USR2 to every process near the end
         raise TimeLimit(f"the scheduler signalled the end of the job's time limit{_limit(spec)} (SIGUSR2) "
                         f"before the trainer finished; {MORE_TIME}")
-    events, bad_lines = read_events(Path(paths["events"]))
-    outcome = _described(spec, ran, events)
-    error = _own_error(events, returncode, paths, bad_lines)
+    events, bad_lines = job_result.read_events(Path(paths["events"]))
+    outcome = job_result.described(ran, events, spec.settings, exclusive=bool(spec.lock) or bool(
+        (spec.config.get("cluster") or {}).get("exclusive")))
+    error = job_result.own_error(events, returncode, paths, bad_lines)
     peers: dict[int, Any] = {}
     if place:
         node_group.write_node(run_dir, place.rank, place.name, {"error": error, "returncode": returncode,
                                                                 "paths": paths})
-        error, peers = _across_nodes(place, run_dir, error, deadline)
-        outcome["nodes"] = _node_records(place, run_dir, paths, outcome["monitor"], returncode, peers)
+        error, peers = job_result.across_nodes(place, run_dir, error, deadline)
+        outcome["nodes"] = job_result.node_records(place, run_dir, paths, outcome["monitor"], returncode, peers)
     if error:
         outcome.update(state=runstate.FAILED, error=error)
         return outcome
     return _measured(spec, ran, run_dir, events, place, peers, outcome)
-
-
-def _described(spec: JobSpec, ran: TrainerRun, events: list[dict[str, Any]]) -> dict[str, Any]:
-    """What ran, whatever its end: exit status, monitor, environment, argv, the trainer's own
-    run_start (less its event name and time) and provenance (best effort: it never fails a run)."""
-    outcome: dict[str, Any] = {"returncode": ran.returncode, "monitor": ran.monitor.describe(),
-                               "environment": ran.runtime.identity(), "argv": ran.argv}
-    start = next((e for e in events if e.get("event") == "run_start"), None)
-    if start:
-        outcome["trainer"] = {k: v for k, v in start.items() if k not in ("event", "t")}
-    try:
-        outcome["provenance"] = provenance.gather(
-            spec.settings, outcome.get("trainer"), outcome["environment"], outcome["monitor"],
-            exclusive=bool(spec.lock) or bool((spec.config.get("cluster") or {}).get("exclusive")), environ=ran.env)
-    except Exception as exc:
-        outcome["provenance"] = {"error": f"{type(exc).__name__}: {exc}"}
-    return outcome
 
 
 def _measured(spec: JobSpec, ran: TrainerRun, run_dir: Path, events: list[dict[str, Any]],
@@ -328,12 +303,13 @@ def _measured(spec: JobSpec, ran: TrainerRun, run_dir: Path, events: list[dict[s
         outcome.update(state=runstate.FAILED, error={"class": fc.CRASH, "message": measured.reason})
         return outcome
     values = dict(measured)
-    ranks, rank_note = _ranks(events, peers)
+    ranks, rank_note = job_result.ranks(events, peers)
     if place:
-        values, energy_nodes = _combined(place, run_dir, events, values, measured.energy, peers, outcome["nodes"])
+        values, energy_nodes = job_result.combined(place, run_dir, events, values, measured.energy, peers,
+                                                   outcome["nodes"])
     if place or len(ranks) > 1:
         outcome["ranks"] = ranks
-    failed = _measured_but_wrong(ranks, measured)
+    failed = job_result.measured_but_wrong(ranks, measured)
     outcome.update(state=runstate.FAILED if failed else runstate.DONE, error=failed, window=measured.window,
                    metrics=values, notes="; ".join(n for n in (measured.reason, rank_note) if n) or None)
     if measured.energy:
@@ -344,137 +320,12 @@ def _measured(spec: JobSpec, ran: TrainerRun, run_dir: Path, events: list[dict[s
     return outcome
 
 
-def _measured_but_wrong(ranks: list[dict[str, Any]], measured: Any) -> dict[str, str] | None:
-    """The error of a run that measured, yet whose figures are not of what it claims: its ranks
-    ended with different models (ranks_diverged, node_group.diverged), or no algorithm could reach
-    its throughput (implausible); None where neither. Its figures stay in the result, for the
-    message to be checked."""
-    return node_group.diverged(ranks) or (
-        {"class": fc.IMPLAUSIBLE, "message": measured.implausible} if measured.implausible else None)
-
-
-def _ranks(events: list[dict[str, Any]], peers: dict[int, Any]) -> tuple[list[dict[str, Any]], str | None]:
-    """Every rank's parameter checksum and a note on the malformed or missing ones
-    (node_group.checksums): the launcher relays each of this node's ranks' (in `events`), the
-    other nodes' are in their own event files."""
-    start = next((e for e in events if e.get("event") == "run_start"), None)
-    return node_group.checksums(
-        {0: events, **{k: read_events(Path(p["paths"]["events"]))[0] for k, p in peers.items()}}, start)
-
-
-def _own_error(events: list[dict[str, Any]], returncode: int, paths: dict[str, str],
-               bad_lines: int = 0) -> dict[str, str] | None:
-    """How this node's trainer failed, from its events and exit status; None if it ended well."""
-    error = next((e for e in events if e.get("event") == "error"), None)
-    if error:
-        return _trainer_error(error)
-    if returncode < 0:  # killed from outside (Slurm's SIGTERM on requeue, cancel, node loss)
-        return {"class": fc.SIGNALLED,
-                "message": f"the trainer was ended by {_signal_name(-returncode)} (the scheduler or a user "
-                           f"stopped the job; the scheduler's record says why)"}
-    if returncode != 0 or not any(e.get("event") == "run_end" for e in events):
-        # the exit status still names the trainer's class where its error event was lost
-        return {"class": fc.from_exit_code(returncode) or fc.CRASH,
-                "message": f"trainer exited with status {returncode} without an error event"
-                           f"{f' ({bad_lines} unreadable output lines)' if bad_lines else ''}; "
-                           f"last lines of {paths['stderr']}: {_tail(Path(paths['stderr']))}"}
-    return None
-
-
-def _across_nodes(place: node_group.Place | None, run_dir: Path, own: dict[str, str] | None,
-                  deadline: float | None) -> tuple[dict[str, str] | None, dict[int, Any]]:
-    """The cell's error from every node's (the first node's job), and the other nodes' records."""
-    assert place is not None
-    patience = node_group.FIRST_FAILURE_WAIT_S if own else node_group.PEER_WAIT_S
-    peers = node_group.wait_for_peers(place, run_dir, deadline, patience)
-    mine = {"node": place.name, "rank": place.rank, "at": time.time(), "error": own} if own else None
-    if mine:
-        recorded = node_group.read_node(run_dir, place.rank)
-        mine["at"] = (recorded or {}).get("at", mine["at"])
-    return node_group.first_failure(place, mine, peers, patience), peers
-
-
-def _node_records(place: node_group.Place, run_dir: Path, paths: dict[str, str], monitor: Any,
-                  returncode: int, peers: dict[int, Any]) -> list[dict[str, Any]]:
-    """result.json's `nodes`: each node's name, address, exit status, error, monitor and files."""
-    own = {"returncode": returncode, "error": None, "monitor": monitor, "paths": paths}
-    records = []
-    for k in range(place.nodes):
-        found = own if k == place.rank else (peers.get(k) or {"error": {"class": fc.LOST, "message": "no node.json"}})
-        records.append({"node": place.names[k], "rank": k, "addr": place.addrs[k],
-                        **{key: found.get(key) for key in ("returncode", "error", "monitor", "paths")}})
-    return records
-
-
-def _combined(place: node_group.Place, run_dir: Path, events: list[dict[str, Any]], own: dict[str, float],
-              own_energy: dict[str, Any] | None, peers: dict[int, Any],
-              nodes: list[dict[str, Any]]) -> tuple[dict[str, float], list[Any]]:
-    """The cell's metrics from every node's (each over node 0's measured window), combined as each
-    metric declares; every node's own figures go to result.json's `nodes`."""
-    from orchestrator.job import metrics  # lazy: numpy, as in _measure
-
-    per_node, energy = [own], [own_energy]
-    for k in sorted(peers):
-        samples, _ = read_events(Path(peers[k]["paths"]["samples"]), key="sampler")
-        measured = metrics.compute(events, samples)
-        per_node.append(dict(measured))
-        energy.append(measured.energy)
-    for record, values in zip(nodes, per_node):
-        record["metrics"] = values
-    return node_group.combine(per_node), energy
-
-
-def _trainer_error(event: dict[str, Any]) -> dict[str, str]:
-    """The result's error from the trainer's error event: a class no entry of
-    trainers/common/failure_classes.py declares (a site's own trainer) is a crash that names it."""
-    klass, message = event.get("class"), str(event.get("message", ""))
-    if klass in fc.BY_NAME:
-        return {"class": klass, "message": message}
-    return {"class": fc.CRASH, "message": f"the trainer reported class {klass!r}, which is not one of "
-                                          f"{', '.join(fc.NAMES)}: {message}"}
-
-
 def _idle_seconds(spec: JobSpec, gpus: int) -> float:
     """How long the GPUs' idle power is sampled before the trainer starts (monitor.idle_s; 0 for CPU)."""
     if gpus <= 0:
         return 0.0
     value = (spec.config.get("monitor") or {}).get("idle_s", 5.0)
     return max(0.0, float(value or 0.0))
-
-
-def read_events(path: Path, key: str = "event") -> tuple[list[dict[str, Any]], int]:
-    """The trainer's events (or the monitor's samples: key="sampler"); a line that is not a
-    JSON object with `key` is counted, not fatal."""
-    events, bad = [], 0
-    if not path.exists():
-        return events, bad
-    for line in path.read_text(errors="replace").splitlines():
-        if not line.strip():
-            continue
-        try:
-            event = json.loads(line)
-        except ValueError:
-            bad += 1
-            continue
-        if isinstance(event, dict) and key in event:
-            events.append(event)
-        else:
-            bad += 1
-    return events, bad
-
-
-def _signal_name(number: int) -> str:
-    try:
-        return signal.Signals(number).name
-    except ValueError:
-        return f"signal {number}"
-
-
-def _tail(path: Path, lines: int = 5) -> str:
-    if not path.exists():
-        return "(no log)"
-    text = path.read_text(errors="replace").strip().splitlines()[-lines:]
-    return " | ".join(text)[-800:] or "(empty)"
 
 
 def _write_json(path: Path, data: dict[str, Any]) -> None:

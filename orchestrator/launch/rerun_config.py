@@ -126,7 +126,7 @@ class Site:
         _check_learned(config["hardware"])
         try:
             cell = Cell.from_plain(config, tuple(self.overrides))  # a follow-up it brings carries them
-            check_request(Options.from_config(config).backend, config, cell.label)
+            check_request(Options.from_config(config).backend, cell.config, cell.label)
             time_limits.options(config)  # as a new sweep's: a rerun of it may learn again
         except config_checks.ConfigError as exc:
             raise CellError(str(exc)) from None

@@ -9,6 +9,7 @@ compare` reads the same tables, or a CSV in their format, and gives a verdict pe
                 a cell's n/a and why; CSV (one file per metric, one shape for every sweep) and Markdown
     speedup.py  speedups of cells that differ only in gpus, or only in threads
     figures.py  matplotlib (Agg): grouped bars, GPU and thread scaling, throughput against energy
+    drawing.py  what every figure shares: its panels, colours and legend, n/a marks, log axes, its files
     page.py     one self-contained index.html
     compare.py  base against new, per cell: ratio and a verdict that uses the repeats' spread
     labels.py   how a hardware configuration and a cell are named (light: the launcher's dry run reads it)

@@ -16,7 +16,7 @@ from typing import Any, Optional, Sequence
 
 from orchestrator import runstate
 from orchestrator.report import query, scaling_table, time_table
-from orchestrator.report.figures import Written
+from orchestrator.report.drawing import Written
 from orchestrator.report.speedup import Series
 from orchestrator.report.tables import NOT_MEASURED, NOT_YET_RUN, OK, Table, grid
 

@@ -120,61 +120,15 @@ def _depth(value: Any) -> int:
 
 
 def check_result(result: Any) -> None:
-    """Raises BadResult for the first field that is missing or of the wrong type."""
-    if not isinstance(result, dict):
-        raise BadResult(f"the top level is {_json_type(result)}, expected an object")
-    if "schema" not in result:
-        raise BadResult("missing key 'schema' (not a result.json of this orchestrator?)")
-    if result["schema"] != RESULT_SCHEMA:
-        raise BadResult(f"schema {result['schema']!r} is not {RESULT_SCHEMA}, the one this collector reads; "
-                        f"collect it with the orchestrator version that wrote it")
-    _need(result, "run_uid", str)
-    _need(result, "sweep_id", str)
-    _need(result, "cell_id", str)
-    _need(result, "repeat", int)
-    _need(result, "attempt", int)
-    _need(result, "state", str)
-    if result["state"] not in RESULT_STATES:
-        raise BadResult(f"state {result['state']!r} is not one of {', '.join(RESULT_STATES)}")
-    expected = run_uid(result["sweep_id"], result["cell_id"], result["repeat"], result["attempt"])
-    if result["run_uid"] != expected:
-        raise BadResult(f"run_uid {result['run_uid']!r} does not match sweep_id:cell_id:repeat:attempt ({expected!r})")
-
-    error = _need(result, "error", dict, type(None))
-    if error is not None:
-        if _need(error, "class", str, where="error") not in failure_classes.BY_NAME:
-            raise BadResult(f"error.class {error['class']!r} is not a failure class (one of "
-                            f"{', '.join(failure_classes.NAMES)}: trainers/common/failure_classes.py)")
-        _need(error, "message", str, where="error")
-    cell = _need(result, "cell", dict)
-    for key, types in CELL_COLUMNS.items():
-        _need(cell, key, *types, where="cell")
-    for key, types in OPTIONAL_CELL_COLUMNS.items():
-        _optional(cell, key, *types, where="cell")
-    for key, values in CELL_WORDS.items():
-        if cell.get(key) not in (None, *values):
-            raise BadResult(f"cell.{key} is {cell[key]!r}, not one of {', '.join(values)}")
-
-    for key in ("node", "job_id", "executor"):
-        _optional(result, key, str)
-    for key in ("started_at", "ended_at"):
-        _optional(result, key, int, float)
-    paths = _optional(result, "paths", dict) or {}
-    for key in ("run_dir", "events", "stdout", "stderr", "samples"):
-        _optional(paths, key, str, where="paths")
-    trainer = _optional(result, "trainer", dict) or {}
-    _optional(trainer, "params", int, where="trainer")
-    _optional(trainer, "version", str, where="trainer")
-    _optional(trainer, "build", dict, where="trainer")
-    energy = _optional(result, "energy", dict) or {}
-    _optional(energy, "method", str, where="energy")
-    _optional(result, "monitor", list)
-    prov = _optional(result, "provenance", dict) or {}
-    _optional(prov, "node", str, where="provenance")
-    _optional(prov, "environment", str, where="provenance")
-    _optional(prov, "exclusive", bool, where="provenance")
-    for key in ("cpu", "gpu", "framework", "git", "slurm"):
-        _optional(prov, key, dict, where="provenance")
+    """Raises BadResult for the first field that is missing or of the wrong type: the run's
+    identity, its error, its cell, the optional parts (OPTIONAL_PARTS), then its metrics."""
+    _check_identity(result)
+    _check_error(result)
+    _check_cell(_need(result, "cell", dict))
+    for part, fields in OPTIONAL_PARTS:
+        where = _optional(result, part, dict) or {} if part else result
+        for key, types in fields.items():
+            _optional(where, key, *types, where=part)
     for key in ("nodes", "ranks"):  # a cell across nodes: each node's record, each rank's checksum
         for i, item in enumerate(_optional(result, key, list) or []):
             _typed(item, f"{key}[{i}]", (dict,))
@@ -182,6 +136,60 @@ def check_result(result: Any) -> None:
     for name, value in metrics.items():
         if not _is_number(value):
             raise BadResult(f"metrics.{name} is {value!r}; metric values must be finite numbers")
+
+
+#: What a result may hold besides its identity, cell and metrics, in the order it is checked:
+#: (the part, "" for the top level; each of its fields and the JSON types it may have).
+OPTIONAL_PARTS: tuple[tuple[str, dict[str, tuple[type, ...]]], ...] = (
+    ("", {"node": (str,), "job_id": (str,), "executor": (str,), "started_at": (int, float),
+          "ended_at": (int, float)}),
+    ("paths", {key: (str,) for key in ("run_dir", "events", "stdout", "stderr", "samples")}),
+    ("trainer", {"params": (int,), "version": (str,), "build": (dict,)}),
+    ("energy", {"method": (str,)}),
+    ("", {"monitor": (list,)}),
+    ("provenance", {"node": (str,), "environment": (str,), "exclusive": (bool,),
+                    **{key: (dict,) for key in ("cpu", "gpu", "framework", "git", "slurm")}}),
+)
+
+
+def _check_identity(result: Any) -> None:
+    """An object of this collector's schema, whose run_uid is its sweep, cell, repeat and attempt."""
+    if not isinstance(result, dict):
+        raise BadResult(f"the top level is {_json_type(result)}, expected an object")
+    if "schema" not in result:
+        raise BadResult("missing key 'schema' (not a result.json of this orchestrator?)")
+    if result["schema"] != RESULT_SCHEMA:
+        raise BadResult(f"schema {result['schema']!r} is not {RESULT_SCHEMA}, the one this collector reads; "
+                        f"collect it with the orchestrator version that wrote it")
+    for key, kind in (("run_uid", str), ("sweep_id", str), ("cell_id", str), ("repeat", int), ("attempt", int),
+                      ("state", str)):
+        _need(result, key, kind)
+    if result["state"] not in RESULT_STATES:
+        raise BadResult(f"state {result['state']!r} is not one of {', '.join(RESULT_STATES)}")
+    expected = run_uid(result["sweep_id"], result["cell_id"], result["repeat"], result["attempt"])
+    if result["run_uid"] != expected:
+        raise BadResult(f"run_uid {result['run_uid']!r} does not match sweep_id:cell_id:repeat:attempt ({expected!r})")
+
+
+def _check_error(result: dict[str, Any]) -> None:
+    """`error`: null, or a failure class trainers/common/failure_classes.py declares and a message."""
+    error = _need(result, "error", dict, type(None))
+    if error is not None:
+        if _need(error, "class", str, where="error") not in failure_classes.BY_NAME:
+            raise BadResult(f"error.class {error['class']!r} is not a failure class (one of "
+                            f"{', '.join(failure_classes.NAMES)}: trainers/common/failure_classes.py)")
+        _need(error, "message", str, where="error")
+
+
+def _check_cell(cell: dict[str, Any]) -> None:
+    """`cell`: every setting the `cells` table keeps, of its type, a choice among its words."""
+    for key, types in CELL_COLUMNS.items():
+        _need(cell, key, *types, where="cell")
+    for key, types in OPTIONAL_CELL_COLUMNS.items():
+        _optional(cell, key, *types, where="cell")
+    for key, values in CELL_WORDS.items():
+        if cell.get(key) not in (None, *values):
+            raise BadResult(f"cell.{key} is {cell[key]!r}, not one of {', '.join(values)}")
 
 
 def _need(obj: dict[str, Any], key: str, *types: type, where: str = "") -> Any:

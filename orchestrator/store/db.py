@@ -36,7 +36,7 @@ from sqlalchemy.exc import ArgumentError, DBAPIError, IntegrityError, Operationa
 from sqlalchemy.orm import sessionmaker
 from sqlalchemy.sql import column, table
 
-from orchestrator.store import migrations, sqlite_lease, sqlite_sharing
+from orchestrator.store import migrations, sqlite_connection, sqlite_lease, sqlite_sharing
 # the schema's revision and the connection settings, kept where status reads them without SQLAlchemy
 from orchestrator.store.sql_adapters import SCHEMA_VERSION, sqlite_pragmas
 # the tables and views, declared in schema.py (read from there: db.py opens, makes and upgrades)
@@ -131,7 +131,7 @@ def open_db(url: str, create: bool = True) -> sessionmaker:
         path = sqlite_path(url)
         if not create and path is not None and not path.exists():
             raise NoDatabase(f"no {path} here")
-        engine = create_engine(url, **({"connect_args": sqlite_lease.connect_args(str(path))} if path else {}))
+        engine = create_engine(url, **({"connect_args": sqlite_connection.connect_args(str(path))} if path else {}))
         if engine.dialect.name == "sqlite":
             event.listen(engine, "connect", _sqlite_pragmas)
         # on a network file system, what is found and what is done about it in one turn of the

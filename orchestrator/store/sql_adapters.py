@@ -25,7 +25,8 @@ from functools import lru_cache
 from typing import Any, Iterator, Mapping, Optional, Sequence
 from urllib.parse import quote
 
-from orchestrator.store.sqlite_lease import LeaseLost, LeaseRefused, connect_args
+from orchestrator.store.sqlite_connection import connect_args
+from orchestrator.store.sqlite_lease import LeaseLost, LeaseRefused
 from orchestrator.store.sqlite_sharing import BUSY_TIMEOUT_S, apply_pragmas
 
 #: The Alembic revision the tables and views of schema.py are: the head of orchestrator/store/migrations/versions,

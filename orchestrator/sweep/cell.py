@@ -88,8 +88,13 @@ class Cell:
     @classmethod
     def from_plain(cls, plain: dict[str, Any], overrides: tuple[str, ...] = ()) -> "Cell":
         """A cell from a config already resolved to plain data (orchestrator/sweep/expand.py's), its
-        group choices checked where it was composed."""
-        return cls(settings=resolve_settings(plain), config=plain, overrides=tuple(overrides))
+        group choices checked where it was composed. Its config is complete as its settings are:
+        a setting with a default left null (`nodes=null`) or absent (a config recorded before the
+        setting existed) holds that default (setting_registry.filled), so that no reader of the
+        config (the scheduler's request: backends/sbatch.py) defaults it again. A new mapping:
+        `plain` is not changed."""
+        return cls(settings=resolve_settings(plain), config=setting_registry.filled(plain),
+                   overrides=tuple(overrides))
 
 
 def resolved_config(cfg: DictConfig) -> dict[str, Any]:
