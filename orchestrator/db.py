@@ -40,7 +40,9 @@ from orchestrator import migrations, sqlite_lease, sqlite_sharing
 # the schema's revision and the connection settings, kept where status reads them without SQLAlchemy
 from orchestrator.sql_adapters import SCHEMA_VERSION, sqlite_pragmas
 # the tables and views, declared in schema.py (read from there: db.py opens, makes and upgrades)
-from orchestrator.schema import Base, create_views
+from orchestrator.schema import Base
+# the views, made from the read layer's selects (cell_stats.py)
+from orchestrator.cell_stats import create_views
 
 log = logging.getLogger(__name__)
 

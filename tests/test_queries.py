@@ -68,10 +68,10 @@ def test_each_query_answers_the_same_through_sqlite3_and_sqlalchemy(tmp_path, db
 
 
 def test_the_history_a_learned_time_limit_reads_is_the_same_on_either_store(tmp_path, db_url):
-    """queries.limit_history (time_limits.learn's one question) through each store: the successful
+    """run_history.limit_history (time_limits.learn's one question) through each store: the successful
     runs of cells with the same names, newest first, with their wall time and settings (a column
     named like a keyword, `like`, included); a failure and another model are not history."""
-    from orchestrator import runstate, setting_registry, time_limits
+    from orchestrator import run_history, runstate, setting_registry, time_limits
 
     runs = tmp_path / "runs"
     old = make_result(sweep="a", model="lenet", batch_size=8)

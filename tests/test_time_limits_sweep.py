@@ -176,7 +176,7 @@ def test_the_left_out_count_is_said_of_its_own_cell_and_counts_not_toward_the_hi
     from the same names, and invalid rows filled limit_history's LIMIT in place of valid ones."""
     from sqlalchemy import text
 
-    from orchestrator import db, queries, runstate, setting_registry
+    from orchestrator import db, run_history, runstate, setting_registry
     from orchestrator.sql_adapters import Rows
 
     a, b = _expanded([["hardware=cpu12", "iterations=50"], ["hardware=cpu12", "precision=bf16"]])
@@ -191,6 +191,6 @@ def test_the_left_out_count_is_said_of_its_own_cell_and_counts_not_toward_the_hi
     assert la.config["hardware"]["time_source"].endswith("; 3 run(s) without a valid wall time left out")
     assert "left out" not in lb.config["hardware"]["time_source"], lb.config["hardware"]
     with db.open_db(url, create=False)() as session:
-        found = queries.limit_history(Rows.of(session), *(a.settings[k] for k in ("framework", "model", "dataset", "hardware")),
+        found = run_history.limit_history(Rows.of(session), *(a.settings[k] for k in ("framework", "model", "dataset", "hardware")),
                                       setting_registry.NAMES, runstate.DONE, most=1)
     assert [float(r.wall_s) for r in found] == [30.0]
