@@ -24,6 +24,26 @@ def test_the_latest_attempt_rule_is_written_in_one_module():
     assert LATEST_RULE.search(queries.LATEST)
 
 
+#: SQL in code: a SQLAlchemy or SQL-text select (issue 36's check, as the project runs it).
+SQL_READ = re.compile(r"""\bselect\(|["']\s*SELECT\s|^\s*SELECT\s""", re.MULTILINE)
+#: The store's modules, the read layer among them (queries.py: status's SQL text; cell_stats.py and
+#: run_history.py: every other read, in SQLAlchemy Core): the only modules that may say SQL.
+STORE = {"queries.py", "cell_stats.py", "run_history.py", "schema.py", "db.py", "sql_adapters.py", "db_copy.py",
+         "filesystems.py"}
+#: Modules whose SQL other changes of issue 36 move into the read layer (submit, retry, rerun: the
+#: launch package's split; collector: its scaling). The lead removes this list on merge.
+NOT_YET = {"submit.py", "retry.py", "rerun.py", "collector.py"}
+
+
+def test_sql_is_said_only_in_the_store():
+    """No module outside the store (and the migrations, which are history) builds a select or
+    writes SQL text: every read is a named function of the read layer."""
+    saying = sorted(str(p.relative_to(ORCHESTRATOR)) for p in ORCHESTRATOR.rglob("*.py")
+                    if "migrations" not in p.parts and p.name not in STORE | NOT_YET
+                    and not p.name.startswith("sqlite_") and SQL_READ.search(p.read_text()))
+    assert saying == []
+
+
 def _two_sweeps(tmp_path, url):
     """Sweep a: lenet repeat 0 failed at attempt 1; sweep b: its attempt 2, done, and alexnet failed."""
     runs = tmp_path / "runs"
@@ -86,7 +106,7 @@ def test_the_history_a_learned_time_limit_reads_is_the_same_on_either_store(tmp_
     assert collect(factory, runs).added == 5
     cell = old["cell"]
     with factory() as session:
-        history = queries.limit_history(rows_module.Rows.of(session), cell["framework"], "lenet", cell["dataset"],
+        history = run_history.limit_history(rows_module.Rows.of(session), cell["framework"], "lenet", cell["dataset"],
                                         cell["hardware"], setting_registry.NAMES, runstate.DONE)
     assert [(r.cell_id, float(r.wall_s), r.batch_size, r.step_s) for r in history] == [
         (new["cell_id"], 160.0, 16, 0.064), (old["cell_id"], 100.0, 8, 0.064)]  # step_s: its step_time_mean
@@ -94,9 +114,9 @@ def test_the_history_a_learned_time_limit_reads_is_the_same_on_either_store(tmp_
     names = (cell["framework"], "lenet", cell["dataset"], cell["hardware"])
     with factory() as session:  # a timeout no success of its cell followed; no invalid wall time
         rows = rows_module.Rows.of(session)
-        timeouts = queries.limit_timeouts(rows, *names, runstate.FAILED, "timeout", runstate.DONE)
+        timeouts = run_history.limit_timeouts(rows, *names, runstate.FAILED, "timeout", runstate.DONE)
         assert [(r.cell_id, float(r.wall_s)) for r in timeouts] == [(timed_out["cell_id"], 100.0)]
-        assert queries.limit_left_out(rows, *names, runstate.DONE) == {}
+        assert run_history.limit_left_out(rows, *names, runstate.DONE) == {}
     past = [time_limits.Past(r.cell_id, float(r.wall_s), r._asdict()) for r in history]
     limit = time_limits.predict(old["cell_id"], old["cell"], past, ceiling_min=120)
     assert (limit.minutes, limit.floor) == (4, 4) and limit.source.startswith(time_limits.SAME_CELL)  # 100 s x 1.5 + 1 min
