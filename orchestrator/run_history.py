@@ -12,7 +12,7 @@ from sqlalchemy.orm import Session, aliased
 
 from orchestrator import setting_registry
 from orchestrator.cell_stats import named_cells
-from orchestrator.schema import Cell, Metric, Refusal, Run, SweepCell, latest_runs, setting_value
+from orchestrator.schema import Cell, Metric, Refusal, Run, latest_runs, setting_value
 
 
 def cells(session: Session, sweep_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
@@ -126,15 +126,14 @@ def limit_left_out(rows: Any, framework: str, model: str, dataset: str, hardware
 def limit_timeouts(rows: Any, framework: str, model: str, dataset: str, hardware: str, failed: str,
                    timeout: str, done: str) -> list[Any]:
     """The timed-out runs (state `failed`, class `timeout`) of the cells with these names that
-    no success of their cell followed, newest first: each one's wall time (`wall_s`, None where
-    unknown) and its sweep's recorded config of the cell (`config`, sweep_cells; None where none),
-    which holds the limit it timed out at (time_limits.learn asks at least twice that)."""
+    no success of their cell followed, newest first: each one's cell and sweep and its wall time
+    (`wall_s`, None where unknown). Its sweep's recorded config of the cell (queries.recorded_config)
+    holds the limit it timed out at (time_limits.learn asks at least twice that)."""
     later = aliased(Run, name="d")
     succeeded = exists().where(later.cell_id == Run.cell_id, later.state == done, later.ended_at > Run.ended_at)
     return rows.all(
-        select(Run.cell_id, (Run.ended_at - Run.started_at).label("wall_s"), SweepCell.config)
+        select(Run.cell_id, Run.sweep_id, (Run.ended_at - Run.started_at).label("wall_s"))
         .join(Cell, Cell.id == Run.cell_id)
-        .outerjoin(SweepCell, and_(SweepCell.sweep_id == Run.sweep_id, SweepCell.cell_id == Run.cell_id))
         .where(Run.state == failed, Run.error_class == timeout, *_named(framework, model, dataset, hardware),
                ~succeeded)
         .order_by(Run.ended_at.is_(None), Run.ended_at.desc()))

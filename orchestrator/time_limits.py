@@ -359,7 +359,7 @@ class History:
         timed_out: dict[str, float] = {}
         for r in run_history.limit_timeouts(rows, *names, runstate.FAILED, failure_classes.TIMEOUT, runstate.DONE):
             if r.cell_id not in timed_out:  # newest first: the latest one
-                config = queries.json_value(r.config) if r.config is not None else None
+                config = queries.recorded_config(rows, r.sweep_id, r.cell_id)
                 limit = (config.get("hardware") or {}).get("time_min") if isinstance(config, dict) else None
                 known = [float(v) for v in (limit, (r.wall_s or 0) / 60.0) if isinstance(v, (int, float)) and v > 0]
                 if known:

@@ -44,6 +44,25 @@ def test_sql_is_said_only_in_the_store():
     assert saying == []
 
 
+#: Questions the commands and the report both ask, each as the code that answers it, and the one
+#: module that may: the per-group median (row_number's middle rows: cell_summary's and the report's
+#: statistics), what counts as one job, the sweep list, a sweep's recorded configs.
+ASKED_ONCE = {
+    "median": (re.compile(r"cnt \+ 1\) // 2"), "cell_stats.py"),
+    "one job": (re.compile(r"job_id\.is_\(None\)|job_id IS NULL"), "queries.py"),
+    "sweeps": (re.compile(r"FROM sweeps\b|select\((schema\.)?Sweep\b"), "queries.py"),
+    "recorded configs": (re.compile(r"sweep_cells\.config FROM|SweepCell\.config|link\.config\b"), "queries.py"),
+}
+
+
+def test_each_question_the_commands_and_the_report_share_is_answered_once():
+    """Answered twice, two answers drift apart (issue 36): each is said in its one module only."""
+    for question, (code, home) in ASKED_ONCE.items():
+        saying = sorted(str(p.relative_to(ORCHESTRATOR)) for p in ORCHESTRATOR.rglob("*.py")
+                        if "migrations" not in p.parts and p.name not in NOT_YET and code.search(p.read_text()))
+        assert saying == [home], question
+
+
 def _two_sweeps(tmp_path, url):
     """Sweep a: lenet repeat 0 failed at attempt 1; sweep b: its attempt 2, done, and alexnet failed."""
     runs = tmp_path / "runs"
