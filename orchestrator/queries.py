@@ -1,11 +1,15 @@
-"""The SQL text the commands ask of the database, each question written once.
+"""The read layer's SQL text: what `status` asks of the database, each question written once.
 
 `status` answers in half a second over 100,000 runs only without SQLAlchemy's import (sql_adapters.py
-says why), so what it asks is SQL text with `:name` parameters, run through orchestrator.sql_adapters:
+says why; measured on the 2-core VM: `import sqlalchemy` 0.22-0.37 s, schema.py's ORM 0.45-0.8 s),
+so what it asks is SQL text with `:name` parameters, run through orchestrator.sql_adapters:
 Python's sqlite3 on an up-to-date SQLite file, a SQLAlchemy session (`Rows.of(session)`)
-anywhere else. The commands that import SQLAlchemy anyway ask the same questions through the
-same functions, and db.py builds its ORM selects over the latest attempts from `LATEST` below,
-so the rule for which attempt counts is written here and nowhere else (test_cli checks).
+anywhere else. This is the one place the read layer is not SQLAlchemy Core (cell_stats.py and
+run_history.py are): Core cannot be built without the import. What the report asks too — the
+sweeps, their recorded configs, what counts as one job — it asks through these same functions
+(`Rows.of(session)`), so each is answered once; and schema.latest_runs() builds its select over
+the latest attempts from `LATEST` below, so the rule for which attempt counts is written here and
+nowhere else (test_queries checks both).
 
 This module imports only the standard library and orchestrator.sql_adapters.
 """
