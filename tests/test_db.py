@@ -17,7 +17,7 @@ from alembic.runtime.migration import MigrationContext
 from sqlalchemy import create_engine, inspect, select, text
 from sqlalchemy.exc import IntegrityError
 
-from orchestrator.store import db, migrations, schema, sql_adapters
+from orchestrator.store import cell_stats, db, migrations, schema, sql_adapters
 from orchestrator.sweep.cell import cell_id as make_cell_id
 from orchestrator.store.schema import Cell, Metric, Run, Sweep, SweepCell
 from db_urls import execute, is_sqlite, plain_rows, query, sqlite_file
@@ -399,11 +399,11 @@ def test_cell_summary_over_the_latest_attempt_of_each_repeat_when_done(db_url):
 
     # the same select with filters (a setting, a metric) and another threshold (what `results --summary` runs)
     with Session() as session:
-        view = {r["model"]: dict(r) for r in session.execute(schema.summary_select()).mappings()}
+        view = {r["model"]: dict(r) for r in session.execute(cell_stats.summary_select()).mappings()}
         assert view == rows
-        (loose,) = session.execute(schema.summary_select({"model": ["lenet"]}, noisy_cv=0.2)).mappings()
+        (loose,) = session.execute(cell_stats.summary_select({"model": ["lenet"]}, noisy_cv=0.2)).mappings()
         assert loose["model"] == "lenet" and loose["noisy"] == 0 and loose["n"] == 3
-        (some,) = session.execute(schema.summary_select({"images_per_sec": [1000.0, 1100.0]})).mappings()
+        (some,) = session.execute(cell_stats.summary_select({"images_per_sec": [1000.0, 1100.0]})).mappings()
         assert (some["model"], some["n"], some["images_per_sec_median"]) == ("lenet", 2, 1050.0)
 
 
@@ -425,15 +425,15 @@ def test_a_page_of_results_is_the_views_first_rows(db_url):
     view = schema.results_view
     with Session() as session:
         for filters, limit in (({}, 4), ({"model": ["lenet", "vgg16"]}, 2), ({"state": ["done"]}, 10)):
-            page, total = schema.results_page(filters, order, limit)
+            page, total = cell_stats.results_page(filters, order, limit)
             conditions = [view.c[k].in_(v) for k, v in filters.items()]
             want = session.execute(select(view).where(*conditions).order_by(*(view.c[c] for c in order))
                                    .limit(limit)).mappings().all()
             got = session.execute(page).mappings().all()
             assert [dict(r) for r in got] == [dict(r) for r in want] and got, filters
             assert session.scalar(total) == session.scalar(select(func.count()).select_from(view).where(*conditions))
-        assert schema.results_page({"images_per_sec": [100.0]}, order, 5) is None
-        assert schema.results_page({}, order, None) is None  # every row: the view
+        assert cell_stats.results_page({"images_per_sec": [100.0]}, order, 5) is None
+        assert cell_stats.results_page({}, order, None) is None  # every row: the view
 
 
 def upgraded_from(url, revision, *then):

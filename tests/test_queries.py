@@ -24,6 +24,45 @@ def test_the_latest_attempt_rule_is_written_in_one_module():
     assert LATEST_RULE.search(queries.LATEST)
 
 
+#: SQL in code: a SQLAlchemy or SQL-text select (issue 36's check, as the project runs it).
+SQL_READ = re.compile(r"""\bselect\(|["']\s*SELECT\s|^\s*SELECT\s""", re.MULTILINE)
+#: The store (orchestrator/store/: the read layer — queries.py: status's SQL text; cell_stats.py and
+#: run_history.py: every other read, in SQLAlchemy Core — and the engine, schema and writes): the
+#: only package that may say SQL.
+STORE = "store"
+#: Modules whose SQL other changes of issue 36 move into the read layer (submit, retry, rerun: the
+#: launch package's split; collector: its scaling). The lead removes this list on merge.
+NOT_YET = {"submit.py", "retry.py", "rerun.py", "collector.py"}
+
+
+def test_sql_is_said_only_in_the_store():
+    """No module outside the store (and the migrations, which are history) builds a select or
+    writes SQL text: every read is a named function of the read layer."""
+    saying = sorted(str(p.relative_to(ORCHESTRATOR)) for p in ORCHESTRATOR.rglob("*.py")
+                    if STORE not in p.relative_to(ORCHESTRATOR).parts and p.name not in NOT_YET
+                    and SQL_READ.search(p.read_text()))
+    assert saying == []
+
+
+#: Questions the commands and the report both ask, each as the code that answers it, and the one
+#: module that may: the per-group median (row_number's middle rows: cell_summary's and the report's
+#: statistics), what counts as one job, the sweep list, a sweep's recorded configs.
+ASKED_ONCE = {
+    "median": (re.compile(r"cnt \+ 1\) // 2"), "store/cell_stats.py"),
+    "one job": (re.compile(r"job_id\.is_\(None\)|job_id IS NULL"), "store/queries.py"),
+    "sweeps": (re.compile(r"FROM sweeps\b|select\((schema\.)?Sweep\b"), "store/queries.py"),
+    "recorded configs": (re.compile(r"sweep_cells\.config FROM|SweepCell\.config|link\.config\b"), "store/queries.py"),
+}
+
+
+def test_each_question_the_commands_and_the_report_share_is_answered_once():
+    """Answered twice, two answers drift apart (issue 36): each is said in its one module only."""
+    for question, (code, home) in ASKED_ONCE.items():
+        saying = sorted(str(p.relative_to(ORCHESTRATOR)) for p in ORCHESTRATOR.rglob("*.py")
+                        if "migrations" not in p.parts and p.name not in NOT_YET and code.search(p.read_text()))
+        assert saying == [home], question
+
+
 def _two_sweeps(tmp_path, url):
     """Sweep a: lenet repeat 0 failed at attempt 1; sweep b: its attempt 2, done, and alexnet failed."""
     runs = tmp_path / "runs"
@@ -68,9 +107,10 @@ def test_each_query_answers_the_same_through_sqlite3_and_sqlalchemy(tmp_path, db
 
 
 def test_the_history_a_learned_time_limit_reads_is_the_same_on_either_store(tmp_path, db_url):
-    """queries.limit_history (time_limits.learn's one question) through each store: the successful
+    """run_history.limit_history (time_limits.learn's one question) through each store: the successful
     runs of cells with the same names, newest first, with their wall time and settings (a column
     named like a keyword, `like`, included); a failure and another model are not history."""
+    from orchestrator.store import run_history
     from orchestrator import runstate, setting_registry
     from orchestrator.sweep import time_limits
 
@@ -87,7 +127,7 @@ def test_the_history_a_learned_time_limit_reads_is_the_same_on_either_store(tmp_
     assert collect(factory, runs).added == 5
     cell = old["cell"]
     with factory() as session:
-        history = queries.limit_history(rows_module.Rows.of(session), cell["framework"], "lenet", cell["dataset"],
+        history = run_history.limit_history(rows_module.Rows.of(session), cell["framework"], "lenet", cell["dataset"],
                                         cell["hardware"], setting_registry.NAMES, runstate.DONE)
     assert [(r.cell_id, float(r.wall_s), r.batch_size, r.step_s) for r in history] == [
         (new["cell_id"], 160.0, 16, 0.064), (old["cell_id"], 100.0, 8, 0.064)]  # step_s: its step_time_mean
@@ -95,9 +135,9 @@ def test_the_history_a_learned_time_limit_reads_is_the_same_on_either_store(tmp_
     names = (cell["framework"], "lenet", cell["dataset"], cell["hardware"])
     with factory() as session:  # a timeout no success of its cell followed; no invalid wall time
         rows = rows_module.Rows.of(session)
-        timeouts = queries.limit_timeouts(rows, *names, runstate.FAILED, "timeout", runstate.DONE)
+        timeouts = run_history.limit_timeouts(rows, *names, runstate.FAILED, "timeout", runstate.DONE)
         assert [(r.cell_id, float(r.wall_s)) for r in timeouts] == [(timed_out["cell_id"], 100.0)]
-        assert queries.limit_left_out(rows, *names, runstate.DONE) == {}
+        assert run_history.limit_left_out(rows, *names, runstate.DONE) == {}
     past = [time_limits.Past(r.cell_id, float(r.wall_s), r._asdict()) for r in history]
     limit = time_limits.predict(old["cell_id"], old["cell"], past, ceiling_min=120)
     assert (limit.minutes, limit.floor) == (4, 4) and limit.source.startswith(time_limits.SAME_CELL)  # 100 s x 1.5 + 1 min

@@ -15,6 +15,7 @@ from helpers import FAST, orchestrator, rows, user_dir, wait_until_final
 from result_factory import make_settings
 
 from orchestrator.store import db, schema
+from orchestrator.store import run_history
 from orchestrator import setting_registry
 from orchestrator.sweep.cell import cell_id
 from trainers.common.failure_classes import way_out
@@ -214,9 +215,7 @@ def test_scaling_speedups_from_cells_that_differ_only_in_gpus_or_threads(tmp_pat
         (1, 1.0, 1.0), (2, 1.9, 0.95), (4, 3.6, 0.9)]
     assert "(strong)" in strong.label and any("(weak)" in s.label for s in gpu)
     with study.factory() as session:
-        from orchestrator.report import query
-
-        threads = speedup.thread_scaling(speed.entries, query.cores(session, ["s1"]))
+        threads = speedup.thread_scaling(speed.entries, run_history.cores(session, ["s1"]))
     assert len(threads) == 1 and threads[0].cores == 2
     assert [(p.x, round(p.speedup, 2), p.ideal) for p in threads[0].points] == [(1, 1.0, 1.0), (2, 1.9, 2.0), (4, 3.0, 4.0)]
 
@@ -254,9 +253,7 @@ def test_node_scaling_per_framework_with_refusals_and_the_emulation_caveat(tmp_p
 
     speed = study.tables()["images_per_sec"]
     with study.factory() as session:
-        from orchestrator.report import query
-
-        series = speedup.node_scaling(speed.entries, query.node_addrs(session, ["s1"]))
+        series = speedup.node_scaling(speed.entries, run_history.node_addrs(session, ["s1"]))
     by = {(s.settings["framework"], s.settings["hardware"], s.settings["gpus"]): s for s in series}
     torch = by["torch", "cpu", 0]
     assert [(p.x, p.median, round(p.efficiency, 3)) for p in torch.points] == [(1, 100.0, 1.0), (2, 180.0, 0.9),

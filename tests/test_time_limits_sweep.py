@@ -176,7 +176,8 @@ def test_the_left_out_count_is_said_of_its_own_cell_and_counts_not_toward_the_hi
     from the same names, and invalid rows filled limit_history's LIMIT in place of valid ones."""
     from sqlalchemy import text
 
-    from orchestrator.store import db, queries
+    from orchestrator.store import db
+    from orchestrator.store import run_history
     from orchestrator import runstate, setting_registry
     from orchestrator.store.sql_adapters import Rows
 
@@ -192,6 +193,6 @@ def test_the_left_out_count_is_said_of_its_own_cell_and_counts_not_toward_the_hi
     assert la.config["hardware"]["time_source"].endswith("; 3 run(s) without a valid wall time left out")
     assert "left out" not in lb.config["hardware"]["time_source"], lb.config["hardware"]
     with db.open_db(url, create=False)() as session:
-        found = queries.limit_history(Rows.of(session), *(a.settings[k] for k in ("framework", "model", "dataset", "hardware")),
+        found = run_history.limit_history(Rows.of(session), *(a.settings[k] for k in ("framework", "model", "dataset", "hardware")),
                                       setting_registry.NAMES, runstate.DONE, most=1)
     assert [float(r.wall_s) for r in found] == [30.0]

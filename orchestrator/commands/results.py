@@ -2,8 +2,8 @@
 repeats (`--summary`, the `cell_summary` select with the filters and threshold asked).
 
 A table shows its first LIMIT rows unless asked for more; `--csv`, meant for other programs,
-streams every row. The queries are db.py's (results_page, summary_select, the views): this
-command imports SQLAlchemy anyway.
+streams every row. The queries are the read layer's (cell_stats.results_page and results_rows, over
+the views' selects): this command imports SQLAlchemy anyway.
 """
 from __future__ import annotations
 
@@ -82,45 +82,34 @@ def results(database: Database, out: Console, sweep: Optional[str] = None, filte
     """The runs (`summary`: the cells) that match `filters` ({results column: values}) and `sweep`,
     the first `limit` (None: all) as a table, or as CSV streamed."""
     # lazy: SQLAlchemy (~0.3 s) only in the commands that need it: `status` and --help start without it
-    from sqlalchemy import func, select
-
-    # lazy: SQLAlchemy (~0.3 s) only in the commands that need it: `status` and --help start without it
-    from orchestrator.store import schema
+    from orchestrator.store import cell_stats, schema
 
     filters = dict(filters or {})
     threshold = schema.NOISY_CV if threshold is None else threshold
+    empty = ("no latest attempt with a throughput matches these filters" if summary else "no runs match these filters")
+    empty += "; drop a --where/--state/--sweep filter, or see `status`"
     Session = opened(database)  # a read never creates a database
     with Session() as session:
         sweeps = pick_sweeps(Rows.of(session), sweep)  # an empty database is an error, not an empty table
         if sweep:
             filters["sweep"] = [s.id for s in sweeps]
-        if summary:
-            rows = schema.summary_select(filters, threshold).subquery("cells")
-            # the cell's id last: cells alike in every shown setting (seeds) in one order on every database
-            columns, order = schema.SUMMARY_COLUMNS, (*schema.SUMMARY_CELL, "cell")
-            empty = "no latest attempt with a throughput matches these filters"
-        else:
-            view = schema.results_view
-            rows = select(view).where(*(view.c[key].in_(values) for key, values in filters.items())).subquery("runs")
-            columns, order = schema.RESULTS_COLUMNS, RESULTS_ORDER
-            empty = "no runs match these filters"
-        paged = None if summary or csv else schema.results_page(filters, RESULTS_ORDER, limit)
+        paged = None if summary or csv else cell_stats.results_page(filters, RESULTS_ORDER, limit)
         if paged is not None:  # the page's runs first, their metrics after: not every run's
             shown = session.execute(paged[0]).mappings().all()
             if not shown:
-                raise CliError(f"{empty}; drop a --where/--state/--sweep filter, or see `status`")
+                raise CliError(empty)
             _print_results(out, shown, session.scalar(paged[1]), sweep)
             return 0
-        totals = () if csv else (  # how many there are in all, from the same pass
-            func.count().over().label("total"), *((func.sum(rows.c.noisy).over().label("noisy_total"),)
-                                                  if summary else ()))
-        query = select(rows, *totals).order_by(*(rows.c[c] for c in order)).limit(limit)
+        # the cell's id last in a summary: cells alike in every shown setting (seeds) in one order everywhere
+        order = (*schema.SUMMARY_CELL, "cell") if summary else RESULTS_ORDER
+        query = cell_stats.results_rows(filters, order, limit, threshold if summary else None, totals=not csv)
         result = iter(session.execute(query, execution_options={"yield_per": 1000}).mappings())
         first = next(result, None)
         if first is None:
-            raise CliError(f"{empty}; drop a --where/--state/--sweep filter, or see `status`")
+            raise CliError(empty)
         if csv:  # streamed: never all rows in memory
-            return write_csv(first_then_rest(first, result), columns)
+            return write_csv(first_then_rest(first, result),
+                             schema.SUMMARY_COLUMNS if summary else schema.RESULTS_COLUMNS)
         shown = [first, *result]
     if summary:
         _print_summary(shown, first["total"], first["noisy_total"] or 0, threshold, out)
@@ -163,7 +152,7 @@ def _print_results(out: Console, shown: Sequence[Mapping[str, Any]], total: int,
 
 
 def _print_summary(cells: Sequence[Any], total: int, noisy: int, threshold: float, out: Console) -> None:
-    """The first `cell_summary` rows schema.summary_select gave for the filters and threshold, of
+    """The first `cell_summary` rows cell_stats.summary_select gave for the filters and threshold, of
     `total`, `noisy` of them noisy."""
     # lazy: rich's tables and console only where something is drawn with them
     from rich import box

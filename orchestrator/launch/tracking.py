@@ -306,7 +306,7 @@ def _verdict(run: Any, name: str, backend: Optional[Backend], answers: Optional[
 
 def _cluster_config(rows: Rows, run: Any) -> dict[str, Any]:
     """The cluster config the run's sweep recorded (a later shell has no other), or none."""
-    config = queries.json_value(queries.recorded_config(rows, run.sweep_id, run.cell_id))
+    config = queries.recorded_config(rows, run.sweep_id, run.cell_id)
     cluster = config.get("cluster") if isinstance(config, dict) else None
     return dict(cluster) if isinstance(cluster, dict) else {}
 

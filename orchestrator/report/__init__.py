@@ -4,7 +4,7 @@ Data flows one way: `orchestrator report` reads the database (SQL over `schema.l
 cells and the refusals a sweep recorded; never result files) and writes files; `orchestrator
 compare` reads the same tables, or a CSV in their format, and gives a verdict per cell.
 
-    query.py    SQL: a sweep's cells, their repeats' statistics per metric, run states, refusals, provenance
+    query.py    records of a set of sweeps (cells' statistics per metric, run states, refusals, jobs), from cell_stats.py and run_history.py
     tables.py   one table per metric (rows dataset x network x framework, columns hardware configurations),
                 a cell's n/a and why; CSV (one file per metric, one shape for every sweep) and Markdown
     speedup.py  speedups of cells that differ only in gpus, or only in threads

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
+from orchestrator.store import run_history
 from orchestrator.report import figures, page, query, scaling_table, speedup, tables, time_table
 
 
@@ -40,11 +41,11 @@ def write_report(session: Any, sweep_ids: Sequence[str], out: Path, noisy_cv: fl
     by_name = {t.spec.metric.name: t for t in all_tables}
     speed = by_name["images_per_sec"]
     multi_node = any(e.settings["nodes"] > 1 for e in speed.entries)
-    addrs = query.node_addrs(session, sweep_ids) if multi_node else None
+    addrs = run_history.node_addrs(session, sweep_ids) if multi_node else None
     job_times, configs = query.job_times(session, sweep_ids), query.recorded_configs(session, sweep_ids)
-    cores = query.cores(session, sweep_ids)
-    about = (query.sweeps(session, sweep_ids), query.span(session, sweep_ids))
-    provenance = query.provenance(session, sweep_ids)
+    cores = run_history.cores(session, sweep_ids)
+    about = (query.sweeps(session, sweep_ids), run_history.span(session, sweep_ids))
+    provenance = run_history.provenance(session, sweep_ids)
     session.commit()  # read: nothing below touches the database
     (out / "tables").mkdir(parents=True, exist_ok=True)
     for table in all_tables:

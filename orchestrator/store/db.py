@@ -40,7 +40,9 @@ from orchestrator.store import migrations, sqlite_connection, sqlite_lease, sqli
 # the schema's revision and the connection settings, kept where status reads them without SQLAlchemy
 from orchestrator.store.sql_adapters import SCHEMA_VERSION, sqlite_pragmas
 # the tables and views, declared in schema.py (read from there: db.py opens, makes and upgrades)
-from orchestrator.store.schema import Base, create_views
+from orchestrator.store.schema import Base
+# the views, made from the read layer's selects (cell_stats.py)
+from orchestrator.store.cell_stats import create_views
 
 log = logging.getLogger(__name__)
 

@@ -1,11 +1,15 @@
-"""The SQL text the commands ask of the database, each question written once.
+"""The read layer's SQL text: what `status` asks of the database, each question written once.
 
 `status` answers in half a second over 100,000 runs only without SQLAlchemy's import (sql_adapters.py
-says why), so what it asks is SQL text with `:name` parameters, run through orchestrator.store.sql_adapters:
+says why; measured on the 2-core VM: `import sqlalchemy` 0.22-0.37 s, schema.py's ORM 0.45-0.8 s),
+so what it asks is SQL text with `:name` parameters, run through orchestrator.store.sql_adapters:
 Python's sqlite3 on an up-to-date SQLite file, a SQLAlchemy session (`Rows.of(session)`)
-anywhere else. The commands that import SQLAlchemy anyway ask the same questions through the
-same functions, and db.py builds its ORM selects over the latest attempts from `LATEST` below,
-so the rule for which attempt counts is written here and nowhere else (test_cli checks).
+anywhere else. This is the one place the read layer is not SQLAlchemy Core (cell_stats.py and
+run_history.py are): Core cannot be built without the import. What the report asks too — the
+sweeps, their recorded configs, what counts as one job — it asks through these same functions
+(`Rows.of(session)`), so each is answered once; and schema.latest_runs() builds its select over
+the latest attempts from `LATEST` below, so the rule for which attempt counts is written here and
+nowhere else (test_queries checks both).
 
 This module imports only the standard library and orchestrator.store.sql_adapters.
 """
@@ -40,10 +44,18 @@ def latest_where(sweep_ids: Optional[Sequence[str]], *where: str) -> tuple[str, 
     return " AND ".join(clauses), params
 
 
-def sweeps(rows: Rows) -> list[Any]:
-    """Every sweep, newest first: id, created_at and n_cells (never its override lists, which may
-    be large)."""
-    return rows.all("SELECT id, created_at, n_cells FROM sweeps ORDER BY created_at DESC, id")
+def sweeps(rows: Rows, sweep_ids: Optional[Sequence[str]] = None) -> list[Any]:
+    """The sweeps (`sweep_ids`; None: every one), newest first: id, created_at, n_cells, the
+    command typed (`argv`: json_value it) and who typed it where (submit_user, submit_host), never
+    their override lists, which may be large."""
+    where, params = "", {}
+    if sweep_ids is not None:
+        if not sweep_ids:
+            return []
+        ids, params = in_list("sweep", list(sweep_ids))
+        where = f"WHERE id IN {ids} "
+    return rows.all("SELECT id, created_at, n_cells, argv, submit_user, submit_host FROM sweeps "
+                    f"{where}ORDER BY created_at DESC, id", params)
 
 
 def has_runs(rows: Rows) -> bool:
@@ -130,89 +142,77 @@ def update_runs(rows: Rows, columns: Sequence[str], values: Sequence[dict[str, A
               "AND state = :b_state AND collected_at IS NULL", values)
 
 
+def recorded_configs(rows: Rows, pairs: str, params: dict[str, Any]) -> dict[tuple[str, str], Any]:
+    """(sweep id, cell id) -> the config the sweep recorded for the cell (sweep_cells.config, read
+    with json_value: SQLite's sqlite3 gives its JSON text), for each pair that the SQL `pairs`
+    (with `params`) selects as sweep_id, cell_id and that recorded one. The one reading of the
+    recorded configs: tracking's of one run, status's of the running jobs, the report's."""
+    return {(r.sweep_id, r.cell_id): json_value(r.config) for r in rows.rows(
+        "SELECT sweep_cells.sweep_id, sweep_cells.cell_id, sweep_cells.config FROM "
+        f"({pairs}) AS j JOIN sweep_cells ON sweep_cells.sweep_id = j.sweep_id AND sweep_cells.cell_id = j.cell_id "
+        "WHERE sweep_cells.config IS NOT NULL", params)}
+
+
 def recorded_config(rows: Rows, sweep_id: str, cell_id: str) -> Any:
-    """The config a sweep recorded for a cell (sweep_cells.config; SQLite's sqlite3 gives its
-    JSON text), or None."""
-    found = rows.all("SELECT config FROM sweep_cells WHERE sweep_id = :sweep_id AND cell_id = :cell_id",
-                     {"sweep_id": sweep_id, "cell_id": cell_id})
-    return found[0].config if found else None
+    """The config a sweep recorded for a cell, or None."""
+    return recorded_configs(rows, "SELECT sweep_id, cell_id FROM sweep_cells WHERE sweep_id = :sweep_id "
+                            "AND cell_id = :cell_id", {"sweep_id": sweep_id, "cell_id": cell_id}).get((sweep_id, cell_id))
 
 
+def named_configs(rows: Rows, sweep_ids: Sequence[str]) -> dict[tuple[str, str], Any]:
+    """(sweep id, cell id) -> the config that sweep recorded for the cell (the time limit it asked
+    for, in its hardware), for every sweep that recorded one of the cells these sweeps named (a
+    cell's latest attempts may have run in an earlier or a later sweep)."""
+    if not sweep_ids:
+        return {}
+    ids, params = in_list("sweep", list(sweep_ids))
+    return recorded_configs(rows, "SELECT sweep_id, cell_id FROM sweep_cells WHERE cell_id IN "
+                            f"(SELECT cell_id FROM sweep_cells WHERE sweep_id IN {ids})", params)
 
-#: A run's wall time is valid: both ends recorded, the end not before the start.
-VALID_WALL = "runs.started_at IS NOT NULL AND runs.ended_at IS NOT NULL AND runs.ended_at >= runs.started_at"
-_NAMED = ("cells.framework = :framework AND cells.model = :model AND cells.dataset = :dataset "
-          "AND cells.hardware = :hardware")
+
+#: What counts as one job among latest attempts, as the columns of `runs` that group its runs: a job
+#: runs its cell's repeats one after another under one time limit (job.run_cell), so they share its
+#: sweep, cell and job id; a foreground run has no job id: its sweep and attempt tell its job.
+JOB = "runs.sweep_id, runs.cell_id, runs.job_id, CASE WHEN runs.job_id IS NULL THEN runs.attempt END"
 
 
-def limit_history(rows: Rows, framework: str, model: str, dataset: str, hardware: str, settings: Sequence[str],
-                  done: str, most: int = 200) -> list[Any]:
-    """The `most` latest successful runs (state `done`) with a valid wall time (VALID_WALL: a
-    missing or reversed one counts toward nothing, not even `most`) of the cells with these
-    names, newest first, with their wall time (`wall_s`), their mean measured step time
-    (`step_s`, the metric step_time_mean; NULL where none) and the cells' `settings` columns:
-    what a learned time limit comes from (time_limits.learn)."""
-    columns = ", ".join('cells."%s"' % name for name in settings)  # quoted: a setting may be a keyword (like)
+def latest_jobs(rows: Rows, where: str, params: dict[str, Any], having: str = "count(*) > 0") -> list[Any]:
+    """One row per job (JOB) that ran latest attempts matching `where` (SQL over `runs`, with
+    `params`), of the jobs `having` keeps, by cell and attempt: its sweep_id, cell_id, job_id,
+    highest `attempt`, its `runs`, how many `ended`, its first run's start (`started_at`; None:
+    not recorded yet), its last run's end (`ended_at`) and its cell's names. The one reading of
+    a job: `status`'s running jobs and the report's job times."""
     return rows.all(
-        f"SELECT runs.cell_id, runs.ended_at - runs.started_at AS wall_s, metrics.value AS step_s, {columns} "
-        "FROM runs JOIN cells ON cells.id = runs.cell_id "
-        "LEFT JOIN metrics ON metrics.run_id = runs.id AND metrics.name = :step "
-        f"WHERE runs.state = :done AND {_NAMED} AND {VALID_WALL} "
-        "ORDER BY runs.ended_at DESC LIMIT :most",
-        {"done": done, "framework": framework, "model": model, "dataset": dataset, "hardware": hardware,
-         "most": most, "step": "step_time_mean"})
-
-
-def limit_left_out(rows: Rows, framework: str, model: str, dataset: str, hardware: str, done: str) -> dict[str, int]:
-    """Cell id -> how many of its successful runs have no valid wall time (limit_history leaves
-    them out): what each cell's learned limit says of its own."""
-    found = rows.all(
-        "SELECT runs.cell_id, count(*) AS n FROM runs JOIN cells ON cells.id = runs.cell_id "
-        f"WHERE runs.state = :done AND {_NAMED} AND NOT ({VALID_WALL}) GROUP BY runs.cell_id",
-        {"done": done, "framework": framework, "model": model, "dataset": dataset, "hardware": hardware})
-    return {r.cell_id: int(r.n) for r in found}
-
-
-def limit_timeouts(rows: Rows, framework: str, model: str, dataset: str, hardware: str, failed: str,
-                   timeout: str, done: str) -> list[Any]:
-    """The timed-out runs (state `failed`, class `timeout`) of the cells with these names that
-    no success of their cell followed, newest first: each one's wall time (`wall_s`, NULL where
-    unknown) and its sweep's recorded config of the cell (`config`, sweep_cells; NULL where none),
-    which holds the limit it timed out at (time_limits.learn asks at least twice that)."""
-    return rows.all(
-        "SELECT runs.cell_id, runs.ended_at - runs.started_at AS wall_s, sweep_cells.config "
-        "FROM runs JOIN cells ON cells.id = runs.cell_id LEFT JOIN sweep_cells ON "
-        "sweep_cells.sweep_id = runs.sweep_id AND sweep_cells.cell_id = runs.cell_id "
-        f"WHERE runs.state = :failed AND runs.error_class = :timeout AND {_NAMED} AND NOT EXISTS "
-        "(SELECT 1 FROM runs AS d WHERE d.cell_id = runs.cell_id AND d.state = :done AND d.ended_at > runs.ended_at) "
-        "ORDER BY runs.ended_at IS NULL, runs.ended_at DESC",
-        {"failed": failed, "timeout": timeout, "done": done, "framework": framework, "model": model,
-         "dataset": dataset, "hardware": hardware})
+        "SELECT runs.sweep_id, runs.cell_id, runs.job_id, max(runs.attempt) AS attempt, count(*) AS runs, "
+        "count(runs.ended_at) AS ended, min(runs.started_at) AS started_at, max(runs.ended_at) AS ended_at, "
+        "cells.framework, cells.model, cells.dataset FROM runs JOIN cells ON cells.id = runs.cell_id "
+        f"WHERE {LATEST} AND {where} GROUP BY {JOB}, cells.framework, cells.model, cells.dataset "
+        f"HAVING {having} ORDER BY runs.cell_id, max(runs.attempt)", {**LATEST_PARAMS, **params})
 
 
 def running_jobs(rows: Rows, sweep_ids: Optional[Sequence[str]], running: str) -> list[Any]:
-    """The jobs running a latest attempt (state `running`) now, one row each: its sweep, cell and
-    job id, its cell's names, and its first run's start (`started_at`; None: not recorded yet) over
-    the latest attempts the same job ran (a job runs its cell's repeats one after another under
-    one time limit; a foreground run has no job id: its sweep and attempt tell its job)."""
+    """The jobs (latest_jobs) running a latest attempt (state `running`) now."""
     where, params = latest_where(sweep_ids, "runs.state = :running")
-    return rows.all(
-        "SELECT runs.sweep_id, runs.cell_id, runs.job_id, min(r.started_at) AS started_at, "
-        "cells.framework, cells.model, cells.dataset FROM runs JOIN cells ON cells.id = runs.cell_id "
-        "JOIN runs AS r ON r.sweep_id = runs.sweep_id AND r.cell_id = runs.cell_id AND r.latest = :latest "
-        "AND (r.job_id = runs.job_id OR (r.job_id IS NULL AND runs.job_id IS NULL AND r.attempt = runs.attempt)) "
-        f"WHERE {where} GROUP BY runs.sweep_id, runs.cell_id, runs.job_id, runs.attempt, "
-        "cells.framework, cells.model, cells.dataset", {**params, "running": running})
+    return latest_jobs(rows, f"(runs.sweep_id, runs.cell_id) IN (SELECT runs.sweep_id, runs.cell_id FROM runs "
+                       f"WHERE {where})", {**params, "running": running},
+                       having="max(CASE WHEN runs.state = :running THEN 1 ELSE 0 END) = 1")
+
+
+def named_jobs(rows: Rows, sweep_ids: Sequence[str]) -> list[Any]:
+    """The jobs (latest_jobs) that ran latest attempts, that started, of the cells the sweeps named."""
+    if not sweep_ids:
+        return []
+    ids, params = in_list("sweep", list(sweep_ids))
+    return latest_jobs(rows, f"runs.cell_id IN (SELECT cell_id FROM sweep_cells WHERE sweep_id IN {ids}) "
+                       "AND runs.started_at IS NOT NULL", params)
 
 
 def running_configs(rows: Rows, sweep_ids: Optional[Sequence[str]], running: str) -> dict[tuple[str, str], Any]:
-    """(sweep id, cell id) -> the config the sweep recorded (json_value) for each cell a latest
-    attempt of which runs now: the time limit its job asked for."""
+    """(sweep id, cell id) -> the config the sweep recorded for each cell a latest attempt of which
+    runs now: the time limit its job asked for."""
     where, params = latest_where(sweep_ids, "runs.state = :running")
-    return {(r.sweep_id, r.cell_id): json_value(r.config) for r in rows.all(
-        "SELECT sweep_cells.sweep_id, sweep_cells.cell_id, sweep_cells.config FROM "
-        f"(SELECT DISTINCT runs.sweep_id, runs.cell_id FROM runs WHERE {where}) AS j JOIN sweep_cells "
-        "ON sweep_cells.sweep_id = j.sweep_id AND sweep_cells.cell_id = j.cell_id", {**params, "running": running})}
+    return recorded_configs(rows, f"SELECT DISTINCT runs.sweep_id, runs.cell_id FROM runs WHERE {where}",
+                            {**params, "running": running})
 
 
 def json_value(value: Any) -> Any:

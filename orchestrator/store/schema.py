@@ -1,20 +1,19 @@
 """The results database's schema: its tables (sweeps, cells, runs and their metrics, refusals)
-and its two views, declared once here as SQLAlchemy models and selects.
+and the columns of its two views, declared once here as SQLAlchemy models.
 
 db.py opens, makes and upgrades a database from these; the migrations (orchestrator/store/migrations)
-build the same tables revision by revision and rebuild the views from these definitions after
-every upgrade. Both depend on this module and neither on the other, which is why it is its own.
+build the same tables revision by revision. Both depend on this module and neither on the other,
+which is why it is its own. What the views select (and every other read) is the read layer's:
+cell_stats.py in SQLAlchemy Core against these tables, queries.py for `status`'s SQL text.
 
-Two views, defined here as SQLAlchemy selects and rebuilt by every upgrade: `results`, one row
-per run with its metrics pivoted into columns (names and scales: metric_registry.py), and
-`cell_summary`, one row per cell over its repeats (the latest attempt of each, when it is done):
-n, median, mean, standard deviation, coefficient of variation, min and max of images/s, and
-`noisy` when the CV exceeds `NOISY_CV`. `results --summary` runs the same select with its
-filters and threshold.
+Two views, their columns declared here: `results`, one row per run with its metrics pivoted
+into columns (names and scales: metric_registry.py), and `cell_summary`, one row per cell over
+its repeats: n, median, mean, standard deviation, coefficient of variation, min and max of
+images/s, and `noisy` when the CV exceeds `NOISY_CV`.
 """
 from __future__ import annotations
 
-from typing import Any, Iterable, Mapping, Optional, Sequence
+from typing import Any, Iterable, Optional
 
 from sqlalchemy import (
     JSON,
@@ -25,22 +24,17 @@ from sqlalchemy import (
     ForeignKey,
     Index,
     Integer,
-    Select,
     String,
     Table,
-    and_,
     bindparam,
-    case,
     cast,
     func,
-    join,
     select,
     text,
     true as sa_true,
     update,
 )
-from sqlalchemy.engine import Connection, Dialect
-from sqlalchemy.orm import DeclarativeBase, Mapped, aliased, mapped_column, relationship, validates
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship, validates
 from sqlalchemy.sql import column, table
 
 from orchestrator import metric_registry, runstate, setting_registry
@@ -265,19 +259,19 @@ _MARK_LATEST = (update(_runs)
                         .scalar_subquery()))
 
 
-# --- the views ---------------------------------------------------------------------------------
-# Both are SQLAlchemy selects, compiled into CREATE VIEW by the migrations (migrations/env.py
-# rebuilds them after every upgrade) and run as they are, with filters, by `results --summary`.
+# --- the views' columns ------------------------------------------------------------------------
+# What they select is cell_stats.py's (results_select, summary_select), compiled into CREATE VIEW
+# by the migrations (migrations/env.py rebuilds them after every upgrade).
 
 #: The `results` view's columns from runs and cells: these come before the metric columns (every
 #: setting's: `mode` comes after them, the cell's or what the run measured) ...
-_RESULTS_HEAD = {
+RESULTS_HEAD = {
     "run": Run.uid, "sweep": Run.sweep_id, "cell": Run.cell_id, "repeat": Run.repeat, "attempt": Run.attempt,
     "state": Run.state, **{name: getattr(Cell, name) for name in setting_registry.NAMES if name != "mode"},
     "params": Run.params,
 }
 #: ... and these after them.
-_RESULTS_TAIL = {
+RESULTS_TAIL = {
     "node": Run.node, "error_class": Run.error_class, "error_message": Run.error_message,
     "log_path": Run.log_path, "energy_method": Run.energy_method, "gpu_name": Run.gpu_name,
     "framework_version": Run.framework_version, "git_revision": Run.git_revision, "git_dirty": Run.git_dirty,
@@ -285,10 +279,10 @@ _RESULTS_TAIL = {
 }
 
 #: The `results` view as a selectable (`select(results_view)`), its columns typed as their sources.
-results_view = table("results", *(column(name, attr.type) for name, attr in _RESULTS_HEAD.items()),
+results_view = table("results", *(column(name, attr.type) for name, attr in RESULTS_HEAD.items()),
                      column("mode", String),
                      *(column(m.column, Float) for m in metric_registry.VIEW_METRICS),
-                     *(column(name, attr.type) for name, attr in _RESULTS_TAIL.items()))
+                     *(column(name, attr.type) for name, attr in RESULTS_TAIL.items()))
 #: The `results` view's columns, in order: a run, its cell, its metrics (metric_registry), its details.
 RESULTS_COLUMNS = tuple(results_view.c.keys())
 
@@ -304,86 +298,6 @@ def setting_value(attr: Any) -> Any:
     return cast(func.coalesce(attr, definition.default), attr.type)
 
 
-def results_select() -> Select:
-    """The `results` view: one row per run, its cell's settings (defaults filled in), its metrics
-    pivoted into the columns metric_registry gives them (divided by their divisor), and its details."""
-    pivot = (select(Metric.run_id, *(_pivoted(m) for m in metric_registry.VIEW_METRICS))
-             .group_by(Metric.run_id).subquery("m"))
-    return (select(*(setting_value(attr).label(name) for name, attr in _RESULTS_HEAD.items()),
-                   _mode(pivot.c.top1).label("mode"), *(pivot.c[m.column] for m in metric_registry.VIEW_METRICS),
-                   *(attr.label(name) for name, attr in _RESULTS_TAIL.items()))
-            .select_from(join(Run, Cell, Cell.id == Run.cell_id).outerjoin(pivot, pivot.c.run_id == Run.id)))
-
-
-def _mode(top1: Any) -> Any:
-    """throughput or accuracy: the cell's setting where it records one, else what the run measured."""
-    return func.coalesce(Cell.mode, case((top1.isnot(None), "accuracy"), else_="throughput"))
-
-
-#: The `results` columns read from runs and cells as they are, and the metric columns by name.
-_STORED = {**_RESULTS_HEAD, **_RESULTS_TAIL}
-_METRIC_COLUMNS = {m.column: m for m in metric_registry.VIEW_METRICS}
-
-
-def results_columns(names: Sequence[str], runs: Any = None) -> Select:
-    """The `results` view's columns `names` only, for the runs of `runs` (a subquery of `runs`
-    rows, such as latest_runs(); every run by default): each metric column joined from its own
-    rows by (run_id, name), the primary key, instead of pivoting every metric of every run.
-    The same values as the view's (one row per run and metric name: max() of one is that one)."""
-    run = runs.c if runs is not None else Run.__table__.c
-    source = runs if runs is not None else Run.__table__
-    metrics = _METRIC_COLUMNS
-    # cells only where a cell's column is asked for (every run has its cell: the rows are the same)
-    by_cell = any(name not in metrics and name != "mode" and (name not in _STORED or _STORED[name].class_ is Cell)
-                  for name in names)
-    joined = join(source, Cell, Cell.id == run.cell_id) if by_cell else source
-    picked = {}
-    needed = set(names) | ({"top1"} if "mode" in names else set())
-    for name, metric in metrics.items():  # in the registry's order: one SQL text for one question
-        if name in needed:
-            m = aliased(Metric, name=f"m_{name}")
-            joined = joined.outerjoin(m, and_(m.run_id == run.id, m.name == metric.name))
-            picked[name] = m.value / metric.divisor if metric.divisor != 1 else m.value
-    for name in names:
-        if name in _STORED:  # a run's column from `runs`, a cell's from cells
-            attr = _STORED[name]
-            picked[name] = run[attr.key] if attr.class_ is Run else setting_value(attr)
-        elif name == "mode":
-            picked[name] = _mode(picked["top1"])
-        elif name not in metrics:
-            picked[name] = setting_value(getattr(Cell, name))
-    return select(*(picked[name].label(name) for name in names)).select_from(joined)
-
-
-def _stored(name: str) -> Any:
-    """The runs or cells column behind a `results` column, a setting's default filled in (None for a
-    metric, or `mode`)."""
-    if name in _STORED:
-        return setting_value(_STORED[name])
-    return None if name == "mode" or name in _METRIC_COLUMNS else setting_value(getattr(Cell, name))
-
-
-def results_page(filters: Mapping[str, Sequence[Any]], order: Sequence[str],
-                 limit: Optional[int]) -> Optional[tuple[Select, Select]]:
-    """The `results` view's first `limit` rows in `order` and how many rows there are in all, as
-    two selects that never pivot the metrics of runs not shown: the page's runs are picked from
-    runs and cells first, their columns read after (results_columns). None where a filter or the
-    order needs a metric or `mode` (then the view itself, which computes them for every run)."""
-    if limit is None or any(_stored(name) is None for name in (*filters, *order)):
-        return None
-    conditions = [_stored(name).in_(values) for name, values in filters.items()]
-    base = select(Run).join(Cell, Cell.id == Run.cell_id).where(*conditions)
-    page = base.order_by(*(_stored(name) for name in order)).limit(limit).subquery("page")
-    rows = results_columns(RESULTS_COLUMNS, page).subquery("shown")
-    total = select(func.count()).select_from(Run).join(Cell, Cell.id == Run.cell_id).where(*conditions)
-    return select(rows).order_by(*(rows.c[name] for name in order)), total
-
-
-def _pivoted(metric: metric_registry.MetricDef) -> Any:
-    value = func.max(case((Metric.name == metric.name, Metric.value)))
-    return (value / metric.divisor if metric.divisor != 1 else value).label(metric.column)
-
-
 #: The cell's settings the summary shows, every one (defaults filled in), in the order it sorts on:
 #: two cells that differ in `iterations` alone must not look alike.
 SUMMARY_CELL = setting_registry.SORTED_BY
@@ -395,67 +309,3 @@ SUMMARY_COLUMNS = (
 )
 
 
-def summary_select(filters: Mapping[str, Sequence[Any]] | None = None, noisy_cv: float = NOISY_CV) -> Select:
-    """The `cell_summary` view: per cell, over the latest attempt of each repeat (latest_runs)
-    where that attempt is done and measured images/s: n, median (window functions), mean,
-    standard deviation (n-1, from sums of squares), CV, min and max of images/s, `noisy` (1 when
-    the CV exceeds `noisy_cv`, 0 when not, null for one repeat), mean GPU power and energy per
-    image, peak GPU memory.
-
-    `filters` ({`results` column: values}) pick the runs first (what `results --summary --where
-    ... --sweep ...` asks); the view has none and NOISY_CV. Only the columns used are read
-    (results_columns), so a summary never pivots every metric of every run; and the runs are
-    aggregated per cell before the cell's own columns are joined, once per cell (at 100,000
-    runs, 1.1 s instead of 1.5 s carrying them through the window and the grouping).
-    """
-    filters = dict(filters or {})
-    used = ("cell", "images_per_sec", "gpu_power_avg_w", "energy_per_image_j", "gpu_mem_peak_mb")
-    picked = results_columns(list(dict.fromkeys(("state", *used, *filters))), latest_runs()).subquery("picked")
-    runs = (select(*(picked.c[name] for name in used))
-            .where(picked.c.state == runstate.DONE, picked.c.images_per_sec.is_not(None),
-                   *(picked.c[key].in_(values) for key, values in filters.items()))
-            .subquery("measured"))
-    ranked = select(runs, func.row_number().over(partition_by=runs.c.cell, order_by=runs.c.images_per_sec)
-                    .label("rn"), func.count().over(partition_by=runs.c.cell).label("cnt")).subquery("ranked")
-    x, ips = ranked.c, ranked.c.images_per_sec
-    stats = select(
-        x.cell, func.count().label("n"),
-        func.avg(case((x.rn.in_([(x.cnt + 1) // 2, (x.cnt + 2) // 2]), ips))).label("median"),
-        func.avg(ips).label("mean"), func.min(ips).label("lo"), func.max(ips).label("hi"),
-        func.sum(ips * ips).label("ss"), func.sum(ips).label("s"),
-        func.avg(x.gpu_power_avg_w).label("power"), func.avg(x.energy_per_image_j).label("epi"),
-        func.max(x.gpu_mem_peak_mb).label("mem"),
-    ).group_by(x.cell).subquery("stats")
-    variance = (stats.c.ss - stats.c.s * stats.c.s / stats.c.n) / (stats.c.n - 1)
-    spread = select(stats, case((stats.c.n > 1, func.sqrt(case((variance > 0, variance), else_=0.0))))
-                    .label("sd")).subquery("spread")
-    s = spread.c
-    cv = case((s.mean > 0, s.sd / s.mean))
-    return (select(s.cell, *(setting_value(getattr(Cell, c)).label(c) for c in SUMMARY_CELL), s.n,
-                   s.median.label("images_per_sec_median"), s.mean.label("images_per_sec_mean"), s.sd.label("images_per_sec_std"),
-                   cv.label("images_per_sec_cv"), s.lo.label("images_per_sec_min"), s.hi.label("images_per_sec_max"),
-                   case((cv.is_(None), None), (cv > noisy_cv, 1), else_=0).label("noisy"),
-                   s.power.label("gpu_power_avg_w"), s.epi.label("energy_per_image_j"), s.mem.label("gpu_mem_peak_mb"))
-            .join_from(spread, Cell, Cell.id == s.cell))
-
-
-#: Every view, in the order they are created (cell_summary reads results), and its select.
-VIEWS = {"results": results_select, "cell_summary": summary_select}
-
-
-def view_sql(name: str, dialect: Dialect) -> str:
-    """A view's SELECT as `dialect` writes it, its values inlined (a view takes no parameters)."""
-    return str(VIEWS[name]().compile(dialect=dialect, compile_kwargs={"literal_binds": True}))
-
-
-def drop_views(conn: Connection) -> None:
-    """Drops the views (those that exist), dependents first."""
-    for name in reversed(VIEWS):
-        conn.exec_driver_sql(f"DROP VIEW IF EXISTS {conn.dialect.identifier_preparer.quote(name)}")
-
-
-def create_views(conn: Connection) -> None:
-    """Creates the views from the definitions above."""
-    for name in VIEWS:
-        conn.exec_driver_sql(f"CREATE VIEW {conn.dialect.identifier_preparer.quote(name)} AS\n"
-                             + view_sql(name, conn.dialect))

@@ -146,11 +146,14 @@ class SessionRows(Rows):
         self.session = session
         self.url = str(session.get_bind().url)
 
-    def rows(self, sql: str, params: Optional[Mapping[str, Any]] = None) -> Iterator[Any]:
+    def rows(self, sql: Any, params: Optional[Mapping[str, Any]] = None) -> Iterator[Any]:
+        """SQL text, or a SQLAlchemy statement (the read layer's Core: run_history's, which only a
+        holder of a session asks)."""
         # lazy: status reads through sqlite3 without SQLAlchemy; only a session's rows need it
         from sqlalchemy import text
 
-        return iter(self.session.execute(text(sql), dict(params or {}), execution_options={"yield_per": 500}))
+        statement = text(sql) if isinstance(sql, str) else sql
+        return iter(self.session.execute(statement, dict(params or {}), execution_options={"yield_per": 500}))
 
     def many(self, sql: str, params: Sequence[Mapping[str, Any]]) -> int:
         # lazy: status reads through sqlite3 without SQLAlchemy; only a session's rows need it

@@ -80,8 +80,8 @@ class Cell:
 
         `choices` are Hydra's group choices (`hydra.runtime.choices`, read from cfg where it
         holds the hydra node): each must name a file inside its group's folder of conf/."""
-        if choices is None and "hydra" in cfg:
-            choices = OmegaConf.select(cfg, "hydra.runtime.choices")
+        if choices is None:
+            choices = group_choices(cfg)
         check_choices(choices)
         return cls.from_plain(resolved_config(cfg), overrides)
 
@@ -107,6 +107,15 @@ def resolved_config(cfg: DictConfig) -> dict[str, Any]:
                         f"fix the key it names (or its override)") from None
     plain.pop("hydra", None)
     return plain
+
+
+def group_choices(cfg: Any) -> Any:
+    """Hydra's group choices of a composed config (`hydra.runtime.choices`), None where it holds no
+    hydra node: the one reading of them, for the launcher's expansion and the foreground run."""
+    node = cfg
+    for key in ("hydra", "runtime", "choices"):
+        node = node.get(key) if isinstance(node, DictConfig) else None
+    return node
 
 
 def check_choices(choices: Any) -> None:

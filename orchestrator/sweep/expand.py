@@ -46,7 +46,7 @@ import yaml
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 from omegaconf.errors import OmegaConfBaseException
 
-from orchestrator.sweep.cell import CellError, check_choices, resolved_config
+from orchestrator.sweep.cell import CellError, check_choices, group_choices, resolved_config
 from orchestrator.sweep.config_checks import CONF
 
 _PLAIN = (str, int, float, bool, type(None))
@@ -217,13 +217,13 @@ class Expander:
             except OmegaConfBaseException:
                 resolved = None  # each cell then says so, on Hydra's path
         try:  # a group choice outside its folder refuses every cell of this composition
-            check_choices(OmegaConf.select(cfg, "hydra.runtime.choices"))
+            check_choices(group_choices(cfg))
             refused = None
         except CellError as exc:
             refused = str(exc)
         return Composed(config=cfg, resolved=resolved, interpolations=texts, refused=refused,
                         raw=OmegaConf.to_container(app, resolve=False),
-                        choices=OmegaConf.to_container(OmegaConf.select(cfg, "hydra.runtime.choices") or {}))
+                        choices=OmegaConf.to_container(group_choices(cfg) or {}))
 
     @staticmethod
     def _settable(override: Any, composed: Composed) -> bool:

@@ -45,7 +45,7 @@ composition's config between its cells), and nothing else writes a cell's config
 deep-copies the recorded one first).
 
 Everything here is a pure function of the history given (tested on canned history); the
-question asked of the database is queries.limit_history.
+questions asked of the database are run_history.limit_history, limit_timeouts and limit_left_out.
 """
 from __future__ import annotations
 
@@ -352,18 +352,21 @@ class History:
     def read(cls, rows: Optional[Rows], names: tuple[str, ...]) -> "History":
         if rows is None:
             return cls([], {}, {})
-        found = queries.limit_history(rows, *names, setting_registry.NAMES, runstate.DONE)
+        # lazy: status imports this module (recorded) and reads without SQLAlchemy; learn holds a session
+        from orchestrator.store import run_history
+
+        found = run_history.limit_history(rows, *names, setting_registry.NAMES, runstate.DONE)
         runs = [Past(r.cell_id, float(r.wall_s), setting_registry.filled(r._asdict()),  # defaults filled in
                      float(r.step_s) if r.step_s else None) for r in found]
         timed_out: dict[str, float] = {}
-        for r in queries.limit_timeouts(rows, *names, runstate.FAILED, failure_classes.TIMEOUT, runstate.DONE):
+        for r in run_history.limit_timeouts(rows, *names, runstate.FAILED, failure_classes.TIMEOUT, runstate.DONE):
             if r.cell_id not in timed_out:  # newest first: the latest one
-                config = queries.json_value(r.config) if r.config is not None else None
+                config = queries.recorded_config(rows, r.sweep_id, r.cell_id)
                 limit = (config.get("hardware") or {}).get("time_min") if isinstance(config, dict) else None
                 known = [float(v) for v in (limit, (r.wall_s or 0) / 60.0) if isinstance(v, (int, float)) and v > 0]
                 if known:
                     timed_out[r.cell_id] = max(known)
-        return cls(runs, queries.limit_left_out(rows, *names, runstate.DONE), timed_out)
+        return cls(runs, run_history.limit_left_out(rows, *names, runstate.DONE), timed_out)
 
 
 def _with_hardware(cell: Any, **changes: Any) -> Any:

@@ -13,7 +13,7 @@ Views hold no data, so revisions leave them alone: every upgrade drops them firs
 rebuilt under a view would break it) and creates them from schema.py's definitions last. A change
 to a view's definition is still a revision (its `upgrade` may do nothing), so that databases
 at the old head get their views rebuilt; its `views_sha256` is the views' fingerprint
-(`views_sha256()`), which test_db compares with the definitions in schema.py.
+(`views_sha256()`), which test_db compares with the definitions in cell_stats.py.
 
 Adding a revision: copy the newest file in versions/, give it the next `revision` id and the
 previous head as `down_revision`, write `upgrade()` with `alembic.op` (on SQLite anything beyond
@@ -30,7 +30,7 @@ from typing import Any, Optional
 from sqlalchemy.dialects import sqlite
 from sqlalchemy.engine import Connection
 
-from orchestrator.store import schema
+from orchestrator.store import cell_stats, schema
 
 HERE = Path(__file__).parent
 
@@ -79,5 +79,5 @@ def upgrade(connection: Connection) -> Optional[str]:
 
 def views_sha256() -> str:
     """A fingerprint of the views' definitions (their SQL as SQLite reads it)."""
-    sql = "\n".join(schema.view_sql(name, sqlite.dialect()) for name in schema.VIEWS)
+    sql = "\n".join(cell_stats.view_sql(name, sqlite.dialect()) for name in cell_stats.VIEWS)
     return hashlib.sha256(sql.encode()).hexdigest()[:16]

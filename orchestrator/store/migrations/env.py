@@ -1,9 +1,9 @@
 """Alembic's environment for the results database, run by `orchestrator.store.migrations.upgrade`
 (never from the alembic command line): the caller's connection and transaction, the views
-dropped before the revisions run and created from schema.py's definitions after them."""
+dropped before the revisions run and created from cell_stats.py's selects after them."""
 from alembic import context
 
-from orchestrator.store import schema
+from orchestrator.store import cell_stats, schema
 
 connection = context.config.attributes.get("connection")
 if connection is None or context.is_offline_mode():
@@ -11,6 +11,6 @@ if connection is None or context.is_offline_mode():
 
 context.configure(connection=connection, target_metadata=schema.Base.metadata, render_as_batch=True)
 with context.begin_transaction():  # the caller's transaction, which holds the write lock
-    schema.drop_views(connection)
+    cell_stats.drop_views(connection)
     context.run_migrations()
-    schema.create_views(connection)
+    cell_stats.create_views(connection)
