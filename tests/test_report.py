@@ -19,7 +19,7 @@ from orchestrator.store import run_history
 from orchestrator import setting_registry
 from orchestrator.sweep.cell import cell_id
 from trainers.common.failure_classes import way_out
-from orchestrator.report import compare, speedup, tables
+from orchestrator.report import compare, speedup, table_files, tables
 from orchestrator.report.build import write_report
 
 MB = 2**20
@@ -122,12 +122,12 @@ def test_every_cell_without_a_number_says_why(tmp_path, db_url):
     assert entry(speed2, framework="tensorflow", model="vgg16").detail == \
         f"it ended out_of_memory second line (way out: {way_out('out_of_memory')})"  # the registry's
 
-    md = tables.markdown(speed)
+    md = table_files.markdown(speed)
     assert "| mnist | lenet | torch |" in md and "110 (n=3, CV 9.1%, noisy)" in md
     assert "n/a (refused) [" in md and "numpy does not support --gpus 1" in md
     assert "n/a (not yet run)" in md and "n/a (lost)" in md
     assert "| 0 " not in md and "||" not in md  # never 0, never blank
-    path = tables.write_csv(speed, tmp_path / "speed.csv")
+    path = table_files.write_csv(speed, tmp_path / "speed.csv")
     written = list(csv.DictReader(path.read_text().splitlines()))
     assert tuple(written[0]) == tables.CSV_COLUMNS
     by_fw = {(r["framework"], r["gpus"]): r for r in written}
@@ -177,7 +177,7 @@ def test_a_cell_whose_repeats_differ_is_marked_noisy(tmp_path, db_url):
     assert entry(speed, framework="torch").noisy is False
     assert entry(speed, framework="tensorflow").noisy is True
     assert entry(speed, framework="mxnet").noisy is None and entry(speed, framework="mxnet").stats.cv is None
-    md = tables.markdown(speed)
+    md = table_files.markdown(speed)
     assert "100 (n=3, CV 15.7%, noisy)" in md and "100 (n=3, CV 1.0%)" in md and "100 (n=1)" in md
     assert entry(study.tables(noisy_cv=0.2)["images_per_sec"], framework="tensorflow").noisy is False
 
@@ -194,7 +194,7 @@ def test_gpu_power_is_the_jobs_gpus_summed_not_averaged(tmp_path, db_url):
     two = entry(power, hardware="p100", gpus=2)
     assert two.cell == cid and two.median == 500.0 and two.stats.lo == 480.0
     assert entry(power, hardware="p100", gpus=1).median == 250.0
-    assert "| mnist | lenet | torch | 250 (n=3, CV 0.0%) | 500 (n=3, CV 4.0%) |" in tables.markdown(power)
+    assert "| mnist | lenet | torch | 250 (n=3, CV 0.0%) | 500 (n=3, CV 4.0%) |" in table_files.markdown(power)
 
 
 def test_scaling_speedups_from_cells_that_differ_only_in_gpus_or_threads(tmp_path, db_url):
@@ -371,7 +371,7 @@ def test_compare_round_trip_verdicts_and_exit_statuses(tmp_path, db_url):
     study.cell(["failed:unsupported"] * 3, framework="caffe")
     report = study.report(tmp_path / "report")
     csv_path = tmp_path / "report" / "tables" / "images_per_sec.csv"
-    name, entries = tables.read_csv(csv_path)
+    name, entries = table_files.read_csv(csv_path)
     assert name == "images_per_sec" and len(entries) == 4
     torch = next(e for e in entries if e.settings["framework"] == "torch")
     assert torch.settings == setting_registry.filled(make_settings(framework="torch")) and torch.stats.n == 3
@@ -397,7 +397,7 @@ def test_compare_round_trip_verdicts_and_exit_statuses(tmp_path, db_url):
                         timeout=120).returncode == 0  # slower, but by less than the threshold
 
     lowered = _write_scaled(csv_path, tmp_path / "lowered.csv", 0.6)
-    faster = compare.compare(tables.read_csv(lowered)[1], entries, tables.SPEC_BY_NAME["images_per_sec"].metric, 5)
+    faster = compare.compare(table_files.read_csv(lowered)[1], entries, tables.SPEC_BY_NAME["images_per_sec"].metric, 5)
     assert {m.base.settings["framework"]: m.verdict for m in faster.matched} == {
         "torch": "faster", "tensorflow": "faster", "mxnet": "within noise"}
 
@@ -494,8 +494,8 @@ def test_a_real_sweeps_report_renders_in_chromium(tmp_path, torch_python):
     assert "4 cell(s) compared: 4 within noise" in itself.stdout
     raised = _write_scaled(csv_path, tmp_path / "raised.csv", 1.5)
     slower = orchestrator(["compare", "--base", str(raised), "--new", "latest"], workdir, timeout=120)
-    _, base = tables.read_csv(raised)
-    _, new = tables.read_csv(csv_path)
+    _, base = table_files.read_csv(raised)
+    _, new = table_files.read_csv(csv_path)
     expected = compare.compare(base, new, tables.SPEC_BY_NAME["images_per_sec"].metric, 5.0).regressions
     quiet = [e for e in new if e.stats and e.stats.cv is not None and e.stats.cv < 0.1]
     assert len(expected) >= len(quiet)  # a drop of a third is beyond the noise of every quiet cell

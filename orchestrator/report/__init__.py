@@ -6,7 +6,8 @@ compare` reads the same tables, or a CSV in their format, and gives a verdict pe
 
     query.py    records of a set of sweeps (cells' statistics per metric, run states, refusals, jobs), from cell_stats.py and run_history.py
     tables.py   one table per metric (rows dataset x network x framework, columns hardware configurations),
-                a cell's n/a and why; CSV (one file per metric, one shape for every sweep) and Markdown
+                a cell's n/a and why
+    table_files.py  a table as CSV (one file per metric, one shape for every sweep) and Markdown; a CSV read back
     speedup.py  speedups of cells that differ only in gpus, or only in threads
     figures.py  matplotlib (Agg): grouped bars, GPU and thread scaling, throughput against energy
     drawing.py  what every figure shares: its panels, colours and legend, n/a marks, log axes, its files

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from orchestrator.store import run_history
-from orchestrator.report import figures, page, query, scaling_table, speedup, tables, time_table
+from orchestrator.report import figures, page, query, scaling_table, speedup, table_files, tables, time_table
 
 
 @dataclass
@@ -50,8 +50,8 @@ def write_report(session: Any, sweep_ids: Sequence[str], out: Path, noisy_cv: fl
     (out / "tables").mkdir(parents=True, exist_ok=True)
     for table in all_tables:
         name = table.spec.metric.name
-        report.tables += [tables.write_csv(table, out / "tables" / f"{name}.csv"),
-                          tables.write_markdown(table, out / "tables" / f"{name}.md")]
+        report.tables += [table_files.write_csv(table, out / "tables" / f"{name}.csv"),
+                          table_files.write_markdown(table, out / "tables" / f"{name}.md")]
     nodes = None  # the node scaling series, where a sweep asked for more than one node
     if multi_node:
         nodes = speedup.node_scaling(speed.entries, addrs)

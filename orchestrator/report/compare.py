@@ -29,7 +29,8 @@ from orchestrator.store import schema
 from orchestrator import setting_registry
 from orchestrator.metric_registry import BY_NAME, MetricDef
 from orchestrator.report.labels import hardware_label
-from orchestrator.report.tables import OK, PARAMS, CsvError, Entry, read_csv
+from orchestrator.report.tables import OK, PARAMS, Entry
+from orchestrator.report.table_files import CsvError, read_csv
 
 #: A median's standard error is this × σ / √n (normal data).
 MEDIAN_SE = 1.2533
