@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.job.run import energy, metrics
+from orchestrator.job import energy, metrics
 from orchestrator.job.metrics import compute
 
 DATA = Path(__file__).parent / "data" / "h200-resnet50-b128"

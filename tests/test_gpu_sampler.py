@@ -14,7 +14,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from orchestrator.job.run import energy, metrics
+from orchestrator.job import energy, metrics
 from orchestrator.job.monitor import GpuSampler, HostSampler, Monitor, SamplerUnavailable
 
 

@@ -3,7 +3,7 @@ import json
 
 import pytest
 
-from orchestrator.job.run import energy, metrics
+from orchestrator.job import energy, metrics
 from orchestrator import metric_registry
 from orchestrator.metric_registry import unit_of
 from orchestrator.job.metrics import (
