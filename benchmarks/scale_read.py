@@ -219,7 +219,7 @@ def build_runs_db(where: Any, n_runs: int = 100_000, n_cells: int = 96_000, n_op
     cells = [settings_of(i) for i in range(n_cells)]
     ids = [cell_id(c) for c in cells]
     sweep_of = [f"sweep-{i % sweeps}" for i in range(n_cells)]
-    runs, metric_rows, retry = [], [], []
+    runs, retry = [], []
     counts = {"runs": 0, "open": 0, "failed": 0, "done": 0}
     for i in range(n_runs):
         c, repeat = i % n_cells, i // n_cells
@@ -260,11 +260,9 @@ def build_runs_db(where: Any, n_runs: int = 100_000, n_cells: int = 96_000, n_op
         insert("sweep_cells", [{"sweep_id": s, "cell_id": cid, "config": None} for s, cid in zip(sweep_of, ids)])
         insert("runs", runs)
         done = select("SELECT id FROM runs WHERE state = 'done'")
-        for (run_id,) in done:
-            scale = 1.0 + (run_id % 97) / 1000.0
-            metric_rows.extend({"run_id": run_id, "name": k, "value": v * scale, "unit": None}
-                               for k, v in metrics.items())
-        insert("metrics", metric_rows)
+        for start in range(0, len(done), 50_000):  # in parts: a million runs' metrics never all in memory
+            insert("metrics", [{"run_id": run_id, "name": k, "value": v * (1.0 + (run_id % 97) / 1000.0), "unit": None}
+                               for (run_id,) in done[start:start + 50_000] for k, v in metrics.items()])
     counts["cells"] = n_cells
     return counts
 

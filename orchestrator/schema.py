@@ -429,13 +429,43 @@ def summary_select(filters: Mapping[str, Sequence[Any]] | None = None, noisy_cv:
     spread = select(stats, case((stats.c.n > 1, func.sqrt(case((variance > 0, variance), else_=0.0))))
                     .label("sd")).subquery("spread")
     s = spread.c
-    cv = case((s.mean > 0, s.sd / s.mean))
+    cv, noisy = spread_flags(s.sd, s.mean, noisy_cv)
     return (select(s.cell, *(setting_value(getattr(Cell, c)).label(c) for c in SUMMARY_CELL), s.n,
                    s.median.label("images_per_sec_median"), s.mean.label("images_per_sec_mean"), s.sd.label("images_per_sec_std"),
                    cv.label("images_per_sec_cv"), s.lo.label("images_per_sec_min"), s.hi.label("images_per_sec_max"),
-                   case((cv.is_(None), None), (cv > noisy_cv, 1), else_=0).label("noisy"),
+                   noisy.label("noisy"),
                    s.power.label("gpu_power_avg_w"), s.epi.label("energy_per_image_j"), s.mem.label("gpu_mem_peak_mb"))
             .join_from(spread, Cell, Cell.id == s.cell))
+
+
+def spread_flags(sd: Any, mean: Any, noisy_cv: float) -> tuple[Any, Any]:
+    """A cell's coefficient of variation (sd/mean; null for one repeat) and `noisy` (1 when it
+    exceeds `noisy_cv`, 0 when not, null for one repeat): one rule for the view and the kept
+    summary (cell_stats), whose threshold is the reader's."""
+    cv = case((mean > 0, sd / mean))
+    return cv, case((cv.is_(None), None), (cv > noisy_cv, 1), else_=0)
+
+
+#: The summary's figures kept per cell (cell_stats): every `cell_summary` column but the two the
+#: reader's threshold decides.
+KEPT_COLUMNS = tuple(c for c in SUMMARY_COLUMNS if c not in ("images_per_sec_cv", "noisy"))
+
+
+class CellStats(Base):
+    """`cell_summary`'s row of each cell, kept as runs land (migration 0017): `results --summary`
+    over a million runs reads a page of it in its order (ix_cell_stats_order) instead of ranking
+    every run. Written only by result_rows.refresh_summary, in the transaction that changed the
+    cell's runs (the collector's landing, a launch's new attempts, a copy); its settings, defaults
+    filled in, are the cell's, which never change. A cell without a measured latest repeat has no row."""
+
+    __table__ = Table(
+        "cell_stats", Base.metadata,
+        Column("cell", ForeignKey("cells.id"), primary_key=True),
+        *(Column(c.name, c.type) for c in _setting_columns(all_nullable=True) if c.name in SUMMARY_CELL),
+        Column("n", Integer, nullable=False),
+        *(Column(name, Float) for name in KEPT_COLUMNS[len(SUMMARY_CELL) + 2:]),
+        Index("ix_cell_stats_order", *SUMMARY_CELL, "cell"),
+    )
 
 
 #: Every view, in the order they are created (cell_summary reads results), and its select.

@@ -19,7 +19,7 @@ from omegaconf import OmegaConf
 from sqlalchemy import bindparam, insert, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
-from orchestrator import db, schema, retry, runstate, config_checks, setting_registry, time_limits
+from orchestrator import db, result_rows, schema, retry, runstate, config_checks, setting_registry, time_limits
 from orchestrator.backends import Backend, SchedulerUnavailable, backend_for, sbatch
 from orchestrator.backends.base import signature
 from orchestrator.cell import Cell, CellError
@@ -227,6 +227,8 @@ def insert_runs(session: Session, runs: list[schema.Run], earlier: Iterable[Any]
         had = {(run.cell_id, run.repeat) for run in earlier}
         keys = [key for key in keys if key in had]
     schema.mark_latest(session.connection(), keys)
+    # an earlier attempt no longer the latest leaves its cell's kept summary (result_rows)
+    result_rows.refresh_summary(session.connection(), {cell for cell, _ in keys}, kept_only=True)
 
 
 def update_runs(session: Session, changes: Iterable[tuple[schema.Run, dict[str, Any]]]) -> None:

@@ -104,6 +104,9 @@ def results(database: Database, out: Console, sweep: Optional[str] = None, filte
             rows = select(view).where(*(view.c[key].in_(values) for key, values in filters.items())).subquery("runs")
             columns, order = schema.RESULTS_COLUMNS, RESULTS_ORDER
             empty = "no runs match these filters"
+        kept = _kept_summary(session, filters, threshold, limit, csv, out) if summary else None
+        if kept is not None:  # the summary kept as runs land: a page of it, not every run ranked
+            return kept
         paged = None if summary or csv else schema.results_page(filters, RESULTS_ORDER, limit)
         if paged is not None:  # the page's runs first, their metrics after: not every run's
             shown = session.execute(paged[0]).mappings().all()
@@ -127,6 +130,30 @@ def results(database: Database, out: Console, sweep: Optional[str] = None, filte
         print_more(out, first["total"] - len(shown))
     else:
         _print_results(out, shown, first["total"], sweep)
+    return 0
+
+
+def _kept_summary(session: Any, filters: Mapping[str, Sequence[Any]], threshold: float, limit: Optional[int],
+                  csv: bool, out: Console) -> Optional[int]:
+    """`--summary` from the kept summary (result_rows.summary_page): its first `limit` rows (CSV:
+    streamed), or None where a filter needs the runs."""
+    # lazy: SQLAlchemy (~0.3 s) only in the commands that need it: `status` and --help start without it
+    from orchestrator import result_rows, schema
+
+    paged = result_rows.summary_page(filters, threshold, limit)
+    if paged is None:
+        return None
+    result = iter(session.execute(paged[0], execution_options={"yield_per": 1000}).mappings())
+    first = next(result, None)
+    if first is None:
+        raise CliError("no latest attempt with a throughput matches these filters; drop a --where/--state/--sweep "
+                       "filter, or see `status`")
+    if csv:  # streamed: never all rows in memory
+        return write_csv(first_then_rest(first, result), schema.SUMMARY_COLUMNS)
+    shown = [first, *result]
+    total, noisy = session.execute(paged[1]).one()
+    _print_summary(shown, total, noisy, threshold, out)
+    print_more(out, total - len(shown))
     return 0
 
 
