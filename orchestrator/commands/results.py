@@ -118,7 +118,8 @@ def results(database: Database, out: Console, sweep: Optional[str] = None, filte
             func.count().over().label("total"), *((func.sum(rows.c.noisy).over().label("noisy_total"),)
                                                   if summary else ()))
         query = select(rows, *totals).order_by(*(rows.c[c] for c in order)).limit(limit)
-        result = iter(session.execute(query, execution_options={"yield_per": 1000}).mappings())
+        streamed = session.execute(query, execution_options={"yield_per": 1000})
+        result = iter(streamed if csv else streamed.mappings())  # CSV: tuples in the columns' order
         first = next(result, None)
         if first is None:
             raise CliError(f"{empty}; drop a --where/--state/--sweep filter, or see `status`")
@@ -143,7 +144,8 @@ def _kept_summary(session: Any, filters: Mapping[str, Sequence[Any]], threshold:
     paged = result_rows.summary_page(filters, threshold, limit)
     if paged is None:
         return None
-    result = iter(session.execute(paged[0], execution_options={"yield_per": 1000}).mappings())
+    streamed = session.execute(paged[0], execution_options={"yield_per": 1000})
+    result = iter(streamed if csv else streamed.mappings())  # CSV: tuples in SUMMARY_COLUMNS' order
     first = next(result, None)
     if first is None:
         raise CliError("no latest attempt with a throughput matches these filters; drop a --where/--state/--sweep "
