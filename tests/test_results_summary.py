@@ -5,8 +5,6 @@ of a database that had runs before) its rows are exactly the `cell_summary` sele
 from the runs, and `results --summary` reads it."""
 import csv
 import io
-import multiprocessing
-from pathlib import Path
 
 import pytest
 from sqlalchemy import select
@@ -16,6 +14,7 @@ from orchestrator.cli import main
 from orchestrator.collector import collect
 from db_urls import execute
 from result_factory import make_result, write_result
+from test_collector import two_collectors_at_once
 
 MODELS = ("lenet", "alexnet", "vgg16")
 
@@ -101,13 +100,6 @@ def test_a_launchs_new_attempt_takes_its_repeat_out_of_the_kept_summary(tmp_path
     Session.kw["bind"].dispose()
 
 
-def _collect_in_process(url: str, runs: str, start, queue) -> None:
-    Session = db.open_db(url)
-    start.wait(timeout=60)
-    report = collect(Session, Path(runs), batch_size=2)  # batches of two: the collectors interleave
-    queue.put((report.added, len(report.broken)))
-
-
 def test_two_collectors_landing_runs_of_the_same_cells_at_once_keep_it_exact(tmp_path, db_url):
     """Two collectors at once, in batches of two, over many repeats of three cells: each cell's runs
     are landed by both, in transactions that overlap on a server; the second to refresh a cell
@@ -116,20 +108,9 @@ def test_two_collectors_landing_runs_of_the_same_cells_at_once_keep_it_exact(tmp
     for i in range(n):
         write_result(runs, make_result(sweep="s", model=MODELS[i % 3], repeat=i // 3, metrics=speeds(i)))
     db.open_db(db_url).kw["bind"].dispose()
-    ctx = multiprocessing.get_context("spawn")
-    start, queue = ctx.Barrier(2), ctx.Queue()
-    procs = [ctx.Process(target=_collect_in_process, args=(db_url, str(runs), start, queue)) for _ in range(2)]
-    for p in procs:
-        p.start()
-    try:
-        outcomes = [queue.get(timeout=300) for _ in procs]
-    finally:
-        for p in procs:
-            p.join(timeout=30)
-            if p.is_alive():  # only on failure: no stuck collector left behind
-                p.terminate()
-    assert sum(added for added, _ in outcomes) == n and all(broken == 0 for _, broken in outcomes)
-    assert all(added > 0 for added, _ in outcomes), outcomes  # both landed runs: they raced
+    outcomes = two_collectors_at_once(db_url, runs, batch=2, timeout=300)  # batches of two: they interleave
+    assert sum(added for added, _, _ in outcomes) == n and all(broken == [] for _, _, broken in outcomes)
+    assert all(added > 0 for added, _, _ in outcomes), outcomes  # both landed runs: they raced
     assert sorted(r["n"] for r in assert_exact(db_url).values()) == [n // 3] * 3
 
 
