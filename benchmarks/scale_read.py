@@ -22,7 +22,7 @@ import the measurements (one function each) and the table printer.
 
 With `--db URL` (a database server's URL whose role may CREATE DATABASE, such as
 `scripts/postgres.sh url` prints) the measurements run on databases made there instead of SQLite
-files: `scale_collect_<n>` for each collect (made afresh, dropped after) and `scale_runs_<n>` for
+files: `scale_collect_<n>` for each collect (made afresh, dropped after) and `scale_runs_<n>_<revision>` for
 status and results (kept, and reused if it is there, as --keep's big.db is).
 """
 from __future__ import annotations
@@ -407,7 +407,9 @@ def read_rows(only: set[str], work: Path, collect: Sequence[int] = (1_000, 10_00
         shutil.rmtree(work / f"collect-{n}", ignore_errors=True)
     if only & {"status", "results"}:
         if server:
-            path: Any = server_database(server, f"scale_runs_{runs}", fresh=False)
+            # named for the schema's revision too: a database another checkout built (and would
+            # upgrade, or refuse as newer) is never shared with this one
+            path: Any = server_database(server, f"scale_runs_{runs}_{db.SCHEMA_VERSION}", fresh=False)
             missing = not _count(path, "runs")
         else:
             path = work / "big.db"
