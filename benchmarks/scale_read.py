@@ -47,7 +47,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]  # the orchestrator, and the tes
 
 from result_factory import T0, make_provenance, make_result, make_settings, write_result  # noqa: E402
 
-from orchestrator import db, schema  # noqa: E402
+from orchestrator import db, result_rows, schema  # noqa: E402
 from orchestrator.cell import cell_id  # noqa: E402
 from orchestrator.resultfile import CELL_COLUMNS  # noqa: E402
 from sqlalchemy import create_engine, inspect  # noqa: E402
@@ -263,8 +263,18 @@ def build_runs_db(where: Any, n_runs: int = 100_000, n_cells: int = 96_000, n_op
         for start in range(0, len(done), 50_000):  # in parts: a million runs' metrics never all in memory
             insert("metrics", [{"run_id": run_id, "name": k, "value": v * (1.0 + (run_id % 97) / 1000.0), "unit": None}
                                for (run_id,) in done[start:start + 50_000] for k, v in metrics.items()])
+    keep_summary(url)
     counts["cells"] = n_cells
     return counts
+
+
+def keep_summary(url: str) -> None:
+    """The kept per-cell summary (cell_stats) of rows written in bulk, as `collect` keeps it when
+    it lands them (result_rows.refresh_summary), in one pass."""
+    engine = create_engine(url)
+    with engine.begin() as conn:
+        result_rows.rebuild_summary(conn)
+    engine.dispose()
 
 
 def silent_slurm(bin_dir: Path) -> dict[str, str]:
