@@ -40,7 +40,7 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Optional, Sequence
+from typing import Any, Callable, Collection, Iterable, Iterator, Optional, Sequence
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]  # the orchestrator, and the tests' result_factory
@@ -374,16 +374,18 @@ def orchestrator_argv(*args: str) -> list[str]:
     return [sys.executable, "-m", "orchestrator", *args]
 
 
-def measure_reads(where: Any, repeat: int, workdir: Path) -> dict[str, dict[str, float]]:
-    """status, results, results --summary and results --csv on the database at `where` (a SQLite
-    file's path, or a database's URL)."""
+def measure_reads(where: Any, repeat: int, workdir: Path,
+                  only: Collection[str] = ("status", "results")) -> dict[str, dict[str, float]]:
+    """status, results, results --summary and results --csv (those whose first word is in `only`)
+    on the database at `where` (a SQLite file's path, or a database's URL)."""
     url = where if isinstance(where, str) else f"sqlite:///{where}"
     env = {"ORCHESTRATOR_DB": url, "COLUMNS": "160", **silent_slurm(workdir / "bin")}
     warm_cache()
     out = {}
     for name, args in (("status", ("status",)), ("results", ("results",)), ("results --summary", ("results", "--summary")),
                        ("results --csv", ("results", "--csv"))):
-        out[name] = time_command(orchestrator_argv(*args), env, workdir, repeat)
+        if args[0] in only:
+            out[name] = time_command(orchestrator_argv(*args), env, workdir, repeat)
     return out
 
 
@@ -428,7 +430,7 @@ def read_rows(only: set[str], work: Path, collect: Sequence[int] = (1_000, 10_00
             t = time.perf_counter()
             counts = build_runs_db(path, n_runs=runs, n_cells=runs * 24 // 25, n_open=max(1, runs // 100))
             print(f"built {path}: {counts} in {time.perf_counter() - t:.1f} s", file=sys.stderr)
-        for name, m in measure_reads(path, repeat, work).items():
+        for name, m in measure_reads(path, repeat, work, only).items():
             if name.split()[0] in only:
                 rows.append(Row(f"`{name}` over {runs:,} runs{on}", f"{m['median']:.2f} s ({m['cpu']:.2f} s CPU)",
                                 f"wall, new process, median of {repeat} (best {m['best']:.2f} s); "

@@ -56,12 +56,14 @@ def inside(top: Path | str, path: Path | str) -> bool:
     somewhere under `top` (the command's runs folder): the one test rerun and tracking share.
     os.path, not pathlib, and `top` resolved once per command: `status` asks it for every open
     run (10,000 of a million runs: half its lookups were of the same folder)."""
-    return os.path.realpath(path).startswith(_resolved_top(os.fspath(top)))
+    return os.path.realpath(path).startswith(_resolved_top(os.fspath(top), os.getcwd()))
 
 
 @functools.lru_cache(maxsize=16)
-def _resolved_top(top: str) -> str:
-    return os.path.realpath(top).rstrip(os.sep) + os.sep
+def _resolved_top(top: str, cwd: str) -> str:
+    """`top` resolved (a relative one from `cwd`, which is why that is part of the key), with a
+    trailing separator."""
+    return os.path.realpath(os.path.join(cwd, top)).rstrip(os.sep) + os.sep
 
 
 def read_regular(path: Path | str, max_bytes: int) -> bytes:

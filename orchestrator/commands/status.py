@@ -97,7 +97,8 @@ def _print_counts(rows: Rows, sweeps: list[Any], counts: list[Any], out: Console
     for c in counts:
         by_state = by_sweep.setdefault(c.sweep_id, {})
         by_state[c.state] = by_state.get(c.state, 0) + c.n
-    linked, earlier = queries.sweep_sizes(rows, [s.id for s in sweeps])
+    # cells linked counted only where the launcher recorded no count (sweeps the collector made)
+    linked, earlier = queries.sweep_sizes(rows, [s.id for s in sweeps], [s.id for s in sweeps if not s.n_cells])
     states = [s for s in runstate.STATES if any(s in c for c in by_sweep.values())]
     table = Table(title="Runs by state (latest attempt of each repeat; retried: earlier attempts)",
                   title_justify="left")
