@@ -193,23 +193,26 @@ def _insert_summary(conn: Connection, filters: Mapping[str, Sequence[Any]]) -> N
 
 def kept_summary(filters: Mapping[str, Sequence[Any]], noisy_cv: float) -> Optional[Any]:
     """schema.summary_select(filters, noisy_cv) read from the kept summary: the same columns and
-    rows. None where a filter is no cell setting (a run's column, a metric): those pick runs, and
+    rows (`noisy` from the kept CV and the reader's threshold). None where a filter is no cell setting (a run's column, a metric): those pick runs, and
     only the runs can answer."""
     table = CellStats.__table__.c
     if any(name not in schema.SUMMARY_CELL and name != "cell" for name in filters):
         return None
-    cv, noisy = schema.spread_flags(table.images_per_sec_std, table.images_per_sec_mean, noisy_cv)
-    shown = {**{c: table[c] for c in schema.KEPT_COLUMNS}, "images_per_sec_cv": cv, "noisy": noisy}
+    shown = {**{c: table[c] for c in schema.KEPT_COLUMNS}, "noisy": schema.noisy_flag(table.images_per_sec_cv, noisy_cv)}
     return (select(*(shown[c].label(c) for c in schema.SUMMARY_COLUMNS))
             .where(*(table[key].in_(values) for key, values in filters.items())))
 
 
 def summary_page(filters: Mapping[str, Sequence[Any]], noisy_cv: float, limit: Optional[int]) -> Optional[tuple[Any, Any]]:
     """The kept summary's first `limit` rows (None: every one) in the summary's order (its
-    index's), and (cells, noisy cells) in all as a second select; None as kept_summary."""
+    index's), and (cells, noisy cells) in all as a second select, each count from an index, not a
+    scan of a million cells' rows; None as kept_summary."""
     rows = kept_summary(filters, noisy_cv)
     if rows is None:
         return None
     rows = rows.subquery("kept")
     page = select(rows).order_by(*(rows.c[c] for c in (*schema.SUMMARY_CELL, "cell"))).limit(limit)
-    return page, select(func.count(), func.coalesce(func.sum(rows.c.noisy), 0))
+    table = CellStats.__table__.c
+    where = [table[key].in_(values) for key, values in filters.items()]
+    noisy = select(func.count()).where(table.images_per_sec_cv > noisy_cv, *where).scalar_subquery()
+    return page, select(select(func.count()).where(*where).select_from(CellStats).scalar_subquery(), noisy)

@@ -443,12 +443,17 @@ def spread_flags(sd: Any, mean: Any, noisy_cv: float) -> tuple[Any, Any]:
     exceeds `noisy_cv`, 0 when not, null for one repeat): one rule for the view and the kept
     summary (cell_stats), whose threshold is the reader's."""
     cv = case((mean > 0, sd / mean))
-    return cv, case((cv.is_(None), None), (cv > noisy_cv, 1), else_=0)
+    return cv, noisy_flag(cv, noisy_cv)
 
 
-#: The summary's figures kept per cell (cell_stats): every `cell_summary` column but the two the
-#: reader's threshold decides.
-KEPT_COLUMNS = tuple(c for c in SUMMARY_COLUMNS if c not in ("images_per_sec_cv", "noisy"))
+def noisy_flag(cv: Any, noisy_cv: float) -> Any:
+    """`noisy` of a coefficient of variation: 1 above `noisy_cv`, 0 not, null for one repeat."""
+    return case((cv.is_(None), None), (cv > noisy_cv, 1), else_=0)
+
+
+#: The summary's figures kept per cell (cell_stats): every `cell_summary` column but `noisy`, which
+#: the reader's threshold decides (from the kept CV: its index counts the noisy cells).
+KEPT_COLUMNS = tuple(c for c in SUMMARY_COLUMNS if c != "noisy")
 
 
 class CellStats(Base):
@@ -465,6 +470,7 @@ class CellStats(Base):
         Column("n", Integer, nullable=False),
         *(Column(name, Float) for name in KEPT_COLUMNS[len(SUMMARY_CELL) + 2:]),
         Index("ix_cell_stats_order", *SUMMARY_CELL, "cell"),
+        Index("ix_cell_stats_cv", "images_per_sec_cv"),
     )
 
 
