@@ -104,9 +104,8 @@ def results(database: Database, out: Console, sweep: Optional[str] = None, filte
             rows = select(view).where(*(view.c[key].in_(values) for key, values in filters.items())).subquery("runs")
             columns, order = schema.RESULTS_COLUMNS, RESULTS_ORDER
             empty = "no runs match these filters"
-        kept = _kept_summary(session, filters, threshold, limit, csv, out) if summary else None
-        if kept is not None:  # the summary kept as runs land: a page of it, not every run ranked
-            return kept
+        if summary and (kept := _kept_summary(session, filters, threshold, limit, csv, out)) is not None:
+            return kept  # the summary kept as runs land: a page of it, not every run ranked
         paged = None if summary or csv else schema.results_page(filters, RESULTS_ORDER, limit)
         if paged is not None:  # the page's runs first, their metrics after: not every run's
             shown = session.execute(paged[0]).mappings().all()
@@ -118,8 +117,7 @@ def results(database: Database, out: Console, sweep: Optional[str] = None, filte
             func.count().over().label("total"), *((func.sum(rows.c.noisy).over().label("noisy_total"),)
                                                   if summary else ()))
         query = select(rows, *totals).order_by(*(rows.c[c] for c in order)).limit(limit)
-        streamed = session.execute(query, execution_options={"yield_per": 1000})
-        result = iter(streamed if csv else streamed.mappings())  # CSV: tuples in the columns' order
+        result = iter(_streamed(session, query, csv))
         first = next(result, None)
         if first is None:
             raise CliError(f"{empty}; drop a --where/--state/--sweep filter, or see `status`")
@@ -134,6 +132,13 @@ def results(database: Database, out: Console, sweep: Optional[str] = None, filte
     return 0
 
 
+def _streamed(session: Any, query: Any, csv: bool) -> Any:
+    """The query's rows fetched a thousand at a time: for CSV as tuples in its columns' order (csv
+    writes them as they are), else as mappings."""
+    result = session.execute(query, execution_options={"yield_per": 1000})
+    return result if csv else result.mappings()
+
+
 def _kept_summary(session: Any, filters: Mapping[str, Sequence[Any]], threshold: float, limit: Optional[int],
                   csv: bool, out: Console) -> Optional[int]:
     """`--summary` from the kept summary (result_rows.summary_page): its first `limit` rows (CSV:
@@ -144,8 +149,7 @@ def _kept_summary(session: Any, filters: Mapping[str, Sequence[Any]], threshold:
     paged = result_rows.summary_page(filters, threshold, limit)
     if paged is None:
         return None
-    streamed = session.execute(paged[0], execution_options={"yield_per": 1000})
-    result = iter(streamed if csv else streamed.mappings())  # CSV: tuples in SUMMARY_COLUMNS' order
+    result = iter(_streamed(session, paged[0], csv))
     first = next(result, None)
     if first is None:
         raise CliError("no latest attempt with a throughput matches these filters; drop a --where/--state/--sweep "
