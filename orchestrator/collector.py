@@ -10,10 +10,11 @@ after a sweep, turns each file into rows. It may run many times, and two may run
   SQLite takes the write lock at its start (BEGIN IMMEDIATE), so that what the batch looked up
   stays true until it commits; a crash loses at most the batch in progress, which the next
   collection lands;
-- a run is *claimed* with `UPDATE runs SET collected_at=?, ... WHERE uid=? AND collected_at IS
-  NULL AND state=<the state looked up>` (or inserted, collected, where no row had it: the unique
-  uid refuses a second insert), and its metrics are written only by the collector whose UPDATE
-  changed the row, so a run that two collectors read at the same time is still counted once;
+- a run is *claimed* (result_rows.claim: its row changed only where it is still uncollected and
+  in the state looked up), or inserted, collected, where no row had it (the unique uid refuses a
+  second insert), and its metrics are written only by the collector whose claim changed the
+  row, so a run that two collectors read at the same time is still counted once; the statements
+  are result_rows.py's, which in the same transaction also refreshes the kept per-cell summary;
 - should anything in a batch fail (a row the database refuses, two collectors creating the same
   sweep, cell or run, a run changed under it), the batch rolls back and each of its files lands
   alone, in its own transaction, retried once; a file that still fails is reported broken and
