@@ -22,7 +22,7 @@ import the measurements (one function each) and the table printer.
 
 With `--db URL` (a database server's URL whose role may CREATE DATABASE, such as
 `scripts/postgres.sh url` prints) the measurements run on databases made there instead of SQLite
-files: `scale_collect_<n>` for each collect (made afresh, dropped after) and `scale_runs_<n>` for
+files: `scale_collect_<n>` for each collect (made afresh, dropped after) and `scale_runs_<n>_<revision>` for
 status and results (kept, and reused if it is there, as --keep's big.db is).
 """
 from __future__ import annotations
@@ -40,14 +40,14 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Optional, Sequence
+from typing import Any, Callable, Collection, Iterable, Iterator, Optional, Sequence
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]  # the orchestrator, and the tests' result_factory
 
 from result_factory import T0, make_provenance, make_result, make_settings, write_result  # noqa: E402
 
-from orchestrator.store import db, schema  # noqa: E402
+from orchestrator.store import db, result_rows, schema  # noqa: E402
 from orchestrator.sweep.cell import cell_id  # noqa: E402
 from orchestrator.results.resultfile import CELL_COLUMNS  # noqa: E402
 from sqlalchemy import create_engine, inspect  # noqa: E402
@@ -219,7 +219,7 @@ def build_runs_db(where: Any, n_runs: int = 100_000, n_cells: int = 96_000, n_op
     cells = [settings_of(i) for i in range(n_cells)]
     ids = [cell_id(c) for c in cells]
     sweep_of = [f"sweep-{i % sweeps}" for i in range(n_cells)]
-    runs, metric_rows, retry = [], [], []
+    runs, retry = [], []
     counts = {"runs": 0, "open": 0, "failed": 0, "done": 0}
     for i in range(n_runs):
         c, repeat = i % n_cells, i // n_cells
@@ -260,13 +260,21 @@ def build_runs_db(where: Any, n_runs: int = 100_000, n_cells: int = 96_000, n_op
         insert("sweep_cells", [{"sweep_id": s, "cell_id": cid, "config": None} for s, cid in zip(sweep_of, ids)])
         insert("runs", runs)
         done = select("SELECT id FROM runs WHERE state = 'done'")
-        for (run_id,) in done:
-            scale = 1.0 + (run_id % 97) / 1000.0
-            metric_rows.extend({"run_id": run_id, "name": k, "value": v * scale, "unit": None}
-                               for k, v in metrics.items())
-        insert("metrics", metric_rows)
+        for start in range(0, len(done), 50_000):  # in parts: a million runs' metrics never all in memory
+            insert("metrics", [{"run_id": run_id, "name": k, "value": v * (1.0 + (run_id % 97) / 1000.0), "unit": None}
+                               for (run_id,) in done[start:start + 50_000] for k, v in metrics.items()])
+    keep_summary(url)
     counts["cells"] = n_cells
     return counts
+
+
+def keep_summary(url: str) -> None:
+    """The kept per-cell summary (cell_stats) of rows written in bulk, as `collect` keeps it when
+    it lands them (result_rows.refresh_summary), in one pass."""
+    engine = create_engine(url)
+    with engine.begin() as conn:
+        result_rows.rebuild_summary(conn)
+    engine.dispose()
 
 
 def silent_slurm(bin_dir: Path) -> dict[str, str]:
@@ -366,16 +374,18 @@ def orchestrator_argv(*args: str) -> list[str]:
     return [sys.executable, "-m", "orchestrator", *args]
 
 
-def measure_reads(where: Any, repeat: int, workdir: Path) -> dict[str, dict[str, float]]:
-    """status, results, results --summary and results --csv on the database at `where` (a SQLite
-    file's path, or a database's URL)."""
+def measure_reads(where: Any, repeat: int, workdir: Path,
+                  only: Collection[str] = ("status", "results")) -> dict[str, dict[str, float]]:
+    """status, results, results --summary and results --csv (those whose first word is in `only`)
+    on the database at `where` (a SQLite file's path, or a database's URL)."""
     url = where if isinstance(where, str) else f"sqlite:///{where}"
     env = {"ORCHESTRATOR_DB": url, "COLUMNS": "160", **silent_slurm(workdir / "bin")}
     warm_cache()
     out = {}
     for name, args in (("status", ("status",)), ("results", ("results",)), ("results --summary", ("results", "--summary")),
                        ("results --csv", ("results", "--csv"))):
-        out[name] = time_command(orchestrator_argv(*args), env, workdir, repeat)
+        if args[0] in only:
+            out[name] = time_command(orchestrator_argv(*args), env, workdir, repeat)
     return out
 
 
@@ -409,7 +419,9 @@ def read_rows(only: set[str], work: Path, collect: Sequence[int] = (1_000, 10_00
         shutil.rmtree(work / f"collect-{n}", ignore_errors=True)
     if only & {"status", "results"}:
         if server:
-            path: Any = server_database(server, f"scale_runs_{runs}", fresh=False)
+            # named for the schema's revision too: a database another checkout built (and would
+            # upgrade, or refuse as newer) is never shared with this one
+            path: Any = server_database(server, f"scale_runs_{runs}_{db.SCHEMA_VERSION}", fresh=False)
             missing = not _count(path, "runs")
         else:
             path = work / "big.db"
@@ -418,7 +430,7 @@ def read_rows(only: set[str], work: Path, collect: Sequence[int] = (1_000, 10_00
             t = time.perf_counter()
             counts = build_runs_db(path, n_runs=runs, n_cells=runs * 24 // 25, n_open=max(1, runs // 100))
             print(f"built {path}: {counts} in {time.perf_counter() - t:.1f} s", file=sys.stderr)
-        for name, m in measure_reads(path, repeat, work).items():
+        for name, m in measure_reads(path, repeat, work, only).items():
             if name.split()[0] in only:
                 rows.append(Row(f"`{name}` over {runs:,} runs{on}", f"{m['median']:.2f} s ({m['cpu']:.2f} s CPU)",
                                 f"wall, new process, median of {repeat} (best {m['best']:.2f} s); "

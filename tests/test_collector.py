@@ -195,6 +195,25 @@ def _collect_in_process(url: str, runs: str, batch: int, start, queue) -> None:
     queue.put((report.added, report.already, [str(p) for p, _ in report.broken]))
 
 
+def two_collectors_at_once(url: str, runs: Path, batch: int, timeout: float = 60) -> list[tuple]:
+    """Two collector processes started together on `url` and `runs` (batches of `batch`): each
+    one's (added, already, broken paths), once both ended well."""
+    ctx = multiprocessing.get_context("spawn")
+    start, queue = ctx.Barrier(2), ctx.Queue()
+    procs = [ctx.Process(target=_collect_in_process, args=(url, str(runs), batch, start, queue)) for _ in range(2)]
+    for p in procs:
+        p.start()
+    try:
+        outcomes = [queue.get(timeout=timeout) for _ in procs]
+    finally:
+        for p in procs:
+            p.join(timeout=10)
+            if p.is_alive():  # only on failure: do not leave a stuck collector behind
+                p.terminate()
+    assert [p.exitcode for p in procs] == [0, 0]
+    return outcomes
+
+
 @pytest.mark.parametrize("batch", [500, 3])  # all in one batch each; batches that interleave
 def test_two_collectors_at_once_land_each_run_exactly_once(tmp_path, db_url, batch):
     runs = tmp_path / "runs"
@@ -202,20 +221,7 @@ def test_two_collectors_at_once_land_each_run_exactly_once(tmp_path, db_url, bat
     for i in range(n):  # many runs of few cells, so both collectors race for the same sweep/cells
         write_result(runs, make_result(model=("lenet", "alexnet", "vgg16")[i % 3], repeat=i // 3))
     url = db_url  # not made yet (no file, or no tables): both processes make it at once
-
-    ctx = multiprocessing.get_context("spawn")
-    start, queue = ctx.Barrier(2), ctx.Queue()
-    procs = [ctx.Process(target=_collect_in_process, args=(url, str(runs), batch, start, queue)) for _ in range(2)]
-    for p in procs:
-        p.start()
-    try:
-        outcomes = [queue.get(timeout=60) for _ in procs]
-    finally:
-        for p in procs:
-            p.join(timeout=10)
-            if p.is_alive():  # only on failure: do not leave a stuck collector behind
-                p.terminate()
-    assert [p.exitcode for p in procs] == [0, 0]
+    outcomes = two_collectors_at_once(url, runs, batch)
 
     assert sum(added for added, _, _ in outcomes) == n
     assert all(added + already == n and broken == [] for added, already, broken in outcomes)
@@ -418,8 +424,8 @@ def test_collect_costs_statements_per_batch_not_per_file_and_never_reads_a_sweep
 
     assert (report.added, report.broken) == (n, [])
     # one look at which sweeps' folders need a look, then per batch of 100 files a look at which
-    # are landed and a dozen statements, none per file
-    assert len(statements) <= 1 + 3 * 14, statements
+    # are landed and a dozen statements, none per file (three of them the kept summary's refresh)
+    assert len(statements) <= 1 + 3 * 17, statements
     assert not [sql for sql in statements if "overrides" in sql and not sql.startswith("INSERT")]
     assert query(db_url, "select count(*), count(collected_at) from runs") == [(n, n)]
     assert query(db_url, "select count(*) from sweeps") == [(3,)]

@@ -11,6 +11,7 @@ from sqlalchemy.pool import NullPool
 from orchestrator.store import db, schema, db_copy
 from orchestrator.store.schema import Refusal, Run
 from test_db import add_run
+from test_results_summary import assert_exact
 
 #: What a store holds, read without its own numbering (run ids): compared across stores.
 CONTENT = {
@@ -57,6 +58,7 @@ def test_a_copy_holds_everything_and_a_second_adds_nothing_both_ways(db_url, tmp
     first = db_copy.copy(src, db_url)
     assert first.added == {"sweeps": 1, "cells": 2, "sweep_cells": 2, "runs": 5, "metrics": 7, "refusals": 1}
     assert content(db_url) == content(src)
+    assert [r["n"] for r in assert_exact(db_url).values()] == [3]  # the copied cells' kept summary
     second = db_copy.copy(src, db_url)
     assert sum(second.added.values()) == 0 and second.present["runs"] == 5
     back = f"sqlite:///{tmp_path / 'back.db'}"
@@ -78,6 +80,7 @@ def test_a_run_only_the_source_collected_replaces_the_destinations(db_url, tmp_p
     report = db_copy.copy(src, db_url)
     assert report.replaced_runs == 1 and report.added["metrics"] == 2
     assert content(db_url) == content(src)
+    assert [r["n"] for r in assert_exact(db_url).values()] == [3]  # repeat 2 counts again
 
 
 def test_a_destination_at_another_revision_is_refused_untouched(tmp_path):

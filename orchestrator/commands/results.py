@@ -93,6 +93,8 @@ def results(database: Database, out: Console, sweep: Optional[str] = None, filte
         sweeps = pick_sweeps(Rows.of(session), sweep)  # an empty database is an error, not an empty table
         if sweep:
             filters["sweep"] = [s.id for s in sweeps]
+        if summary and (kept := _kept_summary(session, filters, threshold, limit, csv, out)) is not None:
+            return kept  # the summary kept as runs land: a page of it, not every run ranked
         paged = None if summary or csv else cell_stats.results_page(filters, RESULTS_ORDER, limit)
         if paged is not None:  # the page's runs first, their metrics after: not every run's
             shown = session.execute(paged[0]).mappings().all()
@@ -103,7 +105,7 @@ def results(database: Database, out: Console, sweep: Optional[str] = None, filte
         # the cell's id last in a summary: cells alike in every shown setting (seeds) in one order everywhere
         order = (*schema.SUMMARY_CELL, "cell") if summary else RESULTS_ORDER
         query = cell_stats.results_rows(filters, order, limit, threshold if summary else None, totals=not csv)
-        result = iter(session.execute(query, execution_options={"yield_per": 1000}).mappings())
+        result = iter(_streamed(session, query, csv))
         first = next(result, None)
         if first is None:
             raise CliError(empty)
@@ -116,6 +118,37 @@ def results(database: Database, out: Console, sweep: Optional[str] = None, filte
         print_more(out, first["total"] - len(shown))
     else:
         _print_results(out, shown, first["total"], sweep)
+    return 0
+
+
+def _streamed(session: Any, query: Any, csv: bool) -> Any:
+    """The query's rows fetched a thousand at a time: for CSV as tuples in its columns' order (csv
+    writes them as they are), else as mappings."""
+    result = session.execute(query, execution_options={"yield_per": 1000})
+    return result if csv else result.mappings()
+
+
+def _kept_summary(session: Any, filters: Mapping[str, Sequence[Any]], threshold: float, limit: Optional[int],
+                  csv: bool, out: Console) -> Optional[int]:
+    """`--summary` from the kept summary (result_rows.summary_page): its first `limit` rows (CSV:
+    streamed), or None where a filter needs the runs."""
+    # lazy: SQLAlchemy (~0.3 s) only in the commands that need it: `status` and --help start without it
+    from orchestrator.store import result_rows, schema
+
+    paged = result_rows.summary_page(filters, threshold, limit)
+    if paged is None:
+        return None
+    result = iter(_streamed(session, paged[0], csv))
+    first = next(result, None)
+    if first is None:
+        raise CliError("no latest attempt with a throughput matches these filters; drop a --where/--state/--sweep "
+                       "filter, or see `status`")
+    if csv:  # streamed: never all rows in memory
+        return write_csv(first_then_rest(first, result), schema.SUMMARY_COLUMNS)
+    shown = [first, *result]
+    total, noisy = session.execute(paged[1]).one()
+    _print_summary(shown, total, noisy, threshold, out)
+    print_more(out, total - len(shown))
     return 0
 
 

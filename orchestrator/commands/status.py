@@ -74,7 +74,8 @@ def status(database: Database, out: Console, sweep: Optional[str] = None, failed
         counts = queries.latest_counts(rows, ids)
         _print_counts(rows, sweeps, counts, out)
         shown = FAILURES + runstate.IN_FLIGHT
-        examples = (queries.latest_examples(rows, ids, shown, EXAMPLES)
+        # the sweeps named even when all are asked for: the index is then read by (sweep, state) pairs
+        examples = (queries.latest_examples(rows, [s.id for s in sweeps], shown, EXAMPLES)
                     if any(c.state in shown for c in counts) else [])
         waiting: dict[tuple[str, str], int] = {}  # the scheduler's words for why queued runs wait
         for g in examples:
@@ -98,7 +99,8 @@ def _print_counts(rows: Rows, sweeps: list[Any], counts: list[Any], out: Console
     for c in counts:
         by_state = by_sweep.setdefault(c.sweep_id, {})
         by_state[c.state] = by_state.get(c.state, 0) + c.n
-    linked, all_runs = queries.sweep_sizes(rows, [s.id for s in sweeps])
+    # cells linked counted only where the launcher recorded no count (sweeps the collector made)
+    linked, earlier = queries.sweep_sizes(rows, [s.id for s in sweeps], [s.id for s in sweeps if not s.n_cells])
     states = [s for s in runstate.STATES if any(s in c for c in by_sweep.values())]
     table = Table(title="Runs by state (latest attempt of each repeat; retried: earlier attempts)",
                   title_justify="left")
@@ -106,7 +108,7 @@ def _print_counts(rows: Rows, sweeps: list[Any], counts: list[Any], out: Console
         table.add_column(name, justify="left" if name in ("sweep", "created") else "right")
     for sweep in sweeps:
         c = by_sweep.get(sweep.id, {})
-        retried = all_runs.get(sweep.id, 0) - sum(c.values())
+        retried = earlier.get(sweep.id, 0)
         cells = max(sweep.n_cells or 0, linked.get(sweep.id, 0))
         table.add_row(Text(sweep.id), when(sweep.created_at), str(cells),
                       *(str(c.get(s, "")) for s in states), str(retried or ""))

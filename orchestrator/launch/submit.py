@@ -19,7 +19,7 @@ from omegaconf import OmegaConf
 from sqlalchemy import bindparam, insert, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
-from orchestrator.store import db, schema
+from orchestrator.store import db, result_rows, schema
 from orchestrator.launch import retry
 from orchestrator import runstate, setting_registry
 from orchestrator.sweep import config_checks, time_limits
@@ -230,6 +230,8 @@ def insert_runs(session: Session, runs: list[schema.Run], earlier: Iterable[Any]
         had = {(run.cell_id, run.repeat) for run in earlier}
         keys = [key for key in keys if key in had]
     schema.mark_latest(session.connection(), keys)
+    # an earlier attempt no longer the latest leaves its cell's kept summary (result_rows)
+    result_rows.refresh_summary(session.connection(), {cell for cell, _ in keys}, kept_only=True)
 
 
 def update_runs(session: Session, changes: Iterable[tuple[schema.Run, dict[str, Any]]]) -> None:

@@ -10,10 +10,11 @@ after a sweep, turns each file into rows. It may run many times, and two may run
   SQLite takes the write lock at its start (BEGIN IMMEDIATE), so that what the batch looked up
   stays true until it commits; a crash loses at most the batch in progress, which the next
   collection lands;
-- a run is *claimed* with `UPDATE runs SET collected_at=?, ... WHERE uid=? AND collected_at IS
-  NULL AND state=<the state looked up>` (or inserted, collected, where no row had it: the unique
-  uid refuses a second insert), and its metrics are written only by the collector whose UPDATE
-  changed the row, so a run that two collectors read at the same time is still counted once;
+- a run is *claimed* (result_rows.claim: its row changed only where it is still uncollected and
+  in the state looked up), or inserted, collected, where no row had it (the unique uid refuses a
+  second insert), and its metrics are written only by the collector whose claim changed the
+  row, so a run that two collectors read at the same time is still counted once; the statements
+  are result_rows.py's, which in the same transaction also refreshes the kept per-cell summary;
 - should anything in a batch fail (a row the database refuses, two collectors creating the same
   sweep, cell or run, a run changed under it), the batch rolls back and each of its files lands
   alone, in its own transaction, retried once; a file that still fails is reported broken and
@@ -33,14 +34,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Collection, Optional
 
-from sqlalchemy import bindparam, delete, func, insert, select, update
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError, OperationalError
 from sqlalchemy.orm import sessionmaker
 
+from orchestrator.store import result_rows
 from orchestrator import runstate, setting_registry
+from orchestrator.store.result_rows import Contended
 from orchestrator.store.sqlite_lease import LeaseLost
-from orchestrator.store.schema import Cell, Metric, Run, Sweep, SweepCell, mark_latest
 from orchestrator.metric_registry import unit_of
 from orchestrator.results.resultfile import CELL_COLUMNS, OPTIONAL_CELL_COLUMNS, RESULT_NAME, BadResult, read_result
 
@@ -144,7 +145,8 @@ def collect(session_factory: sessionmaker, runs_root: Path, batch_size: int = BA
         raise FileNotFoundError(f"no runs directory {runs_root}")
     report, known = CollectReport(), _Known()
     with session_factory() as session:
-        done = {} if everything else _collected_sweeps(session, [p.name for p in runs_root.iterdir() if p.is_dir()])
+        done = {} if everything else result_rows.collected_sweeps(session, [p.name for p in runs_root.iterdir()
+                                                                             if p.is_dir()])
     report.behind = sorted(sweep for sweep, (_, cells) in done.items() if cells > done[sweep][0])
     done = {sweep: n for sweep, (n, _) in done.items()}
     report.already += sum(done.values())
@@ -169,8 +171,7 @@ def _not_landed(session_factory: sessionmaker, chunk: list[tuple[Path, Path]]) -
     landed paths (ix_runs_landed), before any is read. A moved runs/ tree still ends up in
     `already`, through the claim."""
     with session_factory() as session:
-        landed = set(session.scalars(select(Run.result_path).where(
-            Run.collected_at.is_not(None), Run.result_path.in_([str(real) for _, real in chunk]))))
+        landed = result_rows.landed_paths(session, [str(real) for _, real in chunk])
     return [pair for pair in chunk if str(pair[1]) not in landed]
 
 
@@ -184,29 +185,6 @@ def _read(pair: tuple[Path, Path]) -> Any:
         return (path, str(exc))
     except Exception as exc:  # noqa: BLE001 - reported with the file, collection goes on
         return (path, f"{type(exc).__name__}: {exc}")
-
-
-def _collected_sweeps(session: Any, folders: list[str]) -> dict[str, tuple[int, int]]:
-    """Of the sweeps named by `folders`, those the launcher recorded (the collector records none
-    with cells) with every run collected, and how many runs and cells each has: from the sweep_id
-    indexes alone (ix_runs_uncollected holds only the runs still to collect)."""
-    sweeps = Sweep.__table__.c
-    runs = Run.__table__.c
-    pending = select(runs.sweep_id).where(runs.sweep_id == sweeps.id, runs.collected_at.is_(None))
-    found: dict[str, tuple[int, int]] = {}
-    for part in _parts(folders):  # one bound name per folder: SQLite before 3.32 takes 999 at most
-        done = dict(session.execute(select(sweeps.id, sweeps.n_cells).where(
-            sweeps.id.in_(part), sweeps.n_cells > 0, ~pending.exists())).all())
-        if done:
-            counts = session.execute(select(runs.sweep_id, func.count()).where(runs.sweep_id.in_(done))
-                                     .group_by(runs.sweep_id))
-            found.update((sweep, (n, done[sweep])) for sweep, n in counts if n)
-    return found
-
-
-def _parts(names: list[str], most: int = 500) -> list[list[str]]:
-    """`names` in lists of `most`: SQLite before 3.32 binds 999 variables per statement at most."""
-    return [names[i:i + most] for i in range(0, len(names), most)]
 
 
 def _land(session_factory: sessionmaker, files: list[_File], known: _Known, report: CollectReport) -> None:
@@ -251,7 +229,7 @@ def _ingest_alone(session_factory: sessionmaker, file: _File, known: _Known) -> 
             if attempt == 2:
                 return f"the database refused it twice: {exc.orig}"
             continue
-        except _Contended:
+        except Contended:
             continue
         except OperationalError as exc:
             if not _transient(exc) or attempt == 2:
@@ -281,11 +259,6 @@ def _transaction(session_factory: sessionmaker, files: list[_File], known: _Know
     return outcomes
 
 
-def _ids_present(conn: Connection, column: Any, ids: set[str], *where: Any) -> set[str]:
-    """Which of `ids` the column holds (one query on ids alone: no row is loaded)."""
-    return set(conn.scalars(select(column).where(column.in_(ids), *where))) if ids else set()
-
-
 def _parents(conn: Connection, files: list[_File], known: _Known, new: _Known) -> None:
     """The sweep, cell and sweep-cell rows the batch's runs refer to, inserted where missing;
     ids found or inserted join `known` (those inserted, in `new`, once the batch commits)."""
@@ -294,20 +267,20 @@ def _parents(conn: Connection, files: list[_File], known: _Known, new: _Known) -
         first.setdefault(f.result["sweep_id"], f)
         first.setdefault(f.result["cell_id"], f)
     sweeps = {f.result["sweep_id"] for f in files} - known.sweeps
-    known.sweeps |= _ids_present(conn, Sweep.id, sweeps)
+    known.sweeps |= result_rows.present(conn, "sweeps", sweeps)
     if sweeps - known.sweeps:
-        conn.execute(insert(Sweep), [
+        result_rows.add(conn, "sweeps", [
             {"id": s, "created_at": first[s].result.get("started_at") or first[s].path.stat().st_mtime,
              "argv": [], "overrides": [], "n_cells": 0,
              "note": f"created by the collector from {first[s].path}: the launcher did not record this sweep"}
             for s in sorted(sweeps - known.sweeps)])
         new.sweeps |= sweeps - known.sweeps
     cells = {f.result["cell_id"] for f in files} - known.cells
-    known.cells |= _ids_present(conn, Cell.id, cells)
+    known.cells |= result_rows.present(conn, "cells", cells)
     if cells - known.cells:
         now = time.time()
         kept = {c: setting_registry.recorded(first[c].result["cell"]) for c in cells - known.cells}
-        conn.execute(insert(Cell), [
+        result_rows.add(conn, "cells", [
             {"id": c, "settings": kept[c], "created_at": now, **{key: kept[c][key] for key in CELL_COLUMNS},
              **{key: kept[c].get(key) for key in OPTIONAL_CELL_COLUMNS}}
             for c in sorted(cells - known.cells)])
@@ -316,29 +289,18 @@ def _parents(conn: Connection, files: list[_File], known: _Known, new: _Known) -
     for sweep, cell in {(f.result["sweep_id"], f.result["cell_id"]) for f in files} - known.pairs:
         by_sweep.setdefault(sweep, set()).add(cell)
     for sweep, cell_ids in sorted(by_sweep.items()):
-        found = _ids_present(conn, SweepCell.cell_id, cell_ids, SweepCell.sweep_id == sweep)
+        found = result_rows.present(conn, "sweep_cells", cell_ids, sweep)
         known.pairs |= {(sweep, c) for c in found}
         if cell_ids - found:
-            conn.execute(insert(SweepCell), [{"sweep_id": sweep, "cell_id": c} for c in sorted(cell_ids - found)])
+            result_rows.add(conn, "sweep_cells", [{"sweep_id": sweep, "cell_id": c} for c in sorted(cell_ids - found)])
             new.pairs |= {(sweep, c) for c in cell_ids - found}
-
-
-#: What a claim reads of a run before it writes: the state it moves from, whether it is claimed,
-#: and the fields a result file without them leaves as they were.
-_LOOKED_UP = (Run.uid, Run.id, Run.state, Run.collected_at, Run.node, Run.job_id, Run.executor, Run.log_path)
-#: The claim: the run's fields go in only if no one collected it and its state is the one looked
-#: up (the SET clause is the statement's parameters other than these two).
-_CLAIM = update(Run.__table__).where(Run.__table__.c.uid == bindparam("claim_uid"),
-                                     Run.__table__.c.collected_at.is_(None),
-                                     Run.__table__.c.state == bindparam("claim_state"))
 
 
 def _runs(conn: Connection, files: list[_File]) -> list[str]:
     """Claims (or inserts, collected) each file's run and writes its metrics; the outcomes.
-    Raises _Contended where the claims changed fewer rows than they should (see _claim)."""
+    Raises Contended where the claims changed fewer rows than they should (see result_rows.claim)."""
     now = time.time()
-    rows = {r.uid: r for r in conn.execute(select(*_LOOKED_UP).where(
-        Run.uid.in_(sorted({f.result["run_uid"] for f in files}))))}
+    rows = result_rows.looked_up(conn, (f.result["run_uid"] for f in files))
     outcomes: list[str] = []
     inserts: list[dict[str, Any]] = []
     claims: list[tuple[int, dict[str, Any]]] = []  # (index in files, the claim's parameters)
@@ -364,22 +326,16 @@ def _runs(conn: Connection, files: list[_File]) -> list[str]:
                             **_run_values(None, f, now)})
         else:
             claims.append((i, {"claim_uid": uid, "claim_state": row.state, **_run_values(row, f, now)}))
-    for i in _claim(conn, [c for _, c in claims]):
+    for i in result_rows.claim(conn, [c for _, c in claims]):
         outcomes[claims[i][0]] = CONTENDED
-    if inserts:
-        conn.execute(insert(Run), inserts)
-        mark_latest(conn, [(r["cell_id"], r["repeat"]) for r in inserts])
     ids = {r.uid: r.id for r in rows.values()}
-    if inserts:
-        ids.update(conn.execute(select(Run.uid, Run.id).where(Run.uid.in_([r["uid"] for r in inserts]))).all())
+    ids.update(result_rows.insert_runs(conn, inserts))
     landed = [(ids[f.result["run_uid"]], f.result) for f, outcome in zip(files, outcomes) if outcome == ADDED]
-    if landed:
-        # Metrics left by an earlier landing whose collected_at was reset (to re-collect) are replaced.
-        conn.execute(delete(Metric).where(Metric.run_id.in_([run_id for run_id, _ in landed])))
-        metrics = [{"run_id": run_id, "name": name, "value": float(value), "unit": unit_of(name)}
-                   for run_id, result in landed for name, value in (result.get("metrics") or {}).items()]
-        if metrics:
-            conn.execute(insert(Metric), metrics)
+    result_rows.replace_metrics(conn, [run_id for run_id, _ in landed], [
+        {"run_id": run_id, "name": name, "value": float(value), "unit": unit_of(name)}
+        for run_id, result in landed for name, value in (result.get("metrics") or {}).items()])
+    # the kept summary of every cell whose runs changed, in this transaction (result_rows says why)
+    result_rows.refresh_summary(conn, {f.result["cell_id"] for f, outcome in zip(files, outcomes) if outcome == ADDED})
     return outcomes
 
 
@@ -396,26 +352,6 @@ def _transient(exc: OperationalError) -> bool:
     if isinstance(orig, LeaseLost):
         return True
     return (getattr(orig, "sqlstate", None) or getattr(orig, "pgcode", None)) in TRANSIENT_SQLSTATES
-
-
-class _Contended(Exception):
-    """A claim changed fewer runs than it should: another process collected or moved one of them
-    since this batch looked them up (impossible on SQLite, whose batches hold the write lock)."""
-
-
-def _claim(conn: Connection, claims: list[dict[str, Any]]) -> list[int]:
-    """Runs the claims (all of them, or none: raises _Contended); where the database cannot count
-    the rows one statement of many changed, one by one, and returns the indexes of those that
-    changed no row."""
-    groups: dict[tuple[str, ...], list[dict[str, Any]]] = {}
-    for c in claims:  # one statement per set of columns (a run that keeps its verdict sets fewer)
-        groups.setdefault(tuple(c), []).append(c)
-    if conn.dialect.supports_sane_multi_rowcount:
-        for group in groups.values():
-            if conn.execute(_CLAIM, group).rowcount != len(group):
-                raise _Contended()
-        return []
-    return [i for i, c in enumerate(claims) if conn.execute(_CLAIM, c).rowcount != 1]
 
 
 def _run_values(row: Any, f: _File, now: float) -> dict[str, Any]:
@@ -437,7 +373,7 @@ def _run_values(row: Any, f: _File, now: float) -> dict[str, Any]:
                       error_class=error.get("class"), error_message=error.get("message"))
     values.update(
         node=result.get("node") or old.get("node"),
-        node_addrs=_node_addrs(result),
+        node_addrs=result_rows.node_addrs(result),
         job_id=result.get("job_id") or old.get("job_id"),
         executor=result.get("executor") or old.get("executor"),
         started_at=result.get("started_at"),
@@ -449,47 +385,8 @@ def _run_values(row: Any, f: _File, now: float) -> dict[str, Any]:
         framework_version=trainer.get("version"),
         framework_build=trainer.get("build"),
         collected_at=now,
-        **_provenance(result))
+        **result_rows.provenance_columns(result))
     return values
-
-
-def _node_addrs(result: dict[str, Any]) -> Optional[str]:
-    """A run across nodes: its nodes' addresses (result.json `nodes[].addr`) in rank order,
-    comma-separated; None on one node, or where a node's record has no address."""
-    nodes = result.get("nodes")
-    if not isinstance(nodes, list) or len(nodes) < 2:
-        return None
-    addrs = [n.get("addr") if isinstance(n, dict) else None for n in nodes]
-    return ",".join(addrs) if all(isinstance(a, str) and a for a in addrs) else None
-
-
-def _provenance(result: dict[str, Any]) -> dict[str, Any]:
-    """The provenance columns (docs/protocol.md §3 `provenance`); a part of the wrong type is skipped."""
-    prov = result.get("provenance") or {}
-    cpu, gpu = prov.get("cpu") or {}, prov.get("gpu") or {}
-    git, slurm = prov.get("git") or {}, prov.get("slurm") or {}
-    devices = [d for d in gpu.get("devices") or [] if isinstance(d, dict)]
-
-    def typed(value: Any, *types: type) -> Any:
-        return value if isinstance(value, types) and not (isinstance(value, bool) and bool not in types) else None
-
-    names = sorted({d.get("name") for d in devices if isinstance(d.get("name"), str)})
-    return {
-        "provenance": prov or None,
-        "environment": typed(prov.get("environment"), str) or typed(result.get("environment"), str),
-        "cpu_model": typed(cpu.get("model"), str),
-        "cpu_cores": typed(cpu.get("cores"), int),
-        "cpu_threads": typed(cpu.get("usable"), int),
-        "gpu_name": ", ".join(names) or None,
-        "gpu_uuids": ",".join(d["uuid"] for d in devices if isinstance(d.get("uuid"), str)) or None,
-        "gpu_driver": typed(gpu.get("driver"), str),
-        "cuda_driver": typed(gpu.get("cuda_driver"), str),
-        "git_revision": typed(git.get("revision"), str),
-        "git_dirty": typed(git.get("dirty"), bool),
-        "slurm_job_id": typed(slurm.get("job_id"), str),
-        "exclusive": typed(prov.get("exclusive"), bool),
-        "energy_method": typed((result.get("energy") or {}).get("method"), str),
-    }
 
 
 def _under(run_dir: Path, name: Optional[str]) -> Optional[str]:

@@ -164,13 +164,26 @@ def summary_select(filters: Mapping[str, Sequence[Any]] | None = None, noisy_cv:
         func.avg(x.gpu_power_avg_w).label("power"), func.avg(x.energy_per_image_j).label("epi"),
         func.max(x.gpu_mem_peak_mb).label("mem")))
     s = spread.c
-    cv = case((s.mean > 0, s.sd / s.mean))
+    cv, noisy = spread_flags(s.sd, s.mean, noisy_cv)
     return (select(s.cell, *(setting_value(getattr(Cell, c)).label(c) for c in SUMMARY_CELL), s.n,
                    s.median.label("images_per_sec_median"), s.mean.label("images_per_sec_mean"), s.sd.label("images_per_sec_std"),
                    cv.label("images_per_sec_cv"), s.lo.label("images_per_sec_min"), s.hi.label("images_per_sec_max"),
-                   case((cv.is_(None), None), (cv > noisy_cv, 1), else_=0).label("noisy"),
+                   noisy.label("noisy"),
                    s.power.label("gpu_power_avg_w"), s.epi.label("energy_per_image_j"), s.mem.label("gpu_mem_peak_mb"))
             .join_from(spread, Cell, Cell.id == s.cell))
+
+
+def spread_flags(sd: Any, mean: Any, noisy_cv: float) -> tuple[Any, Any]:
+    """A cell's coefficient of variation (sd/mean; null for one repeat) and `noisy` (1 when it
+    exceeds `noisy_cv`, 0 when not, null for one repeat): one rule for the view and the kept
+    summary (the cell_stats table), whose threshold is the reader's."""
+    cv = case((mean > 0, sd / mean))
+    return cv, noisy_flag(cv, noisy_cv)
+
+
+def noisy_flag(cv: Any, noisy_cv: float) -> Any:
+    """`noisy` of a coefficient of variation: 1 above `noisy_cv`, 0 not, null for one repeat."""
+    return case((cv.is_(None), None), (cv > noisy_cv, 1), else_=0)
 
 
 def stats(values: Any, per: Sequence[str], value: str,

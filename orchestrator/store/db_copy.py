@@ -8,7 +8,8 @@ metrics follow their run (whose integer id each store gives its own). So a copy 
 a second adds nothing. A run both stores hold is left as the destination has it, unless only the
 source has collected it (its result landed there, not here): then the source's row and metrics
 replace it, the newer word on that measurement. The `latest` flag of every (cell, repeat) that
-gained a run is set again by the one rule (schema.mark_latest).
+gained a run is set again by the one rule (schema.mark_latest), and its cell's kept summary
+(cell_stats) computed again from its runs there.
 
 Both ends must be at this orchestrator's schema revision: the source is opened as every command
 opens it (an older one is upgraded in place, a newer one refused), the destination is made when
@@ -24,7 +25,7 @@ from sqlalchemy import Table, create_engine, inspect, select, tuple_
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import ArgumentError, DBAPIError
 
-from orchestrator.store import db, schema
+from orchestrator.store import db, result_rows, schema
 from orchestrator.store.sql_adapters import SCHEMA_VERSION
 
 #: Rows read and written per statement.
@@ -156,3 +157,4 @@ def _copy_runs(src: Connection, dst: Connection, report: Copied) -> None:
         report.present["runs"] = report.present.get("runs", 0) + len(part) - len(new)
         report.replaced_runs += len(newer)
     schema.mark_latest(dst, touched)
+    result_rows.refresh_summary(dst, {cell for cell, _ in touched})  # the kept summary follows its runs

@@ -83,14 +83,21 @@ def latest_examples(rows: Rows, sweep_ids: Optional[Sequence[str]], states: Sequ
                     "AS ranked WHERE rn <= :first", {**params, **more, "first": first})
 
 
-def sweep_sizes(rows: Rows, sweep_ids: Sequence[str]) -> tuple[dict[str, int], dict[str, int]]:
-    """Per sweep: the cells it names (sweep_cells) and its runs, every attempt."""
+def sweep_sizes(rows: Rows, sweep_ids: Sequence[str],
+                linked_of: Optional[Sequence[str]] = None) -> tuple[dict[str, int], dict[str, int]]:
+    """Per sweep: the cells it names (sweep_cells; only of the sweeps `linked_of`, if given: a
+    million runs' sweeps name a million cells, which the launcher counted already, `n_cells`) and
+    its earlier attempts (runs no longer the latest of their repeat: retried), those from the few
+    index entries of ix_runs_current whose flag is off, not by counting every run (0.3 s)."""
     ids, params = in_list("sweep", list(sweep_ids))
+    # ("" names no sweep: in_list takes no empty list)
+    named, more = in_list("named", list(sweep_ids if linked_of is None else linked_of) or [""])
     linked = {r.sweep_id: r.n for r in rows.rows(
-        f"SELECT sweep_id, count(*) AS n FROM sweep_cells WHERE sweep_id IN {ids} GROUP BY sweep_id", params)}
-    runs = {r.sweep_id: r.n for r in rows.rows(
-        f"SELECT sweep_id, count(*) AS n FROM runs WHERE sweep_id IN {ids} GROUP BY sweep_id", params)}
-    return linked, runs
+        f"SELECT sweep_id, count(*) AS n FROM sweep_cells WHERE sweep_id IN {named} GROUP BY sweep_id", more)}
+    earlier = {r.sweep_id: r.n for r in rows.rows(
+        f"SELECT sweep_id, count(*) AS n FROM runs WHERE runs.latest = :earlier AND sweep_id IN {ids} "
+        "GROUP BY sweep_id", {**params, "earlier": False})}
+    return linked, earlier
 
 
 def latest_failures(rows: Rows, sweep_ids: Optional[Sequence[str]], states: Sequence[str],

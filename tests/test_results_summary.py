@@ -1,0 +1,151 @@
+"""The summary kept as runs land (cell_stats, result_rows.refresh_summary) on real result files and
+real databases (`db_url`: SQLite files and PostgreSQL databases): after every way runs change
+(collected, failed, rerun, landed by two collectors at once, a launch's new attempts, an upgrade
+of a database that had runs before) its rows are exactly the `cell_summary` select's, computed
+from the runs, and `results --summary` reads it."""
+import csv
+import io
+
+from sqlalchemy import select
+
+from orchestrator.store import cell_stats, db, result_rows, schema
+from orchestrator.cli import main
+from orchestrator.results.collector import collect
+from db_urls import execute
+from result_factory import make_result, write_result
+from test_collector import two_collectors_at_once
+
+MODELS = ("lenet", "alexnet", "vgg16")
+
+
+def kept_and_computed(url, filters=None, noisy_cv=schema.NOISY_CV):
+    """(the kept summary's rows, the rows the select computes from the runs), each by cell."""
+    Session = db.open_db(url)
+    try:
+        with Session() as session:
+            kept = {r["cell"]: dict(r) for r in session.execute(result_rows.kept_summary(filters or {}, noisy_cv))
+                    .mappings()}
+            computed = {r["cell"]: dict(r) for r in session.execute(cell_stats.summary_select(filters, noisy_cv))
+                        .mappings()}
+    finally:
+        Session.kw["bind"].dispose()
+    return kept, computed
+
+
+def assert_exact(url):
+    """The kept rows are the computed ones, every figure equal (to the last bit: the kept ones are
+    the same select's)."""
+    kept, computed = kept_and_computed(url)
+    assert kept.keys() == computed.keys() and kept
+    for cell, row in kept.items():  # column by column: a difference names its column
+        assert {k: (v, computed[cell][k]) for k, v in row.items() if v != computed[cell][k]} == {}
+    return kept
+
+
+def speeds(i):
+    """A run's images/s, different for every run (medians and spreads that tell runs apart)."""
+    return {"images_per_sec": 1000.0 + 37.0 * i + (i % 5) ** 2, "gpu_power_avg_w": 100.0 + i,
+            "energy_per_image_j": 0.01 * (i + 1), "gpu_mem_peak_mb": 500.0 + 3 * i}
+
+
+def test_the_kept_summary_is_the_computed_one_after_collects_failures_and_reruns(tmp_path, db_url):
+    runs = tmp_path / "runs"
+    Session = db.open_db(db_url)
+    for i in range(12):  # three cells, four repeats each; one failed
+        write_result(runs, make_result(sweep="s1", model=MODELS[i % 3], repeat=i // 3, metrics=speeds(i),
+                                       state="failed" if i == 4 else "done"))
+    assert collect(Session, runs).added == 12
+    first = assert_exact(db_url)
+    assert sorted(r["n"] for r in first.values()) == [3, 4, 4]  # the failed repeat counts for nothing
+    # a rerun lands: attempt 2 of two repeats (one better, one failed: that repeat drops out) and a new repeat
+    for i, state in ((0, "done"), (3, "failed")):
+        write_result(runs, make_result(sweep="s2", model=MODELS[i % 3], repeat=i // 3, attempt=2, state=state,
+                                       metrics=speeds(40 + i)))
+    write_result(runs, make_result(sweep="s2", model="lenet", repeat=7, metrics=speeds(50)))
+    assert collect(Session, runs).added == 3
+    after = assert_exact(db_url)
+    lenet = next(c for c, r in after.items() if r["model"] == "lenet")
+    assert after[lenet]["n"] == 4 and after[lenet] != first[lenet]  # 0 and 3 replaced (one failed), 7 added
+    # a repeat whose every attempt failed: the cell leaves the summary
+    for repeat in range(4):
+        write_result(runs, make_result(sweep="s3", model="vgg16", repeat=repeat, attempt=3, state="failed"))
+    collect(Session, runs)
+    assert "vgg16" not in {r["model"] for r in assert_exact(db_url).values()}
+    Session.kw["bind"].dispose()
+
+
+def test_a_launchs_new_attempt_takes_its_repeat_out_of_the_kept_summary(tmp_path, db_url):
+    """A rerun recorded (attempt 2, pending) is the latest word on its repeat: the done attempt 1
+    leaves the summary then, in the launch's transaction (submit.insert_runs), not once the rerun lands."""
+    from orchestrator.launch import submit
+
+    runs = tmp_path / "runs"
+    Session = db.open_db(db_url)
+    results = [make_result(sweep="s1", repeat=r, metrics=speeds(r)) for r in range(3)]
+    for result in results:
+        write_result(runs, result)
+    collect(Session, runs)
+    assert [r["n"] for r in assert_exact(db_url).values()] == [3]
+    with Session.begin() as session:
+        earlier = session.execute(select(schema.Run)).scalars().all()
+        rerun = schema.Run(uid=f"s1:{results[0]['cell_id']}:0:2", sweep_id="s1", cell_id=results[0]["cell_id"],
+                           repeat=0, attempt=2, state="pending", executor="local", run_dir=str(tmp_path / "x"),
+                           submitted_at=1.0, latest=True, submit_user=None, submit_host=None)
+        submit.insert_runs(session, [rerun], earlier)
+    assert [r["n"] for r in assert_exact(db_url).values()] == [2]
+    Session.kw["bind"].dispose()
+
+
+def test_two_collectors_landing_runs_of_the_same_cells_at_once_keep_it_exact(tmp_path, db_url):
+    """Two collectors at once, in batches of two, over many repeats of three cells: each cell's runs
+    are landed by both, in transactions that overlap on a server; the second to refresh a cell
+    waits for the first and counts its runs (result_rows.refresh_summary's lock)."""
+    runs, n = tmp_path / "runs", 60
+    for i in range(n):
+        write_result(runs, make_result(sweep="s", model=MODELS[i % 3], repeat=i // 3, metrics=speeds(i)))
+    db.open_db(db_url).kw["bind"].dispose()
+    outcomes = two_collectors_at_once(db_url, runs, batch=2, timeout=300)  # batches of two: they interleave
+    assert sum(added for added, _, _ in outcomes) == n and all(broken == [] for _, _, broken in outcomes)
+    assert all(added > 0 for added, _, _ in outcomes), outcomes  # both landed runs: they raced
+    assert sorted(r["n"] for r in assert_exact(db_url).values()) == [n // 3] * 3
+
+
+def test_an_upgrade_builds_the_kept_summary_of_the_runs_already_there(tmp_path, db_url):
+    """A database at 0016 (no cell_stats) with runs: the upgrade to 0017 fills it from them."""
+    from test_db import upgraded_from
+
+    runs = tmp_path / "runs"
+    for i in range(9):
+        write_result(runs, make_result(sweep="s", model=MODELS[i % 3], repeat=i // 3, metrics=speeds(i)))
+    Session = db.open_db(db_url)
+    collect(Session, runs)
+    Session.kw["bind"].dispose()
+    upgraded_from(db_url, "0016")
+    assert len(assert_exact(db_url)) == 3
+
+
+def test_results_summary_reads_the_kept_rows_and_the_runs_where_a_filter_needs_them(tmp_path, db_url, monkeypatch,
+                                                                                    capsys):
+    """Filters on a cell's settings read the kept summary; one on a run's column (--sweep, a metric)
+    computes from the runs; both give what the select gives. A kept row changed by hand shows, which
+    proves where `results --summary` read it."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("ORCHESTRATOR_DB", db_url)
+    monkeypatch.delenv("ORCHESTRATOR_NOISY_CV", raising=False)
+    for i in range(9):
+        write_result(tmp_path / "runs", make_result(sweep="s", model=MODELS[i % 3], repeat=i // 3, metrics=speeds(i)))
+    assert main(["collect"]) == 0
+    capsys.readouterr()
+
+    def summary_csv(*args):
+        assert main(["results", "--summary", "--csv", *args]) == 0
+        return list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
+
+    every = summary_csv()
+    assert [r["model"] for r in every] == ["alexnet", "lenet", "vgg16"] and list(every[0]) == list(schema.SUMMARY_COLUMNS)
+    assert summary_csv("--where", "model=lenet,vgg16") == every[1:]
+    assert summary_csv("--sweep", "s") == every  # a run's column: from the runs, the same rows
+    assert [r["noisy"] for r in summary_csv("--noisy-cv", "1")] == ["1", "1", "1"]  # the reader's threshold
+    execute(db_url, "update cell_stats set n = 99 where model = 'lenet'")
+    assert [r["n"] for r in summary_csv("--where", "model=lenet")] == ["99"]
+    assert [r["n"] for r in summary_csv("--sweep", "s", "--where", "model=lenet")] == ["3"]
