@@ -144,7 +144,7 @@ OLD_DB = Path(__file__).parent / "data" / "results-5f8e814.db"  # made by that r
 def rows_of_every_table(path, columns=None):
     """Every table's rows; `columns` (table -> names) limits them to the tables and columns a
     database had before an upgrade added more (new columns start empty; a new table must start
-    empty, and is left out; but cell_stats, the summary kept from the runs, which an upgrade builds)."""
+    empty, and is left out; but kept_summary, the summary kept from the runs, which an upgrade builds)."""
     con = sqlite3.connect(path)
     names = [r[0] for r in con.execute("select name from sqlite_master where type = 'table'")]
     old = columns
@@ -153,8 +153,8 @@ def rows_of_every_table(path, columns=None):
             for name in names}
     con.close()
     if old is not None:
-        added = [n for n in names if n not in old and n not in ("alembic_version", "cell_stats")]
-        rows.pop("cell_stats", None)
+        added = [n for n in names if n not in old and n not in ("alembic_version", "kept_summary")]
+        rows.pop("kept_summary", None)
         assert not any(rows.pop(n) for n in added), f"a new table ({', '.join(added)}) starts empty"
     return rows
 
@@ -294,7 +294,7 @@ def test_a_database_made_by_the_last_release_is_upgraded_in_place(tmp_path, capl
     assert summary["resnet50"] == (1, 2065.9, None)
     assert con.execute("select gpu_mem_peak_mb from cell_summary where model = 'resnet50'").fetchone()[0] == 14550.0
     assert "vgg16" not in summary  # submitted, never measured
-    assert {r[0]: r[1:] for r in con.execute("select model, n, images_per_sec_median from cell_stats")} == {
+    assert {r[0]: r[1:] for r in con.execute("select model, n, images_per_sec_median from kept_summary")} == {
         model: (n, median) for model, (n, median, _) in summary.items()}  # the upgrade built the kept summary
     con.close()
 

@@ -1,4 +1,4 @@
-"""The summary kept as runs land (cell_stats, result_rows.refresh_summary) on real result files and
+"""The summary kept as runs land (kept_summary, result_rows.refresh_summary) on real result files and
 real databases (`db_url`: SQLite files and PostgreSQL databases): after every way runs change
 (collected, failed, rerun, landed by two collectors at once, a launch's new attempts, an upgrade
 of a database that had runs before) its rows are exactly the `cell_summary` select's, computed
@@ -99,19 +99,28 @@ def test_a_launchs_new_attempt_takes_its_repeat_out_of_the_kept_summary(tmp_path
 def test_two_collectors_landing_runs_of_the_same_cells_at_once_keep_it_exact(tmp_path, db_url):
     """Two collectors at once, in batches of two, over many repeats of three cells: each cell's runs
     are landed by both, in transactions that overlap on a server; the second to refresh a cell
-    waits for the first and counts its runs (result_rows.refresh_summary's lock)."""
-    runs, n = tmp_path / "runs", 60
-    for i in range(n):
-        write_result(runs, make_result(sweep="s", model=MODELS[i % 3], repeat=i // 3, metrics=speeds(i)))
+    waits for the first and counts its runs (result_rows.refresh_summary's lock).
+
+    Whether the two interleave is the scheduler's to decide (on a loaded machine one may land
+    every run before the other starts): the summary must be exact after every try, and up to
+    three tries, each with new repeats of the same cells, must include one where both landed."""
+    n, raced, tries = 60, False, 0
     db.open_db(db_url).kw["bind"].dispose()
-    outcomes = two_collectors_at_once(db_url, runs, batch=2, timeout=300)  # batches of two: they interleave
-    assert sum(added for added, _, _ in outcomes) == n and all(broken == [] for _, _, broken in outcomes)
-    assert all(added > 0 for added, _, _ in outcomes), outcomes  # both landed runs: they raced
-    assert sorted(r["n"] for r in assert_exact(db_url).values()) == [n // 3] * 3
+    while not raced and tries < 3:
+        runs = tmp_path / f"runs{tries}"
+        for i in range(n):
+            write_result(runs, make_result(sweep="s", model=MODELS[i % 3], repeat=tries * 1000 + i // 3,
+                                           metrics=speeds(i)))
+        outcomes = two_collectors_at_once(db_url, runs, batch=2, timeout=300)  # batches of two: they interleave
+        assert sum(added for added, _, _ in outcomes) == n and all(broken == [] for _, _, broken in outcomes)
+        tries += 1
+        assert sorted(r["n"] for r in assert_exact(db_url).values()) == [tries * n // 3] * 3
+        raced = all(added > 0 for added, _, _ in outcomes)
+    assert raced, f"in {tries} tries one collector always landed every run alone: the race was never run"
 
 
 def test_an_upgrade_builds_the_kept_summary_of_the_runs_already_there(tmp_path, db_url):
-    """A database at 0016 (no cell_stats) with runs: the upgrade to 0017 fills it from them."""
+    """A database at 0016 (no kept_summary) with runs: the upgrade to 0017 fills it from them."""
     from test_db import upgraded_from
 
     runs = tmp_path / "runs"
@@ -146,6 +155,6 @@ def test_results_summary_reads_the_kept_rows_and_the_runs_where_a_filter_needs_t
     assert summary_csv("--where", "model=lenet,vgg16") == every[1:]
     assert summary_csv("--sweep", "s") == every  # a run's column: from the runs, the same rows
     assert [r["noisy"] for r in summary_csv("--noisy-cv", "1")] == ["1", "1", "1"]  # the reader's threshold
-    execute(db_url, "update cell_stats set n = 99 where model = 'lenet'")
+    execute(db_url, "update kept_summary set n = 99 where model = 'lenet'")
     assert [r["n"] for r in summary_csv("--where", "model=lenet")] == ["99"]
     assert [r["n"] for r in summary_csv("--sweep", "s", "--where", "model=lenet")] == ["3"]

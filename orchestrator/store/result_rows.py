@@ -5,7 +5,7 @@ the statements that look up and write the rows are here, on the store's side, so
 collector holds no SQL. Every function takes the caller's connection or session and runs in its
 transaction: a batch of files lands, or none of it does.
 
-The summary (`cell_stats`, schema.CellStats) is `cell_summary`'s row of each cell kept as a
+The summary (`kept_summary`, schema.KeptSummary) is `cell_summary`'s row of each cell kept as a
 table, so that `results --summary` over a million runs reads a page of it (under a second)
 instead of ranking every run (15 s). It stays exact because every writer of what it depends on
 (a run's state, its `latest` flag, its metrics) refreshes the cells it touched in the same
@@ -21,7 +21,7 @@ from sqlalchemy import bindparam, delete, func, insert, select, update
 from sqlalchemy.engine import Connection
 
 from orchestrator.store import cell_stats, schema
-from orchestrator.store.schema import Cell, CellStats, Metric, Run, Sweep, SweepCell
+from orchestrator.store.schema import Cell, KeptSummary, Metric, Run, Sweep, SweepCell
 
 #: The tables the collector adds rows to, by name.
 TABLES = {"sweeps": Sweep, "cells": Cell, "sweep_cells": SweepCell, "runs": Run, "metrics": Metric}
@@ -173,29 +173,29 @@ def refresh_summary(conn: Connection, cell_ids: Iterable[str], kept_only: bool =
     attempts, not yet done, can take a repeat from a cell's summary, never give one)."""
     ids = sorted(set(cell_ids))
     if kept_only:
-        ids = sorted(c for part in parts(ids) for c in conn.scalars(select(CellStats.cell).where(CellStats.cell.in_(part))))
+        ids = sorted(c for part in parts(ids) for c in conn.scalars(select(KeptSummary.cell).where(KeptSummary.cell.in_(part))))
     for part in parts(ids):
         conn.execute(select(Cell.id).where(Cell.id.in_(part)).order_by(Cell.id).with_for_update(key_share=True))
-        conn.execute(delete(CellStats).where(CellStats.cell.in_(part)))
+        conn.execute(delete(KeptSummary).where(KeptSummary.cell.in_(part)))
         _insert_summary(conn, {"cell": list(part)})
 
 
 def rebuild_summary(conn: Connection) -> None:
     """Every cell's kept summary row from the runs, in one pass (migration 0017)."""
-    conn.execute(delete(CellStats))
+    conn.execute(delete(KeptSummary))
     _insert_summary(conn, {})
 
 
 def _insert_summary(conn: Connection, filters: Mapping[str, Sequence[Any]]) -> None:
     rows = cell_stats.summary_select(filters).subquery("computed")
-    conn.execute(insert(CellStats).from_select(schema.KEPT_COLUMNS, select(*(rows.c[c] for c in schema.KEPT_COLUMNS))))
+    conn.execute(insert(KeptSummary).from_select(schema.KEPT_COLUMNS, select(*(rows.c[c] for c in schema.KEPT_COLUMNS))))
 
 
 def kept_summary(filters: Mapping[str, Sequence[Any]], noisy_cv: float) -> Optional[Any]:
     """cell_stats.summary_select(filters, noisy_cv) read from the kept summary: the same columns and
     rows (`noisy` from the kept CV and the reader's threshold). None where a filter is no cell setting (a run's column, a metric): those pick runs, and
     only the runs can answer."""
-    table = CellStats.__table__.c
+    table = KeptSummary.__table__.c
     if any(name not in schema.SUMMARY_CELL and name != "cell" for name in filters):
         return None
     shown = {**{c: table[c] for c in schema.KEPT_COLUMNS}, "noisy": cell_stats.noisy_flag(table.images_per_sec_cv, noisy_cv)}
@@ -212,7 +212,7 @@ def summary_page(filters: Mapping[str, Sequence[Any]], noisy_cv: float, limit: O
         return None
     rows = rows.subquery("kept")
     page = select(rows).order_by(*(rows.c[c] for c in (*schema.SUMMARY_CELL, "cell"))).limit(limit)
-    table = CellStats.__table__.c
+    table = KeptSummary.__table__.c
     where = [table[key].in_(values) for key, values in filters.items()]
     noisy = select(func.count()).where(table.images_per_sec_cv > noisy_cv, *where).scalar_subquery()
-    return page, select(select(func.count()).where(*where).select_from(CellStats).scalar_subquery(), noisy)
+    return page, select(select(func.count()).where(*where).select_from(KeptSummary).scalar_subquery(), noisy)

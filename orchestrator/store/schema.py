@@ -309,24 +309,24 @@ SUMMARY_COLUMNS = (
 )
 
 
-#: The summary's figures kept per cell (cell_stats): every `cell_summary` column but `noisy`, which
+#: The summary's figures kept per cell (kept_summary): every `cell_summary` column but `noisy`, which
 #: the reader's threshold decides (from the kept CV: its index counts the noisy cells).
 KEPT_COLUMNS = tuple(c for c in SUMMARY_COLUMNS if c != "noisy")
 
 
-class CellStats(Base):
+class KeptSummary(Base):
     """`cell_summary`'s row of each cell, kept as runs land (migration 0017): `results --summary`
-    over a million runs reads a page of it in its order (ix_cell_stats_order) instead of ranking
+    over a million runs reads a page of it in its order (ix_kept_summary_order) instead of ranking
     every run. Written only by result_rows.refresh_summary, in the transaction that changed the
     cell's runs (the collector's landing, a launch's new attempts, a copy); its settings, defaults
     filled in, are the cell's, which never change. A cell without a measured latest repeat has no row."""
 
     __table__ = Table(
-        "cell_stats", Base.metadata,
+        "kept_summary", Base.metadata,
         Column("cell", ForeignKey("cells.id"), primary_key=True),
         *(Column(c.name, c.type) for c in _setting_columns(all_nullable=True) if c.name in SUMMARY_CELL),
         Column("n", Integer, nullable=False),
         *(Column(name, Float) for name in KEPT_COLUMNS[len(SUMMARY_CELL) + 2:]),
-        Index("ix_cell_stats_order", *SUMMARY_CELL, "cell"),
-        Index("ix_cell_stats_cv", "images_per_sec_cv"),
+        Index("ix_kept_summary_order", *SUMMARY_CELL, "cell"),
+        Index("ix_kept_summary_cv", "images_per_sec_cv"),
     )

@@ -67,7 +67,7 @@ from orchestrator.store.filesystems import FileSystem, filesystem_of
 BUSY_TIMEOUT_S = 30.0
 #: How much of a SQLite file on a local disk reads map into memory: mapped pages a command reads
 #: count as its resident memory, so a scan of a million runs' file (2 GB) stayed within 200 MB
-#: only with a small map (issue 36); the summary it once sped up is kept as runs land (cell_stats).
+#: only with a small map (issue 36); the summary it once sped up is kept as runs land (kept_summary).
 MMAP_BYTES = 64 << 20
 #: The override of the journal mode, and the modes it may name.
 JOURNAL_ENV = "ORCHESTRATOR_SQLITE_JOURNAL"

@@ -1,10 +1,10 @@
-"""cell_stats: `cell_summary`'s row of each cell, kept as runs land (issue 36).
+"""kept_summary: `cell_summary`'s row of each cell, kept as runs land (issue 36).
 
 `results --summary` ranked every latest run to find each cell's median: 15 s over a million runs.
 The collector (and a launch's new attempts, and a copy) now refresh the rows of the cells whose
 runs they change, in the same transaction (result_rows.refresh_summary), and `results --summary`
-reads a page of this table in its order (ix_cell_stats_order) and counts its noisy cells
-from ix_cell_stats_cv. Built here for the runs already
+reads a page of this table in its order (ix_kept_summary_order) and counts its noisy cells
+from ix_kept_summary_cv. Built here for the runs already
 there, by the view's own select. Views unchanged.
 """
 import sqlalchemy as sa
@@ -22,20 +22,20 @@ views_sha256 = "7ea9a9cc5fe42974"
 
 
 def upgrade() -> None:
-    settings = {c.name: c.type for c in schema.CellStats.__table__.c}
+    settings = {c.name: c.type for c in schema.KeptSummary.__table__.c}
     op.create_table(
-        "cell_stats",
+        "kept_summary",
         sa.Column("cell", sa.String, sa.ForeignKey("cells.id"), primary_key=True),
         *(sa.Column(name, settings[name]) for name in schema.SUMMARY_CELL),
         sa.Column("n", sa.Integer, nullable=False),
         *(sa.Column(name, sa.Float) for name in schema.KEPT_COLUMNS[len(schema.SUMMARY_CELL) + 2:]),
     )
-    op.create_index("ix_cell_stats_order", "cell_stats", [*schema.SUMMARY_CELL, "cell"])
-    op.create_index("ix_cell_stats_cv", "cell_stats", ["images_per_sec_cv"])
+    op.create_index("ix_kept_summary_order", "kept_summary", [*schema.SUMMARY_CELL, "cell"])
+    op.create_index("ix_kept_summary_cv", "kept_summary", ["images_per_sec_cv"])
     result_rows.rebuild_summary(op.get_bind())
 
 
 def downgrade() -> None:
-    op.drop_index("ix_cell_stats_cv", "cell_stats")
-    op.drop_index("ix_cell_stats_order", "cell_stats")
-    op.drop_table("cell_stats")
+    op.drop_index("ix_kept_summary_cv", "kept_summary")
+    op.drop_index("ix_kept_summary_order", "kept_summary")
+    op.drop_table("kept_summary")
