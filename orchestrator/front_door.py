@@ -21,7 +21,10 @@ from orchestrator.cell import Cell, CellError
 from orchestrator.dataset_files import missing_files
 from orchestrator.rerun_config import site_only
 from orchestrator.sql_adapters import Rows
-from orchestrator.submit import Options, check_request, learn_time_limits, refusal_settings, submit_sweep
+from orchestrator.submit import submit_sweep
+from orchestrator.submit_options import Options, check_request
+from orchestrator.submit_plan import learn_time_limits
+from orchestrator.submit_refusals import refusal_settings
 
 
 @dataclass(frozen=True)

@@ -7,10 +7,11 @@ from hydra import compose, initialize_config_dir
 
 from orchestrator import runstate
 from orchestrator.backends import UnknownBackend, backend_class, backend_for
-from orchestrator.backends.base import SchedulerUnavailable, SchedulerView, signature
+from orchestrator.backends.base import SchedulerUnavailable, SchedulerView, resources, signature
 from orchestrator.backends.sbatch import signal_delay_s
-from orchestrator.backends.slurm import (LEFT_QUEUE, STATES, UNPLACEABLE, SlurmBackend, expand_range, parse_sacct,
-                                         parse_squeue, verdicts)
+from orchestrator.backends.slurm import SlurmBackend
+from orchestrator.backends.slurm_states import (LEFT_QUEUE, STATES, UNPLACEABLE, expand_range, parse_sacct,
+                                                parse_squeue, verdicts)
 from orchestrator.backends.slurm_cluster import (Request, cluster_from, hopeless, parse_config, parse_gres, parse_mb,
                                                  parse_minutes, parse_records, refusal, request_from_tres)
 from orchestrator.cell import Cell
@@ -164,7 +165,7 @@ def test_slurm_resources_of_a_cell():
     slurm = backend_for(cpu["cluster"])
     assert "gres" not in slurm.resources(cpu)
     assert signature(slurm.resources(cpu)) != signature(slurm.resources(gpu))
-    assert backend_for({"executor": "local"}).resources(gpu) == {}
+    assert resources(backend_for({"executor": "local"}), gpu) == {}  # the local backend places nothing
 
 
 # --- tracking.decide: evidence x answer -------------------------------------------------------
@@ -474,7 +475,7 @@ def test_the_signal_before_the_time_limit_is_a_fraction_of_it(tmp_path):
     assert floored["signal_delay_s"] == 18 and floored["additional_parameters"]["time-min"] == 3
 
 
-# --- launch.submit_runs: refused before sbatch, split at the array limit ------------------------
+# --- submit._batches: refused before sbatch, split at the array limit ------------------------
 
 class CannedSlurm(SlurmBackend):
     """The Slurm backend with canned cluster facts and an sbatch that only counts submissions."""
@@ -491,7 +492,7 @@ class CannedSlurm(SlurmBackend):
     def executor(self, folder):
         return None
 
-    def submit(self, executor, fn, specs, params, name):
+    def submit_named(self, executor, fn, specs, params, name):
         self.calls.append((name, len(specs)))
         return [f"{len(self.calls)}_{i}" for i in range(len(specs))]
 

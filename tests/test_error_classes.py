@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator import db, schema, job, rerun, runstate
-from orchestrator.backends.slurm import STATES
+from orchestrator.backends.slurm_states import STATES
 from orchestrator.cell import cell_id
 from orchestrator.rerun_config import Site
 from orchestrator.resultfile import BadResult, read_result

@@ -71,6 +71,9 @@ def _controller(job_id: str) -> Optional[psutil.Process]:
 
 
 class LocalBackend(Backend):
+    """This machine: it places nothing and finds nothing by name; it locks a file where a timed
+    cell needs the machine to itself (backends.base.Locking)."""
+
     name = "local"
 
     def executor(self, folder: Path) -> DetachedLocalExecutor:
