@@ -7,6 +7,7 @@ cells paid for the ORM's bookkeeping of each, and its rows go out as one execute
 """
 from __future__ import annotations
 
+import functools
 import os
 import time
 from dataclasses import dataclass
@@ -110,12 +111,18 @@ def job_spec(cell: Cell, sweep_id: str, runs: list[Any], opts: Options) -> JobSp
         config=cell.config,
         runs=[RunSpec(uid=r.uid, repeat=r.repeat, attempt=r.attempt, run_dir=r.run_dir) for r in runs],
         runtime=opts.runtime,
-        data_dir=str(Path(data_dir).expanduser().absolute()) if data_dir else None,
+        data_dir=_absolute(data_dir) if data_dir else None,
         monitor_period_s=opts.monitor_period_s,
         executor=opts.backend.name,
         lock=node_lock(opts.backend, opts.cache),
         time_limit_s=60.0 * time_limits.configured(hardware, opts.cluster) if hardware.get("time_min") else None,
     )
+
+
+@functools.lru_cache(maxsize=64)
+def _absolute(folder: str) -> str:
+    """A dataset folder as a job on another node opens it; worked out once per folder, not per cell."""
+    return str(Path(folder).expanduser().absolute())
 
 
 def learn_time_limits(cells: list[Cell], opts: Options, rows: Optional[Rows]) -> list[Cell]:
