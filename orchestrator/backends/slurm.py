@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any, Iterable, Optional
 
 from orchestrator.backends import sbatch
-from orchestrator.backends.base import Backend, SchedulerUnavailable, SchedulerView, submit_batch
+from orchestrator.backends.base import Backend, SchedulerUnavailable, SchedulerView
 from orchestrator.backends.slurm_cluster import DEFAULT_MAX_ARRAY_SIZE, Cluster, Request, cluster_from, doubtful, refusal
 from orchestrator.backends.slurm_executor import executor_class
 from orchestrator.backends.slurm_states import (SACCT_FORMAT, SQUEUE_FORMAT, UNPLACEABLE, array_base, parse_sacct,
@@ -170,8 +170,10 @@ class SlurmBackend(Backend):
                 for key, value in self._params[job].items()}  # its own additional_parameters and setup
 
     def submit_named(self, executor: Any, fn: Any, specs: list[Any], params: dict[str, Any], name: str) -> list[str]:
-        """One array under the job name `name`, by which `find` finds it again."""
-        return submit_batch(executor, fn, specs, {"job_name": name, **params})
+        """One array under the job name `name`, by which `find` finds it again (its job ids:
+        slurm_executor's submit_array, no submitit Job objects)."""
+        executor.update_parameters(**{"job_name": name, **params})
+        return executor.submit_array(fn, specs)
 
     def follow_up(self, executor: Any, fn: Any, spec: Any, after: list[str], partition: Optional[str],
                   name: str, time_min: int, mem_mb: int) -> str:
