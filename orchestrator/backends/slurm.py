@@ -9,7 +9,7 @@ sbatch options from configuration). Cells with the same request go out as one jo
 Following jobs: one `sacct -X` call per poll for every open job (accounting keeps ended jobs),
 and one `squeue -r` call, the authority on what still waits or runs (it carries the pending
 reason; accounting lags a fresh submission and keeps a never-started array as one PENDING
-range). The text both print is parsed by the pure functions below (`parse_sacct`,
+range). The text both print is parsed by pure functions (slurm_states.py: `parse_sacct`,
 `parse_squeue`, `verdicts`), tested on canned output beside the tests on the real cluster.
 
 A command that fails or times out is no answer: when neither answers `observe` raises
