@@ -568,6 +568,55 @@ def test_every_run_is_recorded_marked_with_its_submission_before_the_first_sbatc
     assert sorted(state for state, _, _ in runs) == ["submitted"] * 4
 
 
+class ScontrolSlurm(SlurmBackend):
+    """The Slurm backend reading its facts through run_command (monkeypatched), submitting nowhere."""
+
+    def __init__(self, cluster, facts):
+        super().__init__(cluster)
+        self.calls = []
+
+    def executor(self, folder):
+        return None
+
+    def submit_named(self, executor, fn, specs, params, name):
+        self.calls.append((name, len(specs)))
+        return [f"{len(self.calls)}_{i}" for i in range(len(specs))]
+
+
+def _locked(path):
+    """Whether another connection holds the SQLite database's write lock now."""
+    import sqlite3
+
+    if not path.exists():
+        return False
+    con = sqlite3.connect(path, timeout=0)
+    try:
+        con.execute("BEGIN IMMEDIATE")
+        con.rollback()
+        return False
+    except sqlite3.OperationalError:
+        return True
+    finally:
+        con.close()
+
+
+def test_the_cluster_is_asked_before_the_database_is_locked(tmp_path, monkeypatch):
+    """scontrol (up to 30 s a call on a busy controller) is never waited for with the launch's write
+    lock held, whose holder every other command waits for: with cluster.max_array_size set too."""
+    from orchestrator.backends import slurm
+
+    asked = []
+
+    def scontrol(argv, timeout=slurm.COMMAND_TIMEOUT_S):
+        asked.append(_locked(tmp_path / "results.db"))
+        return {"partition": REAL_PARTITIONS, "node": REAL_NODES}.get(argv[3] if len(argv) > 3 else "", REAL_CONFIG)
+
+    monkeypatch.setattr(slurm, "run_command", scontrol)
+    backend, report, _ = launch(tmp_path, None, kind=ScontrolSlurm, max_array_size=2)
+    assert asked == [False, False, False]  # partitions, nodes, config: once, before the lock
+    assert [n for _, n in backend.calls] == [2, 1] and len(report.refused) == 2
+
+
 def test_a_requests_parameters_are_derived_once_and_each_caller_gets_its_own(monkeypatch):
     from orchestrator.backends import sbatch
 

@@ -139,13 +139,18 @@ class SlurmBackend(Backend):
         return min(limits) if limits else None
 
     def array_limit(self) -> Optional[int]:
-        """`cluster.max_array_size`, else the cluster's MaxArraySize, else Slurm's default."""
+        """`cluster.max_array_size`, else the cluster's MaxArraySize, else Slurm's default. The facts
+        are read here wherever requests are checked (`refuse` then reads them from memory): a
+        launch asks this before it takes the database's write lock, which a slow `scontrol`
+        would otherwise hold for every other command."""
+        try:
+            facts = self.facts() if self.cluster.get("check_requests", True) or not self.cluster.get(
+                "max_array_size") else None
+        except SchedulerUnavailable:
+            facts = None
         if self.cluster.get("max_array_size"):
             return int(self.cluster["max_array_size"])
-        try:
-            return self.facts().max_array_size
-        except SchedulerUnavailable:
-            return DEFAULT_MAX_ARRAY_SIZE
+        return facts.max_array_size if facts else DEFAULT_MAX_ARRAY_SIZE
 
     def executor(self, folder: Path) -> Any:
         if shutil.which("sbatch") is None:
