@@ -23,7 +23,10 @@ from orchestrator.sweep.cell import Cell, CellError
 from orchestrator.sweep.dataset_files import missing_files
 from orchestrator.launch.rerun_config import site_only
 from orchestrator.store.sql_adapters import Rows
-from orchestrator.launch.submit import Options, check_request, learn_time_limits, refusal_settings, submit_sweep
+from orchestrator.launch.submit import submit_sweep
+from orchestrator.launch.submit_options import Options, check_request
+from orchestrator.launch.submit_plan import learn_time_limits
+from orchestrator.launch.submit_refusals import refusal_settings
 
 
 @dataclass(frozen=True)

@@ -7,10 +7,11 @@ from hydra import compose, initialize_config_dir
 
 from orchestrator import runstate
 from orchestrator.backends import UnknownBackend, backend_class, backend_for
-from orchestrator.backends.base import SchedulerUnavailable, SchedulerView, signature
+from orchestrator.backends.base import SchedulerUnavailable, SchedulerView, resources, signature
 from orchestrator.backends.sbatch import signal_delay_s
-from orchestrator.backends.slurm import (LEFT_QUEUE, STATES, UNPLACEABLE, SlurmBackend, expand_range, parse_sacct,
-                                         parse_squeue, verdicts)
+from orchestrator.backends.slurm import SlurmBackend
+from orchestrator.backends.slurm_states import (LEFT_QUEUE, STATES, UNPLACEABLE, expand_range, parse_sacct,
+                                                parse_squeue, verdicts)
 from orchestrator.backends.slurm_cluster import (Request, cluster_from, hopeless, parse_config, parse_gres, parse_mb,
                                                  parse_minutes, parse_records, refusal, request_from_tres)
 from orchestrator.sweep.cell import Cell
@@ -164,7 +165,7 @@ def test_slurm_resources_of_a_cell():
     slurm = backend_for(cpu["cluster"])
     assert "gres" not in slurm.resources(cpu)
     assert signature(slurm.resources(cpu)) != signature(slurm.resources(gpu))
-    assert backend_for({"executor": "local"}).resources(gpu) == {}
+    assert resources(backend_for({"executor": "local"}), gpu) == {}  # the local backend places nothing
 
 
 # --- tracking.decide: evidence x answer -------------------------------------------------------
@@ -487,7 +488,7 @@ def test_the_signal_before_the_time_limit_is_a_fraction_of_it(tmp_path):
     assert floored["signal_delay_s"] == 18 and floored["additional_parameters"]["time-min"] == 3
 
 
-# --- launch.submit_runs: refused before sbatch, split at the array limit ------------------------
+# --- submit._batches: refused before sbatch, split at the array limit ------------------------
 
 class CannedSlurm(SlurmBackend):
     """The Slurm backend with canned cluster facts and an sbatch that only counts submissions."""
@@ -504,12 +505,12 @@ class CannedSlurm(SlurmBackend):
     def executor(self, folder):
         return None
 
-    def submit(self, executor, fn, specs, params, name):
+    def submit_named(self, executor, fn, specs, params, name):
         self.calls.append((name, len(specs)))
         return [f"{len(self.calls)}_{i}" for i in range(len(specs))]
 
 
-def launch(tmp_path, facts, fitting=3, too_big=2, db_url=None, **cluster):
+def launch(tmp_path, facts, fitting=3, too_big=2, db_url=None, kind=None, **cluster):
     """A sweep of `fitting` cells a node holds and `too_big` it does not, submitted to a canned
     Slurm; recorded in the database of `db_url` (a SQLite file under tmp_path by default)."""
     from sqlalchemy import select
@@ -522,7 +523,7 @@ def launch(tmp_path, facts, fitting=3, too_big=2, db_url=None, **cluster):
              for i in range(fitting)]
     cells += [cell("cluster=slurm", "hardware=p100", f"seed={i}", *where) for i in range(too_big)]
     opts = Options.from_config(cells[0].config)
-    opts.backend = CannedSlurm({**opts.cluster, **cluster}, facts)
+    opts.backend = (kind or CannedSlurm)({**opts.cluster, **cluster}, facts)
     report = submit_sweep(cells, opts, argv=["test"])
     with db.open_db(opts.db_url)() as session:
         runs = [(r.state, r.error_class, r.job_id) for r in session.scalars(select(schema.Run))]
@@ -552,6 +553,97 @@ def test_a_cluster_that_cannot_be_asked_refuses_nothing_and_says_so_once(tmp_pat
     assert sorted(n for _, n in backend.calls) == [2, 3]  # two signatures, Slurm's default array limit
     assert [s for s, _, _ in runs] == ["submitted"] * 5 and not report.refused
     assert len(report.notes) == 1 and "not checked" in report.notes[0] and "scontrol" in report.notes[0]
+
+
+class WatchingSlurm(CannedSlurm):
+    """CannedSlurm that reads, at each sbatch, what the database holds of the sweep's runs."""
+
+    def submit_named(self, executor, fn, specs, params, name):
+        import sqlite3
+
+        con = sqlite3.connect(self.cluster["watched"])
+        self.seen = getattr(self, "seen", []) + [con.execute("select state, state_detail from runs").fetchall()]
+        con.close()
+        return super().submit_named(executor, fn, specs, params, name)
+
+
+def test_every_run_is_recorded_marked_with_its_submission_before_the_first_sbatch(tmp_path):
+    """One commit before anything is handed over holds every run of the sweep, each marked with the
+    submission it goes out in: a launch killed at any sbatch leaves no run that submit_adopt cannot
+    resolve by name, and a second launch meanwhile sees no unmarked pending run to plan again."""
+    backend, _, runs = launch(tmp_path, REAL, fitting=4, too_big=0, kind=WatchingSlurm, max_array_size=2,
+                              watched=str(tmp_path / "results.db"))
+    first = backend.seen[0]
+    assert len(backend.calls) == 2 and len(first) == 4  # two submissions (max_array_size=2), four runs
+    names = {detail.split(" ")[2].split("[")[0] for state, detail in first}
+    assert all(state == "pending" and detail.startswith("submitting as ") for state, detail in first)
+    assert names == {name for name, _ in backend.calls}
+    assert sorted(state for state, _, _ in runs) == ["submitted"] * 4
+
+
+class ScontrolSlurm(SlurmBackend):
+    """The Slurm backend reading its facts through run_command (monkeypatched), submitting nowhere."""
+
+    def __init__(self, cluster, facts):
+        super().__init__(cluster)
+        self.calls = []
+
+    def executor(self, folder):
+        return None
+
+    def submit_named(self, executor, fn, specs, params, name):
+        self.calls.append((name, len(specs)))
+        return [f"{len(self.calls)}_{i}" for i in range(len(specs))]
+
+
+def _locked(path):
+    """Whether another connection holds the SQLite database's write lock now."""
+    import sqlite3
+
+    if not path.exists():
+        return False
+    con = sqlite3.connect(path, timeout=0)
+    try:
+        con.execute("BEGIN IMMEDIATE")
+        con.rollback()
+        return False
+    except sqlite3.OperationalError:
+        return True
+    finally:
+        con.close()
+
+
+def test_the_cluster_is_asked_before_the_database_is_locked(tmp_path, monkeypatch):
+    """scontrol (up to 30 s a call on a busy controller) is never waited for with the launch's write
+    lock held, whose holder every other command waits for: with cluster.max_array_size set too."""
+    from orchestrator.backends import slurm
+
+    asked = []
+
+    def scontrol(argv, timeout=slurm.COMMAND_TIMEOUT_S):
+        asked.append(_locked(tmp_path / "results.db"))
+        return {"partition": REAL_PARTITIONS, "node": REAL_NODES}.get(argv[3] if len(argv) > 3 else "", REAL_CONFIG)
+
+    monkeypatch.setattr(slurm, "run_command", scontrol)
+    backend, report, _ = launch(tmp_path, None, kind=ScontrolSlurm, max_array_size=2)
+    assert asked == [False, False, False]  # partitions, nodes, config: once, before the lock
+    assert [n for _, n in backend.calls] == [2, 1] and len(report.refused) == 2
+
+
+def test_a_requests_parameters_are_derived_once_and_each_caller_gets_its_own(monkeypatch):
+    from orchestrator.backends import sbatch
+
+    config = cell("cluster=slurm", "hardware=p100", "gpus=1").config
+    slurm = backend_for(dict(config["cluster"], sbatch={"reservation": "bench"}, setup=["module load x"]))
+    derived = []
+    monkeypatch.setattr(sbatch, "submitit_params", lambda job, cluster: derived.append(job) or {
+        "time": job.time_min, "additional_parameters": {"reservation": "bench"}, "setup": ["module load x"]})
+    first = slurm.resources(config)
+    first["additional_parameters"]["mine"] = 1
+    first["setup"].append("echo mine")
+    again = slurm.resources(config)
+    assert len(derived) == 1  # a sweep's 10,000 cells of one request: derived once
+    assert again == {"time": 120, "additional_parameters": {"reservation": "bench"}, "setup": ["module load x"]}
 
 
 def test_a_retype_names_the_first_skipped_cells_counts_the_rest_and_keeps_no_config_for_them(tmp_path, capsys):

@@ -12,7 +12,7 @@ from orchestrator.store import db, schema
 from orchestrator.job import run as job, job_result
 from orchestrator.launch import rerun
 from orchestrator import runstate
-from orchestrator.backends.slurm import STATES
+from orchestrator.backends.slurm_states import STATES
 from orchestrator.sweep.cell import cell_id
 from orchestrator.launch.rerun_config import Site
 from orchestrator.results.resultfile import BadResult, read_result

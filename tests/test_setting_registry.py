@@ -163,7 +163,7 @@ def test_refused_and_expanded_cells_read_defaults_the_same_way():
     from omegaconf import OmegaConf
 
     from orchestrator.sweep.cell import lookup, resolve_settings
-    from orchestrator.launch.submit import refusal_settings
+    from orchestrator.launch.submit_refusals import refusal_settings
 
     plain = {"framework": {"name": "torch"}, "model": {"name": "lenet", "batch_size": {"mnist": 64}},
              "dataset": {"name": "mnist"}, "hardware": {"name": "local", "cpus": 3}, "cluster": {"name": "local"}, "gpus": 0, "threads": None,

@@ -1,9 +1,11 @@
 """Backends: one per scheduler, each one class behind one small interface (`base.Backend`).
 
-A backend builds the submitit executor and the resource request of a cell, submits a group of
-cells (one job array on Slurm), observes a batch of jobs, finds submissions by name and
-cancels jobs. The rest of the orchestrator never branches on the scheduler: it asks
-`backend_for(cluster)` here, the one place that reads `cluster.executor`.
+Every backend builds the submitit executor its jobs go out through and observes a batch of
+jobs: that is the whole interface. What only some schedulers can do (place a request and refuse
+one no node holds, find a submission by name, hold a follow-up job, lock a node) is a capability
+in base.py that a backend has by having its methods; the launch asks for each through a plain
+function there that answers for a backend without it. The rest of the orchestrator never branches
+on the scheduler: it asks `backend_for(cluster)` here, the one place that reads `cluster.executor`.
 """
 from __future__ import annotations
 

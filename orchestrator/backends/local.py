@@ -8,7 +8,6 @@ node-wide lock file gives each timed cell the machine to itself, as `--exclusive
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -71,6 +70,9 @@ def _controller(job_id: str) -> Optional[psutil.Process]:
 
 
 class LocalBackend(Backend):
+    """This machine: it places nothing and finds nothing by name; it locks a file where a timed
+    cell needs the machine to itself (backends.base.Locking)."""
+
     name = "local"
 
     def executor(self, folder: Path) -> DetachedLocalExecutor:
@@ -86,12 +88,3 @@ class LocalBackend(Backend):
         # machine knows no more of it (a result file, if any, tells the rest).
         return {job_id: SchedulerView("running", "RUNNING") if _controller(job_id) else SchedulerView("unknown", "")
                 for job_id in job_ids}
-
-    def cancel(self, job_ids: Iterable[str]) -> None:
-        for job_id in job_ids:
-            proc = _controller(job_id)
-            if proc is not None:  # the controller leads its own session (start_new_session)
-                try:
-                    os.killpg(proc.pid, signal.SIGTERM)
-                except OSError:
-                    pass

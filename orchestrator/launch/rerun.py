@@ -25,20 +25,23 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Optional
 
-from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.orm import Session, aliased
+from sqlalchemy.orm import Session
 
 from orchestrator.sweep import config_checks, time_limits
-from orchestrator.store import queries, schema
+from orchestrator.store import launch_records, queries, schema
 from orchestrator.launch import retry
 from orchestrator import runstate, setting_registry
 from orchestrator.backends import Backend, backend_for
+from orchestrator.backends.base import max_time_min
 from orchestrator.sweep.cell import Cell, CellError
 from orchestrator.sweep.config_checks import ConfigError
 from orchestrator.launch.rerun_config import Site, rerecorded
 from orchestrator.results.resultfile import inside, run_uid
-from orchestrator.launch.submit import Options, SubmitReport, insert_runs, new_run, submit_runs
+from orchestrator.store.sql_adapters import Rows
+from orchestrator.launch.submit import Planned, submit_runs
+from orchestrator.launch.submit_options import Options, SubmitReport
+from orchestrator.launch.submit_plan import new_run
 from trainers.common import failure_classes
 
 
@@ -68,6 +71,7 @@ def pick(session: Session, site: Site, sweep_id: Optional[str] = None, classes: 
     unasked: dict[str, int] = {}  # class not retried unless named -> repeats left out
     others: dict[Optional[str], int] = {}  # another user's repeats (by user; None: unknown) -> left out
     backends: dict[str, Backend] = {}  # by cluster: MaxTime read once per cluster
+    firsts: dict[str, dict[tuple[str, int], int]] = {}  # by sweep: the first attempt of each repeat
     for last in _matching(session, sweep_id, classes, where):
         unsafe = _unsafe_names(last, site.runs)
         if unsafe:
@@ -76,28 +80,27 @@ def pick(session: Session, site: Site, sweep_id: Optional[str] = None, classes: 
         if user is not None and last.submit_user != user:
             others[last.submit_user] = others.get(last.submit_user, 0) + 1
             continue
-        link = session.get(schema.SweepCell, (last.sweep_id, last.cell_id))
+        recorded = queries.recorded_config(Rows.of(session), last.sweep_id, last.cell_id)
         declared = failure_classes.BY_NAME.get(last.error_class)
         if not classes and declared is not None and not declared.retried \
-                and not (declared.name == failure_classes.UNPLACEABLE and _asks_less(link, time_min, mem_gb)):
+                and not (declared.name == failure_classes.UNPLACEABLE and _asks_less(recorded, time_min, mem_gb)):
             unasked[declared.name] = unasked.get(declared.name, 0) + 1
             continue
-        if link is None or not link.config:
+        if not recorded:
             problems.append(f"{last.uid}: no recorded config for this cell (sweep recorded before "
                             f"rerun existed); type its sweep again instead")
             continue
-        if follow_up and not retry.retry_left(link.config, last.attempt, _first_attempt(session, last)):
+        if follow_up and not retry.retry_left(recorded, last.attempt, _first_attempt(session, last, firsts)):
             continue
         try:
-            cell = site.rebuilt(link.config, last.cell_id, time_min, mem_gb)
+            cell = site.rebuilt(recorded, last.cell_id, time_min, mem_gb)
         except (CellError, ConfigError) as exc:
             problems.append(f"{last.uid}: {exc}")
             continue
-        if not time_min and last.error_class == failure_classes.TIMEOUT:
-            problem = _more_time(cell.config, last, backends)
-            if problem:
-                problems.append(problem)
-                continue
+        problem = None if time_min or last.error_class != failure_classes.TIMEOUT else _more_time(cell.config, last, backends)
+        if problem:
+            problems.append(problem)
+            continue
         picks.append(Pick(last=last, cell=cell, attempt=last.attempt + 1))
     return picks, problems + _left_out(unasked, others)
 
@@ -122,10 +125,7 @@ def _matching(session: Session, sweep_id: Optional[str], classes: Optional[list[
               where: Optional[dict[str, list[Any]]]) -> Iterator[schema.Run]:
     """The rerunnable latest attempts of this sweep (None: any), these classes (None: any) and
     cells whose settings match `where`."""
-    latest = aliased(schema.Run, schema.latest_runs())
-    query = (select(latest).where(latest.state.in_(runstate.RERUNNABLE))
-             .order_by(latest.cell_id, latest.repeat))
-    for last in session.scalars(query).all():
+    for last in launch_records.rerunnable_latest(session):
         if sweep_id and last.sweep_id != sweep_id:
             continue
         if classes and (last.error_class or last.state) not in classes:
@@ -137,10 +137,10 @@ def _matching(session: Session, sweep_id: Optional[str], classes: Optional[list[
         yield last
 
 
-def _asks_less(link: Optional[schema.SweepCell], time_min: Optional[int], mem_gb: Optional[int]) -> bool:
+def _asks_less(recorded: Optional[dict[str, Any]], time_min: Optional[int], mem_gb: Optional[int]) -> bool:
     """Whether a rerun asks for less than the recorded request did (--time below its limit,
     --mem below its memory): what may let an `unplaceable` request be placed."""
-    hardware = (link.config or {}).get("hardware") if link is not None else None
+    hardware = recorded.get("hardware") if isinstance(recorded, dict) else None
     if not isinstance(hardware, dict):
         return False
     had_time, had_mem = hardware.get("time_min"), hardware.get("mem_gb")
@@ -163,10 +163,12 @@ def _left_out(unasked: dict[str, int], others: dict[Optional[str], int]) -> list
     return lines
 
 
-def _first_attempt(session: Session, last: schema.Run) -> int:
-    """The first attempt `last`'s sweep made of its repeat: what its retries count from (retry.retry_left)."""
-    return session.scalar(select(func.min(schema.Run.attempt)).where(
-        schema.Run.sweep_id == last.sweep_id, schema.Run.cell_id == last.cell_id, schema.Run.repeat == last.repeat))
+def _first_attempt(session: Session, last: schema.Run, firsts: dict[str, dict[tuple[str, int], int]]) -> int:
+    """The first attempt `last`'s sweep made of its repeat: what its retries count from
+    (retry.retry_left); each sweep's read once (`firsts`, by sweep)."""
+    if last.sweep_id not in firsts:
+        firsts[last.sweep_id] = launch_records.first_attempts(Rows.of(session), last.sweep_id)
+    return firsts[last.sweep_id][(last.cell_id, last.repeat)]
 
 
 def _more_time(config: dict[str, Any], last: schema.Run, backends: dict[str, Backend]) -> Optional[str]:
@@ -176,7 +178,7 @@ def _more_time(config: dict[str, Any], last: schema.Run, backends: dict[str, Bac
     hardware = config["hardware"]
     key = repr(sorted(config["cluster"].items()))
     backend = backends.setdefault(key, backend_for(config["cluster"]))
-    had, most = time_limits.configured(hardware, config["cluster"]), backend.max_time_min(config)
+    had, most = time_limits.configured(hardware, config["cluster"]), max_time_min(backend, config)
     more = time_limits.doubled(had, most)
     if more is None:
         return (f"{last.uid}: timed out at {had} min, which is already its partition's MaxTime; lower its "
@@ -205,11 +207,11 @@ def submit(session: Session, picks: list[Pick]) -> list[SubmitReport]:
 
 
 def _record(session: Session, sweep_id: str, mine: list[Pick], opts: Options,
-            report: SubmitReport) -> list[tuple[Cell, list[schema.Run]]]:
+            report: SubmitReport) -> list[Planned]:
     """The picks' new runs inserted and committed, grouped by cell and request (one job each);
     those whose uid another rerun took first left out, said in `report`'s notes."""
     while True:  # each conflict removes at least one pick: it ends
-        planned: dict[str, tuple[Cell, list[schema.Run]]] = {}
+        planned: dict[str, Planned] = {}
         for p in mine:
             run = new_run(sweep_id, p.cell.id, p.last.repeat, p.attempt, opts)
             run.submitted_at = time.time()
@@ -217,7 +219,8 @@ def _record(session: Session, sweep_id: str, mine: list[Pick], opts: Options,
             planned.setdefault(key, (p.cell, []))[1].append(run)
         uids = [run.uid for _, runs in planned.values() for run in runs]
         try:
-            insert_runs(session, [run for _, runs in planned.values() for run in runs])
+            runs = [run for _, runs in planned.values() for run in runs]
+            launch_records.insert_runs(session, [run.row() for run in runs], [(r.cell_id, r.repeat) for r in runs])
             for p in mine:  # the sweep's record is its latest attempt's config: what a next rerun doubles
                 row = session.get(schema.SweepCell, (sweep_id, p.cell.id))
                 row.config = rerecorded(p.cell.recorded, queries.json_value(row.config))
@@ -225,7 +228,7 @@ def _record(session: Session, sweep_id: str, mine: list[Pick], opts: Options,
             return list(planned.values())
         except IntegrityError:
             session.rollback()
-            taken = set(session.scalars(select(schema.Run.uid).where(schema.Run.uid.in_(uids))))
+            taken = launch_records.taken_uids(session, uids)
             if not taken:
                 raise
             report.notes.append(f"{len(taken)} repeat(s) already resubmitted by another rerun meanwhile "

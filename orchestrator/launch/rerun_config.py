@@ -13,7 +13,7 @@ names). The framework section (its trainer module is imported and run, its env n
 built) is the caller's too, and the record must agree with it (RUNNABLE). `runtime`, a closed
 choice that changes the measurement, is the record's, checked against its choices. The rest (the
 settings, `model`, `hardware`, `retry`, `monitor` ...) is the measurement and its request, kept,
-and checked as a new sweep checks a cell (orchestrator/sweep/cell.py: names, integers; submit.Options;
+and checked as a new sweep checks a cell (orchestrator/sweep/cell.py: names, integers; submit_options.Options;
 the backend's sbatch policy; the limits time_limits computed); it must still make the recorded
 cell (the same id), or it is refused with the way out.
 """
@@ -25,7 +25,7 @@ from typing import Any, Mapping, Optional, Sequence
 from orchestrator.sweep import config_checks, time_limits
 from orchestrator.sweep.cell import Cell, CellError, resolved_config
 from orchestrator.store.db import COMMANDS_OWN
-from orchestrator.launch.submit import Options, check_request
+from orchestrator.launch.submit_options import Options, check_request
 
 #: The config sections a rerun always takes from the caller's composition, never from the record.
 SITE = ("cluster", "paths", "apptainer")

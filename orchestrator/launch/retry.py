@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence
 
 from orchestrator.sweep import config_checks
-from orchestrator.store.sql_adapters import SQLITE_FILE, Rows
+from orchestrator.store.sql_adapters import SQLITE_FILE
 
 #: The most automatic retries a cell may be given (each doubles its limit: 2^5 = 32 times the first).
 MAX_RETRIES = 5
@@ -67,13 +67,6 @@ def retry_left(config: Mapping[str, Any], attempt: int, first: int = 1) -> bool:
     (cell, repeat) across sweeps: a cell typed again after an earlier failure, or with
     force=true, starts at 2 or more, and counting from 1 gave it fewer retries or none (issue 35)."""
     return attempt - first < timeouts(config)
-
-
-def first_attempts(rows: Rows, sweep_id: str) -> dict[tuple[str, int], int]:
-    """(cell id, repeat) -> the first attempt `sweep_id` made of it: what its retries count from."""
-    found = rows.all("SELECT cell_id, repeat, min(attempt) AS first FROM runs WHERE sweep_id = :sweep_id "
-                     "GROUP BY cell_id, repeat", {"sweep_id": sweep_id})
-    return {(r.cell_id, int(r.repeat)): int(r.first) for r in found}
 
 
 def database_url(url: str, cwd: Optional[Path] = None) -> str:
@@ -109,7 +102,7 @@ def follow_up(sweep_id: str, job_ids: list[str], config: Mapping[str, Any], back
     try:
         executor = backend.executor(folder)  # its own: none of the cells' parameters
         job_id = backend.follow_up(executor, run, spec, job_ids, partition, f"orch-{sweep_id}-retry",
-                                   FOLLOW_UP_MIN, FOLLOW_UP_MEM_MB)
+                                   FOLLOW_UP_MIN, FOLLOW_UP_MEM_MB)  # a FollowingUp backend (submit_options.Options)
     except Exception as exc:  # the sweep's own jobs are out: a missing follow-up must not fail it
         return (f"retry.timeout: the follow-up job was not submitted ({type(exc).__name__}: {exc}); "
                 f"rerun timed-out cells with `orchestrator rerun --failed --class timeout`")

@@ -1,0 +1,106 @@
+"""What the launch reads and writes in the database: every statement of submit, adopt, rerun and
+retry, as named functions over plain rows (store).
+
+The launch modules decide (which runs a sweep adds, which submission is adopted, which repeat
+is rerun); this module only says how each question and each write is put to the database, so
+that the statements live in one place of the store and the launch modules hold no SQL. Bulk
+writes are one executemany each, in the caller's transaction: the caller commits.
+"""
+from __future__ import annotations
+
+from typing import Any, Iterable, Iterator, Mapping, Sequence
+
+from sqlalchemy import bindparam, insert, select, update
+from sqlalchemy.orm import Session, aliased
+
+from orchestrator import runstate
+from orchestrator.store import schema
+from orchestrator.store.sql_adapters import Rows
+
+#: Ids per `IN (...)` of the queries that look up a sweep's cells (SQLite allows 32,766 variables).
+CHUNK = 900
+#: What a retype decides by, of each run the database has of a sweep's cells (submit_plan.plan_runs).
+KNOWN_RUN_COLUMNS = ("uid", "cell_id", "repeat", "attempt", "state", "state_detail", "job_id")
+#: The columns of a new run (submit_plan.NewRun): what insert_runs writes of each.
+NEW_RUN_COLUMNS = ("uid", "sweep_id", "cell_id", "repeat", "attempt", "state", "state_detail", "executor",
+                   "run_dir", "submitted_at", "latest", "submit_user", "submit_host", "error_class",
+                   "error_message")
+
+
+def known(session: Session, cell_ids: Iterable[str]) -> tuple[set[str], dict[str, list[Any]]]:
+    """What the database already has of these cells: their ids, and every run of each (the
+    columns KNOWN_RUN_COLUMNS, as rows: not ORM objects, which a retype of 1,000 cells paid for)
+    — a few queries for the whole sweep, not two per cell."""
+    ids = sorted(set(cell_ids))
+    cells: set[str] = set()
+    runs: dict[str, list[Any]] = {}
+    table = schema.Run.__table__
+    for i in range(0, len(ids), CHUNK):
+        chunk = ids[i:i + CHUNK]
+        cells.update(session.scalars(select(schema.Cell.id).where(schema.Cell.id.in_(chunk))))
+        query = select(*(table.c[k] for k in KNOWN_RUN_COLUMNS)).where(table.c.cell_id.in_(chunk))
+        for run in session.execute(query):
+            runs.setdefault(run.cell_id, []).append(run)
+    return cells, runs
+
+
+def insert_cells(session: Session, new: list[dict[str, Any]], members: list[dict[str, Any]]) -> None:
+    """A sweep's new cells (rows of `cells`) and its membership rows (`sweep_cells`): two bulk INSERTs."""
+    if new:
+        session.execute(insert(schema.Cell.__table__), new)
+    if members:
+        session.execute(insert(schema.SweepCell.__table__), members)
+
+
+def insert_runs(session: Session, rows: Sequence[Mapping[str, Any]], relatest: Iterable[tuple[str, int]]) -> None:
+    """New runs (NEW_RUN_COLUMNS of each) in one executemany, and `latest` set again on the
+    (cell id, repeat) in `relatest` (schema.mark_latest): those whose earlier attempts stop
+    being the current word. A repeat's only attempt is inserted latest already."""
+    if rows:
+        session.execute(insert(schema.Run.__table__), list(rows))
+    schema.mark_latest(session.connection(), relatest)
+
+
+def update_runs(session: Session, rows: Sequence[Mapping[str, Any]]) -> None:
+    """Sets columns of recorded runs: each row holds `b_uid` and the same columns' values. One
+    executemany by uid."""
+    if rows:
+        table = schema.Run.__table__
+        session.execute(update(table).where(table.c.uid == bindparam("b_uid")), list(rows))
+
+
+def unsubmitted(session: Session) -> list[schema.Run]:
+    """Runs left pending without a job id: recorded, and never (or not known to be) handed over."""
+    return list(session.scalars(select(schema.Run).where(schema.Run.state == runstate.PENDING,
+                                                         schema.Run.job_id.is_(None))))
+
+
+def cancelled_with_detail(session: Session, prefix: str, suffix: str = "") -> list[schema.Run]:
+    """Cancelled runs whose state_detail is `prefix` ... `suffix` (suffix "" with prefix: exactly prefix)."""
+    detail = schema.Run.state_detail
+    where = detail.like(prefix + "%" + suffix) if suffix else detail == prefix
+    return list(session.scalars(select(schema.Run).where(schema.Run.state == runstate.CANCELLED, where)))
+
+
+def first_attempts(rows: Rows, sweep_id: str) -> dict[tuple[str, int], int]:
+    """(cell id, repeat) -> the first attempt `sweep_id` made of it: what its retries count from."""
+    found = rows.all("SELECT cell_id, repeat, min(attempt) AS first FROM runs WHERE sweep_id = :sweep_id "
+                     "GROUP BY cell_id, repeat", {"sweep_id": sweep_id})
+    return {(r.cell_id, int(r.repeat)): int(r.first) for r in found}
+
+
+def rerunnable_latest(session: Session) -> Iterator[schema.Run]:
+    """Every (cell, repeat)'s latest attempt (schema.latest_runs) that is rerunnable, by cell and repeat."""
+    latest = aliased(schema.Run, schema.latest_runs())
+    query = (select(latest).where(latest.state.in_(runstate.RERUNNABLE))
+             .order_by(latest.cell_id, latest.repeat))
+    return iter(session.scalars(query).all())
+
+
+def taken_uids(session: Session, uids: Sequence[str]) -> set[str]:
+    """Those of these run uids the database has already."""
+    taken: set[str] = set()
+    for i in range(0, len(uids), CHUNK):
+        taken.update(session.scalars(select(schema.Run.uid).where(schema.Run.uid.in_(uids[i:i + CHUNK]))))
+    return taken
+
