@@ -156,3 +156,22 @@ def test_changes_that_touch_one_key_overlap():
     assert not _overlap([a, b])
     assert _applied(_applied(ref, a), b) == {"framework": {"name": "caffe"}, "hardware": {"name": "p100", "gpus": 2}}
     assert _overlap([{("hardware",): {}}, {("hardware", "name"): "x"}])  # one inside the other
+
+
+def test_one_compositions_values_never_reach_the_next_through_the_shared_files():
+    """share_loaded_configs keeps each YAML file loaded once per process; Hydra merges a loaded
+    file's nodes into a composition without copying them and then sets the overrides on it, so a
+    shared file once carried `input=pipeline` into every later composition (the cells of a
+    sweep, a foreground run after a rerun's) until each composition got its own copy."""
+    from hydra import compose, initialize_config_dir
+    from omegaconf import OmegaConf
+
+    from orchestrator.sweep.expand import share_loaded_configs
+
+    share_loaded_configs()
+    GlobalHydra.instance().clear()  # another test's Hydra may be left initialized
+    asked = [["framework=torch", "dataset=imagenet", "input=pipeline", "seed=11"], ["framework=numpy"]]
+    with initialize_config_dir(version_base="1.3", config_dir=str(REPO / "conf"), job_name="test"):
+        first, second = (OmegaConf.to_container(compose("config", overrides=o), resolve=True) for o in asked)
+    assert (first["input"], first["seed"]) == ("pipeline", 11)
+    assert (second["input"], second["seed"]) == ("memory", 0), second

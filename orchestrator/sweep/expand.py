@@ -37,6 +37,7 @@ cell the fast path cannot take composes its key whole too. `tests/test_expand.py
 from __future__ import annotations
 
 import copy
+import dataclasses
 import functools
 import re
 from dataclasses import dataclass
@@ -273,10 +274,14 @@ def share_loaded_configs() -> None:
     """One cache of loaded YAML files for every composition in this process: Hydra's own two of
     the primary config (its mode, then the sweep's) and each of the expander's. Hydra makes a new
     cache per composition, so each reads and parses every file again: more than half of a
-    composition's time. A file's loaded config is never changed by a composition (Hydra merges
-    copies), so sharing it changes nothing but the time. Keyed by the search path's sources too,
-    so a composition that changes it (hydra.searchpath=...) reads its own files. Hydra 1.3.2's
-    ConfigRepository.load_config, wrapped once (pyproject pins Hydra)."""
+    composition's time. Each composition gets its own copy of a file's loaded config: Hydra
+    merges a loaded config's nodes into the composition without copying them (its
+    `no_deepcopy_set_nodes` flag) and then applies the overrides to that composition, so a
+    shared one would carry one composition's values into the next (`input=pipeline` composed
+    once, every later composition had it). A copy costs a fraction of reading and parsing.
+    Keyed by the search path's sources too, so a composition that changes it
+    (hydra.searchpath=...) reads its own files. Hydra 1.3.2's ConfigRepository.load_config,
+    wrapped once (pyproject pins Hydra)."""
     # lazy: Hydra's parser and config loader only where a sweep is expanded
     from hydra._internal.config_repository import ConfigRepository
 
@@ -289,7 +294,11 @@ def share_loaded_configs() -> None:
         key = (tuple((type(s).__name__, s.provider, s.path) for s in self.sources), config_path)
         if key not in loaded:
             loaded[key] = load(self, config_path)
-        return loaded[key]
+        kept = loaded[key]
+        if kept is None:
+            return None
+        return dataclasses.replace(kept, config=copy.deepcopy(kept.config), header=dict(kept.header),
+                                   defaults_list=copy.deepcopy(kept.defaults_list))
 
     load_config.shared = True  # type: ignore[attr-defined]
     ConfigRepository.load_config = load_config  # type: ignore[method-assign]
