@@ -80,7 +80,16 @@ live_pid() {
   printf '%s\n' "$pid"
 }
 
-cluster_answers() { sinfo -h -o '%P' >/dev/null 2>&1; }
+# Whether slurmctld answers. A live slurmctld on a loaded machine can let one RPC time out
+# (MessageTimeout): that is a busy cluster, not a down one, so three tries before saying no.
+cluster_answers() {
+  local try
+  for try in 1 2 3; do
+    sinfo -h -o '%P' >/dev/null 2>&1 && return 0
+    [ "$try" -lt 3 ] && sleep 2
+  done
+  return 1
+}
 
 log() { printf '[slurm/%s] %s\n' "${SCRIPT_NAME:-test-cluster}" "$*"; }
 die() { printf '[slurm/%s] ERROR: %s\n' "${SCRIPT_NAME:-test-cluster}" "$*" >&2; exit 1; }
