@@ -76,8 +76,10 @@ def test_the_kept_summary_is_the_computed_one_after_collects_failures_and_reruns
 
 def test_a_launchs_new_attempt_takes_its_repeat_out_of_the_kept_summary(tmp_path, db_url):
     """A rerun recorded (attempt 2, pending) is the latest word on its repeat: the done attempt 1
-    leaves the summary then, in the launch's transaction (submit.insert_runs), not once the rerun lands."""
-    from orchestrator.launch import submit
+    leaves the summary then, in the launch's transaction (launch_records.insert_runs, which a
+    launch and a rerun record their new attempts through), not once the rerun lands."""
+    from orchestrator.launch.submit_plan import NewRun
+    from orchestrator.store import launch_records
 
     runs = tmp_path / "runs"
     Session = db.open_db(db_url)
@@ -87,11 +89,10 @@ def test_a_launchs_new_attempt_takes_its_repeat_out_of_the_kept_summary(tmp_path
     collect(Session, runs)
     assert [r["n"] for r in assert_exact(db_url).values()] == [3]
     with Session.begin() as session:
-        earlier = session.execute(select(schema.Run)).scalars().all()
-        rerun = schema.Run(uid=f"s1:{results[0]['cell_id']}:0:2", sweep_id="s1", cell_id=results[0]["cell_id"],
-                           repeat=0, attempt=2, state="pending", executor="local", run_dir=str(tmp_path / "x"),
-                           submitted_at=1.0, latest=True, submit_user=None, submit_host=None)
-        submit.insert_runs(session, [rerun], earlier)
+        cell = results[0]["cell_id"]
+        rerun = NewRun(uid=f"s1:{cell}:0:2", sweep_id="s1", cell_id=cell, repeat=0, attempt=2, executor="local",
+                       run_dir=str(tmp_path / "x"), submit_user="u", submit_host="h", submitted_at=1.0)
+        launch_records.insert_runs(session, [rerun.row()], [(cell, 0)])
     assert [r["n"] for r in assert_exact(db_url).values()] == [2]
     Session.kw["bind"].dispose()
 
