@@ -6,7 +6,6 @@ from the runs, and `results --summary` reads it."""
 import csv
 import io
 
-from sqlalchemy import select
 
 from orchestrator.store import cell_stats, db, result_rows, schema
 from orchestrator.cli import main
