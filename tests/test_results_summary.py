@@ -75,9 +75,13 @@ def test_the_kept_summary_is_the_computed_one_after_collects_failures_and_reruns
 
 
 def test_a_launchs_new_attempt_takes_its_repeat_out_of_the_kept_summary(tmp_path, db_url):
-    """A rerun recorded (attempt 2, pending) is the latest word on its repeat: the done attempt 1
-    leaves the summary then, in the launch's transaction (submit.insert_runs), not once the rerun lands."""
-    from orchestrator.launch import submit
+    """A new attempt recorded (attempt 2, pending: a launch with force=true, a rerun) is the latest
+    word on its repeat: the done attempt 1 leaves the summary then, in the launch's transaction
+    (launch_records.insert_runs, as submit.py and rerun.py call it), not once the attempt lands."""
+    from types import SimpleNamespace
+
+    from orchestrator.launch.submit_plan import new_run
+    from orchestrator.store import launch_records
 
     runs = tmp_path / "runs"
     Session = db.open_db(db_url)
@@ -86,12 +90,10 @@ def test_a_launchs_new_attempt_takes_its_repeat_out_of_the_kept_summary(tmp_path
         write_result(runs, result)
     collect(Session, runs)
     assert [r["n"] for r in assert_exact(db_url).values()] == [3]
+    opts = SimpleNamespace(backend=SimpleNamespace(name="local"), runs=str(tmp_path / "runs"))  # what new_run reads
+    again = new_run("s1", results[0]["cell_id"], 0, 2, opts, ("u", "h"))
     with Session.begin() as session:
-        earlier = session.execute(select(schema.Run)).scalars().all()
-        rerun = schema.Run(uid=f"s1:{results[0]['cell_id']}:0:2", sweep_id="s1", cell_id=results[0]["cell_id"],
-                           repeat=0, attempt=2, state="pending", executor="local", run_dir=str(tmp_path / "x"),
-                           submitted_at=1.0, latest=True, submit_user=None, submit_host=None)
-        submit.insert_runs(session, [rerun], earlier)
+        launch_records.insert_runs(session, [again.row()], [(again.cell_id, again.repeat)])
     assert [r["n"] for r in assert_exact(db_url).values()] == [2]
     Session.kw["bind"].dispose()
 

@@ -14,7 +14,7 @@ from sqlalchemy import bindparam, insert, select, update
 from sqlalchemy.orm import Session, aliased
 
 from orchestrator import runstate
-from orchestrator.store import schema
+from orchestrator.store import result_rows, schema
 from orchestrator.store.sql_adapters import Rows
 
 #: Ids per `IN (...)` of the queries that look up a sweep's cells (SQLite allows 32,766 variables).
@@ -55,10 +55,14 @@ def insert_cells(session: Session, new: list[dict[str, Any]], members: list[dict
 def insert_runs(session: Session, rows: Sequence[Mapping[str, Any]], relatest: Iterable[tuple[str, int]]) -> None:
     """New runs (NEW_RUN_COLUMNS of each) in one executemany, and `latest` set again on the
     (cell id, repeat) in `relatest` (schema.mark_latest): those whose earlier attempts stop
-    being the current word. A repeat's only attempt is inserted latest already."""
+    being the current word. A repeat's only attempt is inserted latest already. An earlier
+    attempt no longer the latest leaves its cell's kept summary in the same transaction
+    (result_rows.refresh_summary): a launch with force=true and a rerun change what it counts."""
+    relatest = sorted(set(relatest))
     if rows:
         session.execute(insert(schema.Run.__table__), list(rows))
     schema.mark_latest(session.connection(), relatest)
+    result_rows.refresh_summary(session.connection(), {cell for cell, _ in relatest}, kept_only=True)
 
 
 def update_runs(session: Session, rows: Sequence[Mapping[str, Any]]) -> None:

@@ -9,7 +9,7 @@ The summary (`kept_summary`, schema.KeptSummary) is `cell_summary`'s row of each
 table, so that `results --summary` over a million runs reads a page of it (under a second)
 instead of ranking every run (15 s). It stays exact because every writer of what it depends on
 (a run's state, its `latest` flag, its metrics) refreshes the cells it touched in the same
-transaction (refresh_summary): the collector here, a launch's new attempts (submit.insert_runs)
+transaction (refresh_summary): the collector here, a launch's new attempts (launch_records.insert_runs)
 and a copy (db_copy). A refresh recomputes the cell from its runs with the view's own select
 (cell_stats.summary_select), so the kept figures are the view's, computed once per landing.
 """
