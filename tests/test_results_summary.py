@@ -156,6 +156,8 @@ def test_results_summary_reads_the_kept_rows_and_the_runs_where_a_filter_needs_t
     assert [r["model"] for r in every] == ["alexnet", "lenet", "vgg16"] and list(every[0]) == list(schema.SUMMARY_COLUMNS)
     assert summary_csv("--where", "model=lenet,vgg16") == every[1:]
     assert summary_csv("--sweep", "s") == every  # a run's column: from the runs, the same rows
+    # `mode` (the cell's, else what the run measured) beside a run's column: each run once, not once per cell
+    assert summary_csv("--sweep", "s", "--where", "mode=throughput") == every
     assert [r["noisy"] for r in summary_csv("--noisy-cv", "1")] == ["1", "1", "1"]  # the reader's threshold
     execute(db_url, "update kept_summary set n = 99 where model = 'lenet'")
     assert [r["n"] for r in summary_csv("--where", "model=lenet")] == ["99"]
