@@ -162,3 +162,23 @@ def test_results_summary_reads_the_kept_rows_and_the_runs_where_a_filter_needs_t
     execute(db_url, "update kept_summary set n = 99 where model = 'lenet'")
     assert [r["n"] for r in summary_csv("--where", "model=lenet")] == ["99"]
     assert [r["n"] for r in summary_csv("--sweep", "s", "--where", "model=lenet")] == ["3"]
+
+
+def test_a_mode_filter_picks_runs_by_what_they_measured_as_results_does(tmp_path, db_url, monkeypatch, capsys):
+    """`--where mode=` names the `results` column: the cell's mode, else what the run measured (a
+    cell from before accuracy mode whose runs measured top-1 is `accuracy` there). The summary
+    answers it from the runs, as it answers `--sweep` (not from the kept row's cell setting)."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("ORCHESTRATOR_DB", db_url)
+    for i in range(4):
+        measured = {**speeds(i), "top1_final": 0.9} if i % 2 else speeds(i)  # alexnet measured top-1
+        write_result(tmp_path / "runs", make_result(sweep="s", model=MODELS[i % 2], repeat=i // 2, metrics=measured))
+    assert main(["collect"]) == 0
+    capsys.readouterr()
+
+    def models(*args):
+        assert main(["results", "--summary", "--csv", *args]) == 0
+        return [(r["model"], r["n"]) for r in csv.DictReader(io.StringIO(capsys.readouterr().out))]
+
+    assert models("--where", "mode=accuracy") == models("--sweep", "s", "--where", "mode=accuracy") == [("alexnet", "2")]
+    assert models("--where", "mode=throughput") == [("lenet", "2")]

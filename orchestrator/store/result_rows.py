@@ -35,6 +35,12 @@ _CLAIM = update(Run.__table__).where(Run.__table__.c.uid == bindparam("claim_uid
                                      Run.__table__.c.state == bindparam("claim_state"))
 
 
+#: Settings whose `results` column a run can decide: `mode` is the cell's, else what the run
+#: measured (a cell from before accuracy mode, None, whose runs measured top-1 is `accuracy` there),
+#: while the kept row holds the cell's setting; a filter on it picks runs.
+RUNS_DECIDE = ("mode",)
+
+
 class Contended(Exception):
     """A claim changed fewer runs than it should: another process collected or moved one of them
     since this batch looked them up (impossible on SQLite, whose batches hold the write lock)."""
@@ -193,10 +199,10 @@ def _insert_summary(conn: Connection, filters: Mapping[str, Sequence[Any]]) -> N
 
 def kept_summary(filters: Mapping[str, Sequence[Any]], noisy_cv: float) -> Optional[Any]:
     """cell_stats.summary_select(filters, noisy_cv) read from the kept summary: the same columns and
-    rows (`noisy` from the kept CV and the reader's threshold). None where a filter is no cell setting (a run's column, a metric): those pick runs, and
-    only the runs can answer."""
+    rows (`noisy` from the kept CV and the reader's threshold). None where a filter is no cell
+    setting (a run's column, a metric) or RUNS_DECIDE: those pick runs, and only the runs can answer."""
     table = KeptSummary.__table__.c
-    if any(name not in schema.SUMMARY_CELL and name != "cell" for name in filters):
+    if any(name not in schema.SUMMARY_CELL and name != "cell" or name in RUNS_DECIDE for name in filters):
         return None
     shown = {**{c: table[c] for c in schema.KEPT_COLUMNS}, "noisy": cell_stats.noisy_flag(table.images_per_sec_cv, noisy_cv)}
     return (select(*(shown[c].label(c) for c in schema.SUMMARY_COLUMNS))
