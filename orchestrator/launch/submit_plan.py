@@ -75,8 +75,9 @@ def plan_runs(sweep_id: str, cell: Cell, opts: Options, existing: list[Any],
         flying = [r for r in mine if r.state in runstate.IN_FLIGHT]
         unsure = [r for r in mine if r.state == runstate.PENDING and r.job_id is None and is_unresolved(r.state_detail)]
         if unsure:  # even force=true: a second submission could measure it twice
-            reasons.append(f"repeat {repeat}: an interrupted submission ({unsure[0].state_detail}) is not "
-                           f"resolved yet, since the scheduler did not answer; type the sweep again later")
+            reasons.append(f"repeat {repeat}: a submission ({unsure[0].state_detail}) is not settled yet: "
+                           f"its launcher is still at it, or the scheduler did not answer; type the sweep "
+                           f"again later (on that host, if its launcher was killed)")
         elif flying and not opts.force:
             reasons.append(f"repeat {repeat} in flight (run {flying[0].uid}, job {flying[0].job_id})")
         elif done and not opts.force:
