@@ -34,12 +34,21 @@ GIVEN_UP = "submission {name} interrupted before the job was handed over"
 LANDED_LATE = "; its array {job} landed later and was cancelled"
 #: A cancelled run's state_detail when it was recorded and never handed over (no mark).
 NEVER_HANDED = "recorded, never handed to the scheduler"
+#: A new run's state_detail until its submission marks it (or it runs here, in the foreground).
+RECORDED = "recorded by"
+#: The launcher a pending run's state_detail names (a mark's or RECORDED's last word).
+_BY = re.compile(r" by (\S+)$")
 
 
 def submitting(name: str, index: int, size: int) -> str:
     """The mark of a run about to go out as member `index` of `size` of submission `name`, by
     this launcher (`host:pid:start`): what tells a launch beside it that it is still at it."""
     return f"{SUBMITTING} {name}[{index}/{size}] by {_launcher(os.getpid())}"
+
+
+def recorded_by() -> str:
+    """A new run's state_detail: recorded by this launcher, which hands it over (or runs it) next."""
+    return f"{RECORDED} {_launcher(os.getpid())}"
 
 
 @functools.lru_cache(maxsize=1)
@@ -50,7 +59,7 @@ def _launcher(pid: int) -> str:
 
 
 def _at_it(launcher: Optional[str]) -> bool:
-    """Whether the launcher a mark names may still be submitting: alive on this host, or on
+    """Whether the launcher a run's state_detail names may still be at it: alive on this host, or on
     another host (whose processes only a launch there can see). A mark without one (an older
     release's) or whose process is gone is not."""
     host, _, rest = (launcher or "").partition(":")
@@ -78,10 +87,10 @@ def adopt_interrupted(session: Session, backend: Backend) -> None:
     finds nothing by name (backends.base.Naming) adopts nothing: its orphans are cancelled.
     """
     orphans = launch_records.unsubmitted(session)
-    marked = {run.uid: (m.group(1), int(m.group(2)), m.group(4)) for run in orphans
+    marked = {run.uid: (m.group(1), int(m.group(2))) for run in orphans
               for m in [_MARK.fullmatch(run.state_detail or "")] if m}
     given_up = _given_up(session)
-    names = {name for name, _, _ in marked.values()} | set(given_up)
+    names = {name for name, _ in marked.values()} | set(given_up)
     try:
         found = _find(backend, names)
     except SchedulerUnavailable:
@@ -100,15 +109,16 @@ def _find(backend: Backend, names: set[str]) -> dict[str, str]:
     return backend.find(names) if names and isinstance(backend, Naming) else {}
 
 
-def _settle(orphans: list[schema.Run], marked: dict[str, tuple[str, int, Optional[str]]], found: dict[str, str],
+def _settle(orphans: list[schema.Run], marked: dict[str, tuple[str, int]], found: dict[str, str],
             backend: Backend) -> dict[str, Path]:
-    """Each orphan adopted (its submission found), left to its launcher (still at it: _at_it) or
-    cancelled; the given-up submissions' folders, by name."""
+    """Each orphan adopted (its submission found), left to the launcher its state_detail names
+    (still at it: _at_it; a run recorded, marked or about to run in the foreground) or cancelled;
+    the given-up submissions' folders, by name."""
     now = time.time()
     abandoned: dict[str, Path] = {}
     for run in orphans:
-        name, index, launcher = marked.get(run.uid, (None, 0, None))
-        if name not in found and _at_it(launcher):
+        name, index = marked.get(run.uid, (None, 0))
+        if name not in found and _at_it(next(iter(_BY.findall(run.state_detail or "")), None)):
             continue
         if name in found:
             run.state, run.submitted_at = runstate.SUBMITTED, now
@@ -157,4 +167,4 @@ def _given_up(session: Session) -> dict[str, list[schema.Run]]:
 def is_unresolved(detail: Optional[str]) -> bool:
     """Whether a pending run without a job id carries a submission's mark (adopt_interrupted has
     not resolved it yet: its launcher is still at it, or the scheduler did not answer)."""
-    return (detail or "").startswith(SUBMITTING)
+    return (detail or "").startswith((SUBMITTING, RECORDED))

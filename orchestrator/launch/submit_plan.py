@@ -24,7 +24,7 @@ from orchestrator.results.resultfile import run_uid
 from orchestrator.envs.runtime import EnvironmentNotReady, make_runtime
 from orchestrator.store.sql_adapters import Rows
 from orchestrator.store.sqlite_lease import who
-from orchestrator.launch.submit_adopt import is_unresolved
+from orchestrator.launch.submit_adopt import is_unresolved, recorded_by
 from orchestrator.launch.submit_options import Options
 
 
@@ -61,7 +61,7 @@ def new_run(sweep_id: str, cell_id: str, repeat: int, attempt: int, opts: Option
     name = str(repeat) if attempt == 1 else f"{repeat}.{attempt}"
     user, host = submitter or who()
     return NewRun(uid=run_uid(sweep_id, cell_id, repeat, attempt), sweep_id=sweep_id, cell_id=cell_id,
-                  repeat=repeat, attempt=attempt, executor=opts.backend.name,
+                  repeat=repeat, attempt=attempt, executor=opts.backend.name, state_detail=recorded_by(),
                   run_dir=os.path.join(opts.runs, sweep_id, cell_id, name), submit_user=user, submit_host=host)
 
 
