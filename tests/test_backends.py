@@ -581,6 +581,45 @@ def test_every_run_is_recorded_marked_with_its_submission_before_the_first_sbatc
     assert sorted(state for state, _, _ in runs) == ["submitted"] * 4
 
 
+def test_a_launch_settles_only_the_runs_of_launchers_that_are_gone(tmp_path, db_url):
+    """Runs recorded and not handed over yet (a foreground launch's next cells, a rerun's attempts
+    before their submission marks them) name their launcher: a launch beside a live one leaves its
+    runs to it, and refuses to plan their repeats again; one whose launcher exited is given up."""
+    import subprocess
+    import sys
+
+    from types import SimpleNamespace
+
+    from sqlalchemy import select
+
+    from orchestrator.launch.submit_adopt import adopt_interrupted, recorded_by
+    from orchestrator.launch.submit_plan import new_run, plan_runs
+    from orchestrator.results.collector import collect
+    from orchestrator.store import db, launch_records, schema
+    from result_factory import make_result, write_result
+
+    write_result(tmp_path / "runs", make_result(sweep="s1", repeat=0))
+    Session = db.open_db(db_url)
+    collect(Session, tmp_path / "runs")
+    gone = subprocess.run([sys.executable, "-c", "from orchestrator.launch.submit_adopt import recorded_by; "
+                           "print(recorded_by())"], capture_output=True, text=True, check=True).stdout.strip()
+    opts = SimpleNamespace(backend=backend_for({"executor": "local"}), runs=str(tmp_path / "runs"), force=True, repeats=3)
+    with Session() as session:
+        cell_id = session.scalar(select(schema.Run.cell_id))
+        mine, theirs = (new_run("s1", cell_id, repeat, 1, opts, ("u", "h")) for repeat in (1, 2))
+        assert mine.state_detail == recorded_by()
+        theirs.state_detail = gone
+        launch_records.insert_runs(session, [mine.row(), theirs.row()], [])
+        session.commit()
+        adopt_interrupted(session, opts.backend)
+        states = dict(session.execute(select(schema.Run.repeat, schema.Run.state)).all())
+        assert states == {0: "done", 1: "pending", 2: "cancelled"}, states
+        _, known = launch_records.known(session, [cell_id])
+        runs, reason = plan_runs("s2", SimpleNamespace(id=cell_id), opts, known[cell_id], ("u", "h"))
+    Session.kw["bind"].dispose()
+    assert sorted(r.repeat for r in runs) == [0, 2] and "repeat 1: a submission (recorded by" in reason, reason
+
+
 class ScontrolSlurm(SlurmBackend):
     """The Slurm backend reading its facts through run_command (monkeypatched), submitting nowhere."""
 

@@ -74,10 +74,12 @@ def test_the_kept_summary_is_the_computed_one_after_collects_failures_and_reruns
 
 
 def test_a_launchs_new_attempt_takes_its_repeat_out_of_the_kept_summary(tmp_path, db_url):
-    """A rerun recorded (attempt 2, pending) is the latest word on its repeat: the done attempt 1
-    leaves the summary then, in the launch's transaction (launch_records.insert_runs, which a
-    launch and a rerun record their new attempts through), not once the rerun lands."""
-    from orchestrator.launch.submit_plan import NewRun
+    """A new attempt recorded (attempt 2, pending: a launch with force=true, a rerun) is the latest
+    word on its repeat: the done attempt 1 leaves the summary then, in the launch's transaction
+    (launch_records.insert_runs, as submit.py and rerun.py call it), not once the attempt lands."""
+    from types import SimpleNamespace
+
+    from orchestrator.launch.submit_plan import new_run
     from orchestrator.store import launch_records
 
     runs = tmp_path / "runs"
@@ -87,11 +89,10 @@ def test_a_launchs_new_attempt_takes_its_repeat_out_of_the_kept_summary(tmp_path
         write_result(runs, result)
     collect(Session, runs)
     assert [r["n"] for r in assert_exact(db_url).values()] == [3]
+    opts = SimpleNamespace(backend=SimpleNamespace(name="local"), runs=str(tmp_path / "runs"))  # what new_run reads
+    again = new_run("s1", results[0]["cell_id"], 0, 2, opts, ("u", "h"))
     with Session.begin() as session:
-        cell = results[0]["cell_id"]
-        rerun = NewRun(uid=f"s1:{cell}:0:2", sweep_id="s1", cell_id=cell, repeat=0, attempt=2, executor="local",
-                       run_dir=str(tmp_path / "x"), submit_user="u", submit_host="h", submitted_at=1.0)
-        launch_records.insert_runs(session, [rerun.row()], [(cell, 0)])
+        launch_records.insert_runs(session, [again.row()], [(again.cell_id, again.repeat)])
     assert [r["n"] for r in assert_exact(db_url).values()] == [2]
     Session.kw["bind"].dispose()
 
@@ -154,7 +155,29 @@ def test_results_summary_reads_the_kept_rows_and_the_runs_where_a_filter_needs_t
     assert [r["model"] for r in every] == ["alexnet", "lenet", "vgg16"] and list(every[0]) == list(schema.SUMMARY_COLUMNS)
     assert summary_csv("--where", "model=lenet,vgg16") == every[1:]
     assert summary_csv("--sweep", "s") == every  # a run's column: from the runs, the same rows
+    # `mode` (the cell's, else what the run measured) beside a run's column: each run once, not once per cell
+    assert summary_csv("--sweep", "s", "--where", "mode=throughput") == every
     assert [r["noisy"] for r in summary_csv("--noisy-cv", "1")] == ["1", "1", "1"]  # the reader's threshold
     execute(db_url, "update kept_summary set n = 99 where model = 'lenet'")
     assert [r["n"] for r in summary_csv("--where", "model=lenet")] == ["99"]
     assert [r["n"] for r in summary_csv("--sweep", "s", "--where", "model=lenet")] == ["3"]
+
+
+def test_a_mode_filter_picks_runs_by_what_they_measured_as_results_does(tmp_path, db_url, monkeypatch, capsys):
+    """`--where mode=` names the `results` column: the cell's mode, else what the run measured (a
+    cell from before accuracy mode whose runs measured top-1 is `accuracy` there). The summary
+    answers it from the runs, as it answers `--sweep` (not from the kept row's cell setting)."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("ORCHESTRATOR_DB", db_url)
+    for i in range(4):
+        measured = {**speeds(i), "top1_final": 0.9} if i % 2 else speeds(i)  # alexnet measured top-1
+        write_result(tmp_path / "runs", make_result(sweep="s", model=MODELS[i % 2], repeat=i // 2, metrics=measured))
+    assert main(["collect"]) == 0
+    capsys.readouterr()
+
+    def models(*args):
+        assert main(["results", "--summary", "--csv", *args]) == 0
+        return [(r["model"], r["n"]) for r in csv.DictReader(io.StringIO(capsys.readouterr().out))]
+
+    assert models("--where", "mode=accuracy") == models("--sweep", "s", "--where", "mode=accuracy") == [("alexnet", "2")]
+    assert models("--where", "mode=throughput") == [("lenet", "2")]

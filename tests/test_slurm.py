@@ -326,6 +326,14 @@ def _slow_sbatch(tmp_path, env, before_s=0, after_s=0):
     return {**env, "PATH": f"{bin_dir}:{env['PATH']}"}, landed
 
 
+def _marked(slurm_workdir, n):
+    """Whether `n` runs are recorded marked with their submission (its sbatch not answered yet)."""
+    try:
+        return rows(slurm_workdir, "select count(*) from runs where state_detail like 'submitting as%'") == [(n,)]
+    except sqlite3.OperationalError:  # the database is being made
+        return False
+
+
 def _launch_and_kill(args, slurm_workdir, env, until):
     """Starts a sweep and SIGKILLs the orchestrator (only it: its sbatch child lives on) once
     `until()` holds."""
@@ -363,13 +371,7 @@ def test_an_sbatch_landing_after_the_retype_runs_nothing_and_is_cancelled(slurm_
     cells = ["-m", *SMALL, "model=lenet", "seed=1,2,3"]
     slow, landed = _slow_sbatch(slurm_workdir[0], slurm_workdir[1], before_s=20)
 
-    def marked():
-        try:
-            return rows(slurm_workdir, "select count(*) from runs where state_detail like 'submitting as%'") == [(3,)]
-        except sqlite3.OperationalError:  # the database is being made
-            return False
-
-    _launch_and_kill(cells, slurm_workdir, slow, until=marked)
+    _launch_and_kill(cells, slurm_workdir, slow, until=lambda: _marked(slurm_workdir, 3))
     retyped = orchestrator(cells, slurm_workdir)  # well before the slow sbatch lands
     assert retyped.returncode == 0, retyped.stderr
     assert "3 cells submitted" in retyped.stdout and not landed.exists(), retyped.stdout
@@ -545,3 +547,36 @@ def test_retry_timeout_follows_up_a_cell_that_failed_in_an_earlier_sweep(slurm_w
     assert rows(slurm_workdir, "select attempt from runs order by attempt") == [(1,), (2,)]
     said = " ".join(again.stdout.split())
     assert re.search(r"retry.timeout=1: job \d+(_0)? resubmits", said), said
+
+
+def test_a_launch_beside_one_still_submitting_leaves_its_submission_alone(slurm_workdir):
+    """Two launches at once: the second starts while the first one's sbatch is on its way (its runs
+    recorded and marked, their job ids not back yet, its launcher alive). The second settles only
+    submissions whose launcher is gone: the first's runs stay pending, their bundle in place, and
+    the first records its job ids and ends well."""
+    first_cells = ["-m", *SMALL, "model=lenet", "seed=1,2,3"]
+    slow, landed = _slow_sbatch(slurm_workdir[0], slurm_workdir[1], before_s=45)
+
+    first = subprocess.Popen([sys.executable, "-m", "orchestrator", *first_cells], cwd=slurm_workdir[0], env=slow,
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.time() + 120
+        while not _marked(slurm_workdir, 3) and time.time() < deadline and first.poll() is None:
+            time.sleep(0.2)
+        assert _marked(slurm_workdir, 3) and first.poll() is None, "the first launch never reached its sbatch"
+        second = orchestrator(["-m", *SMALL, "model=lenet", "seed=4"], slurm_workdir)  # other cells, plain sbatch
+        assert second.returncode == 0, second.stdout + second.stderr
+        assert not landed.exists(), "the first sbatch landed before the second launch ended: nothing was tested"
+        states = rows(slurm_workdir, "select state, count(*) from runs where state_detail like 'submitting as%' "
+                                     "or state = 'cancelled' group by state")
+        assert states == [("pending", 3)], states  # the first launch's runs: untouched
+        out, _ = first.communicate(timeout=300)
+    finally:
+        if first.poll() is None:
+            first.kill()
+            first.wait()
+    assert first.returncode == 0 and "3 cells submitted" in out, out
+    # every run of both launches handed over once, none given up (whether a job started yet is Slurm's)
+    assert rows(slurm_workdir, "select count(*) from runs where job_id is not null and state != 'cancelled'") == [(4,)]
+    jobs = {j.split("_")[0] for (j,) in rows(slurm_workdir, "select job_id from runs")}
+    subprocess.run(["scancel", *jobs], env=slurm_workdir[1], check=False)  # what they run is not the question

@@ -184,8 +184,8 @@ def _run_here(session: Session, report: SubmitReport, planned: list[Planned], op
     """A foreground run: each cell's job run in this process, one after the other."""
     for cell, runs in planned:
         for run in runs:
-            run.state, run.submitted_at = runstate.RUNNING, time.time()
-        _write(session, runs, ("state", "submitted_at"))
+            run.state, run.submitted_at, run.state_detail = runstate.RUNNING, time.time(), None
+        _write(session, runs, ("state", "submitted_at", "state_detail"))
         run_cell(job_spec(cell, report.sweep_id, runs, opts))
         report.submitted.append((cell, "foreground", len(runs)))
 

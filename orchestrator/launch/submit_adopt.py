@@ -1,18 +1,23 @@
 """Submissions killed mid-way: a run recorded and marked with its submission's name, whose job id
 never reached the database, is adopted (the scheduler has a job under that name) or given up.
 
-Before each submission its runs are marked `submitting as <name>[<index>/<size>]` and committed;
-the job ids are committed right after the scheduler answers. A launcher killed between the two
-leaves pending runs without a job id, which the next launch resolves here before it plans
-anything, so that typing the sweep again never submits a run twice.
+Before each submission its runs are marked `submitting as <name>[<index>/<size>] by <launcher>`
+and committed; the job ids are committed right after the scheduler answers. A launcher killed
+between the two leaves pending runs without a job id, which the next launch resolves here before
+it plans anything, so that typing the sweep again never submits a run twice. A launcher still at
+it (another launch at the same time, of any cells) is not killed: its runs are left to it.
 """
 from __future__ import annotations
 
+import functools
+import os
 import re
+import socket
 import time
 from pathlib import Path
 from typing import Optional
 
+import psutil
 from sqlalchemy.orm import Session
 
 from orchestrator.store import launch_records, schema
@@ -23,17 +28,50 @@ from orchestrator.backends.base import Naming
 #: A pending run's state_detail while its group is being handed to the executor.
 SUBMITTING = "submitting as"
 #: The whole mark, as submit writes it and adopt_interrupted reads it: name, index, size.
-_MARK = re.compile(rf"{SUBMITTING} (\S+)\[(\d+)/(\d+)\]")
+_MARK = re.compile(rf"{SUBMITTING} (\S+)\[(\d+)/(\d+)\](?: by (\S+))?")
 #: A cancelled run's state_detail when its submission was given up (the name it went out under).
 GIVEN_UP = "submission {name} interrupted before the job was handed over"
 LANDED_LATE = "; its array {job} landed later and was cancelled"
 #: A cancelled run's state_detail when it was recorded and never handed over (no mark).
 NEVER_HANDED = "recorded, never handed to the scheduler"
+#: A new run's state_detail until its submission marks it (or it runs here, in the foreground).
+RECORDED = "recorded by"
+#: The launcher a pending run's state_detail names (a mark's or RECORDED's last word).
+_BY = re.compile(r" by (\S+)$")
 
 
 def submitting(name: str, index: int, size: int) -> str:
-    """The mark of a run about to go out as member `index` of `size` of submission `name`."""
-    return f"{SUBMITTING} {name}[{index}/{size}]"
+    """The mark of a run about to go out as member `index` of `size` of submission `name`, by
+    this launcher (`host:pid:start`): what tells a launch beside it that it is still at it."""
+    return f"{SUBMITTING} {name}[{index}/{size}] by {_launcher(os.getpid())}"
+
+
+def recorded_by() -> str:
+    """A new run's state_detail: recorded by this launcher, which hands it over (or runs it) next."""
+    return f"{RECORDED} {_launcher(os.getpid())}"
+
+
+@functools.lru_cache(maxsize=1)
+def _launcher(pid: int) -> str:
+    """Process `pid` as `host:pid:start` (its start time tells a reused pid apart): asked once per
+    launch, not once per run."""
+    return f"{socket.gethostname()}:{pid}:{int(psutil.Process(pid).create_time())}"
+
+
+def _at_it(launcher: Optional[str]) -> bool:
+    """Whether the launcher a run's state_detail names may still be at it: alive on this host, or on
+    another host (whose processes only a launch there can see). A mark without one (an older
+    release's) or whose process is gone is not."""
+    host, _, rest = (launcher or "").partition(":")
+    if not rest:
+        return False
+    if host != socket.gethostname():
+        return True
+    pid, _, start = rest.partition(":")
+    try:
+        return int(psutil.Process(int(pid)).create_time()) == int(start)
+    except (psutil.Error, ValueError):
+        return False
 
 
 def adopt_interrupted(session: Session, backend: Backend) -> None:
@@ -73,11 +111,15 @@ def _find(backend: Backend, names: set[str]) -> dict[str, str]:
 
 def _settle(orphans: list[schema.Run], marked: dict[str, tuple[str, int]], found: dict[str, str],
             backend: Backend) -> dict[str, Path]:
-    """Each orphan adopted (its submission found) or cancelled; the given-up submissions' folders, by name."""
+    """Each orphan adopted (its submission found), left to the launcher its state_detail names
+    (still at it: _at_it; a run recorded, marked or about to run in the foreground) or cancelled;
+    the given-up submissions' folders, by name."""
     now = time.time()
     abandoned: dict[str, Path] = {}
     for run in orphans:
         name, index = marked.get(run.uid, (None, 0))
+        if name not in found and _at_it(next(iter(_BY.findall(run.state_detail or "")), None)):
+            continue
         if name in found:
             run.state, run.submitted_at = runstate.SUBMITTED, now
             run.job_id = backend.task_job_id(found[name], index)  # found: the backend is Naming
@@ -124,5 +166,5 @@ def _given_up(session: Session) -> dict[str, list[schema.Run]]:
 
 def is_unresolved(detail: Optional[str]) -> bool:
     """Whether a pending run without a job id carries a submission's mark (adopt_interrupted has
-    not resolved it yet: the scheduler did not answer)."""
-    return (detail or "").startswith(SUBMITTING)
+    not resolved it yet: its launcher is still at it, or the scheduler did not answer)."""
+    return (detail or "").startswith((SUBMITTING, RECORDED))

@@ -24,7 +24,7 @@ from orchestrator.results.resultfile import run_uid
 from orchestrator.envs.runtime import EnvironmentNotReady, make_runtime
 from orchestrator.store.sql_adapters import Rows
 from orchestrator.store.sqlite_lease import who
-from orchestrator.launch.submit_adopt import is_unresolved
+from orchestrator.launch.submit_adopt import is_unresolved, recorded_by
 from orchestrator.launch.submit_options import Options
 
 
@@ -61,7 +61,7 @@ def new_run(sweep_id: str, cell_id: str, repeat: int, attempt: int, opts: Option
     name = str(repeat) if attempt == 1 else f"{repeat}.{attempt}"
     user, host = submitter or who()
     return NewRun(uid=run_uid(sweep_id, cell_id, repeat, attempt), sweep_id=sweep_id, cell_id=cell_id,
-                  repeat=repeat, attempt=attempt, executor=opts.backend.name,
+                  repeat=repeat, attempt=attempt, executor=opts.backend.name, state_detail=recorded_by(),
                   run_dir=os.path.join(opts.runs, sweep_id, cell_id, name), submit_user=user, submit_host=host)
 
 
@@ -75,8 +75,9 @@ def plan_runs(sweep_id: str, cell: Cell, opts: Options, existing: list[Any],
         flying = [r for r in mine if r.state in runstate.IN_FLIGHT]
         unsure = [r for r in mine if r.state == runstate.PENDING and r.job_id is None and is_unresolved(r.state_detail)]
         if unsure:  # even force=true: a second submission could measure it twice
-            reasons.append(f"repeat {repeat}: an interrupted submission ({unsure[0].state_detail}) is not "
-                           f"resolved yet, since the scheduler did not answer; type the sweep again later")
+            reasons.append(f"repeat {repeat}: a submission ({unsure[0].state_detail}) is not settled yet: "
+                           f"its launcher is still at it, or the scheduler did not answer; type the sweep "
+                           f"again later (on that host, if its launcher was killed)")
         elif flying and not opts.force:
             reasons.append(f"repeat {repeat} in flight (run {flying[0].uid}, job {flying[0].job_id})")
         elif done and not opts.force:

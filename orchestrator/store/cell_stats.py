@@ -71,8 +71,9 @@ def results_columns(names: Sequence[str], runs: Any = None) -> Select:
     run = runs.c if runs is not None else Run.__table__.c
     source = runs if runs is not None else Run.__table__
     metrics = _METRIC_COLUMNS
-    # cells only where a cell's column is asked for (every run has its cell: the rows are the same)
-    by_cell = any(name not in metrics and name != "mode" and (name not in _STORED or _STORED[name].class_ is Cell)
+    # cells only where a cell's column is asked for (every run has its cell: the rows are the same);
+    # `mode` is one (the cell's, else what the run measured): without the join it crossed every cell
+    by_cell = any(name == "mode" or name not in metrics and (name not in _STORED or _STORED[name].class_ is Cell)
                   for name in names)
     joined = join(source, Cell, Cell.id == run.cell_id) if by_cell else source
     picked = {}

@@ -55,12 +55,12 @@ def insert_cells(session: Session, new: list[dict[str, Any]], members: list[dict
 def insert_runs(session: Session, rows: Sequence[Mapping[str, Any]], relatest: Iterable[tuple[str, int]]) -> None:
     """New runs (NEW_RUN_COLUMNS of each) in one executemany, and `latest` set again on the
     (cell id, repeat) in `relatest` (schema.mark_latest): those whose earlier attempts stop
-    being the current word. A repeat's only attempt is inserted latest already. An earlier attempt
-    no longer the latest leaves its cell's kept summary here, in the launch's transaction
-    (result_rows.refresh_summary), not once the new attempt lands."""
+    being the current word. A repeat's only attempt is inserted latest already. An earlier
+    attempt no longer the latest leaves its cell's kept summary in the same transaction
+    (result_rows.refresh_summary): a launch with force=true and a rerun change what it counts."""
+    relatest = sorted(set(relatest))
     if rows:
         session.execute(insert(schema.Run.__table__), list(rows))
-    relatest = list(relatest)
     schema.mark_latest(session.connection(), relatest)
     result_rows.refresh_summary(session.connection(), {cell for cell, _ in relatest}, kept_only=True)
 

@@ -9,7 +9,7 @@ The summary (`kept_summary`, schema.KeptSummary) is `cell_summary`'s row of each
 table, so that `results --summary` over a million runs reads a page of it (under a second)
 instead of ranking every run (15 s). It stays exact because every writer of what it depends on
 (a run's state, its `latest` flag, its metrics) refreshes the cells it touched in the same
-transaction (refresh_summary): the collector here, a launch's new attempts (submit.insert_runs)
+transaction (refresh_summary): the collector here, a launch's new attempts (launch_records.insert_runs)
 and a copy (db_copy). A refresh recomputes the cell from its runs with the view's own select
 (cell_stats.summary_select), so the kept figures are the view's, computed once per landing.
 """
@@ -33,6 +33,12 @@ LOOKED_UP = (Run.uid, Run.id, Run.state, Run.collected_at, Run.node, Run.job_id,
 _CLAIM = update(Run.__table__).where(Run.__table__.c.uid == bindparam("claim_uid"),
                                      Run.__table__.c.collected_at.is_(None),
                                      Run.__table__.c.state == bindparam("claim_state"))
+
+
+#: Settings whose `results` column a run can decide: `mode` is the cell's, else what the run
+#: measured (a cell from before accuracy mode, None, whose runs measured top-1 is `accuracy` there),
+#: while the kept row holds the cell's setting; a filter on it picks runs.
+RUNS_DECIDE = ("mode",)
 
 
 class Contended(Exception):
@@ -193,10 +199,10 @@ def _insert_summary(conn: Connection, filters: Mapping[str, Sequence[Any]]) -> N
 
 def kept_summary(filters: Mapping[str, Sequence[Any]], noisy_cv: float) -> Optional[Any]:
     """cell_stats.summary_select(filters, noisy_cv) read from the kept summary: the same columns and
-    rows (`noisy` from the kept CV and the reader's threshold). None where a filter is no cell setting (a run's column, a metric): those pick runs, and
-    only the runs can answer."""
+    rows (`noisy` from the kept CV and the reader's threshold). None where a filter is no cell
+    setting (a run's column, a metric) or RUNS_DECIDE: those pick runs, and only the runs can answer."""
     table = KeptSummary.__table__.c
-    if any(name not in schema.SUMMARY_CELL and name != "cell" for name in filters):
+    if any(name not in schema.SUMMARY_CELL and name != "cell" or name in RUNS_DECIDE for name in filters):
         return None
     shown = {**{c: table[c] for c in schema.KEPT_COLUMNS}, "noisy": cell_stats.noisy_flag(table.images_per_sec_cv, noisy_cv)}
     return (select(*(shown[c].label(c) for c in schema.SUMMARY_COLUMNS))
