@@ -64,7 +64,8 @@ def _phase(backend, job_id):
 def test_a_real_job_is_followed_from_waiting_to_its_end(backend, tmp_path):
     gate = tmp_path / "gate"
     executor = backend.executor(tmp_path / ".submitit")
-    params = resources(backend, {"hardware": {"cpus": 1, "mem_gb": 1, "time_min": 5}, "gpus": 0})
+    # a cell's resolved config holds every setting, defaults included (nodes among them)
+    params = resources(backend, {"hardware": {"cpus": 1, "mem_gb": 1, "time_min": 5}, "gpus": 0, "nodes": 1})
     wait = ["sh", "-c", f"while [ ! -e {gate} ]; do sleep 0.1; done"]
     (job_id,) = submit(backend, executor, subprocess.call, [wait], params, f"conformance-{tmp_path.name}")
     try:

@@ -9,6 +9,7 @@ one is still a cycle here.
 """
 import ast
 import re
+import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -320,9 +321,10 @@ def test_the_architecture_page_draws_the_layers_in_order():
     assert positions == sorted(positions, reverse=True), "the drawing lists the layers top (front door) to bottom"
 
 
-def test_the_folders_a_module_finds_from_its_own_file_lie_where_they_are_after_the_move():
+def test_the_folders_a_module_finds_from_its_own_file_lie_where_they_are_after_the_move(monkeypatch):
     # a module moved one folder down (orchestrator/envs/, orchestrator/sweep/) that counted
     # `parent.parent` from its file looked for the recipes and the config tree in orchestrator/
+    monkeypatch.setattr(sys, "argv", ["orchestrator"])  # hydra_app reads the command line on import (-m)
     from orchestrator import hydra_app
     from orchestrator.envs import venv_runtime
     from orchestrator.sweep import config_checks
