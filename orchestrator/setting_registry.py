@@ -101,7 +101,10 @@ def _batch_size(get: Lookup, so_far: Mapping[str, Any]) -> Any:
 
 
 def _threads(get: Lookup, so_far: Mapping[str, Any]) -> Any:
-    return _first(get("threads"), get("hardware.cpus"), os.cpu_count(), 1)
+    """threads=, else the hardware's CPUs, else this machine's: os.cpu_count() asked only then, not
+    for each cell of a sweep on hardware that names its CPUs."""
+    found = _first(get("threads"), get("hardware.cpus"))
+    return found if found is not None else _first(os.cpu_count(), 1)
 
 
 def _accuracy_only(key: str, default: Any = None) -> Callable[[Lookup, Mapping[str, Any]], Any]:
