@@ -100,8 +100,9 @@ COMMANDS_OWN = {"paths.runs": "--runs DIR", "paths.db": "--db URL"}
 def hide_passwords(text: str) -> str:
     """`text` with the password of every URL in it masked (`***`), the rest byte for byte: what is
     kept in the shared database of a command line or printed. A pattern, not a URL parser: a word
-    that is no URL (`docker://ubuntu:22.04]`, `file:///x/conf]`) is left as it is, never refused."""
-    return _PASSWORD.sub(r"\1***@", text)
+    that is no URL (`docker://ubuntu:22.04]`, `file:///x/conf]`) is left as it is, never refused.
+    A word without `://` holds no URL: returned at once (each cell's overrides pass here)."""
+    return _PASSWORD.sub(r"\1***@", text) if "://" in text else text
 
 
 def recordable(words: Sequence[str]) -> list[str]:

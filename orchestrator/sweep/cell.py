@@ -8,6 +8,7 @@ and a rerun finds the runs it already has.
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import json
@@ -52,6 +53,15 @@ class Cell:
     @functools.cached_property
     def id(self) -> str:
         return cell_id(self.settings)
+
+    def with_config(self, config: dict[str, Any]) -> "Cell":
+        """This cell with another config (time_limits.learn's limit in its hardware): its settings,
+        and so its id, are the same, so the id already worked out goes with it, not hashed again
+        (half the hashing of a 10,000-cell submission)."""
+        new = dataclasses.replace(self, config=config)
+        if "id" in self.__dict__:  # functools.cached_property's slot
+            new.__dict__["id"] = self.__dict__["id"]
+        return new
 
     @property
     def where(self) -> str:

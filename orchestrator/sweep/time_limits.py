@@ -49,7 +49,6 @@ questions asked of the database are run_history.limit_history, limit_timeouts an
 """
 from __future__ import annotations
 
-import dataclasses
 import functools
 import math
 from dataclasses import dataclass
@@ -371,5 +370,4 @@ class History:
 
 def _with_hardware(cell: Any, **changes: Any) -> Any:
     """`cell` with these keys of its hardware changed: a new Cell, config and hardware dict."""
-    config = {**cell.config, "hardware": {**cell.config["hardware"], **changes}}
-    return dataclasses.replace(cell, config=config)
+    return cell.with_config({**cell.config, "hardware": {**cell.config["hardware"], **changes}})

@@ -1,0 +1,70 @@
+"""A faster submission names the same cells and writes the same rows (issue 36, item 6's speed
+goal): the ids and the recorded settings of a grid that holds every setting with a default, at it
+and away from it, are pinned as main made them before the speed-ups, and a cell whose time limit
+learn() writes keeps the id it had without hashing its settings again."""
+import hashlib
+import itertools
+import json
+
+from orchestrator import setting_registry
+from orchestrator.launch.submit_plan import cell_rows
+from orchestrator.sweep import time_limits
+from orchestrator.sweep.cell import cell_id
+
+from test_time_limits_sweep import _expanded
+
+GRID = [
+    ["framework=torch", "framework=tf"],
+    ["hardware=cpu12"],
+    ["", "seed=3", "nodes=1", "mode=accuracy", "mode=accuracy epochs=2", "input=memory", "threads=2",
+     "batch_size=16", "model=alexnet", "dataset.like=cifar10"],
+]
+#: sha256 of the grid's (id, recorded settings) rows as main wrote them (commit 0ad7e48; 16 distinct
+#: ids of 20 cells: nodes=1 and input=memory name the default cell); a change to conf/ may move it
+PINNED = "ab303760576744bc7d99ede1ecea33745f5c9111750221b7bcbe4a191ebe3ce7"
+
+
+def _grid():
+    return [[o for part in combo for o in part.split() if o] for combo in itertools.product(*GRID)]
+
+
+def test_the_grids_ids_and_recorded_settings_are_the_ones_main_wrote():
+    cells = _expanded(_grid())
+    new, members = cell_rows("s", cells, known=set(), planned=set())
+    rows = sorted((row["id"], json.dumps(setting_registry.recorded(row["settings"]), sort_keys=True))
+                  for row in new)
+    assert len(rows) == len(cells) == len(members) == 20
+    assert all(row["settings"] == setting_registry.recorded(cell.settings) for row, cell in zip(new, cells))
+    assert hashlib.sha256(json.dumps(rows).encode()).hexdigest() == PINNED, rows
+
+
+def test_a_learned_limit_keeps_the_cells_id_without_hashing_it_again():
+    cells = _expanded(_grid()[:4])
+    ids = [cell.id for cell in cells]
+    learned = time_limits.learn(cells, None, lambda config: None, {})
+    assert [cell.config is not old.config for cell, old in zip(learned, cells)] == [True] * 4
+    assert all("id" in cell.__dict__ for cell in learned)  # carried over, not yet worked out again
+    assert [cell.id for cell in learned] == ids == [cell_id(cell.settings) for cell in learned]
+    assert [cell.settings for cell in learned] == [cell.settings for cell in cells]
+
+
+def test_a_launch_resolves_its_cells_with_the_cycle_collector_paused_and_turns_it_on_again():
+    """The collector's passes over a launch's long-lived cells were a tenth of a 10,000-cell
+    submission's CPU: paused while the cells are made, on again after, a refusal's exit too."""
+    import gc
+
+    import pytest
+
+    from orchestrator import front_door
+    from orchestrator.sweep.cell import CellError
+
+    seen = []
+
+    def resolve():
+        seen.append(gc.isenabled())
+        raise CellError("torch/lenet/mnist: refused for the test")
+
+    assert gc.isenabled()
+    with pytest.raises(SystemExit, match="no cell of this sweep can be placed"):
+        front_door.launch([front_door.Asked("seed=1", resolve, lambda: {})])
+    assert seen == [False] and gc.isenabled()
