@@ -57,7 +57,8 @@ def launch(asked: Iterable[Asked], foreground: bool = False) -> None:
     value (paths, cluster, the database) ends the command with its message before anything is
     written, a cell's bad value refuses that cell only."""
     argv = ["python", "-m", "orchestrator", *sys.argv[1:]]
-    with config_checks.stop_on_bad_input(), collector_paused():
+    # a foreground launch runs its cell's job in this process: the collector stays on for it
+    with config_checks.stop_on_bad_input(), nullcontext() if foreground else collector_paused():
         found = sort_cells(asked)
         if found.left_out:
             launcher_output.print_left_out(found.left_out)
@@ -87,8 +88,9 @@ def launch(asked: Iterable[Asked], foreground: bool = False) -> None:
 
 @contextmanager
 def collector_paused() -> Iterator[None]:
-    """Python's cycle collector off while a launch makes its cells, rows and task pickles, and on
-    again as it was before the jobs are followed: those are tens of thousands of long-lived objects
+    """Python's cycle collector off while a sweep's launch makes its cells, rows and task pickles,
+    and on again as it was before the jobs are followed (a foreground launch, whose job runs in
+    this process, keeps it on): those are tens of thousands of long-lived objects
     without cycles, which each of its passes walked again (a tenth of a 10,000-cell submission's
     CPU); what a launch leaves is freed by reference counts, any cycle at the next pass after."""
     was_on = gc.isenabled()

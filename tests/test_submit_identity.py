@@ -68,3 +68,7 @@ def test_a_launch_resolves_its_cells_with_the_cycle_collector_paused_and_turns_i
     with pytest.raises(SystemExit, match="no cell of this sweep can be placed"):
         front_door.launch([front_door.Asked("seed=1", resolve, lambda: {})])
     assert seen == [False] and gc.isenabled()
+    # the foreground run's job runs in the launching process: the collector stays on for it
+    with pytest.raises(SystemExit, match="no cell of this sweep can be placed"):
+        front_door.launch([front_door.Asked("seed=1", resolve, lambda: {})], foreground=True)
+    assert seen == [False, True] and gc.isenabled()
