@@ -551,3 +551,73 @@ def test_four_collect_commands_at_once_land_each_result_exactly_once(tmp_path, d
     assert query(db_url, "select count(*) from cells") == [(4,)]
     assert query(db_url, "select count(*) from sweep_cells") == [(8,)]
     assert query(db_url, "select count(*), sum(case when latest then 1 else 0 end) from runs") == [(n, n)]
+
+
+def test_a_collector_waits_for_another_adding_the_same_rows_and_finds_them_landed(tmp_path, postgres_server, monkeypatch):
+    """On a server, where a batch holds no lock while it looks rows up: before each lookup of
+    this collector, "another collector" inserts, in its own open transaction, the sweep, cell,
+    sweep-cell and run the file needs, and commits once this collector waits on it. This
+    collector must wait and skip each (not fail its batch on the key, and then fail its file
+    alone on the next: that was "the database refused it twice", found by the four-collector
+    test), and then find the run landed: already there, one row, no broken file."""
+    import threading
+    import time
+
+    from sqlalchemy import create_engine, text
+    from sqlalchemy.orm import Session as OrmSession
+    from sqlalchemy.pool import NullPool
+
+    from db_urls import create_database, drop_database
+    from orchestrator.store import result_rows
+
+    url = create_database(postgres_server)
+    runs = tmp_path / "runs"
+    result = make_result(sweep="sweep-a", model="lenet")
+    write_result(runs, result)
+    Session = db.open_db(url)
+    engine = create_engine(url, poolclass=NullPool)
+    rows = {"sweeps": lambda: Sweep(id="sweep-a", created_at=1.0, argv=[], overrides=[], n_cells=1),
+            "cells": lambda: Cell(id=result["cell_id"], settings=result["cell"], created_at=1.0, **result["cell"]),
+            "sweep_cells": lambda: SweepCell(sweep_id="sweep-a", cell_id=result["cell_id"]),
+            "runs": lambda: Run(uid=result["run_uid"], sweep_id="sweep-a", cell_id=result["cell_id"], repeat=0,
+                                attempt=1, state="done", collected_at=2.0)}
+    waited, committers = [], []
+
+    def commit_when_waited_on(other: OrmSession, table: str) -> None:
+        with engine.connect() as look:  # autocommit reads: pg_stat_activity is cached per transaction
+            look.execution_options(isolation_level="AUTOCOMMIT")
+            for _ in range(3000):
+                if look.execute(text("select count(*) from pg_stat_activity where datname = current_database() "
+                                     "and wait_event_type = 'Lock'")).scalar():
+                    waited.append(table)
+                    break
+                time.sleep(0.02)
+        other.commit()
+        other.close()
+
+    def another_collector_first(table: str) -> None:
+        if table in rows:  # each row once, before this collector's first look for it
+            other = OrmSession(engine)
+            other.add(rows.pop(table)())
+            other.flush()
+            committers.append(threading.Thread(target=commit_when_waited_on, args=(other, table)))
+            committers[-1].start()
+
+    present, looked_up = result_rows.present, result_rows.looked_up
+    monkeypatch.setattr(result_rows, "present", lambda conn, table, ids, sweep=None: (
+        another_collector_first(table), present(conn, table, ids, sweep))[1])
+    monkeypatch.setattr(result_rows, "looked_up", lambda conn, uids: (
+        another_collector_first("runs"), looked_up(conn, uids))[1])
+    try:
+        report = collect(Session, runs)
+        for t in committers:
+            t.join()
+        assert (report.added, report.already, report.broken) == (0, 1, [])
+        assert waited == ["sweeps", "cells", "sweep_cells", "runs"]  # each was met while its insert waited
+        assert query(url, "select count(*), min(collected_at) from runs") == [(1, 2.0)]
+        assert query(url, "select (select count(*) from sweeps), (select count(*) from cells), "
+                          "(select count(*) from sweep_cells), (select count(*) from metrics)") == [(1, 1, 1, 0)]
+    finally:
+        Session.kw["bind"].dispose()
+        engine.dispose()
+        drop_database(postgres_server, url)

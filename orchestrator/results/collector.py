@@ -11,14 +11,14 @@ after a sweep, turns each file into rows. It may run many times, and two may run
   stays true until it commits; a crash loses at most the batch in progress, which the next
   collection lands;
 - a run is *claimed* (result_rows.claim: its row changed only where it is still uncollected and
-  in the state looked up), or inserted, collected, where no row had it (the unique uid refuses a
-  second insert), and its metrics are written only by the collector whose claim changed the
-  row, so a run that two collectors read at the same time is still counted once; the statements
-  are result_rows.py's, which in the same transaction also refreshes the kept per-cell summary;
-- should anything in a batch fail (a row the database refuses, two collectors creating the same
-  sweep, cell or run, a run changed under it), the batch rolls back and each of its files lands
-  alone, in its own transaction, retried once; a file that still fails is reported broken and
-  the others are not lost.
+  in the state looked up), or inserted, collected, where no row had it; its metrics are written
+  only by the collector whose claim or insert changed the row, so a run two collectors read at
+  once counts once. An insert skips a sweep, cell or run another collector has added (a server
+  waits for it first), and a run so skipped is looked up again alone, where it is found landed.
+  The statements are result_rows.py's, which also refresh the kept per-cell summary;
+- should anything in a batch fail (a row the database refuses, a run changed under it), the
+  batch rolls back and each of its files lands alone, in its own transaction, retried once; a
+  file that still fails is reported broken and the others are not lost.
 
 Per file it costs one statement or two: the sweep and cell rows a batch needs are found with
 one query on their ids (never loading a sweep's override list), ids already seen are remembered
@@ -329,7 +329,9 @@ def _runs(conn: Connection, files: list[_File]) -> list[str]:
     for i in result_rows.claim(conn, [c for _, c in claims]):
         outcomes[claims[i][0]] = CONTENDED
     ids = {r.uid: r.id for r in rows.values()}
-    ids.update(result_rows.insert_runs(conn, inserts))
+    ids.update(result_rows.insert_runs(conn, inserts))  # a run another collector inserted since our
+    outcomes = [CONTENDED if o == ADDED and f.result["run_uid"] not in ids else o  # lookup has no id
+                for f, o in zip(files, outcomes)]  # here: looked up again, alone, and found landed
     landed = [(ids[f.result["run_uid"]], f.result) for f, outcome in zip(files, outcomes) if outcome == ADDED]
     result_rows.replace_metrics(conn, [run_id for run_id, _ in landed], [
         {"run_id": run_id, "name": name, "value": float(value), "unit": unit_of(name)}

@@ -83,10 +83,27 @@ def present(conn: Connection, table: str, ids: set[str], sweep: Optional[str] = 
     return set(conn.scalars(select(column).where(column.in_(ids), *where))) if ids else set()
 
 
+def _insert_new(conn: Connection, table: Any) -> Any:
+    """An INSERT into `table` that skips a row whose key is taken: by a committed row, or by
+    another transaction's uncommitted one, which a server waits for first (and inserts ours if that
+    one rolls back). Two collectors landing the same sweep, cell or run at once then both go on;
+    a plain INSERT would fail the whole batch on the second, and its files, landed one by one,
+    could meet a third collector's insert twice and be called broken (found by the four-collector
+    test on PostgreSQL). The results database is SQLite or PostgreSQL (db.open_db), both of which
+    have ON CONFLICT DO NOTHING."""
+    if conn.dialect.name == "postgresql":
+        from sqlalchemy.dialects.postgresql import insert as dialect_insert
+    else:
+        from sqlalchemy.dialects.sqlite import insert as dialect_insert
+    return dialect_insert(table).on_conflict_do_nothing()
+
+
 def add(conn: Connection, table: str, rows: list[dict[str, Any]]) -> None:
-    """`rows` into the table, in one statement."""
+    """`rows` into the table, in one statement; a row whose key another process has inserted
+    (or is inserting) is left to that one (_insert_new): the sweep, cell or sweep-cell rows the
+    collector adds are the same whoever adds them."""
     if rows:
-        conn.execute(insert(TABLES[table]), rows)
+        conn.execute(_insert_new(conn, TABLES[table]), rows)
 
 
 def looked_up(conn: Connection, uids: Iterable[str]) -> dict[str, Any]:
@@ -111,12 +128,14 @@ def claim(conn: Connection, claims: list[dict[str, Any]]) -> list[int]:
 
 def insert_runs(conn: Connection, rows: list[dict[str, Any]]) -> dict[str, int]:
     """Runs the launcher never recorded, inserted collected, each made the latest attempt of its
-    repeat (schema.mark_latest); their ids by uid."""
+    repeat (schema.mark_latest); the ids of those this transaction inserted, by uid. A run whose
+    uid another collector has inserted meanwhile is skipped and absent from the answer
+    (_insert_new): that collector landed it, so its file is not this one's to land."""
     if not rows:
         return {}
-    conn.execute(insert(Run), rows)
-    schema.mark_latest(conn, [(r["cell_id"], r["repeat"]) for r in rows])
-    return dict(conn.execute(select(Run.uid, Run.id).where(Run.uid.in_([r["uid"] for r in rows]))).all())
+    ids = dict(conn.execute(_insert_new(conn, Run.__table__).returning(Run.uid, Run.id), rows).all())
+    schema.mark_latest(conn, [(r["cell_id"], r["repeat"]) for r in rows if r["uid"] in ids])
+    return ids
 
 
 def replace_metrics(conn: Connection, run_ids: list[int], metrics: list[dict[str, Any]]) -> None:
