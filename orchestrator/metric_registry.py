@@ -102,6 +102,10 @@ METRICS = (
     MetricDef("energy_net_j", "J", False, "energy_j - gpu_idle_power_w x window length", "energy_net_j",
        across_nodes=SUM),
     MetricDef("energy_net_per_image_j", "J/img", False, "net GPU energy / measured images", across_nodes=SUM),
+    # the CPU packages' energy over the measured window (RAPL's counters, job/monitor/rapl.py)
+    MetricDef("cpu_energy_j", "J", False, "CPU package energy over the measured window (RAPL: every process on "
+       "the node's packages)", across_nodes=SUM),
+    MetricDef("cpu_energy_per_image_j", "J/img", False, "CPU package energy / measured images", across_nodes=SUM),
     MetricDef("images_per_sec_per_w", "img/s/W", True, "images_per_sec / gpu_power_avg_w", "images_per_sec_per_w",
        across_nodes=RATIO, ratio_of=("images_per_sec", "gpu_power_avg_w")),
     # accuracy mode (mode=accuracy): the test split after each epoch (trainers/common/accuracy.py)

@@ -17,7 +17,7 @@ from typing import Any, Iterable, Optional
 
 import numpy as np
 
-from orchestrator.job.energy import counter_energy, trapezoid_energy
+from orchestrator.job.energy import counter_energy, rapl_metrics, trapezoid_energy
 from trainers.common import flops
 
 #: A stretch of the window longer than this with no GPU sample is named in the run's reason.
@@ -318,6 +318,7 @@ def compute(events: Iterable[dict[str, Any]], samples: Iterable[dict[str, Any]] 
         reasons.append(f"accuracy on generated data: {start['data_generated']}")
     gpu, energy = gpu_metrics(samples, window, values.get("images_per_sec"))
     values.update(gpu)
+    values.update(rapl_metrics(samples, window))
     reasons.extend(_gpu_notes(samples, inside, window, gpu, energy))
     implausible = None
     if hardware is not None and values.get("images_per_sec"):
