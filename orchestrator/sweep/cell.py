@@ -26,7 +26,7 @@ from orchestrator.sweep.config_checks import ConfigError
 SETTINGS = setting_registry.NAMES
 #: dataset=imagenet is the only one read per step: what input=pipeline times.
 PIPELINE_DATASETS = ("imagenet",)
-DATASET_SHAPES = ("mnist", "cifar10", "imagenet", "digits")
+DATASET_SHAPES = ("mnist", "cifar10", "imagenet", "digits", "dlbench_fcn")
 
 
 class CellError(ValueError):

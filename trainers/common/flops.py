@@ -121,7 +121,7 @@ class _Counter(object):
     def head(self, head, features, classes):
         """A classifier head on `features` inputs, ending in the classes."""
         for kind, value in head:
-            if kind == arch.FC:
+            if kind in (arch.FC, arch.FC_SIGMOID):
                 self._dense(features * value)
                 features = value
         self._dense(features * classes)
@@ -178,6 +178,13 @@ def _googlenet(counter, classes):
     counter.head(arch.GOOGLENET_HEAD, counter.channels, classes)  # after the global average pool
 
 
+def _fully_connected(head):
+    def count(counter, classes):
+        features = arch.flat_features((counter.channels, counter.height, counter.width))
+        counter.head(head, features, classes)
+    return count
+
+
 _NETWORKS = {
     "lenet": _lenet,
     "alexnet": _plain(arch.ALEXNET, arch.ALEXNET_POOLED, arch.ALEXNET_HEAD),
@@ -185,6 +192,7 @@ _NETWORKS = {
     "googlenet": _googlenet,
     "vgg16": _plain(arch.vgg(arch.VGG16), arch.VGG16_POOLED, arch.VGG16_HEAD),
 }
+_NETWORKS.update((name, _fully_connected(head)) for name, head in arch.FULLY_CONNECTED.items())
 MODELS = tuple(sorted(_NETWORKS))
 
 

@@ -1,7 +1,8 @@
 """What each dataset holds and what input each model takes, for every framework alike.
 
 The networks keep their published architectures and change only in input size and class
-count. LeNet is a small-image network and runs at the dataset's own size. AlexNet,
+count. LeNet is a small-image network and runs at the dataset's own size; so do the fully
+connected networks (FCN-S, FCN-R), which flatten it. AlexNet,
 ResNet-50, GoogLeNet and VGG16 are ImageNet networks: they always see 224x224 images, so a
 dataset of smaller images (MNIST, CIFAR-10) is upsampled to 224x224 by nearest neighbour,
 once, while the batch pool is built and outside the timed step. Their first convolution
@@ -23,7 +24,12 @@ DATASETS = collections.OrderedDict([
     # scikit-learn's 1,797 real 8x8 handwritten digits, upsampled to MNIST's 28x28 by
     # `orchestrator data digits` and stored as MNIST IDX files (trainers/common/data.py)
     ("digits", DatasetSpec((1, 28, 28), 10)),
+    # DLBench's FCN-S data (Shi et al. 2016): 26,752 random features, 26,752 classes; random
+    # data only (`--dataset synthetic --like dlbench_fcn`), no files
+    ("dlbench_fcn", DatasetSpec((1, 1, 26752), 26752)),
 ])
+#: shapes `synthetic` takes that no reader has files for
+SYNTHETIC_ONLY = ("dlbench_fcn",)
 
 # None: the dataset's native size; a number: the square input the network is published for.
 MODEL_INPUT_SIZE = collections.OrderedDict([
@@ -32,6 +38,9 @@ MODEL_INPUT_SIZE = collections.OrderedDict([
     ("resnet50", 224),
     ("googlenet", 224),
     ("vgg16", 224),
+    # the fully connected networks take the data's own image, flattened (architectures.py)
+    ("fcn_s", None),
+    ("fcn_r", None),
 ])
 
 MODELS = tuple(MODEL_INPUT_SIZE)
