@@ -207,7 +207,7 @@ def run_checks():
 
 @pytest.fixture(scope="session")
 def counts():
-    """counts(python, framework, channels, size, classes, models) -> {model: parameters}."""
+    """counts(python, framework, channels, size, classes, models[, like]) -> {model: parameters}."""
     return model_counts
 
 
