@@ -28,7 +28,8 @@ channels and the class count change):
 - FCN-S and FCN-R: the fully connected networks of Shi et al. (2016), "Benchmarking
   State-of-the-Art Deep Learning Software Tools" (DLBench), Table 3: hidden layers of 2048 x 4
   (FCN-S, on synthetic data of 26,752 features and 26,752 classes) and 2048, 4096, 1024
-  (FCN-R, on MNIST), each with a sigmoid, then the classes. The input is the image flattened,
+  (FCN-R, on MNIST), each with a sigmoid (DLBench's scripts: hclhkbu/dlbench
+  tools/caffe/fc/fcn5.prototxt), then the classes. The input is the image flattened,
   so the first layer is sized for the data. 122,194,048 (FCN-S) and 14,205,962 (FCN-R, 784
   inputs, 10 classes): the paper's "~55 M" for FCN-S is its 26,752 x 2,048 layer alone, its
   "~13 M" for FCN-R rounds 14.2 M (the sums are in docs/frameworks.md).

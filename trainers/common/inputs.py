@@ -15,6 +15,8 @@ import collections
 
 import numpy as np
 
+from trainers.common.architectures import FULLY_CONNECTED
+
 DatasetSpec = collections.namedtuple("DatasetSpec", "shape classes")
 
 DATASETS = collections.OrderedDict([
@@ -53,6 +55,17 @@ def input_shape(model, like):
     if size is None:
         return (channels, height, width)
     return (channels, size, size)
+
+
+def shape_problem(model, like):
+    """Why `model` cannot take data shaped like `like`, or None. A synthetic-only shape is a
+    vector of features, not an image: a convolutional network would see a picture one pixel
+    high (or, resized to 224x224, a smear), which measures nothing anyone runs."""
+    if like in SYNTHETIC_ONLY and model not in FULLY_CONNECTED:
+        return ("%s-shaped data is %s features, not an image: only the fully connected networks "
+                "(%s) take it, not %s" % (like, "x".join(str(n) for n in DATASETS[like].shape),
+                                         ", ".join(sorted(FULLY_CONNECTED)), model))
+    return None
 
 
 def to_float(images):
