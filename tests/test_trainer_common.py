@@ -162,7 +162,7 @@ def test_resolve_reads_rank_from_the_launcher():
     assert (cfg.rank, cfg.world_size, cfg.local_rank, cfg.per_device_batch) == (1, 2, 1, 4)
 
 
-def test_the_fully_connected_networks_take_their_data_flattened_and_only_they_take_fcn_s_data():
+def test_the_fully_connected_networks_take_their_data_flattened_and_only_they_take_fcn_s_data(tmp_path):
     """FCN-R on MNIST: 1x28x28 flattened to 784 inputs by the network; FCN-S on DLBench's 26,752
     features and classes. A convolutional network on that feature vector is refused with the
     reason; the shape has no files, so it is no --dataset."""
@@ -174,8 +174,11 @@ def test_the_fully_connected_networks_take_their_data_flattened_and_only_they_ta
                                                  r"image: only the fully connected networks \(fcn_r, fcn_s\) "
                                                  r"take it, not resnet50; use another --like$"):
         _resolve("--model", "resnet50", "--dataset", "synthetic", "--like", "dlbench_fcn", "--batch-size", "8")
-    with pytest.raises(errors.InvalidArgument, match="invalid choice: 'dlbench_fcn'"):
+    with pytest.raises(errors.InvalidArgument, match="or use --dataset synthetic --like dlbench_fcn"):
         _resolve("--model", "fcn_s", "--dataset", "dlbench_fcn", "--batch-size", "8")
+    with pytest.raises(errors.Unsupported, match="^dlbench_fcn is random data with no files; use --dataset "
+                                                 "synthetic --like dlbench_fcn$"):
+        data.load("dlbench_fcn", str(tmp_path))
 
 
 @pytest.mark.parametrize("argv,match", [

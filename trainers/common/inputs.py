@@ -16,6 +16,7 @@ import collections
 import numpy as np
 
 from trainers.common.architectures import FULLY_CONNECTED
+from trainers.common.errors import Unsupported
 
 DatasetSpec = collections.namedtuple("DatasetSpec", "shape classes")
 
@@ -49,7 +50,10 @@ MODELS = tuple(MODEL_INPUT_SIZE)
 
 
 def input_shape(model, like):
-    """The [C, H, W] a model receives when trained on (a dataset shaped like) `like`."""
+    """The [C, H, W] a model receives when trained on (a dataset shaped like) `like`;
+    Unsupported where it cannot take that data (shape_problem)."""
+    if shape_problem(model, like):
+        raise Unsupported("%s; use another --like" % shape_problem(model, like))
     channels, height, width = DATASETS[like].shape
     size = MODEL_INPUT_SIZE[model]
     if size is None:

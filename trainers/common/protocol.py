@@ -23,7 +23,7 @@ from trainers.common.errors import (EXIT_CODES, Diverged, InvalidArgument, Unsup
                                     classify)
 from trainers.common.events import Events
 from trainers.common.host import available_cpus
-from trainers.common.inputs import DATASETS, MODELS, SYNTHETIC_ONLY, input_shape, shape_problem, to_float
+from trainers.common.inputs import DATASETS, MODELS, input_shape, to_float
 from trainers.common.launch import launch, node_from_env, rank_from_env
 from trainers.common.pool import build_pool, pool_batches
 from trainers.common.scaling import split_batch
@@ -51,7 +51,7 @@ def build_parser():
                      description="Train one model for a number of timed steps and "
                                  "report JSON events on stdout (docs/protocol.md).")
     parser.add_argument("--model", required=True, choices=MODELS)
-    parser.add_argument("--dataset", required=True, choices=[d for d in DATASETS if d not in SYNTHETIC_ONLY] + [SYNTHETIC])
+    parser.add_argument("--dataset", required=True, choices=list(DATASETS) + [SYNTHETIC])
     parser.add_argument("--like", choices=list(DATASETS),
                         help="for synthetic: the dataset whose shape it takes")
     parser.add_argument("--data-dir", help="where the dataset's files are")
@@ -138,8 +138,6 @@ def resolve(args, environ=None):
             raise datasets.DataError("--data-dir %s does not exist%s" % (
                 args.data_dir, "; " + imagenet.WAY_OUT if args.dataset == "imagenet" else ""))
 
-    if shape_problem(args.model, like):
-        raise Unsupported("%s; use another --like" % shape_problem(args.model, like))
     if args.mode == "accuracy":
         _check_accuracy(args, devices)
     workers = _check_input(args)
