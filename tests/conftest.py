@@ -69,15 +69,15 @@ def framework_python(framework: str) -> str:
         raise
 
 
-def model_counts(python, module, channels, size, classes, models):
+def model_counts(python, module, channels, size, classes, models, like=None):
     """{model: trainable parameters} from `python -m <module>.models --count` (module: a
-    trainer module, trainers.<framework>) at one input shape. Run without LD_LIBRARY_PATH on purpose: a models module must find its
+    trainer module, trainers.<framework>) at one input shape (or at dataset `like`'s). Run without LD_LIBRARY_PATH on purpose: a models module must find its
     framework's libraries by itself (CNTK's MPI links), as a job's trainer does."""
     import json
     import subprocess
 
     argv = [python, "-m", "%s.models" % module, "--count", "--channels", str(channels),
-            "--size", str(size), "--classes", str(classes)]
+            "--size", str(size), "--classes", str(classes)] + (["--like", like] if like else [])
     for model in models:
         argv += ["--model", model]
     env = {k: v for k, v in os.environ.items() if k != "LD_LIBRARY_PATH"}
@@ -207,7 +207,7 @@ def run_checks():
 
 @pytest.fixture(scope="session")
 def counts():
-    """counts(python, framework, channels, size, classes, models) -> {model: parameters}."""
+    """counts(python, framework, channels, size, classes, models[, like]) -> {model: parameters}."""
     return model_counts
 
 

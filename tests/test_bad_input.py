@@ -153,7 +153,7 @@ NOT_A_DB = b"not a database, just text\n"
 # (command line, what the message must name, the way out it must give)
 BAD = {
     "model=../cluster/slurm": (["-m", "model=../cluster/slurm", "dry_run=true"],
-                               "model='../cluster/slurm'", "use one of alexnet, googlenet, lenet"),
+                               "model='../cluster/slurm'", "use one of alexnet, fcn_r, fcn_s, googlenet, lenet"),
     "model outside conf/": (["-m", "OUTSIDE", "dry_run=true"], "model='../../../../../../../..", "use one of alexnet"),
     "repeats=0": (["-m", "repeats=0", "dry_run=true"], "repeats=0", "use repeats=N"),
     "repeats=abc": (["-m", "repeats=abc"], "repeats='abc'", "use repeats=N"),

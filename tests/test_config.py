@@ -18,7 +18,7 @@ def test_groups_have_the_documented_choices():
     groups = {g: sorted(p.stem for p in (REPO / "conf" / g).glob("*.yaml"))
               for g in ("framework", "model", "dataset", "hardware", "cluster")}
     assert {"caffe", "cntk", "mxnet", "tensorflow", "tf", "torch"} <= set(groups["framework"])
-    assert groups["model"] == ["alexnet", "googlenet", "lenet", "resnet50", "vgg16"]
+    assert groups["model"] == ["alexnet", "fcn_r", "fcn_s", "googlenet", "lenet", "resnet50", "vgg16"]
     assert groups["dataset"] == ["cifar10", "digits", "imagenet", "mnist", "synthetic"]
     assert {"cpu12", "cpu20", "k20m", "p100"} <= set(groups["hardware"])
     assert "local" in groups["cluster"]
@@ -50,6 +50,21 @@ def test_defaults_resolve_per_model_and_dataset():
     assert cell("hardware=cpu12").settings["threads"] == 12
     assert cell("hardware=cpu12", "threads=3").settings["threads"] == 3
     assert cell("hardware=local").settings["threads"] == os.cpu_count()
+
+
+def test_the_fully_connected_networks_take_their_own_data_and_numpy_refuses_them():
+    """FCN-S defaults to DLBench's synthetic 26,752 features, FCN-R to MNIST; a convolutional network
+    on FCN-S's feature vector, and numpy (whose reference is LeNet only), are refused with the reason."""
+    fcn_s, fcn_r = cell("model=fcn_s", "dataset=synthetic"), cell("model=fcn_r", "dataset=synthetic")
+    assert (fcn_s.settings["like"], fcn_s.settings["batch_size"]) == ("dlbench_fcn", 64)
+    assert (fcn_r.settings["like"], cell("model=fcn_r", "dataset=mnist").settings["like"]) == ("mnist", None)
+    with pytest.raises(CellError, match=r"^torch/vgg16/synthetic: dlbench_fcn-shaped data is 1x1x26752 features, "
+                                        r"not an image: only the fully connected networks \(fcn_r, fcn_s\) take "
+                                        r"it, not vgg16; use one of those, or another dataset.like$"):
+        cell("model=vgg16", "dataset=synthetic", "dataset.like=dlbench_fcn", "batch_size=8")
+    with pytest.raises(CellError, match=r"^numpy/fcn_r/mnist: numpy does not support --model fcn_r; it supports "
+                                        r"lenet \(numpy's reference is Caffe's LeNet only; .* fully connected"):
+        cell("framework=numpy", "model=fcn_r", "dataset=mnist")
 
 
 @pytest.mark.parametrize("overrides, words", [

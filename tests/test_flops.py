@@ -285,3 +285,19 @@ def test_an_mfu_above_1_is_noted_not_failed():
            "the timing" in above.reason, above.reason
     below = metrics.compute(stream(1000.0, model="alexnet", precision="fp32"), hardware=p100())
     assert "above the peak" not in (below.reason or "")
+
+
+def test_the_fully_connected_networks_are_counted_by_hand():
+    """DLBench's FCN-R on MNIST (784-2048-4096-1024-10) and FCN-S on its synthetic data
+    (26752-2048x4-26752): one multiply-add per weight; the sigmoids cost nothing by the convention.
+    No fast algorithm applies, so the bound is the model count less the first layer's input
+    gradient (which no framework computes)."""
+    fcn_r = 784 * 2048 + 2048 * 4096 + 4096 * 1024 + 1024 * 10
+    fcn_s = 26752 * 2048 + 3 * 2048 * 2048 + 2048 * 26752
+    assert (fcn_r, fcn_s) == (14198784, 122159104)
+    assert forward_macs("fcn_r", (1, 28, 28), 10) == fcn_r
+    assert forward_macs("fcn_s", (1, 1, 26752), 26752) == fcn_s
+    assert training_flops("fcn_r", (1, 28, 28), 10) == 6 * fcn_r
+    assert fewest_training_flops("fcn_r", (1, 28, 28), 10) == 2 * (3 * fcn_r - 784 * 2048)
+    assert flops.ceiling_factor("fcn_s", (1, 1, 26752), 26752) == pytest.approx(
+        3.0 * fcn_s / (3 * fcn_s - 26752 * 2048))

@@ -36,4 +36,7 @@ def test_every_network_maps_its_input_to_class_scores(torch_python, repo_root):
         assert out[model + "/mnist"]== [[1, 224, 224], [2, 10]]
         assert out[model + "/cifar10"]== [[3, 224, 224], [2, 10]]
         assert out[model + "/imagenet"]== [[3, 224, 224], [2, 1000]]
-    assert len(out) == 14
+    for model in ("fcn_s", "fcn_r"):  # the image flattened by the network, at its own size
+        assert out[model + "/mnist"] == [[1, 28, 28], [2, 10]]
+        assert out[model + "/imagenet"] == [[3, 224, 224], [2, 1000]]
+    assert len(out) == 20

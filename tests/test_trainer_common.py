@@ -52,7 +52,9 @@ def test_input_shapes():
     assert inputs.input_shape("resnet50", "mnist") == (1, 224, 224)
     assert inputs.input_shape("vgg16", "cifar10") == (3, 224, 224)
     assert inputs.input_shape("googlenet", "imagenet") == (3, 224, 224)
-    assert set(inputs.MODELS) == {"lenet", "alexnet", "resnet50", "googlenet", "vgg16"}
+    assert inputs.input_shape("fcn_r", "mnist") == (1, 28, 28)  # flattened by the network itself
+    assert inputs.input_shape("fcn_s", "dlbench_fcn") == (1, 1, 26752)
+    assert set(inputs.MODELS) == {"lenet", "alexnet", "resnet50", "googlenet", "vgg16", "fcn_s", "fcn_r"}
 
 
 def test_resize_nearest_repeats_pixels_at_integer_factors():
@@ -158,6 +160,25 @@ def test_resolve_reads_rank_from_the_launcher():
                    "--batch-size", "8", "--gpus", "2",
                    TRAINER_RANK="1", TRAINER_WORLD_SIZE="2", TRAINER_LOCAL_RANK="1")
     assert (cfg.rank, cfg.world_size, cfg.local_rank, cfg.per_device_batch) == (1, 2, 1, 4)
+
+
+def test_the_fully_connected_networks_take_their_data_flattened_and_only_they_take_fcn_s_data(tmp_path):
+    """FCN-R on MNIST: 1x28x28 flattened to 784 inputs by the network; FCN-S on DLBench's 26,752
+    features and classes. A convolutional network on that feature vector is refused with the
+    reason; the shape has no files, so it is no --dataset."""
+    fcn_r = _resolve("--model", "fcn_r", "--dataset", "synthetic", "--like", "mnist", "--batch-size", "8")
+    assert (fcn_r.input_shape, fcn_r.classes) == ((1, 28, 28), 10)
+    fcn_s = _resolve("--model", "fcn_s", "--dataset", "synthetic", "--like", "dlbench_fcn", "--batch-size", "8")
+    assert (fcn_s.input_shape, fcn_s.classes) == ((1, 1, 26752), 26752)
+    with pytest.raises(errors.Unsupported, match=r"^dlbench_fcn-shaped data is 1x1x26752 features, not an "
+                                                 r"image: only the fully connected networks \(fcn_r, fcn_s\) "
+                                                 r"take it, not resnet50; use another --like$"):
+        _resolve("--model", "resnet50", "--dataset", "synthetic", "--like", "dlbench_fcn", "--batch-size", "8")
+    with pytest.raises(errors.InvalidArgument, match="or use --dataset synthetic --like dlbench_fcn"):
+        _resolve("--model", "fcn_s", "--dataset", "dlbench_fcn", "--batch-size", "8")
+    with pytest.raises(errors.Unsupported, match="^dlbench_fcn is random data with no files; use --dataset "
+                                                 "synthetic --like dlbench_fcn$"):
+        data.load("dlbench_fcn", str(tmp_path))
 
 
 @pytest.mark.parametrize("argv,match", [

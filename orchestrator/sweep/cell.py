@@ -26,7 +26,7 @@ from orchestrator.sweep.config_checks import ConfigError
 SETTINGS = setting_registry.NAMES
 #: dataset=imagenet is the only one read per step: what input=pipeline times.
 PIPELINE_DATASETS = ("imagenet",)
-DATASET_SHAPES = ("mnist", "cifar10", "imagenet", "digits")
+DATASET_SHAPES = ("mnist", "cifar10", "imagenet", "digits", "dlbench_fcn")
 
 
 class CellError(ValueError):
@@ -145,6 +145,7 @@ def resolve_settings(cfg: dict[str, Any]) -> dict[str, Any]:
     shape = setting_registry.shape_of(raw)
     if shape not in DATASET_SHAPES:
         _refusing(where, config_checks.one_of, "dataset.like", raw["like"], DATASET_SHAPES)
+    _check_shape(where, raw["model"], shape)
     if raw["batch_size"] is None:
         raise CellError(f"{where}: model.batch_size.{shape}=None: model={raw['model']} has no default "
                         f"batch size for {shape}-shaped data; use batch_size=N")
@@ -190,6 +191,15 @@ def _checked(where: str, setting: setting_registry.SettingDef, value: Any) -> An
                                 setting.way_out))
     # (a string without choices is a group's name, checked with its group, or `like`, a data shape)
     return value
+
+
+def _check_shape(where: str, model: str, shape: str) -> None:
+    """A data shape the model cannot take (trainers.common.inputs.shape_problem: FCN-S's feature
+    vector under a convolutional network) is refused before anything runs."""
+    from trainers.common import inputs  # lazy: numpy, which `status` and `report` never need
+    problem = inputs.shape_problem(model, shape)
+    if problem:
+        raise CellError(f"{where}: {problem}; use one of those, or another dataset.like")
 
 
 def _check_input(where: str, settings: dict[str, Any]) -> None:

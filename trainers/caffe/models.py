@@ -103,6 +103,9 @@ class Builder(object):
     def relu(self, name, bottom):
         return self.add(name, self.L.ReLU(bottom, in_place=True))
 
+    def sigmoid(self, name, bottom):
+        return self.add(name, self.L.Sigmoid(bottom, in_place=True))
+
     def dropout(self, name, bottom, ratio):
         return self.add(name, self.L.Dropout(bottom, in_place=True, dropout_ratio=ratio))
 
@@ -187,6 +190,9 @@ def _head(b, x, head, classes, fc="fc%d", relu="relu%d", drop="drop%d", first=6,
     for kind, value in head:
         if kind == arch.DROPOUT:
             x = b.dropout(name(drop, n if head[0][0] == arch.DROPOUT else n - 1), x, value)
+        elif kind == arch.FC_SIGMOID:
+            x = b.sigmoid("sig%d" % n, b.fc(name(fc, n), x, value, **fillers))
+            n += 1
         else:
             x = b.relu(name(relu, n), b.fc(name(fc, n), x, value, **fillers))
             n += 1
@@ -289,8 +295,17 @@ def vgg16(b, classes):
     return _head(b, x, arch.VGG16_HEAD, classes, weight=GAUSS, bias_filler=ZERO)
 
 
+def _fully_connected(head):
+    def build_(b, classes):
+        """A network of architectures.FULLY_CONNECTED: InnerProduct flattens the image, then
+        the head (fc1, sig1, ...) and the classes."""
+        return _head(b, b.n[DATA], head, classes, first=1)
+    return build_
+
+
 NETWORKS = {"lenet": lenet, "alexnet": alexnet, "resnet50": resnet50,
             "googlenet": googlenet, "vgg16": vgg16}
+NETWORKS.update((name, _fully_connected(head)) for name, head in arch.FULLY_CONNECTED.items())
 
 
 def build(name, input_shape, classes, batch):

@@ -137,7 +137,9 @@ def head(x, layers, classes, init=None):
         if kind == arch.DROPOUT:
             x = dropout(x, value)
         else:
-            x = dense(x, value, activation=_cntk().relu, init=init)
+            C = _cntk()
+            activation = C.sigmoid if kind == arch.FC_SIGMOID else C.relu
+            x = dense(x, value, activation=activation, init=init)
     return dense(x, classes, init=init)
 
 
@@ -222,8 +224,17 @@ def vgg16(x, classes):
     return head(x, arch.VGG16_HEAD, classes, init=C.initializer.normal(0.01))
 
 
+def _fully_connected(layers):
+    def build_(x, classes):
+        """A network of architectures.FULLY_CONNECTED: CNTK's Dense takes every input axis
+        (the image flattened), then the head and the classes."""
+        return head(x, layers, classes)
+    return build_
+
+
 NETWORKS = {"lenet": lenet, "alexnet": alexnet, "resnet50": resnet50,
             "googlenet": googlenet, "vgg16": vgg16}
+NETWORKS.update((name, _fully_connected(layers)) for name, layers in arch.FULLY_CONNECTED.items())
 
 
 def build(name, features, classes):

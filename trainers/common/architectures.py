@@ -1,4 +1,4 @@
-"""The five networks, stated once as data: each framework's models.py turns these tables into
+"""The networks, stated once as data: each framework's models.py turns these tables into
 its own layers, so every framework builds the same network.
 
 Where each comes from (the frameworks' files follow these layer for layer; only the input
@@ -25,6 +25,15 @@ channels and the class count change):
   convolutions (padding 1) with ReLU, a 2x2/2 max pool after each block, a 7x7 adaptive
   average pool, dropout after each hidden fully connected layer. 138,357,544.
 
+- FCN-S and FCN-R: the fully connected networks of Shi et al. (2016), "Benchmarking
+  State-of-the-Art Deep Learning Software Tools" (DLBench), Table 3: hidden layers of 2048 x 4
+  (FCN-S, on synthetic data of 26,752 features and 26,752 classes) and 2048, 4096, 1024
+  (FCN-R, on MNIST), each with a sigmoid (DLBench's scripts: hclhkbu/dlbench
+  tools/caffe/fc/fcn5.prototxt), then the classes. The input is the image flattened,
+  so the first layer is sized for the data. 122,194,048 (FCN-S) and 14,205,962 (FCN-R, 784
+  inputs, 10 classes): the paper's "~55 M" for FCN-S is its 26,752 x 2,048 layer alone, its
+  "~13 M" for FCN-R rounds 14.2 M (the sums are in docs/frameworks.md).
+
 (Counts at 3x224x224 and 1000 classes unless said; the tests check every framework's
 `python -m trainers.<framework>.models --count` against them.)
 
@@ -32,7 +41,8 @@ The tables use PyTorch's conventions: `Conv(filters, kernel, stride, pad)` with 
 zero padding, `MaxPool(kernel, stride, pad, ceil)` where `ceil` is PyTorch's ceil_mode.
 A classifier head is the sequence of layers between the flattened features and the final
 fully connected layer (one output per class, always last): `(FC, n)` is a fully connected
-layer of n units followed by ReLU, `(DROPOUT, p)` a dropout of rate p.
+layer of n units followed by ReLU, `(FC_SIGMOID, n)` one followed by a sigmoid, `(DROPOUT, p)`
+a dropout of rate p.
 
 Plain data and arithmetic: this module imports no framework (nor numpy) and parses as
 Python 3.6, like the rest of trainers/common.
@@ -51,7 +61,7 @@ Inception = collections.namedtuple("Inception", "ch1x1 ch3x3red ch3x3 ch5x5red c
 #: with `stride`
 Stage = collections.namedtuple("Stage", "blocks width stride")
 
-FC, DROPOUT = "fc", "dropout"
+FC, FC_SIGMOID, DROPOUT = "fc", "fc_sigmoid", "dropout"
 BN_EPS = 1e-5  # PyTorch's BatchNorm2d default (ResNet-50)
 
 # ----------------------------------------------------------------------------- LeNet
@@ -159,6 +169,22 @@ def vgg_blocks(blocks):
 def vgg(blocks):
     """A VGG table as one sequence of Conv and MaxPool."""
     return sum(vgg_blocks(blocks), ())
+
+
+# ------------------------------------------------------------------ fully connected
+
+#: The fully connected networks: the flattened input, this head, then the classes (no
+#: convolutions; each framework builds the head as it builds a classifier's).
+FULLY_CONNECTED = {
+    "fcn_s": tuple((FC_SIGMOID, 2048) for _ in range(4)),
+    "fcn_r": ((FC_SIGMOID, 2048), (FC_SIGMOID, 4096), (FC_SIGMOID, 1024)),
+}
+
+
+def flat_features(input_shape):
+    """The inputs of a fully connected network's first layer: the image flattened."""
+    channels, height, width = input_shape
+    return channels * height * width
 
 
 # ------------------------------------------------------------------------- arithmetic

@@ -9,7 +9,7 @@ import json
 import os
 import sys
 
-from trainers.common.inputs import MODELS
+from trainers.common.inputs import DATASETS, MODELS, input_shape
 
 
 def count_main(framework, count_one, argv=None, prepare=None):
@@ -22,12 +22,19 @@ def count_main(framework, count_one, argv=None, prepare=None):
     parser.add_argument("--channels", type=int, default=3)
     parser.add_argument("--size", type=int, default=224)
     parser.add_argument("--classes", type=int, default=1000)
+    parser.add_argument("--like", choices=list(DATASETS),
+                        help="count at this dataset's input and classes instead (FCN-S's "
+                             "1x1x26752 input is not a square of --size)")
     args = parser.parse_args(argv)
     if prepare is not None:
         prepare(sys.argv[1:] if argv is None else argv)
     counts = {}
     for name in args.model or MODELS:
-        counts[name] = int(count_one(name, (args.channels, args.size, args.size), args.classes))
+        if args.like:
+            shape, classes = input_shape(name, args.like), DATASETS[args.like].classes
+        else:
+            shape, classes = (args.channels, args.size, args.size), args.classes
+        counts[name] = int(count_one(name, shape, classes))
     # a framework may print banners to stdout from C++: the JSON line goes out last, whole
     sys.stdout.flush()
     os.write(1, (json.dumps(counts) + "\n").encode())

@@ -30,7 +30,7 @@ import numpy as np
 from trainers.common import imagenet
 from trainers.common.errors import DataError, Unsupported
 from trainers.common.generated import GENERATED, mark_generated
-from trainers.common.inputs import DATASETS, resize_nearest, to_float
+from trainers.common.inputs import DATASETS, SYNTHETIC_ONLY, resize_nearest, to_float
 
 MNIST_IMAGES = "train-images-idx3-ubyte"
 MNIST_LABELS = "train-labels-idx1-ubyte"
@@ -96,6 +96,8 @@ def load(dataset, data_dir, split="train"):
         return read_cifar10(data_dir, split)
     if dataset == "imagenet":  # the ILSVRC tree, decoded per batch (trainers/common/imagenet.py)
         return imagenet.read(data_dir, split)
+    if dataset in SYNTHETIC_ONLY:
+        raise Unsupported("%s is random data with no files; use --dataset synthetic --like %s" % (dataset, dataset))
     raise Unsupported("no reader for dataset %r" % (dataset,))
 
 

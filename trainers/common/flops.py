@@ -28,8 +28,11 @@ of a strided convolution, Strassen-like matrix products; a run using one could b
 The bound is loose where most layers are 3x3 stride 1 (VGG16: refused only above mfu 5.3;
 `ceiling_factor`, tabled in docs/measurement.md).
 
-A network's input is what the trainer feeds it (inputs.input_shape: LeNet at the dataset's
-own size, the ImageNet networks at 224x224 whatever the dataset) and its class count.
+A fully connected network (FCN-S, FCN-R) costs its layers' in x out, from the flattened image;
+no fast algorithm applies, so its ceiling is only the first layer's input gradient left out.
+
+A network's input is what the trainer feeds it (inputs.input_shape: LeNet and the fully
+connected networks at the dataset's own size, the ImageNet networks at 224x224 whatever the dataset) and its class count.
 
     python -m trainers.common.flops [--channels 3 --size 224 --classes 1000]
 
@@ -83,7 +86,7 @@ class _Counter(object):
         self.channels, self.height, self.width = shape
         self.macs = 0
         self.fewest = 0.0  # the multiply-adds of the cheapest known algorithm, layer by layer
-        self.first = None  # the first convolution's share of `fewest` (its input gradient is skipped)
+        self.first = None  # the first layer's share of `fewest` (its input gradient is skipped)
 
     def conv(self, spec, groups=1):
         h, w = _positive(arch.conv_size(self.height, spec), arch.conv_size(self.width, spec), spec)
@@ -121,7 +124,7 @@ class _Counter(object):
     def head(self, head, features, classes):
         """A classifier head on `features` inputs, ending in the classes."""
         for kind, value in head:
-            if kind == arch.FC:
+            if kind in (arch.FC, arch.FC_SIGMOID):
                 self._dense(features * value)
                 features = value
         self._dense(features * classes)
@@ -129,6 +132,8 @@ class _Counter(object):
     def _dense(self, macs):
         self.macs += macs
         self.fewest += macs
+        if self.first is None:  # a fully connected network's first layer: no input gradient either
+            self.first = macs
 
 
 def _positive(h, w, spec):
@@ -178,6 +183,13 @@ def _googlenet(counter, classes):
     counter.head(arch.GOOGLENET_HEAD, counter.channels, classes)  # after the global average pool
 
 
+def _fully_connected(head):
+    def count(counter, classes):
+        features = arch.flat_features((counter.channels, counter.height, counter.width))
+        counter.head(head, features, classes)
+    return count
+
+
 _NETWORKS = {
     "lenet": _lenet,
     "alexnet": _plain(arch.ALEXNET, arch.ALEXNET_POOLED, arch.ALEXNET_HEAD),
@@ -185,6 +197,7 @@ _NETWORKS = {
     "googlenet": _googlenet,
     "vgg16": _plain(arch.vgg(arch.VGG16), arch.VGG16_POOLED, arch.VGG16_HEAD),
 }
+_NETWORKS.update((name, _fully_connected(head)) for name, head in arch.FULLY_CONNECTED.items())
 MODELS = tuple(sorted(_NETWORKS))
 
 

@@ -1,7 +1,8 @@
 """What each dataset holds and what input each model takes, for every framework alike.
 
 The networks keep their published architectures and change only in input size and class
-count. LeNet is a small-image network and runs at the dataset's own size. AlexNet,
+count. LeNet is a small-image network and runs at the dataset's own size; so do the fully
+connected networks (FCN-S, FCN-R), which flatten it. AlexNet,
 ResNet-50, GoogLeNet and VGG16 are ImageNet networks: they always see 224x224 images, so a
 dataset of smaller images (MNIST, CIFAR-10) is upsampled to 224x224 by nearest neighbour,
 once, while the batch pool is built and outside the timed step. Their first convolution
@@ -14,6 +15,9 @@ import collections
 
 import numpy as np
 
+from trainers.common.architectures import FULLY_CONNECTED
+from trainers.common.errors import Unsupported
+
 DatasetSpec = collections.namedtuple("DatasetSpec", "shape classes")
 
 DATASETS = collections.OrderedDict([
@@ -23,7 +27,12 @@ DATASETS = collections.OrderedDict([
     # scikit-learn's 1,797 real 8x8 handwritten digits, upsampled to MNIST's 28x28 by
     # `orchestrator data digits` and stored as MNIST IDX files (trainers/common/data.py)
     ("digits", DatasetSpec((1, 28, 28), 10)),
+    # DLBench's FCN-S data (Shi et al. 2016): 26,752 random features, 26,752 classes; random
+    # data only (`--dataset synthetic --like dlbench_fcn`), no files
+    ("dlbench_fcn", DatasetSpec((1, 1, 26752), 26752)),
 ])
+#: shapes `synthetic` takes that no reader has files for
+SYNTHETIC_ONLY = ("dlbench_fcn",)
 
 # None: the dataset's native size; a number: the square input the network is published for.
 MODEL_INPUT_SIZE = collections.OrderedDict([
@@ -32,18 +41,35 @@ MODEL_INPUT_SIZE = collections.OrderedDict([
     ("resnet50", 224),
     ("googlenet", 224),
     ("vgg16", 224),
+    # the fully connected networks take the data's own image, flattened (architectures.py)
+    ("fcn_s", None),
+    ("fcn_r", None),
 ])
 
 MODELS = tuple(MODEL_INPUT_SIZE)
 
 
 def input_shape(model, like):
-    """The [C, H, W] a model receives when trained on (a dataset shaped like) `like`."""
+    """The [C, H, W] a model receives when trained on (a dataset shaped like) `like`;
+    Unsupported where it cannot take that data (shape_problem)."""
+    if shape_problem(model, like):
+        raise Unsupported("%s; use another --like" % shape_problem(model, like))
     channels, height, width = DATASETS[like].shape
     size = MODEL_INPUT_SIZE[model]
     if size is None:
         return (channels, height, width)
     return (channels, size, size)
+
+
+def shape_problem(model, like):
+    """Why `model` cannot take data shaped like `like`, or None. A synthetic-only shape is a
+    vector of features, not an image: a convolutional network would see a picture one pixel
+    high (or, resized to 224x224, a smear), which measures nothing anyone runs."""
+    if like in SYNTHETIC_ONLY and model not in FULLY_CONNECTED:
+        return ("%s-shaped data is %s features, not an image: only the fully connected networks "
+                "(%s) take it, not %s" % (like, "x".join(str(n) for n in DATASETS[like].shape),
+                                         ", ".join(sorted(FULLY_CONNECTED)), model))
+    return None
 
 
 def to_float(images):

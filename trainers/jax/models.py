@@ -132,7 +132,8 @@ def _head(x, head, classes, init, dtype, train):
         if kind == arch.DROPOUT:
             x = nn.Dropout(value, deterministic=not train)(x)
         else:
-            x = nn.relu(_dense(x, value, init, dtype))
+            activation = nn.sigmoid if kind == arch.FC_SIGMOID else nn.relu
+            x = activation(_dense(x, value, init, dtype))
     return _dense(x, classes, init, dtype)
 
 
@@ -238,9 +239,23 @@ class GoogLeNet(nn.Module):
         return _head(x, arch.GOOGLENET_HEAD, self.classes, GOOGLENET_INIT, self.dtype, train)
 
 
+class FullyConnected(nn.Module):
+    """A network of architectures.FULLY_CONNECTED (FCN-S, FCN-R): the image flattened, the
+    head, the classes; PyTorch's default initialisation, as the torch file has it."""
+    head: tuple
+    classes: int
+    dtype: object = jnp.float32
+
+    @nn.compact
+    def __call__(self, x, train=True):
+        return _head(_flatten(x), self.head, self.classes, ALEXNET_INIT, self.dtype, train)
+
+
 def build(name, input_shape, classes, dtype=jnp.float32):
     """The network `name` for inputs of [C, H, W] `input_shape` and `classes` classes."""
     _, height, width = input_shape
+    if name in arch.FULLY_CONNECTED:
+        return FullyConnected(arch.FULLY_CONNECTED[name], classes, dtype)
     if name == "lenet":
         arch.lenet_features(height, width)  # refuses inputs too small for it
         return LeNet(classes, dtype)

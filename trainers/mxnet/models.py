@@ -60,7 +60,8 @@ def _head(head, units, classes, init=None):
         if kind == arch.DROPOUT:
             blocks.append(nn.Dropout(value))
         else:
-            blocks.append(nn.Dense(value, activation="relu", in_units=units,
+            activation = "sigmoid" if kind == arch.FC_SIGMOID else "relu"
+            blocks.append(nn.Dense(value, activation=activation, in_units=units,
                                    weight_initializer=init))
             units = value
     return blocks + [nn.Dense(classes, in_units=units, weight_initializer=init)]
@@ -243,9 +244,19 @@ class VGG16(_PlainNet):
                                     fc_init=NORMAL_001, **kwargs)
 
 
+def fully_connected(head, input_shape, classes):
+    """A network of architectures.FULLY_CONNECTED (FCN-S, FCN-R): Gluon's Dense flattens the
+    image itself, then the head's layers and the classes."""
+    net = nn.HybridSequential()
+    net.add(*_head(head, arch.flat_features(input_shape), classes))
+    return net
+
+
 def build(name, input_shape, classes):
     """The network `name` for inputs of [C, H, W] `input_shape` and `classes` classes."""
     channels, height, width = input_shape
+    if name in arch.FULLY_CONNECTED:
+        return fully_connected(arch.FULLY_CONNECTED[name], input_shape, classes)
     if name == "lenet":
         return LeNet(channels, classes, height, width)
     if name == "alexnet":

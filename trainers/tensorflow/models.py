@@ -119,7 +119,8 @@ def _head(x, head, classes, init="glorot_uniform"):
         if kind == arch.DROPOUT:
             x = layers.Dropout(value)(x)
         else:
-            x = layers.Dense(value, activation="relu", kernel_initializer=init)(x)
+            activation = "sigmoid" if kind == arch.FC_SIGMOID else "relu"
+            x = layers.Dense(value, activation=activation, kernel_initializer=init)(x)
     return _logits(x, classes, init=init)
 
 
@@ -207,8 +208,16 @@ def vgg16(inputs, classes):
     return _head(x, arch.VGG16_HEAD, classes, init=NORMAL_001)
 
 
+def _fully_connected(head):
+    def build_(inputs, classes):
+        """A network of architectures.FULLY_CONNECTED: the image flattened, the head, the classes."""
+        return _head(layers.Flatten()(inputs), head, classes)
+    return build_
+
+
 BUILDERS = {"lenet": lenet, "alexnet": alexnet, "resnet50": resnet50,
             "googlenet": googlenet, "vgg16": vgg16}
+BUILDERS.update((name, _fully_connected(head)) for name, head in arch.FULLY_CONNECTED.items())
 
 
 def build(name, input_shape, classes):

@@ -1,4 +1,4 @@
-"""The five networks in PyTorch, built from the tables in trainers/common/architectures.py
+"""The networks in PyTorch, built from the tables in trainers/common/architectures.py
 rather than imported from torchvision.
 
 torchvision's compiled operators do not load beside every torch build the benchmark uses,
@@ -12,6 +12,7 @@ and 1000 classes they have the published parameter counts:
     resnet50    25,557,032
     googlenet   6,624,904 (torchvision, without the auxiliary classifiers)
     vgg16       138,357,544
+    fcn_s       122,194,048 at 1x1x26752, 26,752 classes; fcn_r 14,205,962 on MNIST (DLBench)
 
     python -m trainers.torch.models --count [--channels 3 --size 224 --classes 1000]
 
@@ -56,7 +57,8 @@ def _head(head, features, classes):
         if kind == arch.DROPOUT:
             modules.append(nn.Dropout(p=value))
         else:
-            modules += [nn.Linear(features, value), nn.ReLU(inplace=True)]
+            activation = nn.Sigmoid() if kind == arch.FC_SIGMOID else nn.ReLU(inplace=True)
+            modules += [nn.Linear(features, value), activation]
             features = value
     return modules + [nn.Linear(features, classes)]
 
@@ -259,9 +261,20 @@ class VGG16(_PlainNet):
                 nn.init.constant_(m.bias, 0)
 
 
+class FullyConnected(nn.Sequential):
+    """A fully connected network of architectures.FULLY_CONNECTED (FCN-S, FCN-R): the image
+    flattened, the head's layers, the classes."""
+
+    def __init__(self, head, input_shape, classes):
+        super(FullyConnected, self).__init__(
+            nn.Flatten(), *_head(head, arch.flat_features(input_shape), classes))
+
+
 def build(name, input_shape, classes):
     """The network `name` for inputs of [C, H, W] `input_shape` and `classes` classes."""
     channels, height, width = input_shape
+    if name in arch.FULLY_CONNECTED:
+        return FullyConnected(arch.FULLY_CONNECTED[name], input_shape, classes)
     if name == "lenet":
         return LeNet(channels, classes, height, width)
     if name == "alexnet":
