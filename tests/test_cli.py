@@ -3,6 +3,7 @@ made by the last release before migrations, too) and, where the test is about th
 the file, PostgreSQL databases (`any_db`)."""
 import csv
 import io
+import secrets
 import shutil
 import sqlite3
 import subprocess
@@ -13,7 +14,7 @@ import pytest
 
 from orchestrator.store import db, schema
 from orchestrator.cli import main
-from db_urls import is_sqlite, query
+from db_urls import execute, is_sqlite, query
 from result_factory import make_result, write_result, write_text
 
 
@@ -398,11 +399,12 @@ def _imported_by(argv, cwd=None):
     return done.stderr.strip().splitlines()[-1]
 
 
-def test_the_cli_imports_only_what_a_command_needs(env):
+def test_the_cli_imports_only_what_a_command_needs(env, any_db):
     """`--help` and a usage error import no database code, no Hydra and no rich; a command on the
     database imports SQLAlchemy and rich, never Hydra, numpy, submitit, nor Alembic (only when a
-    database needs upgrading); `status` on an up-to-date SQLite file reads it with sqlite3 alone,
-    and on any other goes through db.open_db (SQLAlchemy) as every command does."""
+    database needs upgrading); `status` on an up-to-date SQLite file or PostgreSQL database reads
+    it with its driver alone (sqlite3, psycopg), and on any other goes through db.open_db
+    (SQLAlchemy) as every command does."""
     for argv in (["--help"], ["-h"], ["status", "--help"], ["results", "--help"], ["--db", "x", "collect", "-h"],
                  ["results", "--nope"]):
         assert _imported_by(argv) == "[]", argv
@@ -410,9 +412,35 @@ def test_the_cli_imports_only_what_a_command_needs(env):
     assert _imported_by(["status"], cwd=env) == "['rich']"
     for argv in (["results"], ["results", "--summary", "--csv"]):
         assert _imported_by(argv, cwd=env) == "['rich', 'sqlalchemy']", argv
-    with sqlite3.connect(env / "results.db") as conn:  # a revision this release does not know
-        conn.execute("UPDATE alembic_version SET version_num = 'ffff'")
+    execute(any_db, "UPDATE alembic_version SET version_num = 'ffff'")  # a revision this release does not know
     assert "sqlalchemy" in _imported_by(["status"], cwd=env)
+
+
+def test_status_on_postgresql_reads_where_sqlalchemy_would_and_makes_nothing(postgres_server, capsys):
+    """sql_adapters.postgres_params (status's psycopg path) gives psycopg the keywords SQLAlchemy's
+    psycopg dialect gives it, or nothing where only SQLAlchemy reads the URL; a database that is not
+    there is refused, not made, and its URL printed without its password."""
+    from sqlalchemy.dialects.postgresql.psycopg import PGDialect_psycopg
+    from sqlalchemy.engine import make_url
+
+    from orchestrator.store.sql_adapters import postgres_params
+
+    dialect = PGDialect_psycopg()
+    for url in ("postgresql+psycopg://al%40ice:p%2Fw:x@db.example:5433/res%20ults?sslmode=require&application_name=a",
+                "postgresql+psycopg://u@[::1]:5432/db", "postgresql+psycopg:///db?host=/tmp", postgres_server,
+                "postgresql+psycopg://u:@h/db"):
+        expected = {k: str(v) for k, v in dialect.create_connect_args(make_url(url))[1].items()}
+        assert postgres_params(url) == expected, url
+    for url in ("postgresql://u@h/db", "postgresql+psycopg2://u@h/db", "sqlite:///r.db",
+                "postgresql+psycopg://u@h/db?host=a&host=b"):
+        assert postgres_params(url) is None, url
+    missing = make_url(postgres_server).set(database=f"t_missing_{secrets.token_hex(4)}")
+    assert main(["--db", missing.render_as_string(hide_password=False), "status"]) == 1
+    err = capsys.readouterr().err
+    assert "does not exist" in err and missing.database in err and "Traceback" not in err
+    if missing.password:
+        assert missing.password not in err and "***@" in err
+    assert query(postgres_server, "SELECT count(*) FROM pg_database WHERE datname = :n", {"n": missing.database}) == [(0,)]
 
 
 def test_the_sqlite_file_status_reads_is_the_one_sqlalchemy_opens(tmp_path):
