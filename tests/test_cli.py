@@ -426,13 +426,19 @@ def test_status_on_postgresql_reads_where_sqlalchemy_would_and_makes_nothing(pos
     from orchestrator.store.sql_adapters import postgres_params
 
     dialect = PGDialect_psycopg()
+    blank = [f"postgresql+psycopg://u:pw@h:55432/A?{option}=&sslmode=require"
+             for option in ("dbname", "port", "host", "user", "password")]  # SQLAlchemy drops blank options
     for url in ("postgresql+psycopg://al%40ice:p%2Fw:x@db.example:5433/res%20ults?sslmode=require&application_name=a",
                 "postgresql+psycopg://u@[::1]:5432/db", "postgresql+psycopg:///db?host=/tmp", postgres_server,
-                "postgresql+psycopg://u:@h/db"):
+                "postgresql+psycopg://u:@h/db", "postgresql+psycopg://u@h:05433/db?port=5434&dbname=B", *blank):
         expected = {k: str(v) for k, v in dialect.create_connect_args(make_url(url))[1].items()}
         assert postgres_params(url) == expected, url
     for url in ("postgresql://u@h/db", "postgresql+psycopg2://u@h/db", "sqlite:///r.db",
-                "postgresql+psycopg://u@h/db?host=a&host=b"):
+                "postgresql+psycopg://u@h/db?host=a&host=b", "postgresql+psycopg://u@h/db?host=a,b",
+                "postgresql+psycopg://u@h/db?host=a:5433", "postgresql+psycopg://u@h/db?port=5432,5433",
+                # escapes SQLAlchemy leaves in the host and the port (where they are no port at all)
+                "postgresql+psycopg://u@h%2Dx/db", "postgresql+psycopg://u@%2Ftmp/db", "postgresql+psycopg://u@h:54%332/db",
+                "postgresql+psycopg://u@h:5x/db"):
         assert postgres_params(url) is None, url
     missing = make_url(postgres_server).set(database=f"t_missing_{secrets.token_hex(4)}")
     assert main(["--db", missing.render_as_string(hide_password=False), "status"]) == 1

@@ -212,18 +212,23 @@ def _pyformat(sql: str) -> str:
 
 def postgres_params(url: str) -> Optional[dict[str, Any]]:
     """psycopg's connection keywords for a `postgresql+psycopg://` URL, read as SQLAlchemy's psycopg
-    dialect reads it (escapes undone, query options passed on to libpq); None for any other URL or
-    one only SQLAlchemy reads (an option given twice: its several hosts)."""
+    dialect reads it (user, password and database unescaped, host and port as written, blank query
+    options dropped, the others passed on to libpq over the URL's own parts); None for any other URL
+    or one only SQLAlchemy reads (an option given twice, several hosts or ports, an escape or other
+    than digits in the host or port)."""
     found = _URL.match(url) if url.startswith(POSTGRES_PSYCOPG) else None
     if found is None:
         return None
-    query = parse_qsl(found["query"] or "", keep_blank_values=True)
-    if len({k for k, _ in query}) != len(query):
+    query = parse_qsl(found["query"] or "")  # as sqlalchemy.engine.url._parse_url: blank values dropped
+    options = dict(query)
+    host, port = found["ipv6host"] or found["ipv4host"], found["port"]
+    if (len(options) != len(query) or "%" in (host or "") + (port or "") or not (port or "0").isdigit()
+            or any(c in options.get("host", "") for c in ",:") or not options.get("port", "0").isdigit()):
         return None
-    words = {"user": found["username"], "password": found["password"], "dbname": found["database"],
-             "host": found["ipv6host"] or found["ipv4host"], "port": found["port"]}
+    words = {"user": found["username"], "password": found["password"], "dbname": found["database"]}
     params = {k: unquote(v) for k, v in words.items() if v}
-    params.update((k, v) for k, v in query)
+    params.update((k, v) for k, v in (("host", host), ("port", port and str(int(port)))) if v and v != "0")
+    params.update(options)
     return params
 
 
