@@ -449,6 +449,39 @@ def test_status_on_postgresql_reads_where_sqlalchemy_would_and_makes_nothing(pos
     assert query(postgres_server, "SELECT count(*) FROM pg_database WHERE datname = :n", {"n": missing.database}) == [(0,)]
 
 
+def test_a_database_url_is_printed_as_sqlalchemy_prints_it_without_its_password():
+    """commands.common.shown masks the password SQLAlchemy reads (the rest as given: SQLAlchemy reads
+    the same user, host, port, database and options in it), where the old pattern could not: a user
+    name with `@`, a password with spaces."""
+    from sqlalchemy.engine import make_url
+
+    from orchestrator.commands.common import shown
+
+    for url in ("postgresql+psycopg://al@ice:S3cretPW@db.example:5433/res", "postgresql+psycopg://u:S3cret PW@h/db",
+                "postgresql+psycopg://u:S3cretPW@h/db?sslmode=require", "postgresql://u@h/db", "sqlite:///r.db"):
+        given = make_url(url)
+        assert make_url(shown(url)) == given.set(password="***" if given.password is not None else None), url
+        assert "S3cret" not in shown(url), url
+
+
+def test_status_on_a_postgresql_database_without_runs_hides_a_password_with_spaces(postgres_server, capsys):
+    """The message of `status` on a database that holds no runs (read through psycopg alone) names its
+    URL with the password masked: PostgresRows.url is the URL as shown, not as given."""
+    from db_urls import create_database, drop_database
+
+    url = create_database(postgres_server)
+    try:
+        db.open_db(url).kw["bind"].dispose()  # the tables, no runs
+        scheme, rest = url.split("://", 1)
+        user, place = rest.rsplit("@", 1) if "@" in rest else ("", rest)
+        given = f"{scheme}://{user.split(':')[0]}:S3cret PW@{place}"  # the test server trusts its loopback
+        assert main(["--db", given, "status"]) == 1
+        err = capsys.readouterr().err
+        assert "holds no runs yet" in err and ":***@" in err and "S3cret" not in err, err
+    finally:
+        drop_database(postgres_server, url)
+
+
 def test_the_sqlite_file_status_reads_is_the_one_sqlalchemy_opens(tmp_path):
     """rows.sqlite_file (status's sqlite3 path) names the file db.sqlite_path names, or none where
     only SQLAlchemy can read the URL (options, escapes, other databases), never another file."""

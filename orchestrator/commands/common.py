@@ -9,7 +9,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional, Union
 
 from orchestrator.store import queries
-from orchestrator.store.sql_adapters import Rows, connect, hide_passwords, sqlite_file
+from orchestrator.store.sql_adapters import Rows, connect, masked_url, sqlite_file
 from orchestrator.sweep.config_checks import ConfigError
 from orchestrator.store.sqlite_lease import LeaseLost, LeaseRefused
 from orchestrator.store.sqlite_sharing import damaged, damaged_way_out
@@ -92,7 +92,7 @@ def database_error(exc: Exception, url: str) -> Optional[str]:
 
 def shown(url: str) -> str:
     """A database URL fit to print: its password, if any, masked."""
-    return hide_passwords(url)
+    return masked_url(url)
 
 
 def opened(database: Database, create: bool = False) -> "sessionmaker":

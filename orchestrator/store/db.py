@@ -38,7 +38,7 @@ from sqlalchemy.sql import column, table
 
 from orchestrator.store import migrations, sqlite_connection, sqlite_lease, sqlite_sharing
 # the schema's revision and the connection settings, kept where status reads them without SQLAlchemy
-from orchestrator.store.sql_adapters import SCHEMA_VERSION, hide_passwords, sqlite_pragmas
+from orchestrator.store.sql_adapters import SCHEMA_VERSION, hide_passwords, masked_url, sqlite_pragmas
 # the tables and views, declared in schema.py (read from there: db.py opens, makes and upgrades)
 from orchestrator.store.schema import Base
 # the views, made from the read layer's selects (cell_stats.py)
@@ -65,7 +65,7 @@ class Unusable(ArgumentError):
 
     @classmethod
     def of(cls, url: str, exc: BaseException) -> "Unusable":
-        shown = hide_passwords(url)
+        shown = masked_url(url)
         cause = " ".join(str(getattr(exc, "orig", None) or exc).split())[:300]
         if isinstance(exc, ImportError):
             return cls(shown, f"its driver is not installed ({cause})",

@@ -232,6 +232,16 @@ def postgres_params(url: str) -> Optional[dict[str, Any]]:
     return params
 
 
+def masked_url(url: str) -> str:
+    """`url` fit to print: the password SQLAlchemy would read in it (the part of _URL's match, so
+    a user name with `@` or a password with spaces too) replaced by `***`, as str(sqlalchemy URL)
+    shows it; any other URL's password within (hide_passwords) masked as well."""
+    found = _URL.match(url)
+    if found is None or found["password"] is None:
+        return hide_passwords(url)
+    return hide_passwords(url[:found.start("password")] + "***" + url[found.end("password"):])
+
+
 def connect(url: str) -> Optional[SqliteRows]:
     """Rows over sqlite3 when `url` is a SQLite file at SCHEMA_VERSION, over psycopg when it is a
     `postgresql+psycopg://` database at SCHEMA_VERSION; otherwise None, and the caller opens the
@@ -281,7 +291,7 @@ def _connect_postgres(url: str) -> Optional[PostgresRows]:
     if [tuple(v) for v in version] != [(SCHEMA_VERSION,)]:
         conn.close()
         return None
-    return PostgresRows(conn, url)
+    return PostgresRows(conn, masked_url(url))
 
 
 def _quote(path: str) -> str:
