@@ -482,6 +482,23 @@ def test_status_on_a_postgresql_database_without_runs_hides_a_password_with_spac
         drop_database(postgres_server, url)
 
 
+def test_status_tries_a_postgresql_server_that_refuses_once(monkeypatch, capsys):
+    """A connection psycopg cannot make (nothing listens on port 1) is said once, in one line with the
+    password masked: never tried again through SQLAlchemy (db.open_db), which would log in twice and
+    wait twice as long on a silent server."""
+    import psycopg
+
+    tries = []
+    for module, name in ((psycopg, "connect"), (db, "open_db")):
+        real = getattr(module, name)
+        monkeypatch.setattr(module, name, lambda *a, _real=real, _name=name, **k: tries.append(_name) or _real(*a, **k))
+    assert main(["--db", "postgresql+psycopg://u:S3cret PW@127.0.0.1:1/db", "status"]) == 1
+    err = capsys.readouterr().err
+    assert tries == ["connect"], tries
+    assert len(err.strip().splitlines()) == 1 and "S3cret" not in err and "u:***@127.0.0.1:1" in err, err
+    assert "Traceback" not in err
+
+
 def test_the_sqlite_file_status_reads_is_the_one_sqlalchemy_opens(tmp_path):
     """rows.sqlite_file (status's sqlite3 path) names the file db.sqlite_path names, or none where
     only SQLAlchemy can read the URL (options, escapes, other databases), never another file."""

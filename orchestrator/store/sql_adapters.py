@@ -14,7 +14,8 @@ through one of two small adapters with the same three methods:
 
 db.open_db stays the one place that makes, upgrades and explains a database: `connect` answers
 None wherever it would have to (no such file or database, another revision, a URL with options
-SQLite's path does not read), and the caller opens the database through db.open_db instead. This
+SQLite's path does not read), and the caller opens the database through db.open_db instead. A
+PostgreSQL server that does not answer or refuses the login is not asked twice: its error is raised. This
 module imports only the standard library (psycopg where the URL names it), and db.py takes its
 connection settings, schema revision and password masking from here.
 """
@@ -273,17 +274,21 @@ def connect(url: str) -> Optional[SqliteRows]:
 
 
 def _connect_postgres(url: str) -> Optional[PostgresRows]:
-    """Rows over psycopg on a database at SCHEMA_VERSION; None for a database that does not answer
-    or is not there, has no orchestrator tables or another revision (db.open_db's to explain or
-    upgrade: a read never makes a database here)."""
+    """Rows over psycopg on a database at SCHEMA_VERSION; None where db.open_db has more to say or
+    do: no such database, no orchestrator tables, another revision (a read never makes a database
+    here). Any other failure to connect (nothing answers, a wrong password) is raised as it is,
+    said once in one line (commands.common.database_error), never tried again through SQLAlchemy."""
     # lazy: psycopg (~0.05 s) only for a PostgreSQL URL: SQLite's `status` and --help start without it
     import psycopg
     from psycopg.rows import namedtuple_row
 
+    params = postgres_params(url) or {}
     try:
-        conn = psycopg.connect(**postgres_params(url), row_factory=namedtuple_row)
-    except psycopg.Error:
-        return None
+        conn = psycopg.connect(**params, row_factory=namedtuple_row)
+    except psycopg.OperationalError as exc:  # libpq's message: no SQLSTATE on a failed connection
+        if f'database "{params.get("dbname", "")}' in str(exc) and "does not exist" in str(exc):
+            return None
+        raise
     try:
         version = conn.execute("SELECT version_num FROM alembic_version").fetchall()
     except psycopg.Error:  # no version table: no orchestrator tables, or made before migrations
