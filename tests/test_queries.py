@@ -5,7 +5,7 @@ from pathlib import Path
 
 from orchestrator.store import db, schema, queries, sql_adapters as rows_module
 from orchestrator.results.collector import collect
-from db_urls import is_sqlite
+from db_urls import execute, is_sqlite, query
 from result_factory import make_result, write_result
 
 ORCHESTRATOR = Path(__file__).resolve().parent.parent / "orchestrator"
@@ -101,11 +101,19 @@ def test_each_query_answers_the_same_through_sqlite3_and_sqlalchemy(tmp_path, db
     assert failed == [("b", "1", "alexnet", "timeout")]
     assert examples == [("b", "failed", 1, 1)]
     assert len(latest_ids) == 2
-    if is_sqlite(db_url):
-        direct = rows_module.connect(db_url)
-        assert direct is not None  # an up-to-date SQLite file: read with sqlite3 alone
-        with direct:
-            assert _answers(direct) == through_orm
+    execute(db_url, "UPDATE runs SET collected_at = NULL")  # as if no collector had claimed them yet
+    direct = rows_module.connect(db_url)
+    assert direct is not None  # an up-to-date database: read with sqlite3 or psycopg alone
+    with direct:
+        assert type(direct).__name__ == ("SqliteRows" if is_sqlite(db_url) else "PostgresRows")
+        assert _answers(direct) == through_orm
+        failed = [(r.id, r.state) for r in queries.open_runs(direct, ["failed"], ["id", "state"])]
+        assert len(failed) == 2  # a's lenet and b's alexnet
+        # one executemany: how many rows it changed in all, as tracking.reconcile counts them
+        assert queries.update_runs(direct, ["state_detail"], [
+            {"state_detail": "seen", "b_id": i, "b_state": s} for i, s in failed + [(0, "failed")]]) == 2
+        direct.commit()
+    assert query(db_url, "SELECT count(*) FROM runs WHERE state_detail = 'seen'") == [(2,)]
 
 
 def test_the_history_a_learned_time_limit_reads_is_the_same_on_either_store(tmp_path, db_url):
