@@ -438,7 +438,9 @@ def test_status_on_postgresql_reads_where_sqlalchemy_would_and_makes_nothing(pos
                 "postgresql+psycopg://u@h/db?host=a:5433", "postgresql+psycopg://u@h/db?port=5432,5433",
                 # escapes SQLAlchemy leaves in the host and the port (where they are no port at all)
                 "postgresql+psycopg://u@h%2Dx/db", "postgresql+psycopg://u@%2Ftmp/db", "postgresql+psycopg://u@h:54%332/db",
-                "postgresql+psycopg://u@h:5x/db"):
+                "postgresql+psycopg://u@h:5x/db",
+                # a plugin create_engine loads (libpq would refuse the option)
+                "postgresql+psycopg://u@h/db?plugin=x"):
         assert postgres_params(url) is None, url
     missing = make_url(postgres_server).set(database=f"t_missing_{secrets.token_hex(4)}")
     assert main(["--db", missing.render_as_string(hide_password=False), "status"]) == 1
@@ -478,6 +480,35 @@ def test_status_on_a_postgresql_database_without_runs_hides_a_password_with_spac
         assert main(["--db", given, "status"]) == 1
         err = capsys.readouterr().err
         assert "holds no runs yet" in err and ":***@" in err and "S3cret" not in err, err
+    finally:
+        drop_database(postgres_server, url)
+
+
+def test_a_password_in_a_database_urls_query_is_never_printed():
+    """libpq takes `?password=` as it takes the user's part, and SQLAlchemy's rendering shows it: the
+    review found `status` printing it in its one line."""
+    from orchestrator.commands.common import shown
+
+    for url, expected in (("postgresql+psycopg://u:S3cret@h/db?password=S3cretToo", "postgresql+psycopg://u:***@h/db?password=***"),
+                          ("postgresql+psycopg://u@h/db?sslmode=require&password=S3cret&connect_timeout=3",
+                           "postgresql+psycopg://u@h/db?sslmode=require&password=***&connect_timeout=3"),
+                          ("postgresql+psycopg://u@h/db?passwordless=1", "postgresql+psycopg://u@h/db?passwordless=1")):
+        assert shown(url) == expected, url
+
+
+def test_status_on_a_postgresql_database_without_tables_hides_its_password(postgres_server, capsys):
+    """A database without the orchestrator's tables goes on to db.open_db, whose one line named the URL
+    as given, password and all (the review reproduced it with `status --db ...`)."""
+    from db_urls import create_database, drop_database
+
+    url = create_database(postgres_server)  # empty: no tables
+    try:
+        scheme, rest = url.split("://", 1)
+        user, place = rest.rsplit("@", 1) if "@" in rest else ("", rest)
+        given = f"{scheme}://{user.split(':')[0]}:S3cret PW@{place}?password=S3cretToo"  # the server trusts its loopback
+        assert main(["--db", given, "status"]) == 1
+        err = capsys.readouterr().err
+        assert "holds no orchestrator tables" in err and ":***@" in err and "S3cret" not in err, err
     finally:
         drop_database(postgres_server, url)
 

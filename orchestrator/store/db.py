@@ -131,7 +131,7 @@ def open_db(url: str, create: bool = True) -> sessionmaker:
             has_runs, current = _layout(engine)
             if not create and not has_runs:
                 engine.dispose()
-                raise NoDatabase(f"{path or url} holds no orchestrator tables")
+                raise NoDatabase(f"{path or masked_url(url)} holds no orchestrator tables")
             if current != SCHEMA_VERSION:
                 with sqlite_sharing.setup_lock(str(path)) if path else nullcontext():
                     before = _upgrade(engine)

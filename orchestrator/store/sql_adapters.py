@@ -55,6 +55,11 @@ _PARAM = re.compile(r"(?<![:\w]):([A-Za-z_]\w*)")
 #: The `user:password@` part of a URL inside a word (`+cluster.setup=[export DB=postgresql://alice:secret@db/b]`),
 #: Hydra's escaped spelling (`postgresql\\://alice\\:secret@db`) included: scheme and user kept, the password masked.
 _PASSWORD = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*\\?://[^:/@\s]*:)[^@\s]*@")
+#: A `password=` option in a URL's query (`postgresql+psycopg://u@db/b?password=pw`: libpq takes it as
+#: it takes the user's part; SQLAlchemy's own rendering shows it): its value masked.
+_QUERY_PASSWORD = re.compile(r"(://[^\s?]*\\?\?(?:[^\s&]*&)*password=)[^&\s\]]*")
+#: Query options create_engine itself takes out of a URL (plugins it loads): not libpq's.
+SQLALCHEMY_OPTIONS = ("plugin",)
 
 
 def hide_passwords(text: str) -> str:
@@ -63,7 +68,9 @@ def hide_passwords(text: str) -> str:
     that is no URL (`docker://ubuntu:22.04]`, `file:///x/conf]`) is left as it is, never refused.
     Here, not in db.py: `status` prints a PostgreSQL URL without importing SQLAlchemy. A word
     without `://` holds no URL: returned at once (each cell's overrides pass here)."""
-    return _PASSWORD.sub(r"\1***@", text) if "://" in text else text
+    if "://" not in text:
+        return text
+    return _QUERY_PASSWORD.sub(r"\1***", _PASSWORD.sub(r"\1***@", text))
 
 
 def default_url() -> str:
@@ -217,14 +224,14 @@ def postgres_params(url: str) -> Optional[dict[str, Any]]:
     dialect reads it (user, password and database unescaped, host and port as written, blank query
     options dropped, the others passed on to libpq over the URL's own parts); None for any other URL
     or one only SQLAlchemy reads (an option given twice, several hosts or ports, an escape or other
-    than digits in the host or port)."""
+    than digits in the host or port, an option create_engine takes itself: SQLALCHEMY_OPTIONS)."""
     found = _URL.match(url) if url.startswith(POSTGRES_PSYCOPG) else None
     if found is None:
         return None
     query = parse_qsl(found["query"] or "")  # as sqlalchemy.engine.url._parse_url: blank values dropped
     options = dict(query)
     host, port = found["ipv6host"] or found["ipv4host"], found["port"]
-    if (len(options) != len(query) or "%" in (host or "") + (port or "") or not (port or "0").isdigit()
+    if (len(options) != len(query) or any(k in options for k in SQLALCHEMY_OPTIONS) or "%" in (host or "") + (port or "") or not (port or "0").isdigit()
             or any(c in options.get("host", "") for c in ",:") or not options.get("port", "0").isdigit()):
         return None
     words = {"user": found["username"], "password": found["password"], "dbname": found["database"]}
