@@ -107,11 +107,13 @@ def test_each_query_answers_the_same_through_sqlite3_and_sqlalchemy(tmp_path, db
     with direct:
         assert type(direct).__name__ == ("SqliteRows" if is_sqlite(db_url) else "PostgresRows")
         assert _answers(direct) == through_orm
-        failed = [(r.id, r.state) for r in queries.open_runs(direct, ["failed"], ["id", "state"])]
-        assert len(failed) == 2  # a's lenet and b's alexnet
+        assert list(queries.open_runs(direct, ["id"])) == []  # failed or done: none open
+        direct.many("UPDATE runs SET state = 'running' WHERE state = :failed", [{"failed": "failed"}])
+        failed = [(r.id, r.state) for r in queries.open_runs(direct, ["id", "state"])]
+        assert len(failed) == 2  # a's lenet and b's alexnet, running now
         # one executemany: how many rows it changed in all, as tracking.reconcile counts them
         assert queries.update_runs(direct, ["state_detail"], [
-            {"state_detail": "seen", "b_id": i, "b_state": s} for i, s in failed + [(0, "failed")]]) == 2
+            {"state_detail": "seen", "b_id": i, "b_state": s} for i, s in failed + [(0, "running")]]) == 2
         direct.commit()
     assert query(db_url, "SELECT count(*) FROM runs WHERE state_detail = 'seen'") == [(2,)]
 

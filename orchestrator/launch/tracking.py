@@ -240,7 +240,7 @@ def reconcile(rows: Rows, sweep_id: Optional[str] = None,
     backends = {} if backends is None else backends
     report = Reconciled(runs=runs)
     by_backend: dict[str, list[Any]] = {}
-    for run in queries.open_runs(rows, runstate.OPEN, _OPEN_RUN, sweep_id):
+    for run in queries.open_runs(rows, _OPEN_RUN, sweep_id):
         by_backend.setdefault(run.executor if run.job_id else "", []).append(run)
     clusters = {name: _cluster_config(rows, runs[0]) for name, runs in by_backend.items() if name}
     rows.commit()  # nothing held while the schedulers answer

@@ -35,7 +35,7 @@ from sqlalchemy.exc import ArgumentError, DBAPIError, IntegrityError, Operationa
 from sqlalchemy.orm import sessionmaker
 from sqlalchemy.sql import column, table
 
-from orchestrator.store import migrations, sqlite_connection, sqlite_lease, sqlite_sharing
+from orchestrator.store import kept_counts, migrations, sqlite_connection, sqlite_lease, sqlite_sharing
 # the schema's revision and the connection settings, kept where status reads them without SQLAlchemy
 from orchestrator.store.sql_adapters import SCHEMA_VERSION, hide_passwords, masked_url, sqlite_pragmas
 # the tables and views, declared in schema.py (read from there: db.py opens, makes and upgrades)
@@ -203,6 +203,7 @@ def _create_or_upgrade(conn: Connection) -> Optional[str]:
         return migrations.upgrade(conn)
     Base.metadata.create_all(conn)
     create_views(conn)
+    kept_counts.create(conn.exec_driver_sql, conn.dialect.name)
     _ALEMBIC_VERSION.create(conn)
     conn.execute(_ALEMBIC_VERSION.insert().values(version_num=SCHEMA_VERSION))
     return None

@@ -122,9 +122,11 @@ def _row_type(names: tuple[str, ...]) -> Any:
 class Rows:
     """SQL text with `:name` parameters over one connection: `rows` (an iterator of rows whose
     columns read as attributes), `all`, `many` (one statement per set of parameters) and `commit`.
-    `url` is the database's URL, for messages."""
+    `url` is the database's URL, for messages; `dialect` its SQLAlchemy dialect's name (what a
+    query that differs by database asks, as queries.latest_counts does)."""
 
     url: str
+    dialect = "sqlite"
 
     @staticmethod
     def of(session: Any) -> "Rows":
@@ -178,6 +180,7 @@ class SessionRows(Rows):
     def __init__(self, session: Any) -> None:
         self.session = session
         self.url = str(session.get_bind().url)
+        self.dialect = session.get_bind().dialect.name
 
     def rows(self, sql: Any, params: Optional[Mapping[str, Any]] = None) -> Iterator[Any]:
         """SQL text, or a SQLAlchemy statement (the read layer's Core: run_history's, which only a
@@ -201,6 +204,8 @@ class SessionRows(Rows):
 class PostgresRows(SqliteRows):
     """Rows over psycopg itself (what SQLAlchemy's engine runs on, without its 0.3 s import): the
     `:name` parameters of SQL text written as psycopg's `%(name)s`; close and `with` as sqlite3's."""
+
+    dialect = "postgresql"
 
     def rows(self, sql: str, params: Optional[Mapping[str, Any]] = None) -> Iterator[Any]:
         return iter(self.conn.execute(_pyformat(sql), dict(params or {})))
