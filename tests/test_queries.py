@@ -80,7 +80,10 @@ def _answers(rows):
     counts = sorted((c.sweep_id, c.state, c.error_class, c.n) for c in queries.latest_counts(rows, None))
     failed = [(r.sweep_id, r.uid.split(":")[-1], r.model, r.error_class)
               for r in queries.latest_failures(rows, ["a", "b"], ("failed", "lost"))]
-    examples = sorted((e.sweep_id, e.state, e.n, e.rn) for e in queries.latest_examples(rows, None, ("failed",), 3))
+    groups = queries.latest_groups(rows, None, ("failed",))
+    first = queries.first_runs(rows, [(g.sweep_id, g.state, g.error_class) for g in groups], 3)
+    examples = sorted((e.sweep_id, e.state, e.n, e.error_class) for e in groups) + sorted(
+        (f.sweep_id, f.state, f.error_class) for f in first)
     return counts, failed, examples, queries.sweep_sizes(rows, ["a", "b"]), queries.sweep_sizes(rows, ["a", "b"], ["b"])
 
 
@@ -99,7 +102,7 @@ def test_each_query_answers_the_same_through_sqlite3_and_sqlalchemy(tmp_path, db
     # lenet's attempt 1 failed and is not the latest: only its attempt 2 (done) counts
     assert counts == [("b", "done", None, 1), ("b", "failed", "timeout", 1)]
     assert failed == [("b", "1", "alexnet", "timeout")]
-    assert examples == [("b", "failed", 1, 1)]
+    assert examples == [("b", "failed", 1, "timeout"), ("b", "failed", "timeout")]
     assert len(latest_ids) == 2
     execute(db_url, "UPDATE runs SET collected_at = NULL")  # as if no collector had claimed them yet
     direct = rows_module.connect(db_url)

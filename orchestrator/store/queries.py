@@ -16,7 +16,7 @@ This module imports only the standard library, orchestrator.runstate and orchest
 from __future__ import annotations
 
 import json
-from typing import Any, Iterator, Optional, Sequence
+from typing import Any, Iterable, Iterator, Optional, Sequence
 
 from orchestrator import runstate
 from orchestrator.store.sql_adapters import Rows, in_list
@@ -89,17 +89,29 @@ def latest_counts(rows: Rows, sweep_ids: Optional[Sequence[str]]) -> list[Any]:
                     "GROUP BY sweep_id, state, error_class", params)
 
 
-def latest_examples(rows: Rows, sweep_ids: Optional[Sequence[str]], states: Sequence[str],
-                    first: int) -> list[Any]:
-    """The latest attempts in `states`, in one pass that sorts only those: per sweep, state,
-    error class and state detail, their count `n` and the ids of the `first` few (a row each,
-    `rn` 1 to `first`)."""
+def latest_groups(rows: Rows, sweep_ids: Optional[Sequence[str]], states: Sequence[str]) -> list[Any]:
+    """The latest attempts in `states` counted (`n`) per sweep, state, error class and state detail:
+    one pass over ix_runs_current in its own order (no sort)."""
     names, params = in_list("state", list(states))
     where, more = latest_where(sweep_ids, f"state IN {names}")
     group = "sweep_id, state, error_class, state_detail"
-    return rows.all(f"SELECT * FROM (SELECT id, {group}, count(*) OVER (PARTITION BY {group}) AS n, "
-                    f"row_number() OVER (PARTITION BY {group} ORDER BY id) AS rn FROM runs WHERE {where}) "
-                    "AS ranked WHERE rn <= :first", {**params, **more, "first": first})
+    return rows.all(f"SELECT {group}, count(*) AS n FROM runs WHERE {where} GROUP BY {group}", {**params, **more})
+
+
+def first_runs(rows: Rows, groups: Iterable[tuple[str, str, Optional[str]]], first: int) -> list[Any]:
+    """The ids of the `first` latest attempts (lowest ids) of each (sweep, state, error class) of
+    `groups`: each group's few entries of ix_runs_current, not a ranking of every run in those
+    states (0.15 s over a million runs' 60,000 failed and open ones); a statement per 300 groups."""
+    groups, out = sorted(set(groups), key=str), []
+    for start in range(0, len(groups), 300):
+        parts, params = [], {**LATEST_PARAMS, "first": first}
+        for i, (sweep, state, klass) in enumerate(groups[start:start + 300]):
+            params.update({f"s{i}": sweep, f"t{i}": state, f"c{i}": klass})
+            kind = f"error_class = :c{i}" if klass is not None else "error_class IS NULL"
+            parts.append(f"SELECT * FROM (SELECT id, sweep_id, state, error_class FROM runs WHERE {LATEST} AND "
+                         f"sweep_id = :s{i} AND state = :t{i} AND {kind} ORDER BY id LIMIT :first) AS g{i}")
+        out += rows.all(" UNION ALL ".join(parts), params)
+    return out
 
 
 def sweep_sizes(rows: Rows, sweep_ids: Sequence[str],
