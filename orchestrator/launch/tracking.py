@@ -195,12 +195,14 @@ class Reconciled:
     #: recorded directory is not under it: left as they were, their files not read
     runs: Optional[str] = None
     outside: int = 0
+    #: the folders of run directories resolved so far, in this reconciliation (resultfile.realpath_via)
+    folders: dict[str, str] = field(default_factory=dict, repr=False, compare=False)
 
     def reads(self, run_dir: Optional[str]) -> bool:
         """Whether `run_dir` (the database's word) resolves under the command's runs folder."""
         if self.runs is None or not run_dir:
             return True
-        return inside(self.runs, run_dir)
+        return inside(self.runs, run_dir, self.folders)
 
     def _as_of(self, name: str) -> str:
         when = self.as_of.get(name)
