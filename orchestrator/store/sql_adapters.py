@@ -249,11 +249,16 @@ def postgres_params(url: str) -> Optional[dict[str, Any]]:
 def masked_url(url: str) -> str:
     """`url` fit to print: the password SQLAlchemy would read in it (the part of _URL's match, so
     a user name with `@` or a password with spaces too) replaced by `***`, as str(sqlalchemy URL)
-    shows it; any other URL's password within (hide_passwords) masked as well."""
+    shows it; any other URL's password within (hide_passwords) masked as well. A password with an
+    unescaped `@` (`u:p@ss@host`) ends at its first `@` for SQLAlchemy, which takes `ss@host` for
+    the host: masked up to the host's last `@`, so that no part of it is shown."""
     found = _URL.match(url)
     if found is None or found["password"] is None:
         return hide_passwords(url)
-    return hide_passwords(url[:found.start("password")] + "***" + url[found.end("password"):])
+    host, end = found["ipv4host"] or "", found.end("password")
+    if "@" in host:
+        end = found.start("ipv4host") + host.rindex("@")
+    return hide_passwords(url[:found.start("password")] + "***" + url[end:])
 
 
 def connect(url: str) -> Optional[SqliteRows]:
