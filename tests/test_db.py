@@ -203,11 +203,11 @@ def sqlite_layout(path):
     """A database's layout as SQLite reports it, not as its DDL is worded (create_all and
     Alembic's batch mode word the same table differently): each table's columns (by name: a
     revision's added column comes last, where create_all puts it in db.py's order), indexes,
-    foreign keys and CHECK constraints, each view's SQL, and the recorded revision."""
+    foreign keys and CHECK constraints, each view's and trigger's SQL, and the recorded revision."""
     con = sqlite3.connect(path)
     layout = {}
     for kind, name, sql in con.execute("select type, name, sql from sqlite_master where name not like 'sqlite_%'"):
-        if kind == "view":
+        if kind in ("view", "trigger"):  # a trigger: kept_counts's, made by both ways or neither
             layout[name] = sql
         elif kind == "table":
             layout[name] = {
@@ -266,6 +266,8 @@ def test_a_new_database_is_made_at_once_as_the_revisions_build_it(db_url, other_
     layout = layout_of(made)
     assert layout == layout_of(built)
     assert layout["revision"] == [(db.SCHEMA_VERSION,)] and layout["runs"]["checks"]  # ck_runs_state
+    if is_sqlite(made):
+        assert {"kept_counts_insert", "kept_counts_update", "kept_counts_delete"} <= set(layout)
     assert_tables_are_db_pys(made)
 
 
