@@ -469,8 +469,9 @@ def add_read_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--repeat", type=int, default=5, help="wall times per command (the median is shown)")
     ap.add_argument("--db", metavar="URL", help="a database server (e.g. `scripts/postgres.sh url`) to measure "
                     "collect, status and results on, in databases made there, instead of SQLite files")
-    ap.add_argument("--db-prefix", default="scale", type=db_prefix, help="the start of those databases' names (yours alone on a "
-                    "shared server: PREFIX_runs_N_REVISION is kept and reused, PREFIX_collect_N made afresh)")
+    ap.add_argument("--db-prefix", default="scale", type=db_prefix,
+                    help="the start of those databases' names (yours alone on a shared server: "
+                    "PREFIX_runs_N_REVISION is kept and reused, PREFIX_collect_N made afresh)")
 
 
 def rows_from_arguments(only: set[str], work: Path, args: argparse.Namespace) -> list[Row]:
