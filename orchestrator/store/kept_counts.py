@@ -12,6 +12,8 @@ server, row triggers that update shared counter rows in the order runs are writt
 collectors deadlock (each holding a count the other needs), so on PostgreSQL the table stays empty
 and `status` counts the index, which the server does beside the client. A run without an error
 class is counted under '' (a key column is never NULL); queries.latest_counts gives it back as NULL.
+A later migration that remakes `runs` on SQLite (Alembic's batch mode copies the table) drops its
+triggers with it: such a revision calls create() again (test_db compares the triggers too).
 """
 from __future__ import annotations
 
