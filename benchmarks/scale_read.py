@@ -23,7 +23,8 @@ import the measurements (one function each) and the table printer.
 With `--db URL` (a database server's URL whose role may CREATE DATABASE, such as
 `scripts/postgres.sh url` prints) the measurements run on databases made there instead of SQLite
 files: `scale_collect_<n>` for each collect (made afresh, dropped after) and `scale_runs_<n>_<revision>` for
-status and results (kept, and reused if it is there, as --keep's big.db is).
+status and results (kept, and reused if it is there, as --keep's big.db is); `--db-prefix P` names them
+`P_collect_<n>` and `P_runs_<n>_<revision>` instead.
 """
 from __future__ import annotations
 
@@ -399,14 +400,15 @@ def measure_help(repeat: int) -> dict[str, dict[str, float]]:
 # --- the table ----------------------------------------------------------------------------------
 
 def read_rows(only: set[str], work: Path, collect: Sequence[int] = (1_000, 10_000), runs: int = 100_000,
-              repeat: int = 5, server: Optional[str] = None) -> list[Row]:
+              repeat: int = 5, server: Optional[str] = None, prefix: str = "scale") -> list[Row]:
     """The table's rows for the measurements named in `only` (collect, status, results, help),
     working under `work` (the 100,000-run database is kept there and reused if present); on
-    databases made on the server of URL `server` instead of SQLite files, if given."""
+    databases made on the server of URL `server` instead of SQLite files, if given (named from
+    `prefix`: two people measuring on one server keep to their own)."""
     rows: list[Row] = []
     on = f" ({make_url(server).get_backend_name()})" if server else ""
     for n in collect if "collect" in only else ():
-        url = server_database(server, f"scale_collect_{n}") if server else None
+        url = server_database(server, f"{prefix}_collect_{n}") if server else None
         try:
             m = measure_collect(n, work / f"collect-{n}", url=url)
         finally:
@@ -421,7 +423,7 @@ def read_rows(only: set[str], work: Path, collect: Sequence[int] = (1_000, 10_00
         if server:
             # named for the schema's revision too: a database another checkout built (and would
             # upgrade, or refuse as newer) is never shared with this one
-            path: Any = server_database(server, f"scale_runs_{runs}_{db.SCHEMA_VERSION}", fresh=False)
+            path: Any = server_database(server, f"{prefix}_runs_{runs}_{db.SCHEMA_VERSION}", fresh=False)
             missing = not _count(path, "runs")
         else:
             path = work / "big.db"
@@ -454,17 +456,27 @@ def _count(url: str, table: str) -> int:
         engine.dispose()
 
 
+def db_prefix(text: str) -> str:
+    """A prefix of database names as typed, if it is letters, digits and `_` (it is written into CREATE DATABASE)."""
+    if not text.replace("_", "").isalnum() or not text.isascii():
+        raise argparse.ArgumentTypeError(f"{text!r}: letters, digits and _ only (e.g. scale_{os.getpid()})")
+    return text
+
+
 def add_read_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--collect", default="1000,10000", help="file counts for collect (comma-separated)")
     ap.add_argument("--runs", type=int, default=100_000, help="runs in the database status and results read")
     ap.add_argument("--repeat", type=int, default=5, help="wall times per command (the median is shown)")
     ap.add_argument("--db", metavar="URL", help="a database server (e.g. `scripts/postgres.sh url`) to measure "
                     "collect, status and results on, in databases made there, instead of SQLite files")
+    ap.add_argument("--db-prefix", default="scale", type=db_prefix,
+                    help="the start of those databases' names (yours alone on a shared server: "
+                    "PREFIX_runs_N_REVISION is kept and reused, PREFIX_collect_N made afresh)")
 
 
 def rows_from_arguments(only: set[str], work: Path, args: argparse.Namespace) -> list[Row]:
     return read_rows(only, work, [int(x) for x in args.collect.split(",") if x], args.runs, args.repeat,
-                     getattr(args, "db", None))
+                     getattr(args, "db", None), getattr(args, "db_prefix", "scale"))
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

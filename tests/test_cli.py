@@ -3,6 +3,7 @@ made by the last release before migrations, too) and, where the test is about th
 the file, PostgreSQL databases (`any_db`)."""
 import csv
 import io
+import secrets
 import shutil
 import sqlite3
 import subprocess
@@ -13,7 +14,7 @@ import pytest
 
 from orchestrator.store import db, schema
 from orchestrator.cli import main
-from db_urls import is_sqlite, query
+from db_urls import execute, is_sqlite, query
 from result_factory import make_result, write_result, write_text
 
 
@@ -398,11 +399,12 @@ def _imported_by(argv, cwd=None):
     return done.stderr.strip().splitlines()[-1]
 
 
-def test_the_cli_imports_only_what_a_command_needs(env):
+def test_the_cli_imports_only_what_a_command_needs(env, any_db):
     """`--help` and a usage error import no database code, no Hydra and no rich; a command on the
     database imports SQLAlchemy and rich, never Hydra, numpy, submitit, nor Alembic (only when a
-    database needs upgrading); `status` on an up-to-date SQLite file reads it with sqlite3 alone,
-    and on any other goes through db.open_db (SQLAlchemy) as every command does."""
+    database needs upgrading); `status` on an up-to-date SQLite file or PostgreSQL database reads
+    it with its driver alone (sqlite3, psycopg), and on any other goes through db.open_db
+    (SQLAlchemy) as every command does."""
     for argv in (["--help"], ["-h"], ["status", "--help"], ["results", "--help"], ["--db", "x", "collect", "-h"],
                  ["results", "--nope"]):
         assert _imported_by(argv) == "[]", argv
@@ -410,9 +412,124 @@ def test_the_cli_imports_only_what_a_command_needs(env):
     assert _imported_by(["status"], cwd=env) == "['rich']"
     for argv in (["results"], ["results", "--summary", "--csv"]):
         assert _imported_by(argv, cwd=env) == "['rich', 'sqlalchemy']", argv
-    with sqlite3.connect(env / "results.db") as conn:  # a revision this release does not know
-        conn.execute("UPDATE alembic_version SET version_num = 'ffff'")
+    execute(any_db, "UPDATE alembic_version SET version_num = 'ffff'")  # a revision this release does not know
     assert "sqlalchemy" in _imported_by(["status"], cwd=env)
+
+
+def test_status_on_postgresql_reads_where_sqlalchemy_would_and_makes_nothing(postgres_server, capsys):
+    """sql_adapters.postgres_params (status's psycopg path) gives psycopg the keywords SQLAlchemy's
+    psycopg dialect gives it, or nothing where only SQLAlchemy reads the URL; a database that is not
+    there is refused, not made, and its URL printed without its password."""
+    from sqlalchemy.dialects.postgresql.psycopg import PGDialect_psycopg
+    from sqlalchemy.engine import make_url
+
+    from orchestrator.store.sql_adapters import postgres_params
+
+    dialect = PGDialect_psycopg()
+    blank = [f"postgresql+psycopg://u:pw@h:55432/A?{option}=&sslmode=require"
+             for option in ("dbname", "port", "host", "user", "password")]  # SQLAlchemy drops blank options
+    for url in ("postgresql+psycopg://al%40ice:p%2Fw:x@db.example:5433/res%20ults?sslmode=require&application_name=a",
+                "postgresql+psycopg://u@[::1]:5432/db", "postgresql+psycopg:///db?host=/tmp", postgres_server,
+                "postgresql+psycopg://u:@h/db", "postgresql+psycopg://u@h:05433/db?port=5434&dbname=B", *blank):
+        expected = {k: str(v) for k, v in dialect.create_connect_args(make_url(url))[1].items()}
+        assert postgres_params(url) == expected, url
+    for url in ("postgresql://u@h/db", "postgresql+psycopg2://u@h/db", "sqlite:///r.db",
+                "postgresql+psycopg://u@h/db?host=a&host=b", "postgresql+psycopg://u@h/db?host=a,b",
+                "postgresql+psycopg://u@h/db?host=a:5433", "postgresql+psycopg://u@h/db?port=5432,5433",
+                # escapes SQLAlchemy leaves in the host and the port (where they are no port at all)
+                "postgresql+psycopg://u@h%2Dx/db", "postgresql+psycopg://u@%2Ftmp/db", "postgresql+psycopg://u@h:54%332/db",
+                "postgresql+psycopg://u@h:5x/db",
+                # a plugin create_engine loads (libpq would refuse the option)
+                "postgresql+psycopg://u@h/db?plugin=x"):
+        assert postgres_params(url) is None, url
+    missing = make_url(postgres_server).set(database=f"t_missing_{secrets.token_hex(4)}")
+    assert main(["--db", missing.render_as_string(hide_password=False), "status"]) == 1
+    err = capsys.readouterr().err
+    assert "does not exist" in err and missing.database in err and "Traceback" not in err
+    if missing.password:
+        assert missing.password not in err and "***@" in err
+    assert query(postgres_server, "SELECT count(*) FROM pg_database WHERE datname = :n", {"n": missing.database}) == [(0,)]
+
+
+def test_a_database_url_is_printed_as_sqlalchemy_prints_it_without_its_password():
+    """commands.common.shown masks the password SQLAlchemy reads (the rest as given: SQLAlchemy reads
+    the same user, host, port, database and options in it), where the old pattern could not: a user
+    name with `@`, a password with spaces."""
+    from sqlalchemy.engine import make_url
+
+    from orchestrator.commands.common import shown
+
+    for url in ("postgresql+psycopg://al@ice:S3cretPW@db.example:5433/res", "postgresql+psycopg://u:S3cret PW@h/db",
+                "postgresql+psycopg://u:S3cretPW@h/db?sslmode=require", "postgresql://u@h/db", "sqlite:///r.db"):
+        given = make_url(url)
+        assert make_url(shown(url)) == given.set(password="***" if given.password is not None else None), url
+        assert "S3cret" not in shown(url), url
+
+
+def test_status_on_a_postgresql_database_without_runs_hides_a_password_with_spaces(postgres_server, capsys):
+    """The message of `status` on a database that holds no runs (read through psycopg alone) names its
+    URL with the password masked: PostgresRows.url is the URL as shown, not as given."""
+    from db_urls import create_database, drop_database
+
+    url = create_database(postgres_server)
+    try:
+        db.open_db(url).kw["bind"].dispose()  # the tables, no runs
+        scheme, rest = url.split("://", 1)
+        user, place = rest.rsplit("@", 1) if "@" in rest else ("", rest)
+        given = f"{scheme}://{user.split(':')[0]}:S3cret PW@{place}"  # the test server trusts its loopback
+        assert main(["--db", given, "status"]) == 1
+        err = capsys.readouterr().err
+        assert "holds no runs yet" in err and ":***@" in err and "S3cret" not in err, err
+    finally:
+        drop_database(postgres_server, url)
+
+
+def test_a_password_in_a_database_urls_query_is_never_printed():
+    """libpq takes `?password=` as it takes the user's part, and SQLAlchemy's rendering shows it: the
+    review found `status` printing it in its one line."""
+    from orchestrator.commands.common import shown
+
+    for url, expected in (("postgresql+psycopg://u:S3cret@h/db?password=S3cretToo", "postgresql+psycopg://u:***@h/db?password=***"),
+                          ("postgresql+psycopg://u@h/db?sslmode=require&password=S3cret&connect_timeout=3",
+                           "postgresql+psycopg://u@h/db?sslmode=require&password=***&connect_timeout=3"),
+                          ("postgresql+psycopg://u@h/db?passwordless=1", "postgresql+psycopg://u@h/db?passwordless=1"),
+                          # an unescaped @ in the password: SQLAlchemy takes its tail for the host's start
+                          ("postgresql+psycopg://u:S3c@ret@h:5432/db", "postgresql+psycopg://u:***@h:5432/db")):
+        assert shown(url) == expected, url
+
+
+def test_status_on_a_postgresql_database_without_tables_hides_its_password(postgres_server, capsys):
+    """A database without the orchestrator's tables goes on to db.open_db, whose one line named the URL
+    as given, password and all (the review reproduced it with `status --db ...`)."""
+    from db_urls import create_database, drop_database
+
+    url = create_database(postgres_server)  # empty: no tables
+    try:
+        scheme, rest = url.split("://", 1)
+        user, place = rest.rsplit("@", 1) if "@" in rest else ("", rest)
+        given = f"{scheme}://{user.split(':')[0]}:S3cret PW@{place}?password=S3cretToo"  # the server trusts its loopback
+        assert main(["--db", given, "status"]) == 1
+        err = capsys.readouterr().err
+        assert "holds no orchestrator tables" in err and ":***@" in err and "S3cret" not in err, err
+    finally:
+        drop_database(postgres_server, url)
+
+
+def test_status_tries_a_postgresql_server_that_refuses_once(monkeypatch, capsys):
+    """A connection psycopg cannot make (nothing listens on port 1) is said once, in one line with the
+    password masked: never tried again through SQLAlchemy (db.open_db), which would log in twice and
+    wait twice as long on a silent server."""
+    import psycopg
+
+    tries = []
+    for module, name in ((psycopg, "connect"), (db, "open_db")):
+        real = getattr(module, name)
+        monkeypatch.setattr(module, name, lambda *a, _real=real, _name=name, **k: tries.append(_name) or _real(*a, **k))
+    assert main(["--db", "postgresql+psycopg://u:S3cret PW@127.0.0.1:1/db", "status"]) == 1
+    err = capsys.readouterr().err
+    assert tries == ["connect"], tries
+    assert len(err.strip().splitlines()) == 1 and "S3cret" not in err and "u:***@127.0.0.1:1" in err, err
+    assert "Traceback" not in err
 
 
 def test_the_sqlite_file_status_reads_is_the_one_sqlalchemy_opens(tmp_path):

@@ -144,7 +144,7 @@ OLD_DB = Path(__file__).parent / "data" / "results-5f8e814.db"  # made by that r
 def rows_of_every_table(path, columns=None):
     """Every table's rows; `columns` (table -> names) limits them to the tables and columns a
     database had before an upgrade added more (new columns start empty; a new table must start
-    empty, and is left out; but kept_summary, the summary kept from the runs, which an upgrade builds)."""
+    empty, and is left out; but kept_summary and kept_counts, kept from the runs, which an upgrade builds)."""
     con = sqlite3.connect(path)
     names = [r[0] for r in con.execute("select name from sqlite_master where type = 'table'")]
     old = columns
@@ -153,8 +153,10 @@ def rows_of_every_table(path, columns=None):
             for name in names}
     con.close()
     if old is not None:
-        added = [n for n in names if n not in old and n not in ("alembic_version", "kept_summary")]
-        rows.pop("kept_summary", None)
+        kept = ("kept_summary", "kept_counts")
+        added = [n for n in names if n not in old and n not in ("alembic_version", *kept)]
+        for name in kept:
+            rows.pop(name, None)
         assert not any(rows.pop(n) for n in added), f"a new table ({', '.join(added)}) starts empty"
     return rows
 
@@ -201,11 +203,11 @@ def sqlite_layout(path):
     """A database's layout as SQLite reports it, not as its DDL is worded (create_all and
     Alembic's batch mode word the same table differently): each table's columns (by name: a
     revision's added column comes last, where create_all puts it in db.py's order), indexes,
-    foreign keys and CHECK constraints, each view's SQL, and the recorded revision."""
+    foreign keys and CHECK constraints, each view's and trigger's SQL, and the recorded revision."""
     con = sqlite3.connect(path)
     layout = {}
     for kind, name, sql in con.execute("select type, name, sql from sqlite_master where name not like 'sqlite_%'"):
-        if kind == "view":
+        if kind in ("view", "trigger"):  # a trigger: kept_counts's, made by both ways or neither
             layout[name] = sql
         elif kind == "table":
             layout[name] = {
@@ -264,6 +266,8 @@ def test_a_new_database_is_made_at_once_as_the_revisions_build_it(db_url, other_
     layout = layout_of(made)
     assert layout == layout_of(built)
     assert layout["revision"] == [(db.SCHEMA_VERSION,)] and layout["runs"]["checks"]  # ck_runs_state
+    if is_sqlite(made):
+        assert {"kept_counts_insert", "kept_counts_update", "kept_counts_delete"} <= set(layout)
     assert_tables_are_db_pys(made)
 
 
@@ -296,6 +300,10 @@ def test_a_database_made_by_the_last_release_is_upgraded_in_place(tmp_path, capl
     assert "vgg16" not in summary  # submitted, never measured
     assert {r[0]: r[1:] for r in con.execute("select model, n, images_per_sec_median from kept_summary")} == {
         model: (n, median) for model, (n, median, _) in summary.items()}  # the upgrade built the kept summary
+    kept_counts = sorted(tuple(r) for r in con.execute("select sweep_id, state, error_class, n from kept_counts"))
+    assert kept_counts and kept_counts == sorted(tuple(r) for r in con.execute(
+        "select sweep_id, state, coalesce(error_class, ''), count(*) from runs where latest = 1 "
+        "group by sweep_id, state, coalesce(error_class, '')"))  # and the counts
     con.close()
 
     caplog.clear()

@@ -10,7 +10,7 @@ import pytest
 from helpers import REPO, rows, user_dir
 
 #: Counts, in the launching process, every opening of the database: db.open_db (SQLAlchemy) and
-#: sql_adapters.connect (sqlite3 alone, `status`'s fast path), before any module binds either.
+#: sql_adapters.connect (sqlite3 or psycopg alone, `status`'s fast path), before any module binds either.
 COUNTING = """
 import atexit, json, runpy, sys
 from orchestrator.store import db, sql_adapters
@@ -61,3 +61,19 @@ def test_a_dry_run_opens_the_database_once_to_check_it_and_learn_limits(tmp_path
     done, opened = launched(tmp_path, workdir, ["-m", *CELL, "hardware.time_min=auto", "dry_run=true"])
     assert "1 cells (dry run: nothing submitted)" in done.stdout, done.stdout
     assert opened == ["open_db"], done.stdout
+
+
+def test_status_opens_the_database_once_through_its_driver(tmp_path, db_url):
+    """`status` on an up-to-date database, a SQLite file or PostgreSQL's, opens it once, with its
+    driver alone (sql_adapters.connect), never a second time through SQLAlchemy."""
+    from result_factory import make_result, write_result
+
+    cwd, env = user_dir(tmp_path)
+    env["ORCHESTRATOR_DB"] = db_url
+    write_result(tmp_path / "runs", make_result(sweep="s", model="lenet"))
+    write_result(tmp_path / "runs", make_result(sweep="s", model="alexnet", state="failed"))
+    assert subprocess.run([sys.executable, "-m", "orchestrator", "collect"], cwd=str(cwd), env=env,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE).returncode == 0  # the database made
+    done, opened = launched(tmp_path, (cwd, env), ["status"])
+    assert "s " in done.stdout and "failed" in done.stdout, done.stdout
+    assert opened == ["connect"], done.stdout

@@ -5,7 +5,7 @@ from pathlib import Path
 
 from orchestrator.store import db, schema, queries, sql_adapters as rows_module
 from orchestrator.results.collector import collect
-from db_urls import is_sqlite
+from db_urls import execute, is_sqlite, query
 from result_factory import make_result, write_result
 
 ORCHESTRATOR = Path(__file__).resolve().parent.parent / "orchestrator"
@@ -80,7 +80,10 @@ def _answers(rows):
     counts = sorted((c.sweep_id, c.state, c.error_class, c.n) for c in queries.latest_counts(rows, None))
     failed = [(r.sweep_id, r.uid.split(":")[-1], r.model, r.error_class)
               for r in queries.latest_failures(rows, ["a", "b"], ("failed", "lost"))]
-    examples = sorted((e.sweep_id, e.state, e.n, e.rn) for e in queries.latest_examples(rows, None, ("failed",), 3))
+    groups = queries.latest_groups(rows, None, ("failed",))
+    first = queries.first_runs(rows, [(g.sweep_id, g.state, g.error_class) for g in groups], 3)
+    examples = sorted((e.sweep_id, e.state, e.n, e.error_class) for e in groups) + sorted(
+        (f.sweep_id, f.state, f.error_class) for f in first)
     return counts, failed, examples, queries.sweep_sizes(rows, ["a", "b"]), queries.sweep_sizes(rows, ["a", "b"], ["b"])
 
 
@@ -99,13 +102,23 @@ def test_each_query_answers_the_same_through_sqlite3_and_sqlalchemy(tmp_path, db
     # lenet's attempt 1 failed and is not the latest: only its attempt 2 (done) counts
     assert counts == [("b", "done", None, 1), ("b", "failed", "timeout", 1)]
     assert failed == [("b", "1", "alexnet", "timeout")]
-    assert examples == [("b", "failed", 1, 1)]
+    assert examples == [("b", "failed", 1, "timeout"), ("b", "failed", "timeout")]
     assert len(latest_ids) == 2
-    if is_sqlite(db_url):
-        direct = rows_module.connect(db_url)
-        assert direct is not None  # an up-to-date SQLite file: read with sqlite3 alone
-        with direct:
-            assert _answers(direct) == through_orm
+    execute(db_url, "UPDATE runs SET collected_at = NULL")  # as if no collector had claimed them yet
+    direct = rows_module.connect(db_url)
+    assert direct is not None  # an up-to-date database: read with sqlite3 or psycopg alone
+    with direct:
+        assert type(direct).__name__ == ("SqliteRows" if is_sqlite(db_url) else "PostgresRows")
+        assert _answers(direct) == through_orm
+        assert list(queries.open_runs(direct, ["id"])) == []  # failed or done: none open
+        direct.many("UPDATE runs SET state = 'running' WHERE state = :failed", [{"failed": "failed"}])
+        failed = [(r.id, r.state) for r in queries.open_runs(direct, ["id", "state"])]
+        assert len(failed) == 2  # a's lenet and b's alexnet, running now
+        # one executemany: how many rows it changed in all, as tracking.reconcile counts them
+        assert queries.update_runs(direct, ["state_detail"], [
+            {"state_detail": "seen", "b_id": i, "b_state": s} for i, s in failed + [(0, "running")]]) == 2
+        direct.commit()
+    assert query(db_url, "SELECT count(*) FROM runs WHERE state_detail = 'seen'") == [(2,)]
 
 
 def test_the_history_a_learned_time_limit_reads_is_the_same_on_either_store(tmp_path, db_url):

@@ -376,6 +376,8 @@ def test_recorded_monitor_and_time_limit_values_are_checked_as_a_new_sweeps(tmp_
     ("https://host:8443/path", None),
     ("+cluster.setup=[export DB=postgresql://alice:pw@db/b]", "+cluster.setup=[export DB=postgresql://alice:***@db/b]"),
     ("paths.x=postgresql\\://alice\\:pw@db/b", "paths.x=postgresql\\://alice\\:***@db/b"),
+    ("+cluster.setup=[export DB=postgresql://alice@db/b?sslmode=require&password=pw]",
+     "+cluster.setup=[export DB=postgresql://alice@db/b?sslmode=require&password=***]"),
 ])
 def test_only_a_urls_password_is_masked(word, kept):
     """A word with no `user:password@` part is kept byte for byte (the review: SQLAlchemy's parser

@@ -9,7 +9,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional, Union
 
 from orchestrator.store import queries
-from orchestrator.store.sql_adapters import Rows, connect, sqlite_file
+from orchestrator.store.sql_adapters import Rows, connect, masked_url, sqlite_file
 from orchestrator.sweep.config_checks import ConfigError
 from orchestrator.store.sqlite_lease import LeaseLost, LeaseRefused
 from orchestrator.store.sqlite_sharing import damaged, damaged_way_out
@@ -64,7 +64,9 @@ def database_error(exc: Exception, url: str) -> Optional[str]:
     with sqlite3 alone: orchestrator.store.sql_adapters)."""
     if isinstance(exc, (LeaseRefused, LeaseLost)):
         return str(exc)  # its one line names the holder or the loss, and the way out
-    said = exc if isinstance(exc, sqlite3.Error) else None  # the driver's error, said as it is
+    psycopg = sys.modules.get("psycopg")  # status's own driver on PostgreSQL, where it read one
+    drivers = (sqlite3.Error, psycopg.Error) if psycopg else (sqlite3.Error,)
+    said = exc if isinstance(exc, drivers) else None  # the driver's error, said as it is
     if "orchestrator.store.db" in sys.modules:
         # lazy: SQLAlchemy (~0.3 s) only in the commands that need it: `status` and --help start without it
         from sqlalchemy.exc import ArgumentError, SQLAlchemyError
@@ -90,12 +92,7 @@ def database_error(exc: Exception, url: str) -> Optional[str]:
 
 def shown(url: str) -> str:
     """A database URL fit to print: its password, if any, masked."""
-    if "@" not in url:  # no password to mask (and no SQLAlchemy to import for `status`)
-        return url
-    # lazy: SQLAlchemy (~0.3 s) only in the commands that need it: `status` and --help start without it
-    from orchestrator.store import db
-
-    return db.hide_passwords(url)
+    return masked_url(url)
 
 
 def opened(database: Database, create: bool = False) -> "sessionmaker":
@@ -113,8 +110,8 @@ def opened(database: Database, create: bool = False) -> "sessionmaker":
 @contextmanager
 def reading(database: Database) -> Iterator[Rows]:
     """The database, for a command that reads it with SQL text (orchestrator.store.queries): a URL of a
-    SQLite file at the current revision through sqlite3 alone (`status` without SQLAlchemy's
-    import), else through its handle (opened)."""
+    SQLite file or a psycopg PostgreSQL database at the current revision through its driver alone
+    (`status` without SQLAlchemy's import), else through its handle (opened)."""
     direct = connect(database) if isinstance(database, str) else None
     if direct is not None:
         with direct:

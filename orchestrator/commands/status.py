@@ -75,17 +75,17 @@ def status(database: Database, out: Console, sweep: Optional[str] = None, failed
         _print_counts(rows, sweeps, counts, out)
         shown = FAILURES + runstate.IN_FLIGHT
         # the sweeps named even when all are asked for: the index is then read by (sweep, state) pairs
-        examples = (queries.latest_examples(rows, [s.id for s in sweeps], shown, EXAMPLES)
-                    if any(c.state in shown for c in counts) else [])
+        groups = (queries.latest_groups(rows, [s.id for s in sweeps], shown)
+                  if any(c.state in shown for c in counts) else [])
         waiting: dict[tuple[str, str], int] = {}  # the scheduler's words for why queued runs wait
-        for g in examples:
-            if g.rn == 1 and g.state in runstate.IN_FLIGHT and g.state_detail is not None:
+        for g in groups:
+            if g.state in runstate.IN_FLIGHT and g.state_detail is not None:
                 waiting[g.state, g.state_detail] = waiting.get((g.state, g.state_detail), 0) + g.n
         for (state, detail), n in sorted(waiting.items()):
             out.print(f"{n} {state}: {detail}", markup=False)
         if any(c.state == runstate.RUNNING for c in counts):
             _print_time_left(rows, ids)
-        _print_failure_examples(rows, sweeps, counts, examples)
+        _print_failure_examples(rows, sweeps, counts, groups)
     return 0
 
 
@@ -147,7 +147,7 @@ def _duration(seconds: float) -> str:
     return f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.0f} min"
 
 
-def _print_failure_examples(rows: Rows, sweeps: list[Any], counts: list[Any], examples: list[Any]) -> None:
+def _print_failure_examples(rows: Rows, sweeps: list[Any], counts: list[Any], groups: list[Any]) -> None:
     """Per sweep, newest first: its failed and lost runs by error class, the first EXAMPLES of
     each with its message and log; then how to list them all."""
     totals: dict[tuple[str, str], int] = {}  # (sweep, class) -> failed or lost runs
@@ -158,9 +158,9 @@ def _print_failure_examples(rows: Rows, sweeps: list[Any], counts: list[Any], ex
     if not totals:
         return
     first: dict[tuple[str, str], list[int]] = {}  # (sweep, class) -> its first runs' ids
-    for g in examples:
-        if g.state in FAILURES:
-            first.setdefault((g.sweep_id, g.error_class or NO_CLASS), []).append(g.id)
+    for g in queries.first_runs(rows, {(g.sweep_id, g.state, g.error_class) for g in groups if g.state in FAILURES},
+                                EXAMPLES):
+        first.setdefault((g.sweep_id, g.error_class or NO_CLASS), []).append(g.id)
     first = {key: sorted(ids)[:EXAMPLES] for key, ids in first.items()}
     runs = queries.failures_by_id(rows, sorted(i for ids in first.values() for i in ids))
     for sweep in sweeps:

@@ -195,12 +195,14 @@ class Reconciled:
     #: recorded directory is not under it: left as they were, their files not read
     runs: Optional[str] = None
     outside: int = 0
+    #: the folders of run directories resolved so far, in this reconciliation (resultfile.realpath_via)
+    folders: dict[str, str] = field(default_factory=dict, repr=False, compare=False)
 
     def reads(self, run_dir: Optional[str]) -> bool:
         """Whether `run_dir` (the database's word) resolves under the command's runs folder."""
         if self.runs is None or not run_dir:
             return True
-        return inside(self.runs, run_dir)
+        return inside(self.runs, run_dir, self.folders)
 
     def _as_of(self, name: str) -> str:
         when = self.as_of.get(name)
@@ -240,7 +242,7 @@ def reconcile(rows: Rows, sweep_id: Optional[str] = None,
     backends = {} if backends is None else backends
     report = Reconciled(runs=runs)
     by_backend: dict[str, list[Any]] = {}
-    for run in queries.open_runs(rows, runstate.OPEN, _OPEN_RUN, sweep_id):
+    for run in queries.open_runs(rows, _OPEN_RUN, sweep_id):
         by_backend.setdefault(run.executor if run.job_id else "", []).append(run)
     clusters = {name: _cluster_config(rows, runs[0]) for name, runs in by_backend.items() if name}
     rows.commit()  # nothing held while the schedulers answer

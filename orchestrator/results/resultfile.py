@@ -51,12 +51,37 @@ MAX_DEPTH = 32
 INT_RANGE = (-(2 ** 63), 2 ** 63 - 1)
 
 
-def inside(top: Path | str, path: Path | str) -> bool:
+def inside(top: Path | str, path: Path | str, folders: dict[str, str] | None = None) -> bool:
     """Whether `path` (a run directory, the database's word) resolves, symlinks followed, to
     somewhere under `top` (the command's runs folder): the one test rerun and tracking share.
     os.path, not pathlib, and `top` resolved once per command: `status` asks it for every open
-    run (10,000 of a million runs: half its lookups were of the same folder)."""
-    return os.path.realpath(path).startswith(_resolved_top(os.fspath(top), os.getcwd()))
+    run (10,000 of a million runs: half its lookups were of the same folder). `folders`: a caller's
+    memo of folders resolved already (realpath_via), for many paths under the same folders."""
+    path = os.fspath(path)
+    real = os.path.realpath(path) if folders is None else realpath_via(path, folders)
+    return real.startswith(_resolved_top(os.fspath(top), os.getcwd()))
+
+
+def realpath_via(path: str, folders: dict[str, str]) -> str:
+    """os.path.realpath(path), each folder of it resolved once into `folders` (folder -> its real
+    path): 10,000 run directories under a few sweeps' folders cost two lstat calls each, not one per
+    component. The caller keeps `folders` only while nothing may move (one reconciliation): a folder
+    made a symlink afterwards would not be seen. A relative or unnormalised path (`..`) is resolved
+    by realpath itself (and `//x`, which normpath keeps and realpath does not)."""
+    if not os.path.isabs(path) or os.path.normpath(path) != path or path.startswith("//"):
+        return os.path.realpath(path)
+    head, tail = os.path.split(path)
+    if not tail:  # the root
+        return path
+    real_head = folders.get(head)
+    if real_head is None:
+        real_head = folders[head] = realpath_via(head, folders)
+    joined = os.path.join(real_head, tail)
+    try:
+        link = stat.S_ISLNK(os.lstat(joined).st_mode)
+    except OSError:  # nothing there: kept as written, as realpath keeps it
+        return joined
+    return os.path.realpath(joined) if link else joined
 
 
 @functools.lru_cache(maxsize=16)

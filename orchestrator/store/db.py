@@ -25,7 +25,6 @@ The tables and views themselves are declared in schema.py (which the migrations 
 from __future__ import annotations
 
 import logging
-import re
 from contextlib import nullcontext
 from pathlib import Path
 from typing import Any, Optional, Sequence
@@ -36,9 +35,9 @@ from sqlalchemy.exc import ArgumentError, DBAPIError, IntegrityError, Operationa
 from sqlalchemy.orm import sessionmaker
 from sqlalchemy.sql import column, table
 
-from orchestrator.store import migrations, sqlite_connection, sqlite_lease, sqlite_sharing
+from orchestrator.store import kept_counts, migrations, sqlite_connection, sqlite_lease, sqlite_sharing
 # the schema's revision and the connection settings, kept where status reads them without SQLAlchemy
-from orchestrator.store.sql_adapters import SCHEMA_VERSION, sqlite_pragmas
+from orchestrator.store.sql_adapters import SCHEMA_VERSION, hide_passwords, masked_url, sqlite_pragmas
 # the tables and views, declared in schema.py (read from there: db.py opens, makes and upgrades)
 from orchestrator.store.schema import Base
 # the views, made from the read layer's selects (cell_stats.py)
@@ -65,7 +64,7 @@ class Unusable(ArgumentError):
 
     @classmethod
     def of(cls, url: str, exc: BaseException) -> "Unusable":
-        shown = hide_passwords(url)
+        shown = masked_url(url)
         cause = " ".join(str(getattr(exc, "orig", None) or exc).split())[:300]
         if isinstance(exc, ImportError):
             return cls(shown, f"its driver is not installed ({cause})",
@@ -90,19 +89,8 @@ class Unusable(ArgumentError):
 
 
 
-#: The `user:password@` part of a URL inside a word (`+cluster.setup=[export DB=postgresql://alice:secret@db/b]`),
-#: Hydra's escaped spelling (`postgresql\\://alice\\:secret@db`) included: scheme and user kept, the password masked.
-_PASSWORD = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*\\?://[^:/@\s]*:)[^@\s]*@")
 #: What a command sets itself (`--runs`, `--db`), never a recorded override: `paths.db` is a URL with its password.
 COMMANDS_OWN = {"paths.runs": "--runs DIR", "paths.db": "--db URL"}
-
-
-def hide_passwords(text: str) -> str:
-    """`text` with the password of every URL in it masked (`***`), the rest byte for byte: what is
-    kept in the shared database of a command line or printed. A pattern, not a URL parser: a word
-    that is no URL (`docker://ubuntu:22.04]`, `file:///x/conf]`) is left as it is, never refused.
-    A word without `://` holds no URL: returned at once (each cell's overrides pass here)."""
-    return _PASSWORD.sub(r"\1***@", text) if "://" in text else text
 
 
 def recordable(words: Sequence[str]) -> list[str]:
@@ -143,7 +131,7 @@ def open_db(url: str, create: bool = True) -> sessionmaker:
             has_runs, current = _layout(engine)
             if not create and not has_runs:
                 engine.dispose()
-                raise NoDatabase(f"{path or url} holds no orchestrator tables")
+                raise NoDatabase(f"{path or masked_url(url)} holds no orchestrator tables")
             if current != SCHEMA_VERSION:
                 with sqlite_sharing.setup_lock(str(path)) if path else nullcontext():
                     before = _upgrade(engine)
@@ -215,6 +203,7 @@ def _create_or_upgrade(conn: Connection) -> Optional[str]:
         return migrations.upgrade(conn)
     Base.metadata.create_all(conn)
     create_views(conn)
+    kept_counts.create(conn.exec_driver_sql, conn.dialect.name)
     _ALEMBIC_VERSION.create(conn)
     conn.execute(_ALEMBIC_VERSION.insert().values(version_num=SCHEMA_VERSION))
     return None

@@ -188,6 +188,9 @@ class Run(Base):
         # which result files are landed, read from the index alone (migration 0016)
         Index("ix_runs_landed", "result_path", sqlite_where=text("collected_at IS NOT NULL"),
               postgresql_where=text("collected_at IS NOT NULL")),
+        # the open runs `status` reconciles, from an index of only them (queries.OPEN_RUNS, migration 0018)
+        Index("ix_runs_open", "state", "sweep_id", sqlite_where=text(queries.OPEN_RUNS),
+              postgresql_where=text(queries.OPEN_RUNS)),
     )
 
     @validates("state")
@@ -329,4 +332,18 @@ class KeptSummary(Base):
         *(Column(name, Float) for name in KEPT_COLUMNS[len(SUMMARY_CELL) + 2:]),
         Index("ix_kept_summary_order", *SUMMARY_CELL, "cell"),
         Index("ix_kept_summary_cv", "images_per_sec_cv"),
+    )
+
+
+class KeptCount(Base):
+    """How many latest attempts each sweep has per state and error class ('' for none), kept by
+    SQLite's triggers as runs change (orchestrator.store.kept_counts, migration 0018): `status`
+    reads these few rows instead of counting a million runs. Empty on PostgreSQL (why: kept_counts)."""
+
+    __table__ = Table(
+        "kept_counts", Base.metadata,
+        Column("sweep_id", String, primary_key=True),
+        Column("state", String, primary_key=True),
+        Column("error_class", String, primary_key=True),
+        Column("n", Integer, nullable=False),
     )

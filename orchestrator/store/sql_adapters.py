@@ -6,24 +6,29 @@ on a 2-core login node. So what `status` runs — the reconciliation of open run
 (tracking.reconcile) and its counts and examples — is SQL text with `:name` parameters, run
 through one of two small adapters with the same three methods:
 
-- `connect(url)`: Python's own sqlite3, on a SQLite file already at SCHEMA_VERSION;
+- `connect(url)`: Python's own sqlite3, on a SQLite file already at SCHEMA_VERSION, or psycopg
+  itself on a `postgresql+psycopg://` database at SCHEMA_VERSION (the URL read as SQLAlchemy
+  reads it, its `:name` parameters written as psycopg's `%(name)s`);
 - `Rows.of(session)`: a SQLAlchemy session, for every other case (another database, a file
   that must be made or upgraded first) and for the commands that hold a session anyway.
 
 db.open_db stays the one place that makes, upgrades and explains a database: `connect` answers
-None wherever it would have to (no such file, another revision, a URL with options), and the
-caller opens the database through db.open_db instead. This module imports only the standard
-library, and db.py takes its connection settings and schema revision from here.
+None wherever it would have to (no such file or database, another revision, a URL with options
+SQLite's path does not read), and the caller opens the database through db.open_db instead. A
+PostgreSQL server that does not answer or refuses the login is not asked twice: its error is raised. This
+module imports only the standard library (psycopg where the URL names it), and db.py takes its
+connection settings, schema revision and password masking from here.
 """
 from __future__ import annotations
 
 import math
 import os
+import re
 import sqlite3
 from collections import namedtuple
 from functools import lru_cache
 from typing import Any, Iterator, Mapping, Optional, Sequence
-from urllib.parse import quote
+from urllib.parse import parse_qsl, quote, unquote
 
 from orchestrator.store.sqlite_connection import connect_args
 from orchestrator.store.sqlite_lease import LeaseLost, LeaseRefused
@@ -38,6 +43,34 @@ SCHEMA_VERSION = max(name.split("_", 1)[0] for name in os.listdir(
     if name.endswith(".py") and name[:1].isdigit())
 #: How a plain SQLite file URL begins (`sqlite:///results.db`, `sqlite:////abs/results.db`).
 SQLITE_FILE = "sqlite:///"
+#: How a PostgreSQL URL read through psycopg (version 3) begins, the driver SQLAlchemy names so.
+POSTGRES_PSYCOPG = "postgresql+psycopg://"
+#: SQLAlchemy's own reading of a URL (sqlalchemy.engine.url._parse_url), so that `status` connects
+#: where db.open_db would: user, password, host ([IPv6] too), port, database, query options.
+_URL = re.compile(r"(?P<name>[\w+]+)://(?:(?P<username>[^:/]*)(?::(?P<password>[^@]*))?@)?"
+                  r"(?:(?:\[(?P<ipv6host>[^/?]+)\]|(?P<ipv4host>[^/:?]+))?(?::(?P<port>[^/?]*))?)?"
+                  r"(?:/(?P<database>[^?]*))?(?:\?(?P<query>.*))?")
+#: A `:name` parameter of SQL text (not a PostgreSQL `::type` cast).
+_PARAM = re.compile(r"(?<![:\w]):([A-Za-z_]\w*)")
+#: The `user:password@` part of a URL inside a word (`+cluster.setup=[export DB=postgresql://alice:secret@db/b]`),
+#: Hydra's escaped spelling (`postgresql\\://alice\\:secret@db`) included: scheme and user kept, the password masked.
+_PASSWORD = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*\\?://[^:/@\s]*:)[^@\s]*@")
+#: A `password=` option in a URL's query (`postgresql+psycopg://u@db/b?password=pw`: libpq takes it as
+#: it takes the user's part; SQLAlchemy's own rendering shows it): its value masked.
+_QUERY_PASSWORD = re.compile(r"(://[^\s?]*\\?\?(?:[^\s&]*&)*password=)[^&\s\]]*")
+#: Query options create_engine itself takes out of a URL (plugins it loads): not libpq's.
+SQLALCHEMY_OPTIONS = ("plugin",)
+
+
+def hide_passwords(text: str) -> str:
+    """`text` with the password of every URL in it masked (`***`), the rest byte for byte: what is
+    kept in the shared database of a command line or printed. A pattern, not a URL parser: a word
+    that is no URL (`docker://ubuntu:22.04]`, `file:///x/conf]`) is left as it is, never refused.
+    Here, not in db.py: `status` prints a PostgreSQL URL without importing SQLAlchemy. A word
+    without `://` holds no URL: returned at once (each cell's overrides pass here)."""
+    if "://" not in text:
+        return text
+    return _QUERY_PASSWORD.sub(r"\1***", _PASSWORD.sub(r"\1***@", text))
 
 
 def default_url() -> str:
@@ -89,9 +122,11 @@ def _row_type(names: tuple[str, ...]) -> Any:
 class Rows:
     """SQL text with `:name` parameters over one connection: `rows` (an iterator of rows whose
     columns read as attributes), `all`, `many` (one statement per set of parameters) and `commit`.
-    `url` is the database's URL, for messages."""
+    `url` is the database's URL, for messages; `dialect` its SQLAlchemy dialect's name (what a
+    query that differs by database asks, as queries.latest_counts does)."""
 
     url: str
+    dialect = "sqlite"
 
     @staticmethod
     def of(session: Any) -> "Rows":
@@ -145,6 +180,7 @@ class SessionRows(Rows):
     def __init__(self, session: Any) -> None:
         self.session = session
         self.url = str(session.get_bind().url)
+        self.dialect = session.get_bind().dialect.name
 
     def rows(self, sql: Any, params: Optional[Mapping[str, Any]] = None) -> Iterator[Any]:
         """SQL text, or a SQLAlchemy statement (the read layer's Core: run_history's, which only a
@@ -165,9 +201,72 @@ class SessionRows(Rows):
         self.session.commit()
 
 
+class PostgresRows(SqliteRows):
+    """Rows over psycopg itself (what SQLAlchemy's engine runs on, without its 0.3 s import): the
+    `:name` parameters of SQL text written as psycopg's `%(name)s`; close and `with` as sqlite3's."""
+
+    dialect = "postgresql"
+
+    def rows(self, sql: str, params: Optional[Mapping[str, Any]] = None) -> Iterator[Any]:
+        return iter(self.conn.execute(_pyformat(sql), dict(params or {})))
+
+    def many(self, sql: str, params: Sequence[Mapping[str, Any]]) -> int:
+        if not params:
+            return 0
+        with self.conn.cursor() as cursor:
+            cursor.executemany(_pyformat(sql), [dict(p) for p in params])
+            return cursor.rowcount
+
+
+@lru_cache(maxsize=256)
+def _pyformat(sql: str) -> str:
+    """SQL text's `:name` parameters as psycopg's `%(name)s` (a literal `%` doubled)."""
+    return _PARAM.sub(r"%(\1)s", sql.replace("%", "%%"))
+
+
+def postgres_params(url: str) -> Optional[dict[str, Any]]:
+    """psycopg's connection keywords for a `postgresql+psycopg://` URL, read as SQLAlchemy's psycopg
+    dialect reads it (user, password and database unescaped, host and port as written, blank query
+    options dropped, the others passed on to libpq over the URL's own parts); None for any other URL
+    or one only SQLAlchemy reads (an option given twice, several hosts or ports, an escape or other
+    than digits in the host or port, an option create_engine takes itself: SQLALCHEMY_OPTIONS)."""
+    found = _URL.match(url) if url.startswith(POSTGRES_PSYCOPG) else None
+    if found is None:
+        return None
+    query = parse_qsl(found["query"] or "")  # as sqlalchemy.engine.url._parse_url: blank values dropped
+    options = dict(query)
+    host, port = found["ipv6host"] or found["ipv4host"], found["port"]
+    if (len(options) != len(query) or any(k in options for k in SQLALCHEMY_OPTIONS) or "%" in (host or "") + (port or "") or not (port or "0").isdigit()
+            or any(c in options.get("host", "") for c in ",:") or not options.get("port", "0").isdigit()):
+        return None
+    words = {"user": found["username"], "password": found["password"], "dbname": found["database"]}
+    params = {k: unquote(v) for k, v in words.items() if v}
+    params.update((k, v) for k, v in (("host", host), ("port", port and str(int(port)))) if v and v != "0")
+    params.update(options)
+    return params
+
+
+def masked_url(url: str) -> str:
+    """`url` fit to print: the password SQLAlchemy would read in it (the part of _URL's match, so
+    a user name with `@` or a password with spaces too) replaced by `***`, as str(sqlalchemy URL)
+    shows it; any other URL's password within (hide_passwords) masked as well. A password with an
+    unescaped `@` (`u:p@ss@host`) ends at its first `@` for SQLAlchemy, which takes `ss@host` for
+    the host: masked up to the host's last `@`, so that no part of it is shown."""
+    found = _URL.match(url)
+    if found is None or found["password"] is None:
+        return hide_passwords(url)
+    host, end = found["ipv4host"] or "", found.end("password")
+    if "@" in host:
+        end = found.start("ipv4host") + host.rindex("@")
+    return hide_passwords(url[:found.start("password")] + "***" + url[end:])
+
+
 def connect(url: str) -> Optional[SqliteRows]:
-    """Rows over sqlite3 when `url` is a SQLite file at SCHEMA_VERSION; otherwise None, and the
-    caller opens the database through db.open_db (which makes, upgrades or explains it)."""
+    """Rows over sqlite3 when `url` is a SQLite file at SCHEMA_VERSION, over psycopg when it is a
+    `postgresql+psycopg://` database at SCHEMA_VERSION; otherwise None, and the caller opens the
+    database through db.open_db (which makes, upgrades or explains it)."""
+    if postgres_params(url) is not None:
+        return _connect_postgres(url)
     path = sqlite_file(url)
     if path is None or not os.path.isfile(path):
         return None
@@ -190,6 +289,32 @@ def connect(url: str) -> Optional[SqliteRows]:
         conn.close()
         return None
     return SqliteRows(conn, url)
+
+
+def _connect_postgres(url: str) -> Optional[PostgresRows]:
+    """Rows over psycopg on a database at SCHEMA_VERSION; None where db.open_db has more to say or
+    do: no such database, no orchestrator tables, another revision (a read never makes a database
+    here). Any other failure to connect (nothing answers, a wrong password) is raised as it is,
+    said once in one line (commands.common.database_error), never tried again through SQLAlchemy."""
+    # lazy: psycopg (~0.05 s) only for a PostgreSQL URL: SQLite's `status` and --help start without it
+    import psycopg
+    from psycopg.rows import namedtuple_row
+
+    params = postgres_params(url) or {}
+    try:
+        conn = psycopg.connect(**params, row_factory=namedtuple_row)
+    except psycopg.OperationalError as exc:  # libpq's message: no SQLSTATE on a failed connection
+        if f'database "{params.get("dbname", "")}' in str(exc) and "does not exist" in str(exc):
+            return None
+        raise
+    try:
+        version = conn.execute("SELECT version_num FROM alembic_version").fetchall()
+    except psycopg.Error:  # no version table: no orchestrator tables, or made before migrations
+        version = []
+    if [tuple(v) for v in version] != [(SCHEMA_VERSION,)]:
+        conn.close()
+        return None
+    return PostgresRows(conn, masked_url(url))
 
 
 def _quote(path: str) -> str:
