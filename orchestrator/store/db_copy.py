@@ -151,6 +151,7 @@ def _copy_runs(src: Connection, dst: Connection, report: Copied) -> None:
                     for m in src.execute(select(metrics).where(metrics.c.run_id.in_(list(by_src))))]
             if rows:
                 dst.execute(metrics.insert(), rows)
+            result_rows.keep_metrics(dst, by_src.values())  # each moved run's pivot follows its rows
             report.added["metrics"] = report.added.get("metrics", 0) + len(rows)
             touched.update((r.cell_id, r.repeat) for r in moved)
         report.added["runs"] = report.added.get("runs", 0) + len(new)
