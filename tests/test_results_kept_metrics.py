@@ -16,7 +16,7 @@ from orchestrator.store import cell_stats, db, db_copy, schema
 from db_urls import execute, is_sqlite
 from result_factory import make_result, write_result
 from test_collector import two_collectors_at_once
-from test_results_summary import MODELS, speeds
+from test_results_summary import MODELS, landed, speeds
 
 
 def kept_and_pivoted(url):
@@ -76,12 +76,7 @@ def test_two_collectors_at_once_keep_every_runs_pivot(tmp_path, db_url):
 
 def test_a_copy_keeps_the_pivot_of_the_runs_it_moves(tmp_path, db_url):
     src = f"sqlite:///{tmp_path / 'mine.db'}"
-    runs = tmp_path / "runs"
-    for i in range(6):
-        write_result(runs, make_result(sweep="s", model=MODELS[i % 3], repeat=i // 3, metrics=speeds(i)))
-    Session = db.open_db(src)
-    collect(Session, runs)
-    Session.kw["bind"].dispose()
+    landed(src, tmp_path / "runs", 6)
     db_copy.copy(src, db_url)
     assert assert_kept_metrics_exact(db_url).keys() and len(kept_and_pivoted(db_url)[0]) == 6
 
@@ -90,12 +85,7 @@ def test_an_upgrade_builds_the_kept_metrics_of_the_runs_already_there(tmp_path, 
     """A database at 0017 (no kept_metrics) with runs: the upgrade to 0018 fills it from their metrics."""
     from test_db import upgraded_from
 
-    runs = tmp_path / "runs"
-    for i in range(6):
-        write_result(runs, make_result(sweep="s", model=MODELS[i % 3], repeat=i // 3, metrics=speeds(i)))
-    Session = db.open_db(db_url)
-    collect(Session, runs)
-    Session.kw["bind"].dispose()
+    landed(db_url, tmp_path / "runs", 6)
     upgraded_from(db_url, "0017")
     assert len(assert_kept_metrics_exact(db_url)) == 6
 
