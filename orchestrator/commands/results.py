@@ -3,7 +3,8 @@ repeats (`--summary`, the `cell_summary` select with the filters and threshold a
 
 A table shows its first LIMIT rows unless asked for more; `--csv`, meant for other programs,
 streams every row. The queries are the read layer's (cell_stats.results_page and results_rows, over
-the views' selects): this command imports SQLAlchemy anyway.
+the views' selects; results_rows reads each run's metrics from kept_metrics, the view's pivot kept
+as it landed, so that a million-run CSV pivots nothing): this command imports SQLAlchemy anyway.
 """
 from __future__ import annotations
 
