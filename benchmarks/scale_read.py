@@ -270,11 +270,13 @@ def build_runs_db(where: Any, n_runs: int = 100_000, n_cells: int = 96_000, n_op
 
 
 def keep_summary(url: str) -> None:
-    """The kept per-cell summary (kept_summary) of rows written in bulk, as `collect` keeps it when
-    it lands them (result_rows.refresh_summary), in one pass."""
+    """The kept per-cell summary (kept_summary) and per-run metrics (kept_metrics) of rows written
+    in bulk, as `collect` keeps them when it lands them (result_rows.refresh_summary,
+    keep_metrics), in one pass."""
     engine = create_engine(url)
     with engine.begin() as conn:
         result_rows.rebuild_summary(conn)
+        result_rows.rebuild_metrics(conn)
     engine.dispose()
 
 

@@ -590,12 +590,12 @@ def test_an_unreachable_database_server_is_a_message_from_every_subcommand(env, 
 
 
 def test_a_database_error_of_any_driver_is_said_in_one_line(env, any_db, capsys):
-    """An error the database raises while a command reads (here the results view, dropped) is one line naming the database, whichever driver raised it (sqlite3 or psycopg)."""
+    """An error the database raises while a command reads (here the kept metrics' table, dropped) is one line naming the database, whichever driver raised it (sqlite3 or psycopg)."""
     from db_urls import execute
 
     assert main(["collect"]) == 0
-    execute(any_db, "DROP VIEW cell_summary", "DROP VIEW results")
+    execute(any_db, "DROP TABLE kept_metrics")
     capsys.readouterr()
-    assert main(["results", "--where", "images_per_sec=900"]) == 1  # a metric's filter reads the view
+    assert main(["results", "--where", "images_per_sec=900"]) == 1  # a metric's filter reads the kept metrics
     err = capsys.readouterr().err.strip()
-    assert err.startswith("database error (") and "results" in err and len(err.splitlines()) == 1, err
+    assert err.startswith("database error (") and "kept_metrics" in err and len(err.splitlines()) == 1, err

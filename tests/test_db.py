@@ -141,10 +141,15 @@ def test_default_url_follows_the_environment(monkeypatch):
 OLD_DB = Path(__file__).parent / "data" / "results-5f8e814.db"  # made by that release: data/results-5f8e814.py
 
 
+#: The tables kept from others' rows, which an upgrade builds for the rows there.
+KEPT = ("kept_summary", "kept_metrics", "kept_counts")
+
+
 def rows_of_every_table(path, columns=None):
     """Every table's rows; `columns` (table -> names) limits them to the tables and columns a
     database had before an upgrade added more (new columns start empty; a new table must start
-    empty, and is left out; but kept_summary and kept_counts, kept from the runs, which an upgrade builds)."""
+    empty, and is left out; but kept_summary, kept_metrics and kept_counts, kept from the runs and
+    metrics, which an upgrade builds)."""
     con = sqlite3.connect(path)
     names = [r[0] for r in con.execute("select name from sqlite_master where type = 'table'")]
     old = columns
@@ -153,9 +158,8 @@ def rows_of_every_table(path, columns=None):
             for name in names}
     con.close()
     if old is not None:
-        kept = ("kept_summary", "kept_counts")
-        added = [n for n in names if n not in old and n not in ("alembic_version", *kept)]
-        for name in kept:
+        added = [n for n in names if n not in old and n not in ("alembic_version", *KEPT)]
+        for name in KEPT:
             rows.pop(name, None)
         assert not any(rows.pop(n) for n in added), f"a new table ({', '.join(added)}) starts empty"
     return rows
@@ -304,6 +308,9 @@ def test_a_database_made_by_the_last_release_is_upgraded_in_place(tmp_path, capl
     assert kept_counts and kept_counts == sorted(tuple(r) for r in con.execute(
         "select sweep_id, state, coalesce(error_class, ''), count(*) from runs where latest = 1 "
         "group by sweep_id, state, coalesce(error_class, '')"))  # and the counts
+    kept = con.execute("select * from kept_metrics order by run_id").fetchall()
+    assert len(kept) == 6 and [tuple(r) for r in kept] == [tuple(r) for r in con.execute(
+        str(cell_stats.metric_pivot().order_by("run_id").compile(compile_kwargs={"literal_binds": True})))]
     con.close()
 
     caplog.clear()

@@ -11,6 +11,7 @@ from sqlalchemy.pool import NullPool
 from orchestrator.store import db, schema, db_copy
 from orchestrator.store.schema import Refusal, Run
 from test_db import add_run
+from test_results_kept_metrics import assert_kept_metrics_exact
 from test_results_summary import assert_exact
 
 #: What a store holds, read without its own numbering (run ids): compared across stores.
@@ -81,6 +82,7 @@ def test_a_run_only_the_source_collected_replaces_the_destinations(db_url, tmp_p
     assert report.replaced_runs == 1 and report.added["metrics"] == 2
     assert content(db_url) == content(src)
     assert [r["n"] for r in assert_exact(db_url).values()] == [3]  # repeat 2 counts again
+    assert len(assert_kept_metrics_exact(db_url)) == 4  # its metrics pivoted again, as every other run's
 
 
 def test_a_destination_at_another_revision_is_refused_untouched(tmp_path):

@@ -47,6 +47,16 @@ def speeds(i):
             "energy_per_image_j": 0.01 * (i + 1), "gpu_mem_peak_mb": 500.0 + 3 * i}
 
 
+def landed(url, runs, n):
+    """`n` runs of sweep `s` over MODELS' cells (repeats 0, 1, ...), written as result files under
+    `runs` and collected into the database at `url`."""
+    for i in range(n):
+        write_result(runs, make_result(sweep="s", model=MODELS[i % 3], repeat=i // 3, metrics=speeds(i)))
+    Session = db.open_db(url)
+    collect(Session, runs)
+    Session.kw["bind"].dispose()
+
+
 def test_the_kept_summary_is_the_computed_one_after_collects_failures_and_reruns(tmp_path, db_url):
     runs = tmp_path / "runs"
     Session = db.open_db(db_url)
@@ -124,12 +134,7 @@ def test_an_upgrade_builds_the_kept_summary_of_the_runs_already_there(tmp_path, 
     """A database at 0016 (no kept_summary) with runs: the upgrade to 0017 fills it from them."""
     from test_db import upgraded_from
 
-    runs = tmp_path / "runs"
-    for i in range(9):
-        write_result(runs, make_result(sweep="s", model=MODELS[i % 3], repeat=i // 3, metrics=speeds(i)))
-    Session = db.open_db(db_url)
-    collect(Session, runs)
-    Session.kw["bind"].dispose()
+    landed(db_url, tmp_path / "runs", 9)
     upgraded_from(db_url, "0016")
     assert len(assert_exact(db_url)) == 3
 

@@ -44,13 +44,15 @@ def num(value: Optional[float], digits: int) -> str:
     return "" if value is None else f"{value:,.{digits}f}"
 
 
-def write_csv(rows: Iterable[Sequence[Any]], columns: Sequence[str]) -> int:
-    """Rows (any iterable of tuples in the order of `columns`) as CSV on stdout, a header first,
-    missing values empty (csv writes None so): each row as it comes, in csv's C loop, so that a
-    million rows stream at the database's pace, not at a Python loop's."""
+def write_csv(batches: Iterable[Sequence[Sequence[Any]]], columns: Sequence[str]) -> int:
+    """Rows, in batches (an iterable of lists of tuples in the order of `columns`), as CSV on
+    stdout, a header first, missing values empty (csv writes None so): each batch as it comes, in
+    csv's C loop, so that a million rows stream at the database's pace, not at a Python loop's
+    (a batch, not a row, per step: a generator's step per row cost a tenth of the time)."""
     writer = csv.writer(sys.stdout, lineterminator="\n")
     writer.writerow(columns)
-    writer.writerows(rows)
+    for rows in batches:
+        writer.writerows(rows)
     return 0
 
 

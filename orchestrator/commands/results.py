@@ -3,7 +3,8 @@ repeats (`--summary`, the `cell_summary` select with the filters and threshold a
 
 A table shows its first LIMIT rows unless asked for more; `--csv`, meant for other programs,
 streams every row. The queries are the read layer's (cell_stats.results_page and results_rows, over
-the views' selects): this command imports SQLAlchemy anyway.
+the views' selects; results_rows reads each run's metrics from kept_metrics, the view's pivot kept
+as it landed, so that a million-run CSV pivots nothing): this command imports SQLAlchemy anyway.
 """
 from __future__ import annotations
 
@@ -105,13 +106,12 @@ def results(database: Database, out: Console, sweep: Optional[str] = None, filte
         # the cell's id last in a summary: cells alike in every shown setting (seeds) in one order everywhere
         order = (*schema.SUMMARY_CELL, "cell") if summary else RESULTS_ORDER
         query = cell_stats.results_rows(filters, order, limit, threshold if summary else None, totals=not csv)
-        result = iter(_streamed(session, query, csv))
+        if csv:  # streamed: never all rows in memory
+            return _write_csv(session, query, schema.SUMMARY_COLUMNS if summary else schema.RESULTS_COLUMNS, empty)
+        result = iter(_streamed(session, query).mappings())
         first = next(result, None)
         if first is None:
             raise CliError(empty)
-        if csv:  # streamed: never all rows in memory
-            return write_csv(first_then_rest(first, result),
-                             schema.SUMMARY_COLUMNS if summary else schema.RESULTS_COLUMNS)
         shown = [first, *result]
     if summary:
         _print_summary(shown, first["total"], first["noisy_total"] or 0, threshold, out)
@@ -121,11 +121,21 @@ def results(database: Database, out: Console, sweep: Optional[str] = None, filte
     return 0
 
 
-def _streamed(session: Any, query: Any, csv: bool) -> Any:
-    """The query's rows fetched a thousand at a time: for CSV as tuples in its columns' order (csv
-    writes them as they are), else as mappings."""
-    result = session.execute(query, execution_options={"yield_per": 1000})
-    return result if csv else result.mappings()
+def _streamed(session: Any, query: Any) -> Any:
+    """The query's rows fetched a thousand at a time. On the session's connection: the ORM's
+    loading of each row (a third of a million-row CSV's time) is for entities, and these are plain
+    rows."""
+    return session.connection().execute(query, execution_options={"yield_per": 1000})
+
+
+def _write_csv(session: Any, query: Any, columns: Sequence[str], empty: str) -> int:
+    """The query's rows as CSV (render.write_csv), streamed a thousand at a time as tuples in the
+    order of `columns` (csv writes them as they are); `empty`: the error where there are none."""
+    batches = iter(_streamed(session, query).partitions())
+    first = next(batches, None)
+    if not first:
+        raise CliError(empty)
+    return write_csv(first_then_rest(first, batches), columns)
 
 
 def _kept_summary(session: Any, filters: Mapping[str, Sequence[Any]], threshold: float, limit: Optional[int],
@@ -138,13 +148,13 @@ def _kept_summary(session: Any, filters: Mapping[str, Sequence[Any]], threshold:
     paged = result_rows.summary_page(filters, threshold, limit)
     if paged is None:
         return None
-    result = iter(_streamed(session, paged[0], csv))
+    empty = "no latest attempt with a throughput matches these filters; drop a --where/--state/--sweep filter, or see `status`"
+    if csv:  # streamed: never all rows in memory
+        return _write_csv(session, paged[0], schema.SUMMARY_COLUMNS, empty)
+    result = iter(_streamed(session, paged[0]).mappings())
     first = next(result, None)
     if first is None:
-        raise CliError("no latest attempt with a throughput matches these filters; drop a --where/--state/--sweep "
-                       "filter, or see `status`")
-    if csv:  # streamed: never all rows in memory
-        return write_csv(first_then_rest(first, result), schema.SUMMARY_COLUMNS)
+        raise CliError(empty)
     shown = [first, *result]
     total, noisy = session.execute(paged[1]).one()
     _print_summary(shown, total, noisy, threshold, out)

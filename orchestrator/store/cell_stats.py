@@ -30,22 +30,23 @@ from orchestrator.store.schema import (
     RESULTS_TAIL,
     SUMMARY_CELL,
     Cell,
+    KeptMetrics,
     Metric,
     Refusal,
     Run,
     Sweep,
     SweepCell,
     latest_runs,
-    results_view,
     setting_value,
 )
 
 
-def results_select() -> Select:
+def results_select(kept: bool = False) -> Select:
     """The `results` view: one row per run, its cell's settings (defaults filled in), its metrics
-    pivoted into the columns metric_registry gives them (divided by their divisor), and its details."""
-    pivot = (select(Metric.run_id, *(_pivoted(m) for m in metric_registry.VIEW_METRICS))
-             .group_by(Metric.run_id).subquery("m"))
+    pivoted into the columns metric_registry gives them (divided by their divisor), and its details.
+    `kept`: the same rows with each run's pivot read from kept_metrics (what `results --csv` and a
+    filter on a metric read), not computed from the metrics rows."""
+    pivot = KeptMetrics.__table__ if kept else metric_pivot().subquery("m")
     return (select(*(setting_value(attr).label(name) for name, attr in RESULTS_HEAD.items()),
                    _mode(pivot.c.top1).label("mode"), *(pivot.c[m.column] for m in metric_registry.VIEW_METRICS),
                    *(attr.label(name) for name, attr in RESULTS_TAIL.items()))
@@ -127,12 +128,19 @@ def results_rows(filters: Mapping[str, Sequence[Any]], order: Sequence[str], lim
     same pass."""
     if noisy_cv is not None:
         rows = summary_select(filters, noisy_cv).subquery("cells")
-    else:
-        rows = (select(results_view).where(*(results_view.c[key].in_(values) for key, values in filters.items()))
-                .subquery("runs"))
+    else:  # the view's rows, each run's metrics from kept_metrics: one look-up per run, no pivot
+        kept = results_select(kept=True).subquery("results")
+        rows = select(kept).where(*(kept.c[key].in_(values) for key, values in filters.items())).subquery("runs")
     counted = (func.count().over().label("total"),
                *((func.sum(rows.c.noisy).over().label("noisy_total"),) if noisy_cv is not None else ()))
     return select(rows, *(counted if totals else ())).order_by(*(rows.c[c] for c in order)).limit(limit)
+
+
+def metric_pivot() -> Select:
+    """Each run's metrics rows as one row: its id and the `results` view's metric columns (the
+    largest value of each name: there is one per run and name), in the primary key's order, so
+    that a run's rows are read together. The view's pivot, and what kept_metrics keeps."""
+    return select(Metric.run_id, *(_pivoted(m) for m in metric_registry.VIEW_METRICS)).group_by(Metric.run_id)
 
 
 def _pivoted(metric: metric_registry.MetricDef) -> Any:

@@ -8,8 +8,9 @@ metrics follow their run (whose integer id each store gives its own). So a copy 
 a second adds nothing. A run both stores hold is left as the destination has it, unless only the
 source has collected it (its result landed there, not here): then the source's row and metrics
 replace it, the newer word on that measurement. The `latest` flag of every (cell, repeat) that
-gained a run is set again by the one rule (schema.mark_latest), and its cell's kept summary
-(kept_summary) computed again from its runs there.
+gained a run is set again by the one rule (schema.mark_latest), its cell's kept summary
+(kept_summary) computed again from its runs there, and each moved run's kept metrics
+(kept_metrics) pivoted again from its metrics there.
 
 Both ends must be at this orchestrator's schema revision: the source is opened as every command
 opens it (an older one is upgraded in place, a newer one refused), the destination is made when
@@ -151,6 +152,7 @@ def _copy_runs(src: Connection, dst: Connection, report: Copied) -> None:
                     for m in src.execute(select(metrics).where(metrics.c.run_id.in_(list(by_src))))]
             if rows:
                 dst.execute(metrics.insert(), rows)
+            result_rows.keep_metrics(dst, by_src.values())  # each moved run's pivot follows its rows
             report.added["metrics"] = report.added.get("metrics", 0) + len(rows)
             touched.update((r.cell_id, r.repeat) for r in moved)
         report.added["runs"] = report.added.get("runs", 0) + len(new)

@@ -21,7 +21,7 @@ from sqlalchemy import bindparam, delete, func, insert, select, update
 from sqlalchemy.engine import Connection
 
 from orchestrator.store import cell_stats, schema
-from orchestrator.store.schema import Cell, KeptSummary, Metric, Run, Sweep, SweepCell
+from orchestrator.store.schema import Cell, KeptMetrics, KeptSummary, Metric, Run, Sweep, SweepCell
 
 #: The tables the collector adds rows to, by name.
 TABLES = {"sweeps": Sweep, "cells": Cell, "sweep_cells": SweepCell, "runs": Run, "metrics": Metric}
@@ -144,6 +144,28 @@ def replace_metrics(conn: Connection, run_ids: list[int], metrics: list[dict[str
     if run_ids:
         conn.execute(delete(Metric).where(Metric.run_id.in_(run_ids)))
     add(conn, "metrics", metrics)
+    keep_metrics(conn, run_ids)
+
+
+def keep_metrics(conn: Connection, run_ids: Iterable[int]) -> None:
+    """The kept_metrics rows of the runs of `run_ids` pivoted again from their metrics rows (the
+    view's pivot, cell_stats.metric_pivot), in the caller's transaction, which wrote those rows.
+    Every writer of metrics rows calls it (a run's rows are written whole, by the one process that
+    claimed its result, so two writers never pivot one run at once)."""
+    for part in parts(sorted(set(run_ids))):
+        conn.execute(delete(KeptMetrics).where(KeptMetrics.run_id.in_(part)))
+        _insert_metrics(conn, Metric.run_id.in_(part))
+
+
+def rebuild_metrics(conn: Connection) -> None:
+    """Every run's kept_metrics row from the metrics rows, in one pass (migration 0019)."""
+    conn.execute(delete(KeptMetrics))
+    _insert_metrics(conn)
+
+
+def _insert_metrics(conn: Connection, *where: Any) -> None:
+    pivot = cell_stats.metric_pivot().where(*where)
+    conn.execute(insert(KeptMetrics).from_select([c.name for c in KeptMetrics.__table__.c], pivot))
 
 
 # --- a run's columns from its result file ---------------------------------------------------

@@ -347,3 +347,18 @@ class KeptCount(Base):
         Column("error_class", String, primary_key=True),
         Column("n", Integer, nullable=False),
     )
+
+
+class KeptMetrics(Base):
+    """Each run's metrics pivoted into the `results` view's metric columns (divided by their
+    divisors), kept as they land (migration 0019): `results --csv` over a million runs reads one
+    row per run by its key instead of pivoting 11 million metric rows (25 look-ups or a grouping
+    per run, most of its time). Written only by result_rows.keep_metrics, with the view's own
+    pivot, in the transaction that wrote the run's metrics rows (the collector's landing, a copy).
+    A run without metrics rows has no row, as it has none in the view's pivot."""
+
+    __table__ = Table(
+        "kept_metrics", Base.metadata,
+        Column("run_id", ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True, autoincrement=False),
+        *(Column(m.column, Float) for m in metric_registry.VIEW_METRICS),
+    )
