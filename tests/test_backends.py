@@ -555,6 +555,27 @@ def test_a_cluster_that_cannot_be_asked_refuses_nothing_and_says_so_once(tmp_pat
     assert len(report.notes) == 1 and "not checked" in report.notes[0] and "scontrol" in report.notes[0]
 
 
+class CountingSlurm(CannedSlurm):
+    """CannedSlurm that counts the submitit parameters it derives (`resources`)."""
+
+    def __init__(self, cluster, facts):
+        super().__init__(cluster, facts)
+        self.derived = 0
+
+    def resources(self, config):
+        self.derived += 1
+        return super().resources(config)
+
+
+def test_a_launch_derives_each_requests_parameters_once_not_per_cell(tmp_path):
+    """Cells are grouped into submissions by their hashable request (backends.base.request): the
+    parameters and their signature once per request (two here), not once per cell (five)."""
+    backend, report, runs = launch(tmp_path, REAL, fitting=3, too_big=2, kind=CountingSlurm)
+    assert backend.derived == 2
+    assert [n for _, n in backend.calls] == [3] and len(report.refused) == 2
+    assert sorted(s for s, _, _ in runs) == ["failed"] * 2 + ["submitted"] * 3
+
+
 class WatchingSlurm(CannedSlurm):
     """CannedSlurm that reads, at each sbatch, what the database holds of the sweep's runs."""
 
