@@ -72,3 +72,45 @@ def test_a_launch_resolves_its_cells_with_the_cycle_collector_paused_and_turns_i
     with pytest.raises(SystemExit, match="no cell of this sweep can be placed"):
         front_door.launch([front_door.Asked("seed=1", resolve, lambda: {})], foreground=True)
     assert seen == [False, True] and gc.isenabled()
+
+
+def _launch_rows():
+    """A launch's rows as submit_sweep makes them: the grid's cells, a membership whose cell the
+    sweep skips (config NULL), runs (a float, a NULL, a Boolean, a JSON config)."""
+    from orchestrator.launch.submit_plan import NEW_RUN_COLUMNS
+
+    cells = list({cell.id: cell for cell in _expanded(_grid()[:10])}.values())[:6]  # distinct, as the launcher keeps them
+    new, members = cell_rows("s", cells, known=set(), planned={cell.id for cell in cells[1:]})
+    runs = [{**dict.fromkeys(NEW_RUN_COLUMNS), "uid": f"u{i}", "sweep_id": "s", "cell_id": row["id"], "repeat": 0,
+             "attempt": 1, "state": "pending", "state_detail": "submitting orch-s-1 0/6", "executor": "slurm",
+             "run_dir": f"/runs/s/u{i}", "submitted_at": 1764.5 + i, "latest": True}
+            for i, row in enumerate(new)]
+    return new, members, runs
+
+
+def test_the_launchs_inserts_write_the_rows_cores_insert_writes(db_url, other_db_url):
+    """launch_records.insert_many (SQLite: Core's statement, the driver's executemany, each column's
+    bind processor) stores what Core's executemany stores, byte for byte: every column of cells,
+    sweep_cells and runs, the JSON text included."""
+    import time
+
+    from sqlalchemy import insert, text
+
+    from orchestrator.store import db, launch_records, schema
+
+    new, members, runs = _launch_rows()
+    tables = ((schema.Cell.__table__, new), (schema.SweepCell.__table__, members), (schema.Run.__table__, runs))
+    dumps = []
+    for url, write in ((db_url, lambda s, t, rows: s.execute(insert(t), rows)), (other_db_url, launch_records.insert_many)):
+        with db.open_db(url)() as session:
+            session.add(schema.Sweep(id="s", created_at=time.time()))
+            session.flush()
+            for table, rows in tables:
+                write(session, table, rows)
+            session.commit()
+            dumps.append([[tuple(r) for r in session.execute(text(
+                f"SELECT * FROM {table.name} ORDER BY {', '.join(c.name for c in table.primary_key)}"))]
+                for table, _ in tables])
+    assert dumps[0] == dumps[1]
+    assert [len(t) for t in dumps[0]] == [len(new), len(members), len(runs)] and len(new) == 6
+    assert sum(row[-1] is None for row in dumps[1][1]) == 1  # the skipped cell's config: NULL, not 'null'
