@@ -213,3 +213,20 @@ def test_a_launchs_memo_checks_each_shared_group_mapping_once_and_changes_no_cel
     pairs = [both(overrides) for overrides in grid]
     assert all(with_memo == without for with_memo, without in pairs)
     assert sum(isinstance(a, str) for a, _ in pairs) > 30  # refusals met with the memo filled
+
+
+def test_whether_a_key_takes_a_plain_value_is_asked_once_per_composition_not_per_cell(hydra_loader, monkeypatch):
+    """A sweep of seeds sets `seed` on the same composition in every cell: whether that is what
+    Hydra makes (the key's path, the interpolations that mention it) is worked out once; a key an
+    interpolation reads still takes Hydra's path, every time."""
+    import re
+
+    loader, master = hydra_loader
+    expander, searched = Expander(loader, master), []
+    search = re.search
+    monkeypatch.setattr(re, "search", lambda *a, **k: (searched.append(a[0]), search(*a, **k))[1])
+    seeds = [expander.one(("hardware=p100", f"seed={i}")) for i in range(20)]
+    assert expander.fast == 20 and len({e.plain["seed"] for e in seeds}) == 20
+    assert sum("seed" in pattern for pattern in searched) == 1
+    moved = [expander.one(("hardware=p100", f"paths.cache=/tmp/c{i}")) for i in range(2)]
+    assert expander.slow == 2 and [m.plain["apptainer"]["images"] for m in moved] == ["/tmp/c0/images", "/tmp/c1/images"]
