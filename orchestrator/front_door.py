@@ -115,13 +115,13 @@ def one_site(cells: list[Cell], retry_timeout: int) -> None:
 def sort_cells(asked: Iterable[Asked]) -> Sorted:
     """Each cell asked for, checked: kept, refused (and why), left out, or (a dry run's) waiting for
     its data; two spellings of one cell (tf, tensorflow) kept once."""
-    found, seen = Sorted(), set()
+    found, seen, requests = Sorted(), set(), set()  # requests: those checked (check_request), once each
     for one in asked:
         try:
             cell = one.resolve()
             if found.options is None:
                 found.options = Options.from_config(cell.config)
-            check_request(found.options.backend, cell.config, cell.label)
+            check_request(found.options.backend, cell.config, cell.label, requests)
             missing = missing_files(cell.config["dataset"])
             if missing and found.options.dry_run:  # placed, but a submission would refuse it now
                 found.unready.append((one.overrides, f"{cell.where}: {missing}"))

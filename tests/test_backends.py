@@ -576,6 +576,20 @@ def test_a_launch_derives_each_requests_parameters_once_not_per_cell(tmp_path):
     assert sorted(s for s, _, _ in runs) == ["failed"] * 2 + ["submitted"] * 3
 
 
+def test_the_checks_derive_each_requests_parameters_once_not_per_cell(monkeypatch):
+    """front_door.sort_cells checks each cell's request as sbatch gets it (check_request): once per
+    distinct request (backends.base.request), not per cell."""
+    from orchestrator import front_door
+
+    derived = []
+    plain = SlurmBackend.resources
+    monkeypatch.setattr(SlurmBackend, "resources", lambda self, config: (derived.append(1), plain(self, config))[1])
+    cells = [cell("cluster=slurm", "hardware=p100", f"seed={i}") for i in range(4)]
+    cells += [cell("cluster=slurm", "hardware=cpu12", f"seed={i}") for i in range(2)]
+    found = front_door.sort_cells(front_door.Asked(" ".join(c.overrides), lambda c=c: c, lambda: {}) for c in cells)
+    assert len(found.cells) == 6 and not found.refused and len(derived) == 2  # p100 and cpu12
+
+
 class WatchingSlurm(CannedSlurm):
     """CannedSlurm that reads, at each sbatch, what the database holds of the sweep's runs."""
 
