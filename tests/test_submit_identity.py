@@ -65,13 +65,17 @@ def test_a_launch_resolves_its_cells_with_the_cycle_collector_paused_and_turns_i
         raise CellError("torch/lenet/mnist: refused for the test")
 
     assert gc.isenabled()
+    frozen = gc.get_freeze_count()
     with pytest.raises(SystemExit, match="no cell of this sweep can be placed"):
         front_door.launch([front_door.Asked("seed=1", resolve, lambda: {})])
     assert seen == [False] and gc.isenabled()
+    # what was alive before the launch is out of every later pass (Python's at exit included)
+    assert gc.get_freeze_count() > frozen
+    frozen = gc.get_freeze_count()
     # the foreground run's job runs in the launching process: the collector stays on for it
     with pytest.raises(SystemExit, match="no cell of this sweep can be placed"):
         front_door.launch([front_door.Asked("seed=1", resolve, lambda: {})], foreground=True)
-    assert seen == [False, True] and gc.isenabled()
+    assert seen == [False, True] and gc.isenabled() and gc.get_freeze_count() == frozen
 
 
 def _launch_rows():
