@@ -566,6 +566,10 @@ class CountingSlurm(CannedSlurm):
         self.derived += 1
         return super().resources(config)
 
+    def submit_named(self, executor, fn, specs, params, name):
+        self.sent = [(params, spec.config) for spec in specs]
+        return super().submit_named(executor, fn, specs, params, name)
+
 
 def test_a_launch_derives_each_requests_parameters_once_not_per_cell(tmp_path):
     """Cells are grouped into submissions by their hashable request (backends.base.request): the
@@ -573,6 +577,8 @@ def test_a_launch_derives_each_requests_parameters_once_not_per_cell(tmp_path):
     backend, report, runs = launch(tmp_path, REAL, fitting=3, too_big=2, kind=CountingSlurm)
     assert backend.derived == 2
     assert [n for _, n in backend.calls] == [3] and len(report.refused) == 2
+    # each cell goes out with the parameters its own request gives (what sbatch's script says)
+    assert all(params == SlurmBackend(backend.cluster).resources(config) for params, config in backend.sent)
     assert sorted(s for s, _, _ in runs) == ["failed"] * 2 + ["submitted"] * 3
 
 
