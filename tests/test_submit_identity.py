@@ -93,24 +93,30 @@ def _launch_rows():
 
 
 def test_the_launchs_inserts_write_the_rows_cores_insert_writes(db_url, other_db_url):
-    """launch_records.insert_many (SQLite: Core's statement, the driver's executemany, each column's
-    bind processor) stores what Core's executemany stores, byte for byte: every column of cells,
-    sweep_cells and runs, the JSON text included."""
+    """launch_records.insert_many and update_runs (SQLite: Core's statement, the driver's
+    executemany, each parameter's bind processor) store what Core's executemany stores, byte for
+    byte: every column of cells, sweep_cells and runs, the JSON text and the job ids included."""
     import time
 
-    from sqlalchemy import insert, text
+    from sqlalchemy import bindparam, insert, text, update
 
     from orchestrator.store import db, launch_records, schema
 
     new, members, runs = _launch_rows()
     tables = ((schema.Cell.__table__, new), (schema.SweepCell.__table__, members), (schema.Run.__table__, runs))
+    outcome = [{"b_uid": run["uid"], "state": "submitted", "job_id": f"9_{i}", "submitted_at": 1770.25,
+                "state_detail": None} for i, run in enumerate(runs[:4])]  # what a submission's answer writes
+    run_table = schema.Run.__table__
+    core = (lambda s, t, rows: s.execute(insert(t), rows),
+            lambda s, rows: s.execute(update(run_table).where(run_table.c.uid == bindparam("b_uid")), rows))
     dumps = []
-    for url, write in ((db_url, lambda s, t, rows: s.execute(insert(t), rows)), (other_db_url, launch_records.insert_many)):
+    for url, (write, change) in ((db_url, core), (other_db_url, (launch_records.insert_many, launch_records.update_runs))):
         with db.open_db(url)() as session:
             session.add(schema.Sweep(id="s", created_at=time.time()))
             session.flush()
             for table, rows in tables:
                 write(session, table, rows)
+            change(session, outcome)
             session.commit()
             dumps.append([[tuple(r) for r in session.execute(text(
                 f"SELECT * FROM {table.name} ORDER BY {', '.join(c.name for c in table.primary_key)}"))]
@@ -118,3 +124,4 @@ def test_the_launchs_inserts_write_the_rows_cores_insert_writes(db_url, other_db
     assert dumps[0] == dumps[1]
     assert [len(t) for t in dumps[0]] == [len(new), len(members), len(runs)] and len(new) == 6
     assert sum(row[-1] is None for row in dumps[1][1]) == 1  # the skipped cell's config: NULL, not 'null'
+    assert sorted(v for row in dumps[1][2] for v in row if str(v).startswith('9_')) == ['9_0', '9_1', '9_2', '9_3']
