@@ -229,4 +229,5 @@ def test_whether_a_key_takes_a_plain_value_is_asked_once_per_composition_not_per
     assert expander.fast == 20 and len({e.plain["seed"] for e in seeds}) == 20
     assert sum("seed" in pattern for pattern in searched) == 1
     moved = [expander.one(("hardware=p100", f"paths.cache=/tmp/c{i}")) for i in range(2)]
-    assert expander.slow == 2 and [m.plain["apptainer"]["images"] for m in moved] == ["/tmp/c0/images", "/tmp/c1/images"]
+    assert expander.slow == 2
+    assert [m.plain["apptainer"]["images"] for m in moved] == ["/tmp/c0/images", "/tmp/c1/images"]

@@ -83,7 +83,8 @@ def _launch_rows():
     sweep skips (config NULL), runs (a float, a NULL, a Boolean, a JSON config)."""
     from orchestrator.launch.submit_plan import NEW_RUN_COLUMNS
 
-    cells = list({cell.id: cell for cell in _expanded(_grid()[:10])}.values())[:6]  # distinct, as the launcher keeps them
+    # distinct cells, as the launcher keeps them
+    cells = list({cell.id: cell for cell in _expanded(_grid()[:10])}.values())[:6]
     new, members = cell_rows("s", cells, known=set(), planned={cell.id for cell in cells[1:]})
     runs = [{**dict.fromkeys(NEW_RUN_COLUMNS), "uid": f"u{i}", "sweep_id": "s", "cell_id": row["id"], "repeat": 0,
              "attempt": 1, "state": "pending", "state_detail": "submitting orch-s-1 0/6", "executor": "slurm",
@@ -110,7 +111,8 @@ def test_the_launchs_inserts_write_the_rows_cores_insert_writes(db_url, other_db
     core = (lambda s, t, rows: s.execute(insert(t), rows),
             lambda s, rows: s.execute(update(run_table).where(run_table.c.uid == bindparam("b_uid")), rows))
     dumps = []
-    for url, (write, change) in ((db_url, core), (other_db_url, (launch_records.insert_many, launch_records.update_runs))):
+    ours = (launch_records.insert_many, launch_records.update_runs)
+    for url, (write, change) in ((db_url, core), (other_db_url, ours)):
         with db.open_db(url)() as session:
             session.add(schema.Sweep(id="s", created_at=time.time()))
             session.flush()

@@ -90,9 +90,10 @@ class Backend(abc.ABC):
 @runtime_checkable
 class Placing(Protocol):
     """A scheduler that places requests: a cell's request (`request`: hashable, equal for cells that
-    ask the same), its submitit parameters (`resources`), why it can never be placed (`refuse`: asked once per request before
-    submission, raises SchedulerUnavailable where it could not be asked, so the caller submits
-    unchecked), its partition's longest time limit and the most jobs one submission may hold."""
+    ask the same), its submitit parameters (`resources`), why it can never be placed (`refuse`:
+    asked once per request before submission, raises SchedulerUnavailable where it could not be
+    asked, so the caller submits unchecked), its partition's longest time limit and the most jobs
+    one submission may hold."""
 
     def request(self, config: dict[str, Any]) -> Hashable: ...
 
