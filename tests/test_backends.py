@@ -555,6 +555,47 @@ def test_a_cluster_that_cannot_be_asked_refuses_nothing_and_says_so_once(tmp_pat
     assert len(report.notes) == 1 and "not checked" in report.notes[0] and "scontrol" in report.notes[0]
 
 
+class CountingSlurm(CannedSlurm):
+    """CannedSlurm that counts the submitit parameters it derives (`resources`)."""
+
+    def __init__(self, cluster, facts):
+        super().__init__(cluster, facts)
+        self.derived = 0
+
+    def resources(self, config):
+        self.derived += 1
+        return super().resources(config)
+
+    def submit_named(self, executor, fn, specs, params, name):
+        self.sent = [(params, spec.config) for spec in specs]
+        return super().submit_named(executor, fn, specs, params, name)
+
+
+def test_a_launch_derives_each_requests_parameters_once_not_per_cell(tmp_path):
+    """Cells are grouped into submissions by their hashable request (backends.base.request): the
+    parameters and their signature once per request (two here), not once per cell (five)."""
+    backend, report, runs = launch(tmp_path, REAL, fitting=3, too_big=2, kind=CountingSlurm)
+    assert backend.derived == 2
+    assert [n for _, n in backend.calls] == [3] and len(report.refused) == 2
+    # each cell goes out with the parameters its own request gives (what sbatch's script says)
+    assert all(params == SlurmBackend(backend.cluster).resources(config) for params, config in backend.sent)
+    assert sorted(s for s, _, _ in runs) == ["failed"] * 2 + ["submitted"] * 3
+
+
+def test_the_checks_derive_each_requests_parameters_once_not_per_cell(monkeypatch):
+    """front_door.sort_cells checks each cell's request as sbatch gets it (check_request): once per
+    distinct request (backends.base.request), not per cell."""
+    from orchestrator import front_door
+
+    derived = []
+    plain = SlurmBackend.resources
+    monkeypatch.setattr(SlurmBackend, "resources", lambda self, config: (derived.append(1), plain(self, config))[1])
+    cells = [cell("cluster=slurm", "hardware=p100", f"seed={i}") for i in range(4)]
+    cells += [cell("cluster=slurm", "hardware=cpu12", f"seed={i}") for i in range(2)]
+    found = front_door.sort_cells(front_door.Asked(" ".join(c.overrides), lambda c=c: c, lambda: {}) for c in cells)
+    assert len(found.cells) == 6 and not found.refused and len(derived) == 2  # p100 and cpu12
+
+
 class WatchingSlurm(CannedSlurm):
     """CannedSlurm that reads, at each sbatch, what the database holds of the sweep's runs."""
 

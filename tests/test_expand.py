@@ -175,3 +175,59 @@ def test_one_compositions_values_never_reach_the_next_through_the_shared_files()
         first, second = (OmegaConf.to_container(compose("config", overrides=o), resolve=True) for o in asked)
     assert (first["input"], first["seed"]) == ("pipeline", 11)
     assert (second["input"], second["seed"]) == ("memory", 0), second
+
+
+def test_a_launchs_memo_checks_each_shared_group_mapping_once_and_changes_no_cell(hydra_loader, monkeypatch):
+    """Cells of one composition share their group mappings: with the launch's memo
+    (cell.resolve_settings's `checked`) those are checked once per mapping, not per cell; a
+    mapping that only equals a checked one (a cell's own hardware.cpus) is checked again, and
+    the whole grid names the same cells and refusals with the memo as without it."""
+    from orchestrator.sweep import cell as cell_module
+
+    loader, master = hydra_loader
+    calls = []
+    check = cell_module._check_hardware
+    monkeypatch.setattr(cell_module, "_check_hardware", lambda hardware: (calls.append(id(hardware)), check(hardware)))
+    expander, memo = Expander(loader, master), {}
+    seeds = [Cell.from_plain(expander.one(("hardware=p100", f"seed={i}")).plain, (), memo) for i in range(10)]
+    assert len(calls) == 1 and len({c.id for c in seeds}) == 10
+    with pytest.raises(CellError, match="hardware.cpus"):
+        Cell.from_plain(expander.one(("hardware=p100", "hardware.cpus=0", "threads=1")).plain, (), memo)
+    assert len(calls) == 2
+    monkeypatch.setattr(cell_module, "_check_hardware", check)
+
+    def both(overrides):
+        expanded = expander.one(tuple(overrides))
+        out = []
+        for checked in (memo, None):
+            try:
+                if expanded.error:
+                    raise CellError(expanded.error)
+                made = Cell.from_plain(expanded.plain, tuple(overrides), checked)
+                out.append((made.id, made.settings, made.config))
+            except CellError as exc:
+                out.append(str(exc))
+        return out
+
+    grid = [[o for o in combo if o] for combo in itertools.product(*GRID)]
+    pairs = [both(overrides) for overrides in grid]
+    assert all(with_memo == without for with_memo, without in pairs)
+    assert sum(isinstance(a, str) for a, _ in pairs) > 30  # refusals met with the memo filled
+
+
+def test_whether_a_key_takes_a_plain_value_is_asked_once_per_composition_not_per_cell(hydra_loader, monkeypatch):
+    """A sweep of seeds sets `seed` on the same composition in every cell: whether that is what
+    Hydra makes (the key's path, the interpolations that mention it) is worked out once; a key an
+    interpolation reads still takes Hydra's path, every time."""
+    import re
+
+    loader, master = hydra_loader
+    expander, searched = Expander(loader, master), []
+    search = re.search
+    monkeypatch.setattr(re, "search", lambda *a, **k: (searched.append(a[0]), search(*a, **k))[1])
+    seeds = [expander.one(("hardware=p100", f"seed={i}")) for i in range(20)]
+    assert expander.fast == 20 and len({e.plain["seed"] for e in seeds}) == 20
+    assert sum("seed" in pattern for pattern in searched) == 1
+    moved = [expander.one(("hardware=p100", f"paths.cache=/tmp/c{i}")) for i in range(2)]
+    assert expander.slow == 2
+    assert [m.plain["apptainer"]["images"] for m in moved] == ["/tmp/c0/images", "/tmp/c1/images"]

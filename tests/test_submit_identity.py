@@ -65,10 +65,65 @@ def test_a_launch_resolves_its_cells_with_the_cycle_collector_paused_and_turns_i
         raise CellError("torch/lenet/mnist: refused for the test")
 
     assert gc.isenabled()
+    frozen = gc.get_freeze_count()
     with pytest.raises(SystemExit, match="no cell of this sweep can be placed"):
         front_door.launch([front_door.Asked("seed=1", resolve, lambda: {})])
     assert seen == [False] and gc.isenabled()
+    # what was alive before the launch is out of every later pass (Python's at exit included)
+    assert gc.get_freeze_count() > frozen
+    frozen = gc.get_freeze_count()
     # the foreground run's job runs in the launching process: the collector stays on for it
     with pytest.raises(SystemExit, match="no cell of this sweep can be placed"):
         front_door.launch([front_door.Asked("seed=1", resolve, lambda: {})], foreground=True)
-    assert seen == [False, True] and gc.isenabled()
+    assert seen == [False, True] and gc.isenabled() and gc.get_freeze_count() == frozen
+
+
+def _launch_rows():
+    """A launch's rows as submit_sweep makes them: the grid's cells, a membership whose cell the
+    sweep skips (config NULL), runs (a float, a NULL, a Boolean, a JSON config)."""
+    from orchestrator.launch.submit_plan import NEW_RUN_COLUMNS
+
+    # distinct cells, as the launcher keeps them
+    cells = list({cell.id: cell for cell in _expanded(_grid()[:10])}.values())[:6]
+    new, members = cell_rows("s", cells, known=set(), planned={cell.id for cell in cells[1:]})
+    runs = [{**dict.fromkeys(NEW_RUN_COLUMNS), "uid": f"u{i}", "sweep_id": "s", "cell_id": row["id"], "repeat": 0,
+             "attempt": 1, "state": "pending", "state_detail": "submitting orch-s-1 0/6", "executor": "slurm",
+             "run_dir": f"/runs/s/u{i}", "submitted_at": 1764.5 + i, "latest": True}
+            for i, row in enumerate(new)]
+    return new, members, runs
+
+
+def test_the_launchs_inserts_write_the_rows_cores_insert_writes(db_url, other_db_url):
+    """launch_records.insert_many and update_runs (SQLite: Core's statement, the driver's
+    executemany, each parameter's bind processor) store what Core's executemany stores, byte for
+    byte: every column of cells, sweep_cells and runs, the JSON text and the job ids included."""
+    import time
+
+    from sqlalchemy import bindparam, insert, text, update
+
+    from orchestrator.store import db, launch_records, schema
+
+    new, members, runs = _launch_rows()
+    tables = ((schema.Cell.__table__, new), (schema.SweepCell.__table__, members), (schema.Run.__table__, runs))
+    outcome = [{"b_uid": run["uid"], "state": "submitted", "job_id": f"9_{i}", "submitted_at": 1770.25,
+                "state_detail": None} for i, run in enumerate(runs[:4])]  # what a submission's answer writes
+    run_table = schema.Run.__table__
+    core = (lambda s, t, rows: s.execute(insert(t), rows),
+            lambda s, rows: s.execute(update(run_table).where(run_table.c.uid == bindparam("b_uid")), rows))
+    dumps = []
+    ours = (launch_records.insert_many, launch_records.update_runs)
+    for url, (write, change) in ((db_url, core), (other_db_url, ours)):
+        with db.open_db(url)() as session:
+            session.add(schema.Sweep(id="s", created_at=time.time()))
+            session.flush()
+            for table, rows in tables:
+                write(session, table, rows)
+            change(session, outcome)
+            session.commit()
+            dumps.append([[tuple(r) for r in session.execute(text(
+                f"SELECT * FROM {table.name} ORDER BY {', '.join(c.name for c in table.primary_key)}"))]
+                for table, _ in tables])
+    assert dumps[0] == dumps[1]
+    assert [len(t) for t in dumps[0]] == [len(new), len(members), len(runs)] and len(new) == 6
+    assert sum(row[-1] is None for row in dumps[1][1]) == 1  # the skipped cell's config: NULL, not 'null'
+    assert sorted(v for row in dumps[1][2] for v in row if str(v).startswith('9_')) == ['9_0', '9_1', '9_2', '9_3']

@@ -196,3 +196,20 @@ def test_the_left_out_count_is_said_of_its_own_cell_and_counts_not_toward_the_hi
         found = run_history.limit_history(Rows.of(session), *(a.settings[k] for k in ("framework", "model", "dataset", "hardware")),
                                       setting_registry.NAMES, runstate.DONE, most=1)
     assert [float(r.wall_s) for r in found] == [30.0]
+
+
+def test_a_sweeps_time_limit_options_are_read_once_per_mapping_and_a_bad_one_still_refused(monkeypatch):
+    """learn() reads the `time_limits:` options once per mapping the cells share (a 10,000-cell
+    sweep: one), not once per cell; a cell with its own mapping is read again, its bad value refused."""
+    from orchestrator.sweep.config_checks import ConfigError
+
+    cells = _expanded([["hardware=cpu12", f"seed={i}"] for i in range(5)])
+    read = []
+    options = time_limits.options
+    monkeypatch.setattr(time_limits, "options", lambda config: (read.append(1), options(config))[1])
+    learned = time_limits.learn(cells, None, lambda config: None, {})
+    assert len(read) == 1 and [c.config["hardware"]["time_source"] for c in learned] == [time_limits.CEILING] * 5
+    own = cells[0].with_config({**cells[0].config, "time_limits": {**cells[0].config["time_limits"], "safety": 0.5}})
+    with pytest.raises(ConfigError, match="time_limits.safety"):
+        time_limits.learn([*cells, own], None, lambda config: None, {})
+    assert len(read) == 3

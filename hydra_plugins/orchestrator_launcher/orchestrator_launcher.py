@@ -52,14 +52,16 @@ class OrchestratorLauncher(Launcher):
         # Hydra's overrides of the launch that a rerun takes (hydra.searchpath: a site's own conf dir) go with
         # each cell's, so the follow-up job of retry.timeout composes the same site (orchestrator/launch/retry.py)
         carried = tuple(site_only(list(self.config.hydra.overrides.hydra)))
-        front_door.launch(_asked(expanded, carried) for expanded in expander.expand(job_overrides, initial_job_idx))
+        checked: dict = {}  # the group mappings whose checks passed (cell.resolve_settings), for this launch
+        front_door.launch(_asked(expanded, carried, checked)
+                          for expanded in expander.expand(job_overrides, initial_job_idx))
         log.debug("expanded %d cells: %d compositions, %d on Hydra's path", len(job_overrides),
                   len(expander.composed), expander.slow)
         return [JobReturn(overrides=list(o), status=JobStatus.COMPLETED, _return_value=None)
                 for o in job_overrides]
 
 
-def _asked(expanded, carried=()):
+def _asked(expanded, carried=(), checked=None):
     """One expanded override list as the front door takes it: its choices were checked where the
     expander composed it, so the cell is made from its plain config."""
     from orchestrator.sweep.cell import Cell, CellError
@@ -68,6 +70,6 @@ def _asked(expanded, carried=()):
     def resolve():
         if expanded.error:
             raise CellError(expanded.error)
-        return Cell.from_plain(expanded.plain, (*expanded.overrides, *carried))
+        return Cell.from_plain(expanded.plain, (*expanded.overrides, *carried), checked)
 
     return Asked(" ".join(expanded.overrides), resolve, expanded.as_config)

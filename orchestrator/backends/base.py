@@ -13,7 +13,7 @@ import functools
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable, Optional, Protocol, runtime_checkable
+from typing import Any, Callable, Hashable, Iterable, Optional, Protocol, runtime_checkable
 
 
 @dataclass(frozen=True)
@@ -89,10 +89,13 @@ class Backend(abc.ABC):
 
 @runtime_checkable
 class Placing(Protocol):
-    """A scheduler that places requests: a cell's resource request (`resources`: submitit
-    parameters), why it can never be placed (`refuse`: asked once per request before
-    submission, raises SchedulerUnavailable where it could not be asked, so the caller submits
-    unchecked), its partition's longest time limit and the most jobs one submission may hold."""
+    """A scheduler that places requests: a cell's request (`request`: hashable, equal for cells that
+    ask the same), its submitit parameters (`resources`), why it can never be placed (`refuse`:
+    asked once per request before submission, raises SchedulerUnavailable where it could not be
+    asked, so the caller submits unchecked), its partition's longest time limit and the most jobs
+    one submission may hold."""
+
+    def request(self, config: dict[str, Any]) -> Hashable: ...
 
     def resources(self, config: dict[str, Any]) -> dict[str, Any]: ...
 
@@ -158,6 +161,12 @@ def submit(backend: Backend, executor: Any, fn: Callable[..., Any], specs: list[
     if _has(type(backend), Naming):
         return backend.submit_named(executor, fn, specs, params, name)
     return submit_batch(executor, fn, specs, params)
+
+
+def request(backend: Backend, config: dict[str, Any]) -> Hashable:
+    """A cell's request, hashable: cells with equal ones get equal `resources`, so a launch derives
+    and checks those once per request, not per cell; None where the scheduler places nothing."""
+    return backend.request(config) if _has(type(backend), Placing) else None
 
 
 def resources(backend: Backend, config: dict[str, Any]) -> dict[str, Any]:

@@ -17,7 +17,7 @@ import secrets
 import sys
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Optional
+from typing import Any, Callable, Hashable, Mapping, Optional
 
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -25,7 +25,7 @@ from orchestrator.store import db, launch_records, schema
 from orchestrator.launch import retry
 from orchestrator import runstate
 from orchestrator.backends import SchedulerUnavailable
-from orchestrator.backends.base import array_limit, refusal, resources, signature, submit
+from orchestrator.backends.base import array_limit, refusal, request, resources, signature, submit
 from orchestrator.sweep.cell import Cell
 from orchestrator.sweep.dataset_files import MADE_ON_FIRST_USE, made_on_first_use
 from orchestrator.job.run import run_cell
@@ -124,14 +124,20 @@ def _plan(session: Session, report: SubmitReport, cells: list[Cell], opts: Optio
 
 def _batches(planned: list[Planned], sweep_id: str, opts: Options, report: SubmitReport,
              step: Optional[int]) -> list[Batch]:
-    """The submissions: one per resource request, split at the scheduler's array limit (`step`).
+    """The submissions: one per resource request (cells whose requests give equal submitit
+    parameters share one), split at the scheduler's array limit (`step`).
     A request the scheduler can never place (backends.base.refusal: no node of its partition
     holds it) is refused: its runs failed `unplaceable` with the reason, never submitted. Each
     run of a submission is marked with its name and index (submit_adopt.submitting)."""
     groups: dict[str, tuple[dict[str, Any], list[Planned]]] = {}
+    keys: dict[Hashable, str] = {}  # request -> its parameters' signature: derived once per request, not per cell
     for cell, runs in planned:
-        params = resources(opts.backend, cell.config)
-        groups.setdefault(signature(params), (params, []))[1].append((cell, runs))
+        asked = request(opts.backend, cell.config)
+        if asked not in keys:
+            params = resources(opts.backend, cell.config)
+            keys[asked] = signature(params)
+            groups.setdefault(keys[asked], (params, []))
+        groups[keys[asked]][1].append((cell, runs))
     batches, checked, step = [], True, step or len(planned) or 1
     for params, group in groups.values():
         try:

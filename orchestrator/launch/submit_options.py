@@ -11,12 +11,12 @@ import secrets
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Hashable
 
 from orchestrator.sweep import config_checks
 from orchestrator.launch import retry
 from orchestrator.backends import Backend, backend_for, sbatch
-from orchestrator.backends.base import FollowingUp, resources
+from orchestrator.backends.base import FollowingUp, request, resources
 from orchestrator.sweep.cell import Cell, CellError
 
 
@@ -102,10 +102,16 @@ def new_sweep_id() -> str:
     return time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(2)
 
 
-def check_request(backend: Backend, config: dict[str, Any], label: str) -> None:
+def check_request(backend: Backend, config: dict[str, Any], label: str, checked: set[Hashable] | None = None) -> None:
     """A cell's request as its backend will hand it to the scheduler (on Slurm: every sbatch
-    option, through sbatch.sbatch_request); a bad one refuses that cell only (CellError)."""
+    option, through sbatch.sbatch_request); a bad one refuses that cell only (CellError).
+    `checked`: the requests (backends.base.request) that passed already, in this launch: equal
+    requests give equal parameters, so each is derived and checked once, not once per cell."""
     try:
-        resources(backend, config)
+        asked = request(backend, config) if checked is not None else None
+        if asked is None or asked not in checked:
+            resources(backend, config)
+            if checked is not None:
+                checked.add(asked)
     except config_checks.ConfigError as exc:
         raise CellError(f"{label}: {exc}") from None

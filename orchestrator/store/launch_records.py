@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 
-from sqlalchemy import bindparam, insert, select, update
+from sqlalchemy import Table, bindparam, insert, select, update
 from sqlalchemy.orm import Session, aliased
 
 from orchestrator import runstate
@@ -44,12 +44,37 @@ def known(session: Session, cell_ids: Iterable[str]) -> tuple[set[str], dict[str
     return cells, runs
 
 
+def insert_many(session: Session, table: Table, rows: Sequence[Mapping[str, Any]]) -> None:
+    """Rows (each with the same keys) into `table`: one executemany of Core's INSERT (execute_many)."""
+    execute_many(session, insert(table), rows)
+
+
+def execute_many(session: Session, statement: Any, rows: Sequence[Mapping[str, Any]]) -> None:
+    """A Core INSERT or UPDATE once per row (each with the same keys): one executemany. On SQLite
+    (the driver's `?` parameters) the statement Core compiles is handed to the driver with each
+    row's values put through its parameters' own bind processors (a JSON column's json.dumps), as
+    Core's execution does, but without its per-row parameter building (0.15–0.25 s of a
+    10,000-cell launch's CPU). The same rows either way (tests/test_submit_identity.py); every
+    other driver, or a statement that adds a value the rows lack (a column's Python default),
+    goes through Core."""
+    if not rows:
+        return
+    connection = session.connection()
+    dialect, keys = connection.dialect, list(rows[0])
+    compiled = statement.compile(dialect=dialect, column_keys=keys)
+    names = compiled.positiontup if dialect.paramstyle == "qmark" else None
+    if names is None or sorted(names) != sorted(keys):
+        session.execute(statement, list(rows))
+        return
+    bound = [(name, compiled.binds[name].type.dialect_impl(dialect).bind_processor(dialect)) for name in names]
+    connection.exec_driver_sql(compiled.string, [tuple(process(row[name]) if process else row[name]
+                                                       for name, process in bound) for row in rows])
+
+
 def insert_cells(session: Session, new: list[dict[str, Any]], members: list[dict[str, Any]]) -> None:
     """A sweep's new cells (rows of `cells`) and its membership rows (`sweep_cells`): two bulk INSERTs."""
-    if new:
-        session.execute(insert(schema.Cell.__table__), new)
-    if members:
-        session.execute(insert(schema.SweepCell.__table__), members)
+    insert_many(session, schema.Cell.__table__, new)
+    insert_many(session, schema.SweepCell.__table__, members)
 
 
 def insert_runs(session: Session, rows: Sequence[Mapping[str, Any]], relatest: Iterable[tuple[str, int]]) -> None:
@@ -59,8 +84,7 @@ def insert_runs(session: Session, rows: Sequence[Mapping[str, Any]], relatest: I
     attempt no longer the latest leaves its cell's kept summary in the same transaction
     (result_rows.refresh_summary): a launch with force=true and a rerun change what it counts."""
     relatest = sorted(set(relatest))
-    if rows:
-        session.execute(insert(schema.Run.__table__), list(rows))
+    insert_many(session, schema.Run.__table__, rows)
     schema.mark_latest(session.connection(), relatest)
     result_rows.refresh_summary(session.connection(), {cell for cell, _ in relatest}, kept_only=True)
 
@@ -68,9 +92,8 @@ def insert_runs(session: Session, rows: Sequence[Mapping[str, Any]], relatest: I
 def update_runs(session: Session, rows: Sequence[Mapping[str, Any]]) -> None:
     """Sets columns of recorded runs: each row holds `b_uid` and the same columns' values. One
     executemany by uid."""
-    if rows:
-        table = schema.Run.__table__
-        session.execute(update(table).where(table.c.uid == bindparam("b_uid")), list(rows))
+    table = schema.Run.__table__
+    execute_many(session, update(table).where(table.c.uid == bindparam("b_uid")), rows)
 
 
 def unsubmitted(session: Session) -> list[schema.Run]:

@@ -8,7 +8,6 @@ and a rerun finds the runs it already has.
 """
 from __future__ import annotations
 
-import dataclasses
 import functools
 import hashlib
 import json
@@ -58,7 +57,7 @@ class Cell:
         """This cell with another config (time_limits.learn's limit in its hardware): its settings,
         and so its id, are the same, so the id already worked out goes with it, not hashed again
         (half the hashing of a 10,000-cell submission)."""
-        new = dataclasses.replace(self, config=config)
+        new = type(self)(self.settings, config, self.overrides)  # (dataclasses.replace: 3x the cost, per cell)
         if "id" in self.__dict__:  # functools.cached_property's slot
             new.__dict__["id"] = self.__dict__["id"]
         return new
@@ -96,14 +95,15 @@ class Cell:
         return cls.from_plain(resolved_config(cfg), overrides)
 
     @classmethod
-    def from_plain(cls, plain: dict[str, Any], overrides: tuple[str, ...] = ()) -> "Cell":
+    def from_plain(cls, plain: dict[str, Any], overrides: tuple[str, ...] = (),
+                   checked: dict[tuple[int, ...], tuple[Any, ...]] | None = None) -> "Cell":
         """A cell from a config already resolved to plain data (orchestrator/sweep/expand.py's), its
         group choices checked where it was composed. Its config is complete as its settings are:
         a setting with a default left null (`nodes=null`) or absent (a config recorded before the
         setting existed) holds that default (setting_registry.filled), so that no reader of the
         config (the scheduler's request: backends/sbatch.py) defaults it again. A new mapping:
-        `plain` is not changed."""
-        return cls(settings=resolve_settings(plain), config=setting_registry.filled(plain),
+        `plain` is not changed. `checked`: resolve_settings's memo, one per launch."""
+        return cls(settings=resolve_settings(plain, checked), config=setting_registry.filled(plain),
                    overrides=tuple(overrides))
 
 
@@ -135,11 +135,20 @@ def check_choices(choices: Any) -> None:
             _refusing("", config_checks.choice, group, choices.get(group))
 
 
-def resolve_settings(cfg: dict[str, Any]) -> dict[str, Any]:
+def resolve_settings(cfg: dict[str, Any], checked: dict[tuple[int, ...], tuple[Any, ...]] | None = None
+                     ) -> dict[str, Any]:
     """The resolved benchmark settings of a plain config dict: setting_registry.read_settings's
     values (defaults filled in), each checked against its declaration, then the rules that join
-    several (a batch size the data's shape has, input=pipeline's dataset, the placement)."""
-    _refusing("", _check_groups, cfg)
+    several (a batch size the data's shape has, input=pipeline's dataset, the placement).
+
+    `checked` (a launch's memo, or None): the group mappings whose checks passed, by identity.
+    A sweep's cells share their composition's group mappings (expand.py), so the checks of those
+    (_check_groups, _check_hardware) run once per mapping, not once per cell; the memo holds the
+    mappings, so that no other object takes their ids while it lives."""
+    groups = tuple(cfg.get(group) for group in config_checks.GROUPS)
+    if not _passed(checked, groups):
+        _refusing("", _check_groups, cfg)
+        _remember(checked, groups)
     where = f"{cfg['framework']['name']}/{cfg['model']['name']}/{cfg['dataset']['name']}"
     raw = setting_registry.read_settings(lambda path: lookup(cfg, path))
     shape = setting_registry.shape_of(raw)
@@ -154,7 +163,9 @@ def resolve_settings(cfg: dict[str, Any]) -> dict[str, Any]:
         raise CellError(f"{where}: target_accuracy={settings['target_accuracy']} is not a test top-1 in (0, 1]; "
                         f"use target_accuracy=0.9, or target_accuracy=null")
     _check_input(where, settings)
-    _refusing(where, _check_hardware, cfg["hardware"])
+    if not _passed(checked, (cfg["hardware"],)):
+        _refusing(where, _check_hardware, cfg["hardware"])
+        _remember(checked, (cfg["hardware"],))
     nodes = settings["nodes"]
     if nodes > 1 and (cfg.get("cluster") or {}).get("executor", "local") != "slurm":
         raise CellError(f"{where}: nodes={nodes} needs a cluster of nodes, but cluster="
@@ -162,6 +173,16 @@ def resolve_settings(cfg: dict[str, Any]) -> dict[str, Any]:
     _check_placement(where, settings["gpus"], cfg["hardware"], cfg["framework"], settings["precision"],
                      settings["model"], nodes)
     return settings
+
+
+def _passed(checked: dict[tuple[int, ...], tuple[Any, ...]] | None, parts: tuple[Any, ...]) -> bool:
+    """Whether these very mappings (by identity) passed their check already (resolve_settings)."""
+    return checked is not None and checked.get(tuple(map(id, parts))) is not None
+
+
+def _remember(checked: dict[tuple[int, ...], tuple[Any, ...]] | None, parts: tuple[Any, ...]) -> None:
+    if checked is not None:
+        checked[tuple(map(id, parts))] = parts
 
 
 def lookup(plain: Any, path: str) -> Any:

@@ -68,6 +68,9 @@ class Composed:
     refused: Optional[str] = None  # why its group choices refuse every cell of it (cell.check_choices)
     raw: Optional[dict[str, Any]] = None  # the config without `hydra`, unresolved
     choices: Optional[dict[str, Any]] = None  # hydra.runtime.choices
+    #: key -> whether a plain value set at it is what Hydra makes (Expander._settable): asked once
+    #: per key, not per cell (a sweep of 10,000 seeds sets `seed` 10,000 times)
+    settable: dict[str, bool] = dataclasses.field(default_factory=dict, repr=False, compare=False)
 
 
 @dataclass(frozen=True)
@@ -236,15 +239,11 @@ class Expander:
         value = override.value()
         if not isinstance(value, _PLAIN) or (isinstance(value, str) and "${" in value):
             return False
-        path = override.key_or_group.split(".")
-        node: Any = composed.resolved
-        for part in path:
-            if not isinstance(node, dict) or part not in node:
-                return False
-            node = node[part]
-        if isinstance(node, (dict, list)):
-            return False
-        return re.search(rf"(?<![\w-]){re.escape(path[-1])}(?![\w-])", composed.interpolations) is None
+        key = override.key_or_group
+        known = composed.settable.get(key)
+        if known is None:
+            known = composed.settable[key] = _plain_key(key, composed)
+        return known
 
     def _hydra_path(self, overrides: tuple[str, ...], parsed: list[Any], values: list[Any], composed: Composed,
                     job_num: int) -> Expanded:
@@ -352,6 +351,20 @@ def _applied(plain: dict[str, Any], change: dict[tuple[str, ...], Any]) -> dict[
     for path, value in change.items():
         plain = _with(plain, list(path), value)
     return plain
+
+
+def _plain_key(key: str, composed: Composed) -> bool:
+    """The key is in the resolved config already, not a mapping or list, and no interpolation of
+    the config mentions its last part (Expander._settable's part that depends on the key alone)."""
+    path = key.split(".")
+    node: Any = composed.resolved
+    for part in path:
+        if not isinstance(node, dict) or part not in node:
+            return False
+        node = node[part]
+    if isinstance(node, (dict, list)):
+        return False
+    return re.search(rf"(?<![\w-]){re.escape(path[-1])}(?![\w-])", composed.interpolations) is None
 
 
 def _with(plain: dict[str, Any], path: list[str], value: Any) -> dict[str, Any]:

@@ -278,6 +278,16 @@ def options(config: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _options(config: Mapping[str, Any], read: dict[int, tuple[Any, dict[str, Any]]]) -> dict[str, Any]:
+    """`options(config)`, kept in `read` by the identity of the config's `time_limits:` mapping
+    (with it: no other object takes its id), which a sweep's cells share: checked once, not per cell."""
+    given = config.get("time_limits")
+    known = read.get(id(given))
+    if known is None or known[0] is not given:
+        known = read[id(given)] = (given, options(config))
+    return known[1]
+
+
 def configured(hardware: Mapping[str, Any], cluster: Mapping[str, Any]) -> int:
     """A cell's time limit in minutes as configured: its hardware's `time_min`; for `auto` not
     learned yet (a cell checked before its submission learns it), the ceiling `time_max`; else
@@ -317,6 +327,7 @@ def learn(cells: Iterable[Any], rows: Optional[Rows], max_time_of: Callable[[Map
     and counted in the source of its own cell; a cell's latest timeout (that no success
     followed) makes its limit at least twice the one it timed out at (predict)."""
     histories: dict[tuple[str, ...], History] = {}
+    read: dict[int, tuple[Any, dict[str, Any]]] = {}  # a `time_limits:` mapping's options, read once per mapping
     out = []
     for cell in cells:
         hardware = cell.config["hardware"]
@@ -328,7 +339,7 @@ def learn(cells: Iterable[Any], rows: Optional[Rows], max_time_of: Callable[[Map
             histories[names] = History.read(rows, names)
         found = histories[names]
         limit = predict(cell.id, cell.settings, found.runs, configured(hardware, cluster),
-                        **options(cell.config), max_time_min=max_time_of(cell.config),
+                        **_options(cell.config, read), max_time_min=max_time_of(cell.config),
                         runs=int(cell.config.get("repeats") or 1), builds=bool(found.runs) and builds(cell),
                         timed_out_min=found.timed_out.get(cell.id))
         invalid = found.left_out.get(cell.id)
