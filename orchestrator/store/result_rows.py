@@ -92,9 +92,9 @@ def _insert_new(conn: Connection, table: Any) -> Any:
     test on PostgreSQL). The results database is SQLite or PostgreSQL (db.open_db), both of which
     have ON CONFLICT DO NOTHING."""
     if conn.dialect.name == "postgresql":
-        from sqlalchemy.dialects.postgresql import insert as dialect_insert
+        from sqlalchemy.dialects.postgresql import insert as dialect_insert  # lazy: the open database's dialect
     else:
-        from sqlalchemy.dialects.sqlite import insert as dialect_insert
+        from sqlalchemy.dialects.sqlite import insert as dialect_insert  # lazy: the open database's dialect
     return dialect_insert(table).on_conflict_do_nothing()
 
 
