@@ -1,0 +1,29 @@
+"""Passwords in database URLs are never printed nor recorded: every password option of a URL's
+query masked (the hostile review of cand6 found `?sslpassword=` shown, and a second option left)."""
+from orchestrator.cli import main
+
+
+def test_every_password_option_of_a_database_urls_query_is_masked():
+    """The hostile review of cand6: `?sslpassword=` (libpq's passphrase of the client key) was printed
+    as typed, a URL's second password option was left shown (the pattern masked only the last), and
+    so was `PASSWORD=`; in a recorded word too (hide_passwords)."""
+    from orchestrator.commands.common import shown
+    from orchestrator.store.sql_adapters import hide_passwords
+
+    for url, expected in (("postgresql+psycopg://u@h/db?sslpassword=S3cret", "postgresql+psycopg://u@h/db?sslpassword=***"),
+                          ("postgresql+psycopg://u@h/db?password=S3cret&sslmode=require&sslpassword=S3cretToo",
+                           "postgresql+psycopg://u@h/db?password=***&sslmode=require&sslpassword=***"),
+                          ("postgresql+psycopg://u@h/db?PASSWORD=S3cret", "postgresql+psycopg://u@h/db?PASSWORD=***"),
+                          ("postgresql+psycopg://u@h/db?passwordless=1&sslpasswordx=1",
+                           "postgresql+psycopg://u@h/db?passwordless=1&sslpasswordx=1")):
+        assert shown(url) == expected, url
+    word = "+cluster.setup=[export DB=postgresql://a@db/b?password=pw&sslpassword=pw2] x?password=kept"
+    assert hide_passwords(word) == "+cluster.setup=[export DB=postgresql://a@db/b?password=***&sslpassword=***] x?password=kept"
+
+
+def test_status_on_a_refusing_server_never_prints_an_ssl_password(capsys):
+    """The review's reproduction: `status --db 'postgresql+psycopg://u@127.0.0.1:1/db?sslpassword=...'`
+    (nothing listens on port 1) printed the passphrase in its one line."""
+    assert main(["--db", "postgresql+psycopg://u@127.0.0.1:1/db?sslpassword=S3cret", "status"]) == 1
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "S3cret" not in err and "sslpassword=***" in err, err
