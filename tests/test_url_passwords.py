@@ -1,5 +1,6 @@
-"""Passwords in database URLs are never printed nor recorded: every password option of a URL's
-query masked (the hostile review of cand6 found `?sslpassword=` shown, and a second option left)."""
+"""Database URLs as commands take them (the hostile review of cand6): passwords never printed nor
+recorded, every password option of a URL's query masked (`?sslpassword=` was shown, and a second
+option left); a PostgreSQL URL without its optional driver said in one line, not a traceback."""
 from orchestrator.cli import main
 
 
@@ -27,3 +28,16 @@ def test_status_on_a_refusing_server_never_prints_an_ssl_password(capsys):
     assert main(["--db", "postgresql+psycopg://u@127.0.0.1:1/db?sslpassword=S3cret", "status"]) == 1
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and "S3cret" not in err and "sslpassword=***" in err, err
+
+
+def test_status_without_psycopg_installed_says_so_in_one_line(monkeypatch, capsys):
+    """psycopg is an optional extra (`postgres`): without it, `status` on a `postgresql+psycopg://` URL
+    ended in a traceback (the review of cand6); it says, as every other command does, that the driver
+    is missing and how to install it, the password masked."""
+    import sys
+
+    monkeypatch.setitem(sys.modules, "psycopg", None)  # `import psycopg` raises ImportError
+    assert main(["--db", "postgresql+psycopg://u:S3cret@127.0.0.1:1/db", "status"]) == 1
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "driver is not installed" in err and "pip install psycopg" in err, err
+    assert "S3cret" not in err and "Traceback" not in err

@@ -297,12 +297,14 @@ def connect(url: str) -> Optional[SqliteRows]:
 
 def _connect_postgres(url: str) -> Optional[PostgresRows]:
     """Rows over psycopg on a database at SCHEMA_VERSION; None where db.open_db has more to say or
-    do: no such database, no orchestrator tables, another revision (a read never makes a database
-    here). Any other failure to connect (nothing answers, a wrong password) is raised as it is,
+    do: no such database, no orchestrator tables, another revision, no psycopg installed (a read
+    never makes a database here). Any other failure to connect (nothing answers, a wrong password) is raised as it is,
     said once in one line (commands.common.database_error), never tried again through SQLAlchemy."""
-    # lazy: psycopg (~0.05 s) only for a PostgreSQL URL: SQLite's `status` and --help start without it
-    import psycopg
-    from psycopg.rows import namedtuple_row
+    try:  # lazy: psycopg (~0.05 s) only for a PostgreSQL URL: SQLite's `status` and --help start without it
+        import psycopg
+        from psycopg.rows import namedtuple_row
+    except ImportError:  # an optional extra (`postgres`): db.open_db says it is missing, and the way out
+        return None
 
     params = postgres_params(url) or {}
     try:
