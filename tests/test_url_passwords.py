@@ -41,3 +41,24 @@ def test_status_without_psycopg_installed_says_so_in_one_line(monkeypatch, capsy
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and "driver is not installed" in err and "pip install psycopg" in err, err
     assert "S3cret" not in err and "Traceback" not in err
+
+
+def test_an_upgrade_of_a_server_database_logs_its_url_without_a_query_password(postgres_server, caplog):
+    """db.open_db logs the URL of a database it upgrades in place; SQLAlchemy's rendering masks the
+    user's part only, so a `?password=` (or `sslpassword=`) option was logged as typed."""
+    import logging
+
+    from db_urls import create_database, drop_database, execute
+    from orchestrator.store import db
+
+    url = create_database(postgres_server)
+    try:
+        db.open_db(url).kw["bind"].dispose()  # made at the head, then taken back one revision
+        execute(url, "DROP TABLE kept_metrics", "UPDATE alembic_version SET version_num = '0018'")
+        given = url + ("&" if "?" in url else "?") + "password=S3cretToo&sslpassword=S3cretKey"  # loopback is trusted
+        with caplog.at_level(logging.WARNING):
+            db.open_db(given).kw["bind"].dispose()
+        assert "upgraded" in caplog.text and "from schema 0018" in caplog.text, caplog.text
+        assert "S3cret" not in caplog.text and "password=***" in caplog.text, caplog.text
+    finally:
+        drop_database(postgres_server, url)

@@ -136,7 +136,7 @@ def open_db(url: str, create: bool = True) -> sessionmaker:
                 with sqlite_sharing.setup_lock(str(path)) if path else nullcontext():
                     before = _upgrade(engine)
                 if has_runs and before != SCHEMA_VERSION:
-                    log.warning("upgraded %s in place from schema %s to %s", path or make_url(url).render_as_string(),
+                    log.warning("upgraded %s in place from schema %s to %s", path or masked_url(url),
                                 before or "(none recorded: made before migrations)", SCHEMA_VERSION)
     except (ArgumentError, ImportError, DBAPIError) as exc:  # never a traceback: why, and what to do
         if isinstance(getattr(exc, "orig", None), (sqlite_lease.LeaseRefused, sqlite_lease.LeaseLost)):
