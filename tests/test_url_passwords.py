@@ -62,3 +62,13 @@ def test_an_upgrade_of_a_server_database_logs_its_url_without_a_query_password(p
         assert "S3cret" not in caplog.text and "password=***" in caplog.text, caplog.text
     finally:
         drop_database(postgres_server, url)
+
+
+def test_a_port_that_is_no_number_is_said_in_one_line(capsys):
+    """`host:x` made SQLAlchemy's URL parser raise int()'s ValueError, which no command caught: a
+    traceback (`status` goes on to db.open_db for it, as every other command does)."""
+    for command in ("status", "results"):
+        assert main(["--db", "postgresql+psycopg://u:S3cret@h:x/db?password=S3cretToo", command]) == 1
+        err = capsys.readouterr().err
+        assert len(err.strip().splitlines()) == 1 and "port is not a number" in err, err
+        assert "S3cret" not in err and "Traceback" not in err and "u:***@h:x/db" in err

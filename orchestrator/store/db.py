@@ -101,8 +101,13 @@ def recordable(words: Sequence[str]) -> list[str]:
 
 
 def sqlite_path(url: str) -> Optional[Path]:
-    """The file behind a SQLite URL, or None for other databases and in-memory SQLite."""
-    parsed = make_url(url)
+    """The file behind a SQLite URL, or None for other databases and in-memory SQLite. A port
+    that is no number (`host:x`), which SQLAlchemy's parser meets as int()'s ValueError, is a URL
+    it cannot use (ArgumentError): said in one line, as every other (a traceback before)."""
+    try:
+        parsed = make_url(url)
+    except ValueError as exc:
+        raise ArgumentError(f"its port is not a number: {exc}") from None
     if parsed.get_backend_name() != "sqlite" or parsed.database in (None, "", ":memory:"):
         return None
     return Path(parsed.database)
