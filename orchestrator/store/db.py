@@ -101,8 +101,13 @@ def recordable(words: Sequence[str]) -> list[str]:
 
 
 def sqlite_path(url: str) -> Optional[Path]:
-    """The file behind a SQLite URL, or None for other databases and in-memory SQLite."""
-    parsed = make_url(url)
+    """The file behind a SQLite URL, or None for other databases and in-memory SQLite. A port
+    that is no number (`host:x`), which SQLAlchemy's parser meets as int()'s ValueError, is a URL
+    it cannot use (ArgumentError): said in one line, as every other (a traceback before)."""
+    try:
+        parsed = make_url(url)
+    except ValueError as exc:
+        raise ArgumentError(f"its port is not a number: {exc}") from None
     if parsed.get_backend_name() != "sqlite" or parsed.database in (None, "", ":memory:"):
         return None
     return Path(parsed.database)
@@ -136,7 +141,7 @@ def open_db(url: str, create: bool = True) -> sessionmaker:
                 with sqlite_sharing.setup_lock(str(path)) if path else nullcontext():
                     before = _upgrade(engine)
                 if has_runs and before != SCHEMA_VERSION:
-                    log.warning("upgraded %s in place from schema %s to %s", path or make_url(url).render_as_string(),
+                    log.warning("upgraded %s in place from schema %s to %s", path or masked_url(url),
                                 before or "(none recorded: made before migrations)", SCHEMA_VERSION)
     except (ArgumentError, ImportError, DBAPIError) as exc:  # never a traceback: why, and what to do
         if isinstance(getattr(exc, "orig", None), (sqlite_lease.LeaseRefused, sqlite_lease.LeaseLost)):

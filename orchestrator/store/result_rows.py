@@ -130,10 +130,19 @@ def insert_runs(conn: Connection, rows: list[dict[str, Any]]) -> dict[str, int]:
     """Runs the launcher never recorded, inserted collected, each made the latest attempt of its
     repeat (schema.mark_latest); the ids of those this transaction inserted, by uid. A run whose
     uid another collector has inserted meanwhile is skipped and absent from the answer
-    (_insert_new): that collector landed it, so its file is not this one's to land."""
+    (_insert_new): that collector landed it, so its file is not this one's to land. SQLite before
+    3.35 (Debian 11, Ubuntu 20.04, RHEL 8) has no RETURNING: there the ids are looked up after, which
+    is as exact, since a SQLite collector holds the file's write lock from its look-up of these uids
+    (BEGIN IMMEDIATE), so that no other process can have inserted one of them."""
     if not rows:
         return {}
-    ids = dict(conn.execute(_insert_new(conn, Run.__table__).returning(Run.uid, Run.id), rows).all())
+    statement = _insert_new(conn, Run.__table__)
+    if conn.dialect.insert_executemany_returning:
+        ids = dict(conn.execute(statement.returning(Run.uid, Run.id), rows).all())
+    else:
+        conn.execute(statement, rows)
+        ids = {uid: id_ for part in parts([r["uid"] for r in rows])
+               for uid, id_ in conn.execute(select(Run.uid, Run.id).where(Run.uid.in_(part)))}
     schema.mark_latest(conn, [(r["cell_id"], r["repeat"]) for r in rows if r["uid"] in ids])
     return ids
 

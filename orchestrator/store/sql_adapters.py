@@ -55,9 +55,12 @@ _PARAM = re.compile(r"(?<![:\w]):([A-Za-z_]\w*)")
 #: The `user:password@` part of a URL inside a word (`+cluster.setup=[export DB=postgresql://alice:secret@db/b]`),
 #: Hydra's escaped spelling (`postgresql\\://alice\\:secret@db`) included: scheme and user kept, the password masked.
 _PASSWORD = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*\\?://[^:/@\s]*:)[^@\s]*@")
-#: A `password=` option in a URL's query (`postgresql+psycopg://u@db/b?password=pw`: libpq takes it as
-#: it takes the user's part; SQLAlchemy's own rendering shows it): its value masked.
-_QUERY_PASSWORD = re.compile(r"(://[^\s?]*\\?\?(?:[^\s&]*&)*password=)[^&\s\]]*")
+#: A URL inside a word, up to the next blank: where _QUERY_PASSWORD is looked for.
+_URL_WORD = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*\\?://\S*")
+#: Every password option of a URL's query, in any case (`?password=pw`: libpq takes it as it takes the
+#: user's part; `&sslpassword=pw`: the client key's passphrase; SQLAlchemy's own rendering shows both;
+#: the review found the second printed, and a second option left shown): each value masked.
+_QUERY_PASSWORD = re.compile(r"((?:\\?\?|&)(?i:(?:ssl)?password)=)[^&\s\]]*")
 #: Query options create_engine itself takes out of a URL (plugins it loads): not libpq's.
 SQLALCHEMY_OPTIONS = ("plugin",)
 
@@ -70,7 +73,8 @@ def hide_passwords(text: str) -> str:
     without `://` holds no URL: returned at once (each cell's overrides pass here)."""
     if "://" not in text:
         return text
-    return _QUERY_PASSWORD.sub(r"\1***", _PASSWORD.sub(r"\1***@", text))
+    masked = _PASSWORD.sub(r"\1***@", text)
+    return _URL_WORD.sub(lambda url: _QUERY_PASSWORD.sub(r"\1***", url.group()), masked)
 
 
 def default_url() -> str:
@@ -293,12 +297,14 @@ def connect(url: str) -> Optional[SqliteRows]:
 
 def _connect_postgres(url: str) -> Optional[PostgresRows]:
     """Rows over psycopg on a database at SCHEMA_VERSION; None where db.open_db has more to say or
-    do: no such database, no orchestrator tables, another revision (a read never makes a database
-    here). Any other failure to connect (nothing answers, a wrong password) is raised as it is,
+    do: no such database, no orchestrator tables, another revision, no psycopg installed (a read
+    never makes a database here). Any other failure to connect (nothing answers, a wrong password) is raised as it is,
     said once in one line (commands.common.database_error), never tried again through SQLAlchemy."""
-    # lazy: psycopg (~0.05 s) only for a PostgreSQL URL: SQLite's `status` and --help start without it
-    import psycopg
-    from psycopg.rows import namedtuple_row
+    try:  # lazy: psycopg (~0.05 s) only for a PostgreSQL URL: SQLite's `status` and --help start without it
+        import psycopg
+        from psycopg.rows import namedtuple_row
+    except ImportError:  # an optional extra (`postgres`): db.open_db says it is missing, and the way out
+        return None
 
     params = postgres_params(url) or {}
     try:
