@@ -300,7 +300,8 @@ def _connect_postgres(url: str) -> Optional[PostgresRows]:
     do: no such database, no orchestrator tables, another revision, no psycopg installed (a read
     never makes a database here). Any other failure to connect (nothing answers, a wrong password) is raised as it is,
     said once in one line (commands.common.database_error), never tried again through SQLAlchemy."""
-    try:  # lazy: psycopg (~0.05 s) only for a PostgreSQL URL: SQLite's `status` and --help start without it
+    try:
+        # lazy: psycopg (~0.05 s) only for a PostgreSQL URL: SQLite's `status` and --help start without it
         import psycopg
         from psycopg.rows import namedtuple_row
     except ImportError:  # an optional extra (`postgres`): db.open_db says it is missing, and the way out
