@@ -18,7 +18,7 @@ def test_groups_have_the_documented_choices():
     groups = {g: sorted(p.stem for p in (REPO / "conf" / g).glob("*.yaml"))
               for g in ("framework", "model", "dataset", "hardware", "cluster")}
     assert {"caffe", "cntk", "mxnet", "tensorflow", "tf", "torch"} <= set(groups["framework"])
-    assert groups["model"] == ["alexnet", "fcn_r", "fcn_s", "googlenet", "lenet", "resnet50", "vgg16"]
+    assert groups["model"] == ["alexnet", "fcn_r", "fcn_s", "googlenet", "lenet", "resnet50", "resnet56", "vgg16"]
     assert groups["dataset"] == ["cifar10", "digits", "imagenet", "mnist", "synthetic"]
     assert {"cpu12", "cpu20", "k20m", "p100"} <= set(groups["hardware"])
     assert "local" in groups["cluster"]
@@ -60,11 +60,24 @@ def test_the_fully_connected_networks_take_their_own_data_and_numpy_refuses_them
     assert (fcn_r.settings["like"], cell("model=fcn_r", "dataset=mnist").settings["like"]) == ("mnist", None)
     with pytest.raises(CellError, match=r"^torch/vgg16/synthetic: dlbench_fcn-shaped data is 1x1x26752 features, "
                                         r"not an image: only the fully connected networks \(fcn_r, fcn_s\) take "
-                                        r"it, not vgg16; use one of those, or another dataset.like$"):
+                                        r"it, not vgg16; use another dataset, dataset.like or model$"):
         cell("model=vgg16", "dataset=synthetic", "dataset.like=dlbench_fcn", "batch_size=8")
     with pytest.raises(CellError, match=r"^numpy/fcn_r/mnist: numpy does not support --model fcn_r; it supports "
                                         r"lenet \(numpy's reference is Caffe's LeNet only; .* fully connected"):
         cell("framework=numpy", "model=fcn_r", "dataset=mnist")
+
+
+def test_resnet56_runs_on_cifar10_at_32x32_and_refuses_other_shapes():
+    """ResNet-56's synthetic data is shaped like CIFAR-10 (batch 128, He et al.'s); data of
+    another shape is refused at expansion with the reason, before anything runs; numpy refuses it."""
+    synthetic = cell("model=resnet56", "dataset=synthetic")
+    assert (synthetic.settings["like"], synthetic.settings["batch_size"]) == ("cifar10", 128)
+    with pytest.raises(CellError, match=r"^torch/resnet56/mnist: resnet56 is a CIFAR-10 network for 32x32 images, "
+                                        r"and mnist-shaped data is 1x28x28: it takes cifar10-shaped data only; "
+                                        r"use another dataset, dataset.like or model$"):
+        cell("model=resnet56", "dataset=mnist", "batch_size=8")
+    with pytest.raises(CellError, match=r"^numpy/resnet56/cifar10: numpy does not support --model resnet56"):
+        cell("framework=numpy", "model=resnet56", "dataset=cifar10")
 
 
 @pytest.mark.parametrize("overrides, words", [

@@ -217,9 +217,9 @@ def test_a_sweep_lands_mfu_in_results_and_refuses_a_run_above_the_ceiling(tmp_pa
     assert "mfu %" in shown.stdout and ("%.3g" % (mfu * 100)) in shown.stdout, shown.stdout
 
 
-#: The inputs docs/measurement.md tables each network at (LeNet at MNIST's own size).
+#: The inputs docs/measurement.md tables each network at (LeNet at MNIST's own size, ResNet-56 at CIFAR-10's).
 TABLED = {"lenet": ((1, 28, 28), 10), "alexnet": (IMAGENET, 1000), "googlenet": (IMAGENET, 1000),
-          "resnet50": (IMAGENET, 1000), "vgg16": (IMAGENET, 1000)}
+          "resnet50": (IMAGENET, 1000), "vgg16": (IMAGENET, 1000), "resnet56": ((3, 32, 32), 10)}
 
 
 def test_the_docs_table_of_how_loose_the_ceiling_is_matches_the_code():
@@ -301,3 +301,25 @@ def test_the_fully_connected_networks_are_counted_by_hand():
     assert fewest_training_flops("fcn_r", (1, 28, 28), 10) == 2 * (3 * fcn_r - 784 * 2048)
     assert flops.ceiling_factor("fcn_s", (1, 1, 26752), 26752) == pytest.approx(
         3.0 * fcn_s / (3 * fcn_s - 26752 * 2048))
+
+
+def test_resnet56_is_counted_by_hand():
+    """He et al.'s CIFAR ResNet-56 at 3x32x32: the 3x3 stem of 16, then per stage 18 3x3
+    convolutions, each out_h x out_w x out_c x 9 x in_c, the stride-2 first one of stages 2 and 3
+    on half the map from half the channels; fc 64 x 10. Option A's shortcuts (subsampling, zero
+    channels) have no multiplies. A colleague's 125,485,696 agrees."""
+    stem = 32 * 32 * 16 * 9 * 3
+    stage1 = 18 * (32 * 32 * 16 * 9 * 16)
+    stage2 = 16 * 16 * 32 * 9 * 16 + 17 * (16 * 16 * 32 * 9 * 32)
+    stage3 = 8 * 8 * 64 * 9 * 32 + 17 * (8 * 8 * 64 * 9 * 64)
+    total = stem + stage1 + stage2 + stage3 + 64 * 10
+    assert total == 125485696
+    assert forward_macs("resnet56", (3, 32, 32), 10) == total
+    assert training_flops("resnet56", (3, 32, 32), 10) == 6 * total
+    # the fewest per output and input channel: FFT's 1.5 x padded points / outputs on 32x32 (1.69,
+    # under Winograd's 64/36) and for the two stride-2 convolutions, Winograd F(6x6,3x3) on 16x16, 8x8
+    fft32, winograd = 1.5 * 34 * 34 / (32 * 32), 64 / 36.0
+    fewest = (32 * 32 * 16 * 3 * fft32 + 18 * 32 * 32 * 16 * 16 * fft32
+              + 16 * 16 * 32 * 16 * 1.5 * 33 * 33 / (16 * 16) + 17 * 16 * 16 * 32 * 32 * winograd
+              + 8 * 8 * 64 * 32 * 1.5 * 17 * 17 / (8 * 8) + 17 * 8 * 8 * 64 * 64 * winograd + 64 * 10)
+    assert flops.fewest_macs("resnet56", (3, 32, 32), 10) == pytest.approx(fewest)

@@ -54,7 +54,9 @@ def test_input_shapes():
     assert inputs.input_shape("googlenet", "imagenet") == (3, 224, 224)
     assert inputs.input_shape("fcn_r", "mnist") == (1, 28, 28)  # flattened by the network itself
     assert inputs.input_shape("fcn_s", "dlbench_fcn") == (1, 1, 26752)
-    assert set(inputs.MODELS) == {"lenet", "alexnet", "resnet50", "googlenet", "vgg16", "fcn_s", "fcn_r"}
+    assert inputs.input_shape("resnet56", "cifar10") == (3, 32, 32)  # CIFAR-10's network, at its size
+    assert set(inputs.MODELS) == {"lenet", "alexnet", "resnet50", "googlenet", "vgg16", "fcn_s", "fcn_r",
+                                  "resnet56"}
 
 
 def test_resize_nearest_repeats_pixels_at_integer_factors():
@@ -179,6 +181,18 @@ def test_the_fully_connected_networks_take_their_data_flattened_and_only_they_ta
     with pytest.raises(errors.Unsupported, match="^dlbench_fcn is random data with no files; use --dataset "
                                                  "synthetic --like dlbench_fcn$"):
         data.load("dlbench_fcn", str(tmp_path))
+
+
+def test_resnet56_takes_cifar10_shaped_data_only():
+    """He et al.'s CIFAR-10 network is published for 32x32: on CIFAR-10 (or synthetic data shaped
+    like it) it runs at that size; any other shape is refused with the reason, not resized."""
+    run = _resolve("--model", "resnet56", "--dataset", "synthetic", "--like", "cifar10", "--batch-size", "8")
+    assert (run.input_shape, run.classes) == ((3, 32, 32), 10)
+    for like, shape in (("mnist", "1x28x28"), ("imagenet", "3x224x224")):
+        with pytest.raises(errors.Unsupported, match=r"^resnet56 is a CIFAR-10 network for 32x32 images, and "
+                                                     r"%s-shaped data is %s: it takes cifar10-shaped data only; "
+                                                     r"use another --like$" % (like, shape)):
+            _resolve("--model", "resnet56", "--dataset", "synthetic", "--like", like, "--batch-size", "8")
 
 
 @pytest.mark.parametrize("argv,match", [

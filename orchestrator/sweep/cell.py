@@ -216,11 +216,12 @@ def _checked(where: str, setting: setting_registry.SettingDef, value: Any) -> An
 
 def _check_shape(where: str, model: str, shape: str) -> None:
     """A data shape the model cannot take (trainers.common.inputs.shape_problem: FCN-S's feature
-    vector under a convolutional network) is refused before anything runs."""
+    vector under a convolutional network, ResNet-56 on anything but 32x32 images) is refused
+    before anything runs."""
     from trainers.common import inputs  # lazy: numpy, which `status` and `report` never need
     problem = inputs.shape_problem(model, shape)
     if problem:
-        raise CellError(f"{where}: {problem}; use one of those, or another dataset.like")
+        raise CellError(f"{where}: {problem}; use another dataset, dataset.like or model")
 
 
 def _check_input(where: str, settings: dict[str, Any]) -> None:

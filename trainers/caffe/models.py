@@ -1,4 +1,4 @@
-"""The five networks as Caffe nets (NetSpec), built from the tables in
+"""The networks as Caffe nets (NetSpec), built from the tables in
 trainers/common/architectures.py, the same architectures as trainers/torch/models.py, with
 the layer names of Caffe's model zoo (conv1, pool1, fc6, inception3a_1x1, ...).
 
@@ -250,6 +250,41 @@ def _bottleneck(b, name, x, channels, width, stride):
     return b.relu(name + "_relu", out)
 
 
+def resnet56(b, classes):
+    """He et al.'s ResNet-56 for CIFAR-10 (architectures.RESNET56), names as torchvision's
+    ResNet-50 file has them (conv1, layer<stage>_<block>_conv<i>, fc)."""
+    x = _conv_bn(b, "conv1", b.n[DATA], arch.RESNET56_STEM, "conv1_relu", bn_name="bn1")
+    for i, (channels, filters, stride) in enumerate(arch.basic_blocks(arch.RESNET56, b.shape[0])):
+        name = "layer%d_%d" % (i // arch.RESNET56[0].blocks + 1, i % arch.RESNET56[0].blocks)
+        shape_in, identity = b.shape, x
+        for j, spec in enumerate(arch.basic_block(filters, stride), 1):
+            x = _conv_bn(b, "%s_conv%d" % (name, j), x, spec, "%s_relu%d" % (name, j) if j < 2 else None,
+                         "%s_bn%d" % (name, j))
+        shape_out, b.shape = b.shape, shape_in
+        identity = _zero_shortcut(b, name, identity, arch.zero_shortcut(channels, filters, stride))
+        b.shape = shape_out
+        x = b.relu(name + "_relu", b.add(name + "_sum", b.L.Eltwise(x, identity, operation=b.P.Eltwise.SUM)))
+    return _head(b, b.global_avg("avgpool", x), arch.RESNET56_HEAD, classes, fc="fc")
+
+
+def _zero_shortcut(b, name, x, shortcut):
+    """Option A's parameter-free shortcut (architectures.zero_shortcut): a 1x1 max pool with
+    the stride subsamples (rounding down, as it must), a Power layer of scale 0 makes as many zero
+    channels (ResNet-56 always adds as many as it has), a Concat appends them."""
+    if shortcut is None:
+        return x
+    stride, extra = shortcut
+    if extra != b.shape[0]:
+        raise Unsupported("a zero-padded shortcut adding %d channels to %d has no Caffe layer here"
+                          % (extra, b.shape[0]))
+    subsample, height = arch.MaxPool(1, stride), b.shape[1]
+    x = b.pool(name + "_subsample", x, subsample)
+    if b.shape[1] != arch.pool_size(height, subsample):
+        raise Unsupported("this Caffe rounds pooling up only: it cannot subsample a shortcut")
+    zeros = b.add(name + "_zeros", b.L.Power(x, power=1.0, scale=0.0, shift=0.0))
+    return b.add(name + "_pad", b.L.Concat(x, zeros), (2 * extra,) + b.shape[1:])
+
+
 #: Caffe's (bvlc_googlenet) names of an inception module's layers, branch by branch
 INCEPTION_NAMES = (("_1x1",), ("_3x3_reduce", "_3x3"), ("_5x5_reduce", "_5x5"),
                    ("_pool", "_pool_proj"))
@@ -303,7 +338,7 @@ def _fully_connected(head):
     return build_
 
 
-NETWORKS = {"lenet": lenet, "alexnet": alexnet, "resnet50": resnet50,
+NETWORKS = {"lenet": lenet, "alexnet": alexnet, "resnet50": resnet50, "resnet56": resnet56,
             "googlenet": googlenet, "vgg16": vgg16}
 NETWORKS.update((name, _fully_connected(head)) for name, head in arch.FULLY_CONNECTED.items())
 

@@ -1,4 +1,4 @@
-"""The five networks in CNTK 2.7 (cntk.layers), built from the tables in
+"""The networks in CNTK 2.7 (cntk.layers), built from the tables in
 trainers/common/architectures.py as trainers/torch/models.py builds them.
 
 Each network is the PyTorch one layer for layer: same kernels, strides, paddings, channel
@@ -189,6 +189,29 @@ def resnet50(x, classes):
     return head(x, arch.RESNET50_HEAD, classes)
 
 
+def _zero_shortcut(x, shortcut):
+    """Option A's parameter-free shortcut (architectures.zero_shortcut): a 1x1 max pool with the
+    stride subsamples exactly, zeros_like sliced to the extra channels is spliced after them."""
+    if shortcut is None:
+        return x
+    C = _cntk()
+    stride, extra = shortcut
+    x = max_pool(x, arch.MaxPool(1, stride))
+    return C.splice(x, C.slice(C.zeros_like(x), 0, 0, extra), axis=0)
+
+
+def resnet56(x, classes):
+    """He et al.'s ResNet-56 for CIFAR-10 (architectures.RESNET56): basic blocks, option A."""
+    C = _cntk()
+    he = C.initializer.he_normal()
+    x = conv_bn(x, arch.RESNET56_STEM, init=he)
+    for channels, filters, stride in arch.basic_blocks(arch.RESNET56, arch.RESNET56_STEM.filters):
+        first, second = arch.basic_block(filters, stride)
+        out = conv_bn(conv_bn(x, first, init=he), second, relu=False, init=he)
+        x = C.relu(out + _zero_shortcut(x, arch.zero_shortcut(channels, filters, stride)))
+    return head(C.layers.GlobalAveragePooling()(x), arch.RESNET56_HEAD, classes)
+
+
 def _googlenet_layer(x, spec):
     """A max pool, an inception module, or torchvision's BasicConv2d (conv without bias,
     BatchNorm (eps 0.001), ReLU). torchvision draws weights from N(0, 0.01) truncated at
@@ -232,7 +255,7 @@ def _fully_connected(layers):
     return build_
 
 
-NETWORKS = {"lenet": lenet, "alexnet": alexnet, "resnet50": resnet50,
+NETWORKS = {"lenet": lenet, "alexnet": alexnet, "resnet50": resnet50, "resnet56": resnet56,
             "googlenet": googlenet, "vgg16": vgg16}
 NETWORKS.update((name, _fully_connected(layers)) for name, layers in arch.FULLY_CONNECTED.items())
 

@@ -33,6 +33,14 @@ channels and the class count change):
   so the first layer is sized for the data. 122,194,048 (FCN-S) and 14,205,962 (FCN-R, 784
   inputs, 10 classes): the paper's "~55 M" for FCN-S is its 26,752 x 2,048 layer alone, its
   "~13 M" for FCN-R rounds 14.2 M (the sums are in docs/frameworks.md).
+- ResNet-56: He, Zhang, Ren and Sun (2016), "Deep residual learning for image recognition",
+  section 4.2, the CIFAR-10 network DLBench ran: a 3x3 convolution of 16, three stages of 9
+  basic blocks (two 3x3 convolutions) at 16, 32, 64 channels on 32x32, 16x16, 8x8 maps, the
+  first block of the last two with stride 2; every convolution without bias, followed by
+  BatchNorm (eps 1e-5) and ReLU (the second of a block after the sum with its shortcut);
+  option A shortcuts (the identity; where the shape changes, the input subsampled by the
+  stride and zero channels appended: no parameters); a global average pool, fc classes.
+  853,018 at 3x32x32 and 10 classes (the sum is in docs/frameworks.md; the paper's 0.85 M).
 
 (Counts at 3x224x224 and 1000 classes unless said; the tests check every framework's
 `python -m trainers.<framework>.models --count` against them.)
@@ -98,6 +106,42 @@ def shortcut(in_channels, width, stride):
     its shape changes, else None (the identity)."""
     if stride != 1 or in_channels != width * EXPANSION:
         return Conv(width * EXPANSION, 1, stride)
+    return None
+
+
+# ------------------------------------------------------------- ResNet-56 (CIFAR-10)
+
+#: a CIFAR ResNet stage: `blocks` basic blocks of `filters` channels, the first with `stride`
+BasicStage = collections.namedtuple("BasicStage", "blocks filters stride")
+RESNET56_STEM = Conv(16, 3, 1, 1)  # with BatchNorm and ReLU
+RESNET56 = (BasicStage(9, 16, 1), BasicStage(9, 32, 2), BasicStage(9, 64, 2))
+RESNET56_HEAD = ()  # global average pool, then the classes
+#: the square input the CIFAR networks are published for (and the only one they take)
+CIFAR_SIZE = 32
+
+
+def basic_block(filters, stride):
+    """A basic block's two 3x3 convolutions (each followed by BatchNorm; ReLU after the
+    first, and after the sum with the shortcut)."""
+    return (Conv(filters, 3, stride, 1), Conv(filters, 3, 1, 1))
+
+
+def basic_blocks(stages, channels):
+    """Every basic block of `stages` from `channels` in, as (in_channels, filters, stride)."""
+    blocks = []
+    for stage in stages:
+        for i in range(stage.blocks):
+            blocks.append((channels, stage.filters, stage.stride if i == 0 else 1))
+            channels = stage.filters
+    return tuple(blocks)
+
+
+def zero_shortcut(in_channels, filters, stride):
+    """Option A's shortcut where a block's shape changes: (the stride every `stride`-th row
+    and column is kept at, the zero channels appended after the input's), else None (the
+    identity). It has no parameters."""
+    if stride != 1 or in_channels != filters:
+        return (stride, filters - in_channels)
     return None
 
 

@@ -31,7 +31,10 @@ The bound is loose where most layers are 3x3 stride 1 (VGG16: refused only above
 A fully connected network (FCN-S, FCN-R) costs its layers' in x out, from the flattened image;
 no fast algorithm applies, so its ceiling is only the first layer's input gradient left out.
 
-A network's input is what the trainer feeds it (inputs.input_shape: LeNet and the fully
+ResNet-56 (CIFAR-10) counts its convolutions and fc as the others do: its shortcuts have no
+parameters and no multiplies.
+
+A network's input is what the trainer feeds it (inputs.input_shape: LeNet, ResNet-56 and the fully
 connected networks at the dataset's own size, the ImageNet networks at 224x224 whatever the dataset) and its class count.
 
     python -m trainers.common.flops [--channels 3 --size 224 --classes 1000]
@@ -178,6 +181,15 @@ def _resnet50(counter, classes):
     counter.head(arch.RESNET50_HEAD, counter.channels, classes)  # after the global average pool
 
 
+def _resnet56(counter, classes):
+    """The basic blocks' convolutions; option A's shortcuts (subsampling, zero channels) and the
+    residual sums cost nothing by the convention."""
+    counter.conv(arch.RESNET56_STEM)
+    for _, filters, stride in arch.basic_blocks(arch.RESNET56, counter.channels):
+        counter.layers(arch.basic_block(filters, stride))
+    counter.head(arch.RESNET56_HEAD, counter.channels, classes)  # after the global average pool
+
+
 def _googlenet(counter, classes):
     counter.layers(tuple(layer for _, layer in arch.GOOGLENET))
     counter.head(arch.GOOGLENET_HEAD, counter.channels, classes)  # after the global average pool
@@ -194,6 +206,7 @@ _NETWORKS = {
     "lenet": _lenet,
     "alexnet": _plain(arch.ALEXNET, arch.ALEXNET_POOLED, arch.ALEXNET_HEAD),
     "resnet50": _resnet50,
+    "resnet56": _resnet56,
     "googlenet": _googlenet,
     "vgg16": _plain(arch.vgg(arch.VGG16), arch.VGG16_POOLED, arch.VGG16_HEAD),
 }

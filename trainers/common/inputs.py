@@ -2,7 +2,8 @@
 
 The networks keep their published architectures and change only in input size and class
 count. LeNet is a small-image network and runs at the dataset's own size; so do the fully
-connected networks (FCN-S, FCN-R), which flatten it. AlexNet,
+connected networks (FCN-S, FCN-R), which flatten it; ResNet-56, a CIFAR-10 network, takes
+32x32 images only (a CIFAR-10 shape). AlexNet,
 ResNet-50, GoogLeNet and VGG16 are ImageNet networks: they always see 224x224 images, so a
 dataset of smaller images (MNIST, CIFAR-10) is upsampled to 224x224 by nearest neighbour,
 once, while the batch pool is built and outside the timed step. Their first convolution
@@ -15,7 +16,7 @@ import collections
 
 import numpy as np
 
-from trainers.common.architectures import FULLY_CONNECTED
+from trainers.common.architectures import CIFAR_SIZE, FULLY_CONNECTED
 from trainers.common.errors import Unsupported
 
 DatasetSpec = collections.namedtuple("DatasetSpec", "shape classes")
@@ -44,7 +45,11 @@ MODEL_INPUT_SIZE = collections.OrderedDict([
     # the fully connected networks take the data's own image, flattened (architectures.py)
     ("fcn_s", None),
     ("fcn_r", None),
+    # the CIFAR-10 networks at their own 32x32 (architectures.py); other sizes are refused
+    ("resnet56", None),
 ])
+#: the networks published for CIFAR-10's 32x32 images, which take no other size
+CIFAR_NETWORKS = ("resnet56",)
 
 MODELS = tuple(MODEL_INPUT_SIZE)
 
@@ -69,6 +74,10 @@ def shape_problem(model, like):
         return ("%s-shaped data is %s features, not an image: only the fully connected networks "
                 "(%s) take it, not %s" % (like, "x".join(str(n) for n in DATASETS[like].shape),
                                          ", ".join(sorted(FULLY_CONNECTED)), model))
+    if model in CIFAR_NETWORKS and DATASETS[like].shape[1:] != (CIFAR_SIZE, CIFAR_SIZE):
+        return ("%s is a CIFAR-10 network for %dx%d images, and %s-shaped data is %s: it takes "
+                "cifar10-shaped data only" % (model, CIFAR_SIZE, CIFAR_SIZE, like,
+                                              "x".join(str(n) for n in DATASETS[like].shape)))
     return None
 
 

@@ -1,11 +1,11 @@
-"""The five networks as Flax Linen modules, built from the tables in
+"""The networks as Flax Linen modules, built from the tables in
 trainers/common/architectures.py as every framework builds them.
 
 Layer for layer the layouts of the PyTorch trainer (trainers/torch/models.py: torchvision's
 AlexNet, ResNet-50 v1.5, GoogLeNet and VGG16, Caffe's LeNet), changed only in input channels
 and class count, so at 3x224x224 and 1000 classes they have the published parameter counts
 (lenet 431,080 at 1x28x28 and 10 classes; alexnet 61,100,840; resnet50 25,557,032; googlenet
-6,624,904; vgg16 138,357,544).
+6,624,904; vgg16 138,357,544; resnet56 853,018 at 3x32x32 and 10 classes).
 
 Flax computes in NHWC: the modules take NHWC images (trainer.py transposes the protocol's
 NCHW batches inside the compiled step). Max pooling pads with -inf, so PyTorch's ceil mode is
@@ -212,6 +212,36 @@ class ResNet50(nn.Module):
         return _head(x, arch.RESNET50_HEAD, self.classes, RESNET_INIT, self.dtype, train)
 
 
+def _zero_shortcut(x, shortcut):
+    """Option A's parameter-free shortcut (architectures.zero_shortcut) on NHWC: the input
+    subsampled by the stride, zero channels appended."""
+    if shortcut is None:
+        return x
+    stride, extra = shortcut
+    return jnp.pad(x[:, ::stride, ::stride, :], ((0, 0), (0, 0), (0, 0), (0, extra)))
+
+
+class ResNet56(nn.Module):
+    """He et al.'s ResNet-56 for CIFAR-10 (architectures.RESNET56): basic blocks, option A
+    shortcuts, Kaiming-initialised convolutions as the torch file has them."""
+    classes: int
+    dtype: object = jnp.float32
+
+    @nn.compact
+    def __call__(self, x, train=True):
+        def conv_bn(y, spec):
+            return _batch_norm(_conv(y, spec, RESNET_INIT, self.dtype, bias=False), train,
+                               arch.BN_EPS, self.dtype)
+
+        x = nn.relu(conv_bn(x, arch.RESNET56_STEM))
+        for channels, filters, stride in arch.basic_blocks(arch.RESNET56, arch.RESNET56_STEM.filters):
+            first, second = arch.basic_block(filters, stride)
+            out = conv_bn(nn.relu(conv_bn(x, first)), second)
+            x = nn.relu(out + _zero_shortcut(x, arch.zero_shortcut(channels, filters, stride)))
+        x = jnp.mean(x, axis=(1, 2))
+        return _head(x, arch.RESNET56_HEAD, self.classes, RESNET_INIT, self.dtype, train)
+
+
 def _basic_conv(x, spec, train, dtype):
     """GoogLeNet's convolution unit in torchvision: conv without bias, BatchNorm, ReLU."""
     return nn.relu(_batch_norm(_conv(x, spec, GOOGLENET_INIT, dtype, bias=False), train,
@@ -264,6 +294,8 @@ def build(name, input_shape, classes, dtype=jnp.float32):
                         classes, dtype)
     if name == "resnet50":
         return ResNet50(classes, dtype)
+    if name == "resnet56":
+        return ResNet56(classes, dtype)
     if name == "googlenet":
         return GoogLeNet(classes, dtype)
     if name == "vgg16":

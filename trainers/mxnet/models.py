@@ -1,4 +1,4 @@
-"""The five networks in MXNet Gluon (HybridBlocks), built from the tables in
+"""The networks in MXNet Gluon (HybridBlocks), built from the tables in
 trainers/common/architectures.py (which names their sources and parameter counts) block for
 block as trainers/torch/models.py builds them, so the trainable parameter counts are
 identical;
@@ -181,6 +181,50 @@ class ResNet50(nn.HybridBlock):
         return self.fc(self.features(x))
 
 
+class BasicBlock(nn.HybridBlock):
+    """He et al.'s CIFAR basic block: two 3x3 convolutions with BatchNorm, option A shortcut
+    (architectures.zero_shortcut): a 1x1 max pool with the stride subsamples exactly, and the
+    zero channels are sliced from zeros_like (here never more than the input's: 16 -> 32 -> 64)."""
+
+    def __init__(self, in_channels, filters, stride, **kwargs):
+        super(BasicBlock, self).__init__(**kwargs)
+        first, second = arch.basic_block(filters, stride)
+        self.shortcut = arch.zero_shortcut(in_channels, filters, stride)
+        with self.name_scope():
+            self.body = nn.HybridSequential()
+            self.body.add(*_conv_bn(in_channels, first))
+            self.body.add(nn.Activation("relu"), *_conv_bn(filters, second))
+            if self.shortcut is not None:
+                self.subsample = nn.MaxPool2D(1, self.shortcut[0])
+
+    def hybrid_forward(self, F, x):
+        identity = x
+        if self.shortcut is not None:
+            identity = self.subsample(x)
+            zeros = F.slice_axis(F.zeros_like(identity), axis=1, begin=0, end=self.shortcut[1])
+            identity = F.concat(identity, zeros, dim=1)
+        return F.Activation(self.body(x) + identity, act_type="relu")
+
+
+class ResNet56(nn.HybridBlock):
+    """He et al.'s ResNet-56 for CIFAR-10 (architectures.RESNET56)."""
+
+    def __init__(self, in_channels=3, classes=10, **kwargs):
+        super(ResNet56, self).__init__(**kwargs)
+        with self.name_scope():
+            self.features = nn.HybridSequential()
+            self.features.add(*_conv_bn(in_channels, arch.RESNET56_STEM))
+            self.features.add(nn.Activation("relu"))
+            channels = arch.RESNET56_STEM.filters
+            for channels, filters, stride in arch.basic_blocks(arch.RESNET56, channels):
+                self.features.add(BasicBlock(channels, filters, stride))
+            self.features.add(nn.GlobalAvgPool2D())
+            (self.fc,) = _head(arch.RESNET56_HEAD, filters, classes)
+
+    def hybrid_forward(self, F, x):
+        return self.fc(self.features(x))
+
+
 def _googlenet_layer(channels, spec):
     """A GoogLeNet layer: max pool, inception module, or torchvision's BasicConv2d (conv
     without bias, BatchNorm (eps 0.001), ReLU)."""
@@ -263,6 +307,8 @@ def build(name, input_shape, classes):
         return AlexNet(channels, classes, size=height)
     if name == "resnet50":
         return ResNet50(channels, classes)
+    if name == "resnet56":
+        return ResNet56(channels, classes)
     if name == "googlenet":
         return GoogLeNet(channels, classes)
     if name == "vgg16":

@@ -1,4 +1,4 @@
-"""The five networks in TensorFlow (Keras layers), built from the tables in
+"""The networks in TensorFlow (Keras layers), built from the tables in
 trainers/common/architectures.py (which names their sources and parameter counts) layer for
 layer as trainers/torch/models.py builds them, so the trainable parameter counts are
 identical;
@@ -177,6 +177,27 @@ def resnet50(inputs, classes):
     return _head(x, arch.RESNET50_HEAD, classes)
 
 
+def _zero_shortcut(x, shortcut):
+    """Option A's parameter-free shortcut (architectures.zero_shortcut): a 1x1 max pool with the
+    stride subsamples exactly, tf.pad appends the zero channels (NHWC: the last axis)."""
+    if shortcut is None:
+        return x
+    stride, extra = shortcut
+    x = layers.MaxPooling2D(pool_size=1, strides=stride)(x)
+    return layers.Lambda(lambda t: tf.pad(t, [[0, 0], [0, 0], [0, 0], [0, extra]]))(x)
+
+
+def resnet56(inputs, classes):
+    """He et al.'s ResNet-56 for CIFAR-10: basic blocks, option A shortcuts."""
+    x = layers.ReLU()(_conv_bn(inputs, arch.RESNET56_STEM))
+    for channels, filters, stride in arch.basic_blocks(arch.RESNET56, arch.RESNET56_STEM.filters):
+        first, second = arch.basic_block(filters, stride)
+        out = _conv_bn(layers.ReLU()(_conv_bn(x, first)), second)
+        shortcut = _zero_shortcut(x, arch.zero_shortcut(channels, filters, stride))
+        x = layers.ReLU()(layers.Add()([out, shortcut]))
+    return _head(_adaptive_avg_pool(x, 1), arch.RESNET56_HEAD, classes)
+
+
 def _googlenet_layer(x, spec):
     """A GoogLeNet layer: max pool, inception module, or torchvision's BasicConv2d (conv
     without bias, BatchNorm (eps 0.001), ReLU)."""
@@ -215,7 +236,7 @@ def _fully_connected(head):
     return build_
 
 
-BUILDERS = {"lenet": lenet, "alexnet": alexnet, "resnet50": resnet50,
+BUILDERS = {"lenet": lenet, "alexnet": alexnet, "resnet50": resnet50, "resnet56": resnet56,
             "googlenet": googlenet, "vgg16": vgg16}
 BUILDERS.update((name, _fully_connected(head)) for name, head in arch.FULLY_CONNECTED.items())
 

@@ -13,6 +13,7 @@ and 1000 classes they have the published parameter counts:
     googlenet   6,624,904 (torchvision, without the auxiliary classifiers)
     vgg16       138,357,544
     fcn_s       122,194,048 at 1x1x26752, 26,752 classes; fcn_r 14,205,962 on MNIST (DLBench)
+    resnet56    853,018 at 3x32x32, 10 classes (He et al. 2016, section 4.2)
 
     python -m trainers.torch.models --count [--channels 3 --size 224 --classes 1000]
 
@@ -181,6 +182,50 @@ class ResNet50(nn.Module):
         return self.fc(torch.flatten(self.avgpool(x), 1))
 
 
+def zero_shortcut(x, shortcut):
+    """Option A's parameter-free shortcut (architectures.zero_shortcut): the input subsampled
+    by the stride, zero channels appended."""
+    if shortcut is None:
+        return x
+    stride, extra = shortcut
+    x = x[:, :, ::stride, ::stride]
+    return torch.cat([x, x.new_zeros((x.shape[0], extra) + tuple(x.shape[2:]))], 1)
+
+
+class BasicBlock(nn.Module):
+    """He et al.'s CIFAR basic block: two 3x3 convolutions with BatchNorm, option A shortcut."""
+
+    def __init__(self, in_channels, filters, stride):
+        super(BasicBlock, self).__init__()
+        first, second = arch.basic_block(filters, stride)
+        self.conv1, self.bn1 = _conv_bn(in_channels, first)
+        self.conv2, self.bn2 = _conv_bn(filters, second)
+        self.shortcut = arch.zero_shortcut(in_channels, filters, stride)
+
+    def forward(self, x):
+        out = torch.relu(self.bn1(self.conv1(x)))
+        return torch.relu(self.bn2(self.conv2(out)) + zero_shortcut(x, self.shortcut))
+
+
+class ResNet56(nn.Module):
+    """He et al.'s ResNet-56 for CIFAR-10 (architectures.RESNET56), Kaiming-initialised."""
+
+    def __init__(self, in_channels=3, classes=10):
+        super(ResNet56, self).__init__()
+        self.conv1, self.bn1 = _conv_bn(in_channels, arch.RESNET56_STEM)
+        self.layers = nn.Sequential(*[BasicBlock(*block) for block in arch.basic_blocks(
+            arch.RESNET56, arch.RESNET56_STEM.filters)])
+        self.avgpool = nn.AdaptiveAvgPool2d((1, 1))
+        (self.fc,) = _head(arch.RESNET56_HEAD, self.layers[-1].conv2.out_channels, classes)
+        for m in self.modules():
+            if isinstance(m, nn.Conv2d):
+                nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
+
+    def forward(self, x):
+        x = self.layers(torch.relu(self.bn1(self.conv1(x))))
+        return self.fc(torch.flatten(self.avgpool(x), 1))
+
+
 class BasicConv2d(nn.Module):
     """GoogLeNet's convolution unit in torchvision: conv without bias, BatchNorm, ReLU."""
 
@@ -281,6 +326,8 @@ def build(name, input_shape, classes):
         return AlexNet(channels, classes)
     if name == "resnet50":
         return ResNet50(channels, classes)
+    if name == "resnet56":
+        return ResNet56(channels, classes)
     if name == "googlenet":
         return GoogLeNet(channels, classes)
     if name == "vgg16":
