@@ -1,0 +1,67 @@
+"""ResNet-56 is one function in two frameworks: the PyTorch network's weights, BatchNorm
+statistics included, loaded into the Flax network give the same class scores on the same images.
+Equal parameter counts (tests/test_conformance.py) cannot see which pixels option A's shortcut
+keeps, where the zero channels go, or a ReLU before the sum instead of after it; this can. Each
+half runs in its framework's own interpreter (the orchestrator's venv has neither)."""
+import subprocess
+
+import numpy as np
+import pytest
+
+pytestmark = pytest.mark.slow
+
+#: torch: random weights and BatchNorm statistics (so no layer is an identity), eval mode, scores
+TORCH = r"""
+import sys, numpy as np, torch
+from trainers.torch.models import build
+torch.manual_seed(0)
+net = build("resnet56", (3, 32, 32), 10).eval()
+convs = [m for m in net.modules() if isinstance(m, torch.nn.Conv2d)]
+bns = [m for m in net.modules() if isinstance(m, torch.nn.BatchNorm2d)]
+with torch.no_grad():
+    for bn in bns:
+        for t, low, high in ((bn.weight, 0.5, 1.5), (bn.bias, -0.2, 0.2), (bn.running_mean, -0.2, 0.2),
+                             (bn.running_var, 0.5, 1.5)):
+            t.uniform_(low, high)
+    x = torch.rand(2, 3, 32, 32)
+    scores = net(x)
+arrays = {"x": x.numpy(), "scores": scores.numpy(), "fc_w": net.fc.weight.detach().numpy(),
+          "fc_b": net.fc.bias.detach().numpy()}
+for i, conv in enumerate(convs):
+    arrays["conv%d" % i] = conv.weight.detach().numpy()
+for i, bn in enumerate(bns):
+    for name in ("weight", "bias", "running_mean", "running_var"):
+        arrays["bn%d_%s" % (i, name)] = getattr(bn, name).detach().numpy()
+np.savez(sys.argv[1], **arrays)
+"""
+
+#: jax: the same arrays in Flax's names (submodules numbered in call order, as torch's modules
+#: are listed), NHWC and HWIO, running statistics (train=False)
+JAX = r"""
+import sys, numpy as np, jax.numpy as jnp
+from trainers.jax.models import build
+a = np.load(sys.argv[1])
+n = len([k for k in a.files if k.startswith("conv")])
+params = {"Conv_%d" % i: {"kernel": a["conv%d" % i].transpose(2, 3, 1, 0)} for i in range(n)}
+params.update(("BatchNorm_%d" % i, {"scale": a["bn%d_weight" % i], "bias": a["bn%d_bias" % i]})
+              for i in range(n))
+params["Dense_0"] = {"kernel": a["fc_w"].T, "bias": a["fc_b"]}
+stats = {"BatchNorm_%d" % i: {"mean": a["bn%d_running_mean" % i], "var": a["bn%d_running_var" % i]}
+         for i in range(n)}
+net = build("resnet56", (3, 32, 32), 10)
+scores = net.apply({"params": params, "batch_stats": stats}, jnp.asarray(a["x"].transpose(0, 2, 3, 1)),
+                   train=False)
+np.save(sys.argv[2], np.asarray(scores))
+"""
+
+
+def test_torch_and_jax_compute_the_same_resnet56(framework_env, repo_root, tmp_path):
+    weights, jax_scores = tmp_path / "torch.npz", tmp_path / "jax.npy"
+    for framework, script, args in (("torch", TORCH, [weights]), ("jax", JAX, [weights, jax_scores])):
+        python, env = framework_env(framework)
+        subprocess.run([python, "-c", script] + [str(a) for a in args], cwd=str(repo_root), check=True,
+                       timeout=600, env=env)
+    expected, got = np.load(weights)["scores"], np.load(jax_scores)
+    assert expected.shape == got.shape == (2, 10)
+    assert np.std(expected) > 1e-3  # scores that differ, not a constant both sides could agree on
+    np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4)
