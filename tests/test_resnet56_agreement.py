@@ -96,7 +96,32 @@ fc_b.set_data(mx.nd.array(a["fc_b"]))
 np.save(sys.argv[2], net(mx.nd.array(a["x"])).asnumpy())
 """
 
-SCRIPTS = {"jax": JAX, "tensorflow": TENSORFLOW, "mxnet": MXNET}
+#: caffe: the generated prototxt in the TEST phase (BatchNorm on its stored statistics, scale
+#: factor 1); layers in the order the builder writes them (torch's order), NCHW as torch
+CAFFE = r"""
+import sys, numpy as np
+import caffe
+from trainers.caffe.models import build, instantiate
+a = np.load(sys.argv[1])
+net = instantiate(build("resnet56", (3, 32, 32), 10, 2), caffe.TEST)
+kinds = {}
+for name in net.params:
+    kinds.setdefault(net.layer_dict[name].type, []).append(net.params[name])
+for i, blobs in enumerate(kinds["Convolution"]):
+    blobs[0].data[...] = a["conv%d" % i]
+for i, blobs in enumerate(kinds["BatchNorm"]):
+    blobs[0].data[...], blobs[1].data[...] = a["bn%d_running_mean" % i], a["bn%d_running_var" % i]
+    blobs[2].data[...] = 1.0
+for i, blobs in enumerate(kinds["Scale"]):
+    blobs[0].data[...], blobs[1].data[...] = a["bn%d_weight" % i], a["bn%d_bias" % i]
+(fc,) = kinds["InnerProduct"]
+fc[0].data[...], fc[1].data[...] = a["fc_w"], a["fc_b"]
+net.blobs["data"].data[...] = a["x"]
+net.forward()
+np.save(sys.argv[2], net.blobs["fc"].data.copy())
+"""
+
+SCRIPTS = {"jax": JAX, "tensorflow": TENSORFLOW, "mxnet": MXNET, "caffe": CAFFE}
 
 
 @pytest.mark.parametrize("framework", sorted(SCRIPTS))
