@@ -1,9 +1,9 @@
 """ResNet-56 is one function across frameworks: PyTorch's weights, BatchNorm statistics included,
-loaded into the Flax, Keras and Gluon networks give the same class scores on the same images.
+loaded into the Flax, Keras, Gluon, Caffe and CNTK networks give the same class scores on the
+same images.
 Equal parameter counts (tests/test_conformance.py) cannot see which pixels option A's shortcut
 keeps, where the zero channels go, or a ReLU before the sum instead of after it; this can. Each
-half runs in its framework's own interpreter (the orchestrator's venv has none of them). Caffe and
-CNTK are not compared here yet (their shortcuts were checked by hand: even pixels, zeros after)."""
+half runs in its framework's own interpreter (the orchestrator's venv has none of them)."""
 import subprocess
 
 import numpy as np
@@ -121,7 +121,35 @@ net.forward()
 np.save(sys.argv[2], net.blobs["fc"].data.copy())
 """
 
-SCRIPTS = {"jax": JAX, "tensorflow": TENSORFLOW, "mxnet": MXNET, "caffe": CAFFE}
+#: cntk: parameters and BatchNorm's statistics (Constants) in the order they were made, which
+#: their uids count (torch's order); eval() infers on the stored statistics
+CNTK = r"""
+import sys, numpy as np
+from trainers.cntk.libpath import import_cntk
+C = import_cntk()
+from trainers.cntk.models import build
+a = np.load(sys.argv[1])
+x = C.input_variable((3, 32, 32))
+net = build("resnet56", x, 10)
+def made(variables, kind):
+    return sorted(variables, key=lambda v: int(v.uid[len(kind):]))
+def named(variables, name):
+    return [v for v in variables if v.name == name]
+params, stats = made(net.parameters, "Parameter"), made(net.constants, "Constant")
+for i, w in enumerate(named(params, "W")[:-1]):
+    w.value = a["conv%d" % i]
+for key, variables in (("weight", named(params, "scale")), ("bias", named(params, "bias")),
+                       ("running_mean", named(stats, "aggregate_mean")),
+                       ("running_var", named(stats, "aggregate_variance"))):
+    for i, v in enumerate(variables):
+        v.value = a["bn%d_%s" % (i, key)]
+fc = named(params, "W")[-1]
+fc.value = a["fc_w"].T.reshape(fc.shape)  # Dense on the pooled (64, 1, 1) map
+named(params, "b")[-1].value = a["fc_b"]
+np.save(sys.argv[2], net.eval({x: a["x"]}))
+"""
+
+SCRIPTS = {"jax": JAX, "tensorflow": TENSORFLOW, "mxnet": MXNET, "caffe": CAFFE, "cntk": CNTK}
 
 
 @pytest.mark.parametrize("framework", sorted(SCRIPTS))
