@@ -60,7 +60,8 @@ def test_the_fully_connected_networks_take_their_own_data_and_numpy_refuses_them
     assert (fcn_r.settings["like"], cell("model=fcn_r", "dataset=mnist").settings["like"]) == ("mnist", None)
     with pytest.raises(CellError, match=r"^torch/vgg16/synthetic: dlbench_fcn-shaped data is 1x1x26752 features, "
                                         r"not an image: only the fully connected networks \(fcn_r, fcn_s\) take "
-                                        r"it, not vgg16; use another dataset, dataset.like or model$"):
+                                        r"it, not vgg16; use another dataset or model \(with dataset=synthetic, another "
+                                        r"dataset.like\)$"):
         cell("model=vgg16", "dataset=synthetic", "dataset.like=dlbench_fcn", "batch_size=8")
     with pytest.raises(CellError, match=r"^numpy/fcn_r/mnist: numpy does not support --model fcn_r; it supports "
                                         r"lenet \(numpy's reference is Caffe's LeNet only; .* fully connected"):
@@ -74,8 +75,12 @@ def test_resnet56_runs_on_cifar10_at_32x32_and_refuses_other_shapes():
     assert (synthetic.settings["like"], synthetic.settings["batch_size"]) == ("cifar10", 128)
     with pytest.raises(CellError, match=r"^torch/resnet56/mnist: resnet56 is a CIFAR-10 network for 32x32 images, "
                                         r"and mnist-shaped data is 1x28x28: it takes cifar10-shaped data only; "
-                                        r"use another dataset, dataset.like or model$"):
+                                        r"use another dataset or model \(with dataset=synthetic, another "
+                                        r"dataset.like\)$"):
         cell("model=resnet56", "dataset=mnist", "batch_size=8")
+    # dataset.like beside real files is no way out (it is for dataset=synthetic): the same refusal
+    with pytest.raises(CellError, match=r"it takes cifar10-shaped data only; use another dataset or model"):
+        cell("model=resnet56", "dataset=mnist", "dataset.like=cifar10", "batch_size=8")
     with pytest.raises(CellError, match=r"^numpy/resnet56/cifar10: numpy does not support --model resnet56"):
         cell("framework=numpy", "model=resnet56", "dataset=cifar10")
 

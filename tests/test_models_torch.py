@@ -41,3 +41,18 @@ def test_every_network_maps_its_input_to_class_scores(torch_python, repo_root):
         assert out[model + "/imagenet"] == [[3, 224, 224], [2, 1000]]
     assert out["resnet56/cifar10"] == [[3, 32, 32], [2, 10]]  # CIFAR-10's own 32x32 only
     assert len(out) == 21
+
+
+def test_the_count_at_a_dataset_shape_leaves_out_the_networks_that_cannot_take_it(torch_python, repo_root):
+    """`--count --like mnist` counts every network that takes MNIST's shape (ResNet-56, a
+    32x32-only network, does not: it is left out, not a traceback); naming it gets one line why."""
+    argv = [torch_python, "-m", "trainers.torch.models", "--count", "--like", "mnist"]
+    counts = json.loads(subprocess.check_output(argv, cwd=str(repo_root), universal_newlines=True,
+                                                timeout=600).splitlines()[-1])
+    assert counts["lenet"] == 431080 and counts["fcn_r"] == 14205962 and "resnet56" not in counts
+    named = subprocess.run(argv + ["--model", "resnet56"], cwd=str(repo_root), universal_newlines=True,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=600)
+    assert named.returncode == 2 and "Traceback" not in named.stderr, named.stderr
+    assert named.stderr.strip().splitlines()[-1].endswith(
+        "error: resnet56 is a CIFAR-10 network for 32x32 images, and mnist-shaped data is 1x28x28: it "
+        "takes cifar10-shaped data only; count it at another --like"), named.stderr

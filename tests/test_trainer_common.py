@@ -174,7 +174,8 @@ def test_the_fully_connected_networks_take_their_data_flattened_and_only_they_ta
     assert (fcn_s.input_shape, fcn_s.classes) == ((1, 1, 26752), 26752)
     with pytest.raises(errors.Unsupported, match=r"^dlbench_fcn-shaped data is 1x1x26752 features, not an "
                                                  r"image: only the fully connected networks \(fcn_r, fcn_s\) "
-                                                 r"take it, not resnet50; use another --like$"):
+                                                 r"take it, not resnet50; use another --dataset or --model \(with --dataset "
+                                                 r"synthetic, another --like\)$"):
         _resolve("--model", "resnet50", "--dataset", "synthetic", "--like", "dlbench_fcn", "--batch-size", "8")
     with pytest.raises(errors.InvalidArgument, match="or use --dataset synthetic --like dlbench_fcn"):
         _resolve("--model", "fcn_s", "--dataset", "dlbench_fcn", "--batch-size", "8")
@@ -191,8 +192,21 @@ def test_resnet56_takes_cifar10_shaped_data_only():
     for like, shape in (("mnist", "1x28x28"), ("imagenet", "3x224x224")):
         with pytest.raises(errors.Unsupported, match=r"^resnet56 is a CIFAR-10 network for 32x32 images, and "
                                                      r"%s-shaped data is %s: it takes cifar10-shaped data only; "
-                                                     r"use another --like$" % (like, shape)):
+                                                     r"use another --dataset or --model \(with --dataset "
+                                                     r"synthetic, another --like\)$" % (like, shape)):
             _resolve("--model", "resnet56", "--dataset", "synthetic", "--like", like, "--batch-size", "8")
+
+
+def test_a_shape_refusal_on_real_files_names_a_way_out_that_exists(tmp_path):
+    """`--dataset mnist` under ResNet-56 has no --like to change (--like is for --dataset
+    synthetic only, and refused beside real files): the way out names --dataset and --model."""
+    with pytest.raises(errors.Unsupported) as refused:
+        _resolve("--model", "resnet56", "--dataset", "mnist", "--data-dir", str(tmp_path), "--batch-size", "8")
+    assert str(refused.value).endswith("; use another --dataset or --model (with --dataset synthetic, another "
+                                       "--like)"), str(refused.value)
+    with pytest.raises(errors.InvalidArgument, match="--like is for --dataset synthetic"):
+        _resolve("--model", "resnet56", "--dataset", "mnist", "--like", "cifar10", "--data-dir", str(tmp_path),
+                 "--batch-size", "8")
 
 
 @pytest.mark.parametrize("argv,match", [

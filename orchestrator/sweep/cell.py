@@ -221,7 +221,9 @@ def _check_shape(where: str, model: str, shape: str) -> None:
     from trainers.common import inputs  # lazy: numpy, which `status` and `report` never need
     problem = inputs.shape_problem(model, shape)
     if problem:
-        raise CellError(f"{where}: {problem}; use another dataset, dataset.like or model")
+        # dataset.like is read under dataset=synthetic only: beside real files it is no way out
+        raise CellError(f"{where}: {problem}; use another dataset or model (with dataset=synthetic, "
+                        "another dataset.like)")
 
 
 def _check_input(where: str, settings: dict[str, Any]) -> None:

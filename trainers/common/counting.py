@@ -9,7 +9,7 @@ import json
 import os
 import sys
 
-from trainers.common.inputs import DATASETS, MODELS, input_shape
+from trainers.common.inputs import DATASETS, MODELS, input_shape, shape_problem
 
 
 def count_main(framework, count_one, argv=None, prepare=None):
@@ -29,8 +29,11 @@ def count_main(framework, count_one, argv=None, prepare=None):
     if prepare is not None:
         prepare(sys.argv[1:] if argv is None else argv)
     counts = {}
-    for name in args.model or MODELS:
+    # unnamed, a network that cannot take --like's shape is left out; named, refused in one line
+    for name in args.model or [m for m in MODELS if not (args.like and shape_problem(m, args.like))]:
         if args.like:
+            if shape_problem(name, args.like):
+                parser.error("%s; count it at another --like" % shape_problem(name, args.like))
             shape, classes = input_shape(name, args.like), DATASETS[args.like].classes
         else:
             shape, classes = (args.channels, args.size, args.size), args.classes

@@ -56,9 +56,11 @@ MODELS = tuple(MODEL_INPUT_SIZE)
 
 def input_shape(model, like):
     """The [C, H, W] a model receives when trained on (a dataset shaped like) `like`;
-    Unsupported where it cannot take that data (shape_problem)."""
+    Unsupported where it cannot take that data (shape_problem). The way out names --dataset:
+    beside real files (--dataset mnist) --like is itself refused, so it alone is no way out."""
     if shape_problem(model, like):
-        raise Unsupported("%s; use another --like" % shape_problem(model, like))
+        raise Unsupported("%s; use another --dataset or --model (with --dataset synthetic, "
+                          "another --like)" % shape_problem(model, like))
     channels, height, width = DATASETS[like].shape
     size = MODEL_INPUT_SIZE[model]
     if size is None:
