@@ -22,7 +22,7 @@ debian_packages() {
   local fw="$1" pkgs_file="$ROOT/containers/$1/debian-packages.txt" missing=() pkg
   [ -f "$pkgs_file" ] || return 0
   for pkg in $(grep -v '^\s*#' "$pkgs_file"); do
-    dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
+    dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep "install ok installed" >/dev/null || missing+=("$pkg")
   done
   [ ${#missing[@]} -gt 0 ] || return 0
   if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null; then

@@ -99,7 +99,7 @@ live_pid() {
 # Whether the server answers on 127.0.0.1:$PORT and lets `bench` into its database.
 answers() {
   "$BIN/pg_isready" -q -h 127.0.0.1 -p "$PORT" -U "$ROLE" -d "$ROLE" -t 2 >/dev/null 2>&1 || return 1
-  PGCONNECT_TIMEOUT=5 "$BIN/psql" -X -q -h 127.0.0.1 -p "$PORT" -U "$ROLE" -d "$ROLE" -tAc 'SELECT 1' 2>/dev/null | grep -qx 1
+  PGCONNECT_TIMEOUT=5 "$BIN/psql" -X -q -h 127.0.0.1 -p "$PORT" -U "$ROLE" -d "$ROLE" -tAc 'SELECT 1' 2>/dev/null | grep -x 1 >/dev/null
 }
 
 superuser_sql() {

@@ -116,7 +116,7 @@ make_netns() {
     if ! ip -n "$NETNS" link show sfs0 >/dev/null 2>&1; then
         ip -n "$NETNS" link add sfs0 type veth peer name sfs1
     fi
-    if ! ip -n "$NETNS" -o addr show dev sfs0 | grep -qF " $CIDR "; then
+    if ! ip -n "$NETNS" -o addr show dev sfs0 | grep -F " $CIDR " >/dev/null; then
         ip -n "$NETNS" addr add "$CIDR" dev sfs0
     fi
     ip -n "$NETNS" link set sfs1 up

@@ -20,7 +20,7 @@ log() { printf '[slurm/install] %s\n' "$*"; }
 
 missing=()
 for p in "${PACKAGES[@]}"; do
-  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q '^install ok installed$'; then
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep '^install ok installed$' >/dev/null; then
     missing+=("$p")
   fi
 done

@@ -366,7 +366,7 @@ start_daemon slurmdbd "127.0.0.1:$DBD_PORT" dbd_up
 register_accounting
 
 # ---------------------------------------------------------------- slurmctld
-ctld_up() { live_pid slurmctld && scontrol ping | grep -q 'is UP'; }
+ctld_up() { live_pid slurmctld && scontrol ping | grep 'is UP' >/dev/null; }
 start_daemon slurmctld "127.0.0.1:$CTLD_PORT" ctld_up
 
 # ---------------------------------------------------------------- slurmd, one per node
