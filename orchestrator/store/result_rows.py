@@ -23,8 +23,8 @@ from sqlalchemy.engine import Connection
 from orchestrator.store import cell_stats, schema
 from orchestrator.store.schema import Cell, KeptMetrics, KeptSummary, Metric, Run, Sweep, SweepCell
 
-#: The tables the collector adds rows to, by name.
-TABLES = {"sweeps": Sweep, "cells": Cell, "sweep_cells": SweepCell, "runs": Run, "metrics": Metric}
+#: The tables whose rows any collector may add (`add`), by name.
+TABLES = {"sweeps": Sweep, "cells": Cell, "sweep_cells": SweepCell}
 #: What a claim reads of a run before it writes: the state it moves from, whether it is claimed,
 #: and the fields a result file without them leaves as they were.
 LOOKED_UP = (Run.uid, Run.id, Run.state, Run.collected_at, Run.node, Run.job_id, Run.executor, Run.log_path)
@@ -152,7 +152,8 @@ def replace_metrics(conn: Connection, run_ids: list[int], metrics: list[dict[str
     to collect again) replaced by `metrics`."""
     if run_ids:
         conn.execute(delete(Metric).where(Metric.run_id.in_(run_ids)))
-    add(conn, "metrics", metrics)
+    if metrics:  # a plain INSERT: a run's metrics are written by the one collector that claimed it
+        conn.execute(insert(Metric), metrics)
     keep_metrics(conn, run_ids)
 
 
