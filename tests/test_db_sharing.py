@@ -166,9 +166,20 @@ def test_the_journal_override_is_obeyed_and_said_once(tmp_path, on_network_fs, m
 
 # --- the writer lease -----------------------------------------------------------------------------
 
+_OPENED: list = []  # every test's leased connections, closed after it (a lease held past a test is its file's)
+
+
+@pytest.fixture(autouse=True)
+def _close_leased():
+    yield
+    while _OPENED:
+        _OPENED.pop().close()
+
+
 def _leased(path):
     con = sqlite3.connect(path, **sqlite_connection.connect_args(path))
     sql_adapters.sqlite_pragmas(con)
+    _OPENED.append(con)
     return con
 
 
