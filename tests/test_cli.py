@@ -416,6 +416,14 @@ def test_the_cli_imports_only_what_a_command_needs(env, any_db):
     assert "sqlalchemy" in _imported_by(["status"], cwd=env)
 
 
+def test_a_launch_imports_no_numpy(tmp_path):
+    """A launch checks each cell's data shape against trainers.common.inputs' tables, which
+    import numpy only where a trainer converts a batch: numpy at the top of that module was
+    ~0.1 s of a 10,000-cell submission's CPU (issue 36, item 6)."""
+    imported = _imported_by(["-m", "dry_run=true", "model=lenet,fcn_s", "dataset=synthetic"], cwd=tmp_path)
+    assert "hydra" in imported and "numpy" not in imported, imported
+
+
 def test_status_on_postgresql_reads_where_sqlalchemy_would_and_makes_nothing(postgres_server, capsys):
     """sql_adapters.postgres_params (status's psycopg path) gives psycopg the keywords SQLAlchemy's
     psycopg dialect gives it, or nothing where only SQLAlchemy reads the URL; a database that is not
