@@ -416,6 +416,26 @@ def test_the_cli_imports_only_what_a_command_needs(env, any_db):
     assert "sqlalchemy" in _imported_by(["status"], cwd=env)
 
 
+def test_a_launch_imports_no_numpy(tmp_path):
+    """A launch checks each cell's data shape against trainers.common.inputs' tables, which
+    import numpy only where a trainer converts a batch: numpy at the top of that module was
+    ~0.1 s of a 10,000-cell submission's CPU (issue 36, item 6)."""
+    imported = _imported_by(["-m", "dry_run=true", "model=lenet,fcn_s", "dataset=synthetic"], cwd=tmp_path)
+    assert "hydra" in imported and "numpy" not in imported, imported
+
+
+def test_the_launch_imports_only_what_a_submission_uses():
+    """The launch's front door imports no progress bar, no table and no command module: wait=true
+    follows a sweep with them, a dry run draws its table, a submission prints one report
+    (launcher_output); nor SQLAlchemy's PostgreSQL dialect, which the schema's partial indexes
+    name only as a PostgreSQL database is made (schema.PARTIAL; issue 36, item 6)."""
+    later = ("rich.progress", "rich.table", "orchestrator.commands.collect", "orchestrator.commands.results",
+             "orchestrator.commands.status", "sqlalchemy.dialects.postgresql")
+    code = f"import sys, orchestrator.front_door; print([m for m in {later!r} if m in sys.modules])"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]", done.stdout
+
+
 def test_status_on_postgresql_reads_where_sqlalchemy_would_and_makes_nothing(postgres_server, capsys):
     """sql_adapters.postgres_params (status's psycopg path) gives psycopg the keywords SQLAlchemy's
     psycopg dialect gives it, or nothing where only SQLAlchemy reads the URL; a database that is not

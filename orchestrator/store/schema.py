@@ -28,6 +28,7 @@ from sqlalchemy import (
     Table,
     bindparam,
     cast,
+    event,
     func,
     select,
     text,
@@ -39,6 +40,14 @@ from sqlalchemy.sql import column, table
 
 from orchestrator import metric_registry, runstate, setting_registry
 from orchestrator.store import queries
+
+#: The partial indexes of `runs` (migrations 0016, 0018): the runs each holds, by name. SQLite's
+#: condition goes to each Index (sqlite_where); PostgreSQL's is set only where a PostgreSQL database
+#: is made (_where_on_postgresql): `postgresql_where` at construction makes SQLAlchemy import its
+#: whole PostgreSQL dialect, every driver's module with it, in each process that imports this
+#: schema (a launch on SQLite among them: issue 36, item 6).
+PARTIAL = {"ix_runs_uncollected": "collected_at IS NULL", "ix_runs_landed": "collected_at IS NOT NULL",
+           "ix_runs_open": queries.OPEN_RUNS}
 
 #: A cell whose repeats' coefficient of variation (std/mean of images/s) exceeds this is noisy.
 NOISY_CV = 0.05
@@ -183,20 +192,27 @@ class Run(Base):
         # latest_runs and what `status` counts of those runs, read from this index alone (migration 0009)
         Index("ix_runs_current", "latest", "sweep_id", "state", "error_class", "state_detail"),
         # the sweeps with runs still to collect, from the few runs that are (migration 0016)
-        Index("ix_runs_uncollected", "sweep_id", sqlite_where=text("collected_at IS NULL"),
-              postgresql_where=text("collected_at IS NULL")),
+        Index("ix_runs_uncollected", "sweep_id", sqlite_where=text(PARTIAL["ix_runs_uncollected"])),
         # which result files are landed, read from the index alone (migration 0016)
-        Index("ix_runs_landed", "result_path", sqlite_where=text("collected_at IS NOT NULL"),
-              postgresql_where=text("collected_at IS NOT NULL")),
+        Index("ix_runs_landed", "result_path", sqlite_where=text(PARTIAL["ix_runs_landed"])),
         # the open runs `status` reconciles, from an index of only them (queries.OPEN_RUNS, migration 0018)
-        Index("ix_runs_open", "state", "sweep_id", sqlite_where=text(queries.OPEN_RUNS),
-              postgresql_where=text(queries.OPEN_RUNS)),
+        Index("ix_runs_open", "state", "sweep_id", sqlite_where=text(PARTIAL["ix_runs_open"])),
     )
 
     @validates("state")
     def _check_state(self, key: str, state: str) -> str:
         """Every write of a run's state is a move the run-state model allows (runstate.py)."""
         return runstate.check_move(self.state, state)
+
+
+@event.listens_for(Run.__table__, "before_create")
+def _where_on_postgresql(runs: Table, connection: Any, **_: Any) -> None:
+    """The partial indexes' conditions for PostgreSQL, given as its `runs` table is made (the
+    dialect is loaded there anyway): the same every time, so a second database made changes nothing."""
+    if connection.dialect.name == "postgresql":
+        for index in runs.indexes:
+            if index.name in PARTIAL:
+                index.dialect_options["postgresql"]["where"] = text(PARTIAL[index.name])
 
 
 class Metric(Base):
