@@ -338,13 +338,30 @@ class KeptSummary(Base):
 class KeptCount(Base):
     """How many latest attempts each sweep has per state and error class ('' for none), kept by
     SQLite's triggers as runs change (orchestrator.store.kept_counts, migration 0018): `status`
-    reads these few rows instead of counting a million runs. Empty on PostgreSQL (why: kept_counts)."""
+    reads these few rows instead of counting a million runs. Empty on PostgreSQL, which keeps
+    KeptCountDelta instead (why: kept_counts)."""
 
     __table__ = Table(
         "kept_counts", Base.metadata,
         Column("sweep_id", String, primary_key=True),
         Column("state", String, primary_key=True),
         Column("error_class", String, primary_key=True),
+        Column("n", Integer, nullable=False),
+    )
+
+
+class KeptCountDelta(Base):
+    """What a statement added to or took from a count of KeptCount's key, kept by PostgreSQL's
+    statement triggers on runs (orchestrator.store.kept_counts, migration 0022): writers only
+    insert rows, `status` sums them, a trigger sums them into one row per key now and then.
+    Empty on SQLite."""
+
+    __table__ = Table(
+        "kept_count_deltas", Base.metadata,
+        Column("id", Integer, primary_key=True),
+        Column("sweep_id", String, nullable=False),
+        Column("state", String, nullable=False),
+        Column("error_class", String, nullable=False),
         Column("n", Integer, nullable=False),
     )
 
