@@ -335,19 +335,20 @@ class KeptSummary(Base):
     )
 
 
+def _counted(key: bool) -> list[Column]:
+    """A count's columns, declared once for both ways of keeping it: its sweep, state and error
+    class ('' for none: a key column is never NULL), the table's key if `key`, and the number."""
+    return [*(Column(name, String, primary_key=key, nullable=False) for name in ("sweep_id", "state", "error_class")),
+            Column("n", Integer, nullable=False)]
+
+
 class KeptCount(Base):
     """How many latest attempts each sweep has per state and error class ('' for none), kept by
     SQLite's triggers as runs change (orchestrator.store.kept_counts, migration 0018): `status`
     reads these few rows instead of counting a million runs. Empty on PostgreSQL, which keeps
     KeptCountDelta instead (why: kept_counts)."""
 
-    __table__ = Table(
-        "kept_counts", Base.metadata,
-        Column("sweep_id", String, primary_key=True),
-        Column("state", String, primary_key=True),
-        Column("error_class", String, primary_key=True),
-        Column("n", Integer, nullable=False),
-    )
+    __table__ = Table("kept_counts", Base.metadata, *_counted(key=True))
 
 
 class KeptCountDelta(Base):
@@ -356,14 +357,7 @@ class KeptCountDelta(Base):
     insert rows, `status` sums them, a trigger sums them into one row per key now and then.
     Empty on SQLite."""
 
-    __table__ = Table(
-        "kept_count_deltas", Base.metadata,
-        Column("id", Integer, primary_key=True),
-        Column("sweep_id", String, nullable=False),
-        Column("state", String, nullable=False),
-        Column("error_class", String, nullable=False),
-        Column("n", Integer, nullable=False),
-    )
+    __table__ = Table("kept_count_deltas", Base.metadata, Column("id", Integer, primary_key=True), *_counted(key=False))
 
 
 class KeptMetrics(Base):

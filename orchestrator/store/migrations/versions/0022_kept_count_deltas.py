@@ -6,10 +6,9 @@ row per key each statement on `runs` moved, by statement-level triggers (orchest
 says why and how they are summed); readers sum the rows. The table on every database, its
 function, triggers and first rows (the runs already there, counted) on PostgreSQL. Views unchanged.
 """
-import sqlalchemy as sa
 from alembic import op
 
-from orchestrator.store import kept_counts
+from orchestrator.store import kept_counts, schema
 
 revision = "0022"
 down_revision = "0019"
@@ -21,14 +20,7 @@ views_sha256 = "7ea9a9cc5fe42974"
 
 
 def upgrade() -> None:
-    op.create_table(
-        "kept_count_deltas",
-        sa.Column("id", sa.Integer, primary_key=True),
-        sa.Column("sweep_id", sa.String, nullable=False),
-        sa.Column("state", sa.String, nullable=False),
-        sa.Column("error_class", sa.String, nullable=False),
-        sa.Column("n", sa.Integer, nullable=False),
-    )
+    schema.KeptCountDelta.__table__.create(op.get_bind())  # as db.py's tables define it
     kept_counts.create_deltas(op.execute, op.get_bind().dialect.name, count=True)
 
 
