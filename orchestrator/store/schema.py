@@ -180,8 +180,11 @@ class Run(Base):
         CheckConstraint(
             "state IN (" + ", ".join(f"'{s}'" for s in runstate.STATES) + ")", name="ck_runs_state"),
         Index("ix_runs_cell_repeat", "sweep_id", "cell_id", "repeat", "attempt"),
-        # latest_runs and what `status` counts of those runs, read from this index alone (migration 0009)
-        Index("ix_runs_current", "latest", "sweep_id", "state", "error_class", "state_detail"),
+        # latest_runs and what `status` counts of those runs, read from this index alone (migration
+        # 0009); with each run's id on PostgreSQL too, as SQLite's rowid is in every index, so that
+        # queries.first_runs reads no table row there either (migration 0022: 22 ms a group, 1 ms)
+        Index("ix_runs_current", "latest", "sweep_id", "state", "error_class", "state_detail",
+              postgresql_include=["id"]),
         # the sweeps with runs still to collect, from the few runs that are (migration 0016)
         Index("ix_runs_uncollected", "sweep_id", sqlite_where=text("collected_at IS NULL"),
               postgresql_where=text("collected_at IS NULL")),
