@@ -229,7 +229,8 @@ def sqlite_layout(path):
 def postgres_layout(url):
     """A PostgreSQL database's layout as its catalog reports it: each table's columns (by name,
     with type, nullability and default), indexes (their definitions), foreign keys, CHECK and
-    other constraints, each view's SQL, and the recorded revision."""
+    other constraints, each view's SQL, each trigger's and function's definition (kept_counts.py's),
+    and the recorded revision."""
     layout = {}
     for (name,) in query(url, "select viewname from pg_views where schemaname = current_schema()"):
         layout[name] = query(url, "select pg_get_viewdef(cast(:v as regclass), true)", {"v": name})[0][0]
@@ -246,6 +247,9 @@ def postgres_layout(url):
             "checks": sorted(c[1:] for c in constraints if c[0] == "c"),
             "keys": sorted(c for c in constraints if c[0] in "pu"),
         }
+    layout["triggers"] = sorted(query(url, "select tgname, pg_get_triggerdef(oid) from pg_trigger where not tgisinternal"))
+    layout["functions"] = sorted(query(url, "select proname, prosrc from pg_proc "
+                                            "where pronamespace = cast(current_schema() as regnamespace)"))
     layout["revision"] = query(url, "select version_num from alembic_version")
     return layout
 
@@ -270,8 +274,8 @@ def test_a_new_database_is_made_at_once_as_the_revisions_build_it(db_url, other_
     layout = layout_of(made)
     assert layout == layout_of(built)
     assert layout["revision"] == [(db.SCHEMA_VERSION,)] and layout["runs"]["checks"]  # ck_runs_state
-    if is_sqlite(made):
-        assert {"kept_counts_insert", "kept_counts_update", "kept_counts_delete"} <= set(layout)
+    triggers = set(layout) if is_sqlite(made) else {name for name, _ in layout["triggers"]}
+    assert {"kept_counts_insert", "kept_counts_update", "kept_counts_delete"} <= triggers
     assert_tables_are_db_pys(made)
 
 

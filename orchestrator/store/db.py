@@ -209,6 +209,7 @@ def _create_or_upgrade(conn: Connection) -> Optional[str]:
     Base.metadata.create_all(conn)
     create_views(conn)
     kept_counts.create(conn.exec_driver_sql, conn.dialect.name)
+    kept_counts.create_deltas(conn.exec_driver_sql, conn.dialect.name)
     _ALEMBIC_VERSION.create(conn)
     conn.execute(_ALEMBIC_VERSION.insert().values(version_num=SCHEMA_VERSION))
     return None

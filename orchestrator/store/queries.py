@@ -27,9 +27,11 @@ from orchestrator.store.sql_adapters import Rows, in_list
 #: are LATEST_PARAMS; schema.latest_runs() is the same condition for the ORM.
 LATEST = "runs.latest = :latest"
 LATEST_PARAMS = {"latest": True}
-#: The databases whose `kept_counts` table is kept by triggers (orchestrator.store.kept_counts says
-#: why SQLite's alone): `status` reads its counts there, and counts the runs elsewhere.
+#: How each database keeps the counts `status` reads (orchestrator.store.kept_counts says why two
+#: ways): the dialects whose `kept_counts` rows are the counts (row triggers), and those whose
+#: `kept_count_deltas` rows sum to them (statement triggers, migration 0022). Elsewhere the runs are counted.
 KEPT_COUNTS = ("sqlite",)
+KEPT_DELTAS = ("postgresql",)
 #: The runs `status` brings up to date: in an open state, not yet claimed by a collector. The states
 #: are literals (runstate's names, never input), so that the planner can prove a query with this
 #: condition is within the partial index ix_runs_open (schema.py, migration 0018), which holds only
@@ -78,12 +80,17 @@ def has_runs(rows: Rows) -> bool:
 
 def latest_counts(rows: Rows, sweep_ids: Optional[Sequence[str]]) -> list[Any]:
     """How many latest attempts the sweeps (None: all) have, per sweep, state and error class
-    (`n`): the few rows of kept_counts where the database keeps them (SQLite: kept_counts.py),
-    else one pass over the index of migration 0009 (ix_runs_current)."""
+    (`n`): the few rows of kept_counts, or the sum of kept_count_deltas, where the database keeps
+    them (kept_counts.py), else one pass over the index of migration 0009 (ix_runs_current)."""
+    named, params = in_list("sweep", list(sweep_ids)) if sweep_ids is not None else ("", {})
+    of_sweeps = f" AND sweep_id IN {named}" if named else ""
     if rows.dialect in KEPT_COUNTS:
-        named, params = in_list("sweep", list(sweep_ids)) if sweep_ids is not None else ("", {})
         return rows.all("SELECT sweep_id, state, nullif(error_class, '') AS error_class, n FROM kept_counts "
-                        f"WHERE n > 0{f' AND sweep_id IN {named}' if named else ''}", params)
+                        f"WHERE n > 0{of_sweeps}", params)
+    if rows.dialect in KEPT_DELTAS:
+        return rows.all("SELECT sweep_id, state, nullif(error_class, '') AS error_class, sum(n) AS n "
+                        f"FROM kept_count_deltas WHERE true{of_sweeps} GROUP BY sweep_id, state, error_class "
+                        "HAVING sum(n) > 0", params)
     where, params = latest_where(sweep_ids)
     return rows.all(f"SELECT sweep_id, state, error_class, count(*) AS n FROM runs WHERE {where} "
                     "GROUP BY sweep_id, state, error_class", params)

@@ -189,8 +189,11 @@ class Run(Base):
         CheckConstraint(
             "state IN (" + ", ".join(f"'{s}'" for s in runstate.STATES) + ")", name="ck_runs_state"),
         Index("ix_runs_cell_repeat", "sweep_id", "cell_id", "repeat", "attempt"),
-        # latest_runs and what `status` counts of those runs, read from this index alone (migration 0009)
-        Index("ix_runs_current", "latest", "sweep_id", "state", "error_class", "state_detail"),
+        # latest_runs and what `status` counts of those runs, read from this index alone (migration
+        # 0009); with each run's id on PostgreSQL too, as SQLite's rowid is in every index, so that
+        # queries.first_runs reads no table row there either (migration 0022: 22 ms a group, 1 ms)
+        Index("ix_runs_current", "latest", "sweep_id", "state", "error_class", "state_detail",
+              postgresql_include=["id"]),
         # the sweeps with runs still to collect, from the few runs that are (migration 0016)
         Index("ix_runs_uncollected", "sweep_id", sqlite_where=text(PARTIAL["ix_runs_uncollected"])),
         # which result files are landed, read from the index alone (migration 0016)
@@ -351,18 +354,29 @@ class KeptSummary(Base):
     )
 
 
+def _counted(key: bool) -> list[Column]:
+    """A count's columns, declared once for both ways of keeping it: its sweep, state and error
+    class ('' for none: a key column is never NULL), the table's key if `key`, and the number."""
+    return [*(Column(name, String, primary_key=key, nullable=False) for name in ("sweep_id", "state", "error_class")),
+            Column("n", Integer, nullable=False)]
+
+
 class KeptCount(Base):
     """How many latest attempts each sweep has per state and error class ('' for none), kept by
     SQLite's triggers as runs change (orchestrator.store.kept_counts, migration 0018): `status`
-    reads these few rows instead of counting a million runs. Empty on PostgreSQL (why: kept_counts)."""
+    reads these few rows instead of counting a million runs. Empty on PostgreSQL, which keeps
+    KeptCountDelta instead (why: kept_counts)."""
 
-    __table__ = Table(
-        "kept_counts", Base.metadata,
-        Column("sweep_id", String, primary_key=True),
-        Column("state", String, primary_key=True),
-        Column("error_class", String, primary_key=True),
-        Column("n", Integer, nullable=False),
-    )
+    __table__ = Table("kept_counts", Base.metadata, *_counted(key=True))
+
+
+class KeptCountDelta(Base):
+    """What a statement added to or took from a count of KeptCount's key, kept by PostgreSQL's
+    statement triggers on runs (orchestrator.store.kept_counts, migration 0022): writers only
+    insert rows, `status` sums them, a trigger sums them into one row per key now and then.
+    Empty on SQLite."""
+
+    __table__ = Table("kept_count_deltas", Base.metadata, Column("id", Integer, primary_key=True), *_counted(key=False))
 
 
 class KeptMetrics(Base):
