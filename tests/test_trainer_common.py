@@ -56,6 +56,10 @@ def test_input_shapes():
     assert inputs.input_shape("fcn_s", "dlbench_fcn") == (1, 1, 26752)
     assert inputs.input_shape("resnet56", "cifar10") == (3, 32, 32)  # CIFAR-10's network, at its size
     assert inputs.input_shape("alexnet_r", "cifar10") == (3, 32, 32)
+    # what the dry run, `results` and the report say beside a cell whose network saw another size
+    assert [inputs.ran_at(m, like) for m, like in (("alexnet", "cifar10"), ("vgg16", "mnist"), ("alexnet", "imagenet"),
+                                                    ("alexnet_r", "cifar10"), ("lenet", "cifar10"),
+                                                    ("alexnet_r", "mnist"))] == ["ran at 224x224"] * 2 + [None] * 4
     assert set(inputs.MODELS) == {"lenet", "alexnet", "resnet50", "googlenet", "vgg16", "fcn_s", "fcn_r",
                                   "resnet56", "alexnet_r"}
 

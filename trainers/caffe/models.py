@@ -110,8 +110,7 @@ class Builder(object):
         return self.add(name, self.L.Dropout(bottom, in_place=True, dropout_ratio=ratio))
 
     def pool(self, name, bottom, spec):
-        """Pooling for an arch.MaxPool or arch.AvgPool (AVE: Caffe's divisor is the rule the
-        table states), rounding as PyTorch does (see the module's docstring)."""
+        """Pooling for an arch.MaxPool or AvgPool (AVE), rounding as PyTorch does (see above)."""
         c, h, w = self.shape
         kind = self.P.Pooling.AVE if isinstance(spec, arch.AvgPool) else self.P.Pooling.MAX
         params = dict(pool=kind, kernel_size=spec.kernel, stride=spec.stride, pad=spec.pad)
@@ -216,8 +215,7 @@ def alexnet(b, classes):
 
 
 def alexnet_r(b, classes):
-    """DLBench's AlexNet-R: its prototxt's names (conv1..3, pool1..3, fc1) without the LRN
-    layers; its ReLU after pool1 is here before it, which computes the same."""
+    """DLBench's AlexNet-R, its prototxt's names (conv1..3, pool1..3, fc1) without LRN."""
     return _head(b, _features(b, b.n[DATA], arch.ALEXNET_R), arch.ALEXNET_R_HEAD, classes, first=1)
 
 

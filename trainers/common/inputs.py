@@ -69,6 +69,19 @@ def input_shape(model, like):
     return (channels, size, size)
 
 
+def ran_at(model, like):
+    """'ran at 224x224' where `model` is fed `like`-shaped data at another size than the data's
+    (an ImageNet network on CIFAR-10 or MNIST, upsampled), else None: the one statement of it
+    that the dry run's listing, `orchestrator results` and the report all show, so a cell whose
+    network saw 224x224 images is never read as one at the data's own size."""
+    if like not in DATASETS or model not in MODEL_INPUT_SIZE or shape_problem(model, like):
+        return None
+    shape = input_shape(model, like)
+    if shape[1:] == DATASETS[like].shape[1:]:
+        return None
+    return "ran at %dx%d" % shape[1:]
+
+
 def shape_problem(model, like):
     """Why `model` cannot take data shaped like `like`, or None. A synthetic-only shape is a
     vector of features, not an image: a convolutional network would see a picture one pixel
