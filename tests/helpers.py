@@ -9,6 +9,25 @@ import yaml
 
 REPO = Path(__file__).resolve().parent.parent
 
+def torch_and_framework_scores(torch_script, framework, script, framework_env, tmp_path):
+    """(torch's class scores, `framework`'s) for one network: `torch_script` saves torch's weights
+    and scores (an .npz, its argv[1]); `script` loads those weights into the framework's network and
+    saves its scores (argv[2]). Each runs in its framework's own interpreter (the orchestrator's venv
+    has none of them); both are 2 images x 10 classes."""
+    import subprocess
+
+    import numpy as np
+
+    weights, scores = tmp_path / "torch.npz", tmp_path / (framework + ".npy")
+    for name, code, args in (("torch", torch_script, [weights]), (framework, script, [weights, scores])):
+        python, env = framework_env(name)
+        subprocess.run([python, "-c", code] + [str(a) for a in args], cwd=str(REPO), check=True, timeout=600,
+                       env=env)
+    expected, got = np.load(weights)["scores"], np.load(scores)
+    assert expected.shape == got.shape == (2, 10)
+    return expected, got
+
+
 #: a cell measured in a blink
 FAST = ["iterations=3", "warmup=1"]
 #: the test cluster's node has only this machine's cores: ask for one CPU and 1 GB per cell

@@ -4,10 +4,10 @@ same images.
 Equal parameter counts (tests/test_conformance.py) cannot see which pixels option A's shortcut
 keeps, where the zero channels go, or a ReLU before the sum instead of after it; this can. Each
 half runs in its framework's own interpreter (the orchestrator's venv has none of them)."""
-import subprocess
-
 import numpy as np
 import pytest
+
+from helpers import torch_and_framework_scores
 
 pytestmark = pytest.mark.slow
 
@@ -153,13 +153,7 @@ SCRIPTS = {"jax": JAX, "tensorflow": TENSORFLOW, "mxnet": MXNET, "caffe": CAFFE,
 
 
 @pytest.mark.parametrize("framework", sorted(SCRIPTS))
-def test_torch_and_another_framework_compute_the_same_resnet56(framework, framework_env, repo_root, tmp_path):
-    weights, scores = tmp_path / "torch.npz", tmp_path / (framework + ".npy")
-    for name, script, args in (("torch", TORCH, [weights]), (framework, SCRIPTS[framework], [weights, scores])):
-        python, env = framework_env(name)
-        subprocess.run([python, "-c", script] + [str(a) for a in args], cwd=str(repo_root), check=True,
-                       timeout=600, env=env)
-    expected, got = np.load(weights)["scores"], np.load(scores)
-    assert expected.shape == got.shape == (2, 10)
+def test_torch_and_another_framework_compute_the_same_resnet56(framework, framework_env, tmp_path):
+    expected, got = torch_and_framework_scores(TORCH, framework, SCRIPTS[framework], framework_env, tmp_path)
     assert np.std(expected) > 1e-3  # scores that differ, not a constant both sides could agree on
     np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4)
