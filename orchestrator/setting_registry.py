@@ -24,6 +24,7 @@ import os
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Optional
 
+from trainers.common import inputs
 from trainers.common import settings as shared
 
 #: When a setting is hashed into the cell id: always; only where the cell is in accuracy mode;
@@ -108,7 +109,6 @@ def input_note(settings: Mapping[str, Any]) -> str:
 
 @functools.lru_cache(maxsize=None)
 def _ran_at(model: str, like: str) -> str:
-    from trainers.common import inputs  # lazy: numpy, which the CLI's start never needs
     return inputs.ran_at(model, like) or ""
 
 

@@ -215,7 +215,9 @@ def test_results_table_shows_rate_with_spread(env, any_db, capsys):
 
 def test_results_say_an_imagenet_network_on_small_images_ran_at_224(tmp_path, db_url, monkeypatch, capsys):
     """An ImageNet network on CIFAR-10 keeps its cell; `results` says it ran at 224x224, a CIFAR network not."""
-    _many_runs(tmp_path, monkeypatch, 0, db_url)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("COLUMNS", "250")
+    monkeypatch.setenv("ORCHESTRATOR_DB", db_url)
     write_result(tmp_path / "runs", make_result(sweep="s", model="alexnet", dataset="cifar10"))
     write_result(tmp_path / "runs", make_result(sweep="s", model="alexnet_r", dataset="cifar10"))
     assert main(["collect"]) == 0 and main(["results"]) == 0

@@ -20,6 +20,7 @@ from omegaconf.errors import OmegaConfBaseException
 from orchestrator.sweep import config_checks, time_limits
 from orchestrator import setting_registry
 from orchestrator.sweep.config_checks import ConfigError
+from trainers.common import inputs
 
 #: The settings a cell holds, in the order they are shown (declared in setting_registry).
 SETTINGS = setting_registry.NAMES
@@ -218,7 +219,6 @@ def _check_shape(where: str, model: str, shape: str) -> None:
     """A data shape the model cannot take (trainers.common.inputs.shape_problem: FCN-S's feature
     vector under a convolutional network, ResNet-56 on anything but 32x32 images) is refused
     before anything runs."""
-    from trainers.common import inputs  # lazy: numpy, which `status` and `report` never need
     problem = inputs.shape_problem(model, shape)
     if problem:
         # dataset.like is read under dataset=synthetic only: beside real files it is no way out
