@@ -9,11 +9,38 @@ import yaml
 
 REPO = Path(__file__).resolve().parent.parent
 
-def torch_and_framework_scores(torch_script, framework, script, framework_env, tmp_path):
-    """(torch's class scores, `framework`'s) for one network: `torch_script` saves torch's weights
-    and scores (an .npz, its argv[1]); `script` loads those weights into the framework's network and
-    saves its scores (argv[2]). Each runs in its framework's own interpreter (the orchestrator's venv
-    has none of them); both are 2 images x 10 classes."""
+#: the end of an agreement script's Caffe half: the images in, its scores (the blob named) saved
+CAFFE_FORWARD = """
+net.blobs["data"].data[...] = a["x"]
+net.forward()
+np.save(sys.argv[2], net.blobs["%s"].data.copy())
+"""
+#: the start of an agreement script's MXNet half: the network (its name for %s) made, its parameters listed
+MXNET_HEAD = """
+import sys, numpy as np, mxnet as mx
+from trainers.mxnet.models import build
+a = np.load(sys.argv[1])
+net = build("%s", (3, 32, 32), 10)
+net.initialize()
+net(mx.nd.zeros((1, 3, 32, 32)))
+params = list(net.collect_params().values())
+"""
+#: the start of an agreement script's CNTK half: torch's arrays loaded, a 3x32x32 input
+CNTK_HEAD = """
+import sys, numpy as np
+from trainers.cntk.libpath import import_cntk
+C = import_cntk()
+from trainers.cntk.models import build
+a = np.load(sys.argv[1])
+x = C.input_variable((3, 32, 32))
+"""
+
+
+def assert_torch_and_framework_agree(torch_script, framework, script, framework_env, tmp_path):
+    """`framework` gives torch's class scores on torch's weights: `torch_script` saves torch's
+    weights and scores (an .npz, its argv[1]); `script` loads those weights into the framework's
+    network and saves its scores (argv[2]). Each runs in its framework's own interpreter (the
+    orchestrator's venv has none of them); both are 2 images x 10 classes."""
     import subprocess
 
     import numpy as np
@@ -25,7 +52,8 @@ def torch_and_framework_scores(torch_script, framework, script, framework_env, t
                        env=env)
     expected, got = np.load(weights)["scores"], np.load(scores)
     assert expected.shape == got.shape == (2, 10)
-    return expected, got
+    assert np.std(expected) > 1e-3  # scores that differ, not a constant both sides could agree on
+    np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4)
 
 
 #: a cell measured in a blink

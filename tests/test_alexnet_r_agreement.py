@@ -4,10 +4,9 @@ Equal parameter counts (tests/test_conformance.py) cannot see how an average poo
 divides its last window (Caffe divides by the pixels it covers, 2 x 3 or 2 x 2 of the 3 x 3 at the
 8x8 map's edge; dividing by 9 gives other scores), nor the order a framework flattens the map in;
 this can. Each half runs in its framework's own interpreter (the orchestrator's venv has none)."""
-import numpy as np
 import pytest
 
-from helpers import torch_and_framework_scores
+from helpers import CAFFE_FORWARD, CNTK_HEAD, MXNET_HEAD, assert_torch_and_framework_agree
 
 pytestmark = pytest.mark.slow
 
@@ -63,14 +62,7 @@ np.save(sys.argv[2], net(a["x"].transpose(0, 2, 3, 1), training=False).numpy())
 """
 
 #: mxnet, caffe, cntk flatten (C, H, W) as torch does
-MXNET = r"""
-import sys, numpy as np, mxnet as mx
-from trainers.mxnet.models import build
-a = np.load(sys.argv[1])
-net = build("alexnet_r", (3, 32, 32), 10)
-net.initialize()
-net(mx.nd.zeros((1, 3, 32, 32)))
-params = list(net.collect_params().values())
+MXNET = MXNET_HEAD % "alexnet_r" + r"""
 for i in range(4):
     params[2 * i].set_data(mx.nd.array(a["w%d" % i]))
     params[2 * i + 1].set_data(mx.nd.array(a["b%d" % i]))
@@ -85,18 +77,9 @@ a = np.load(sys.argv[1])
 net = instantiate(build("alexnet_r", (3, 32, 32), 10, 2), caffe.TEST)
 for i, name in enumerate(("conv1", "conv2", "conv3", "fc1")):
     net.params[name][0].data[...], net.params[name][1].data[...] = a["w%d" % i], a["b%d" % i]
-net.blobs["data"].data[...] = a["x"]
-net.forward()
-np.save(sys.argv[2], net.blobs["fc1"].data.copy())
-"""
+""" + CAFFE_FORWARD % "fc1"
 
-CNTK = r"""
-import sys, numpy as np
-from trainers.cntk.libpath import import_cntk
-C = import_cntk()
-from trainers.cntk.models import build
-a = np.load(sys.argv[1])
-x = C.input_variable((3, 32, 32))
+CNTK = CNTK_HEAD + r"""
 net = build("alexnet_r", x, 10)
 params = sorted(net.parameters, key=lambda v: int(v.uid[len("Parameter"):]))
 weights = [v for v in params if v.name == "W"]
@@ -112,6 +95,4 @@ SCRIPTS = {"jax": JAX, "tensorflow": TENSORFLOW, "mxnet": MXNET, "caffe": CAFFE,
 
 @pytest.mark.parametrize("framework", sorted(SCRIPTS))
 def test_torch_and_another_framework_compute_the_same_alexnet_r(framework, framework_env, tmp_path):
-    expected, got = torch_and_framework_scores(TORCH, framework, SCRIPTS[framework], framework_env, tmp_path)
-    assert np.std(expected) > 1e-2  # scores that differ, not a constant both sides could agree on
-    np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4)
+    assert_torch_and_framework_agree(TORCH, framework, SCRIPTS[framework], framework_env, tmp_path)
