@@ -43,8 +43,8 @@ channels and the class count change):
   853,018 at 3x32x32 and 10 classes (the sum is in docs/frameworks.md; the paper's 0.85 M).
 - AlexNet-R: DLBench's CIFAR-10 AlexNet (Shi et al. 2016), as its Caffe file has it
   (hclhkbu/dlbench tools/caffe/cnn/alexnet/alexnet.prototxt, cuda-convnet's layers-80sec.cfg
-  by way of Caffe's cifar10_quick) without its LRN layers ("R": the TensorFlow file of the same
-  suite comments them out): conv 32 5x5 pad 2, max pool 3/2, ReLU; conv 32 5x5 pad 2, ReLU, max
+  by way of Caffe's cifar10_quick; "R" for real data) without its LRN layers (the suite's
+  TensorFlow file comments them out): conv 32 5x5 pad 2, max pool 3/2, ReLU; conv 32 5x5 pad 2, ReLU, max
   pool 3/2; conv 64 5x5 pad 2, ReLU, average pool 3/2; fc classes. Caffe's pooling rounds up
   (32 -> 16 -> 8 -> 4), so fc sees 64 x 4 x 4: 89,578 at 3x32x32 and 10 classes (the sum is in
   docs/frameworks.md). ReLU before a max pool equals ReLU after it, so every convolution here
