@@ -18,7 +18,7 @@ from orchestrator import runstate
 from orchestrator.launch import tracking
 from orchestrator.report.labels import hardware_label, hardware_order
 from orchestrator.store.sql_adapters import Rows
-from orchestrator.setting_registry import ALWAYS, SETTINGS
+from orchestrator.setting_registry import ALWAYS, SETTINGS, input_note
 
 if TYPE_CHECKING:
     from sqlalchemy.orm import sessionmaker
@@ -77,9 +77,10 @@ def print_cells(cells: list, refused: list[tuple[str, str]],
     # only where a cell has it
     shown = [s.name for s in SETTINGS
              if s.hashed == ALWAYS or any(c.settings.get(s.name) not in (None, s.default) for c in cells)]
-    rows = [[cell.id, *(str(cell.settings[k]) for k in shown), *time_limit(cell.config["hardware"])]
-            for cell in cells]
-    shown += ["limit", "limit from"]
+    notes = [input_note(cell.settings) for cell in cells]  # "ran at 224x224": an ImageNet network on CIFAR-10
+    rows = [[cell.id, *(str(cell.settings[k]) for k in shown), *([note] if any(notes) else []),
+             *time_limit(cell.config["hardware"])] for cell, note in zip(cells, notes)]
+    shown += [*(["input"] if any(notes) else []), "limit", "limit from"]
     if len(rows) <= TABLE_ROWS:
         from rich.table import Table  # lazy: only a dry run draws a table
         table = Table("cell", *shown, title=title)

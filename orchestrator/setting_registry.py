@@ -19,10 +19,12 @@ This module imports nothing heavy: the CLI reads it on every start.
 """
 from __future__ import annotations
 
+import functools
 import os
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Optional
 
+from trainers.common import inputs
 from trainers.common import settings as shared
 
 #: When a setting is hashed into the cell id: always; only where the cell is in accuracy mode;
@@ -93,6 +95,21 @@ def _like(get: Lookup, so_far: Mapping[str, Any]) -> Any:
 def shape_of(settings: Mapping[str, Any]) -> Any:
     """The data shape a cell's batch size default is read for: `like` for synthetic data."""
     return settings["like"] if settings["dataset"] == "synthetic" else settings["dataset"]
+
+
+def input_note(settings: Mapping[str, Any]) -> str:
+    """'ran at 224x224' where a cell's network was fed its data at another size (trainers.common.
+    inputs.ran_at: an ImageNet network on CIFAR-10), else "": the dry run, `results` and the report
+    show it beside the cell, whose id and settings stay those of the network on that dataset."""
+    model, dataset = settings.get("model"), settings.get("dataset")
+    if model is None or dataset is None:
+        return ""
+    return _ran_at(str(model), str(settings.get("like") if dataset == "synthetic" else dataset))
+
+
+@functools.lru_cache(maxsize=None)
+def _ran_at(model: str, like: str) -> str:
+    return inputs.ran_at(model, like) or ""
 
 
 def _batch_size(get: Lookup, so_far: Mapping[str, Any]) -> Any:

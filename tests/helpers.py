@@ -9,6 +9,53 @@ import yaml
 
 REPO = Path(__file__).resolve().parent.parent
 
+#: the end of an agreement script's Caffe half: the images in, its scores (the blob named) saved
+CAFFE_FORWARD = """
+net.blobs["data"].data[...] = a["x"]
+net.forward()
+np.save(sys.argv[2], net.blobs["%s"].data.copy())
+"""
+#: the start of an agreement script's MXNet half: the network (its name for %s) made, its parameters listed
+MXNET_HEAD = """
+import sys, numpy as np, mxnet as mx
+from trainers.mxnet.models import build
+a = np.load(sys.argv[1])
+net = build("%s", (3, 32, 32), 10)
+net.initialize()
+net(mx.nd.zeros((1, 3, 32, 32)))
+params = list(net.collect_params().values())
+"""
+#: the start of an agreement script's CNTK half: torch's arrays loaded, a 3x32x32 input
+CNTK_HEAD = """
+import sys, numpy as np
+from trainers.cntk.libpath import import_cntk
+C = import_cntk()
+from trainers.cntk.models import build
+a = np.load(sys.argv[1])
+x = C.input_variable((3, 32, 32))
+"""
+
+
+def assert_torch_and_framework_agree(torch_script, framework, script, framework_env, tmp_path):
+    """`framework` gives torch's class scores on torch's weights: `torch_script` saves torch's
+    weights and scores (an .npz, its argv[1]); `script` loads those weights into the framework's
+    network and saves its scores (argv[2]). Each runs in its framework's own interpreter (the
+    orchestrator's venv has none of them); both are 2 images x 10 classes."""
+    import subprocess
+
+    import numpy as np
+
+    weights, scores = tmp_path / "torch.npz", tmp_path / (framework + ".npy")
+    for name, code, args in (("torch", torch_script, [weights]), (framework, script, [weights, scores])):
+        python, env = framework_env(name)
+        subprocess.run([python, "-c", code] + [str(a) for a in args], cwd=str(REPO), check=True, timeout=600,
+                       env=env)
+    expected, got = np.load(weights)["scores"], np.load(scores)
+    assert expected.shape == got.shape == (2, 10)
+    assert np.std(expected) > 1e-3  # scores that differ, not a constant both sides could agree on
+    np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4)
+
+
 #: a cell measured in a blink
 FAST = ["iterations=3", "warmup=1"]
 #: the test cluster's node has only this machine's cores: ask for one CPU and 1 GB per cell

@@ -213,6 +213,18 @@ def test_results_table_shows_rate_with_spread(env, any_db, capsys):
     assert "failed (out_of_memory)" in out
 
 
+def test_results_say_an_imagenet_network_on_small_images_ran_at_224(tmp_path, db_url, monkeypatch, capsys):
+    """An ImageNet network on CIFAR-10 keeps its cell; `results` says it ran at 224x224, a CIFAR network not."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("COLUMNS", "250")
+    monkeypatch.setenv("ORCHESTRATOR_DB", db_url)
+    write_result(tmp_path / "runs", make_result(sweep="s", model="alexnet", dataset="cifar10"))
+    write_result(tmp_path / "runs", make_result(sweep="s", model="alexnet_r", dataset="cifar10"))
+    assert main(["collect"]) == 0 and main(["results"]) == 0
+    rows = {line.split()[0]: line for line in capsys.readouterr().out.splitlines() if "/cifar10" in line}
+    assert "ran at 224x224" in rows["torch/alexnet/cifar10"] and "ran at" not in rows["torch/alexnet_r/cifar10"], rows
+
+
 def _many_runs(tmp_path, monkeypatch, n, db_url):
     """A working directory whose database (db_url) holds `n` done runs of `n` cells (seeds), collected."""
     monkeypatch.chdir(tmp_path)

@@ -18,7 +18,7 @@ def test_groups_have_the_documented_choices():
     groups = {g: sorted(p.stem for p in (REPO / "conf" / g).glob("*.yaml"))
               for g in ("framework", "model", "dataset", "hardware", "cluster")}
     assert {"caffe", "cntk", "mxnet", "tensorflow", "tf", "torch"} <= set(groups["framework"])
-    assert groups["model"] == ["alexnet", "fcn_r", "fcn_s", "googlenet", "lenet", "resnet50", "resnet56", "vgg16"]
+    assert groups["model"] == ["alexnet", "alexnet_r", "fcn_r", "fcn_s", "googlenet", "lenet", "resnet50", "resnet56", "vgg16"]
     assert groups["dataset"] == ["cifar10", "digits", "imagenet", "mnist", "synthetic"]
     assert {"cpu12", "cpu20", "k20m", "p100"} <= set(groups["hardware"])
     assert "local" in groups["cluster"]
@@ -66,6 +66,16 @@ def test_the_fully_connected_networks_take_their_own_data_and_numpy_refuses_them
     with pytest.raises(CellError, match=r"^numpy/fcn_r/mnist: numpy does not support --model fcn_r; it supports "
                                         r"lenet \(numpy's reference is Caffe's LeNet only; .* fully connected"):
         cell("framework=numpy", "model=fcn_r", "dataset=mnist")
+
+
+def test_alexnet_r_runs_on_cifar10_at_32x32_and_refuses_other_shapes():
+    """DLBench's AlexNet-R takes CIFAR-10's shape only, refused otherwise at expansion; numpy refuses it."""
+    assert cell("model=alexnet_r", "dataset=synthetic").settings["like"] == "cifar10"
+    with pytest.raises(CellError, match=r"^torch/alexnet_r/mnist: alexnet_r is a CIFAR-10 network for 32x32 "
+                                        r"images, and mnist-shaped data is 1x28x28"):
+        cell("model=alexnet_r", "dataset=mnist", "batch_size=8")
+    with pytest.raises(CellError, match=r"^numpy/alexnet_r/cifar10: numpy does not support --model alexnet_r"):
+        cell("framework=numpy", "model=alexnet_r", "dataset=cifar10")
 
 
 def test_resnet56_runs_on_cifar10_at_32x32_and_refuses_other_shapes():

@@ -219,7 +219,8 @@ def test_a_sweep_lands_mfu_in_results_and_refuses_a_run_above_the_ceiling(tmp_pa
 
 #: The inputs docs/measurement.md tables each network at (LeNet at MNIST's own size, ResNet-56 at CIFAR-10's).
 TABLED = {"lenet": ((1, 28, 28), 10), "alexnet": (IMAGENET, 1000), "googlenet": (IMAGENET, 1000),
-          "resnet50": (IMAGENET, 1000), "vgg16": (IMAGENET, 1000), "resnet56": ((3, 32, 32), 10)}
+          "resnet50": (IMAGENET, 1000), "vgg16": (IMAGENET, 1000), "resnet56": ((3, 32, 32), 10),
+          "alexnet_r": ((3, 32, 32), 10)}
 
 
 def test_the_docs_table_of_how_loose_the_ceiling_is_matches_the_code():
@@ -323,3 +324,16 @@ def test_resnet56_is_counted_by_hand():
               + 16 * 16 * 32 * 16 * 1.5 * 33 * 33 / (16 * 16) + 17 * 16 * 16 * 32 * 32 * winograd
               + 8 * 8 * 64 * 32 * 1.5 * 17 * 17 / (8 * 8) + 17 * 8 * 8 * 64 * 64 * winograd + 64 * 10)
     assert flops.fewest_macs("resnet56", (3, 32, 32), 10) == pytest.approx(fewest)
+
+
+def test_alexnet_r_is_counted_by_hand():
+    """DLBench's AlexNet-R at 3x32x32: three 5x5 convolutions (padding 2) on the maps Caffe's
+    rounding-up pools leave (32, then 16, then 8), fc 64 x 4 x 4 x 10; the pools cost nothing.
+    The fewest: FFT's 1.5 x padded points / outputs beats the direct 25 on each convolution."""
+    total = 32 * 32 * 32 * 25 * 3 + 16 * 16 * 32 * 25 * 32 + 8 * 8 * 64 * 25 * 32 + 64 * 4 * 4 * 10
+    assert total == 12298240
+    assert forward_macs("alexnet_r", (3, 32, 32), 10) == total
+    assert training_flops("alexnet_r", (3, 32, 32), 10) == 6 * total
+    fewest = (32 * 32 * 32 * 3 * 1.5 * 36 * 36 / (32 * 32) + 16 * 16 * 32 * 32 * 1.5 * 20 * 20 / (16 * 16)
+              + 8 * 8 * 64 * 32 * 1.5 * 12 * 12 / (8 * 8) + 64 * 4 * 4 * 10)
+    assert flops.fewest_macs("alexnet_r", (3, 32, 32), 10) == pytest.approx(fewest)

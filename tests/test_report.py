@@ -562,6 +562,36 @@ def test_the_study_preset_expands_to_270_cells_by_hardware(tmp_path):
     assert list(tmp_path.iterdir()) == []  # a dry run writes nothing
 
 
+def test_the_study_presets_cifar10_cells_are_the_32x32_networks(tmp_path):
+    """The study ran CIFAR-10's own networks: its CIFAR-10 AlexNet and ResNet cells are AlexNet-R
+    and ResNet-56 at 32x32, not the ImageNet networks fed 224x224."""
+    done = orchestrator(["-m", "+preset=study", "+preset/net=alexnet_cifar10,resnet50_cifar10", "framework=torch",
+                         "+preset/on=cpu12", "cluster=slurm", "dry_run=true"], user_dir(tmp_path))
+    assert done.returncode == 0, done.stderr[-3000:]
+    listed = [[c.strip() for c in line.split("│")[2:5]] for line in done.stdout.splitlines() if line.startswith("│")]
+    assert sorted(listed) == [["torch", "alexnet_r", "cifar10"], ["torch", "resnet56", "cifar10"]], done.stdout
+    assert "ran at" not in done.stdout and " input " not in done.stdout
+
+
+def test_an_imagenet_network_on_small_images_says_it_ran_at_224(tmp_path):
+    """model=alexnet dataset=cifar10 keeps its cell (the ImageNet network, upsampled): the dry run's
+    listing says it ran at 224x224 (trainers.common.inputs.ran_at), and only there."""
+    done = orchestrator(["-m", "model=alexnet,alexnet_r", "dataset=cifar10", "framework=torch", "dry_run=true"],
+                        user_dir(tmp_path))
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = {line.split("│")[3].strip(): line for line in done.stdout.splitlines() if line.startswith("│")}
+    assert "ran at 224x224" in rows["alexnet"] and "ran at" not in rows["alexnet_r"], done.stdout
+    assert " input " in done.stdout
+
+
+def test_the_report_says_an_imagenet_network_on_cifar10_ran_at_224(tmp_path, db_url):
+    study = Study(tmp_path, url=db_url)
+    study.cell(ips(100), model="alexnet", dataset="cifar10")
+    study.cell(ips(900), model="alexnet_r", dataset="cifar10")
+    md = table_files.markdown(study.tables()["images_per_sec"])
+    assert "| cifar10 | alexnet (ran at 224x224) | torch |" in md and "| cifar10 | alexnet_r | torch |" in md, md
+
+
 def test_the_threads_and_batch_presets(tmp_path):
     workdir = user_dir(tmp_path)
     done = orchestrator(["-m", "+preset=threads", "framework=numpy", "hardware=cpu12", "dry_run=true"], workdir)

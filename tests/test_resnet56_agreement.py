@@ -4,10 +4,9 @@ same images.
 Equal parameter counts (tests/test_conformance.py) cannot see which pixels option A's shortcut
 keeps, where the zero channels go, or a ReLU before the sum instead of after it; this can. Each
 half runs in its framework's own interpreter (the orchestrator's venv has none of them)."""
-import subprocess
-
-import numpy as np
 import pytest
+
+from helpers import CAFFE_FORWARD, CNTK_HEAD, MXNET_HEAD, assert_torch_and_framework_agree
 
 pytestmark = pytest.mark.slow
 
@@ -75,14 +74,7 @@ np.save(sys.argv[2], net(a["x"].transpose(0, 2, 3, 1), training=False).numpy())
 """
 
 #: mxnet: Gluon's parameters in the order the blocks register them (torch's order), NCHW as torch
-MXNET = r"""
-import sys, numpy as np, mxnet as mx
-from trainers.mxnet.models import build
-a = np.load(sys.argv[1])
-net = build("resnet56", (3, 32, 32), 10)
-net.initialize()
-net(mx.nd.zeros((1, 3, 32, 32)))
-params = list(net.collect_params().values())
+MXNET = MXNET_HEAD % "resnet56" + r"""
 convs = [p for p in params if p.name.endswith("_weight") and len(p.shape) == 4]
 names = {"gamma": "weight", "beta": "bias", "running_mean": "running_mean", "running_var": "running_var"}
 for i, p in enumerate(convs):
@@ -116,20 +108,11 @@ for i, blobs in enumerate(kinds["Scale"]):
     blobs[0].data[...], blobs[1].data[...] = a["bn%d_weight" % i], a["bn%d_bias" % i]
 (fc,) = kinds["InnerProduct"]
 fc[0].data[...], fc[1].data[...] = a["fc_w"], a["fc_b"]
-net.blobs["data"].data[...] = a["x"]
-net.forward()
-np.save(sys.argv[2], net.blobs["fc"].data.copy())
-"""
+""" + CAFFE_FORWARD % "fc"
 
 #: cntk: parameters and BatchNorm's statistics (Constants) in the order they were made, which
 #: their uids count (torch's order); eval() infers on the stored statistics
-CNTK = r"""
-import sys, numpy as np
-from trainers.cntk.libpath import import_cntk
-C = import_cntk()
-from trainers.cntk.models import build
-a = np.load(sys.argv[1])
-x = C.input_variable((3, 32, 32))
+CNTK = CNTK_HEAD + r"""
 net = build("resnet56", x, 10)
 def made(variables, kind):
     return sorted(variables, key=lambda v: int(v.uid[len(kind):]))
@@ -153,13 +136,5 @@ SCRIPTS = {"jax": JAX, "tensorflow": TENSORFLOW, "mxnet": MXNET, "caffe": CAFFE,
 
 
 @pytest.mark.parametrize("framework", sorted(SCRIPTS))
-def test_torch_and_another_framework_compute_the_same_resnet56(framework, framework_env, repo_root, tmp_path):
-    weights, scores = tmp_path / "torch.npz", tmp_path / (framework + ".npy")
-    for name, script, args in (("torch", TORCH, [weights]), (framework, SCRIPTS[framework], [weights, scores])):
-        python, env = framework_env(name)
-        subprocess.run([python, "-c", script] + [str(a) for a in args], cwd=str(repo_root), check=True,
-                       timeout=600, env=env)
-    expected, got = np.load(weights)["scores"], np.load(scores)
-    assert expected.shape == got.shape == (2, 10)
-    assert np.std(expected) > 1e-3  # scores that differ, not a constant both sides could agree on
-    np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4)
+def test_torch_and_another_framework_compute_the_same_resnet56(framework, framework_env, tmp_path):
+    assert_torch_and_framework_agree(TORCH, framework, SCRIPTS[framework], framework_env, tmp_path)

@@ -244,11 +244,14 @@ def _results_table(rows: Sequence[Any], total: int, sweep: Optional[str]) -> Tab
     acc_names = ("top-1", "best", "to target", "s to target", "s/epoch")
     numeric = ("rep", "images/s", "mfu %", "cpu %", "RSS MB", "GPU MB", "GPU W", "J/img", *acc_names)
     varying = _add_setting_columns(table, rows)
+    notes = [setting_registry.input_note(r) for r in rows]  # "ran at 224x224": an ImageNet network on CIFAR-10
+    if any(notes):
+        table.add_column("input", no_wrap=True)
     for name in ("rep", "state",
                  "images/s", *(("mfu %",) if mfu else ()), *(acc_names if acc else ()), "cpu %", "RSS MB",
                  *(("GPU MB", "GPU W", "J/img") if gpu else ()), "node"):
         table.add_column(name, justify="right" if name in numeric else "left", no_wrap=True)
-    for r in rows:
+    for r, note in zip(rows, notes):
         repeat = f"{r['repeat']}" + (f".{r['attempt']}" if r["attempt"] and r["attempt"] > 1 else "")
         state = r["state"] + (f" ({r['error_class']})" if r["error_class"] else "")
         gpu_cells = (num(r["gpu_mem_peak_mb"], 0), num(r["gpu_power_avg_w"], 0),
@@ -258,7 +261,7 @@ def _results_table(rows: Sequence[Any], total: int, sweep: Optional[str]) -> Tab
         acc_cells = (num(r["top1"], 3), num(r["top1_best"], 3), to_target, num(r["time_to_target_s"], 1),
                      num(r["epoch_s"], 2)) if acc else ()
         table.add_row(*(Text(str(v)) for v in (
-            *_setting_cells(r, varying), repeat, state, rate(r["images_per_sec"], r["images_per_sec_std"]),
+            *_setting_cells(r, varying), *([note] if any(notes) else []), repeat, state, rate(r["images_per_sec"], r["images_per_sec_std"]),
             *((_percent(r["mfu"]),) if mfu else ()), *acc_cells, num(r["cpu_percent"], 0), num(r["peak_rss_mb"], 0), *gpu_cells, r["node"] or "")))
     return table
 

@@ -128,8 +128,12 @@ class Table:
         return hardware_label(hardware, gpus, threads if (hardware, gpus) in self.threaded else None)
 
     def row_values(self, row: tuple) -> list[str]:
+        """The row's labels; the network's says "ran at 224x224" where it was fed the data at
+        another size (setting_registry.input_note: an ImageNet network on CIFAR-10)."""
         settings = dict(zip(ROW_SETTINGS, row))
-        return [_shown(k, settings.get(k)) for k in self.row_fields]
+        note = setting_registry.input_note(settings)
+        return [_shown(k, settings.get(k)) + (f" ({note})" if k == "model" and note else "")
+                for k in self.row_fields]
 
     def row_headers(self) -> list[str]:
         return [{"model": "network", "batch_size": "batch"}.get(k, k) for k in self.row_fields]

@@ -58,7 +58,7 @@ from orchestrator.sweep import config_checks
 from orchestrator.store import queries
 from orchestrator import runstate, setting_registry
 from orchestrator.store.sql_adapters import Rows
-from trainers.common import failure_classes
+from trainers.common import failure_classes, flops, inputs
 
 #: `hardware.time_min` that asks for a learned limit.
 AUTO = "auto"
@@ -118,7 +118,6 @@ def _sample_flops(settings: Mapping[str, Any]) -> Optional[float]:
 @functools.lru_cache(maxsize=None)
 def _model_flops(model: str, like: str) -> float:
     """_sample_flops of a model on a data shape, counted once (the layer tables are walked)."""
-    from trainers.common import flops, inputs  # lazy: numpy, which `status` and `report` never need
 
     shape = inputs.input_shape(model, like)
     try:

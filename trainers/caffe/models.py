@@ -110,10 +110,10 @@ class Builder(object):
         return self.add(name, self.L.Dropout(bottom, in_place=True, dropout_ratio=ratio))
 
     def pool(self, name, bottom, spec):
-        """Pooling for an arch.MaxPool, rounding as PyTorch does (see the module's docstring)."""
+        """Pooling for an arch.MaxPool or AvgPool (AVE), rounding as PyTorch does (see above)."""
         c, h, w = self.shape
-        params = dict(pool=self.P.Pooling.MAX, kernel_size=spec.kernel, stride=spec.stride,
-                      pad=spec.pad)
+        kind = self.P.Pooling.AVE if isinstance(spec, arch.AvgPool) else self.P.Pooling.MAX
+        params = dict(pool=kind, kernel_size=spec.kernel, stride=spec.stride, pad=spec.pad)
         rounded_up = spec._replace(ceil=True)
         if not spec.ceil and arch.pool_size(h, spec) != arch.pool_size(h, rounded_up):
             if self.floor_field == "ceil_mode":
@@ -166,7 +166,7 @@ def _features(b, x, specs, relu=True, block=None, **conv_args):
     (relu<k>_<i>) and pool<k>."""
     convs = 0
     for spec in specs:
-        if isinstance(spec, arch.MaxPool):
+        if isinstance(spec, arch.POOLS):
             x = b.pool("pool%d" % (convs if block is None else block), x, spec)
             continue
         convs += 1
@@ -212,6 +212,11 @@ def alexnet(b, classes):
     x = _features(b, b.n[DATA], arch.ALEXNET)
     x = b.adaptive_avg("avgpool", x, arch.ALEXNET_POOLED)
     return _head(b, x, arch.ALEXNET_HEAD, classes)
+
+
+def alexnet_r(b, classes):
+    """DLBench's AlexNet-R, its prototxt's names (conv1..3, pool1..3, fc1) without LRN."""
+    return _head(b, _features(b, b.n[DATA], arch.ALEXNET_R), arch.ALEXNET_R_HEAD, classes, first=1)
 
 
 def _conv_bn(b, name, x, spec, relu, bn_name=None, eps=arch.BN_EPS, weight=MSRA_OUT):
@@ -339,7 +344,7 @@ def _fully_connected(head):
 
 
 NETWORKS = {"lenet": lenet, "alexnet": alexnet, "resnet50": resnet50, "resnet56": resnet56,
-            "googlenet": googlenet, "vgg16": vgg16}
+            "alexnet_r": alexnet_r, "googlenet": googlenet, "vgg16": vgg16}
 NETWORKS.update((name, _fully_connected(head)) for name, head in arch.FULLY_CONNECTED.items())
 
 

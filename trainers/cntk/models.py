@@ -73,13 +73,19 @@ def conv(x, spec, bias=True, activation=None, init=None):
 
 
 def max_pool(x, spec):
-    """Max pooling for an arch.MaxPool; its ceil is PyTorch's ceil_mode (the output size
-    rounds up)."""
+    """Max pooling for an arch.MaxPool, average pooling for an arch.AvgPool; its ceil is
+    PyTorch's ceil_mode (the output size rounds up). The average leaves ceil mode's overhang out
+    of its divisor (include_pad=False), Caffe's rule where the padding is 0; a padded one, whose
+    divisor Caffe counts the padding in, is refused."""
     C = _cntk()
+    average = isinstance(spec, arch.AvgPool)
+    if average and spec.pad:
+        raise Unsupported("a padded average pool (Caffe's divisor counts the padding) is not "
+                          "written for CNTK")
     x, pad = _same(x, spec.kernel, spec.pad)
-    return C.pooling(x, C.MAX_POOLING, (spec.kernel, spec.kernel),
+    return C.pooling(x, C.AVG_POOLING if average else C.MAX_POOLING, (spec.kernel, spec.kernel),
                      strides=(spec.stride, spec.stride), auto_padding=[pad, pad],
-                     ceil_out_dim=spec.ceil)
+                     ceil_out_dim=spec.ceil, include_pad=False)
 
 
 def batch_norm(x, epsilon=arch.BN_EPS):
@@ -122,9 +128,9 @@ def dropout(x, rate):
 
 
 def features(x, specs, activation=None, init=None):
-    """A sequence of arch.Conv (with bias and `activation`) and arch.MaxPool."""
+    """A sequence of arch.Conv (with bias and `activation`) and pools."""
     for spec in specs:
-        if isinstance(spec, arch.MaxPool):
+        if isinstance(spec, arch.POOLS):
             x = max_pool(x, spec)
         else:
             x = conv(x, spec, activation=activation, init=init)
@@ -159,6 +165,11 @@ def alexnet(x, classes):
     """torchvision's AlexNet (64, 192, 384, 256, 256 filters; 6x6 average pool)."""
     x = features(x, arch.ALEXNET, activation=_cntk().relu)
     return head(adaptive_avg_pool(x, arch.ALEXNET_POOLED), arch.ALEXNET_HEAD, classes)
+
+
+def alexnet_r(x, classes):
+    """DLBench's AlexNet-R (architectures.ALEXNET_R): Dense flattens the (64, 4, 4) map."""
+    return head(features(x, arch.ALEXNET_R, activation=_cntk().relu), arch.ALEXNET_R_HEAD, classes)
 
 
 def _bottleneck(x, channels, width, stride):
@@ -256,7 +267,7 @@ def _fully_connected(layers):
 
 
 NETWORKS = {"lenet": lenet, "alexnet": alexnet, "resnet50": resnet50, "resnet56": resnet56,
-            "googlenet": googlenet, "vgg16": vgg16}
+            "alexnet_r": alexnet_r, "googlenet": googlenet, "vgg16": vgg16}
 NETWORKS.update((name, _fully_connected(layers)) for name, layers in arch.FULLY_CONNECTED.items())
 
 

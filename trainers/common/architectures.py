@@ -41,12 +41,23 @@ channels and the class count change):
   option A shortcuts (the identity; where the shape changes, the input subsampled by the
   stride and zero channels appended: no parameters); a global average pool, fc classes.
   853,018 at 3x32x32 and 10 classes (the sum is in docs/frameworks.md; the paper's 0.85 M).
+- AlexNet-R: DLBench's CIFAR-10 AlexNet (Shi et al. 2016), as its Caffe file has it
+  (hclhkbu/dlbench tools/caffe/cnn/alexnet/alexnet.prototxt, cuda-convnet's layers-80sec.cfg
+  by way of Caffe's cifar10_quick; "R" for real data) without its LRN layers (the suite's
+  TensorFlow file comments them out): conv 32 5x5 pad 2, max pool 3/2, ReLU; conv 32 5x5 pad 2, ReLU, max
+  pool 3/2; conv 64 5x5 pad 2, ReLU, average pool 3/2; fc classes. Caffe's pooling rounds up
+  (32 -> 16 -> 8 -> 4), so fc sees 64 x 4 x 4: 89,578 at 3x32x32 and 10 classes (the sum is in
+  docs/frameworks.md). ReLU before a max pool equals ReLU after it, so every convolution here
+  carries its ReLU as AlexNet's do.
 
 (Counts at 3x224x224 and 1000 classes unless said; the tests check every framework's
 `python -m trainers.<framework>.models --count` against them.)
 
 The tables use PyTorch's conventions: `Conv(filters, kernel, stride, pad)` with explicit
-zero padding, `MaxPool(kernel, stride, pad, ceil)` where `ceil` is PyTorch's ceil_mode.
+zero padding, `MaxPool(kernel, stride, pad, ceil)` where `ceil` is PyTorch's ceil_mode, and
+`AvgPool` with the same fields, Caffe's AVE pooling: its divisor is the window clipped to the padded input, so
+a window that hangs over the end (ceil mode) divides by the pixels it covers (PyTorch's
+count_include_pad, which copies Caffe's rule).
 A classifier head is the sequence of layers between the flattened features and the final
 fully connected layer (one output per class, always last): `(FC, n)` is a fully connected
 layer of n units followed by ReLU, `(FC_SIGMOID, n)` one followed by a sigmoid, `(DROPOUT, p)`
@@ -63,6 +74,9 @@ Conv = collections.namedtuple("Conv", "filters kernel stride pad")
 Conv.__new__.__defaults__ = (1, 0)
 MaxPool = collections.namedtuple("MaxPool", "kernel stride pad ceil")
 MaxPool.__new__.__defaults__ = (0, False)
+AvgPool = collections.namedtuple("AvgPool", "kernel stride pad ceil")
+AvgPool.__new__.__defaults__ = (0, False)
+POOLS = (MaxPool, AvgPool)
 #: an inception module's output channels per branch, in the paper's column order
 Inception = collections.namedtuple("Inception", "ch1x1 ch3x3red ch3x3 ch5x5red ch5x5 pool_proj")
 #: a ResNet stage: `blocks` bottlenecks of `width` channels inside (4x that out), the first
@@ -143,6 +157,14 @@ def zero_shortcut(in_channels, filters, stride):
     if stride != 1 or in_channels != filters:
         return (stride, filters - in_channels)
     return None
+
+
+# ------------------------------------------------------------- AlexNet-R (CIFAR-10)
+
+ALEXNET_R = (Conv(32, 5, 1, 2), MaxPool(3, 2, ceil=True),  # every Conv with ReLU
+             Conv(32, 5, 1, 2), MaxPool(3, 2, ceil=True),
+             Conv(64, 5, 1, 2), AvgPool(3, 2, ceil=True))
+ALEXNET_R_HEAD = ()  # the features flattened, then the classes
 
 
 # ------------------------------------------------------------------------- GoogLeNet
@@ -239,8 +261,9 @@ def conv_size(size, spec):
 
 
 def pool_size(size, spec):
-    """A max pool's output size along one axis, rounded as PyTorch (and Caffe) round: down,
-    or with `ceil` up, where the last window must start inside the input or left padding."""
+    """A max or average pool's output size along one axis, rounded as PyTorch (and Caffe)
+    round: down, or with `ceil` up, where the last window must start inside the input or left
+    padding."""
     if not spec.ceil:
         return (size + 2 * spec.pad - spec.kernel) // spec.stride + 1
     out = -(-(size + 2 * spec.pad - spec.kernel) // spec.stride) + 1
@@ -250,9 +273,9 @@ def pool_size(size, spec):
 
 
 def feature_size(layers, size):
-    """The size along one axis after a sequence of Conv and MaxPool."""
+    """The size along one axis after a sequence of Conv, MaxPool and AvgPool."""
     for spec in layers:
-        size = pool_size(size, spec) if isinstance(spec, MaxPool) else conv_size(size, spec)
+        size = pool_size(size, spec) if isinstance(spec, POOLS) else conv_size(size, spec)
     return size
 
 

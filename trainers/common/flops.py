@@ -32,9 +32,9 @@ A fully connected network (FCN-S, FCN-R) costs its layers' in x out, from the fl
 no fast algorithm applies, so its ceiling is only the first layer's input gradient left out.
 
 ResNet-56 (CIFAR-10) counts its convolutions and fc as the others do: its shortcuts have no
-parameters and no multiplies.
+parameters and no multiplies. AlexNet-R's average pool costs nothing, as every pool here.
 
-A network's input is what the trainer feeds it (inputs.input_shape: LeNet, ResNet-56 and the fully
+A network's input is what the trainer feeds it (inputs.input_shape: LeNet, the CIFAR networks and the fully
 connected networks at the dataset's own size, the ImageNet networks at 224x224 whatever the dataset) and its class count.
 
     python -m trainers.common.flops [--channels 3 --size 224 --classes 1000]
@@ -106,7 +106,7 @@ class _Counter(object):
 
     def layers(self, layers):
         for spec in layers:
-            if isinstance(spec, arch.MaxPool):
+            if isinstance(spec, arch.POOLS):
                 self.pool(spec)
             elif isinstance(spec, arch.Inception):
                 self.inception(spec)
@@ -154,9 +154,12 @@ def _fewest_multiplies(spec, h, w):
     return min([direct] + [m for m in fast if m is not None])
 
 
-def _lenet(counter, classes):
-    counter.layers(arch.LENET)
-    counter.head(arch.LENET_HEAD, counter.channels * counter.height * counter.width, classes)
+def _flattened(layers, head):
+    """LeNet and AlexNet-R: the layers, their last map flattened into the head."""
+    def count(counter, classes):
+        counter.layers(layers)
+        counter.head(head, counter.channels * counter.height * counter.width, classes)
+    return count
 
 
 def _plain(layers, pooled, head):
@@ -203,7 +206,8 @@ def _fully_connected(head):
 
 
 _NETWORKS = {
-    "lenet": _lenet,
+    "lenet": _flattened(arch.LENET, arch.LENET_HEAD),
+    "alexnet_r": _flattened(arch.ALEXNET_R, arch.ALEXNET_R_HEAD),
     "alexnet": _plain(arch.ALEXNET, arch.ALEXNET_POOLED, arch.ALEXNET_HEAD),
     "resnet50": _resnet50,
     "resnet56": _resnet56,

@@ -98,6 +98,20 @@ def _max_pool(x, spec):
     return nn.max_pool(x, (spec.kernel, spec.kernel), (spec.stride, spec.stride), padding)
 
 
+def _avg_pool(x, spec):
+    """An arch.AvgPool with Caffe's divisor (the window clipped to the padded input): the
+    padding made explicit zeros (counted), the overhang of ceil mode added as Flax's padding,
+    which count_include_pad=False leaves out of the divisor."""
+    if spec.pad:
+        x = jnp.pad(x, ((0, 0), (spec.pad, spec.pad), (spec.pad, spec.pad), (0, 0)))
+    padding = []
+    for size in x.shape[1:3]:
+        out = arch.pool_size(size - 2 * spec.pad, spec)
+        padding.append((0, max((out - 1) * spec.stride + spec.kernel - size, 0)))
+    return nn.avg_pool(x, (spec.kernel, spec.kernel), (spec.stride, spec.stride), padding,
+                       count_include_pad=False)
+
+
 def _adaptive_avg_pool(x, pooled):
     """PyTorch's AdaptiveAvgPool2d((pooled, pooled)) on NHWC `x`."""
     height, width = x.shape[1:3]
@@ -119,6 +133,8 @@ def _features(x, layers, init, dtype, relu=True):
     for spec in layers:
         if isinstance(spec, arch.MaxPool):
             x = _max_pool(x, spec)
+        elif isinstance(spec, arch.AvgPool):
+            x = _avg_pool(x, spec)
         else:
             x = _conv(x, spec, init, dtype)
             if relu:
@@ -157,7 +173,8 @@ class LeNet(nn.Module):
 
 class PlainNet(nn.Module):
     """AlexNet and VGG16: convolutions with ReLU and max pools, an adaptive average pool to
-    `pooled` x `pooled`, a classifier head."""
+    `pooled` x `pooled`, a classifier head; AlexNet-R (`pooled` None) flattens its features
+    as they are."""
     layers: tuple
     pooled: int
     head: tuple
@@ -168,7 +185,7 @@ class PlainNet(nn.Module):
     @nn.compact
     def __call__(self, x, train=True):
         x = _features(x, self.layers, self.inits, self.dtype)
-        x = _flatten(_adaptive_avg_pool(x, self.pooled))
+        x = _flatten(_adaptive_avg_pool(x, self.pooled) if self.pooled else x)
         return _head(x, self.head, self.classes, self.inits, self.dtype, train)
 
 
@@ -292,6 +309,8 @@ def build(name, input_shape, classes, dtype=jnp.float32):
     if name == "alexnet":
         return PlainNet(arch.ALEXNET, arch.ALEXNET_POOLED, arch.ALEXNET_HEAD, ALEXNET_INIT,
                         classes, dtype)
+    if name == "alexnet_r":
+        return PlainNet(arch.ALEXNET_R, None, arch.ALEXNET_R_HEAD, ALEXNET_INIT, classes, dtype)
     if name == "resnet50":
         return ResNet50(classes, dtype)
     if name == "resnet56":

@@ -31,6 +31,11 @@ LENET_INIT = mx.init.Xavier(rnd_type="uniform", factor_type="in", magnitude=INIT
 
 
 def _max_pool(spec):
+    """MaxPool2D for an arch.MaxPool; AvgPool2D for an arch.AvgPool, whose count_include_pad
+    divisor (the window clipped to the padded input) is Caffe's, as in PyTorch."""
+    if isinstance(spec, arch.AvgPool):
+        return nn.AvgPool2D(spec.kernel, spec.stride, padding=spec.pad, ceil_mode=spec.ceil,
+                            count_include_pad=True)
     return nn.MaxPool2D(spec.kernel, spec.stride, padding=spec.pad, ceil_mode=spec.ceil)
 
 
@@ -40,11 +45,11 @@ def _conv(channels, spec, **kwargs):
 
 
 def _features(specs, channels, activation=None, init=None):
-    """The blocks of a sequence of arch.Conv (with bias and `activation`) and arch.MaxPool,
-    and the channels they end with."""
+    """The blocks of a sequence of arch.Conv (with bias and `activation`) and pools, and the
+    channels they end with."""
     blocks = []
     for spec in specs:
-        if isinstance(spec, arch.MaxPool):
+        if isinstance(spec, arch.POOLS):
             blocks.append(_max_pool(spec))
         else:
             blocks.append(_conv(channels, spec, activation=activation,
@@ -81,6 +86,23 @@ class LeNet(nn.HybridBlock):
             self.classifier = nn.HybridSequential()
             self.classifier.add(*_head(arch.LENET_HEAD, channels * h * w, classes,
                                        init=LENET_INIT))
+
+    def hybrid_forward(self, F, x):
+        return self.classifier(self.features(x))
+
+
+class AlexNetR(nn.HybridBlock):
+    """DLBench's AlexNet-R (architectures.ALEXNET_R): its features flattened into the classes."""
+
+    def __init__(self, in_channels, classes, height, width, **kwargs):
+        super(AlexNetR, self).__init__(**kwargs)
+        h, w = (arch.feature_size(arch.ALEXNET_R, n) for n in (height, width))
+        with self.name_scope():
+            self.features = nn.HybridSequential()
+            blocks, channels = _features(arch.ALEXNET_R, in_channels, "relu")
+            self.features.add(*blocks)
+            self.classifier = nn.HybridSequential()
+            self.classifier.add(*_head(arch.ALEXNET_R_HEAD, channels * h * w, classes))
 
     def hybrid_forward(self, F, x):
         return self.classifier(self.features(x))
@@ -305,6 +327,8 @@ def build(name, input_shape, classes):
         return LeNet(channels, classes, height, width)
     if name == "alexnet":
         return AlexNet(channels, classes, size=height)
+    if name == "alexnet_r":
+        return AlexNetR(channels, classes, height, width)
     if name == "resnet50":
         return ResNet50(channels, classes)
     if name == "resnet56":

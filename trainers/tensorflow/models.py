@@ -56,14 +56,20 @@ def _conv(x, spec, use_bias=True, init="glorot_uniform"):
 
 
 def _max_pool(x, spec):
-    """PyTorch's MaxPool2d for an arch.MaxPool. At stride 1 with padding (kernel - 1) / 2
-    (GoogLeNet's inception branch) that is Keras' "same" pooling, whose padding never wins.
-    Other explicit padding pads with zeros (callers only pad non-negative input); ceil mode
-    uses "same" pooling, which is the same window placement when it pads at most one pixel,
-    at the end (what ceil mode does when padding is 0)."""
+    """PyTorch's MaxPool2d for an arch.MaxPool (AvgPool2d for an arch.AvgPool). At stride 1 with
+    padding (kernel - 1) / 2 (GoogLeNet's inception branch) that is Keras' "same" pooling, whose
+    padding never wins. Other explicit padding pads with zeros (callers only pad non-negative
+    input); ceil mode uses "same" pooling, which is the same window placement when it pads at
+    most one pixel, at the end (what ceil mode does when padding is 0). Keras' "same" average
+    leaves that pixel out of the divisor, as Caffe's rule does where the padding is 0 (a padded
+    average, whose divisor counts Caffe's padding, is refused)."""
     kernel, stride = spec.kernel, spec.stride
+    pool = layers.AveragePooling2D if isinstance(spec, arch.AvgPool) else layers.MaxPooling2D
+    if spec.pad and pool is layers.AveragePooling2D:
+        raise Unsupported("a padded average pool (Caffe's divisor counts the padding) has no "
+                          "Keras layer here")
     if stride == 1 and 2 * spec.pad == kernel - 1:
-        return layers.MaxPooling2D(kernel, strides=1, padding="same")(x)
+        return pool(kernel, strides=1, padding="same")(x)
     if spec.ceil:
         if spec.pad:
             raise ValueError("ceil_mode with padding is not used by these networks")
@@ -73,10 +79,10 @@ def _max_pool(x, spec):
             if arch.pool_size(n, spec) != out_same or total > 1:
                 raise ValueError("ceil-mode pooling k=%d s=%d on %d is not Keras' 'same'"
                                  % (kernel, stride, n))
-        return layers.MaxPooling2D(kernel, strides=stride, padding="same")(x)
+        return pool(kernel, strides=stride, padding="same")(x)
     if spec.pad:
         x = layers.ZeroPadding2D(spec.pad)(x)
-    return layers.MaxPooling2D(kernel, strides=stride, padding="valid")(x)
+    return pool(kernel, strides=stride, padding="valid")(x)
 
 
 def _adaptive_avg_pool(x, out):
@@ -102,9 +108,9 @@ def _logits(x, classes, init="glorot_uniform"):
 
 
 def _features(x, specs, relu=True, init="glorot_uniform"):
-    """A sequence of arch.Conv (with bias; ReLU after each where `relu`) and arch.MaxPool."""
+    """A sequence of arch.Conv (with bias; ReLU after each where `relu`) and pools."""
     for spec in specs:
-        if isinstance(spec, arch.MaxPool):
+        if isinstance(spec, arch.POOLS):
             x = _max_pool(x, spec)
         else:
             x = _conv(x, spec, init=init)
@@ -198,6 +204,13 @@ def resnet56(inputs, classes):
     return _head(_adaptive_avg_pool(x, 1), arch.RESNET56_HEAD, classes)
 
 
+def alexnet_r(inputs, classes):
+    """DLBench's AlexNet-R: its features flattened into the classes (NHWC: the flattening
+    order differs from PyTorch's, the count does not)."""
+    x = layers.Flatten()(_features(inputs, arch.ALEXNET_R))
+    return _head(x, arch.ALEXNET_R_HEAD, classes)
+
+
 def _googlenet_layer(x, spec):
     """A GoogLeNet layer: max pool, inception module, or torchvision's BasicConv2d (conv
     without bias, BatchNorm (eps 0.001), ReLU)."""
@@ -237,7 +250,7 @@ def _fully_connected(head):
 
 
 BUILDERS = {"lenet": lenet, "alexnet": alexnet, "resnet50": resnet50, "resnet56": resnet56,
-            "googlenet": googlenet, "vgg16": vgg16}
+            "alexnet_r": alexnet_r, "googlenet": googlenet, "vgg16": vgg16}
 BUILDERS.update((name, _fully_connected(head)) for name, head in arch.FULLY_CONNECTED.items())
 
 

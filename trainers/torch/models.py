@@ -14,6 +14,7 @@ and 1000 classes they have the published parameter counts:
     vgg16       138,357,544
     fcn_s       122,194,048 at 1x1x26752, 26,752 classes; fcn_r 14,205,962 on MNIST (DLBench)
     resnet56    853,018 at 3x32x32, 10 classes (He et al. 2016, section 4.2)
+    alexnet_r   89,578 at 3x32x32, 10 classes (DLBench's AlexNet-R, Caffe's rounding)
 
     python -m trainers.torch.models --count [--channels 3 --size 224 --classes 1000]
 
@@ -31,16 +32,21 @@ from trainers.common.recipe import init_limit
 
 
 def _max_pool(spec):
+    """MaxPool2d for an arch.MaxPool; AvgPool2d for an arch.AvgPool, whose divisor rule
+    (count_include_pad: the window clipped to the padded input) is Caffe's."""
+    if isinstance(spec, arch.AvgPool):
+        return nn.AvgPool2d(kernel_size=spec.kernel, stride=spec.stride, padding=spec.pad,
+                            ceil_mode=spec.ceil, count_include_pad=True)
     return nn.MaxPool2d(kernel_size=spec.kernel, stride=spec.stride, padding=spec.pad,
                         ceil_mode=spec.ceil)
 
 
 def _features(layers, channels, relu=True):
     """The modules of a sequence of arch.Conv (with bias; ReLU after each where `relu`) and
-    arch.MaxPool, and the channels they end with."""
+    pools, and the channels they end with."""
     modules = []
     for spec in layers:
-        if isinstance(spec, arch.MaxPool):
+        if isinstance(spec, arch.POOLS):
             modules.append(_max_pool(spec))
             continue
         modules.append(nn.Conv2d(channels, spec.filters, kernel_size=spec.kernel,
@@ -109,6 +115,22 @@ class AlexNet(_PlainNet):
     def __init__(self, in_channels=3, classes=1000):
         super(AlexNet, self).__init__(arch.ALEXNET, arch.ALEXNET_POOLED, arch.ALEXNET_HEAD,
                                       in_channels, classes)
+
+
+class AlexNetR(nn.Module):
+    """DLBench's AlexNet-R for CIFAR-10 (architectures.ALEXNET_R): its features flattened
+    into the classes."""
+
+    def __init__(self, in_channels, classes, height, width):
+        super(AlexNetR, self).__init__()
+        features, channels = _features(arch.ALEXNET_R, in_channels)
+        self.features = nn.Sequential(*features)
+        flat = channels * arch.feature_size(arch.ALEXNET_R, height) * arch.feature_size(
+            arch.ALEXNET_R, width)
+        self.classifier = nn.Sequential(*_head(arch.ALEXNET_R_HEAD, flat, classes))
+
+    def forward(self, x):
+        return self.classifier(torch.flatten(self.features(x), 1))
 
 
 class Bottleneck(nn.Module):
@@ -324,6 +346,8 @@ def build(name, input_shape, classes):
         return LeNet(channels, classes, height, width)
     if name == "alexnet":
         return AlexNet(channels, classes)
+    if name == "alexnet_r":
+        return AlexNetR(channels, classes, height, width)
     if name == "resnet50":
         return ResNet50(channels, classes)
     if name == "resnet56":
