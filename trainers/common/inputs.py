@@ -112,7 +112,6 @@ def resize_nearest(images, height, width):
     Integer factors (28 -> 224 is 8x, 32 -> 224 is 7x) make this an exact pixel
     repetition; other sizes pick the source pixel whose cell covers the target pixel.
     """
-    import numpy as np  # as in to_float
     n, c, h, w = images.shape
     if (h, w) == (height, width):
         return images
