@@ -6,6 +6,7 @@ the metrics rows, and `results --csv` reads them, in the bytes the view's rows g
 import csv
 import io
 import re
+from contextlib import redirect_stdout
 
 from sqlalchemy import create_engine, select
 from sqlalchemy.pool import NullPool
@@ -25,7 +26,7 @@ def kept_and_pivoted(url):
     engine = create_engine(url, poolclass=NullPool)
     try:
         with engine.connect() as conn:
-            kept = {r[0]: tuple(r) for r in conn.execute(select(schema.KeptMetrics))}
+            kept = {r[0]: tuple(r)[:-1] for r in conn.execute(select(schema.KeptMetrics))}
             pivoted = {r[0]: tuple(r) for r in conn.execute(cell_stats.metric_pivot())}
     finally:
         engine.dispose()
@@ -33,10 +34,28 @@ def kept_and_pivoted(url):
 
 
 def assert_kept_metrics_exact(url):
-    """The kept rows are the pivoted ones, every value equal (to the last bit: the same select's)."""
+    """The kept rows are the pivoted ones, every value equal (to the last bit: the same select's),
+    each with its text as csv writes those values (the CSV's metric fields, store/csv_lines.py)."""
     kept, pivoted = kept_and_pivoted(url)
     assert kept == pivoted and kept
+    engine = create_engine(url, poolclass=NullPool)
+    with engine.connect() as conn:
+        texts = dict(conn.execute(select(schema.KeptMetrics.run_id, schema.KeptMetrics.csv_text)).all())
+    engine.dispose()
+    for run_id, row in kept.items():
+        out = io.StringIO()
+        csv.writer(out, lineterminator="\n").writerow(row[1:])
+        assert texts[run_id] + "\n" == out.getvalue()
+    assert view_csv(url) == printed_csv(url)
     return kept
+
+
+def printed_csv(url):
+    """What `results --csv` prints of the database at `url`."""
+    out = io.StringIO()
+    with redirect_stdout(out):
+        assert main(["--db", url, "results", "--csv"]) == 0
+    return out.getvalue()
 
 
 def test_the_kept_metrics_are_the_pivot_after_collects_failures_reruns_and_a_second_landing(tmp_path, db_url):
@@ -129,7 +148,7 @@ def test_results_csv_reads_the_kept_metrics_in_the_views_bytes(tmp_path, db_url,
         printed = capsys.readouterr().out
         assert printed == view_csv(db_url, where[1].split("=")[1] if where else "")
         assert len(list(csv.reader(io.StringIO(printed)))) == (1 + 9 if not where else 1 + 5)
-    query = cell_stats.results_rows({}, RESULTS_ORDER, None, totals=False)
+    query = cell_stats.results_lines({}, RESULTS_ORDER, None)
     engine = create_engine(db_url, poolclass=NullPool)
     with engine.connect() as conn:
         sql = str(query.compile(engine, compile_kwargs={"literal_binds": True}))

@@ -355,10 +355,13 @@ class KeptMetrics(Base):
     row per run by its key instead of pivoting 11 million metric rows (25 look-ups or a grouping
     per run, most of its time). Written only by result_rows.keep_metrics, with the view's own
     pivot, in the transaction that wrote the run's metrics rows (the collector's landing, a copy).
-    A run without metrics rows has no row, as it has none in the view's pivot."""
+    A run without metrics rows has no row, as it has none in the view's pivot. `csv_text`: the
+    same values as csv writes them in `results --csv` (migration 0020, store/csv_lines.py), so
+    that the CSV's lines are text the database joins, not Python values formatted per row."""
 
     __table__ = Table(
         "kept_metrics", Base.metadata,
         Column("run_id", ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True, autoincrement=False),
         *(Column(m.column, Float) for m in metric_registry.VIEW_METRICS),
+        Column("csv_text", String),
     )
