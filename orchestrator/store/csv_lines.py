@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import csv
 import io
-from functools import reduce
 from typing import Any, Iterable, Mapping, Optional, Sequence
 
 from sqlalchemy import Boolean, Integer, Select, String, case, cast, func, literal, or_
@@ -113,10 +112,28 @@ def line_columns(columns: Iterable[Any], kept_text: Any) -> list[Any]:
     return [*out, _joined(texts[-1], len(out), trailing=False, end=True)]
 
 
+class _format(FunctionElement):
+    """Text of a format (only `%s` marks) and its values: SQLite's printf, PostgreSQL's format.
+    One call builds a line: 30 concatenations made as many copies of it."""
+    type = String()
+    name = "printf"
+    inherit_cache = True
+
+
+@compiles(_format)
+def _printf(element: Any, compiler: Any, **kw: Any) -> str:
+    return f"printf({compiler.process(element.clauses, **kw)})"
+
+
+@compiles(_format, "postgresql")
+def _pg_format(element: Any, compiler: Any, **kw: Any) -> str:
+    return f"format({compiler.process(element.clauses, **kw)})"
+
+
 def _joined(fields: list[Any], at: int, trailing: bool, end: bool = False) -> Any:
-    parts = [part for i, field in enumerate(fields) for part in ((_text(","), field) if i else (field,))]
-    parts += [_text(",")] if trailing else [_text(DIALECT["lineterminator"])] if end else []
-    return reduce(lambda a, b: a + b, parts or [_text("")]).label(f"line_{at}")
+    """`fields` joined by commas, with a comma after (`trailing`) or the line's end (`end`)."""
+    tail = "," if trailing else DIALECT["lineterminator"] if end else ""
+    return _format(_text(",".join(["%s"] * len(fields)) + tail), *fields).label(f"line_{at}")
 
 
 def _python_field(value: Any) -> str:
