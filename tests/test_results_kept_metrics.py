@@ -8,6 +8,7 @@ import io
 import re
 from contextlib import redirect_stdout
 
+import pytest
 from sqlalchemy import create_engine, select
 from sqlalchemy.pool import NullPool
 
@@ -101,12 +102,14 @@ def test_a_copy_keeps_the_pivot_of_the_runs_it_moves(tmp_path, db_url):
     assert assert_kept_metrics_exact(db_url).keys() and len(kept_and_pivoted(db_url)[0]) == 6
 
 
-def test_an_upgrade_builds_the_kept_metrics_of_the_runs_already_there(tmp_path, db_url):
-    """A database at 0017 (no kept_metrics) with runs: the upgrade (0019) fills it from their metrics."""
+@pytest.mark.parametrize("revision", ["0017", "0019"])
+def test_an_upgrade_builds_the_kept_metrics_of_the_runs_already_there(tmp_path, db_url, revision):
+    """A database at 0017 (no kept_metrics) or 0019 (no text) with runs: the upgrade (0019, 0020)
+    fills it from their metrics, numbers and text."""
     from test_db import upgraded_from
 
     landed(db_url, tmp_path / "runs", 6)
-    upgraded_from(db_url, "0017")
+    upgraded_from(db_url, revision)
     assert len(assert_kept_metrics_exact(db_url)) == 6
 
 
