@@ -143,10 +143,10 @@ def _write_csv(session: Any, query: Any, columns: Sequence[str], empty: str) -> 
 
 def _write_lines(session: Any, query: Any, empty: str) -> int:
     """`results --csv`: the header, then the query's lines (cell_stats.results_lines) as they
-    come, ten thousand at a time; `empty`: the error where there are none."""
+    come, a thousand at a time (the first row early); `empty`: the error where there are none."""
     from orchestrator.store import csv_lines, schema  # lazy: SQLAlchemy only where needed
 
-    batches = iter(session.connection().execute(query, execution_options={"yield_per": 10_000}).partitions())
+    batches = iter(session.connection().execute(query, execution_options={"yield_per": 1000}).partitions())
     first = next(batches, None)
     if not first:
         raise CliError(empty)
