@@ -7,7 +7,7 @@ import io
 import math
 
 import pytest
-from sqlalchemy import create_engine, select, update
+from sqlalchemy import Integer, create_engine, select, update
 from sqlalchemy.pool import NullPool
 
 from orchestrator.cli import main
@@ -70,6 +70,21 @@ def make_hostile(url):
     engine.dispose()
 
 
+def view_csv_where(url, column, value):
+    """csv.writer's text of the `results` view's rows whose `column` is `value`, in RESULTS_ORDER."""
+    view = schema.results_view
+    value = int(value) if isinstance(view.c[column].type, Integer) else value
+    engine = create_engine(url, poolclass=NullPool)
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(schema.RESULTS_COLUMNS)
+    with engine.connect() as conn:
+        writer.writerows(conn.execute(select(view).where(view.c[column] == value)
+                                      .order_by(*(view.c[c] for c in RESULTS_ORDER))))
+    engine.dispose()
+    return out.getvalue()
+
+
 def test_the_csv_of_hostile_values_is_the_views_bytes(tmp_path, db_url, monkeypatch, capsys):
     """Commas, quotes, line ends, spaces, unicode, empty text, NULLs, long text, integers at the
     edges, booleans and floats csv writes by repr: the lines are what csv.writer writes of the
@@ -80,6 +95,9 @@ def test_the_csv_of_hostile_values_is_the_views_bytes(tmp_path, db_url, monkeypa
     assert printed == view_csv(db_url)
     assert printed.count("\ns:") == 12  # a line per run (csv cannot read back its own unquoted \r)
     assert csv_printed(capsys, "--where", "framework=torch") == view_csv(db_url, "torch")
+    for column, value in (("input", "memory"), ("mode", "accuracy"), ("nodes", "1"), ("error_class", "")):
+        filtered = csv_printed(capsys, "--where", f"{column}={value}")
+        assert filtered == view_csv_where(db_url, column, value) and filtered.count("\ns:") > 0, column
     cut = csv_printed(capsys, "--limit", "5")
     assert printed.startswith(cut) and cut.count("\ns:") == 5 and printed[len(cut):].startswith("s:")
 
