@@ -267,24 +267,32 @@ def test_results_and_summary_show_the_first_rows_and_say_how_to_see_all(tmp_path
 
 
 def test_results_csv_streams_its_rows(tmp_path, db_url, monkeypatch, capsys):
-    """The CSV writer is handed the database's rows as they come, never a list of all of them."""
+    """The CSV writer is handed the database's rows as they come, never a list of all of them:
+    the summary's rows to csv, the runs' lines (store/csv_lines.py) a batch of 1,000 at a time."""
     from orchestrator.commands import results
+    from orchestrator.store import csv_lines
 
-    _many_runs(tmp_path, monkeypatch, 5, db_url)
+    _many_runs(tmp_path, monkeypatch, 1005, db_url)
     capsys.readouterr()
-    handed = []
-    write_csv = results.write_csv
+    handed, batches = [], []
+    write_csv, line_text = results.write_csv, csv_lines.line_text
 
     def spy(rows, columns):
         handed.append(rows)
         return write_csv(rows, columns)
 
+    def lines_spy(rows):
+        batches.append(len(rows))
+        return line_text(rows)
+
     monkeypatch.setattr(results, "write_csv", spy)
-    for summary in ([], ["--summary"]):
-        assert main(["results", "--csv", *summary]) == 0
-    assert len(handed) == 2 and not any(isinstance(rows, (list, tuple)) for rows in handed)
-    assert all(iter(rows) is rows for rows in handed)  # iterators: rows one at a time
-    assert len(capsys.readouterr().out.splitlines()) == 2 * (1 + 5)
+    monkeypatch.setattr(csv_lines, "line_text", lines_spy)
+    assert main(["results", "--csv", "--summary"]) == 0
+    assert len(handed) == 1 and not isinstance(handed[0], (list, tuple)) and iter(handed[0]) is handed[0]
+    assert len(capsys.readouterr().out.splitlines()) == 1 + 1005
+    assert main(["results", "--csv"]) == 0
+    assert batches == [1000, 5]
+    assert len(capsys.readouterr().out.splitlines()) == 1 + 1005
 
 
 def test_results_bad_filters_say_what_to_do(env, any_db, capsys):

@@ -82,7 +82,7 @@ def test_two_collectors_at_once_keep_the_counts_exact(tmp_path, db_url, batch):
 
 
 def test_an_upgrade_counts_the_runs_already_there(tmp_path, db_url):
-    """A database at 0017 (no kept_counts) with runs: the upgrade to 0018 (SQLite) or 0022
+    """A database at 0017 (no kept_counts) with runs: the upgrade to 0018 (SQLite) or 0021
     (PostgreSQL) counts them and makes the triggers that keep them (a run landed after the
     upgrade is counted)."""
     sqlite_url = db_url

@@ -160,7 +160,7 @@ def test_the_history_a_learned_time_limit_reads_is_the_same_on_either_store(tmp_
 
 def test_the_first_runs_of_a_class_are_read_from_the_index_alone(tmp_path, db_url):
     """queries.first_runs orders a class's latest runs by id: SQLite's indexes carry the rowid,
-    PostgreSQL's ix_runs_current carries the id (INCLUDE, migration 0022), so that neither reads
+    PostgreSQL's ix_runs_current carries the id (INCLUDE, migration 0021), so that neither reads
     the table's rows (22 ms a class over a million runs on PostgreSQL before); the answer is
     each class's lowest ids."""
     from orchestrator.store.sql_adapters import Rows

@@ -6,7 +6,9 @@ the metrics rows, and `results --csv` reads them, in the bytes the view's rows g
 import csv
 import io
 import re
+from contextlib import redirect_stdout
 
+import pytest
 from sqlalchemy import create_engine, select
 from sqlalchemy.pool import NullPool
 
@@ -25,7 +27,7 @@ def kept_and_pivoted(url):
     engine = create_engine(url, poolclass=NullPool)
     try:
         with engine.connect() as conn:
-            kept = {r[0]: tuple(r) for r in conn.execute(select(schema.KeptMetrics))}
+            kept = {r[0]: tuple(r)[:-1] for r in conn.execute(select(schema.KeptMetrics))}
             pivoted = {r[0]: tuple(r) for r in conn.execute(cell_stats.metric_pivot())}
     finally:
         engine.dispose()
@@ -33,10 +35,28 @@ def kept_and_pivoted(url):
 
 
 def assert_kept_metrics_exact(url):
-    """The kept rows are the pivoted ones, every value equal (to the last bit: the same select's)."""
+    """The kept rows are the pivoted ones, every value equal (to the last bit: the same select's),
+    each with its text as csv writes those values (the CSV's metric fields, store/csv_lines.py)."""
     kept, pivoted = kept_and_pivoted(url)
     assert kept == pivoted and kept
+    engine = create_engine(url, poolclass=NullPool)
+    with engine.connect() as conn:
+        texts = dict(conn.execute(select(schema.KeptMetrics.run_id, schema.KeptMetrics.csv_text)).all())
+    engine.dispose()
+    for run_id, row in kept.items():
+        out = io.StringIO()
+        csv.writer(out, lineterminator="\n").writerow(row[1:])
+        assert texts[run_id] + "\n" == out.getvalue()
+    assert view_csv(url) == printed_csv(url)
     return kept
+
+
+def printed_csv(url):
+    """What `results --csv` prints of the database at `url`."""
+    out = io.StringIO()
+    with redirect_stdout(out):
+        assert main(["--db", url, "results", "--csv"]) == 0
+    return out.getvalue()
 
 
 def test_the_kept_metrics_are_the_pivot_after_collects_failures_reruns_and_a_second_landing(tmp_path, db_url):
@@ -82,12 +102,14 @@ def test_a_copy_keeps_the_pivot_of_the_runs_it_moves(tmp_path, db_url):
     assert assert_kept_metrics_exact(db_url).keys() and len(kept_and_pivoted(db_url)[0]) == 6
 
 
-def test_an_upgrade_builds_the_kept_metrics_of_the_runs_already_there(tmp_path, db_url):
-    """A database at 0017 (no kept_metrics) with runs: the upgrade (0019) fills it from their metrics."""
+@pytest.mark.parametrize("revision", ["0017", "0019"])
+def test_an_upgrade_builds_the_kept_metrics_of_the_runs_already_there(tmp_path, db_url, revision):
+    """A database at 0017 (no kept_metrics) or 0019 (no text) with runs: the upgrade (0019, 0020)
+    fills it from their metrics, numbers and text."""
     from test_db import upgraded_from
 
     landed(db_url, tmp_path / "runs", 6)
-    upgraded_from(db_url, "0017")
+    upgraded_from(db_url, revision)
     assert len(assert_kept_metrics_exact(db_url)) == 6
 
 
@@ -129,7 +151,7 @@ def test_results_csv_reads_the_kept_metrics_in_the_views_bytes(tmp_path, db_url,
         printed = capsys.readouterr().out
         assert printed == view_csv(db_url, where[1].split("=")[1] if where else "")
         assert len(list(csv.reader(io.StringIO(printed)))) == (1 + 9 if not where else 1 + 5)
-    query = cell_stats.results_rows({}, RESULTS_ORDER, None, totals=False)
+    query = cell_stats.results_lines({}, RESULTS_ORDER, None)
     engine = create_engine(db_url, poolclass=NullPool)
     with engine.connect() as conn:
         sql = str(query.compile(engine, compile_kwargs={"literal_binds": True}))

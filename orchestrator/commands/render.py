@@ -49,7 +49,9 @@ def write_csv(batches: Iterable[Sequence[Sequence[Any]]], columns: Sequence[str]
     stdout, a header first, missing values empty (csv writes None so): each batch as it comes, in
     csv's C loop, so that a million rows stream at the database's pace, not at a Python loop's
     (a batch, not a row, per step: a generator's step per row cost a tenth of the time)."""
-    writer = csv.writer(sys.stdout, lineterminator="\n")
+    from orchestrator.store.csv_lines import DIALECT  # lazy: it needs SQLAlchemy, `status` starts without
+
+    writer = csv.writer(sys.stdout, **DIALECT)
     writer.writerow(columns)
     for rows in batches:
         writer.writerows(rows)

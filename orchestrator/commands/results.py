@@ -9,6 +9,7 @@ as it landed, so that a million-run CSV pivots nothing): this command imports SQ
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import TYPE_CHECKING, Any, Mapping, Optional, Sequence
 
 from orchestrator import runstate, setting_registry
@@ -105,9 +106,11 @@ def results(database: Database, out: Console, sweep: Optional[str] = None, filte
             return 0
         # the cell's id last in a summary: cells alike in every shown setting (seeds) in one order everywhere
         order = (*schema.SUMMARY_CELL, "cell") if summary else RESULTS_ORDER
+        if csv and not summary:  # lines the database writes, streamed: never all rows in memory
+            return _write_lines(session, cell_stats.results_lines(filters, order, limit), empty)
         query = cell_stats.results_rows(filters, order, limit, threshold if summary else None, totals=not csv)
         if csv:  # streamed: never all rows in memory
-            return _write_csv(session, query, schema.SUMMARY_COLUMNS if summary else schema.RESULTS_COLUMNS, empty)
+            return _write_csv(session, query, schema.SUMMARY_COLUMNS, empty)
         result = iter(_streamed(session, query).mappings())
         first = next(result, None)
         if first is None:
@@ -136,6 +139,21 @@ def _write_csv(session: Any, query: Any, columns: Sequence[str], empty: str) -> 
     if not first:
         raise CliError(empty)
     return write_csv(first_then_rest(first, batches), columns)
+
+
+def _write_lines(session: Any, query: Any, empty: str) -> int:
+    """`results --csv`: the header, then the query's lines (cell_stats.results_lines) as they
+    come, a thousand at a time (the first row early); `empty`: the error where there are none."""
+    from orchestrator.store import csv_lines, schema  # lazy: SQLAlchemy only where needed
+
+    batches = iter(session.connection().execute(query, execution_options={"yield_per": 1000}).partitions())
+    first = next(batches, None)
+    if not first:
+        raise CliError(empty)
+    write_csv([], schema.RESULTS_COLUMNS)
+    for rows in first_then_rest(first, batches):
+        sys.stdout.write(csv_lines.line_text(rows))
+    return 0
 
 
 def _kept_summary(session: Any, filters: Mapping[str, Sequence[Any]], threshold: float, limit: Optional[int],

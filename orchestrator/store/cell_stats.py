@@ -23,6 +23,7 @@ from sqlalchemy.engine import Connection, Dialect
 from sqlalchemy.orm import Session, aliased
 
 from orchestrator import metric_registry, runstate, setting_registry
+from orchestrator.store import csv_lines
 from orchestrator.store.schema import (
     NOISY_CV,
     RESULTS_COLUMNS,
@@ -134,6 +135,13 @@ def results_rows(filters: Mapping[str, Sequence[Any]], order: Sequence[str], lim
     counted = (func.count().over().label("total"),
                *((func.sum(rows.c.noisy).over().label("noisy_total"),) if noisy_cv is not None else ()))
     return select(rows, *(counted if totals else ())).order_by(*(rows.c[c] for c in order)).limit(limit)
+
+
+def results_lines(filters: Mapping[str, Sequence[Any]], order: Sequence[str], limit: Optional[int]) -> Select:
+    """`results --csv`: results_rows' rows (every column of the view, metrics from kept_metrics)
+    as the CSV's lines, text the database writes with values Python formats between
+    (csv_lines.line_columns; written by csv_lines.line_text)."""
+    return csv_lines.csv_select(results_select(kept=True), filters, order, limit, KeptMetrics.__table__.c.csv_text)
 
 
 def metric_pivot() -> Select:

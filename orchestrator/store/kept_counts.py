@@ -12,7 +12,7 @@ On SQLite, row triggers add to and take from one counter row per (sweep, state, 
 server, row triggers updating shared counter rows in the order runs are written would let two
 collectors deadlock (each holding a count the other needs, from an earlier statement of its
 transaction, which no per-statement key order prevents) and would make every collector wait for
-the one before it to commit. So on PostgreSQL (migration 0022) writers only INSERT: a
+the one before it to commit. So on PostgreSQL (migration 0021) writers only INSERT: a
 statement-level trigger per INSERT, UPDATE and DELETE of `runs` adds one row per key the
 statement moved, with its delta, to `kept_count_deltas` (from the statement's transition tables:
 an UPDATE that moves nothing counted adds nothing), and readers sum them. No writer ever waits

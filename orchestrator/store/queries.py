@@ -29,7 +29,7 @@ LATEST = "runs.latest = :latest"
 LATEST_PARAMS = {"latest": True}
 #: How each database keeps the counts `status` reads (orchestrator.store.kept_counts says why two
 #: ways): the dialects whose `kept_counts` rows are the counts (row triggers), and those whose
-#: `kept_count_deltas` rows sum to them (statement triggers, migration 0022). Elsewhere the runs are counted.
+#: `kept_count_deltas` rows sum to them (statement triggers, migration 0021). Elsewhere the runs are counted.
 KEPT_COUNTS = ("sqlite",)
 KEPT_DELTAS = ("postgresql",)
 #: The runs `status` brings up to date: in an open state, not yet claimed by a collector. The states

@@ -20,7 +20,7 @@ from typing import Any, Iterable, Mapping, Optional, Sequence
 from sqlalchemy import bindparam, delete, func, insert, select, update
 from sqlalchemy.engine import Connection
 
-from orchestrator.store import cell_stats, schema
+from orchestrator.store import cell_stats, csv_lines, schema
 from orchestrator.store.schema import Cell, KeptMetrics, KeptSummary, Metric, Run, Sweep, SweepCell
 
 #: The tables whose rows any collector may add (`add`), by name.
@@ -167,15 +167,23 @@ def keep_metrics(conn: Connection, run_ids: Iterable[int]) -> None:
         _insert_metrics(conn, Metric.run_id.in_(part))
 
 
-def rebuild_metrics(conn: Connection) -> None:
-    """Every run's kept_metrics row from the metrics rows, in one pass (migration 0019)."""
+def rebuild_metrics(conn: Connection, step: int = 20_000) -> None:
+    """Every run's kept_metrics row from the metrics rows (migration 0020), `step` run ids at a
+    time: each part's rows are formatted in Python (csv_text), never all of them at once."""
     conn.execute(delete(KeptMetrics))
-    _insert_metrics(conn)
+    low, high = conn.execute(select(func.min(Metric.run_id), func.max(Metric.run_id))).one()
+    for start in range(low or 0, (high or -1) + 1, step):
+        _insert_metrics(conn, Metric.run_id >= start, Metric.run_id < start + step)
 
 
 def _insert_metrics(conn: Connection, *where: Any) -> None:
-    pivot = cell_stats.metric_pivot().where(*where)
-    conn.execute(insert(KeptMetrics).from_select([c.name for c in KeptMetrics.__table__.c], pivot))
+    """The pivot of the metrics rows `where` picks, with its CSV text (csv_lines.metric_texts),
+    into kept_metrics: the numbers the database computed, and their text from those same floats."""
+    rows = conn.execute(cell_stats.metric_pivot().where(*where)).all()
+    if rows:
+        names = [c.name for c in KeptMetrics.__table__.c if c.name != "csv_text"]
+        texts = csv_lines.metric_texts([row[1:] for row in rows])
+        conn.execute(insert(KeptMetrics), [{**dict(zip(names, row)), "csv_text": text} for row, text in zip(rows, texts)])
 
 
 # --- a run's columns from its result file ---------------------------------------------------

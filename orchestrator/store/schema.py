@@ -191,7 +191,7 @@ class Run(Base):
         Index("ix_runs_cell_repeat", "sweep_id", "cell_id", "repeat", "attempt"),
         # latest_runs and what `status` counts of those runs, read from this index alone (migration
         # 0009); with each run's id on PostgreSQL too, as SQLite's rowid is in every index, so that
-        # queries.first_runs reads no table row there either (migration 0022: 22 ms a group, 1 ms)
+        # queries.first_runs reads no table row there either (migration 0021: 22 ms a group, 1 ms)
         Index("ix_runs_current", "latest", "sweep_id", "state", "error_class", "state_detail",
               postgresql_include=["id"]),
         # the sweeps with runs still to collect, from the few runs that are (migration 0016)
@@ -372,7 +372,7 @@ class KeptCount(Base):
 
 class KeptCountDelta(Base):
     """What a statement added to or took from a count of KeptCount's key, kept by PostgreSQL's
-    statement triggers on runs (orchestrator.store.kept_counts, migration 0022): writers only
+    statement triggers on runs (orchestrator.store.kept_counts, migration 0021): writers only
     insert rows, `status` sums them, a trigger sums them into one row per key now and then.
     Empty on SQLite."""
 
@@ -385,10 +385,13 @@ class KeptMetrics(Base):
     row per run by its key instead of pivoting 11 million metric rows (25 look-ups or a grouping
     per run, most of its time). Written only by result_rows.keep_metrics, with the view's own
     pivot, in the transaction that wrote the run's metrics rows (the collector's landing, a copy).
-    A run without metrics rows has no row, as it has none in the view's pivot."""
+    A run without metrics rows has no row, as it has none in the view's pivot. `csv_text`: the
+    same values as csv writes them in `results --csv` (migration 0020, store/csv_lines.py), so
+    that the CSV's lines are text the database joins, not Python values formatted per row."""
 
     __table__ = Table(
         "kept_metrics", Base.metadata,
         Column("run_id", ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True, autoincrement=False),
         *(Column(m.column, Float) for m in metric_registry.VIEW_METRICS),
+        Column("csv_text", String),
     )

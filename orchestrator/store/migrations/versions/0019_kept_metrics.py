@@ -10,7 +10,7 @@ import sqlalchemy as sa
 from alembic import op
 
 from orchestrator import metric_registry
-from orchestrator.store import result_rows
+from orchestrator.store import cell_stats
 
 revision = "0019"
 down_revision = "0018"
@@ -22,13 +22,14 @@ views_sha256 = "7ea9a9cc5fe42974"
 
 
 def upgrade() -> None:
-    op.create_table(
+    table = op.create_table(
         "kept_metrics",
         sa.Column("run_id", sa.Integer, sa.ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True,
                   autoincrement=False),
         *(sa.Column(m.column, sa.Float) for m in metric_registry.VIEW_METRICS),
     )
-    result_rows.rebuild_metrics(op.get_bind())
+    # the pivot as this revision's table holds it (0020 adds the text: result_rows.rebuild_metrics)
+    op.get_bind().execute(table.insert().from_select([c.name for c in table.c], cell_stats.metric_pivot()))
 
 
 def downgrade() -> None:

@@ -14,8 +14,8 @@ from alembic import op
 
 from orchestrator.store import kept_counts, schema
 
-revision = "0022"
-down_revision = "0019"
+revision = "0021"
+down_revision = "0020"
 branch_labels = None
 depends_on = None
 

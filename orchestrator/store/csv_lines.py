@@ -1,0 +1,162 @@
+"""`results --csv` as lines of text the database writes, in the bytes csv.writer writes (issue 36).
+
+A million runs' CSV built from Python values took 28 s of CPU: 61 Python values a row, and csv's
+formatting of each. Here the database hands back each row's line as text, and Python only writes
+it. The bytes stay csv.writer's, field by field:
+
+- a run's metric columns are floats, whose text only Python's `repr` gives (SQLite prints 15
+  digits): they are formatted by csv.writer itself when they are kept (kept_metrics.csv_text,
+  written with the numbers by result_rows.keep_metrics: only a landing of metrics rows changes them);
+- integers and text are formatted by SQL, where its text equals csv's exactly: an integer's
+  digits, and text quoted by csv's rule (QUOTED: the characters that make csv quote a field, read
+  from csv itself, since Python versions differ on `\\r`), quotes doubled; NULL is empty, a boolean
+  `True`/`False` (str() of what the driver returns);
+- any other column (a float setting: `target_accuracy`) stays a value the line is split around
+  and Python formats, as csv would (`line_text`).
+
+Nothing that can go stale is kept: a run's state, class, message or node are read as they are.
+"""
+from __future__ import annotations
+
+import csv
+import io
+from typing import Any, Iterable, Mapping, Optional, Sequence
+
+from sqlalchemy import Boolean, Integer, Select, String, case, cast, func, literal, or_
+from sqlalchemy.ext.compiler import compiles
+from sqlalchemy.sql.functions import FunctionElement
+
+from orchestrator import metric_registry
+
+#: How the commands write CSV (render.write_csv) and how the kept metric text is written: csv's
+#: excel dialect (`,`, `"`, minimal quoting, quotes doubled), lines ending in `\n`.
+DIALECT: Mapping[str, Any] = {"lineterminator": "\n"}
+
+
+def _quoted_by_csv(c: str) -> bool:
+    out = io.StringIO()
+    csv.writer(out, **DIALECT).writerow([f"a{c}b", "x"])
+    return out.getvalue().startswith('"')
+
+
+#: The characters whose presence makes csv quote a field (Python 3.11: the delimiter, the quote
+#: character and those of the line terminator; later versions add `\r`), asked of csv itself.
+QUOTED = tuple(c for c in (",", '"', "\n", "\r", " ", "\t", ";", "'", "\\") if _quoted_by_csv(c))
+#: The metric columns of the `results` view, in its order: what kept_metrics.csv_text holds.
+METRIC_COLUMNS = tuple(m.column for m in metric_registry.VIEW_METRICS)
+#: A run without a kept row (no metrics rows): its metric fields, every one empty.
+NO_METRICS = "," * (len(METRIC_COLUMNS) - 1)
+
+
+def metric_texts(rows: Sequence[Sequence[Any]]) -> list[str]:
+    """Each row's metric values (in METRIC_COLUMNS' order) as csv.writer writes them in a line of
+    the CSV, without the line's end. The values are floats or None: no field holds a line's end."""
+    out = io.StringIO()
+    csv.writer(out, **DIALECT).writerows(rows)
+    return out.getvalue().split(DIALECT["lineterminator"])[:-1]
+
+
+#: Functions SQLite and PostgreSQL name differently: SQLite's name, PostgreSQL's.
+POSTGRESQL_NAMES = {"instr": "strpos", "printf": "format"}
+
+
+class _renamed(FunctionElement):
+    """A function of POSTGRESQL_NAMES, written with its name in the connection's dialect."""
+    inherit_cache = True
+
+
+class _position(_renamed):
+    """Where the second text is in the first (1 on; 0: absent)."""
+    type = Integer()
+    name = "instr"
+    inherit_cache = True
+
+
+class _format(_renamed):
+    """Text of a format (only `%s` marks) and its values. One call builds a line: 30
+    concatenations made as many copies of it (~4 s of SQLite's CPU at a million runs)."""
+    type = String()
+    name = "printf"
+    inherit_cache = True
+
+
+@compiles(_renamed)
+def _sqlite_name(element: Any, compiler: Any, **kw: Any) -> str:
+    return f"{element.name}({compiler.process(element.clauses, **kw)})"
+
+
+@compiles(_renamed, "postgresql")
+def _postgresql_name(element: Any, compiler: Any, **kw: Any) -> str:
+    return f"{POSTGRESQL_NAMES[element.name]}({compiler.process(element.clauses, **kw)})"
+
+
+def _text(value: str) -> Any:
+    return literal(value, String)
+
+
+def sql_field(expr: Any) -> Optional[Any]:
+    """`expr` as csv writes its value, in SQL: an integer's digits, a boolean's True/False, text
+    quoted by csv's rule, NULL empty. None for any other type (Python formats it: line_text)."""
+    kind = expr.type
+    if isinstance(kind, Boolean):
+        return case((expr.is_(None), _text("")), (expr, _text("True")), else_=_text("False"))
+    if isinstance(kind, Integer):
+        return func.coalesce(cast(expr, String), _text(""))
+    if isinstance(kind, String):
+        special = or_(*(_position(expr, _text(c)) > 0 for c in QUOTED))
+        return case((expr.is_(None), _text("")),
+                    (special, _text('"') + func.replace(expr, _text('"'), _text('""')) + _text('"')), else_=expr)
+    return None
+
+
+def line_columns(columns: Iterable[Any], kept_text: Any) -> list[Any]:
+    """The columns a CSV line is read as: text (the fields SQL can write, joined by commas, the
+    first and last with the separators around a Python field) and, between them, the values
+    Python formats, alternately; the last text ends the line. `columns`: the `results` view's
+    columns in order (labelled); the metric columns are written once, as `kept_text`."""
+    texts: list[list[Any]] = [[]]
+    out: list[Any] = []
+    for column in columns:
+        if column.key in METRIC_COLUMNS[1:]:
+            continue
+        field = (func.coalesce(kept_text, _text(NO_METRICS)) if column.key == METRIC_COLUMNS[0]
+                 else sql_field(column))
+        if field is None:  # a Python field: the text so far ends with its separator
+            out += [_joined(texts[-1], len(out), trailing=bool(texts[-1])), column]
+            texts.append([_text("")])
+        else:
+            texts[-1].append(field)
+    return [*out, _joined(texts[-1], len(out), trailing=False, end=True)]
+
+
+def _joined(fields: list[Any], at: int, trailing: bool, end: bool = False) -> Any:
+    """`fields` joined by commas, with a comma after (`trailing`) or the line's end (`end`)."""
+    tail = "," if trailing else DIALECT["lineterminator"] if end else ""
+    return _format(_text(",".join(["%s"] * len(fields)) + tail), *fields).label(f"line_{at}")
+
+
+def _python_field(value: Any) -> str:
+    """A value csv writes in a line as csv writes it: None empty, a float's repr, else csv itself."""
+    if value is None:
+        return ""
+    if type(value) is float:
+        return repr(value)
+    return metric_texts([[value, None]])[0][:-1]  # (a lone empty field would be written "")
+
+
+def line_text(rows: Iterable[Sequence[Any]]) -> str:
+    """Rows of line_columns as the CSV's lines: texts as they are, the values between formatted."""
+    return "".join([value if i % 2 == 0 else _python_field(value)
+                    for row in rows for i, value in enumerate(row)])
+
+
+def csv_select(rows: Select, filters: Mapping[str, Sequence[Any]], order: Sequence[str],
+               limit: Optional[int], kept_text: Any) -> Select:
+    """The lines of `rows` (cell_stats.results_select(kept=True): the `results` view's columns)
+    that match `filters`, the first `limit` in `order`; each condition and sort key is the
+    view's own expression."""
+    by_name = {c.key: c for c in rows.selected_columns}
+    within = {name: getattr(c, "element", c) for name, c in by_name.items()}
+    return (rows.with_only_columns(*line_columns(rows.selected_columns, kept_text), maintain_column_froms=True)
+            .where(*(within[key].in_(values) for key, values in filters.items()))
+            .order_by(*(within[name] for name in order)).limit(limit))
