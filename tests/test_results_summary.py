@@ -186,3 +186,31 @@ def test_a_mode_filter_picks_runs_by_what_they_measured_as_results_does(tmp_path
 
     assert models("--where", "mode=accuracy") == models("--sweep", "s", "--where", "mode=accuracy") == [("alexnet", "2")]
     assert models("--where", "mode=throughput") == [("lenet", "2")]
+
+
+def _one_cell(tmp_path, db_url, values):
+    """The kept and computed summary rows of one cell whose repeats measured `values` images/s."""
+    runs = tmp_path / "runs"
+    for repeat, value in enumerate(values):
+        write_result(runs, make_result(sweep="s", repeat=repeat, metrics={"images_per_sec": value}))
+    Session = db.open_db(db_url)
+    assert collect(Session, runs).added == len(values)
+    Session.kw["bind"].dispose()
+    (row,) = assert_exact(db_url).values()
+    return row
+
+
+def test_the_spread_of_repeats_far_from_zero_is_exact(tmp_path, db_url):
+    """Sums of squares of the values themselves cancel where the mean dwarfs the spread: 1e9 + 1,
+    2 and 3 gave an sd of 0 (the sums differ in their last bits only); their distances from the
+    lowest give 1."""
+    row = _one_cell(tmp_path, db_url, [1e9 + 1, 1e9 + 2, 1e9 + 3])
+    assert row["n"] == 3 and row["images_per_sec_median"] == 1e9 + 2
+    assert abs(row["images_per_sec_std"] - 1.0) < 1e-12
+
+
+def test_a_vanishing_figure_lands_and_its_spread_is_zero(tmp_path, db_url):
+    """PostgreSQL refused the square of 1e-300 (underflow): every collect that refreshed the cell
+    failed, and the runs never landed."""
+    row = _one_cell(tmp_path, db_url, [1e-300, 2e-300, 1e-300])
+    assert row["n"] == 3 and row["images_per_sec_std"] == 0.0 and row["images_per_sec_min"] == 1e-300

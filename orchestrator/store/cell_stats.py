@@ -160,7 +160,7 @@ def _pivoted(metric: metric_registry.MetricDef) -> Any:
 def summary_select(filters: Mapping[str, Sequence[Any]] | None = None, noisy_cv: float = NOISY_CV) -> Select:
     """The `cell_summary` view: per cell, over the latest attempt of each repeat (latest_runs)
     where that attempt is done and measured images/s: n, median (window functions), mean,
-    standard deviation (n-1, from sums of squares), CV, min and max of images/s, `noisy` (1 when
+    standard deviation (n-1, stats() says how), CV, min and max of images/s, `noisy` (1 when
     the CV exceeds `noisy_cv`, 0 when not, null for one repeat), mean GPU power and energy per
     image, peak GPU memory.
 
@@ -203,25 +203,42 @@ def noisy_flag(cv: Any, noisy_cv: float) -> Any:
     return case((cv.is_(None), None), (cv > noisy_cv, 1), else_=0)
 
 
+#: Below this a distance's square is taken as 0: PostgreSQL refuses a product that underflows to
+#: zero ("value out of range: underflow"), which a run's 1e-300 images/s made of every collect
+#: that refreshed its cell; a square under 1e-300 changes no spread a float can tell apart.
+TINY = 1e-150
+
+
+def _squared(x: Any) -> Any:
+    return case((func.abs(x) < TINY, 0.0), else_=x * x)
+
+
 def stats(values: Any, per: Sequence[str], value: str,
           extra: Callable[[Any], Iterable[Any]] = lambda x: ()) -> Any:
     """Per group of the rows of `values` (a subquery; `per`: the names of its columns to group
     by): `n`, `median` (the middle value, or the mean of the two middle ones, by row_number),
-    `mean`, `sd` (n-1, from sums of squares; null for one value), `lo` and `hi` of its column
+    `mean`, `sd` (n-1; null for one value), `lo` and `hi` of its column
     `value`, and the `extra` aggregates of the ranked rows' columns, as a subquery. The one
     definition of a group's statistics: the `cell_summary` view's per cell, the report's per
-    cell and metric (metric_stats)."""
+    cell and metric (metric_stats).
+
+    The spread comes from sums of squares in one pass, of each value's distance from the group's
+    lowest (the shifted-data method: Chan, Golub and LeVeque, "Algorithms for computing the sample
+    variance", 1983): sums of the values themselves cancel catastrophically where the mean dwarfs the
+    spread (1e9 + 1, 2, 3 gave an sd of 0, not 1)."""
     groups = [values.c[name] for name in per]
     ranked = select(values, func.row_number().over(partition_by=groups, order_by=values.c[value])
-                    .label("rn"), func.count().over(partition_by=groups).label("cnt")).subquery("ranked")
+                    .label("rn"), func.count().over(partition_by=groups).label("cnt"),
+                    func.min(values.c[value]).over(partition_by=groups).label("lowest")).subquery("ranked")
     x, v = ranked.c, ranked.c[value]
+    d = v - x.lowest  # each value's distance from the group's lowest: the sums of squares are shifted
     summed = select(
         *(x[name] for name in per), func.count().label("n"),
         func.avg(case((x.rn.in_([(x.cnt + 1) // 2, (x.cnt + 2) // 2]), v))).label("median"),
         func.avg(v).label("mean"), func.min(v).label("lo"), func.max(v).label("hi"),
-        func.sum(v * v).label("ss"), func.sum(v).label("s"), *extra(x),
+        func.sum(_squared(d)).label("ss"), func.sum(d).label("s"), *extra(x),
     ).group_by(*(x[name] for name in per)).subquery("stats")
-    variance = (summed.c.ss - summed.c.s * summed.c.s / summed.c.n) / (summed.c.n - 1)
+    variance = (summed.c.ss - _squared(summed.c.s) / summed.c.n) / (summed.c.n - 1)
     return select(summed, case((summed.c.n > 1, func.sqrt(case((variance > 0, variance), else_=0.0))))
                   .label("sd")).subquery("spread")
 
