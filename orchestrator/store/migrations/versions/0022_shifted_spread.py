@@ -10,8 +10,8 @@ from alembic import op
 
 from orchestrator.store import result_rows
 
-revision = "0020"
-down_revision = "0019"
+revision = "0022"
+down_revision = "0021"
 branch_labels = None
 depends_on = None
 
