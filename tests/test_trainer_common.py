@@ -55,8 +55,9 @@ def test_input_shapes():
     assert inputs.input_shape("fcn_r", "mnist") == (1, 28, 28)  # flattened by the network itself
     assert inputs.input_shape("fcn_s", "dlbench_fcn") == (1, 1, 26752)
     assert inputs.input_shape("resnet56", "cifar10") == (3, 32, 32)  # CIFAR-10's network, at its size
+    assert inputs.input_shape("vgg16_cifar", "cifar10") == inputs.input_shape("googlenet_cifar", "cifar10") == (3, 32, 32)
     assert set(inputs.MODELS) == {"lenet", "alexnet", "resnet50", "googlenet", "vgg16", "fcn_s", "fcn_r",
-                                  "resnet56"}
+                                  "resnet56", "vgg16_cifar", "googlenet_cifar"}
 
 
 def test_resize_nearest_repeats_pixels_at_integer_factors():
