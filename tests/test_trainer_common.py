@@ -185,17 +185,19 @@ def test_the_fully_connected_networks_take_their_data_flattened_and_only_they_ta
         data.load("dlbench_fcn", str(tmp_path))
 
 
-def test_resnet56_takes_cifar10_shaped_data_only():
-    """He et al.'s CIFAR-10 network is published for 32x32: on CIFAR-10 (or synthetic data shaped
-    like it) it runs at that size; any other shape is refused with the reason, not resized."""
-    run = _resolve("--model", "resnet56", "--dataset", "synthetic", "--like", "cifar10", "--batch-size", "8")
+@pytest.mark.parametrize("model", ["resnet56", "vgg16_cifar", "googlenet_cifar"])
+def test_the_cifar10_networks_take_cifar10_shaped_data_only(model):
+    """He et al.'s ResNet-56 and kuangliu's 32x32 VGG16 and GoogLeNet are made for 32x32: on
+    CIFAR-10 (or synthetic data shaped like it) they run at that size; any other shape is refused
+    with the reason, not resized."""
+    run = _resolve("--model", model, "--dataset", "synthetic", "--like", "cifar10", "--batch-size", "8")
     assert (run.input_shape, run.classes) == ((3, 32, 32), 10)
     for like, shape in (("mnist", "1x28x28"), ("imagenet", "3x224x224")):
-        with pytest.raises(errors.Unsupported, match=r"^resnet56 is a CIFAR-10 network for 32x32 images, and "
+        with pytest.raises(errors.Unsupported, match=r"^%s is a CIFAR-10 network for 32x32 images, and "
                                                      r"%s-shaped data is %s: it takes cifar10-shaped data only; "
                                                      r"use another --dataset or --model \(with --dataset "
-                                                     r"synthetic, another --like\)$" % (like, shape)):
-            _resolve("--model", "resnet56", "--dataset", "synthetic", "--like", like, "--batch-size", "8")
+                                                     r"synthetic, another --like\)$" % (model, like, shape)):
+            _resolve("--model", model, "--dataset", "synthetic", "--like", like, "--batch-size", "8")
 
 
 def test_a_shape_refusal_on_real_files_names_a_way_out_that_exists(tmp_path):
