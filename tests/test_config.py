@@ -18,7 +18,8 @@ def test_groups_have_the_documented_choices():
     groups = {g: sorted(p.stem for p in (REPO / "conf" / g).glob("*.yaml"))
               for g in ("framework", "model", "dataset", "hardware", "cluster")}
     assert {"caffe", "cntk", "mxnet", "tensorflow", "tf", "torch"} <= set(groups["framework"])
-    assert groups["model"] == ["alexnet", "alexnet_r", "fcn_r", "fcn_s", "googlenet", "lenet", "resnet50", "resnet56", "vgg16"]
+    assert groups["model"] == ["alexnet", "alexnet_r", "fcn_r", "fcn_s", "googlenet", "googlenet_cifar", "lenet",
+                               "resnet50", "resnet56", "vgg16", "vgg16_cifar"]
     assert groups["dataset"] == ["cifar10", "digits", "imagenet", "mnist", "synthetic"]
     assert {"cpu12", "cpu20", "k20m", "p100"} <= set(groups["hardware"])
     assert "local" in groups["cluster"]
@@ -93,6 +94,21 @@ def test_resnet56_runs_on_cifar10_at_32x32_and_refuses_other_shapes():
         cell("model=resnet56", "dataset=mnist", "dataset.like=cifar10", "batch_size=8")
     with pytest.raises(CellError, match=r"^numpy/resnet56/cifar10: numpy does not support --model resnet56"):
         cell("framework=numpy", "model=resnet56", "dataset=cifar10")
+
+
+@pytest.mark.parametrize("model", ["vgg16_cifar", "googlenet_cifar"])
+def test_the_32x32_vgg16_and_googlenet_run_on_cifar10_only(model):
+    """kuangliu's CIFAR adaptations take 32x32 data (synthetic shaped like CIFAR-10, batch 128 as
+    pytorch-cifar trains); ImageNet- or MNIST-shaped data is refused at expansion with the reason;
+    numpy refuses them; the ImageNet networks on cifar10 keep their meaning."""
+    synthetic = cell("model=%s" % model, "dataset=synthetic")
+    assert (synthetic.settings["like"], synthetic.settings["batch_size"]) == ("cifar10", 128)
+    with pytest.raises(CellError, match=r"^torch/%s/synthetic: %s is a CIFAR-10 network for 32x32 images, and "
+                                        r"imagenet-shaped data is 3x224x224: it takes cifar10-shaped data only; "
+                                        r"use another dataset or model \(with dataset=synthetic, another dataset.like\)$" % (model, model)):
+        cell("model=%s" % model, "dataset=synthetic", "dataset.like=imagenet", "batch_size=8")
+    with pytest.raises(CellError, match=r"^numpy/%s/cifar10: numpy does not support --model %s" % (model, model)):
+        cell("framework=numpy", "model=%s" % model, "dataset=cifar10")
 
 
 @pytest.mark.parametrize("overrides, words", [

@@ -42,11 +42,12 @@ SHORT = ["--iterations", "3", "--warmup", "1"]
 #: Why the no-CUDA refusal test skips: the one skip its `gpu` marker allows under CI (tests/ci_skips.py).
 HAS_GPU = "this machine has a GPU"
 # the published networks (torchvision's, Caffe's LeNet) at (channels, size, classes), or at a
-# data set's shape (FCN-S's 1x1x26752 is no square); DLBench's FCNs and AlexNet-R and He et al.'s
-# ResNet-56 as docs/frameworks.md sums them
+# data set's shape (FCN-S's 1x1x26752 is no square); DLBench's FCNs and AlexNet-R, He et al.'s
+# ResNet-56 and kuangliu's 32x32 VGG16 and GoogLeNet as docs/frameworks.md sums them
 PUBLISHED = {
     (1, 28, 10): {"lenet": 431080, "fcn_r": 14205962},
-    (3, 32, 10): {"lenet": 657080, "resnet56": 853018, "alexnet_r": 89578},
+    (3, 32, 10): {"lenet": 657080, "resnet56": 853018, "alexnet_r": 89578, "vgg16_cifar": 14728266,
+                  "googlenet_cifar": 6166250},
     (3, 224, 1000): {"alexnet": 61100840, "resnet50": 25557032, "googlenet": 6624904,
                      "vgg16": 138357544},
     "dlbench_fcn": {"fcn_s": 122194048},
@@ -55,6 +56,9 @@ PUBLISHED = {
 FCN_R = ["--model", "fcn_r", "--dataset", "synthetic", "--like", "mnist", "--threads", "1"]
 RESNET56 = ["--model", "resnet56", "--dataset", "synthetic", "--like", "cifar10", "--threads", "1"]
 ALEXNET_R = ["--model", "alexnet_r", "--dataset", "synthetic", "--like", "cifar10", "--threads", "1"]
+#: the 32x32 VGG16 and GoogLeNet: their conv + bias + BatchNorm unit, GoogLeNet's double-3x3 branch
+VGG16_CIFAR = ["--model", "vgg16_cifar"] + RESNET56[2:]
+GOOGLENET_CIFAR = ["--model", "googlenet_cifar"] + RESNET56[2:]
 
 
 def _refused(proc, events):
@@ -111,14 +115,17 @@ def test_the_same_seed_gives_the_same_losses_in_another_process(framework, lenet
     assert len(losses[0]) == 5 and losses[0] == losses[1], losses
 
 
-@pytest.mark.parametrize("argv, shape", [(FCN_R, (1, 28, 10)), (RESNET56, (3, 32, 10)),
-                                         (ALEXNET_R, (3, 32, 10))], ids=["fcn_r", "resnet56", "alexnet_r"])
-def test_a_network_of_another_family_runs_and_the_same_seed_repeats_it(framework, argv, shape):
-    """FCN-R, ResNet-56 (option A's zero-padded shortcuts) and AlexNet-R (Caffe's average pool) where the framework declares them
-    (refused at the start in the common words where not): the published count, and the same losses
-    from the same seed in two processes."""
+@pytest.mark.parametrize("argv, shape, batch", [(FCN_R, (1, 28, 10), 4), (RESNET56, (3, 32, 10), 4),
+                                                (ALEXNET_R, (3, 32, 10), 4),
+                                                (VGG16_CIFAR, (3, 32, 10), 2), (GOOGLENET_CIFAR, (3, 32, 10), 2)],
+                         ids=["fcn_r", "resnet56", "alexnet_r", "vgg16_cifar", "googlenet_cifar"])
+def test_a_network_of_another_family_runs_and_the_same_seed_repeats_it(framework, argv, shape, batch):
+    """FCN-R, ResNet-56 (option A's zero-padded shortcuts), AlexNet-R (Caffe's average pool) and the
+    32x32 VGG16 and GoogLeNet (batch 2: GoogLeNet's 1.5 G multiply-adds a sample) where the framework
+    declares them (refused at the start in the common words where not): the published count, and
+    the same losses from the same seed in two processes."""
     model = argv[1]
-    argv = argv + ["--batch-size", "4", "--iterations", "2", "--warmup", "1", "--seed", "7"]
+    argv = argv + ["--batch-size", str(batch), "--iterations", "2", "--warmup", "1", "--seed", "7"]
     runs = [framework.run(argv) for _ in range(2)]
     if framework.support.models is not None and model not in framework.support.models:
         assert _refused(*runs[0]) == framework.support.problem("fp32", 0, model)

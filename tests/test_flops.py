@@ -217,10 +217,11 @@ def test_a_sweep_lands_mfu_in_results_and_refuses_a_run_above_the_ceiling(tmp_pa
     assert "mfu %" in shown.stdout and ("%.3g" % (mfu * 100)) in shown.stdout, shown.stdout
 
 
-#: The inputs docs/measurement.md tables each network at (LeNet at MNIST's own size, ResNet-56 at CIFAR-10's).
+#: The inputs docs/measurement.md tables each network at (LeNet at MNIST's own size, the CIFAR-10
+#: networks at CIFAR-10's).
 TABLED = {"lenet": ((1, 28, 28), 10), "alexnet": (IMAGENET, 1000), "googlenet": (IMAGENET, 1000),
           "resnet50": (IMAGENET, 1000), "vgg16": (IMAGENET, 1000), "resnet56": ((3, 32, 32), 10),
-          "alexnet_r": ((3, 32, 32), 10)}
+          "alexnet_r": ((3, 32, 32), 10), "vgg16_cifar": ((3, 32, 32), 10), "googlenet_cifar": ((3, 32, 32), 10)}
 
 
 def test_the_docs_table_of_how_loose_the_ceiling_is_matches_the_code():
@@ -337,3 +338,32 @@ def test_alexnet_r_is_counted_by_hand():
     fewest = (32 * 32 * 32 * 3 * 1.5 * 36 * 36 / (32 * 32) + 16 * 16 * 32 * 32 * 1.5 * 20 * 20 / (16 * 16)
               + 8 * 8 * 64 * 32 * 1.5 * 12 * 12 / (8 * 8) + 64 * 4 * 4 * 10)
     assert flops.fewest_macs("alexnet_r", (3, 32, 32), 10) == pytest.approx(fewest)
+
+
+def test_the_32x32_vgg16_and_googlenet_are_counted_by_hand():
+    """kuangliu's CIFAR VGG16 at 3x32x32: per block of 3x3 convolutions out_h x out_w x out_c x 9 x in_c
+    on 32, 16, 8, 4, 2 (each 2x2/2 pool halves the map), then fc 512 x 10. Its GoogLeNet: the 3x3 conv
+    of 192, then per inception module on an s x s map from `c` channels the four 1x1s from c (1x1,
+    both reductions, the pool projection) and the 3x3s (one after its reduction, two in the "5x5"
+    branch); 3a, 3b at 32x32, 4a..4e at 16x16, 5a, 5b at 8x8; fc 1024 x 10. BatchNorm and biases are
+    not counted. Both agree with the 0.31 and 1.53 G multiply-adds commonly quoted for these models."""
+    vgg, channels = 0, 3
+    for block, size in zip(((64, 64), (128, 128), (256,) * 3, (512,) * 3, (512,) * 3), (32, 16, 8, 4, 2)):
+        for filters in block:
+            vgg += size * size * filters * 9 * channels
+            channels = filters
+    vgg += 512 * 10
+    assert vgg == 313201664
+    assert forward_macs("vgg16_cifar", (3, 32, 32), 10) == vgg
+    modules = [(32, 64, 96, 128, 16, 32, 32), (32, 128, 128, 192, 32, 96, 64),
+               (16, 192, 96, 208, 16, 48, 64), (16, 160, 112, 224, 24, 64, 64), (16, 128, 128, 256, 24, 64, 64),
+               (16, 112, 144, 288, 32, 64, 64), (16, 256, 160, 320, 32, 128, 128),
+               (8, 256, 160, 320, 32, 128, 128), (8, 384, 192, 384, 48, 128, 128)]
+    googlenet, channels = 32 * 32 * 192 * 9 * 3, 192
+    for size, ch1, red3, ch3, red5, ch5, pool in modules:
+        googlenet += size * size * (channels * (ch1 + red3 + red5 + pool) + 9 * (red3 * ch3 + red5 * ch5 + ch5 * ch5))
+        channels = ch1 + ch3 + ch5 + pool
+    googlenet += channels * 10
+    assert (channels, googlenet) == (1024, 1521756160)
+    assert forward_macs("googlenet_cifar", (3, 32, 32), 10) == googlenet
+    assert training_flops("googlenet_cifar", (3, 32, 32), 10) == 6 * googlenet

@@ -5,6 +5,7 @@ Most tests build a results database directly, as the launcher and the collector 
 (GPU cells cannot run here), on SQLite and on PostgreSQL (`db_url`); one runs a real sweep on this machine and opens its report in
 headless Chromium; the study preset is expanded as a user types it."""
 import csv
+import re
 import shutil
 import subprocess
 import tempfile
@@ -559,6 +560,10 @@ def test_the_study_preset_expands_to_270_cells_by_hardware(tmp_path):
     assert [line.split(":")[0] for line in refused] == ["refused 18 cells"] * 3, refused
     assert {line.split()[3] for line in refused} == {"torch", "tensorflow", "mxnet"}
     assert "k20m_x1" in out and "and 16 more" in out
+    # its CIFAR-10 VGG16 and GoogLeNet are the networks adapted for 32x32, the ImageNet ones only on ImageNet
+    cases = {tuple(line.split()[2:4]) for line in out.splitlines() if re.match(r"^[0-9a-f]{12} ", line)}
+    assert {("vgg16_cifar", "cifar10"), ("googlenet_cifar", "cifar10"), ("vgg16", "imagenet")} <= cases
+    assert not {("vgg16", "cifar10"), ("googlenet", "cifar10"), ("vgg16_cifar", "imagenet")} & cases
     assert list(tmp_path.iterdir()) == []  # a dry run writes nothing
 
 

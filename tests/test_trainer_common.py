@@ -60,8 +60,9 @@ def test_input_shapes():
     assert [inputs.ran_at(m, like) for m, like in (("alexnet", "cifar10"), ("vgg16", "mnist"), ("alexnet", "imagenet"),
                                                     ("alexnet_r", "cifar10"), ("lenet", "cifar10"),
                                                     ("alexnet_r", "mnist"))] == ["ran at 224x224"] * 2 + [None] * 4
+    assert inputs.input_shape("vgg16_cifar", "cifar10") == inputs.input_shape("googlenet_cifar", "cifar10") == (3, 32, 32)
     assert set(inputs.MODELS) == {"lenet", "alexnet", "resnet50", "googlenet", "vgg16", "fcn_s", "fcn_r",
-                                  "resnet56", "alexnet_r"}
+                                  "resnet56", "alexnet_r", "vgg16_cifar", "googlenet_cifar"}
 
 
 def test_resize_nearest_repeats_pixels_at_integer_factors():
@@ -189,9 +190,9 @@ def test_the_fully_connected_networks_take_their_data_flattened_and_only_they_ta
         data.load("dlbench_fcn", str(tmp_path))
 
 
-@pytest.mark.parametrize("model", ["resnet56", "alexnet_r"])
-def test_the_cifar_networks_take_cifar10_shaped_data_only(model):
-    """He et al.'s ResNet-56 and DLBench's AlexNet-R are published for CIFAR-10's 32x32: on
+@pytest.mark.parametrize("model", ["resnet56", "alexnet_r", "vgg16_cifar", "googlenet_cifar"])
+def test_the_cifar10_networks_take_cifar10_shaped_data_only(model):
+    """He et al.'s ResNet-56, DLBench's AlexNet-R and kuangliu's 32x32 VGG16 and GoogLeNet are made for 32x32: on
     CIFAR-10 (or synthetic data shaped like it) they run at that size; any other shape is refused
     with the reason, not resized."""
     run = _resolve("--model", model, "--dataset", "synthetic", "--like", "cifar10", "--batch-size", "8")

@@ -4,7 +4,8 @@ the layer names of Caffe's model zoo (conv1, pool1, fc6, inception3a_1x1, ...).
 
 LeNet is Caffe's own examples/mnist/lenet.prototxt (xavier weights, constant biases) with the
 first inner product sized for the input. AlexNet, ResNet-50 (v1.5), GoogLeNet (without the
-auxiliary classifiers) and VGG16 follow torchvision's layouts, layer for layer:
+auxiliary classifiers) and VGG16 follow torchvision's layouts, layer for layer (the 32x32
+VGG16 and GoogLeNet kuangliu's pytorch-cifar's, PyTorch's default fillers):
 
 - torchvision's BatchNorm2d is Caffe's BatchNorm (running statistics: three blobs that are
   not learnable, lr_mult 0) followed by Scale with a bias (the learnable weight and bias);
@@ -19,12 +20,9 @@ auxiliary classifiers) and VGG16 follow torchvision's layouts, layer for layer:
 
 Weights are initialised as the PyTorch definitions do where Caffe has the filler (uniform
 1/sqrt(fan_in) for AlexNet, He/MSRA fan-out for ResNet-50 and VGG16 convolutions, Gaussian
-0.01 for VGG16's and GoogLeNet's layers).
-
-    python -m trainers.caffe.models --count [--model M ...] --channels C --size S --classes K
-
-prints {model: trainable parameter count} as JSON (counted on the instantiated Caffe net:
-the blobs of every layer except BatchNorm's statistics).
+0.01 for VGG16's and GoogLeNet's layers). `python -m trainers.caffe.models --count [--model M
+...] --channels C --size S --classes K` prints {model: trainable parameter count} as JSON
+(counted on the instantiated Caffe net: the blobs of every layer but BatchNorm's statistics).
 """
 import math
 import os
@@ -214,14 +212,9 @@ def alexnet(b, classes):
     return _head(b, x, arch.ALEXNET_HEAD, classes)
 
 
-def alexnet_r(b, classes):
-    """DLBench's AlexNet-R, its prototxt's names (conv1..3, pool1..3, fc1) without LRN."""
-    return _head(b, _features(b, b.n[DATA], arch.ALEXNET_R), arch.ALEXNET_R_HEAD, classes, first=1)
-
-
-def _conv_bn(b, name, x, spec, relu, bn_name=None, eps=arch.BN_EPS, weight=MSRA_OUT):
-    """A convolution without bias, BatchNorm (and Scale), and ReLU where `relu` names it."""
-    x = b.bn(bn_name or name + "_bn", b.conv(name, x, spec, bias=False, weight=weight), eps=eps)
+def _conv_bn(b, name, x, spec, relu, bn_name=None, eps=arch.BN_EPS, weight=MSRA_OUT, bias=False):
+    """A convolution (a bias only where `bias`), BatchNorm (and Scale), ReLU where `relu` names it."""
+    x = b.bn(bn_name or name + "_bn", b.conv(name, x, spec, bias=bias, weight=weight), eps=eps)
     return b.relu(relu, x) if relu else x
 
 
@@ -290,38 +283,40 @@ def _zero_shortcut(b, name, x, shortcut):
     return b.add(name + "_pad", b.L.Concat(x, zeros), (2 * extra,) + b.shape[1:])
 
 
-#: Caffe's (bvlc_googlenet) names of an inception module's layers, branch by branch
-INCEPTION_NAMES = (("_1x1",), ("_3x3_reduce", "_3x3"), ("_5x5_reduce", "_5x5"),
+#: Caffe's (bvlc_googlenet) names of an inception module's layers (_5x5_2: a CifarInception's)
+INCEPTION_NAMES = (("_1x1",), ("_3x3_reduce", "_3x3"), ("_5x5_reduce", "_5x5", "_5x5_2"),
                    ("_pool", "_pool_proj"))
 
 
-def googlenet(b, classes):
-    x = b.n[DATA]
-    for name, spec in arch.GOOGLENET:
-        x = _googlenet_layer(b, name, x, spec)
-    x = b.global_avg("avgpool", x)
-    return _head(b, x, arch.GOOGLENET_HEAD, classes, fc="fc", drop="dropout", weight=GAUSS,
-                 bias_filler=ZERO)
+def _unit_net(table, unit, head, weight=None, **fillers):
+    def build_(b, classes):
+        """torchvision's googlenet (no auxiliary classifiers) or a CIFAR_NETS one (kuangliu's
+        names): `table`'s layers of arch.ConvUnit `unit`, a global average pool, `head`."""
+        x = b.n[DATA]
+        for name, spec in table:
+            x = _googlenet_layer(b, name, x, spec, unit, weight)
+        x = b.global_avg("avgpool", x)
+        return _head(b, x, head, classes, fc="fc", drop="dropout", weight=weight, **fillers)
+    return build_
 
 
-def _googlenet_layer(b, name, x, spec):
-    """A max pool, an inception module, or torchvision's BasicConv2d (convolution without
-    bias, BatchNorm (eps 0.001), ReLU)."""
+def _googlenet_layer(b, name, x, spec, unit, weight):
+    """A max pool, an inception module, or an arch.ConvUnit (GoogLeNet's: torchvision's BasicConv2d)."""
     if isinstance(spec, arch.MaxPool):
         return b.pool(name, x, spec)
     if isinstance(spec, arch.Inception):
-        return _inception(b, name, x, spec)
-    return _conv_bn(b, name, x, spec, name + "_relu", eps=arch.GOOGLENET_BN_EPS, weight=GAUSS)
+        return _inception(b, name, x, spec, unit, weight)
+    return _conv_bn(b, name, x, spec, name + "_relu", eps=unit.eps, weight=weight, bias=unit.bias)
 
 
-def _inception(b, name, x, spec):
-    """torchvision's inception module (its third branch is 3x3 where the paper has 5x5)."""
+def _inception(b, name, x, spec, unit, weight):
+    """torchvision's inception module (3x3 where the paper has 5x5), or a CifarInception."""
     c, h, w = shape_in = b.shape
     branches = []
     for branch, names in zip(arch.inception_branches(spec), INCEPTION_NAMES):
         b.shape, y = shape_in, x
         for layer, suffix in zip(branch, names):
-            y = _googlenet_layer(b, name + suffix, y, layer)
+            y = _googlenet_layer(b, name + suffix, y, layer, unit, weight)
         branches.append(y)
     return b.add(name + "_output", b.L.Concat(*branches),
                  (arch.inception_channels(spec), h, w))
@@ -343,9 +338,13 @@ def _fully_connected(head):
     return build_
 
 
-NETWORKS = {"lenet": lenet, "alexnet": alexnet, "resnet50": resnet50, "resnet56": resnet56,
-            "alexnet_r": alexnet_r, "googlenet": googlenet, "vgg16": vgg16}
+NETWORKS = {"lenet": lenet, "alexnet": alexnet, "resnet50": resnet50, "resnet56": resnet56, "vgg16": vgg16,
+            # DLBench's AlexNet-R, its prototxt's names (conv1..3, pool1..3, fc1) without LRN
+            "alexnet_r": lambda b, classes: _head(b, _features(b, b.n[DATA], arch.ALEXNET_R), arch.ALEXNET_R_HEAD,
+                                                  classes, first=1),
+            "googlenet": _unit_net(arch.GOOGLENET, arch.GOOGLENET_UNIT, arch.GOOGLENET_HEAD, GAUSS, bias_filler=ZERO)}
 NETWORKS.update((name, _fully_connected(head)) for name, head in arch.FULLY_CONNECTED.items())
+NETWORKS.update((n, _unit_net(table, arch.CIFAR_UNIT, arch.CIFAR_HEAD)) for n, table in arch.CIFAR_NETS.items())
 
 
 def build(name, input_shape, classes, batch):

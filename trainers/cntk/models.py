@@ -14,6 +14,8 @@ or "same" (auto) padding:
 - a k x k convolution or pooling with padding (k - 1) / 2 is CNTK's pad=True: the output
   has the same size at stride 1 and ceil(n / s) at stride s, which is what PyTorch gives
   for every such layer here (ResNet's 7x7/2 and 3x3/2 stem, GoogLeNet's 7x7/2);
+- a "same" convolution on a map smaller than its kernel (VGG16 for 32x32: 3x3 on 2x2) is
+  zero-padded explicitly too, as CNTK's "same" refuses it;
 - AlexNet's first convolution (11x11, stride 4, padding 2) is not "same" (CNTK would give
   56x56, PyTorch 55x55), so its input is zero-padded by 2 explicitly (cntk.pad);
 - PyTorch's ceil_mode pooling (LeNet, GoogLeNet) is cntk.pooling(..., ceil_out_dim=True);
@@ -51,10 +53,12 @@ def _cntk():
 
 def _same(x, kernel, pad):
     """PyTorch's explicit padding in CNTK's terms: (x, True) where it is CNTK's "same"
-    padding (pad = (kernel - 1) / 2), (x, False) for none, else x zero-padded explicitly."""
+    padding (pad = (kernel - 1) / 2), (x, False) for none, else x zero-padded explicitly; so
+    too where the map is smaller than the kernel (VGG16's 3x3 convolutions on the 2x2 map of
+    32x32 input), which CNTK's "same" refuses ("requires that kernel dim 3 <= input dim 2")."""
     if not pad:
         return x, False
-    if 2 * pad == kernel - 1:
+    if 2 * pad == kernel - 1 and min(x.shape[1:]) >= kernel:
         return x, True
     return _cntk().pad(x, pattern=[(0, 0), (pad, pad), (pad, pad)]), False
 
@@ -95,10 +99,11 @@ def batch_norm(x, epsilon=arch.BN_EPS):
                                        normalization_time_constant=4096)(x)
 
 
-def conv_bn(x, spec, relu=True, epsilon=arch.BN_EPS, init=None):
-    """Convolution without bias, BatchNorm, optionally ReLU (ResNet's and GoogLeNet's unit)."""
+def conv_bn(x, spec, relu=True, epsilon=arch.BN_EPS, init=None, bias=False):
+    """Convolution (without bias unless `bias`), BatchNorm, optionally ReLU (ResNet's and
+    GoogLeNet's unit)."""
     C = _cntk()
-    x = batch_norm(conv(x, spec, bias=False, init=init), epsilon)
+    x = batch_norm(conv(x, spec, bias=bias, init=init), epsilon)
     return C.relu(x) if relu else x
 
 
@@ -223,22 +228,18 @@ def resnet56(x, classes):
     return head(C.layers.GlobalAveragePooling()(x), arch.RESNET56_HEAD, classes)
 
 
-def _googlenet_layer(x, spec):
-    """A max pool, an inception module, or torchvision's BasicConv2d (conv without bias,
-    BatchNorm (eps 0.001), ReLU). torchvision draws weights from N(0, 0.01) truncated at
-    +-2 (absolute, so in effect untruncated); CNTK's truncated_normal cannot initialise
-    convolution filters, so: normal(0.01)."""
+def _googlenet_layer(x, spec, unit=arch.GOOGLENET_UNIT, init="normal"):
+    """A max pool, an inception module, or an arch.ConvUnit (torchvision's BasicConv2d: conv
+    without bias, BatchNorm (eps 0.001), ReLU). torchvision draws weights from N(0, 0.01)
+    truncated at +-2 (absolute, so in effect untruncated); CNTK's truncated_normal cannot
+    initialise convolution filters, so: normal(0.01). `init` None is CNTK's default."""
     if isinstance(spec, arch.MaxPool):
         return max_pool(x, spec)
     if isinstance(spec, arch.Inception):
-        return _inception(x, spec)
-    return conv_bn(x, spec, epsilon=arch.GOOGLENET_BN_EPS,
-                   init=_cntk().initializer.normal(0.01))
-
-
-def _inception(x, spec):
-    """torchvision's inception module (its third branch has a 3x3 kernel, not 5x5)."""
-    return _cntk().splice(*arch.inception_outputs(x, spec, _googlenet_layer), axis=0)
+        return _cntk().splice(*arch.inception_outputs(
+            x, spec, lambda y, layer: _googlenet_layer(y, layer, unit, init)), axis=0)
+    return conv_bn(x, spec, epsilon=unit.eps, bias=unit.bias,
+                   init=_cntk().initializer.normal(0.01) if init == "normal" else init)
 
 
 def googlenet(x, classes):
@@ -248,6 +249,15 @@ def googlenet(x, classes):
         x = _googlenet_layer(x, spec)
     x = C.layers.GlobalAveragePooling()(x)
     return head(x, arch.GOOGLENET_HEAD, classes, init=C.initializer.normal(0.01))
+
+
+def _cifar_net(table):
+    def build_(x, classes):
+        """VGG16 or GoogLeNet for 32x32 (architectures.CIFAR_NETS); CNTK's default (glorot)."""
+        for _, spec in table:
+            x = _googlenet_layer(x, spec, arch.CIFAR_UNIT, None)
+        return head(_cntk().layers.GlobalAveragePooling()(x), arch.CIFAR_HEAD, classes)
+    return build_
 
 
 def vgg16(x, classes):
@@ -269,6 +279,7 @@ def _fully_connected(layers):
 NETWORKS = {"lenet": lenet, "alexnet": alexnet, "resnet50": resnet50, "resnet56": resnet56,
             "alexnet_r": alexnet_r, "googlenet": googlenet, "vgg16": vgg16}
 NETWORKS.update((name, _fully_connected(layers)) for name, layers in arch.FULLY_CONNECTED.items())
+NETWORKS.update((name, _cifar_net(table)) for name, table in arch.CIFAR_NETS.items())
 
 
 def build(name, features, classes):

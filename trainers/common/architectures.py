@@ -49,6 +49,16 @@ channels and the class count change):
   (32 -> 16 -> 8 -> 4), so fc sees 64 x 4 x 4: 89,578 at 3x32x32 and 10 classes (the sum is in
   docs/frameworks.md). ReLU before a max pool equals ReLU after it, so every convolution here
   carries its ReLU as AlexNet's do.
+- VGG16 and GoogLeNet for 32x32 CIFAR-10 (`vgg16_cifar`, `googlenet_cifar`): kuangliu's
+  pytorch-cifar (github.com/kuangliu/pytorch-cifar, models/vgg.py VGG('VGG16') and
+  models/googlenet.py), the most used CIFAR adaptations; the reference thesis's own
+  Classification_Nets variants could not be found. Every convolution has a bias and is
+  followed by BatchNorm (eps 1e-5) and ReLU (`CIFAR_UNIT`); a global average pool (the 1x1
+  map VGG's five pools leave, GoogLeNet's 8x8 AvgPool), then fc classes. VGG16: the 13
+  convolutions of configuration D with a 2x2/2 max pool after each block: 14,728,266 at
+  3x32x32 and 10 classes. GoogLeNet: a 3x3 convolution of 192, inception 3a..5b with
+  Szegedy et al.'s widths, the "5x5" branch as two 3x3 convolutions (`CifarInception`), 3x3/2
+  max pools (padding 1) after 3b and 4e: 6,166,250 (the sums are in docs/frameworks.md).
 
 (Counts at 3x224x224 and 1000 classes unless said; the tests check every framework's
 `python -m trainers.<framework>.models --count` against them.)
@@ -189,12 +199,28 @@ GOOGLENET = (  # (name, layer): torchvision's module names, which Caffe's protot
 )
 GOOGLENET_BN_EPS = 0.001
 GOOGLENET_HEAD = ((DROPOUT, 0.2),)  # after the global average pool
+#: the convolution unit of the networks built of inception modules or plain BatchNorm
+#: convolutions: a Conv (with a bias where `bias`), BatchNorm of epsilon `eps`, ReLU
+ConvUnit = collections.namedtuple("ConvUnit", "bias eps")
+GOOGLENET_UNIT = ConvUnit(False, GOOGLENET_BN_EPS)  # torchvision's BasicConv2d
+
+
+class CifarInception(Inception):
+    """kuangliu's CIFAR inception module: the "5x5" branch is two 3x3 convolutions (of ch5x5
+    each), the pool branch's 3x3/1 max pool rounds down (the same size at stride 1)."""
+    __slots__ = ()
 
 
 def inception_branches(spec):
     """An inception module's four branches, each a sequence of Conv and MaxPool: 1x1;
-    1x1 reduction then 3x3; 1x1 reduction then the "5x5" (3x3 in torchvision); a 3x3/1
-    max pool (ceil mode) then a 1x1 projection. Their outputs are concatenated."""
+    1x1 reduction then 3x3; 1x1 reduction then the "5x5" (3x3 in torchvision, two 3x3 in a
+    CifarInception); a 3x3/1 max pool (ceil mode) then a 1x1 projection. Their outputs are
+    concatenated."""
+    if isinstance(spec, CifarInception):
+        return ((Conv(spec.ch1x1, 1),),
+                (Conv(spec.ch3x3red, 1), Conv(spec.ch3x3, 3, 1, 1)),
+                (Conv(spec.ch5x5red, 1), Conv(spec.ch5x5, 3, 1, 1), Conv(spec.ch5x5, 3, 1, 1)),
+                (MaxPool(3, 1, 1), Conv(spec.pool_proj, 1)))
     return ((Conv(spec.ch1x1, 1),),
             (Conv(spec.ch3x3red, 1), Conv(spec.ch3x3, 3, 1, 1)),
             (Conv(spec.ch5x5red, 1), Conv(spec.ch5x5, 3, 1, 1)),
@@ -235,6 +261,33 @@ def vgg_blocks(blocks):
 def vgg(blocks):
     """A VGG table as one sequence of Conv and MaxPool."""
     return sum(vgg_blocks(blocks), ())
+
+
+# ------------------------------------------- VGG16 and GoogLeNet for 32x32 (CIFAR-10)
+
+CIFAR_UNIT = ConvUnit(True, BN_EPS)  # kuangliu's Conv2d (bias on), BatchNorm2d (eps 1e-5), ReLU
+_DOWN = MaxPool(3, 2, 1)  # kuangliu's GoogLeNet max pool: 32 -> 16 -> 8
+#: (name, layer) of the networks of CIFAR_UNIT convolutions, max pools and inception modules,
+#: each followed by a global average pool and fc classes (no hidden layer, no dropout); the
+#: names are kuangliu's modules' (VGG's as features.<index> of its Sequential)
+CIFAR_NETS = {
+    "vgg16_cifar": tuple(("features%d" % i, spec) for i, spec in enumerate(vgg(VGG16))),
+    "googlenet_cifar": (
+        ("pre_layers", Conv(192, 3, 1, 1)),
+        ("a3", CifarInception(64, 96, 128, 16, 32, 32)),
+        ("b3", CifarInception(128, 128, 192, 32, 96, 64)),
+        ("maxpool3", _DOWN),
+        ("a4", CifarInception(192, 96, 208, 16, 48, 64)),
+        ("b4", CifarInception(160, 112, 224, 24, 64, 64)),
+        ("c4", CifarInception(128, 128, 256, 24, 64, 64)),
+        ("d4", CifarInception(112, 144, 288, 32, 64, 64)),
+        ("e4", CifarInception(256, 160, 320, 32, 128, 128)),
+        ("maxpool4", _DOWN),
+        ("a5", CifarInception(256, 160, 320, 32, 128, 128)),
+        ("b5", CifarInception(384, 192, 384, 48, 128, 128)),
+    ),
+}
+CIFAR_HEAD = ()  # after the global average pool: the classes only
 
 
 # ------------------------------------------------------------------ fully connected

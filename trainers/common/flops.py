@@ -32,7 +32,8 @@ A fully connected network (FCN-S, FCN-R) costs its layers' in x out, from the fl
 no fast algorithm applies, so its ceiling is only the first layer's input gradient left out.
 
 ResNet-56 (CIFAR-10) counts its convolutions and fc as the others do: its shortcuts have no
-parameters and no multiplies. AlexNet-R's average pool costs nothing, as every pool here.
+parameters and no multiplies. AlexNet-R's average pool costs nothing, as every pool here. So do VGG16
+and GoogLeNet for 32x32 (BatchNorm and the biases are left out, as everywhere).
 
 A network's input is what the trainer feeds it (inputs.input_shape: LeNet, the CIFAR networks and the fully
 connected networks at the dataset's own size, the ImageNet networks at 224x224 whatever the dataset) and its class count.
@@ -193,6 +194,13 @@ def _resnet56(counter, classes):
     counter.head(arch.RESNET56_HEAD, counter.channels, classes)  # after the global average pool
 
 
+def _cifar_net(table):
+    def count(counter, classes):
+        counter.layers(tuple(layer for _, layer in table))
+        counter.head(arch.CIFAR_HEAD, counter.channels, classes)  # after the global average pool
+    return count
+
+
 def _googlenet(counter, classes):
     counter.layers(tuple(layer for _, layer in arch.GOOGLENET))
     counter.head(arch.GOOGLENET_HEAD, counter.channels, classes)  # after the global average pool
@@ -214,6 +222,7 @@ _NETWORKS = {
     "googlenet": _googlenet,
     "vgg16": _plain(arch.vgg(arch.VGG16), arch.VGG16_POOLED, arch.VGG16_HEAD),
 }
+_NETWORKS.update((name, _cifar_net(table)) for name, table in arch.CIFAR_NETS.items())
 _NETWORKS.update((name, _fully_connected(head)) for name, head in arch.FULLY_CONNECTED.items())
 MODELS = tuple(sorted(_NETWORKS))
 

@@ -2,8 +2,9 @@
 
 The networks keep their published architectures and change only in input size and class
 count. LeNet is a small-image network and runs at the dataset's own size; so do the fully
-connected networks (FCN-S, FCN-R), which flatten it; ResNet-56 and AlexNet-R, CIFAR-10
-networks, take 32x32 images only (a CIFAR-10 shape). AlexNet,
+connected networks (FCN-S, FCN-R), which flatten it; ResNet-56, AlexNet-R and the 32x32
+adaptations of VGG16 and GoogLeNet (vgg16_cifar, googlenet_cifar), CIFAR-10 networks, take
+32x32 images only (a CIFAR-10 shape). AlexNet,
 ResNet-50, GoogLeNet and VGG16 are ImageNet networks: they always see 224x224 images, so a
 dataset of smaller images (MNIST, CIFAR-10) is upsampled to 224x224 by nearest neighbour,
 once, while the batch pool is built and outside the timed step. Their first convolution
@@ -50,9 +51,11 @@ MODEL_INPUT_SIZE = collections.OrderedDict([
     # the CIFAR-10 networks at their own 32x32 (architectures.py); other sizes are refused
     ("resnet56", None),
     ("alexnet_r", None),
+    ("vgg16_cifar", None),
+    ("googlenet_cifar", None),
 ])
 #: the networks published for CIFAR-10's 32x32 images, which take no other size
-CIFAR_NETWORKS = ("resnet56", "alexnet_r")
+CIFAR_NETWORKS = ("resnet56", "alexnet_r", "vgg16_cifar", "googlenet_cifar")
 
 MODELS = tuple(MODEL_INPUT_SIZE)
 

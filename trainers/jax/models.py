@@ -5,7 +5,8 @@ Layer for layer the layouts of the PyTorch trainer (trainers/torch/models.py: to
 AlexNet, ResNet-50 v1.5, GoogLeNet and VGG16, Caffe's LeNet), changed only in input channels
 and class count, so at 3x224x224 and 1000 classes they have the published parameter counts
 (lenet 431,080 at 1x28x28 and 10 classes; alexnet 61,100,840; resnet50 25,557,032; googlenet
-6,624,904; vgg16 138,357,544; resnet56 853,018 at 3x32x32 and 10 classes).
+6,624,904; vgg16 138,357,544; resnet56 853,018, vgg16_cifar 14,728,266 and googlenet_cifar
+6,166,250 at 3x32x32 and 10 classes).
 
 Flax computes in NHWC: the modules take NHWC images (trainer.py transposes the protocol's
 NCHW batches inside the compiled step). Max pooling pads with -inf, so PyTorch's ceil mode is
@@ -259,14 +260,14 @@ class ResNet56(nn.Module):
         return _head(x, arch.RESNET56_HEAD, self.classes, RESNET_INIT, self.dtype, train)
 
 
-def _basic_conv(x, spec, train, dtype):
-    """GoogLeNet's convolution unit in torchvision: conv without bias, BatchNorm, ReLU."""
-    return nn.relu(_batch_norm(_conv(x, spec, GOOGLENET_INIT, dtype, bias=False), train,
-                               arch.GOOGLENET_BN_EPS, dtype))
-
-
-class GoogLeNet(nn.Module):
-    """torchvision's googlenet without the auxiliary classifiers (architectures.py)."""
+class UnitNet(nn.Module):
+    """torchvision's googlenet without the auxiliary classifiers, or VGG16 and GoogLeNet for
+    32x32 (architectures.CIFAR_NETS): `table`'s max pools, inception modules and arch.ConvUnit
+    `unit` convolutions (conv, BatchNorm, ReLU), a global average pool, `head`."""
+    table: tuple
+    unit: arch.ConvUnit
+    head: tuple
+    inits: Init
     classes: int
     dtype: object = jnp.float32
 
@@ -275,15 +276,16 @@ class GoogLeNet(nn.Module):
         def layer(y, spec):
             if isinstance(spec, arch.MaxPool):
                 return _max_pool(y, spec)
-            return _basic_conv(y, spec, train, self.dtype)
+            y = _conv(y, spec, self.inits, self.dtype, bias=self.unit.bias)
+            return nn.relu(_batch_norm(y, train, self.unit.eps, self.dtype))
 
-        for _, spec in arch.GOOGLENET:
+        for _, spec in self.table:
             if isinstance(spec, arch.Inception):
                 x = jnp.concatenate(arch.inception_outputs(x, spec, layer), axis=-1)
             else:
                 x = layer(x, spec)
         x = jnp.mean(x, axis=(1, 2))
-        return _head(x, arch.GOOGLENET_HEAD, self.classes, GOOGLENET_INIT, self.dtype, train)
+        return _head(x, self.head, self.classes, self.inits, self.dtype, train)
 
 
 class FullyConnected(nn.Module):
@@ -316,7 +318,11 @@ def build(name, input_shape, classes, dtype=jnp.float32):
     if name == "resnet56":
         return ResNet56(classes, dtype)
     if name == "googlenet":
-        return GoogLeNet(classes, dtype)
+        return UnitNet(arch.GOOGLENET, arch.GOOGLENET_UNIT, arch.GOOGLENET_HEAD, GOOGLENET_INIT,
+                       classes, dtype)
+    if name in arch.CIFAR_NETS:  # PyTorch's default initialisation, as kuangliu has it
+        return UnitNet(arch.CIFAR_NETS[name], arch.CIFAR_UNIT, arch.CIFAR_HEAD, ALEXNET_INIT,
+                       classes, dtype)
     if name == "vgg16":
         return PlainNet(arch.vgg(arch.VGG16), arch.VGG16_POOLED, arch.VGG16_HEAD, VGG_INIT,
                         classes, dtype)

@@ -150,9 +150,9 @@ class AlexNet(_PlainNet):
                                       in_channels, classes, size, **kwargs)
 
 
-def _conv_bn(channels, spec, epsilon=arch.BN_EPS, init=KAIMING_FAN_OUT):
-    """A convolution without bias and its BatchNorm."""
-    return (_conv(channels, spec, use_bias=False, weight_initializer=init),
+def _conv_bn(channels, spec, epsilon=arch.BN_EPS, init=KAIMING_FAN_OUT, bias=False):
+    """A convolution (without bias unless `bias`) and its BatchNorm."""
+    return (_conv(channels, spec, use_bias=bias, weight_initializer=init),
             nn.BatchNorm(epsilon=epsilon, in_channels=spec.filters))
 
 
@@ -247,32 +247,33 @@ class ResNet56(nn.HybridBlock):
         return self.fc(self.features(x))
 
 
-def _googlenet_layer(channels, spec):
-    """A GoogLeNet layer: max pool, inception module, or torchvision's BasicConv2d (conv
-    without bias, BatchNorm (eps 0.001), ReLU)."""
+def _googlenet_layer(channels, spec, unit=arch.GOOGLENET_UNIT, init=NORMAL_001):
+    """A GoogLeNet layer: max pool, inception module, or an arch.ConvUnit (torchvision's
+    BasicConv2d: conv without bias, BatchNorm (eps 0.001), ReLU)."""
     if isinstance(spec, arch.MaxPool):
         return _max_pool(spec)
     if isinstance(spec, arch.Inception):
-        return Inception(channels, spec)
+        return Inception(channels, spec, unit, init)
     block = nn.HybridSequential()
-    block.add(*_conv_bn(channels, spec, arch.GOOGLENET_BN_EPS, NORMAL_001))
+    block.add(*_conv_bn(channels, spec, unit.eps, init, bias=unit.bias))
     block.add(nn.Activation("relu"))
     return block
 
 
 class Inception(nn.HybridBlock):
-    """torchvision's inception module (its 'five by five' branch uses a 3x3 kernel)."""
+    """torchvision's inception module (its 'five by five' branch uses a 3x3 kernel), or
+    kuangliu's CIFAR one (arch.CifarInception)."""
 
-    def __init__(self, in_channels, spec, **kwargs):
+    def __init__(self, in_channels, spec, unit=arch.GOOGLENET_UNIT, init=NORMAL_001, **kwargs):
         super(Inception, self).__init__(**kwargs)
         with self.name_scope():
             for i, branch in enumerate(arch.inception_branches(spec), 1):
                 if len(branch) == 1:
-                    block = _googlenet_layer(in_channels, branch[0])
+                    block = _googlenet_layer(in_channels, branch[0], unit, init)
                 else:
                     block, channels = nn.HybridSequential(), in_channels
                     for layer in branch:
-                        block.add(_googlenet_layer(channels, layer))
+                        block.add(_googlenet_layer(channels, layer, unit, init))
                         channels = arch.channels_out((layer,), channels)
                 setattr(self, "branch%d" % i, block)
 
@@ -296,6 +297,23 @@ class GoogLeNet(nn.HybridBlock):
             head = _head(arch.GOOGLENET_HEAD, channels, classes, NORMAL_001)
             self.features.add(*head[:-1])
             self.fc = head[-1]
+
+    def hybrid_forward(self, F, x):
+        return self.fc(self.features(x))
+
+
+class CifarNet(nn.HybridBlock):
+    """VGG16 or GoogLeNet for 32x32 (architectures.CIFAR_NETS); the trainer's Xavier default."""
+
+    def __init__(self, table, in_channels=3, classes=10, **kwargs):
+        super(CifarNet, self).__init__(**kwargs)
+        with self.name_scope():
+            self.features, channels = nn.HybridSequential(), in_channels
+            for _, spec in table:
+                self.features.add(_googlenet_layer(channels, spec, arch.CIFAR_UNIT, None))
+                channels = arch.channels_out((spec,), channels)
+            self.features.add(nn.GlobalAvgPool2D())
+            (self.fc,) = _head(arch.CIFAR_HEAD, channels, classes)
 
     def hybrid_forward(self, F, x):
         return self.fc(self.features(x))
@@ -333,6 +351,8 @@ def build(name, input_shape, classes):
         return ResNet50(channels, classes)
     if name == "resnet56":
         return ResNet56(channels, classes)
+    if name in arch.CIFAR_NETS:
+        return CifarNet(arch.CIFAR_NETS[name], channels, classes)
     if name == "googlenet":
         return GoogLeNet(channels, classes)
     if name == "vgg16":

@@ -211,19 +211,16 @@ def alexnet_r(inputs, classes):
     return _head(x, arch.ALEXNET_R_HEAD, classes)
 
 
-def _googlenet_layer(x, spec):
-    """A GoogLeNet layer: max pool, inception module, or torchvision's BasicConv2d (conv
-    without bias, BatchNorm (eps 0.001), ReLU)."""
+def _googlenet_layer(x, spec, unit=arch.GOOGLENET_UNIT, init=TRUNC_NORMAL_001):
+    """A GoogLeNet layer: max pool, inception module, or an arch.ConvUnit (torchvision's
+    BasicConv2d: conv without bias, BatchNorm (eps 0.001), ReLU)."""
     if isinstance(spec, arch.MaxPool):
         return _max_pool(x, spec)
     if isinstance(spec, arch.Inception):
-        return _inception(x, spec)
-    return layers.ReLU()(_conv_bn(x, spec, arch.GOOGLENET_BN_EPS, init=TRUNC_NORMAL_001))
-
-
-def _inception(x, spec):
-    """torchvision's inception module (its 'five by five' branch uses a 3x3 kernel)."""
-    return layers.Concatenate(axis=-1)(arch.inception_outputs(x, spec, _googlenet_layer))
+        return layers.Concatenate(axis=-1)(arch.inception_outputs(
+            x, spec, lambda y, layer: _googlenet_layer(y, layer, unit, init)))
+    x = _bn(_conv(x, spec, use_bias=unit.bias, init=init), unit.eps)
+    return layers.ReLU()(x)
 
 
 def googlenet(inputs, classes):
@@ -233,6 +230,17 @@ def googlenet(inputs, classes):
         x = _googlenet_layer(x, spec)
     x = _adaptive_avg_pool(x, 1)
     return _head(x, arch.GOOGLENET_HEAD, classes, init=TRUNC_NORMAL_001)
+
+
+def _cifar_net(table):
+    def build_(inputs, classes):
+        """VGG16 or GoogLeNet for 32x32 (architectures.CIFAR_NETS): Keras' defaults (glorot)
+        stand for PyTorch's, as elsewhere."""
+        x = inputs
+        for _, spec in table:
+            x = _googlenet_layer(x, spec, arch.CIFAR_UNIT, init="glorot_uniform")
+        return _head(_adaptive_avg_pool(x, 1), arch.CIFAR_HEAD, classes)
+    return build_
 
 
 def vgg16(inputs, classes):
@@ -252,6 +260,7 @@ def _fully_connected(head):
 BUILDERS = {"lenet": lenet, "alexnet": alexnet, "resnet50": resnet50, "resnet56": resnet56,
             "alexnet_r": alexnet_r, "googlenet": googlenet, "vgg16": vgg16}
 BUILDERS.update((name, _fully_connected(head)) for name, head in arch.FULLY_CONNECTED.items())
+BUILDERS.update((name, _cifar_net(table)) for name, table in arch.CIFAR_NETS.items())
 
 
 def build(name, input_shape, classes):

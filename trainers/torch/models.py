@@ -15,6 +15,8 @@ and 1000 classes they have the published parameter counts:
     fcn_s       122,194,048 at 1x1x26752, 26,752 classes; fcn_r 14,205,962 on MNIST (DLBench)
     resnet56    853,018 at 3x32x32, 10 classes (He et al. 2016, section 4.2)
     alexnet_r   89,578 at 3x32x32, 10 classes (DLBench's AlexNet-R, Caffe's rounding)
+    vgg16_cifar 14,728,266 and googlenet_cifar 6,166,250 at 3x32x32, 10 classes (kuangliu's
+                pytorch-cifar, whose module names they keep)
 
     python -m trainers.torch.models --count [--channels 3 --size 224 --classes 1000]
 
@@ -156,10 +158,10 @@ class Bottleneck(nn.Module):
         return self.relu(out + identity)
 
 
-def _conv_bn(channels, spec, eps=arch.BN_EPS):
-    """A convolution without bias and its BatchNorm."""
+def _conv_bn(channels, spec, eps=arch.BN_EPS, bias=False):
+    """A convolution (without bias unless `bias`) and its BatchNorm."""
     return (nn.Conv2d(channels, spec.filters, kernel_size=spec.kernel, stride=spec.stride,
-                      padding=spec.pad, bias=False),
+                      padding=spec.pad, bias=bias),
             nn.BatchNorm2d(spec.filters, eps=eps))
 
 
@@ -249,34 +251,35 @@ class ResNet56(nn.Module):
 
 
 class BasicConv2d(nn.Module):
-    """GoogLeNet's convolution unit in torchvision: conv without bias, BatchNorm, ReLU."""
+    """An arch.ConvUnit: conv (torchvision's GoogLeNet: without bias), BatchNorm, ReLU."""
 
-    def __init__(self, in_channels, spec):
+    def __init__(self, in_channels, spec, unit=arch.GOOGLENET_UNIT):
         super(BasicConv2d, self).__init__()
-        self.conv, self.bn = _conv_bn(in_channels, spec, eps=arch.GOOGLENET_BN_EPS)
+        self.conv, self.bn = _conv_bn(in_channels, spec, eps=unit.eps, bias=unit.bias)
 
     def forward(self, x):
         return torch.relu(self.bn(self.conv(x)))
 
 
-def _googlenet_layer(channels, spec):
+def _googlenet_layer(channels, spec, unit=arch.GOOGLENET_UNIT):
     if isinstance(spec, arch.MaxPool):
         return _max_pool(spec)
     if isinstance(spec, arch.Inception):
-        return Inception(channels, spec)
-    return BasicConv2d(channels, spec)
+        return Inception(channels, spec, unit)
+    return BasicConv2d(channels, spec, unit)
 
 
 class Inception(nn.Module):
     """An inception module as torchvision has it (its third branch uses a 3x3 kernel
-    where the paper has 5x5; the published torchvision count depends on that)."""
+    where the paper has 5x5; the published torchvision count depends on that), or
+    kuangliu's CIFAR one (arch.CifarInception)."""
 
-    def __init__(self, in_channels, spec):
+    def __init__(self, in_channels, spec, unit=arch.GOOGLENET_UNIT):
         super(Inception, self).__init__()
         for i, branch in enumerate(arch.inception_branches(spec), 1):
             modules, channels = [], in_channels
             for layer in branch:
-                modules.append(_googlenet_layer(channels, layer))
+                modules.append(_googlenet_layer(channels, layer, unit))
                 channels = arch.channels_out((layer,), channels)
             setattr(self, "branch%d" % i, modules[0] if len(modules) == 1
                     else nn.Sequential(*modules))
@@ -311,6 +314,25 @@ class GoogLeNet(nn.Module):
             x = getattr(self, name)(x)
         x = torch.flatten(self.avgpool(x), 1)
         return self.fc(self.dropout(x))
+
+
+class CifarNet(nn.Module):
+    """VGG16 or GoogLeNet for 32x32 (architectures.CIFAR_NETS): kuangliu's modules, a global
+    average pool, fc classes; PyTorch's default initialisation, as kuangliu has it."""
+
+    def __init__(self, table, in_channels=3, classes=10):
+        super(CifarNet, self).__init__()
+        self.table, channels = table, in_channels
+        for name, spec in table:
+            setattr(self, name, _googlenet_layer(channels, spec, arch.CIFAR_UNIT))
+            channels = arch.channels_out((spec,), channels)
+        self.avgpool = nn.AdaptiveAvgPool2d((1, 1))
+        (self.linear,) = _head(arch.CIFAR_HEAD, channels, classes)
+
+    def forward(self, x):
+        for name, _ in self.table:
+            x = getattr(self, name)(x)
+        return self.linear(torch.flatten(self.avgpool(x), 1))
 
 
 class VGG16(_PlainNet):
@@ -352,6 +374,8 @@ def build(name, input_shape, classes):
         return ResNet50(channels, classes)
     if name == "resnet56":
         return ResNet56(channels, classes)
+    if name in arch.CIFAR_NETS:
+        return CifarNet(arch.CIFAR_NETS[name], channels, classes)
     if name == "googlenet":
         return GoogLeNet(channels, classes)
     if name == "vgg16":
