@@ -48,6 +48,9 @@ from orchestrator.store import queries
 #: schema (a launch on SQLite among them: issue 36, item 6).
 PARTIAL = {"ix_runs_uncollected": "collected_at IS NULL", "ix_runs_landed": "collected_at IS NOT NULL",
            "ix_runs_open": queries.OPEN_RUNS}
+#: The indexes of `runs` that carry more columns on PostgreSQL (INCLUDE, migration 0021), set there
+#: for the same reason as PARTIAL's conditions.
+INCLUDED = {"ix_runs_current": ["id"]}
 
 #: A cell whose repeats' coefficient of variation (std/mean of images/s) exceeds this is noisy.
 NOISY_CV = 0.05
@@ -192,8 +195,7 @@ class Run(Base):
         # latest_runs and what `status` counts of those runs, read from this index alone (migration
         # 0009); with each run's id on PostgreSQL too, as SQLite's rowid is in every index, so that
         # queries.first_runs reads no table row there either (migration 0021: 22 ms a group, 1 ms)
-        Index("ix_runs_current", "latest", "sweep_id", "state", "error_class", "state_detail",
-              postgresql_include=["id"]),
+        Index("ix_runs_current", "latest", "sweep_id", "state", "error_class", "state_detail"),
         # the sweeps with runs still to collect, from the few runs that are (migration 0016)
         Index("ix_runs_uncollected", "sweep_id", sqlite_where=text(PARTIAL["ix_runs_uncollected"])),
         # which result files are landed, read from the index alone (migration 0016)
@@ -210,12 +212,15 @@ class Run(Base):
 
 @event.listens_for(Run.__table__, "before_create")
 def _where_on_postgresql(runs: Table, connection: Any, **_: Any) -> None:
-    """The partial indexes' conditions for PostgreSQL, given as its `runs` table is made (the
-    dialect is loaded there anyway): the same every time, so a second database made changes nothing."""
+    """The partial indexes' conditions and the included columns for PostgreSQL, given as its `runs`
+    table is made (the dialect is loaded there anyway): the same every time, so a second database
+    made changes nothing."""
     if connection.dialect.name == "postgresql":
         for index in runs.indexes:
             if index.name in PARTIAL:
                 index.dialect_options["postgresql"]["where"] = text(PARTIAL[index.name])
+            if index.name in INCLUDED:
+                index.dialect_options["postgresql"]["include"] = INCLUDED[index.name]
 
 
 class Metric(Base):
