@@ -14,6 +14,10 @@ it. The bytes stay csv.writer's, field by field:
 - any other column (a float setting: `target_accuracy`) stays a value the line is split around
   and Python formats, as csv would (`line_text`).
 
+A line is joined by one printf (SQLite) / format (PostgreSQL) call; SQLite's printf ends a `%s`
+at a NUL, which SQLite's text can hold (a trainer's stderr in a run's message), so a line whose
+text columns hold one is joined by `||` instead (_joined; PostgreSQL's text never holds one).
+
 Nothing that can go stale is kept: a run's state, class, message or node are read as they are.
 """
 from __future__ import annotations
