@@ -14,6 +14,7 @@ from orchestrator.cli import main
 from orchestrator.commands.results import RESULTS_ORDER
 from orchestrator.results.collector import collect
 from orchestrator.store import cell_stats, csv_lines, db, schema
+from db_urls import is_sqlite
 from result_factory import make_result, write_result
 from test_results_kept_metrics import view_csv
 from test_results_summary import MODELS
@@ -159,3 +160,16 @@ def test_a_run_without_kept_metrics_has_empty_metric_fields(tmp_path, db_url, mo
         conn.execute(schema.Metric.__table__.delete())
     engine.dispose()
     assert csv_printed(capsys) == view_csv(db_url)
+
+
+def test_text_with_a_nul_is_written_whole(tmp_path, db_url, monkeypatch, capsys):
+    """A run's error message with a NUL in it (a trainer's stderr tail: SQLite keeps it; PostgreSQL
+    refuses it, so there the text has none): SQLite's printf stops at a NUL, the line must not."""
+    land(tmp_path, db_url, monkeypatch, n=3)
+    nul = "\x00" if is_sqlite(db_url) else ""
+    engine = create_engine(db_url, poolclass=NullPool)
+    with engine.begin() as conn:
+        conn.execute(update(schema.Run.__table__).values(error_message=f"bad{nul}byte, then more", node=f"n{nul}1"))
+    engine.dispose()
+    printed = csv_printed(capsys)
+    assert printed == view_csv(db_url) and printed.count("then more") == 3

@@ -14,6 +14,10 @@ it. The bytes stay csv.writer's, field by field:
 - any other column (a float setting: `target_accuracy`) stays a value the line is split around
   and Python formats, as csv would (`line_text`).
 
+A line is joined by one printf (SQLite) / format (PostgreSQL) call; SQLite's printf ends a `%s`
+at a NUL, which SQLite's text can hold (a trainer's stderr in a run's message), so a line whose
+text columns hold one is joined by `||` instead (_joined; PostgreSQL's text never holds one).
+
 Nothing that can go stale is kept: a run's state, class, message or node are read as they are.
 """
 from __future__ import annotations
@@ -80,6 +84,24 @@ class _format(_renamed):
     inherit_cache = True
 
 
+class _holds_nul(FunctionElement):
+    """Whether a text holds a NUL: SQLite's printf stops a `%s` there (its C string's end), so a
+    line with one is joined by `||` instead (_joined). PostgreSQL's text never holds one: false."""
+    type = Boolean()
+    name = "holds_nul"
+    inherit_cache = True
+
+
+@compiles(_holds_nul)
+def _sqlite_holds_nul(element: Any, compiler: Any, **kw: Any) -> str:
+    return f"(instr({compiler.process(element.clauses, **kw)}, char(0)) > 0)"
+
+
+@compiles(_holds_nul, "postgresql")
+def _postgresql_holds_nul(element: Any, compiler: Any, **kw: Any) -> str:
+    return "false"
+
+
 @compiles(_renamed)
 def _sqlite_name(element: Any, compiler: Any, **kw: Any) -> str:
     return f"{element.name}({compiler.process(element.clauses, **kw)})"
@@ -116,23 +138,35 @@ def line_columns(columns: Iterable[Any], kept_text: Any) -> list[Any]:
     columns in order (labelled); the metric columns are written once, as `kept_text`."""
     texts: list[list[Any]] = [[]]
     out: list[Any] = []
+    nul: list[list[Any]] = [[]]  # per text of the line, its text columns (whose value may hold a NUL)
     for column in columns:
         if column.key in METRIC_COLUMNS[1:]:
             continue
         field = (func.coalesce(kept_text, _text(NO_METRICS)) if column.key == METRIC_COLUMNS[0]
                  else sql_field(column))
         if field is None:  # a Python field: the text so far ends with its separator
-            out += [_joined(texts[-1], len(out), trailing=bool(texts[-1])), column]
+            out += [_joined(texts[-1], len(out), nul[-1], trailing=bool(texts[-1])), column]
             texts.append([_text("")])
+            nul.append([])
         else:
             texts[-1].append(field)
-    return [*out, _joined(texts[-1], len(out), trailing=False, end=True)]
+            if isinstance(column.type, String) and column.key != METRIC_COLUMNS[0]:
+                nul[-1].append(column)
+    return [*out, _joined(texts[-1], len(out), nul[-1], trailing=False, end=True)]
 
 
-def _joined(fields: list[Any], at: int, trailing: bool, end: bool = False) -> Any:
-    """`fields` joined by commas, with a comma after (`trailing`) or the line's end (`end`)."""
+def _joined(fields: list[Any], at: int, texts: Sequence[Any], trailing: bool, end: bool = False) -> Any:
+    """`fields` joined by commas, with a comma after (`trailing`) or the line's end (`end`): by one
+    printf, or by `||` where one of the text columns `texts` holds a NUL (printf would end the line
+    there: SQLite only, and rare, so CASE evaluates the concatenation for those rows alone)."""
     tail = "," if trailing else DIALECT["lineterminator"] if end else ""
-    return _format(_text(",".join(["%s"] * len(fields)) + tail), *fields).label(f"line_{at}")
+    line = _format(_text(",".join(["%s"] * len(fields)) + tail), *fields)
+    if texts:
+        joined = _text("")
+        for i, field in enumerate(fields):
+            joined = joined + (_text(",") if i else _text("")) + field
+        line = case((or_(*(_holds_nul(column) for column in texts)), joined + _text(tail)), else_=line)
+    return line.label(f"line_{at}")
 
 
 def _python_field(value: Any) -> str:
