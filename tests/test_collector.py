@@ -73,6 +73,24 @@ def test_collect_lands_runs_metrics_and_view_rows(tmp_path, db_url):
     assert rows == [("alexnet", "done", 50.0, None), ("lenet", "done", 1000.0, 512.0), ("vgg16", "failed", None, None)]
 
 
+def test_a_nul_in_a_result_files_text_lands_as_a_replacement_character(tmp_path, db_url):
+    """A trainer's stderr tail may hold a NUL (JSON's \\u0000): PostgreSQL's text holds none, so the
+    run counted as broken and never landed there; it lands, on both databases, with U+FFFD in its
+    place (keys and nested values too)."""
+    runs = tmp_path / "runs"
+    result = make_result(model="vgg16", state="failed",
+                         error={"class": "crash", "message": "bad\x00byte\ntail"})
+    result["provenance"] = {**result.get("provenance", {}), "note\x00": ["n\x00de"]}
+    write_result(runs, result)
+    Session = db.open_db(db_url)
+    report = collect(Session, runs)
+    assert (report.added, report.broken) == (1, [])
+    with Session() as s:
+        run = s.scalar(select(Run))
+        assert run.error_message == "bad\ufffdbyte\ntail"
+        assert run.provenance["note\ufffd"] == ["n\ufffdde"]
+
+
 def test_a_run_the_launcher_recorded_is_updated_in_place(tmp_path, db_url):
     runs = tmp_path / "runs"
     result = make_result(model="lenet")
