@@ -4,11 +4,14 @@ retry, as named functions over plain rows (store).
 The launch modules decide (which runs a sweep adds, which submission is adopted, which repeat
 is rerun); this module only says how each question and each write is put to the database, so
 that the statements live in one place of the store and the launch modules hold no SQL. Bulk
-writes are one executemany each, in the caller's transaction: the caller commits.
+writes are a few statements of many rows each on SQLite (ROWS_PER_STATEMENT), one executemany
+elsewhere, in the caller's transaction: the caller commits.
 """
 from __future__ import annotations
 
-from typing import Any, Iterable, Iterator, Mapping, Sequence
+import itertools
+import sqlite3
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 from sqlalchemy import Table, bindparam, insert, select, update
 from sqlalchemy.orm import Session, aliased
@@ -45,30 +48,77 @@ def known(session: Session, cell_ids: Iterable[str]) -> tuple[set[str], dict[str
 
 
 def insert_many(session: Session, table: Table, rows: Sequence[Mapping[str, Any]]) -> None:
-    """Rows (each with the same keys) into `table`: one executemany of Core's INSERT (execute_many)."""
-    execute_many(session, insert(table), rows)
-
-
-def execute_many(session: Session, statement: Any, rows: Sequence[Mapping[str, Any]]) -> None:
-    """A Core INSERT or UPDATE once per row (each with the same keys): one executemany. On SQLite
-    (the driver's `?` parameters) the statement Core compiles is handed to the driver with each
-    row's values put through its parameters' own bind processors (a JSON column's json.dumps), as
-    Core's execution does, but without its per-row parameter building (0.15–0.25 s of a
-    10,000-cell launch's CPU). The same rows either way (tests/test_submit_identity.py); every
-    other driver, or a statement that adds a value the rows lack (a column's Python default),
-    goes through Core."""
+    """Rows (each with the same keys) into `table`. On SQLite (the driver's `?` parameters) Core's
+    compiled INSERT is handed to the driver with its VALUES group repeated, ROWS_PER_STATEMENT
+    rows a statement (_in_statements), each value through its column's bind processor (a JSON
+    column's json.dumps), as Core's execution does, without its per-row parameter building. The
+    same rows either way (tests/test_submit_identity.py); every other driver, or a statement that
+    adds a value the rows lack (a column's Python default), goes through Core's executemany."""
     if not rows:
         return
     connection = session.connection()
     dialect, keys = connection.dialect, list(rows[0])
-    compiled = statement.compile(dialect=dialect, column_keys=keys)
+    compiled = insert(table).compile(dialect=dialect, column_keys=keys)
     names = compiled.positiontup if dialect.paramstyle == "qmark" else None
-    if names is None or sorted(names) != sorted(keys):
-        session.execute(statement, list(rows))
+    group = "(" + ", ".join("?" * len(names or ())) + ")"
+    if names is None or sorted(names) != sorted(keys) or not compiled.string.endswith(" VALUES " + group):
+        session.execute(insert(table), list(rows))
         return
-    bound = [(name, compiled.binds[name].type.dialect_impl(dialect).bind_processor(dialect)) for name in names]
-    connection.exec_driver_sql(compiled.string, [tuple(process(row[name]) if process else row[name]
-                                                       for name, process in bound) for row in rows])
+    types = [compiled.binds[name].type for name in names]
+    _in_statements(connection, lambda n: compiled.string + (", " + group) * (n - 1),
+                   _bound(dialect, rows, names, types), len(names))
+
+
+def update_runs(session: Session, rows: Sequence[Mapping[str, Any]]) -> None:
+    """Sets columns of recorded runs: each row holds `b_uid` and the same columns' values. On
+    SQLite one UPDATE ... FROM (VALUES ...) per ROWS_PER_STATEMENT runs (_in_statements), else
+    Core's executemany by uid."""
+    if not rows:
+        return
+    table, connection = schema.Run.__table__, session.connection()
+    dialect, columns = connection.dialect, [key for key in rows[0] if key != "b_uid"]
+    if dialect.name != "sqlite" or dialect.paramstyle != "qmark" or sqlite3.sqlite_version_info < UPDATE_FROM:
+        session.execute(update(table).where(table.c.uid == bindparam("b_uid")), list(rows))
+        return
+    quote, width = dialect.identifier_preparer.quote, len(columns) + 1
+    sets = ", ".join(f"{quote(column)} = v.column{i}" for i, column in enumerate(columns, 1))
+    group = "(" + ", ".join("?" * width) + ")"
+    runs = quote(table.name)
+    sql = lambda n: (f"UPDATE {runs} SET {sets} FROM (VALUES {', '.join([group] * n)}) AS v "
+                     f"WHERE {runs}.uid = v.column{width}")
+    names = [*columns, "b_uid"]
+    _in_statements(connection, sql, _bound(dialect, rows, names, [table.c[c].type for c in columns] + [None]), width)
+
+
+#: Rows a statement of a launch's bulk writes on SQLite (fewer where its build allows fewer
+#: parameters). One statement per row, as an executemany runs, cost SQLite far more on `runs`:
+#: a statement that fires a trigger (kept_counts) keeps a statement journal, a copy of each page
+#: it changes, to undo itself alone — with one run a statement, the pages of every one of the
+#: runs' nine b-trees were copied for each run. 10,000 runs' INSERT 0.31 s, 0.14 s at 500 a
+#: statement; the UPDATE of their job ids 0.29 s, 0.12 s (docs/scale.md).
+ROWS_PER_STATEMENT = 500
+#: UPDATE ... FROM: SQLite 3.33 (2020); an older library gets one UPDATE per run.
+UPDATE_FROM = (3, 33, 0)
+
+
+def _bound(dialect: Any, rows: Sequence[Mapping[str, Any]], names: Sequence[str],
+           types: Sequence[Any]) -> list[tuple[Any, ...]]:
+    """Each row's values in the order of `names`, each through its type's bind processor (None: as is)."""
+    processors = [t.dialect_impl(dialect).bind_processor(dialect) if t is not None else None for t in types]
+    bound = list(zip(names, processors))
+    return [tuple(process(row[name]) if process else row[name] for name, process in bound) for row in rows]
+
+
+def _in_statements(connection: Any, sql: Callable[[int], str], values: list[tuple[Any, ...]], width: int) -> None:
+    """`values` (tuples of `width`) written by the statements `sql(n)` of n rows each: up to
+    ROWS_PER_STATEMENT rows, and as many parameters as the library takes (SQLite's build limit,
+    999 before 3.32: asked where Python can)."""
+    driver = connection.connection.dbapi_connection
+    limit = driver.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER) if hasattr(driver, "getlimit") else 999
+    step = max(1, min(ROWS_PER_STATEMENT, limit // width))
+    for i in range(0, len(values), step):
+        chunk = values[i:i + step]
+        connection.exec_driver_sql(sql(len(chunk)), tuple(itertools.chain.from_iterable(chunk)))
 
 
 def insert_cells(session: Session, new: list[dict[str, Any]], members: list[dict[str, Any]]) -> None:
@@ -87,13 +137,6 @@ def insert_runs(session: Session, rows: Sequence[Mapping[str, Any]], relatest: I
     insert_many(session, schema.Run.__table__, rows)
     schema.mark_latest(session.connection(), relatest)
     result_rows.refresh_summary(session.connection(), {cell for cell, _ in relatest}, kept_only=True)
-
-
-def update_runs(session: Session, rows: Sequence[Mapping[str, Any]]) -> None:
-    """Sets columns of recorded runs: each row holds `b_uid` and the same columns' values. One
-    executemany by uid."""
-    table = schema.Run.__table__
-    execute_many(session, update(table).where(table.c.uid == bindparam("b_uid")), rows)
 
 
 def unsubmitted(session: Session) -> list[schema.Run]:
