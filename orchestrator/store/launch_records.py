@@ -10,6 +10,7 @@ elsewhere, in the caller's transaction: the caller commits.
 from __future__ import annotations
 
 import itertools
+import operator
 import sqlite3
 from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
@@ -103,10 +104,21 @@ UPDATE_FROM = (3, 33, 0)
 
 def _bound(dialect: Any, rows: Sequence[Mapping[str, Any]], names: Sequence[str],
            types: Sequence[Any]) -> list[tuple[Any, ...]]:
-    """Each row's values in the order of `names`, each through its type's bind processor (None: as is)."""
-    processors = [t.dialect_impl(dialect).bind_processor(dialect) if t is not None else None for t in types]
-    bound = list(zip(names, processors))
-    return [tuple(process(row[name]) if process else row[name] for name, process in bound) for row in rows]
+    """Each row's values in the order of `names` (one C call a row), those of a type with a bind
+    processor (JSON, Boolean) put through it; a type None: as is."""
+    processors = [(i, t.dialect_impl(dialect).bind_processor(dialect)) for i, t in enumerate(types) if t is not None]
+    processors = [(i, process) for i, process in processors if process]
+    get = operator.itemgetter(*names)
+    values = [get(row) for row in rows] if len(names) > 1 else [(get(row),) for row in rows]
+    if not processors:
+        return values
+    out = []
+    for row in values:
+        row = list(row)
+        for i, process in processors:
+            row[i] = process(row[i])
+        out.append(tuple(row))
+    return out
 
 
 def _in_statements(connection: Any, sql: Callable[[int], str], values: list[tuple[Any, ...]], width: int) -> None:
