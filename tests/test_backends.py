@@ -596,6 +596,27 @@ def test_the_checks_derive_each_requests_parameters_once_not_per_cell(monkeypatc
     assert len(found.cells) == 6 and not found.refused and len(derived) == 2  # p100 and cpu12
 
 
+def test_a_request_is_derived_once_per_hardware_mapping_gpus_and_nodes(monkeypatch):
+    """A launch asks each cell's request three times (its check, its partition's MaxTime, the
+    grouping): derived once per hardware mapping (by identity: a composition's cells share it),
+    gpus and nodes, not per cell and ask; an equal mapping of its own, or other gpus, is derived
+    again, and equal mappings give equal requests."""
+    from orchestrator.backends import sbatch
+
+    derived = []
+    plain = sbatch.request
+    monkeypatch.setattr(sbatch, "request", lambda config, cluster: (derived.append(1), plain(config, cluster))[1])
+    hardware = {"name": "p100", "partition": "p100", "gpu_type": "p100", "gpus_per_node": 2, "cpus": 8,
+                "mem_gb": 64, "time_min": 60}
+    backend = SlurmBackend({"name": "slurm"})
+    configs = [{"hardware": hardware, "gpus": 1, "nodes": 1, "seed": i} for i in range(5)]
+    asked = [backend.request(config) for config in configs for _ in range(3)]
+    assert len(derived) == 1 and len(set(asked)) == 1 and asked[0].gpus == 1 and asked[0].time_min == 60
+    assert backend.request({**configs[0], "hardware": dict(hardware)}) == asked[0] and len(derived) == 2
+    assert backend.request({**configs[0], "gpus": 2}).gpus == 2 and len(derived) == 3
+    assert backend.request({**configs[0], "hardware": {**hardware, "time_min": 30}}).time_min == 30
+
+
 class WatchingSlurm(CannedSlurm):
     """CannedSlurm that reads, at each sbatch, what the database holds of the sweep's runs."""
 
