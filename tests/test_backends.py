@@ -596,25 +596,41 @@ def test_the_checks_derive_each_requests_parameters_once_not_per_cell(monkeypatc
     assert len(found.cells) == 6 and not found.refused and len(derived) == 2  # p100 and cpu12
 
 
-def test_a_request_is_derived_once_per_hardware_mapping_gpus_and_nodes(monkeypatch):
+def test_a_request_is_derived_once_per_distinct_values_it_reads(monkeypatch):
     """A launch asks each cell's request three times (its check, its partition's MaxTime, the
-    grouping): derived once per hardware mapping (by identity: a composition's cells share it),
-    gpus and nodes, not per cell and ask; an equal mapping of its own, or other gpus, is derived
-    again, and equal mappings give equal requests."""
+    grouping): derived once per distinct set of the values it reads (a sweep's cells ask a few),
+    not per cell and ask; by value, so an equal mapping gives the same request without deriving
+    it again, and a mapping changed in place (rerun's longer limit) is derived again."""
     from orchestrator.backends import sbatch
 
     derived = []
-    plain = sbatch.request
-    monkeypatch.setattr(sbatch, "request", lambda config, cluster: (derived.append(1), plain(config, cluster))[1])
-    hardware = {"name": "p100", "partition": "p100", "gpu_type": "p100", "gpus_per_node": 2, "cpus": 8,
+    plain = sbatch.configured  # called once per derivation
+    monkeypatch.setattr(sbatch, "configured", lambda hardware, cluster: (derived.append(1), plain(hardware, cluster))[1])
+    hardware = {"name": "p100", "partition": "memo-test", "gpu_type": "p100", "gpus_per_node": 2, "cpus": 8,
                 "mem_gb": 64, "time_min": 60}
     backend = SlurmBackend({"name": "slurm"})
     configs = [{"hardware": hardware, "gpus": 1, "nodes": 1, "seed": i} for i in range(5)]
     asked = [backend.request(config) for config in configs for _ in range(3)]
     assert len(derived) == 1 and len(set(asked)) == 1 and asked[0].gpus == 1 and asked[0].time_min == 60
-    assert backend.request({**configs[0], "hardware": dict(hardware)}) == asked[0] and len(derived) == 2
-    assert backend.request({**configs[0], "gpus": 2}).gpus == 2 and len(derived) == 3
-    assert backend.request({**configs[0], "hardware": {**hardware, "time_min": 30}}).time_min == 30
+    assert backend.request({**configs[0], "hardware": dict(hardware)}) == asked[0] and len(derived) == 1
+    hardware["time_min"] = 30  # as rerun gives a timed-out cell more time, in its own mapping
+    assert backend.request(configs[0]).time_min == 30 and len(derived) == 2
+    assert backend.request({**configs[0], "gpus": 2}).gpu_flag == "--gres=gpu:p100:2" and len(derived) == 3
+
+
+def test_the_learned_limits_ask_each_requests_maxtime_once_not_per_cell(monkeypatch):
+    """time_limits.learn caps each cell's limit by its partition's MaxTime: asked once per
+    distinct request (two here), not once per cell (six)."""
+    from orchestrator.launch.submit_options import Options
+    from orchestrator.launch.submit_plan import learn_time_limits
+
+    asked = []
+    monkeypatch.setattr(SlurmBackend, "max_time_min", lambda self, config: (asked.append(1), 90)[1])
+    cells = [cell("cluster=slurm", "hardware=p100", f"seed={i}") for i in range(4)]
+    cells += [cell("cluster=slurm", "hardware=cpu12", f"seed={i}") for i in range(2)]
+    learned = learn_time_limits(cells, Options.from_config(cells[0].config), None)
+    assert len(asked) == 2 and [c.id for c in learned] == [c.id for c in cells]
+    assert all(c.config["hardware"]["time_min"] <= 90 for c in learned)
 
 
 class WatchingSlurm(CannedSlurm):

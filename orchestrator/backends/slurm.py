@@ -79,10 +79,6 @@ class SlurmBackend(Backend):
         self._facts: Optional[tuple[float, Any]] = None
         #: The submitit parameters of each request met (a sweep's 10,000 cells ask a few requests)
         self._params: dict[Request, dict[str, Any]] = {}
-        #: Each request derived, by the identity of its hardware mapping (held: no other takes its
-        #: id), gpus and nodes: a launch asks each cell's three times (its check, the learned
-        #: limit's MaxTime, the grouping), and a composition's cells share their hardware mapping
-        self._requests: dict[tuple[int, Any, Any], tuple[Any, Request]] = {}
 
     @property
     def grace_s(self) -> float:
@@ -165,15 +161,9 @@ class SlurmBackend(Backend):
         return executor_class()(folder=folder, max_num_timeout=0, python=self.cluster.get("python") or None)
 
     def request(self, config: dict[str, Any]) -> Request:
-        """What a cell asks of one node (sbatch.request, which reads the config's hardware, gpus
-        and nodes and the cluster): its submitit parameters and the placement check are both
-        derived from it."""
-        hardware = config["hardware"]
-        key = (id(hardware), config["gpus"], config["nodes"])
-        known = self._requests.get(key)
-        if known is None or known[0] is not hardware:
-            known = self._requests[key] = (hardware, sbatch.request(config, self.cluster))
-        return known[1]
+        """What a cell asks of one node (sbatch.request): its submitit parameters and the
+        placement check are both derived from it."""
+        return sbatch.request(config, self.cluster)
 
     def resources(self, config: dict[str, Any]) -> dict[str, Any]:
         """submitit parameters of a cell's request, derived (and checked) once per request and

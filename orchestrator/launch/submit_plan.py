@@ -12,11 +12,11 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Hashable, Optional
 
 from orchestrator import runstate, setting_registry
 from orchestrator.sweep import time_limits
-from orchestrator.backends.base import max_time_min, node_lock
+from orchestrator.backends.base import max_time_min, node_lock, request
 from orchestrator.sweep.cell import Cell
 from orchestrator.job.run import JobSpec, RunSpec
 from orchestrator.store.launch_records import NEW_RUN_COLUMNS
@@ -142,4 +142,12 @@ def learn_time_limits(cells: list[Cell], opts: Options, rows: Optional[Rows]) ->
                 built[env] = False
         return built[env]
 
-    return time_limits.learn(cells, rows, lambda config: max_time_min(opts.backend, config), opts.cluster, builds)
+    limits: dict[Hashable, Optional[int]] = {}  # by request: a partition's MaxTime found once per request, not per cell
+
+    def max_time_of(config: dict[str, Any]) -> Optional[int]:
+        asked = request(opts.backend, config)
+        if asked is None or asked not in limits:
+            limits[asked] = max_time_min(opts.backend, config)
+        return limits[asked]
+
+    return time_limits.learn(cells, rows, max_time_of, opts.cluster, builds)
