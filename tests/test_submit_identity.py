@@ -3,6 +3,7 @@ goal): the ids and the recorded settings of a grid that holds every setting with
 and away from it, are pinned as main made them before the speed-ups, and a cell whose time limit
 learn() writes keeps the id it had without hashing its settings again."""
 import hashlib
+import os
 import itertools
 import json
 
@@ -169,3 +170,67 @@ def test_a_launchs_runs_go_in_a_few_statements_not_one_per_run(tmp_path):
             ["INSERT INTO runs"] * 3 + ["UPDATE runs SET state = v.column1, job_id = v.column2 FROM"] * 3)
         assert session.execute(text("SELECT state, n FROM kept_counts WHERE n > 0")).all() == [("submitted", 1001)]
         assert session.execute(text("SELECT count(*) FROM runs WHERE job_id = '7_' || repeat")).scalar() == 1001
+
+
+#: sha256 of a 200-cell launch (`-m cluster=slurm hardware=cpu12,p100 seed=range(0,100)` on a fake
+#: Slurm, benchmarks/scale.py's) as main wrote it (4923f57, before issue 36's third submission
+#: pass): every row of cells, sweep_cells, runs and kept_counts, the two arrays' sbatch scripts and
+#: each task's job spec, with what differs from launch to launch made constant (_launch_digest).
+LAUNCH_PINNED = "6d916cccebf6cbacfad3217e24e3389b90cdd48cc3f6e095cf202ad0a08e3a07"
+
+
+def _launch_digest(tmp_path):
+    """The launch's digest: the sweep id, the random array names, times, this machine's user, host,
+    Python and the temporary folder replaced by words; rows sorted."""
+    import dataclasses
+    import pickle
+    import re
+    import sqlite3
+    import subprocess
+    import sys
+
+    from helpers import REPO
+    from orchestrator.backends.slurm_task import read_task
+    from orchestrator.store.sqlite_lease import who
+
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    import scale
+
+    env, _ = scale.fake_slurm(tmp_path / "bin")
+    env = {**os.environ, **env, "ORCHESTRATOR_DB": f"sqlite:///{tmp_path / 'results.db'}",
+           "ORCHESTRATOR_RUNS": str(tmp_path / "runs"), "ORCHESTRATOR_CACHE": str(tmp_path / "cache")}
+    subprocess.run([sys.executable, "-m", "orchestrator", "-m", "cluster=slurm", "hardware=cpu12,p100",
+                    "seed=range(0,100)"], cwd=tmp_path, env=env, check=True, stdout=subprocess.DEVNULL)
+    con = sqlite3.connect(tmp_path / "results.db")
+    (sweep,), (user, host) = con.execute("SELECT id FROM sweeps").fetchone(), who()
+    words = [(sweep, "SWEEP"), (str(tmp_path), "TMP"), (sys.executable, "PYTHON")]
+
+    def plain(value):
+        if isinstance(value, float) and value > 1e9:
+            return "TIME"
+        if value in (user, host):
+            return "WHO"
+        if isinstance(value, str):
+            for was, word in words:
+                value = value.replace(was, word)
+            return re.sub(r"orch-SWEEP-[0-9a-f]{6}", "orch-SWEEP-NAME", value)
+        return value
+
+    tables = [sorted(tuple(plain(v) for v in row) for row in con.execute(f"SELECT * FROM {table}"))
+              for table in ("cells", "sweep_cells", "runs", "kept_counts")]
+    scripts = sorted(plain(path.read_text()) for path in (tmp_path / "runs").glob("*/.submitit/*_submission.sh"))
+    specs = []
+    for bundle in sorted((tmp_path / "runs").glob("*/.submitit/*.tasks")):
+        index = 0
+        while (task := read_task(bundle, index)) is not None:
+            specs.append(plain(json.dumps(dataclasses.asdict(pickle.loads(task).args[0]), sort_keys=True)))
+            index += 1
+    assert [len(t) for t in tables] == [200, 200, 200, 2] and len(scripts) == 2 and len(specs) == 200
+    return hashlib.sha256(json.dumps([tables, scripts, sorted(specs)], default=str).encode()).hexdigest()
+
+
+def test_a_200_cell_launch_writes_the_rows_scripts_and_specs_main_wrote(tmp_path):
+    """Issue 36's faster launch (rows many a statement, requests and limits derived once per
+    request, ...) changes nothing it writes: the rows, the sbatch scripts and the task specs of a
+    200-cell launch are those main wrote."""
+    assert _launch_digest(tmp_path) == LAUNCH_PINNED
