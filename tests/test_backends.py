@@ -834,6 +834,29 @@ def test_a_job_cancelled_after_it_was_found_unable_ever_to_start_is_unplaceable(
     assert plain["state"] == "cancelled"
 
 
+def test_a_tasks_pickle_is_made_without_a_memo_and_loads_as_the_spec_it_was(tmp_path):
+    """A task's pickle is the standard pickler's without its memo (a third of a 10,000-cell
+    launch's pickling): no memo opcode in it, and it loads as what was pickled; a spec that
+    refers to itself, which that mode cannot pickle, goes through cloudpickle and loads too."""
+    import pickle
+    import pickletools
+
+    from submitit.core.utils import DelayedSubmission
+
+    from orchestrator.backends.slurm_executor import _pickled
+    from orchestrator.job.run import run_cell
+
+    spec = {"config": cell("cluster=slurm", "hardware=p100").config, "runs": [{"uid": "s:c:0:1"}] * 2}
+    data = _pickled(DelayedSubmission(run_cell, spec))
+    assert not {op.name for op, _, _ in pickletools.genops(data)} & {"MEMOIZE", "PUT", "BINPUT", "LONG_BINPUT"}
+    loaded = pickle.loads(data)
+    assert loaded.function is run_cell and loaded.args == (spec,)
+    looped = {"name": "a"}
+    looped["self"] = looped
+    again = pickle.loads(_pickled(DelayedSubmission(run_cell, looped))).args[0]
+    assert again["self"] is again and again["name"] == "a"
+
+
 def test_an_arrays_task_pickles_are_one_bundle_each_task_takes_its_own(tmp_path):
     """One file per array, written before sbatch (backends/slurm_task.py): each task finds its
     own pickle by index; a task beyond it, or a bundle given up (removed), finds none."""
