@@ -234,3 +234,21 @@ def test_a_200_cell_launch_writes_the_rows_scripts_and_specs_main_wrote(tmp_path
     request, ...) changes nothing it writes: the rows, the sbatch scripts and the task specs of a
     200-cell launch are those main wrote."""
     assert _launch_digest(tmp_path) == LAUNCH_PINNED
+
+
+def test_a_json_columns_text_is_json_dumps_made_without_the_circular_check(tmp_path):
+    """The engine writes a JSON column's value as json.dumps writes it (test_a_200_cell_launch's
+    pin covers a launch's), through one encoder without the check for a mapping that holds itself
+    (db.JSON_TEXT: a launch's 10,000 configs never do)."""
+    from sqlalchemy import text
+
+    from orchestrator.store import db, schema
+
+    value = {"é": [1.5, None, True, {"ü": "x\\n\u2603"}], "b": 10 ** 20, "a": float("inf")}
+    factory = db.open_db(f"sqlite:///{tmp_path / 'results.db'}")
+    with factory() as session:
+        assert session.get_bind().dialect._json_serializer == db.JSON_TEXT.encode
+        assert not db.JSON_TEXT.check_circular
+        session.add(schema.Sweep(id="s", created_at=1.0, argv=value))
+        session.commit()
+        assert session.execute(text("SELECT argv FROM sweeps")).scalar() == json.dumps(value)
