@@ -122,7 +122,9 @@ def test_the_launchs_inserts_write_the_rows_cores_insert_writes(db_url, other_db
     core = (lambda s, t, rows: s.execute(insert(t), rows),
             lambda s, rows: s.execute(update(run_table).where(run_table.c.uid == bindparam("b_uid")), rows))
     dumps = []
-    ours = (launch_records.insert_many, launch_records.update_runs)
+    columns = ("state", "job_id", "submitted_at", "state_detail")
+    ours = (lambda s, t, rows: launch_records.insert_many(s, t, [tuple(r.values()) for r in rows], list(rows[0])),
+            lambda s, rows: launch_records.update_runs(s, columns, [(r["b_uid"], *(r[c] for c in columns)) for r in rows]))
     for url, (write, change) in ((db_url, core), (other_db_url, ours)):
         with db.open_db(url)() as session:
             session.add(schema.Sweep(id="s", created_at=time.time()))
@@ -149,11 +151,12 @@ def test_a_launchs_runs_go_in_a_few_statements_not_one_per_run(tmp_path):
 
     from sqlalchemy import text
 
+    from orchestrator.launch.submit_plan import NewRun
     from orchestrator.store import db, schema
 
     new, members, _ = _launch_rows()
-    runs = [{"uid": f"s:{new[0]['id']}:{i}:1", "sweep_id": "s", "cell_id": new[0]["id"], "repeat": i, "attempt": 1,
-             "state": "pending", "latest": True} for i in range(1001)]
+    runs = [NewRun(f"s:{new[0]['id']}:{i}:1", "s", new[0]["id"], i, 1, "slurm", f"/runs/{i}", "me", "here").row()
+            for i in range(1001)]
     with db.open_db(f"sqlite:///{tmp_path / 'results.db'}")() as session:
         session.add(schema.Sweep(id="s", created_at=time.time()))
         session.flush()
@@ -161,13 +164,13 @@ def test_a_launchs_runs_go_in_a_few_statements_not_one_per_run(tmp_path):
         said = []
         session.connection().connection.dbapi_connection.set_trace_callback(said.append)
         launch_records.insert_runs(session, runs, [])
-        launch_records.update_runs(session, [{"b_uid": run["uid"], "state": "submitted", "job_id": f"7_{i}"}
-                                             for i, run in enumerate(runs)])
+        launch_records.update_runs(session, ("state", "job_id"), [(run[0], "submitted", f"7_{i}")
+                                                                  for i, run in enumerate(runs)])
         session.commit()
         # a statement is traced once as it starts, and again for each trigger it fires
         said = [sql.split(" (")[0] for sql, _ in itertools.groupby(said)]
         assert [sql for sql in said if sql.startswith(("INSERT INTO runs", "UPDATE runs"))] == (
-            ["INSERT INTO runs"] * 3 + ["UPDATE runs SET state = v.column1, job_id = v.column2 FROM"] * 3)
+            ["INSERT INTO runs"] * 3 + ["UPDATE runs SET state = v.column2, job_id = v.column3 FROM"] * 3)
         assert session.execute(text("SELECT state, n FROM kept_counts WHERE n > 0")).all() == [("submitted", 1001)]
         assert session.execute(text("SELECT count(*) FROM runs WHERE job_id = '7_' || repeat")).scalar() == 1001
 

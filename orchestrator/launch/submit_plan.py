@@ -8,6 +8,7 @@ cells paid for the ORM's bookkeeping of each, and its rows go out as one execute
 from __future__ import annotations
 
 import functools
+import operator
 import os
 import time
 from dataclasses import dataclass
@@ -49,9 +50,12 @@ class NewRun:
     error_class: Optional[str] = None
     error_message: Optional[str] = None
 
-    def row(self) -> dict[str, Any]:
-        """Its `runs` row, as launch_records.insert_runs writes it."""
-        return {key: getattr(self, key) for key in NEW_RUN_COLUMNS}
+    def row(self) -> tuple[Any, ...]:
+        """Its `runs` row, as launch_records.insert_runs writes it: its NEW_RUN_COLUMNS' values."""
+        return _NEW_RUN_ROW(self)
+
+
+_NEW_RUN_ROW = operator.attrgetter(*NEW_RUN_COLUMNS)
 
 
 def new_run(sweep_id: str, cell_id: str, repeat: int, attempt: int, opts: Options,

@@ -48,8 +48,9 @@ def known(session: Session, cell_ids: Iterable[str]) -> tuple[set[str], dict[str
     return cells, runs
 
 
-def insert_many(session: Session, table: Table, rows: Sequence[Mapping[str, Any]]) -> None:
-    """Rows (each with the same keys) into `table`. On SQLite (the driver's `?` parameters) Core's
+def insert_many(session: Session, table: Table, rows: Sequence[Any], columns: Sequence[str] = ()) -> None:
+    """Rows into `table`: mappings with the same keys, or (`columns`) tuples of these columns' values
+    (no dict a row: a launch writes 10,000 runs). On SQLite (the driver's `?` parameters) Core's
     compiled INSERT is handed to the driver with its VALUES group repeated, ROWS_PER_STATEMENT
     rows a statement (_in_statements), each value through its column's bind processor (a JSON
     column's json.dumps), as Core's execution does, without its per-row parameter building. The
@@ -58,37 +59,39 @@ def insert_many(session: Session, table: Table, rows: Sequence[Mapping[str, Any]
     if not rows:
         return
     connection = session.connection()
-    dialect, keys = connection.dialect, list(rows[0])
+    dialect, keys = connection.dialect, list(columns or rows[0])
     compiled = insert(table).compile(dialect=dialect, column_keys=keys)
     names = compiled.positiontup if dialect.paramstyle == "qmark" else None
     group = "(" + ", ".join("?" * len(names or ())) + ")"
     if names is None or sorted(names) != sorted(keys) or not compiled.string.endswith(" VALUES " + group):
-        session.execute(insert(table), list(rows))
+        session.execute(insert(table), [dict(zip(columns, row)) for row in rows] if columns else list(rows))
         return
     types = [compiled.binds[name].type for name in names]
+    at = [keys.index(name) for name in names] if columns else names
     _in_statements(connection, lambda n: compiled.string + (", " + group) * (n - 1),
-                   _bound(dialect, rows, names, types), len(names))
+                   _bound(dialect, rows, at, types), len(names))
 
 
-def update_runs(session: Session, rows: Sequence[Mapping[str, Any]]) -> None:
-    """Sets columns of recorded runs: each row holds `b_uid` and the same columns' values. On
+def update_runs(session: Session, columns: Sequence[str], rows: Sequence[tuple[Any, ...]]) -> None:
+    """Sets `columns` of recorded runs: each row a run's uid, then those columns' values. On
     SQLite one UPDATE ... FROM (VALUES ...) per ROWS_PER_STATEMENT runs (_in_statements), else
     Core's executemany by uid."""
     if not rows:
         return
     table, connection = schema.Run.__table__, session.connection()
-    dialect, columns = connection.dialect, [key for key in rows[0] if key != "b_uid"]
+    dialect = connection.dialect
     if dialect.name != "sqlite" or dialect.paramstyle != "qmark" or sqlite3.sqlite_version_info < UPDATE_FROM:
-        session.execute(update(table).where(table.c.uid == bindparam("b_uid")), list(rows))
+        session.execute(update(table).where(table.c.uid == bindparam("b_uid")),
+                        [{"b_uid": row[0], **dict(zip(columns, row[1:]))} for row in rows])
         return
     quote, width = dialect.identifier_preparer.quote, len(columns) + 1
-    sets = ", ".join(f"{quote(column)} = v.column{i}" for i, column in enumerate(columns, 1))
+    sets = ", ".join(f"{quote(column)} = v.column{i}" for i, column in enumerate(columns, 2))
     group = "(" + ", ".join("?" * width) + ")"
     runs = quote(table.name)
     sql = lambda n: (f"UPDATE {runs} SET {sets} FROM (VALUES {', '.join([group] * n)}) AS v "
-                     f"WHERE {runs}.uid = v.column{width}")
-    names = [*columns, "b_uid"]
-    _in_statements(connection, sql, _bound(dialect, rows, names, [table.c[c].type for c in columns] + [None]), width)
+                     f"WHERE {runs}.uid = v.column1")
+    _in_statements(connection, sql, _bound(dialect, rows, range(width), [None, *(table.c[c].type for c in columns)]),
+                   width)
 
 
 #: Rows a statement of a launch's bulk writes on SQLite (fewer where its build allows fewer
@@ -102,10 +105,9 @@ ROWS_PER_STATEMENT = 500
 UPDATE_FROM = (3, 33, 0)
 
 
-def _bound(dialect: Any, rows: Sequence[Mapping[str, Any]], names: Sequence[str],
-           types: Sequence[Any]) -> list[tuple[Any, ...]]:
-    """Each row's values in the order of `names` (one C call a row), those of a type with a bind
-    processor (JSON, Boolean) put through it; a type None: as is."""
+def _bound(dialect: Any, rows: Sequence[Any], names: Sequence[Any], types: Sequence[Any]) -> list[tuple[Any, ...]]:
+    """Each row's values in the order of `names` (its keys, or a tuple's indexes: one C call a
+    row), those of a type with a bind processor (JSON, Boolean) put through it; a type None: as is."""
     processors = [(i, t.dialect_impl(dialect).bind_processor(dialect)) for i, t in enumerate(types) if t is not None]
     processors = [(i, process) for i, process in processors if process]
     get = operator.itemgetter(*names)
@@ -139,14 +141,14 @@ def insert_cells(session: Session, new: list[dict[str, Any]], members: list[dict
     insert_many(session, schema.SweepCell.__table__, members)
 
 
-def insert_runs(session: Session, rows: Sequence[Mapping[str, Any]], relatest: Iterable[tuple[str, int]]) -> None:
-    """New runs (NEW_RUN_COLUMNS of each) in one executemany, and `latest` set again on the
+def insert_runs(session: Session, rows: Sequence[tuple[Any, ...]], relatest: Iterable[tuple[str, int]]) -> None:
+    """New runs (each a tuple of its NEW_RUN_COLUMNS: submit_plan.NewRun.row), and `latest` set again on the
     (cell id, repeat) in `relatest` (schema.mark_latest): those whose earlier attempts stop
     being the current word. A repeat's only attempt is inserted latest already. An earlier
     attempt no longer the latest leaves its cell's kept summary in the same transaction
     (result_rows.refresh_summary): a launch with force=true and a rerun change what it counts."""
     relatest = sorted(set(relatest))
-    insert_many(session, schema.Run.__table__, rows)
+    insert_many(session, schema.Run.__table__, rows, NEW_RUN_COLUMNS)
     schema.mark_latest(session.connection(), relatest)
     result_rows.refresh_summary(session.connection(), {cell for cell, _ in relatest}, kept_only=True)
 
