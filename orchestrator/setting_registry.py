@@ -194,13 +194,18 @@ def read_settings(get: Lookup) -> dict[str, Any]:
 def stored(name: str, value: Any) -> Any:
     """A value as a record keeps it (a `cells` or `refusals` row): None for a setting's default, as
     records made before the setting existed hold it (see SettingDef). A resolved cell holds the value."""
-    default = SETTING_DEFAULTS.get(name)  # a key no setting declares: as it is
-    return None if default is not None and value == default else value
+    return recorded({name: value})[name]  # the rule, said once
 
 
 def recorded(settings: Mapping[str, Any]) -> dict[str, Any]:
-    """A cell's settings as its records keep them (stored): what the writers of `cells` rows write."""
-    return {name: stored(name, value) for name, value in settings.items()}
+    """A cell's settings as its records keep them (stored's rule, inline: a launch records 10,000
+    cells' settings): what the writers of `cells` rows write."""
+    defaults = SETTING_DEFAULTS
+    return {name: None if value is not None and value == defaults.get(name, _NO_DEFAULT) else value
+            for name, value in settings.items()}
+
+
+_NO_DEFAULT = object()  # equal to no value: a key no setting declares is kept as it is
 
 
 def filled(record: Mapping[str, Any]) -> dict[str, Any]:

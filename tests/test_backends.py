@@ -596,6 +596,43 @@ def test_the_checks_derive_each_requests_parameters_once_not_per_cell(monkeypatc
     assert len(found.cells) == 6 and not found.refused and len(derived) == 2  # p100 and cpu12
 
 
+def test_a_request_is_derived_once_per_distinct_values_it_reads(monkeypatch):
+    """A launch asks each cell's request three times (its check, its partition's MaxTime, the
+    grouping): derived once per distinct set of the values it reads (a sweep's cells ask a few),
+    not per cell and ask; by value, so an equal mapping gives the same request without deriving
+    it again, and a mapping changed in place (rerun's longer limit) is derived again."""
+    from orchestrator.backends import sbatch
+
+    derived = []
+    plain = sbatch.configured  # called once per derivation
+    monkeypatch.setattr(sbatch, "configured", lambda hardware, cluster: (derived.append(1), plain(hardware, cluster))[1])
+    hardware = {"name": "p100", "partition": "memo-test", "gpu_type": "p100", "gpus_per_node": 2, "cpus": 8,
+                "mem_gb": 64, "time_min": 60}
+    backend = SlurmBackend({"name": "slurm"})
+    configs = [{"hardware": hardware, "gpus": 1, "nodes": 1, "seed": i} for i in range(5)]
+    asked = [backend.request(config) for config in configs for _ in range(3)]
+    assert len(derived) == 1 and len(set(asked)) == 1 and asked[0].gpus == 1 and asked[0].time_min == 60
+    assert backend.request({**configs[0], "hardware": dict(hardware)}) == asked[0] and len(derived) == 1
+    hardware["time_min"] = 30  # as rerun gives a timed-out cell more time, in its own mapping
+    assert backend.request(configs[0]).time_min == 30 and len(derived) == 2
+    assert backend.request({**configs[0], "gpus": 2}).gpu_flag == "--gres=gpu:p100:2" and len(derived) == 3
+
+
+def test_the_learned_limits_ask_each_requests_maxtime_once_not_per_cell(monkeypatch):
+    """time_limits.learn caps each cell's limit by its partition's MaxTime: asked once per
+    distinct request (two here), not once per cell (six)."""
+    from orchestrator.launch.submit_options import Options
+    from orchestrator.launch.submit_plan import learn_time_limits
+
+    asked = []
+    monkeypatch.setattr(SlurmBackend, "max_time_min", lambda self, config: (asked.append(1), 90)[1])
+    cells = [cell("cluster=slurm", "hardware=p100", f"seed={i}") for i in range(4)]
+    cells += [cell("cluster=slurm", "hardware=cpu12", f"seed={i}") for i in range(2)]
+    learned = learn_time_limits(cells, Options.from_config(cells[0].config), None)
+    assert len(asked) == 2 and [c.id for c in learned] == [c.id for c in cells]
+    assert all(c.config["hardware"]["time_min"] <= 90 for c in learned)
+
+
 class WatchingSlurm(CannedSlurm):
     """CannedSlurm that reads, at each sbatch, what the database holds of the sweep's runs."""
 
@@ -795,6 +832,29 @@ def test_a_job_cancelled_after_it_was_found_unable_ever_to_start_is_unplaceable(
     plain = decide(Evidence(), SchedulerView("ended", "CANCELLED", None, "cancelled", imposed=True), job_id="7_1",
                    backend="slurm", submitted_at=0.0, now=10.0, grace_s=0.0, previous="PENDING (Priority)")
     assert plain["state"] == "cancelled"
+
+
+def test_a_tasks_pickle_is_made_without_a_memo_and_loads_as_the_spec_it_was(tmp_path):
+    """A task's pickle is the standard pickler's without its memo (a third of a 10,000-cell
+    launch's pickling): no memo opcode in it, and it loads as what was pickled; a spec that
+    refers to itself, which that mode cannot pickle, goes through cloudpickle and loads too."""
+    import pickle
+    import pickletools
+
+    from submitit.core.utils import DelayedSubmission
+
+    from orchestrator.backends.slurm_executor import _pickled
+    from orchestrator.job.run import run_cell
+
+    spec = {"config": cell("cluster=slurm", "hardware=p100").config, "runs": [{"uid": "s:c:0:1"}] * 2}
+    data = _pickled(DelayedSubmission(run_cell, spec))
+    assert not {op.name for op, _, _ in pickletools.genops(data)} & {"MEMOIZE", "PUT", "BINPUT", "LONG_BINPUT"}
+    loaded = pickle.loads(data)
+    assert loaded.function is run_cell and loaded.args == (spec,)
+    looped = {"name": "a"}
+    looped["self"] = looped
+    again = pickle.loads(_pickled(DelayedSubmission(run_cell, looped))).args[0]
+    assert again["self"] is again and again["name"] == "a"
 
 
 def test_an_arrays_task_pickles_are_one_bundle_each_task_takes_its_own(tmp_path):

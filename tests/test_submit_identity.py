@@ -3,10 +3,14 @@ goal): the ids and the recorded settings of a grid that holds every setting with
 and away from it, are pinned as main made them before the speed-ups, and a cell whose time limit
 learn() writes keeps the id it had without hashing its settings again."""
 import hashlib
+import os
 import itertools
 import json
 
+import pytest
+
 from orchestrator import setting_registry
+from orchestrator.store import launch_records
 from orchestrator.launch.submit_plan import cell_rows
 from orchestrator.sweep import time_limits
 from orchestrator.sweep.cell import cell_id
@@ -95,15 +99,20 @@ def _launch_rows():
     return new, members, runs
 
 
-def test_the_launchs_inserts_write_the_rows_cores_insert_writes(db_url, other_db_url):
-    """launch_records.insert_many and update_runs (SQLite: Core's statement, the driver's
-    executemany, each parameter's bind processor) store what Core's executemany stores, byte for
-    byte: every column of cells, sweep_cells and runs, the JSON text and the job ids included."""
+@pytest.mark.parametrize("per_statement", [500, 4])
+def test_the_launchs_inserts_write_the_rows_cores_insert_writes(db_url, other_db_url, per_statement, monkeypatch):
+    """launch_records.insert_many and update_runs (SQLite: Core's statement with its VALUES
+    repeated, or UPDATE ... FROM (VALUES ...), each parameter through its bind processor) store
+    what Core's executemany stores, byte for byte: every column of cells, sweep_cells and runs, the
+    JSON text and the job ids included; `per_statement` 4: the rows split over statements, the
+    last one shorter."""
     import time
+
+    monkeypatch.setattr(launch_records, "ROWS_PER_STATEMENT", per_statement)
 
     from sqlalchemy import bindparam, insert, text, update
 
-    from orchestrator.store import db, launch_records, schema
+    from orchestrator.store import db, schema
 
     new, members, runs = _launch_rows()
     tables = ((schema.Cell.__table__, new), (schema.SweepCell.__table__, members), (schema.Run.__table__, runs))
@@ -113,7 +122,9 @@ def test_the_launchs_inserts_write_the_rows_cores_insert_writes(db_url, other_db
     core = (lambda s, t, rows: s.execute(insert(t), rows),
             lambda s, rows: s.execute(update(run_table).where(run_table.c.uid == bindparam("b_uid")), rows))
     dumps = []
-    ours = (launch_records.insert_many, launch_records.update_runs)
+    columns = ("state", "job_id", "submitted_at", "state_detail")
+    ours = (lambda s, t, rows: launch_records.insert_many(s, t, [tuple(r.values()) for r in rows], list(rows[0])),
+            lambda s, rows: launch_records.update_runs(s, columns, [(r["b_uid"], *(r[c] for c in columns)) for r in rows]))
     for url, (write, change) in ((db_url, core), (other_db_url, ours)):
         with db.open_db(url)() as session:
             session.add(schema.Sweep(id="s", created_at=time.time()))
@@ -129,3 +140,118 @@ def test_the_launchs_inserts_write_the_rows_cores_insert_writes(db_url, other_db
     assert [len(t) for t in dumps[0]] == [len(new), len(members), len(runs)] and len(new) == 6
     assert sum(row[-1] is None for row in dumps[1][1]) == 1  # the skipped cell's config: NULL, not 'null'
     assert sorted(v for row in dumps[1][2] for v in row if str(v).startswith('9_')) == ['9_0', '9_1', '9_2', '9_3']
+
+
+def test_a_launchs_runs_go_in_a_few_statements_not_one_per_run(tmp_path):
+    """On SQLite, each statement that fires the kept_counts triggers keeps a copy of every page it
+    changes (its statement journal): one run a statement copied the pages of all the runs'
+    indexes for each run (~0.3 s of a 10,000-cell launch). 1,001 runs are inserted and marked
+    submitted in three statements each (500 a statement), the trigger's counts kept all the same."""
+    import time
+
+    from sqlalchemy import text
+
+    from orchestrator.launch.submit_plan import NewRun
+    from orchestrator.store import db, schema
+
+    new, members, _ = _launch_rows()
+    runs = [NewRun(f"s:{new[0]['id']}:{i}:1", "s", new[0]["id"], i, 1, "slurm", f"/runs/{i}", "me", "here").row()
+            for i in range(1001)]
+    with db.open_db(f"sqlite:///{tmp_path / 'results.db'}")() as session:
+        session.add(schema.Sweep(id="s", created_at=time.time()))
+        session.flush()
+        launch_records.insert_cells(session, new, members)
+        said = []
+        session.connection().connection.dbapi_connection.set_trace_callback(said.append)
+        launch_records.insert_runs(session, runs, [])
+        launch_records.update_runs(session, ("state", "job_id"), [(run[0], "submitted", f"7_{i}")
+                                                                  for i, run in enumerate(runs)])
+        session.commit()
+        # a statement is traced once as it starts, and again for each trigger it fires
+        said = [sql.split(" (")[0] for sql, _ in itertools.groupby(said)]
+        assert [sql for sql in said if sql.startswith(("INSERT INTO runs", "UPDATE runs"))] == (
+            ["INSERT INTO runs"] * 3 + ["UPDATE runs SET state = v.column2, job_id = v.column3 FROM"] * 3)
+        assert session.execute(text("SELECT state, n FROM kept_counts WHERE n > 0")).all() == [("submitted", 1001)]
+        assert session.execute(text("SELECT count(*) FROM runs WHERE job_id = '7_' || repeat")).scalar() == 1001
+
+
+#: sha256 of a 200-cell launch (`-m cluster=slurm hardware=cpu12,p100 seed=range(0,100)` on a fake
+#: Slurm, benchmarks/scale.py's) as main wrote it (4923f57, before issue 36's third submission
+#: pass): every row of cells, sweep_cells, runs and kept_counts, the two arrays' sbatch scripts and
+#: each task's job spec, with what differs from launch to launch made constant (_launch_digest).
+LAUNCH_PINNED = "6d916cccebf6cbacfad3217e24e3389b90cdd48cc3f6e095cf202ad0a08e3a07"
+
+
+def _launch_digest(tmp_path):
+    """The launch's digest: the sweep id, the random array names, times, this machine's user, host,
+    Python and the temporary folder replaced by words; rows sorted."""
+    import dataclasses
+    import pickle
+    import re
+    import sqlite3
+    import subprocess
+    import sys
+
+    from helpers import REPO
+    from orchestrator.backends.slurm_task import read_task
+    from orchestrator.store.sqlite_lease import who
+
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    import scale
+
+    env, _ = scale.fake_slurm(tmp_path / "bin")
+    env = {**os.environ, **env, "ORCHESTRATOR_DB": f"sqlite:///{tmp_path / 'results.db'}",
+           "ORCHESTRATOR_RUNS": str(tmp_path / "runs"), "ORCHESTRATOR_CACHE": str(tmp_path / "cache")}
+    subprocess.run([sys.executable, "-m", "orchestrator", "-m", "cluster=slurm", "hardware=cpu12,p100",
+                    "seed=range(0,100)"], cwd=tmp_path, env=env, check=True, stdout=subprocess.DEVNULL)
+    con = sqlite3.connect(tmp_path / "results.db")
+    (sweep,), (user, host) = con.execute("SELECT id FROM sweeps").fetchone(), who()
+    words = [(sweep, "SWEEP"), (str(tmp_path), "TMP"), (sys.executable, "PYTHON")]
+
+    def plain(value):
+        if isinstance(value, float) and value > 1e9:
+            return "TIME"
+        if value in (user, host):
+            return "WHO"
+        if isinstance(value, str):
+            for was, word in words:
+                value = value.replace(was, word)
+            return re.sub(r"orch-SWEEP-[0-9a-f]{6}", "orch-SWEEP-NAME", value)
+        return value
+
+    tables = [sorted(tuple(plain(v) for v in row) for row in con.execute(f"SELECT * FROM {table}"))
+              for table in ("cells", "sweep_cells", "runs", "kept_counts")]
+    scripts = sorted(plain(path.read_text()) for path in (tmp_path / "runs").glob("*/.submitit/*_submission.sh"))
+    specs = []
+    for bundle in sorted((tmp_path / "runs").glob("*/.submitit/*.tasks")):
+        index = 0
+        while (task := read_task(bundle, index)) is not None:
+            specs.append(plain(json.dumps(dataclasses.asdict(pickle.loads(task).args[0]), sort_keys=True)))
+            index += 1
+    assert [len(t) for t in tables] == [200, 200, 200, 2] and len(scripts) == 2 and len(specs) == 200
+    return hashlib.sha256(json.dumps([tables, scripts, sorted(specs)], default=str).encode()).hexdigest()
+
+
+def test_a_200_cell_launch_writes_the_rows_scripts_and_specs_main_wrote(tmp_path):
+    """Issue 36's faster launch (rows many a statement, requests and limits derived once per
+    request, ...) changes nothing it writes: the rows, the sbatch scripts and the task specs of a
+    200-cell launch are those main wrote."""
+    assert _launch_digest(tmp_path) == LAUNCH_PINNED
+
+
+def test_a_json_columns_text_is_json_dumps_made_without_the_circular_check(tmp_path):
+    """The engine writes a JSON column's value as json.dumps writes it (test_a_200_cell_launch's
+    pin covers a launch's), through one encoder without the check for a mapping that holds itself
+    (db.JSON_TEXT: a launch's 10,000 configs never do)."""
+    from sqlalchemy import text
+
+    from orchestrator.store import db, schema
+
+    value = {"é": [1.5, None, True, {"ü": "x\\n\u2603"}], "b": 10 ** 20, "a": float("inf")}
+    factory = db.open_db(f"sqlite:///{tmp_path / 'results.db'}")
+    with factory() as session:
+        assert session.get_bind().dialect._json_serializer == db.JSON_TEXT.encode
+        assert not db.JSON_TEXT.check_circular
+        session.add(schema.Sweep(id="s", created_at=1.0, argv=value))
+        session.commit()
+        assert session.execute(text("SELECT argv FROM sweeps")).scalar() == json.dumps(value)

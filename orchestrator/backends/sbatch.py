@@ -18,6 +18,7 @@ to one printable line. The generic checks (one line, integer, name ...) are conf
 """
 from __future__ import annotations
 
+import functools
 import re
 from typing import Any, Mapping, Optional
 
@@ -51,6 +52,11 @@ SITE = "the cluster's YAML (conf/cluster/<site>.yaml) or the override that set i
 
 # --- a cell's request, and the submitit parameters derived from it ----------------------------
 
+#: What a request reads of a cell's hardware: its memo's key (request), with gpus, nodes and the
+#: cluster's two values that `_derived` reads.
+HARDWARE_ASKED = ("partition", "cpus", "mem_gb", "gpu_type", "time_min", "time_max", "time_floor")
+
+
 def request(config: Mapping[str, Any], cluster: Mapping[str, Any]) -> Request:
     """What a cell (its resolved config) asks of each of its `nodes`: its hardware's partition,
     CPUs, memory and time limit, and its `gpus` of the hardware's GPU type, named as the cluster
@@ -58,20 +64,35 @@ def request(config: Mapping[str, Any], cluster: Mapping[str, Any]) -> Request:
     `--time-min` where time_limits learned it: `time_floor`); `auto` not learned yet (a cell
     checked before submission learns it) is its ceiling `time_max`; else the cluster's
     `time_min`, else time_limits.DEFAULT_TIME_MIN. `nodes` is read as the resolved config holds
-    it, complete (cell.Cell.from_plain): a config without it is a KeyError, never a guess of 1."""
-    hardware, gpus = config["hardware"], int(config["gpus"])
+    it, complete (cell.Cell.from_plain): a config without it is a KeyError, never a guess of 1.
+    Derived once per distinct set of the values it reads (a launch asks each cell's three times:
+    its check, its partition's MaxTime, its grouping; a sweep's cells ask a few), by value, so
+    that a mapping changed in place (rerun's longer limit) is derived again."""
+    hardware = config["hardware"]
+    asked = (tuple(hardware.get(key) for key in HARDWARE_ASKED), config["gpus"], config["nodes"],
+             cluster.get("gpu_request", "gres"), cluster.get("time_min"))
+    try:
+        return _derived(*asked)
+    except TypeError:  # a value that cannot be a key (a list): derived without the memo
+        return _derived.__wrapped__(*asked)
+
+
+@functools.lru_cache(maxsize=1024)
+def _derived(values: tuple[Any, ...], gpus: Any, nodes: Any, gpu_request: str, cluster_time_min: Any) -> Request:
+    """request's Request from the values it read."""
+    hardware, gpus = dict(zip(HARDWARE_ASKED, values)), int(gpus)
     gpu_type = (hardware.get("gpu_type") or None) if gpus else None
     flag = ""
     if gpus:
-        key, value = _gpu_option(gpus, gpu_type, cluster.get("gpu_request", "gres"))
+        key, value = _gpu_option(gpus, gpu_type, gpu_request)
         flag = f"--{key.replace('_', '-')}={value}"
     return Request(partition=hardware.get("partition") or None,
                    cpus=int(hardware["cpus"]) if hardware.get("cpus") else None,
                    mem_mb=1024 * int(hardware["mem_gb"]) if hardware.get("mem_gb") else None,
                    gpus=gpus, gpu_type=gpu_type,
-                   time_min=configured(hardware, cluster),
+                   time_min=configured(hardware, {"time_min": cluster_time_min}),
                    time_floor_min=int(hardware["time_floor"]) if hardware.get("time_floor") else None,
-                   nodes=int(config["nodes"]), gpu_flag=flag)
+                   nodes=int(nodes), gpu_flag=flag)
 
 
 def _gpu_option(gpus: int, gpu_type: Optional[str], how: str) -> tuple[str, str]:

@@ -13,6 +13,7 @@ request, and the hand-over.
 """
 from __future__ import annotations
 
+import operator
 import secrets
 import sys
 import time
@@ -168,7 +169,8 @@ def _fail(runs: list[NewRun], error_class: str, message: str) -> None:
 
 def _write(session: Session, runs: list[NewRun], columns: tuple[str, ...]) -> None:
     """Writes these columns of recorded runs (their values in memory) and commits."""
-    launch_records.update_runs(session, [{"b_uid": run.uid, **{k: getattr(run, k) for k in columns}} for run in runs])
+    values = operator.attrgetter("uid", *columns)
+    launch_records.update_runs(session, columns, [values(run) for run in runs])
     session.commit()
 
 

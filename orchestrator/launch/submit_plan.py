@@ -8,15 +8,16 @@ cells paid for the ORM's bookkeeping of each, and its rows go out as one execute
 from __future__ import annotations
 
 import functools
+import operator
 import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Hashable, Optional
 
 from orchestrator import runstate, setting_registry
 from orchestrator.sweep import time_limits
-from orchestrator.backends.base import max_time_min, node_lock
+from orchestrator.backends.base import max_time_min, node_lock, request
 from orchestrator.sweep.cell import Cell
 from orchestrator.job.run import JobSpec, RunSpec
 from orchestrator.store.launch_records import NEW_RUN_COLUMNS
@@ -49,9 +50,12 @@ class NewRun:
     error_class: Optional[str] = None
     error_message: Optional[str] = None
 
-    def row(self) -> dict[str, Any]:
-        """Its `runs` row, as launch_records.insert_runs writes it."""
-        return {key: getattr(self, key) for key in NEW_RUN_COLUMNS}
+    def row(self) -> tuple[Any, ...]:
+        """Its `runs` row, as launch_records.insert_runs writes it: its NEW_RUN_COLUMNS' values."""
+        return _NEW_RUN_ROW(self)
+
+
+_NEW_RUN_ROW = operator.attrgetter(*NEW_RUN_COLUMNS)
 
 
 def new_run(sweep_id: str, cell_id: str, repeat: int, attempt: int, opts: Options,
@@ -142,4 +146,12 @@ def learn_time_limits(cells: list[Cell], opts: Options, rows: Optional[Rows]) ->
                 built[env] = False
         return built[env]
 
-    return time_limits.learn(cells, rows, lambda config: max_time_min(opts.backend, config), opts.cluster, builds)
+    limits: dict[Hashable, Optional[int]] = {}  # by request: a partition's MaxTime found once per request, not per cell
+
+    def max_time_of(config: dict[str, Any]) -> Optional[int]:
+        asked = request(opts.backend, config)
+        if asked is None or asked not in limits:
+            limits[asked] = max_time_min(opts.backend, config)
+        return limits[asked]
+
+    return time_limits.learn(cells, rows, max_time_of, opts.cluster, builds)

@@ -38,8 +38,13 @@ def cell_id(settings: dict[str, Any]) -> str:
     setting_registry.hashed_keys names (a setting added later is hashed only away from its
     default, so the ids of cells made before it stay)."""
     keys = setting_registry.hashed_keys(settings)
-    canonical = json.dumps({k: settings[k] for k in keys}, sort_keys=True, separators=(",", ":"))
+    canonical = _CANONICAL.encode({k: settings[k] for k in keys})
     return hashlib.sha256(canonical.encode()).hexdigest()[:12]
+
+
+#: cell_id's JSON: what json.dumps(sort_keys=True, separators=(",", ":")) makes, its encoder made
+#: once (json.dumps makes one per call when given options: a third of hashing a cell).
+_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"))
 
 
 @dataclass(frozen=True)
@@ -188,11 +193,18 @@ def _remember(checked: dict[tuple[int, ...], tuple[Any, ...]] | None, parts: tup
 
 def lookup(plain: Any, path: str) -> Any:
     """The value at a dotted path of a plain config, None where any part is absent."""
-    for part in path.split("."):
+    for part in _parts(path):
         if not isinstance(plain, dict):
             return None
         plain = plain.get(part)
     return plain
+
+
+@functools.lru_cache(maxsize=None)
+def _parts(path: str) -> tuple[str, ...]:
+    """A dotted path's parts, split once per path: a sweep's resolution looks up each of a few
+    dozen paths once per cell (190,000 splits for 10,000 cells)."""
+    return tuple(path.split("."))
 
 
 def _checked(where: str, setting: setting_registry.SettingDef, value: Any) -> Any:
