@@ -459,9 +459,16 @@ def test_a_page_of_results_is_the_views_first_rows(db_url):
 
 
 def upgraded_from(url, revision, *then):
-    """The database at `url` taken back to `revision` (its views dropped, each later revision's
-    `downgrade()` run, newest first, then `then`), then opened: upgraded to the head. Its URL, to
-    query."""
+    """The database at `url` taken back to `revision` (taken_back), then opened: upgraded to the
+    head. Its URL, to query."""
+    taken_back(url, revision, *then)
+    db.open_db(url).kw["bind"].dispose()
+    return url
+
+
+def taken_back(url, revision, *then):
+    """The database at `url` taken back to `revision`: its views dropped, each later revision's
+    `downgrade()` run, newest first, then `then`, and `revision` recorded."""
     from alembic.operations import Operations
     from sqlalchemy.pool import NullPool
 
@@ -479,8 +486,6 @@ def upgraded_from(url, revision, *then):
             conn.exec_driver_sql(f"UPDATE alembic_version SET version_num = '{revision}'")
     finally:
         engine.dispose()
-    db.open_db(url).kw["bind"].dispose()
-    return url
 
 
 def test_the_upgrade_to_0009_marks_the_highest_attempt_of_each_repeat_latest(db_url):
