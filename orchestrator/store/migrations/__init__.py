@@ -24,7 +24,9 @@ table after making it: a revision that changes what one holds names it in `rebui
 named by a revision it applied, makes it again from schema.py and fills it (result_rows.remake):
 once, by the head code, on the head schema. It is the same transaction as the revisions (the
 caller's, which holds the write lock): a crash anywhere leaves the database at its old revision,
-which the next opening upgrades again.
+which the next opening upgrades again. (The counts `status` reads, kept_counts and
+kept_count_deltas, are not among them: they are kept by triggers that their revisions make, and
+counted there from four columns of `runs` that no setting or metric changes.)
 
 Adding a revision: copy the newest file in versions/, give it the next `revision` id and the
 previous head as `down_revision`, write `upgrade()` with `alembic.op` (on SQLite anything beyond
