@@ -196,11 +196,12 @@ def test_schema_version_is_the_head_revision_which_pins_the_views():
 
 def built_by_the_revisions(where):
     """A new database at `where` (a URL, or a SQLite file's path) made the long way: every
-    revision from nothing (open_db makes a new one from db.py's tables at once)."""
-    engine = create_engine(as_url(where))
-    with engine.begin() as conn:
-        migrations.upgrade(conn)
-    engine.dispose()
+    revision from nothing (open_db makes a new one from db.py's tables at once). In a process of
+    its own, as a user's upgrade runs: one that had made a database at once first had schema.py's
+    indexes already given their PostgreSQL options (0021's INCLUDE went missing only alone)."""
+    script = ("import sys; from sqlalchemy import create_engine; from orchestrator.store import migrations; "
+              "engine = create_engine(sys.argv[1]); conn = engine.connect(); migrations.upgrade(conn); conn.commit()")
+    subprocess.run([sys.executable, "-c", script, as_url(where)], check=True)
 
 
 def sqlite_layout(path):
@@ -459,9 +460,16 @@ def test_a_page_of_results_is_the_views_first_rows(db_url):
 
 
 def upgraded_from(url, revision, *then):
-    """The database at `url` taken back to `revision` (its views dropped, each later revision's
-    `downgrade()` run, newest first, then `then`), then opened: upgraded to the head. Its URL, to
-    query."""
+    """The database at `url` taken back to `revision` (taken_back), then opened: upgraded to the
+    head. Its URL, to query."""
+    taken_back(url, revision, *then)
+    db.open_db(url).kw["bind"].dispose()
+    return url
+
+
+def taken_back(url, revision, *then):
+    """The database at `url` taken back to `revision`: its views dropped, each later revision's
+    `downgrade()` run, newest first, then `then`, and `revision` recorded."""
     from alembic.operations import Operations
     from sqlalchemy.pool import NullPool
 
@@ -479,8 +487,6 @@ def upgraded_from(url, revision, *then):
             conn.exec_driver_sql(f"UPDATE alembic_version SET version_num = '{revision}'")
     finally:
         engine.dispose()
-    db.open_db(url).kw["bind"].dispose()
-    return url
 
 
 def test_the_upgrade_to_0009_marks_the_highest_attempt_of_each_repeat_latest(db_url):

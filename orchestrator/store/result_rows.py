@@ -168,7 +168,7 @@ def keep_metrics(conn: Connection, run_ids: Iterable[int]) -> None:
 
 
 def rebuild_metrics(conn: Connection, step: int = 20_000) -> None:
-    """Every run's kept_metrics row from the metrics rows (migration 0020), `step` run ids at a
+    """Every run's kept_metrics row from the metrics rows (an upgrade's remake), `step` run ids at a
     time: each part's rows are formatted in Python (csv_text), never all of them at once."""
     conn.execute(delete(KeptMetrics))
     low, high = conn.execute(select(func.min(Metric.run_id), func.max(Metric.run_id))).one()
@@ -246,7 +246,7 @@ def refresh_summary(conn: Connection, cell_ids: Iterable[str], kept_only: bool =
 
 
 def rebuild_summary(conn: Connection) -> None:
-    """Every cell's kept summary row from the runs, in one pass (migration 0017)."""
+    """Every cell's kept summary row from the runs, in one pass (an upgrade's remake)."""
     conn.execute(delete(KeptSummary))
     _insert_summary(conn, {})
 
@@ -281,3 +281,24 @@ def summary_page(filters: Mapping[str, Sequence[Any]], noisy_cv: float, limit: O
     where = [table[key].in_(values) for key, values in filters.items()]
     noisy = select(func.count()).where(table.images_per_sec_cv > noisy_cv, *where).scalar_subquery()
     return page, select(select(func.count()).where(*where).select_from(KeptSummary).scalar_subquery(), noisy)
+
+
+# --- the kept tables an upgrade remakes ---------------------------------------------------------
+
+#: The kept tables whose rows this code computes from others, and how it fills each: a schema
+#: revision that changes what one holds (a setting on `cells`, a metric, a formula) names it in its
+#: `rebuilds`, and the upgrade remakes it once its last revision has run (migrations.upgrade says why).
+FILLS = {"kept_summary": rebuild_summary, "kept_metrics": rebuild_metrics}
+
+
+def remake(conn: Connection, names: Iterable[str]) -> None:
+    """Each kept table of `names` dropped, made again as schema.py declares it now (its columns and
+    indexes) and filled by FILLS, in the caller's transaction: what this code reads exists by then."""
+    names = set(names)
+    if names - set(FILLS):
+        raise ValueError(f"no kept table {sorted(names - set(FILLS))}: the kept tables are {sorted(FILLS)}")
+    for name in [n for n in FILLS if n in names]:  # in FILLS' order, whatever order they were named in
+        table = schema.Base.metadata.tables[name]
+        table.drop(conn, checkfirst=True)
+        table.create(conn)
+        FILLS[name](conn)

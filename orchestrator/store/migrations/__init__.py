@@ -15,11 +15,31 @@ to a view's definition is still a revision (its `upgrade` may do nothing), so th
 at the old head get their views rebuilt; its `views_sha256` is the views' fingerprint
 (`views_sha256()`), which test_db compares with the definitions in cell_stats.py.
 
+The kept tables (result_rows.FILLS: kept_summary, kept_metrics) are computed from other rows by
+this orchestrator's code, which reads the head schema: every setting `cells` has now, every
+metric. A revision that filled one as it ran would read columns a later revision adds (a new
+setting's), and an old database's upgrade would fail there. So no revision fills or alters a kept
+table after making it: a revision that changes what one holds names it in `rebuilds` (data, beside
+`views_sha256`), and `upgrade` below, once Alembic has run the last revision, drops each table
+named by a revision it applied, makes it again from schema.py and fills it (result_rows.remake):
+once, by the head code, on the head schema. It is the same transaction as the revisions (the
+caller's, which holds the write lock): a crash anywhere leaves the database at its old revision,
+which the next opening upgrades again. (The counts `status` reads, kept_counts and
+kept_count_deltas, are not among them: they are kept by triggers that their revisions make, and
+counted there from four columns of `runs` that no setting or metric changes.)
+
 Adding a revision: copy the newest file in versions/, give it the next `revision` id and the
 previous head as `down_revision`, write `upgrade()` with `alembic.op` (on SQLite anything beyond
-adding a column needs `op.batch_alter_table`), and set `views_sha256`; name the file `<revision>_<what>.py`:
-`sql_adapters.SCHEMA_VERSION` is read from the names. A test upgrades a database made by an old release (tests/data/) and compares the
-result with schema.py's tables.
+adding a column needs `op.batch_alter_table`), set `views_sha256`, and `rebuilds` where it changes
+what a kept table holds — a setting (a `cells` column: the summary has every setting), a metric
+(kept_metrics has every view metric), how a kept figure is computed: `rebuilds = ("kept_summary",
+"kept_metrics")`. Its `upgrade()` changes the other tables only: it never adds a kept table's
+column (the remake makes it; 0020's csv_text, from before this rule, is safe only because 0019
+makes its table without it), nor calls code that reads the head schema. A new kept table is made
+by its revision (the table alone; its `downgrade()` drops it), filled by its entry in
+result_rows.FILLS, and named in that revision's `rebuilds`. Name the file `<revision>_<what>.py`:
+`sql_adapters.SCHEMA_VERSION` is read from the names. A test upgrades a database made by an old
+release (tests/data/) and compares the result with schema.py's tables.
 """
 from __future__ import annotations
 
@@ -30,7 +50,7 @@ from typing import Any, Optional
 from sqlalchemy.dialects import sqlite
 from sqlalchemy.engine import Connection
 
-from orchestrator.store import cell_stats, schema
+from orchestrator.store import cell_stats, result_rows, schema
 
 HERE = Path(__file__).parent
 
@@ -53,9 +73,9 @@ def script() -> Any:
 
 
 def upgrade(connection: Connection) -> Optional[str]:
-    """Brings the database on `connection` to the head revision, within the caller's transaction;
-    returns the revision it found (None: none recorded). Raises schema.SchemaError for a revision
-    these scripts do not know."""
+    """Brings the database on `connection` to the head revision, and then remakes the kept tables
+    its revisions name (`rebuilds`), within the caller's transaction; returns the revision it found
+    (None: none recorded). Raises schema.SchemaError for a revision these scripts do not know."""
     # lazy: Alembic (~0.3 s) only when a database needs upgrading
     from alembic import command
     from alembic.runtime.migration import MigrationContext
@@ -74,7 +94,18 @@ def upgrade(connection: Connection) -> Optional[str]:
                 f"(its newest is {scripts.get_current_head()}): a newer orchestrator wrote it; "
                 f"upgrade this one, or point --db / ORCHESTRATOR_DB at another database") from None
     command.upgrade(config(connection), "head")
+    result_rows.remake(connection, stale(scripts, before))
     return before
+
+
+def stale(scripts: Any, before: Optional[str]) -> set[str]:
+    """The kept tables named in `rebuilds` by the revisions after `before` (None: every one)."""
+    names: set[str] = set()
+    for revision in scripts.walk_revisions():  # the newest first
+        if revision.revision == before:
+            break
+        names.update(getattr(revision.module, "rebuilds", ()))
+    return names
 
 
 def views_sha256() -> str:

@@ -3,14 +3,13 @@
 `results --csv` pivoted 11 million metrics rows into columns for a million runs (25 look-ups, or
 a grouping, per run: most of its 47 s of CPU). The collector and a copy now pivot the runs whose
 metrics rows they write, in the same transaction (result_rows.keep_metrics), and the CSV reads one
-row per run by its key. Built here for the runs already there, by the view's own pivot. Views
-unchanged.
+row per run by its key. Made here; its rows for the runs already there, by the view's own pivot,
+come from the upgrade's remake after the last revision (`rebuilds`). Views unchanged.
 """
 import sqlalchemy as sa
 from alembic import op
 
 from orchestrator import metric_registry
-from orchestrator.store import cell_stats
 
 revision = "0019"
 down_revision = "0018"
@@ -19,17 +18,17 @@ depends_on = None
 
 #: The views this revision defines (orchestrator.store.migrations.views_sha256()): unchanged.
 views_sha256 = "7ea9a9cc5fe42974"
+#: The kept tables the upgrade remakes once every revision has run (result_rows.remake).
+rebuilds = ("kept_metrics",)
 
 
 def upgrade() -> None:
-    table = op.create_table(
+    op.create_table(
         "kept_metrics",
         sa.Column("run_id", sa.Integer, sa.ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True,
                   autoincrement=False),
         *(sa.Column(m.column, sa.Float) for m in metric_registry.VIEW_METRICS),
     )
-    # the pivot as this revision's table holds it (0020 adds the text: result_rows.rebuild_metrics)
-    op.get_bind().execute(table.insert().from_select([c.name for c in table.c], cell_stats.metric_pivot()))
 
 
 def downgrade() -> None:
