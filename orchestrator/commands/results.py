@@ -32,10 +32,8 @@ if TYPE_CHECKING:
 HELP = "the measurements, as a table or CSV"
 #: `results` and `results --summary` show this many rows unless `--limit N` or `--all`.
 LIMIT = 50
-#: The order `results` lists runs in: every setting (`mode` is the view's, from what the run measured,
-#: so the cell's is not a column), then the run's uid last: one order, whichever select reads it.
-RESULTS_ORDER = (*(name for name in setting_registry.SORTED_BY if name != "mode"), "sweep", "repeat", "attempt",
-                 "run")
+#: The order `results` lists runs in (setting_registry.RESULTS_ORDER).
+RESULTS_ORDER = setting_registry.RESULTS_ORDER
 #: The tables' first columns, drawn for every row: each a title and the settings it shows (joined by
 #: /). Any other setting gets a column of its own where it varies among the rows shown (_varying).
 SETTING_COLUMNS = (("framework/model/dataset", ("framework", "model", "dataset")), ("hardware", ("hardware",)),

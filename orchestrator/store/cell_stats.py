@@ -23,7 +23,7 @@ from sqlalchemy.engine import Connection, Dialect
 from sqlalchemy.orm import Session, aliased
 
 from orchestrator import metric_registry, runstate, setting_registry
-from orchestrator.store import csv_lines
+from orchestrator.store import csv_lines, kept_lines
 from orchestrator.store.schema import (
     NOISY_CV,
     RESULTS_COLUMNS,
@@ -54,9 +54,9 @@ def results_select(kept: bool = False) -> Select:
             .select_from(join(Run, Cell, Cell.id == Run.cell_id).outerjoin(pivot, pivot.c.run_id == Run.id)))
 
 
-def _mode(top1: Any) -> Any:
+def _mode(top1: Any, cell_mode: Any = Cell.mode) -> Any:
     """throughput or accuracy: the cell's setting where it records one, else what the run measured."""
-    return func.coalesce(Cell.mode, case((top1.isnot(None), "accuracy"), else_="throughput"))
+    return func.coalesce(cell_mode, case((top1.isnot(None), "accuracy"), else_="throughput"))
 
 
 
@@ -138,10 +138,20 @@ def results_rows(filters: Mapping[str, Sequence[Any]], order: Sequence[str], lim
 
 
 def results_lines(filters: Mapping[str, Sequence[Any]], order: Sequence[str], limit: Optional[int]) -> Select:
-    """`results --csv`: results_rows' rows (every column of the view, metrics from kept_metrics)
-    as the CSV's lines, text the database writes with values Python formats between
-    (csv_lines.line_columns; written by csv_lines.line_text)."""
-    return csv_lines.csv_select(results_select(kept=True), filters, order, limit, KeptMetrics.__table__.c.csv_text)
+    """`results --csv`: results_rows' rows (every column of the view) as the CSV's lines, text the
+    database writes (csv_lines.line_columns; written by csv_lines.line_text). Read from kept_lines
+    in its index's order (the CSV's: no sort), each run's changing fields from runs, its metrics
+    from kept_metrics, both by the run's id; the fields that never change as the texts kept."""
+    kept, runs, metrics = kept_lines.KeptLines.c, Run.__table__.c, KeptMetrics.__table__.c
+    shown = {**{name: kept[name] for name in kept_lines.KEPT}, "mode": _mode(metrics.top1, kept.cell_mode),
+             **{m.column: metrics[m.column] for m in metric_registry.VIEW_METRICS},
+             **{name: runs[attr.key] for name, attr in _STORED.items() if name not in kept_lines.KEPT}}
+    rows = (select(*(shown[name].label(name) for name in RESULTS_COLUMNS))
+            .select_from(join(kept_lines.KeptLines, Run, Run.id == kept.run_id)
+                         .outerjoin(KeptMetrics, metrics.run_id == kept.run_id)))
+    texts = {name: (kept[f"text_{i}"] if j == 0 else None)
+             for i, segment in enumerate(kept_lines.SEGMENTS) for j, name in enumerate(segment)}
+    return csv_lines.csv_select(rows, filters, order, limit, {**texts, **csv_lines.kept_metric_text(metrics.csv_text)})
 
 
 def metric_pivot() -> Select:

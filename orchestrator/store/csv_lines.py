@@ -131,28 +131,35 @@ def sql_field(expr: Any) -> Optional[Any]:
     return None
 
 
-def line_columns(columns: Iterable[Any], kept_text: Any) -> list[Any]:
+def line_columns(columns: Iterable[Any], kept: Mapping[str, Any]) -> list[Any]:
     """The columns a CSV line is read as: text (the fields SQL can write, joined by commas, the
     first and last with the separators around a Python field) and, between them, the values
     Python formats, alternately; the last text ends the line. `columns`: the `results` view's
-    columns in order (labelled); the metric columns are written once, as `kept_text`."""
+    columns in order (labelled); `kept`: columns written as a kept text (already csv's), by key:
+    the text, or None where an earlier column's kept text holds this one's field too."""
     texts: list[list[Any]] = [[]]
     out: list[Any] = []
     nul: list[list[Any]] = [[]]  # per text of the line, its text columns (whose value may hold a NUL)
     for column in columns:
-        if column.key in METRIC_COLUMNS[1:]:
+        if column.key in kept and kept[column.key] is None:
             continue
-        field = (func.coalesce(kept_text, _text(NO_METRICS)) if column.key == METRIC_COLUMNS[0]
-                 else sql_field(column))
+        field = kept[column.key] if column.key in kept else sql_field(column)
         if field is None:  # a Python field: the text so far ends with its separator
             out += [_joined(texts[-1], len(out), nul[-1], trailing=bool(texts[-1])), column]
             texts.append([_text("")])
             nul.append([])
         else:
             texts[-1].append(field)
-            if isinstance(column.type, String) and column.key != METRIC_COLUMNS[0]:
-                nul[-1].append(column)
+            source = field if column.key in kept else column
+            if isinstance(source.type, String) and column.key != METRIC_COLUMNS[0]:
+                nul[-1].append(source)
     return [*out, _joined(texts[-1], len(out), nul[-1], trailing=False, end=True)]
+
+
+def kept_metric_text(csv_text: Any) -> dict[str, Any]:
+    """`kept` of line_columns for the metric columns: kept_metrics.csv_text (NO_METRICS for a run
+    without a kept row) stands for all of them."""
+    return {METRIC_COLUMNS[0]: func.coalesce(csv_text, _text(NO_METRICS)), **dict.fromkeys(METRIC_COLUMNS[1:])}
 
 
 def _joined(fields: list[Any], at: int, texts: Sequence[Any], trailing: bool, end: bool = False) -> Any:
@@ -185,12 +192,12 @@ def line_text(rows: Iterable[Sequence[Any]]) -> str:
 
 
 def csv_select(rows: Select, filters: Mapping[str, Sequence[Any]], order: Sequence[str],
-               limit: Optional[int], kept_text: Any) -> Select:
-    """The lines of `rows` (cell_stats.results_select(kept=True): the `results` view's columns)
-    that match `filters`, the first `limit` in `order`; each condition and sort key is the
-    view's own expression."""
+               limit: Optional[int], kept: Mapping[str, Any]) -> Select:
+    """The lines of `rows` (a select of the `results` view's columns, labelled, in order) that
+    match `filters`, the first `limit` in `order`; each condition and sort key is the select's own
+    expression; `kept`: as line_columns."""
     by_name = {c.key: c for c in rows.selected_columns}
     within = {name: getattr(c, "element", c) for name, c in by_name.items()}
-    return (rows.with_only_columns(*line_columns(rows.selected_columns, kept_text), maintain_column_froms=True)
+    return (rows.with_only_columns(*line_columns(rows.selected_columns, kept), maintain_column_froms=True)
             .where(*(within[key].in_(values) for key, values in filters.items()))
             .order_by(*(within[name] for name in order)).limit(limit))

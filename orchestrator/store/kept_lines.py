@@ -1,0 +1,107 @@
+"""kept_lines: what `results --csv` writes of a run that never changes, kept in the CSV's order (issue 36).
+
+A million-run CSV spent most of SQLite's time in two places: the sort (cells walked in
+ix_cells_fmd's order, every (framework, model, dataset) sorted) and the random reads of the 394 MB
+`cells` table, its settings reformatted for every run. Yet most of a line never changes once the
+run is written: its name (uid, sweep, cell, repeat, attempt) and its cell's settings (a cell's row
+is never updated). Those fields are kept here, one row per run:
+
+- as the values the `results` view shows (KEPT: defaults filled in), indexed in the CSV's order
+  (ORDER, ix_kept_lines_order): SQLite walks the index, no sort, and a filter on a setting reads
+  them here; PostgreSQL orders by the same columns, NULLs and text collated as it ordered the view;
+- as csv.writer writes them (`text_0`, `text_1`: the runs of consecutive kept fields, SEGMENTS),
+  written by csv itself, so a float setting (`target_accuracy`) is repr's text as before.
+
+The CSV's line is then these texts, the kept metric text (kept_metrics.csv_text) and the few
+fields that can change (state, params, mode, node, error class and message, ...), which SQL
+quotes as it reads them (csv_lines): no kept text can go stale, since none holds a changing field.
+
+Written by `keep` in the transaction that inserts runs: a launch's and a rerun's
+(launch_records.insert_runs), the collector's unrecorded runs (result_rows.insert_runs), a copy
+(db_copy); built for the runs there by migration 0023 (`rebuild`). A run's row goes with it (ON
+DELETE CASCADE).
+"""
+from __future__ import annotations
+
+import csv
+import io
+from typing import Any, Iterable, Sequence
+
+from sqlalchemy import Column, ForeignKey, Index, Integer, String, Table, delete, func, insert, select
+
+from orchestrator import setting_registry
+from orchestrator.store import csv_lines
+from orchestrator.store.schema import RESULTS_COLUMNS, RESULTS_HEAD, Base, Cell, Run, setting_value
+
+#: The `results` columns whose value never changes once a run is written: its name, and its cell's
+#: settings (`mode` excepted: where the cell has none, what the run measured decides it).
+KEPT = ("run", "sweep", "cell", "repeat", "attempt", *(n for n in setting_registry.NAMES if n != "mode"))
+#: The order `results` lists runs in (and the CSV's): every one of its columns is KEPT.
+ORDER = setting_registry.RESULTS_ORDER
+
+
+def _segments() -> tuple[tuple[str, ...], ...]:
+    """KEPT's columns in runs of neighbours in the `results` view, each written as one text."""
+    runs: list[list[str]] = []
+    for i, name in enumerate(RESULTS_COLUMNS):
+        if name in KEPT:
+            if not runs or RESULTS_COLUMNS[i - 1] not in KEPT:
+                runs.append([])
+            runs[-1].append(name)
+    return tuple(tuple(r) for r in runs)
+
+
+#: The runs of neighbouring KEPT columns, in the view's order: segment i is kept as `text_<i>`.
+SEGMENTS = _segments()
+
+KeptLines = Table(
+    "kept_lines", Base.metadata,
+    Column("run_id", ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True, autoincrement=False),
+    *(Column(name, RESULTS_HEAD[name].type) for name in KEPT),
+    Column("cell_mode", String),  # the cell's own `mode` (None: what the run measured decides)
+    *(Column(f"text_{i}", String, nullable=False) for i in range(len(SEGMENTS))),
+    Index("ix_kept_lines_order", *ORDER),
+)
+
+
+def _shown(name: str) -> Any:
+    """A KEPT column's value as the `results` view shows it, from runs and cells."""
+    attr = RESULTS_HEAD[name]
+    return setting_value(attr) if attr.class_ is Cell else attr
+
+
+def keep(conn: Any, uids: Iterable[str]) -> None:
+    """The kept_lines rows of the runs of `uids`, which the caller's transaction inserted."""
+    uids = sorted(set(uids))
+    for start in range(0, len(uids), 500):  # SQLite before 3.32 binds 999 variables at most
+        _insert(conn, Run.uid.in_(uids[start:start + 500]))
+
+
+def rebuild(conn: Any, step: int = 20_000) -> None:
+    """Every run's kept_lines row (migration 0023), `step` run ids at a time (never all in memory)."""
+    conn.execute(delete(KeptLines))
+    low, high = conn.execute(select(func.min(Run.id), func.max(Run.id))).one()
+    for start in range(low or 0, (high or -1) + 1, step):
+        _insert(conn, Run.id >= start, Run.id < start + step)
+
+
+def _insert(conn: Any, *where: Any) -> None:
+    """The runs `where` picks, their KEPT values and texts (texts()) into kept_lines."""
+    rows = conn.execute(select(Run.id, *(_shown(n) for n in KEPT), Cell.mode)
+                        .join_from(Run, Cell, Cell.id == Run.cell_id).where(*where)).all()
+    if rows:
+        keys = ["run_id", *KEPT, "cell_mode"]
+        conn.execute(insert(KeptLines), [{**dict(zip(keys, row)), **texts(dict(zip(keys, row)))} for row in rows])
+
+
+def texts(values: dict[str, Any]) -> dict[str, str]:
+    """A run's kept texts from its KEPT values: each segment as csv.writer writes it in a line of
+    the CSV (csv_lines.DIALECT), without the line's end."""
+    out: dict[str, str] = {}
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, **csv_lines.DIALECT)
+    for i, segment in enumerate(SEGMENTS):
+        buffer.seek(0), buffer.truncate()
+        writer.writerow([values[name] for name in segment])
+        out[f"text_{i}"] = buffer.getvalue()[:-len(csv_lines.DIALECT["lineterminator"])]
+    return out
