@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
 
-from sqlalchemy import Float, Select, and_, case, cast, func, join, literal, select, union_all
+from sqlalchemy import Float, Select, String, and_, case, cast, func, join, literal, select, union_all
 from sqlalchemy.engine import Connection, Dialect
 from sqlalchemy.orm import Session, aliased
 
@@ -56,7 +56,8 @@ def results_select(kept: bool = False) -> Select:
 
 def _mode(top1: Any, cell_mode: Any = Cell.mode) -> Any:
     """throughput or accuracy: the cell's setting where it records one, else what the run measured."""
-    return func.coalesce(cell_mode, case((top1.isnot(None), "accuracy"), else_="throughput"))
+    named = {mode: literal(mode, String, literal_execute=True) for mode in ("accuracy", "throughput")}  # (csv_lines._text)
+    return func.coalesce(cell_mode, case((top1.isnot(None), named["accuracy"]), else_=named["throughput"]))
 
 
 
@@ -139,7 +140,7 @@ def results_rows(filters: Mapping[str, Sequence[Any]], order: Sequence[str], lim
 
 def results_lines(filters: Mapping[str, Sequence[Any]], order: Sequence[str], limit: Optional[int]) -> Select:
     """`results --csv`: results_rows' rows (every column of the view) as the CSV's lines, text the
-    database writes (csv_lines.line_columns; written by csv_lines.line_text). Read from kept_lines
+    database writes (csv_lines.line_column). Read from kept_lines
     in its index's order (the CSV's: no sort), each run's changing fields from runs, its metrics
     from kept_metrics, both by the run's id; the fields that never change as the texts kept."""
     kept, runs, metrics = kept_lines.KeptLines.c, Run.__table__.c, KeptMetrics.__table__.c
