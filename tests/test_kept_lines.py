@@ -9,7 +9,7 @@ from types import SimpleNamespace
 from sqlalchemy import create_engine, delete, select
 from sqlalchemy.pool import NullPool
 
-from orchestrator.store import db, db_copy, kept_lines, launch_records
+from orchestrator.store import db, db_copy, kept_lines, launch_records, schema
 from orchestrator.store.schema import Cell, Metric, Run
 from orchestrator.results.collector import collect
 from db_urls import execute, query
@@ -17,14 +17,18 @@ from result_factory import make_result, write_result
 from test_results_kept_metrics import printed_csv, view_csv
 from test_results_summary import MODELS, landed
 
-KEYS = ("run_id", *kept_lines.KEPT, "cell_mode")
-
-
 def expected_rows(conn):
-    """Each run's kept row as its run and cell give it now, by run id."""
-    shown = [Run.id, *(kept_lines._shown(n) for n in kept_lines.KEPT), Cell.mode]
-    rows = [dict(zip(KEYS, r)) for r in conn.execute(select(*shown).join_from(Run, Cell, Cell.id == Run.cell_id))]
-    return {r["run_id"]: {**r, **kept_lines.texts(r)} for r in rows}
+    """Each run's kept row as the `results` view shows its run now (and its cell's own `mode`, its
+    kept metrics' text), by run id."""
+    view, metrics = schema.results_view, schema.KeptMetrics.__table__.c
+    rows = conn.execute(select(Run.id, Cell.mode, metrics.csv_text, *(view.c[n] for n in (*kept_lines.KEPT, "mode")))
+                        .join_from(view, Run, Run.uid == view.c.run).join(Cell, Cell.id == Run.cell_id)
+                        .outerjoin(schema.KeptMetrics, metrics.run_id == Run.id))
+    expected = {}
+    for row in rows:
+        values = dict(zip(("run_id", "cell_mode", "metric_text", *kept_lines.KEPT, "mode"), row))
+        expected[row[0]] = {**{k: values[k] for k in ("run_id", *kept_lines.KEPT, "cell_mode")}, **kept_lines.texts(values)}
+    return expected
 
 
 def assert_kept_lines_exact(url):

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
 
-from sqlalchemy import Float, Select, String, and_, case, cast, func, join, literal, select, union_all
+from sqlalchemy import Float, Select, and_, case, cast, func, join, literal, select, union_all
 from sqlalchemy.engine import Connection, Dialect
 from sqlalchemy.orm import Session, aliased
 
@@ -54,10 +54,9 @@ def results_select(kept: bool = False) -> Select:
             .select_from(join(Run, Cell, Cell.id == Run.cell_id).outerjoin(pivot, pivot.c.run_id == Run.id)))
 
 
-def _mode(top1: Any, cell_mode: Any = Cell.mode) -> Any:
+def _mode(top1: Any) -> Any:
     """throughput or accuracy: the cell's setting where it records one, else what the run measured."""
-    named = {mode: literal(mode, String, literal_execute=True) for mode in ("accuracy", "throughput")}  # (csv_lines._text)
-    return func.coalesce(cell_mode, case((top1.isnot(None), named["accuracy"]), else_=named["throughput"]))
+    return kept_lines.shown_mode(top1, Cell.mode)
 
 
 
@@ -140,19 +139,20 @@ def results_rows(filters: Mapping[str, Sequence[Any]], order: Sequence[str], lim
 
 def results_lines(filters: Mapping[str, Sequence[Any]], order: Sequence[str], limit: Optional[int]) -> Select:
     """`results --csv`: results_rows' rows (every column of the view) as the CSV's lines, text the
-    database writes (csv_lines.line_column). Read from kept_lines
-    in its index's order (the CSV's: no sort), each run's changing fields from runs, its metrics
-    from kept_metrics, both by the run's id; the fields that never change as the texts kept."""
+    database writes (csv_lines.line_column). Read from kept_lines' covering index in its order
+    (the CSV's: no sort), with the texts kept there (the fields that never change, and those that
+    change only as metrics land), and the rest of each run from runs, by its id. kept_metrics is
+    read only for a filter on a metric or `mode`."""
     kept, runs, metrics = kept_lines.KeptLines.c, Run.__table__.c, KeptMetrics.__table__.c
-    shown = {**{name: kept[name] for name in kept_lines.KEPT}, "mode": _mode(metrics.top1, kept.cell_mode),
+    shown = {**{name: kept[name] for name in kept_lines.KEPT}, "mode": kept_lines.shown_mode(metrics.top1, kept.cell_mode),
              **{m.column: metrics[m.column] for m in metric_registry.VIEW_METRICS},
              **{name: runs[attr.key] for name, attr in _STORED.items() if name not in kept_lines.KEPT}}
     rows = (select(*(shown[name].label(name) for name in RESULTS_COLUMNS))
             .select_from(join(kept_lines.KeptLines, Run, Run.id == kept.run_id)
                          .outerjoin(KeptMetrics, metrics.run_id == kept.run_id)))
-    texts = {name: (kept[f"text_{i}"] if j == 0 else None)
-             for i, segment in enumerate(kept_lines.SEGMENTS) for j, name in enumerate(segment)}
-    return csv_lines.csv_select(rows, filters, order, limit, {**texts, **csv_lines.kept_metric_text(metrics.csv_text)})
+    texts = {name: (kept[text] if j == 0 else None)
+             for text, segment in zip(kept_lines.TEXTS, kept_lines.SEGMENTS) for j, name in enumerate(segment)}
+    return csv_lines.csv_select(rows, filters, order, limit, texts)
 
 
 def metric_pivot() -> Select:

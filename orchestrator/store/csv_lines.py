@@ -180,12 +180,6 @@ def line_column(columns: Iterable[Any], kept: Mapping[str, Any]) -> Any:
     return _joined(fields, texts)
 
 
-def kept_metric_text(csv_text: Any) -> dict[str, Any]:
-    """`kept` of line_column for the metric columns: kept_metrics.csv_text (NO_METRICS for a run
-    without a kept row) stands for all of them."""
-    return {METRIC_COLUMNS[0]: func.coalesce(csv_text, _text(NO_METRICS)), **dict.fromkeys(METRIC_COLUMNS[1:])}
-
-
 def _joined(fields: list[Any], texts: Sequence[Any]) -> Any:
     """`fields` joined by commas, the line's end after: by one printf, or by `||` where one of the
     text columns `texts` holds a NUL (printf would end the line there: SQLite only, and rare, so

@@ -28,43 +28,55 @@ import csv
 import io
 from typing import Any, Iterable, Sequence
 
-from sqlalchemy import Column, ForeignKey, Index, Integer, String, Table, delete, func, insert, select
+from sqlalchemy import Column, ForeignKey, Index, String, Table, case, delete, func, insert, literal, select
 
 from orchestrator import setting_registry
 from orchestrator.store import csv_lines
-from orchestrator.store.schema import RESULTS_COLUMNS, RESULTS_HEAD, Base, Cell, Run, setting_value
+from orchestrator.store.schema import RESULTS_COLUMNS, RESULTS_HEAD, Base, Cell, KeptMetrics, Run, setting_value
 
 #: The `results` columns whose value never changes once a run is written: its name, and its cell's
 #: settings (`mode` excepted: where the cell has none, what the run measured decides it).
 KEPT = ("run", "sweep", "cell", "repeat", "attempt", *(n for n in setting_registry.NAMES if n != "mode"))
+#: The `results` columns that change only where the run's metrics land (result_rows.keep_metrics,
+#: which keeps them again): `mode` (the cell's, else whether the run measured top-1) and the metrics.
+LANDED = ("mode", *csv_lines.METRIC_COLUMNS)
 #: The order `results` lists runs in (and the CSV's): every one of its columns is KEPT.
 ORDER = setting_registry.RESULTS_ORDER
 
 
 def _segments() -> tuple[tuple[str, ...], ...]:
-    """KEPT's columns in runs of neighbours in the `results` view, each written as one text."""
+    """KEPT's and LANDED's columns in runs of neighbours in the `results` view, each kept as one
+    text (the metrics last in theirs: their text is kept_metrics.csv_text, appended)."""
     runs: list[list[str]] = []
     for i, name in enumerate(RESULTS_COLUMNS):
-        if name in KEPT:
-            if not runs or RESULTS_COLUMNS[i - 1] not in KEPT:
+        if name in (*KEPT, *LANDED):
+            if not runs or RESULTS_COLUMNS[i - 1] not in (*KEPT, *LANDED):
                 runs.append([])
             runs[-1].append(name)
     return tuple(tuple(r) for r in runs)
 
 
-#: The runs of neighbouring KEPT columns, in the view's order: segment i is kept as `text_<i>`.
+#: The runs of neighbouring kept columns, in the view's order: segment i is kept as `text_<i>`.
 SEGMENTS = _segments()
+TEXTS = tuple(f"text_{i}" for i in range(len(SEGMENTS)))
 
 KeptLines = Table(
     "kept_lines", Base.metadata,
     Column("run_id", ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True, autoincrement=False),
     *(Column(name, RESULTS_HEAD[name].type) for name in KEPT),
     Column("cell_mode", String),  # the cell's own `mode` (None: what the run measured decides)
-    *(Column(f"text_{i}", String, nullable=False) for i in range(len(SEGMENTS))),
+    *(Column(name, String, nullable=False) for name in TEXTS),
     # covering: the CSV's walk reads its texts from the index, not from the table's rows at random
     # (which SQLite's rowid, the run's id, orders otherwise: 1.2 s of a million runs' 7 s of SQLite)
-    Index("ix_kept_lines_order", *ORDER, "cell_mode", *(f"text_{i}" for i in range(len(SEGMENTS)))),
+    Index("ix_kept_lines_order", *ORDER, "cell_mode", *TEXTS),
 )
+
+
+def shown_mode(top1: Any, cell_mode: Any) -> Any:
+    """The view's `mode`: throughput or accuracy, the cell's setting where it records one, else
+    what the run measured (top-1). Literals, not bound values (csv_lines._text says why)."""
+    named = {mode: literal(mode, String, literal_execute=True) for mode in ("accuracy", "throughput")}
+    return func.coalesce(cell_mode, case((top1.isnot(None), named["accuracy"]), else_=named["throughput"]))
 
 
 def _shown(name: str) -> Any:
@@ -74,14 +86,25 @@ def _shown(name: str) -> Any:
 
 
 def keep(conn: Any, uids: Iterable[str]) -> None:
-    """The kept_lines rows of the runs of `uids`, which the caller's transaction inserted. A row
-    left by a run deleted without its cascade (SQLite with foreign keys off) goes first: SQLite
-    gives a new run the highest id again once the run that had it is gone."""
-    uids = sorted(set(uids))
-    for start in range(0, len(uids), 500):  # SQLite before 3.32 binds 999 variables at most
-        ids = select(Run.id).where(Run.uid.in_(uids[start:start + 500])).scalar_subquery()
-        conn.execute(delete(KeptLines).where(KeptLines.c.run_id.in_(ids)))
-        _insert(conn, Run.uid.in_(uids[start:start + 500]))
+    """The kept_lines rows of the runs of `uids`, which the caller's transaction inserted."""
+    _keep(conn, Run.uid, uids)
+
+
+def keep_landed(conn: Any, run_ids: Iterable[int]) -> None:
+    """The kept_lines rows of the runs of `run_ids`, whose metrics the caller's transaction wrote
+    (result_rows.keep_metrics): their `mode` and metric fields follow the kept metrics."""
+    _keep(conn, Run.id, run_ids)
+
+
+def _keep(conn: Any, key: Any, values: Iterable[Any]) -> None:
+    """The kept_lines rows of the runs whose `key` is one of `values`, written again. A row left by
+    a run deleted without its cascade (SQLite with foreign keys off) goes too: SQLite gives a new
+    run the highest id again once the run that had it is gone."""
+    values = sorted(set(values))
+    for start in range(0, len(values), 500):  # SQLite before 3.32 binds 999 variables at most
+        part = values[start:start + 500]
+        conn.execute(delete(KeptLines).where(KeptLines.c.run_id.in_(select(Run.id).where(key.in_(part)).scalar_subquery())))
+        _insert(conn, key.in_(part))
 
 
 def rebuild(conn: Any, step: int = 20_000) -> None:
@@ -94,21 +117,29 @@ def rebuild(conn: Any, step: int = 20_000) -> None:
 
 def _insert(conn: Any, *where: Any) -> None:
     """The runs `where` picks, their KEPT values and texts (texts()) into kept_lines."""
-    rows = conn.execute(select(Run.id, *(_shown(n) for n in KEPT), Cell.mode)
-                        .join_from(Run, Cell, Cell.id == Run.cell_id).where(*where)).all()
+    metrics = KeptMetrics.__table__.c
+    rows = conn.execute(select(Run.id, *(_shown(n) for n in KEPT), Cell.mode, shown_mode(metrics.top1, Cell.mode),
+                               metrics.csv_text)
+                        .join_from(Run, Cell, Cell.id == Run.cell_id).outerjoin(KeptMetrics, metrics.run_id == Run.id)
+                        .where(*where)).all()
     if rows:
-        keys = ["run_id", *KEPT, "cell_mode"]
-        conn.execute(insert(KeptLines), [{**dict(zip(keys, row)), **texts(dict(zip(keys, row)))} for row in rows])
+        keys = ["run_id", *KEPT, "cell_mode", "mode", "metric_text"]
+        values = [dict(zip(keys, row)) for row in rows]
+        conn.execute(insert(KeptLines), [{**{k: v[k] for k in keys[:-2]}, **texts(v)} for v in values])
 
 
 def texts(values: dict[str, Any]) -> dict[str, str]:
-    """A run's kept texts from its KEPT values: each segment as csv.writer writes it in a line of
-    the CSV (csv_lines.DIALECT), without the line's end."""
+    """A run's kept texts from its values (KEPT's and `mode`, by name, and `metric_text`, its kept
+    metrics' text or None): each segment as csv.writer writes it in a line of the CSV
+    (csv_lines.DIALECT), without the line's end."""
     out: dict[str, str] = {}
     buffer = io.StringIO()
     writer = csv.writer(buffer, **csv_lines.DIALECT)
-    for i, segment in enumerate(SEGMENTS):
+    for name, segment in zip(TEXTS, SEGMENTS):
         buffer.seek(0), buffer.truncate()
-        writer.writerow([values[name] for name in segment])
-        out[f"text_{i}"] = buffer.getvalue()[:-len(csv_lines.DIALECT["lineterminator"])]
+        # a last empty field: a lone empty one would be written `""`; the metrics' text follows it
+        writer.writerow([*(values[n] for n in segment if n not in csv_lines.METRIC_COLUMNS), ""])
+        text = buffer.getvalue()[:-len(csv_lines.DIALECT["lineterminator"])]
+        metric = csv_lines.METRIC_COLUMNS[0] in segment
+        out[name] = text + (values["metric_text"] or csv_lines.NO_METRICS) if metric else text[:-1]
     return out

@@ -163,15 +163,19 @@ def keep_metrics(conn: Connection, run_ids: Iterable[int]) -> None:
     """The kept_metrics rows of the runs of `run_ids` pivoted again from their metrics rows (the
     view's pivot, cell_stats.metric_pivot), in the caller's transaction, which wrote those rows.
     Every writer of metrics rows calls it (a run's rows are written whole, by the one process that
-    claimed its result, so two writers never pivot one run at once)."""
-    for part in parts(sorted(set(run_ids))):
+    claimed its result, so two writers never pivot one run at once). Their kept CSV texts follow
+    (kept_lines.keep_landed: `mode` and the metric fields)."""
+    run_ids = sorted(set(run_ids))
+    for part in parts(run_ids):
         conn.execute(delete(KeptMetrics).where(KeptMetrics.run_id.in_(part)))
         _insert_metrics(conn, Metric.run_id.in_(part))
+    kept_lines.keep_landed(conn, run_ids)
 
 
 def rebuild_metrics(conn: Connection, step: int = 20_000) -> None:
     """Every run's kept_metrics row from the metrics rows (migration 0020), `step` run ids at a
-    time: each part's rows are formatted in Python (csv_text), never all of them at once."""
+    time: each part's rows are formatted in Python (csv_text), never all of them at once. (Run
+    after 0023, kept_lines.rebuild must follow: its texts hold these.)"""
     conn.execute(delete(KeptMetrics))
     low, high = conn.execute(select(func.min(Metric.run_id), func.max(Metric.run_id))).one()
     for start in range(low or 0, (high or -1) + 1, step):
