@@ -9,9 +9,8 @@ a second adds nothing. A run both stores hold is left as the destination has it,
 source has collected it (its result landed there, not here): then the source's row and metrics
 replace it, the newer word on that measurement. The `latest` flag of every (cell, repeat) that
 gained a run is set again by the one rule (schema.mark_latest), its cell's kept summary
-(kept_summary) computed again from its runs there, each moved run's kept metrics
-(kept_metrics) pivoted again from its metrics there, and each new run's kept CSV fields
-(kept_lines) written.
+(kept_summary) computed again from its runs there, and each moved run's kept metrics
+(kept_metrics) pivoted again from its metrics there, its kept CSV texts (kept_lines) with them.
 
 Both ends must be at this orchestrator's schema revision: the source is opened as every command
 opens it (an older one is upgraded in place, a newer one refused), the destination is made when
@@ -27,7 +26,7 @@ from sqlalchemy import Table, create_engine, inspect, select, tuple_
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import ArgumentError, DBAPIError
 
-from orchestrator.store import db, kept_lines, result_rows, schema
+from orchestrator.store import db, result_rows, schema
 from orchestrator.store.sql_adapters import SCHEMA_VERSION
 
 #: Rows read and written per statement.
@@ -141,7 +140,6 @@ def _copy_runs(src: Connection, dst: Connection, report: Copied) -> None:
         newer = [r for r in part if r.uid in there and there[r.uid].collected_at is None and r.collected_at is not None]
         if new:
             dst.execute(runs.insert(), [{c.name: getattr(r, c.name) for c in columns} for r in new])
-            kept_lines.keep(dst, [r.uid for r in new])  # a run replaced below keeps its row: its name is its uid
         for r in newer:
             dst.execute(runs.update().where(runs.c.uid == r.uid)
                         .values({c.name: getattr(r, c.name) for c in columns if c.name != "uid"}))
@@ -154,7 +152,7 @@ def _copy_runs(src: Connection, dst: Connection, report: Copied) -> None:
                     for m in src.execute(select(metrics).where(metrics.c.run_id.in_(list(by_src))))]
             if rows:
                 dst.execute(metrics.insert(), rows)
-            result_rows.keep_metrics(dst, by_src.values())  # each moved run's pivot follows its rows
+            result_rows.keep_metrics(dst, by_src.values())  # each moved run's pivot (and CSV texts) follows its rows
             report.added["metrics"] = report.added.get("metrics", 0) + len(rows)
             touched.update((r.cell_id, r.repeat) for r in moved)
         report.added["runs"] = report.added.get("runs", 0) + len(new)

@@ -17,9 +17,10 @@ The CSV's line is then these texts, the kept metric text (kept_metrics.csv_text)
 fields that can change (state, params, mode, node, error class and message, ...), which SQL
 quotes as it reads them (csv_lines): no kept text can go stale, since none holds a changing field.
 
-Written by `keep` in the transaction that inserts runs: a launch's and a rerun's
-(launch_records.insert_runs), the collector's unrecorded runs (result_rows.insert_runs), a copy
-(db_copy); built for the runs there by migration 0023 (`rebuild`). A run's row goes with it (ON
+Written in the transaction that inserts runs: by `keep` for a launch's and a rerun's
+(launch_records.insert_runs); by `keep_landed` wherever runs land (result_rows.keep_metrics: the
+collector's, the unrecorded runs it inserts among them, and a copy's, db_copy); built for the runs
+there by migration 0023 (`rebuild`). A run's row goes with it (ON
 DELETE CASCADE).
 """
 from __future__ import annotations
@@ -28,7 +29,7 @@ import csv
 import io
 from typing import Any, Iterable, Sequence
 
-from sqlalchemy import Column, ForeignKey, Index, String, Table, case, delete, func, insert, literal, select
+from sqlalchemy import Column, ForeignKey, Index, String, Table, case, delete, func, literal, select
 
 from orchestrator import setting_registry
 from orchestrator.store import csv_lines
@@ -97,14 +98,13 @@ def keep_landed(conn: Any, run_ids: Iterable[int]) -> None:
 
 
 def _keep(conn: Any, key: Any, values: Iterable[Any]) -> None:
-    """The kept_lines rows of the runs whose `key` is one of `values`, written again. A row left by
-    a run deleted without its cascade (SQLite with foreign keys off) goes too: SQLite gives a new
-    run the highest id again once the run that had it is gone."""
+    """The kept_lines rows of the runs whose `key` is one of `values`, written (again): two
+    statements per 500 runs. A row there already is replaced: a run's own (its metrics landed
+    again), or one a run deleted without its cascade left (SQLite with foreign keys off), whose
+    id SQLite gives a new run again once the run that had it is gone."""
     values = sorted(set(values))
     for start in range(0, len(values), 500):  # SQLite before 3.32 binds 999 variables at most
-        part = values[start:start + 500]
-        conn.execute(delete(KeptLines).where(KeptLines.c.run_id.in_(select(Run.id).where(key.in_(part)).scalar_subquery())))
-        _insert(conn, key.in_(part))
+        _insert(conn, key.in_(values[start:start + 500]))
 
 
 def rebuild(conn: Any, step: int = 20_000) -> None:
@@ -113,6 +113,18 @@ def rebuild(conn: Any, step: int = 20_000) -> None:
     low, high = conn.execute(select(func.min(Run.id), func.max(Run.id))).one()
     for start in range(low or 0, (high or -1) + 1, step):
         _insert(conn, Run.id >= start, Run.id < start + step)
+
+
+def _upsert(conn: Any) -> Any:
+    """kept_lines' INSERT that replaces the row of a run there already (both databases have ON
+    CONFLICT ... DO UPDATE: SQLite from 3.24, as result_rows._insert_new's DO NOTHING)."""
+    if conn.dialect.name == "postgresql":
+        from sqlalchemy.dialects.postgresql import insert as dialect_insert  # lazy: the open database's dialect
+    else:
+        from sqlalchemy.dialects.sqlite import insert as dialect_insert  # lazy: the open database's dialect
+    statement = dialect_insert(KeptLines)
+    return statement.on_conflict_do_update(index_elements=[KeptLines.c.run_id],
+                                           set_={c.name: statement.excluded[c.name] for c in KeptLines.c if c.name != "run_id"})
 
 
 def _insert(conn: Any, *where: Any) -> None:
@@ -125,7 +137,7 @@ def _insert(conn: Any, *where: Any) -> None:
     if rows:
         keys = ["run_id", *KEPT, "cell_mode", "mode", "metric_text"]
         values = [dict(zip(keys, row)) for row in rows]
-        conn.execute(insert(KeptLines), [{**{k: v[k] for k in keys[:-2]}, **texts(v)} for v in values])
+        conn.execute(_upsert(conn), [{**{k: v[k] for k in keys[:-2]}, **texts(v)} for v in values])
 
 
 def texts(values: dict[str, Any]) -> dict[str, str]:

@@ -130,8 +130,9 @@ def insert_runs(conn: Connection, rows: list[dict[str, Any]]) -> dict[str, int]:
     """Runs the launcher never recorded, inserted collected, each made the latest attempt of its
     repeat (schema.mark_latest); the ids of those this transaction inserted, by uid. A run whose
     uid another collector has inserted meanwhile is skipped and absent from the answer
-    (_insert_new): that collector landed it, so its file is not this one's to land. Those inserted
-    get their kept CSV fields (kept_lines.keep). SQLite before
+    (_insert_new): that collector landed it, so its file is not this one's to land. (Their kept CSV
+    texts are written as they land: keep_metrics, which the collector runs for every run it
+    lands.) SQLite before
     3.35 (Debian 11, Ubuntu 20.04, RHEL 8) has no RETURNING: there the ids are looked up after, which
     is as exact, since a SQLite collector holds the file's write lock from its look-up of these uids
     (BEGIN IMMEDIATE), so that no other process can have inserted one of them."""
@@ -145,7 +146,6 @@ def insert_runs(conn: Connection, rows: list[dict[str, Any]]) -> dict[str, int]:
         ids = {uid: id_ for part in parts([r["uid"] for r in rows])
                for uid, id_ in conn.execute(select(Run.uid, Run.id).where(Run.uid.in_(part)))}
     schema.mark_latest(conn, [(r["cell_id"], r["repeat"]) for r in rows if r["uid"] in ids])
-    kept_lines.keep(conn, ids)
     return ids
 
 
