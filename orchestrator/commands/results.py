@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from operator import itemgetter
 from typing import TYPE_CHECKING, Any, Mapping, Optional, Sequence
 
 from orchestrator import runstate, setting_registry
@@ -142,21 +143,21 @@ def _write_csv(session: Any, query: Any, columns: Sequence[str], empty: str) -> 
 def _write_lines(session: Any, query: Any, empty: str) -> int:
     """`results --csv`: the header, then the query's lines (cell_stats.results_lines) as they
     come, a thousand at a time (the first row early); `empty`: the error where there are none."""
-    from orchestrator.store import schema  # lazy: SQLAlchemy only where needed
+    from orchestrator.store import csv_lines, schema  # lazy: SQLAlchemy only where needed
 
-    batches = iter(session.connection().execute(query, execution_options={"yield_per": 1000}).scalars().partitions())
+    batches = csv_lines.streamed(session.connection(), query, 1000)
     first = next(batches, None)
     if not first:
         raise CliError(empty)
     write_csv([], schema.RESULTS_COLUMNS)
-    for lines in first_then_rest(first, batches):
-        _write_batch(lines)
+    for rows in first_then_rest(first, batches):
+        _write_batch(rows)
     return 0
 
 
-def _write_batch(lines: Sequence[str]) -> None:
-    """A batch of the CSV's lines (each ends with its line's end), in one write."""
-    sys.stdout.write("".join(lines))
+def _write_batch(rows: Sequence[Sequence[str]]) -> None:
+    """A batch of the CSV's lines (rows of one text, each ending with its line's end), in one write."""
+    sys.stdout.write("".join(map(itemgetter(0), rows)))
 
 
 def _kept_summary(session: Any, filters: Mapping[str, Sequence[Any]], threshold: float, limit: Optional[int],

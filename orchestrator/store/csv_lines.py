@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import csv
 import io
-from typing import Any, Iterable, Mapping, Optional, Sequence
+from typing import Any, Iterable, Iterator, Mapping, Optional, Sequence
 
 from sqlalchemy import Boolean, Integer, Select, String, case, cast, func, literal
 from sqlalchemy.ext.compiler import compiles
@@ -204,3 +204,25 @@ def csv_select(rows: Select, filters: Mapping[str, Sequence[Any]], order: Sequen
     return (rows.with_only_columns(line_column(rows.selected_columns, kept), maintain_column_froms=True)
             .where(*(within[key].in_(values) for key, values in filters.items()))
             .order_by(*(within[name] for name in order)).limit(limit))
+
+
+def streamed(conn: Any, lines: Select, batch: int) -> Iterator[Sequence[Sequence[str]]]:
+    """The rows of `lines` (csv_select's: one text each, a line), `batch` at a time, never all in
+    memory. On SQLite from the driver's own cursor: SQLAlchemy's rows cost ~0.9 s of CPU more at a
+    million lines. Its constants are in the statement already (_text), its filters' values (text,
+    integers, a boolean, a limit) are what the driver binds as they are. Elsewhere SQLAlchemy's
+    streamed result (PostgreSQL: a server-side cursor)."""
+    if conn.dialect.name != "sqlite":
+        yield from conn.execute(lines, execution_options={"yield_per": batch}).partitions()
+        return
+    compiled = lines.compile(dialect=conn.dialect, compile_kwargs={"render_postcompile": True})
+    cursor = conn.connection.dbapi_connection.cursor()
+    try:
+        cursor.execute(compiled.string, [compiled.params[name] for name in compiled.positiontup or ()])
+        while True:
+            rows = cursor.fetchmany(batch)
+            if not rows:
+                return
+            yield rows
+    finally:
+        cursor.close()
