@@ -7,21 +7,21 @@ run is written: its name (uid, sweep, cell, repeat, attempt) and its cell's sett
 is never updated). Those fields are kept here, one row per run:
 
 - as the values the `results` view shows (KEPT: defaults filled in), indexed in the CSV's order
-  (ORDER, ix_kept_lines_order, which holds the texts too): SQLite walks the index, no sort, and a
-  filter on a setting reads them here; PostgreSQL orders by the same columns, NULLs and text
-  collated as it ordered the view;
+  (ORDER, ix_kept_lines_order, which holds the texts and the run's id too): SQLite walks the
+  index, no sort, and a filter on a setting reads them here; PostgreSQL orders by the same
+  columns, NULLs and text collated as it ordered the view (its cursor walks the index);
 - as csv.writer writes them (`text_0`, `text_1`: the runs of consecutive kept fields, SEGMENTS),
   written by csv itself, so a float setting (`target_accuracy`) is repr's text as before.
 
-The CSV's line is then these texts, the kept metric text (kept_metrics.csv_text) and the few
-fields that can change (state, params, mode, node, error class and message, ...), which SQL
-quotes as it reads them (csv_lines): no kept text can go stale, since none holds a changing field.
+Its `mode` and metric fields change only where its metrics land: they are kept as csv's text too
+(`text_2`: `mode`, then kept_metrics.csv_text), written again then (keep_landed). The CSV's line
+is these texts and the few fields that can change otherwise (state, params, node, error class and
+message, ...), which SQL quotes as it reads them (csv_lines): no kept text can go stale.
 
 Written in the transaction that inserts runs: by `keep` for a launch's and a rerun's
 (launch_records.insert_runs); by `keep_landed` wherever runs land (result_rows.keep_metrics: the
 collector's, the unrecorded runs it inserts among them, and a copy's, db_copy); built for the runs
-there by migration 0023 (`rebuild`). A run's row goes with it (ON
-DELETE CASCADE).
+there by migration 0023 (`rebuild`). A run's row goes with it (ON DELETE CASCADE).
 """
 from __future__ import annotations
 
@@ -129,7 +129,7 @@ def _upsert(conn: Any) -> Any:
 
 
 def _insert(conn: Any, *where: Any) -> None:
-    """The runs `where` picks, their KEPT values and texts (texts()) into kept_lines."""
+    """The runs `where` picks, their KEPT values and texts (texts_of()) into kept_lines."""
     metrics = KeptMetrics.__table__.c
     rows = conn.execute(select(Run.id, *(_shown(n) for n in KEPT), Cell.mode, shown_mode(metrics.top1, Cell.mode),
                                metrics.csv_text)
@@ -138,21 +138,41 @@ def _insert(conn: Any, *where: Any) -> None:
     if rows:
         keys = ["run_id", *KEPT, "cell_mode", "mode", "metric_text"]
         values = [dict(zip(keys, row)) for row in rows]
-        conn.execute(_upsert(conn), [{**{k: v[k] for k in keys[:-2]}, **texts(v)} for v in values])
+        kept = [{k: v[k] for k in keys[:-2]} for v in values]
+        for row, row_texts in zip(kept, texts_of(values)):
+            row.update(row_texts)
+        conn.execute(_upsert(conn), kept)
+
+
+#: Per kept text: its name, the fields csv writes in it, and whether the kept metrics' text follows.
+_WRITTEN = tuple((name, tuple(n for n in segment if n not in csv_lines.METRIC_COLUMNS), csv_lines.METRIC_COLUMNS[0] in segment)
+                 for name, segment in zip(TEXTS, SEGMENTS))
+
+
+def texts_of(runs: Sequence[dict[str, Any]]) -> list[dict[str, str]]:
+    """Each run's kept texts from its values (KEPT's and `mode`, by name, and `metric_text`, its
+    kept metrics' text or None): each segment as csv.writer writes it in a line of the CSV
+    (csv_lines.DIALECT), without the line's end. One writer for them all (a launch keeps 10,000)."""
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, **csv_lines.DIALECT)
+    ends = []
+    for values in runs:
+        for _, fields, _ in _WRITTEN:  # a last empty field: a lone empty one would be written `""`
+            writer.writerow([*map(values.__getitem__, fields), ""])
+            ends.append(buffer.tell())
+    whole, start, out = buffer.getvalue(), 0, []
+    cut = len(csv_lines.DIALECT["lineterminator"]) + 1  # the line's end and the last (empty) field's comma
+    for i, values in enumerate(runs):
+        texts = {}
+        for j, (name, _, metric) in enumerate(_WRITTEN):
+            end = ends[i * len(_WRITTEN) + j]
+            text = whole[start:end - cut]
+            texts[name] = text + "," + (values["metric_text"] or csv_lines.NO_METRICS) if metric else text
+            start = end
+        out.append(texts)
+    return out
 
 
 def texts(values: dict[str, Any]) -> dict[str, str]:
-    """A run's kept texts from its values (KEPT's and `mode`, by name, and `metric_text`, its kept
-    metrics' text or None): each segment as csv.writer writes it in a line of the CSV
-    (csv_lines.DIALECT), without the line's end."""
-    out: dict[str, str] = {}
-    buffer = io.StringIO()
-    writer = csv.writer(buffer, **csv_lines.DIALECT)
-    for name, segment in zip(TEXTS, SEGMENTS):
-        buffer.seek(0), buffer.truncate()
-        # a last empty field: a lone empty one would be written `""`; the metrics' text follows it
-        writer.writerow([*(values[n] for n in segment if n not in csv_lines.METRIC_COLUMNS), ""])
-        text = buffer.getvalue()[:-len(csv_lines.DIALECT["lineterminator"])]
-        metric = csv_lines.METRIC_COLUMNS[0] in segment
-        out[name] = text + (values["metric_text"] or csv_lines.NO_METRICS) if metric else text[:-1]
-    return out
+    """One run's kept texts (texts_of)."""
+    return texts_of([values])[0]
