@@ -62,18 +62,11 @@ def metric_texts(rows: Sequence[Sequence[Any]]) -> list[str]:
 
 
 #: Functions SQLite and PostgreSQL name differently: SQLite's name, PostgreSQL's.
-POSTGRESQL_NAMES = {"instr": "strpos", "printf": "format"}
+POSTGRESQL_NAMES = {"printf": "format"}
 
 
 class _renamed(FunctionElement):
     """A function of POSTGRESQL_NAMES, written with its name in the connection's dialect."""
-    inherit_cache = True
-
-
-class _position(_renamed):
-    """Where the second text is in the first (1 on; 0: absent)."""
-    type = Integer()
-    name = "instr"
     inherit_cache = True
 
 
