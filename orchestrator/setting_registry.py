@@ -177,6 +177,10 @@ HEADLINE: tuple[str, ...] = tuple(s.name for s in SETTINGS if s.headline)
 #: The order rows are sorted in (`results`, its summary): the headline settings, then every other,
 #: so that rows differing only in a setting that is no headline's come out in its order.
 SORTED_BY: tuple[str, ...] = (*HEADLINE, *(name for name in NAMES if name not in HEADLINE))
+#: The order `results` (and its CSV) lists runs in: every setting (`mode` is the view's, from what the
+#: run measured, so the cell's is not a column), then the run's uid last: one order, whichever select
+#: reads it (store/kept_lines.py keeps an index in it).
+RESULTS_ORDER: tuple[str, ...] = (*(name for name in SORTED_BY if name != "mode"), "sweep", "repeat", "attempt", "run")
 #: The settings with a default, and it: what `stored` and `filled` read (once per cell's record).
 SETTING_DEFAULTS: dict[str, Any] = {s.name: s.default for s in SETTINGS if s.default is not None}
 

@@ -270,23 +270,22 @@ def test_results_csv_streams_its_rows(tmp_path, db_url, monkeypatch, capsys):
     """The CSV writer is handed the database's rows as they come, never a list of all of them:
     the summary's rows to csv, the runs' lines (store/csv_lines.py) a batch of 1,000 at a time."""
     from orchestrator.commands import results
-    from orchestrator.store import csv_lines
 
     _many_runs(tmp_path, monkeypatch, 1005, db_url)
     capsys.readouterr()
     handed, batches = [], []
-    write_csv, line_text = results.write_csv, csv_lines.line_text
+    write_csv, write_batch = results.write_csv, results._write_batch
 
     def spy(rows, columns):
         handed.append(rows)
         return write_csv(rows, columns)
 
-    def lines_spy(rows):
-        batches.append(len(rows))
-        return line_text(rows)
+    def lines_spy(lines):
+        batches.append(len(lines))
+        return write_batch(lines)
 
     monkeypatch.setattr(results, "write_csv", spy)
-    monkeypatch.setattr(csv_lines, "line_text", lines_spy)
+    monkeypatch.setattr(results, "_write_batch", lines_spy)
     assert main(["results", "--csv", "--summary"]) == 0
     assert len(handed) == 1 and not isinstance(handed[0], (list, tuple)) and iter(handed[0]) is handed[0]
     assert len(capsys.readouterr().out.splitlines()) == 1 + 1005

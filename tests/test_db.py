@@ -142,14 +142,14 @@ OLD_DB = Path(__file__).parent / "data" / "results-5f8e814.db"  # made by that r
 
 
 #: The tables kept from others' rows, which an upgrade builds for the rows there.
-KEPT = ("kept_summary", "kept_metrics", "kept_counts")
+KEPT = ("kept_summary", "kept_metrics", "kept_counts", "kept_lines")
 
 
 def rows_of_every_table(path, columns=None):
     """Every table's rows; `columns` (table -> names) limits them to the tables and columns a
     database had before an upgrade added more (new columns start empty; a new table must start
-    empty, and is left out; but kept_summary, kept_metrics and kept_counts, kept from the runs and
-    metrics, which an upgrade builds)."""
+    empty, and is left out; but kept_summary, kept_metrics, kept_counts and kept_lines, kept from
+    the runs, cells and metrics, which an upgrade builds)."""
     con = sqlite3.connect(path)
     names = [r[0] for r in con.execute("select name from sqlite_master where type = 'table'")]
     old = columns

@@ -130,10 +130,10 @@ def view_csv(url, where=""):
 
 def test_results_csv_reads_the_kept_metrics_in_the_views_bytes(tmp_path, db_url, monkeypatch, capsys):
     """The CSV from kept_metrics is byte for byte the one the view's rows give (metrics of every
-    scale, a failed run, a rerun, two frameworks), and its plan reads each run's kept row: it never
-    pivots the metrics rows. (Whether it sorts within a (framework, model,
-    dataset) from ix_cells_fmd, or every run, is the planner's choice from the statistics, which
-    differ between eight runs and a million: docs/scale.md has the million's plan.)"""
+    scale, a failed run, a rerun, two frameworks), and its plan reads each run's kept texts
+    (kept_lines, which hold its metric fields as kept_metrics has them): it never pivots the metrics
+    rows. (Whether it walks ix_kept_lines_order or sorts is the planner's choice from the
+    statistics, which differ between eight runs and a million: docs/scale.md has the million's plan.)"""
     runs = tmp_path / "runs"
     metrics = {**speeds(3), "rss_peak_bytes": 123456789.0, "mfu": 0.1 + 0.2, "top1_final": 1 / 3}
     for i in range(8):
@@ -161,4 +161,5 @@ def test_results_csv_reads_the_kept_metrics_in_the_views_bytes(tmp_path, db_url,
             plan = [r[0] for r in conn.exec_driver_sql("EXPLAIN " + sql.replace("%", "%%"))]
     engine.dispose()
     assert not [step for step in plan if re.search(r"\bmetrics\b", step)], plan  # no metrics rows read
-    assert any("kept_metrics" in step for step in plan), plan
+    # each run's kept texts (kept_lines: its metric fields among them), not even its kept_metrics row
+    assert any("kept_lines" in step for step in plan) and not any("kept_metrics" in step for step in plan), plan

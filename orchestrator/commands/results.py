@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from operator import itemgetter
 from typing import TYPE_CHECKING, Any, Mapping, Optional, Sequence
 
 from orchestrator import runstate, setting_registry
@@ -32,10 +33,8 @@ if TYPE_CHECKING:
 HELP = "the measurements, as a table or CSV"
 #: `results` and `results --summary` show this many rows unless `--limit N` or `--all`.
 LIMIT = 50
-#: The order `results` lists runs in: every setting (`mode` is the view's, from what the run measured,
-#: so the cell's is not a column), then the run's uid last: one order, whichever select reads it.
-RESULTS_ORDER = (*(name for name in setting_registry.SORTED_BY if name != "mode"), "sweep", "repeat", "attempt",
-                 "run")
+#: The order `results` lists runs in (setting_registry.RESULTS_ORDER).
+RESULTS_ORDER = setting_registry.RESULTS_ORDER
 #: The tables' first columns, drawn for every row: each a title and the settings it shows (joined by
 #: /). Any other setting gets a column of its own where it varies among the rows shown (_varying).
 SETTING_COLUMNS = (("framework/model/dataset", ("framework", "model", "dataset")), ("hardware", ("hardware",)),
@@ -146,14 +145,19 @@ def _write_lines(session: Any, query: Any, empty: str) -> int:
     come, a thousand at a time (the first row early); `empty`: the error where there are none."""
     from orchestrator.store import csv_lines, schema  # lazy: SQLAlchemy only where needed
 
-    batches = iter(session.connection().execute(query, execution_options={"yield_per": 1000}).partitions())
+    batches = csv_lines.streamed(session.connection(), query, 1000)
     first = next(batches, None)
     if not first:
         raise CliError(empty)
     write_csv([], schema.RESULTS_COLUMNS)
     for rows in first_then_rest(first, batches):
-        sys.stdout.write(csv_lines.line_text(rows))
+        _write_batch(rows)
     return 0
+
+
+def _write_batch(rows: Sequence[Sequence[str]]) -> None:
+    """A batch of the CSV's lines (rows of one text, each ending with its line's end), in one write."""
+    sys.stdout.write("".join(map(itemgetter(0), rows)))
 
 
 def _kept_summary(session: Any, filters: Mapping[str, Sequence[Any]], threshold: float, limit: Optional[int],

@@ -23,7 +23,7 @@ from sqlalchemy.engine import Connection, Dialect
 from sqlalchemy.orm import Session, aliased
 
 from orchestrator import metric_registry, runstate, setting_registry
-from orchestrator.store import csv_lines
+from orchestrator.store import csv_lines, kept_lines
 from orchestrator.store.schema import (
     NOISY_CV,
     RESULTS_COLUMNS,
@@ -56,7 +56,7 @@ def results_select(kept: bool = False) -> Select:
 
 def _mode(top1: Any) -> Any:
     """throughput or accuracy: the cell's setting where it records one, else what the run measured."""
-    return func.coalesce(Cell.mode, case((top1.isnot(None), "accuracy"), else_="throughput"))
+    return kept_lines.shown_mode(top1, Cell.mode)
 
 
 
@@ -138,10 +138,21 @@ def results_rows(filters: Mapping[str, Sequence[Any]], order: Sequence[str], lim
 
 
 def results_lines(filters: Mapping[str, Sequence[Any]], order: Sequence[str], limit: Optional[int]) -> Select:
-    """`results --csv`: results_rows' rows (every column of the view, metrics from kept_metrics)
-    as the CSV's lines, text the database writes with values Python formats between
-    (csv_lines.line_columns; written by csv_lines.line_text)."""
-    return csv_lines.csv_select(results_select(kept=True), filters, order, limit, KeptMetrics.__table__.c.csv_text)
+    """`results --csv`: results_rows' rows (every column of the view) as the CSV's lines, text the
+    database writes (csv_lines.line_column). Read from kept_lines' covering index in its order
+    (the CSV's: no sort), with the texts kept there (the fields that never change, and those that
+    change only as metrics land), and the rest of each run from runs, by its id. kept_metrics is
+    read only for a filter on a metric or `mode`."""
+    kept, runs, metrics = kept_lines.KeptLines.c, Run.__table__.c, KeptMetrics.__table__.c
+    shown = {**{name: kept[name] for name in kept_lines.KEPT}, "mode": kept_lines.shown_mode(metrics.top1, kept.cell_mode),
+             **{m.column: metrics[m.column] for m in metric_registry.VIEW_METRICS},
+             **{name: runs[attr.key] for name, attr in _STORED.items() if name not in kept_lines.KEPT}}
+    rows = (select(*(shown[name].label(name) for name in RESULTS_COLUMNS))
+            .select_from(join(kept_lines.KeptLines, Run, Run.id == kept.run_id)
+                         .outerjoin(KeptMetrics, metrics.run_id == kept.run_id)))
+    texts = {name: (kept[text] if j == 0 else None)
+             for text, segment in zip(kept_lines.TEXTS, kept_lines.SEGMENTS) for j, name in enumerate(segment)}
+    return csv_lines.csv_select(rows, filters, order, limit, texts)
 
 
 def metric_pivot() -> Select:

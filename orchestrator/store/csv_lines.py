@@ -7,26 +7,27 @@ it. The bytes stay csv.writer's, field by field:
 - a run's metric columns are floats, whose text only Python's `repr` gives (SQLite prints 15
   digits): they are formatted by csv.writer itself when they are kept (kept_metrics.csv_text,
   written with the numbers by result_rows.keep_metrics: only a landing of metrics rows changes them);
-- integers and text are formatted by SQL, where its text equals csv's exactly: an integer's
-  digits, and text quoted by csv's rule (QUOTED: the characters that make csv quote a field, read
-  from csv itself, since Python versions differ on `\\r`), quotes doubled; NULL is empty, a boolean
-  `True`/`False` (str() of what the driver returns);
-- any other column (a float setting: `target_accuracy`) stays a value the line is split around
-  and Python formats, as csv would (`line_text`).
+- the fields that never change once a run is written (its name, its cell's settings, the float
+  `target_accuracy` among them) are written by csv.writer when the run is (store/kept_lines.py);
+- the rest, integers and text, are formatted by SQL, where its text equals csv's exactly: an
+  integer's digits, and text quoted by csv's rule (QUOTED: the characters that make csv quote a
+  field, read from csv itself, since Python versions differ on `\\r`), quotes doubled; NULL is
+  empty, a boolean `True`/`False` (str() of what the driver returns). A float there is refused
+  (sql_field): it would have to be kept.
 
 A line is joined by one printf (SQLite) / format (PostgreSQL) call; SQLite's printf ends a `%s`
 at a NUL, which SQLite's text can hold (a trainer's stderr in a run's message), so a line whose
 text columns hold one is joined by `||` instead (_joined; PostgreSQL's text never holds one).
 
-Nothing that can go stale is kept: a run's state, class, message or node are read as they are.
+Nothing that can change is kept: a run's state, class, message or node are read as they are.
 """
 from __future__ import annotations
 
 import csv
 import io
-from typing import Any, Iterable, Mapping, Optional, Sequence
+from typing import Any, Iterable, Iterator, Mapping, Optional, Sequence
 
-from sqlalchemy import Boolean, Integer, Select, String, case, cast, func, literal, or_
+from sqlalchemy import Boolean, Integer, Select, String, case, cast, func, literal
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.functions import FunctionElement
 
@@ -61,18 +62,11 @@ def metric_texts(rows: Sequence[Sequence[Any]]) -> list[str]:
 
 
 #: Functions SQLite and PostgreSQL name differently: SQLite's name, PostgreSQL's.
-POSTGRESQL_NAMES = {"instr": "strpos", "printf": "format"}
+POSTGRESQL_NAMES = {"printf": "format"}
 
 
 class _renamed(FunctionElement):
     """A function of POSTGRESQL_NAMES, written with its name in the connection's dialect."""
-    inherit_cache = True
-
-
-class _position(_renamed):
-    """Where the second text is in the first (1 on; 0: absent)."""
-    type = Integer()
-    name = "instr"
     inherit_cache = True
 
 
@@ -84,21 +78,48 @@ class _format(_renamed):
     inherit_cache = True
 
 
-class _holds_nul(FunctionElement):
-    """Whether a text holds a NUL: SQLite's printf stops a `%s` there (its C string's end), so a
-    line with one is joined by `||` instead (_joined). PostgreSQL's text never holds one: false."""
+class _quoted(FunctionElement):
+    """Whether csv quotes a text (it holds a character of QUOTED)."""
     type = Boolean()
-    name = "holds_nul"
+    name = "quoted"
     inherit_cache = True
 
 
-@compiles(_holds_nul)
-def _sqlite_holds_nul(element: Any, compiler: Any, **kw: Any) -> str:
-    return f"(instr({compiler.process(element.clauses, **kw)}, char(0)) > 0)"
+class _nul(FunctionElement):
+    """Whether any of some texts holds a NUL: SQLite's printf stops a `%s` there (its C string's
+    end), so a line with one is joined by `||` instead (_joined). PostgreSQL's text never holds one."""
+    type = Boolean()
+    name = "nul"
+    inherit_cache = True
 
 
-@compiles(_holds_nul, "postgresql")
-def _postgresql_holds_nul(element: Any, compiler: Any, **kw: Any) -> str:
+def _any_instr(texts: Sequence[str], chars: Sequence[str], postgresql: bool) -> str:
+    """One condition: any of `texts` holds any of `chars` (SQL text of each). On SQLite a position
+    is true where it is not 0, so no comparison per character (a dozen fields a row, a second of
+    CPU at a million rows); PostgreSQL's strpos is compared."""
+    found = [f"strpos({t}, {c}) > 0" if postgresql else f"instr({t}, {c})" for t in texts for c in chars]
+    return "(" + " OR ".join(found) + ")"
+
+
+@compiles(_quoted)
+def _sqlite_quoted(element: Any, compiler: Any, **kw: Any) -> str:
+    chars = [compiler.process(_text(c), **kw) for c in QUOTED]
+    return _any_instr([compiler.process(element.clauses, **kw)], chars, postgresql=False)
+
+
+@compiles(_quoted, "postgresql")
+def _postgresql_quoted(element: Any, compiler: Any, **kw: Any) -> str:
+    chars = [compiler.process(_text(c), **kw) for c in QUOTED]
+    return _any_instr([compiler.process(element.clauses, **kw)], chars, postgresql=True)
+
+
+@compiles(_nul)
+def _sqlite_nul(element: Any, compiler: Any, **kw: Any) -> str:
+    return _any_instr([compiler.process(c, **kw) for c in element.clauses], ["char(0)"], postgresql=False)
+
+
+@compiles(_nul, "postgresql")
+def _postgresql_nul(element: Any, compiler: Any, **kw: Any) -> str:
     return "false"
 
 
@@ -113,84 +134,88 @@ def _postgresql_name(element: Any, compiler: Any, **kw: Any) -> str:
 
 
 def _text(value: str) -> Any:
-    return literal(value, String)
+    """A text of the line's own (a separator, a quote, the metric fields of a run without any),
+    written into the statement as a literal: SQLite evaluates a bound `?` of each expression
+    anew per row (at a million rows, 2 s of CPU more than the same text as a literal)."""
+    return literal(value, String, literal_execute=True)
 
 
-def sql_field(expr: Any) -> Optional[Any]:
+def sql_field(expr: Any) -> Any:
     """`expr` as csv writes its value, in SQL: an integer's digits, a boolean's True/False, text
-    quoted by csv's rule, NULL empty. None for any other type (Python formats it: line_text)."""
+    quoted by csv's rule, NULL empty. Any other type (a float, whose text only Python's repr
+    gives) is refused: such a field is written by csv and kept (kept_lines, kept_metrics)."""
     kind = expr.type
     if isinstance(kind, Boolean):
         return case((expr.is_(None), _text("")), (expr, _text("True")), else_=_text("False"))
     if isinstance(kind, Integer):
         return func.coalesce(cast(expr, String), _text(""))
     if isinstance(kind, String):
-        special = or_(*(_position(expr, _text(c)) > 0 for c in QUOTED))
         return case((expr.is_(None), _text("")),
-                    (special, _text('"') + func.replace(expr, _text('"'), _text('""')) + _text('"')), else_=expr)
-    return None
+                    (_quoted(expr), _text('"') + func.replace(expr, _text('"'), _text('""')) + _text('"')), else_=expr)
+    raise TypeError(f"`results` column {expr.key!r} ({kind}): SQL cannot write it as csv does; keep its text "
+                    "as it is written (store/kept_lines.py)")
 
 
-def line_columns(columns: Iterable[Any], kept_text: Any) -> list[Any]:
-    """The columns a CSV line is read as: text (the fields SQL can write, joined by commas, the
-    first and last with the separators around a Python field) and, between them, the values
-    Python formats, alternately; the last text ends the line. `columns`: the `results` view's
-    columns in order (labelled); the metric columns are written once, as `kept_text`."""
-    texts: list[list[Any]] = [[]]
-    out: list[Any] = []
-    nul: list[list[Any]] = [[]]  # per text of the line, its text columns (whose value may hold a NUL)
+def line_column(columns: Iterable[Any], kept: Mapping[str, Any]) -> Any:
+    """The CSV's line of a row (its end included), as one text the database joins. `columns`: the
+    `results` view's columns in order (labelled); `kept`: columns written as a kept text (already
+    csv's), by key: the text, or None where an earlier column's kept text holds this one's field."""
+    fields: list[Any] = []
+    texts: list[Any] = []  # the text columns and kept texts (whose value may hold a NUL)
     for column in columns:
-        if column.key in METRIC_COLUMNS[1:]:
+        if column.key in kept and kept[column.key] is None:
             continue
-        field = (func.coalesce(kept_text, _text(NO_METRICS)) if column.key == METRIC_COLUMNS[0]
-                 else sql_field(column))
-        if field is None:  # a Python field: the text so far ends with its separator
-            out += [_joined(texts[-1], len(out), nul[-1], trailing=bool(texts[-1])), column]
-            texts.append([_text("")])
-            nul.append([])
-        else:
-            texts[-1].append(field)
-            if isinstance(column.type, String) and column.key != METRIC_COLUMNS[0]:
-                nul[-1].append(column)
-    return [*out, _joined(texts[-1], len(out), nul[-1], trailing=False, end=True)]
+        field = kept[column.key] if column.key in kept else sql_field(column)
+        fields.append(field)
+        source = field if column.key in kept else column
+        if isinstance(source.type, String) and column.key != METRIC_COLUMNS[0]:  # (floats' text: no NUL)
+            texts.append(source)
+    return _joined(fields, texts)
 
 
-def _joined(fields: list[Any], at: int, texts: Sequence[Any], trailing: bool, end: bool = False) -> Any:
-    """`fields` joined by commas, with a comma after (`trailing`) or the line's end (`end`): by one
-    printf, or by `||` where one of the text columns `texts` holds a NUL (printf would end the line
-    there: SQLite only, and rare, so CASE evaluates the concatenation for those rows alone)."""
-    tail = "," if trailing else DIALECT["lineterminator"] if end else ""
-    line = _format(_text(",".join(["%s"] * len(fields)) + tail), *fields)
+def _joined(fields: list[Any], texts: Sequence[Any]) -> Any:
+    """`fields` joined by commas, the line's end after: by one printf, or by `||` where one of the
+    text columns `texts` holds a NUL (printf would end the line there: SQLite only, and rare, so
+    CASE evaluates the concatenation for those rows alone)."""
+    end = DIALECT["lineterminator"]
+    line = _format(_text(",".join(["%s"] * len(fields)) + end), *fields)
     if texts:
         joined = _text("")
         for i, field in enumerate(fields):
             joined = joined + (_text(",") if i else _text("")) + field
-        line = case((or_(*(_holds_nul(column) for column in texts)), joined + _text(tail)), else_=line)
-    return line.label(f"line_{at}")
-
-
-def _python_field(value: Any) -> str:
-    """A value csv writes in a line as csv writes it: None empty, a float's repr, else csv itself."""
-    if value is None:
-        return ""
-    if type(value) is float:
-        return repr(value)
-    return metric_texts([[value, None]])[0][:-1]  # (a lone empty field would be written "")
-
-
-def line_text(rows: Iterable[Sequence[Any]]) -> str:
-    """Rows of line_columns as the CSV's lines: texts as they are, the values between formatted."""
-    return "".join([value if i % 2 == 0 else _python_field(value)
-                    for row in rows for i, value in enumerate(row)])
+        line = case((_nul(*texts), joined + _text(end)), else_=line)
+    return line.label("line")
 
 
 def csv_select(rows: Select, filters: Mapping[str, Sequence[Any]], order: Sequence[str],
-               limit: Optional[int], kept_text: Any) -> Select:
-    """The lines of `rows` (cell_stats.results_select(kept=True): the `results` view's columns)
-    that match `filters`, the first `limit` in `order`; each condition and sort key is the
-    view's own expression."""
+               limit: Optional[int], kept: Mapping[str, Any]) -> Select:
+    """The lines of `rows` (a select of the `results` view's columns, labelled, in order) that
+    match `filters`, the first `limit` in `order`; each condition and sort key is the select's own
+    expression; `kept`: as line_column."""
     by_name = {c.key: c for c in rows.selected_columns}
     within = {name: getattr(c, "element", c) for name, c in by_name.items()}
-    return (rows.with_only_columns(*line_columns(rows.selected_columns, kept_text), maintain_column_froms=True)
+    return (rows.with_only_columns(line_column(rows.selected_columns, kept), maintain_column_froms=True)
             .where(*(within[key].in_(values) for key, values in filters.items()))
             .order_by(*(within[name] for name in order)).limit(limit))
+
+
+def streamed(conn: Any, lines: Select, batch: int) -> Iterator[Sequence[Sequence[str]]]:
+    """The rows of `lines` (csv_select's: one text each, a line), `batch` at a time, never all in
+    memory. On SQLite from the driver's own cursor: SQLAlchemy's rows cost ~0.9 s of CPU more at a
+    million lines. Its constants are in the statement already (_text), its filters' values (text,
+    integers, a boolean, a limit) are what the driver binds as they are. Elsewhere SQLAlchemy's
+    streamed result (PostgreSQL: a server-side cursor)."""
+    if conn.dialect.name != "sqlite":
+        yield from conn.execute(lines, execution_options={"yield_per": batch}).partitions()
+        return
+    compiled = lines.compile(dialect=conn.dialect, compile_kwargs={"render_postcompile": True})
+    cursor = conn.connection.dbapi_connection.cursor()
+    try:
+        cursor.execute(compiled.string, [compiled.params[name] for name in compiled.positiontup or ()])
+        while True:
+            rows = cursor.fetchmany(batch)
+            if not rows:
+                return
+            yield rows
+    finally:
+        cursor.close()

@@ -10,7 +10,7 @@ source has collected it (its result landed there, not here): then the source's r
 replace it, the newer word on that measurement. The `latest` flag of every (cell, repeat) that
 gained a run is set again by the one rule (schema.mark_latest), its cell's kept summary
 (kept_summary) computed again from its runs there, and each moved run's kept metrics
-(kept_metrics) pivoted again from its metrics there.
+(kept_metrics) pivoted again from its metrics there, its kept CSV texts (kept_lines) with them.
 
 Both ends must be at this orchestrator's schema revision: the source is opened as every command
 opens it (an older one is upgraded in place, a newer one refused), the destination is made when
@@ -152,7 +152,7 @@ def _copy_runs(src: Connection, dst: Connection, report: Copied) -> None:
                     for m in src.execute(select(metrics).where(metrics.c.run_id.in_(list(by_src))))]
             if rows:
                 dst.execute(metrics.insert(), rows)
-            result_rows.keep_metrics(dst, by_src.values())  # each moved run's pivot follows its rows
+            result_rows.keep_metrics(dst, by_src.values())  # each moved run's pivot (and CSV texts) follows its rows
             report.added["metrics"] = report.added.get("metrics", 0) + len(rows)
             touched.update((r.cell_id, r.repeat) for r in moved)
         report.added["runs"] = report.added.get("runs", 0) + len(new)

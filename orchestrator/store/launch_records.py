@@ -18,7 +18,7 @@ from sqlalchemy import Table, bindparam, insert, select, update
 from sqlalchemy.orm import Session, aliased
 
 from orchestrator import runstate
-from orchestrator.store import result_rows, schema
+from orchestrator.store import kept_lines, result_rows, schema
 from orchestrator.store.sql_adapters import Rows
 
 #: Ids per `IN (...)` of the queries that look up a sweep's cells (SQLite allows 32,766 variables).
@@ -146,9 +146,11 @@ def insert_runs(session: Session, rows: Sequence[tuple[Any, ...]], relatest: Ite
     (cell id, repeat) in `relatest` (schema.mark_latest): those whose earlier attempts stop
     being the current word. A repeat's only attempt is inserted latest already. An earlier
     attempt no longer the latest leaves its cell's kept summary in the same transaction
-    (result_rows.refresh_summary): a launch with force=true and a rerun change what it counts."""
+    (result_rows.refresh_summary): a launch with force=true and a rerun change what it counts.
+    Their kept CSV fields too (kept_lines.keep)."""
     relatest = sorted(set(relatest))
     insert_many(session, schema.Run.__table__, rows, NEW_RUN_COLUMNS)
+    kept_lines.keep(session.connection(), [row[0] for row in rows])
     schema.mark_latest(session.connection(), relatest)
     result_rows.refresh_summary(session.connection(), {cell for cell, _ in relatest}, kept_only=True)
 

@@ -19,8 +19,9 @@ from typing import Any, Iterable, Mapping, Optional, Sequence
 
 from sqlalchemy import bindparam, delete, func, insert, select, update
 from sqlalchemy.engine import Connection
+from sqlalchemy.schema import CreateTable
 
-from orchestrator.store import cell_stats, csv_lines, schema
+from orchestrator.store import cell_stats, csv_lines, kept_lines, schema
 from orchestrator.store.schema import Cell, KeptMetrics, KeptSummary, Metric, Run, Sweep, SweepCell
 
 #: The tables whose rows any collector may add (`add`), by name.
@@ -130,7 +131,9 @@ def insert_runs(conn: Connection, rows: list[dict[str, Any]]) -> dict[str, int]:
     """Runs the launcher never recorded, inserted collected, each made the latest attempt of its
     repeat (schema.mark_latest); the ids of those this transaction inserted, by uid. A run whose
     uid another collector has inserted meanwhile is skipped and absent from the answer
-    (_insert_new): that collector landed it, so its file is not this one's to land. SQLite before
+    (_insert_new): that collector landed it, so its file is not this one's to land. (Their kept CSV
+    texts are written as they land: keep_metrics, which the collector runs for every run it
+    lands.) SQLite before
     3.35 (Debian 11, Ubuntu 20.04, RHEL 8) has no RETURNING: there the ids are looked up after, which
     is as exact, since a SQLite collector holds the file's write lock from its look-up of these uids
     (BEGIN IMMEDIATE), so that no other process can have inserted one of them."""
@@ -161,15 +164,19 @@ def keep_metrics(conn: Connection, run_ids: Iterable[int]) -> None:
     """The kept_metrics rows of the runs of `run_ids` pivoted again from their metrics rows (the
     view's pivot, cell_stats.metric_pivot), in the caller's transaction, which wrote those rows.
     Every writer of metrics rows calls it (a run's rows are written whole, by the one process that
-    claimed its result, so two writers never pivot one run at once)."""
-    for part in parts(sorted(set(run_ids))):
+    claimed its result, so two writers never pivot one run at once). Their kept CSV texts follow
+    (kept_lines.keep_landed: `mode` and the metric fields)."""
+    run_ids = sorted(set(run_ids))
+    for part in parts(run_ids):
         conn.execute(delete(KeptMetrics).where(KeptMetrics.run_id.in_(part)))
         _insert_metrics(conn, Metric.run_id.in_(part))
+    kept_lines.keep_landed(conn, run_ids)
 
 
 def rebuild_metrics(conn: Connection, step: int = 20_000) -> None:
     """Every run's kept_metrics row from the metrics rows (an upgrade's remake), `step` run ids at a
-    time: each part's rows are formatted in Python (csv_text), never all of them at once."""
+    time: each part's rows are formatted in Python (csv_text), never all of them at once.
+    kept_lines' texts hold these, so FILLS remakes kept_lines after it."""
     conn.execute(delete(KeptMetrics))
     low, high = conn.execute(select(func.min(Metric.run_id), func.max(Metric.run_id))).one()
     for start in range(low or 0, (high or -1) + 1, step):
@@ -288,7 +295,10 @@ def summary_page(filters: Mapping[str, Sequence[Any]], noisy_cv: float, limit: O
 #: The kept tables whose rows this code computes from others, and how it fills each: a schema
 #: revision that changes what one holds (a setting on `cells`, a metric, a formula) names it in its
 #: `rebuilds`, and the upgrade remakes it once its last revision has run (migrations.upgrade says why).
-FILLS = {"kept_summary": rebuild_summary, "kept_metrics": rebuild_metrics}
+FILLS = {"kept_summary": rebuild_summary, "kept_metrics": rebuild_metrics, "kept_lines": kept_lines.rebuild}
+#: The kept tables made from another kept table's rows: remaking the key remakes each of its
+#: values after it (kept_lines' last text is kept_metrics.csv_text; FILLS' order puts it later).
+MADE_FROM = {"kept_metrics": ("kept_lines",)}
 
 
 def remake(conn: Connection, names: Iterable[str]) -> None:
@@ -297,8 +307,11 @@ def remake(conn: Connection, names: Iterable[str]) -> None:
     names = set(names)
     if names - set(FILLS):
         raise ValueError(f"no kept table {sorted(names - set(FILLS))}: the kept tables are {sorted(FILLS)}")
+    names.update(*(MADE_FROM.get(name, ()) for name in list(names)))
     for name in [n for n in FILLS if n in names]:  # in FILLS' order, whatever order they were named in
         table = schema.Base.metadata.tables[name]
         table.drop(conn, checkfirst=True)
-        table.create(conn)
+        conn.execute(CreateTable(table))
         FILLS[name](conn)
+        for index in table.indexes:  # after the rows: one sort each, not a million inserts into them
+            index.create(conn)

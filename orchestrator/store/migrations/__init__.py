@@ -15,7 +15,7 @@ to a view's definition is still a revision (its `upgrade` may do nothing), so th
 at the old head get their views rebuilt; its `views_sha256` is the views' fingerprint
 (`views_sha256()`), which test_db compares with the definitions in cell_stats.py.
 
-The kept tables (result_rows.FILLS: kept_summary, kept_metrics) are computed from other rows by
+The kept tables (result_rows.FILLS: kept_summary, kept_metrics, kept_lines) are computed from other rows by
 this orchestrator's code, which reads the head schema: every setting `cells` has now, every
 metric. A revision that filled one as it ran would read columns a later revision adds (a new
 setting's), and an old database's upgrade would fail there. So no revision fills or alters a kept
@@ -31,13 +31,14 @@ counted there from four columns of `runs` that no setting or metric changes.)
 Adding a revision: copy the newest file in versions/, give it the next `revision` id and the
 previous head as `down_revision`, write `upgrade()` with `alembic.op` (on SQLite anything beyond
 adding a column needs `op.batch_alter_table`), set `views_sha256`, and `rebuilds` where it changes
-what a kept table holds — a setting (a `cells` column: the summary has every setting), a metric
-(kept_metrics has every view metric), how a kept figure is computed: `rebuilds = ("kept_summary",
-"kept_metrics")`. Its `upgrade()` changes the other tables only: it never adds a kept table's
+what a kept table holds — a setting (a `cells` column: the summary and kept_lines have every
+setting), a metric (kept_metrics has every view metric; remaking it remakes kept_lines, whose
+text holds its text: result_rows.MADE_FROM), how a kept figure is computed: `rebuilds =
+("kept_summary", "kept_metrics", "kept_lines")`. Its `upgrade()` changes the other tables only: it never adds a kept table's
 column (the remake makes it; 0020's csv_text, from before this rule, is safe only because 0019
 makes its table without it), nor calls code that reads the head schema. A new kept table is made
-by its revision (the table alone; its `downgrade()` drops it), filled by its entry in
-result_rows.FILLS, and named in that revision's `rebuilds`. Name the file `<revision>_<what>.py`:
+and filled by the remake (its entry in result_rows.FILLS; schema.py's declaration), named in its
+revision's `rebuilds`, whose `upgrade()` need do nothing and whose `downgrade()` drops it (0023). Name the file `<revision>_<what>.py`:
 `sql_adapters.SCHEMA_VERSION` is read from the names. A test upgrades a database made by an old
 release (tests/data/) and compares the result with schema.py's tables.
 """

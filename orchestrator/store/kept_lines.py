@@ -1,0 +1,178 @@
+"""kept_lines: what `results --csv` writes of a run that never changes, kept in the CSV's order (issue 36).
+
+A million-run CSV spent most of SQLite's time in two places: the sort (cells walked in
+ix_cells_fmd's order, every (framework, model, dataset) sorted) and the random reads of the 394 MB
+`cells` table, its settings reformatted for every run. Yet most of a line never changes once the
+run is written: its name (uid, sweep, cell, repeat, attempt) and its cell's settings (a cell's row
+is never updated). Those fields are kept here, one row per run:
+
+- as the values the `results` view shows (KEPT: defaults filled in), indexed in the CSV's order
+  (ORDER, ix_kept_lines_order, which holds the texts and the run's id too): SQLite walks the
+  index, no sort, and a filter on a setting reads them here; PostgreSQL orders by the same
+  columns, NULLs and text collated as it ordered the view (its cursor walks the index);
+- as csv.writer writes them (`text_0`, `text_1`: the runs of consecutive kept fields, SEGMENTS),
+  written by csv itself, so a float setting (`target_accuracy`) is repr's text as before.
+
+Its `mode` and metric fields change only where its metrics land: they are kept as csv's text too
+(`text_2`: `mode`, then kept_metrics.csv_text), written again then (keep_landed). The CSV's line
+is these texts and the few fields that can change otherwise (state, params, node, error class and
+message, ...), which SQL quotes as it reads them (csv_lines): no kept text can go stale.
+
+Written in the transaction that inserts runs: by `keep` for a launch's and a rerun's
+(launch_records.insert_runs); by `keep_landed` wherever runs land (result_rows.keep_metrics: the
+collector's, the unrecorded runs it inserts among them, and a copy's, db_copy); built for the runs
+there by migration 0023 (`rebuild`). A run's row goes with it (ON DELETE CASCADE).
+"""
+from __future__ import annotations
+
+import csv
+import io
+from typing import Any, Iterable, Sequence
+
+from sqlalchemy import Column, ForeignKey, Index, String, Table, case, delete, func, literal, select
+
+from orchestrator import setting_registry
+from orchestrator.store import csv_lines
+from orchestrator.store.schema import RESULTS_COLUMNS, RESULTS_HEAD, Base, Cell, KeptMetrics, Run, setting_value
+
+#: The `results` columns whose value never changes once a run is written: its name, and its cell's
+#: settings (`mode` excepted: where the cell has none, what the run measured decides it).
+KEPT = ("run", "sweep", "cell", "repeat", "attempt", *(n for n in setting_registry.NAMES if n != "mode"))
+#: The `results` columns that change only where the run's metrics land (result_rows.keep_metrics,
+#: which keeps them again): `mode` (the cell's, else whether the run measured top-1) and the metrics.
+LANDED = ("mode", *csv_lines.METRIC_COLUMNS)
+#: The order `results` lists runs in (and the CSV's): every one of its columns is KEPT.
+ORDER = setting_registry.RESULTS_ORDER
+
+
+def _segments() -> tuple[tuple[str, ...], ...]:
+    """KEPT's and LANDED's columns in runs of neighbours in the `results` view, each kept as one
+    text (the metrics last in theirs: their text is kept_metrics.csv_text, appended)."""
+    runs: list[list[str]] = []
+    for i, name in enumerate(RESULTS_COLUMNS):
+        if name in (*KEPT, *LANDED):
+            if not runs or RESULTS_COLUMNS[i - 1] not in (*KEPT, *LANDED):
+                runs.append([])
+            runs[-1].append(name)
+    return tuple(tuple(r) for r in runs)
+
+
+#: The runs of neighbouring kept columns, in the view's order: segment i is kept as `text_<i>`.
+SEGMENTS = _segments()
+TEXTS = tuple(f"text_{i}" for i in range(len(SEGMENTS)))
+
+KeptLines = Table(
+    "kept_lines", Base.metadata,
+    Column("run_id", ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True, autoincrement=False),
+    *(Column(name, RESULTS_HEAD[name].type) for name in KEPT),
+    Column("cell_mode", String),  # the cell's own `mode` (None: what the run measured decides)
+    *(Column(name, String, nullable=False) for name in TEXTS),
+    # covering: the CSV's walk reads its texts (and the run's id, which only SQLite's indexes carry
+    # by themselves) from the index, not from the table's rows at random, which the run's id orders
+    # otherwise (1.2 s of a million runs' 7 s of SQLite; PostgreSQL's walk: an index-only scan)
+    Index("ix_kept_lines_order", *ORDER, "cell_mode", *TEXTS, "run_id"),
+)
+
+
+def shown_mode(top1: Any, cell_mode: Any) -> Any:
+    """The view's `mode`: throughput or accuracy, the cell's setting where it records one, else
+    what the run measured (top-1). Literals, not bound values (csv_lines._text says why)."""
+    named = {mode: literal(mode, String, literal_execute=True) for mode in ("accuracy", "throughput")}
+    return func.coalesce(cell_mode, case((top1.isnot(None), named["accuracy"]), else_=named["throughput"]))
+
+
+def _shown(name: str) -> Any:
+    """A KEPT column's value as the `results` view shows it, from runs and cells."""
+    attr = RESULTS_HEAD[name]
+    return setting_value(attr) if attr.class_ is Cell else attr
+
+
+def keep(conn: Any, uids: Iterable[str]) -> None:
+    """The kept_lines rows of the runs of `uids`, which the caller's transaction inserted."""
+    _keep(conn, Run.uid, uids)
+
+
+def keep_landed(conn: Any, run_ids: Iterable[int]) -> None:
+    """The kept_lines rows of the runs of `run_ids`, whose metrics the caller's transaction wrote
+    (result_rows.keep_metrics): their `mode` and metric fields follow the kept metrics."""
+    _keep(conn, Run.id, run_ids)
+
+
+def _keep(conn: Any, key: Any, values: Iterable[Any]) -> None:
+    """The kept_lines rows of the runs whose `key` is one of `values`, written (again): two
+    statements per 500 runs. A row there already is replaced: a run's own (its metrics landed
+    again), or one a run deleted without its cascade left (SQLite with foreign keys off), whose
+    id SQLite gives a new run again once the run that had it is gone."""
+    values = sorted(set(values))
+    for start in range(0, len(values), 500):  # SQLite before 3.32 binds 999 variables at most
+        _insert(conn, key.in_(values[start:start + 500]))
+
+
+def rebuild(conn: Any, step: int = 20_000) -> None:
+    """Every run's kept_lines row (migration 0023), `step` run ids at a time (never all in memory)."""
+    conn.execute(delete(KeptLines))
+    low, high = conn.execute(select(func.min(Run.id), func.max(Run.id))).one()
+    for start in range(low or 0, (high or -1) + 1, step):
+        _insert(conn, Run.id >= start, Run.id < start + step)
+
+
+def _upsert(conn: Any) -> Any:
+    """kept_lines' INSERT that replaces the row of a run there already (both databases have ON
+    CONFLICT ... DO UPDATE: SQLite from 3.24, as result_rows._insert_new's DO NOTHING)."""
+    if conn.dialect.name == "postgresql":
+        from sqlalchemy.dialects.postgresql import insert as dialect_insert  # lazy: the open database's dialect
+    else:
+        from sqlalchemy.dialects.sqlite import insert as dialect_insert  # lazy: the open database's dialect
+    statement = dialect_insert(KeptLines)
+    return statement.on_conflict_do_update(index_elements=[KeptLines.c.run_id],
+                                           set_={c.name: statement.excluded[c.name] for c in KeptLines.c if c.name != "run_id"})
+
+
+def _insert(conn: Any, *where: Any) -> None:
+    """The runs `where` picks, their KEPT values and texts (texts_of()) into kept_lines."""
+    metrics = KeptMetrics.__table__.c
+    rows = conn.execute(select(Run.id, *(_shown(n) for n in KEPT), Cell.mode, shown_mode(metrics.top1, Cell.mode),
+                               metrics.csv_text)
+                        .join_from(Run, Cell, Cell.id == Run.cell_id).outerjoin(KeptMetrics, metrics.run_id == Run.id)
+                        .where(*where)).all()
+    if rows:
+        keys = ["run_id", *KEPT, "cell_mode", "mode", "metric_text"]
+        values = [dict(zip(keys, row)) for row in rows]
+        kept = [{k: v[k] for k in keys[:-2]} for v in values]
+        for row, row_texts in zip(kept, texts_of(values)):
+            row.update(row_texts)
+        conn.execute(_upsert(conn), kept)
+
+
+#: Per kept text: its name, the fields csv writes in it, and whether the kept metrics' text follows.
+_WRITTEN = tuple((name, tuple(n for n in segment if n not in csv_lines.METRIC_COLUMNS), csv_lines.METRIC_COLUMNS[0] in segment)
+                 for name, segment in zip(TEXTS, SEGMENTS))
+
+
+def texts_of(runs: Sequence[dict[str, Any]]) -> list[dict[str, str]]:
+    """Each run's kept texts from its values (KEPT's and `mode`, by name, and `metric_text`, its
+    kept metrics' text or None): each segment as csv.writer writes it in a line of the CSV
+    (csv_lines.DIALECT), without the line's end. One writer for them all (a launch keeps 10,000)."""
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, **csv_lines.DIALECT)
+    ends = []
+    for values in runs:
+        for _, fields, _ in _WRITTEN:  # a last empty field: a lone empty one would be written `""`
+            writer.writerow([*map(values.__getitem__, fields), ""])
+            ends.append(buffer.tell())
+    whole, start, out = buffer.getvalue(), 0, []
+    cut = len(csv_lines.DIALECT["lineterminator"]) + 1  # the line's end and the last (empty) field's comma
+    for i, values in enumerate(runs):
+        texts = {}
+        for j, (name, _, metric) in enumerate(_WRITTEN):
+            end = ends[i * len(_WRITTEN) + j]
+            text = whole[start:end - cut]
+            texts[name] = text + "," + (values["metric_text"] or csv_lines.NO_METRICS) if metric else text
+            start = end
+        out.append(texts)
+    return out
+
+
+def texts(values: dict[str, Any]) -> dict[str, str]:
+    """One run's kept texts (texts_of)."""
+    return texts_of([values])[0]

@@ -1,0 +1,113 @@
+"""Each run's CSV fields that never change (kept_lines: its name and its cell's settings, as values
+in the CSV's order and as csv's text), on real result files and real databases (`db_url`: SQLite
+files and PostgreSQL databases): after every writer of runs (the collector's unrecorded runs, a
+launch's and a rerun's new attempts, a copy, an upgrade of a database that had runs, a run
+deleted) every run has its row, each row is what its run and cell give, and `results --csv` is
+the view's rows in csv.writer's bytes."""
+from types import SimpleNamespace
+
+from sqlalchemy import create_engine, delete, select
+from sqlalchemy.pool import NullPool
+
+from orchestrator.store import db, db_copy, kept_lines, launch_records, schema
+from orchestrator.store.schema import Cell, Metric, Run
+from orchestrator.results.collector import collect
+from db_urls import execute, query
+from result_factory import make_result, write_result
+from test_results_kept_metrics import printed_csv, view_csv
+from test_results_summary import MODELS, landed
+
+def expected_rows(conn):
+    """Each run's kept row as the `results` view shows its run now (and its cell's own `mode`, its
+    kept metrics' text), by run id."""
+    view, metrics = schema.results_view, schema.KeptMetrics.__table__.c
+    rows = conn.execute(select(Run.id, Cell.mode, metrics.csv_text, *(view.c[n] for n in (*kept_lines.KEPT, "mode")))
+                        .join_from(view, Run, Run.uid == view.c.run).join(Cell, Cell.id == Run.cell_id)
+                        .outerjoin(schema.KeptMetrics, metrics.run_id == Run.id))
+    expected = {}
+    for row in rows:
+        values = dict(zip(("run_id", "cell_mode", "metric_text", *kept_lines.KEPT, "mode"), row))
+        expected[row[0]] = {**{k: values[k] for k in ("run_id", *kept_lines.KEPT, "cell_mode")}, **kept_lines.texts(values)}
+    return expected
+
+
+def assert_kept_lines_exact(url):
+    """Every run has its kept row, equal to what its run and cell give; the CSV is the view's."""
+    engine = create_engine(url, poolclass=NullPool)
+    try:
+        with engine.connect() as conn:
+            kept = {r.run_id: dict(r._mapping) for r in conn.execute(select(kept_lines.KeptLines))}
+            expected = expected_rows(conn)
+    finally:
+        engine.dispose()
+    assert {k: v for k, v in kept.items() if k in expected} == expected and expected
+    assert printed_csv(url) == view_csv(url)
+    return kept
+
+
+def test_every_writer_of_runs_keeps_their_lines(tmp_path, db_url):
+    from orchestrator.launch.submit_plan import new_run
+
+    runs = tmp_path / "runs"
+    Session = db.open_db(db_url)
+    results = [make_result(sweep="s1", model=MODELS[i % 3], repeat=i // 3, state="failed" if i == 4 else "done")
+               for i in range(9)]
+    for result in results:  # the launcher never recorded these: the collector inserts them
+        write_result(runs, result)
+    assert collect(Session, runs).added == 9
+    assert len(assert_kept_lines_exact(db_url)) == 9
+    write_result(runs, make_result(sweep="s2", model=MODELS[1], repeat=1, attempt=2))  # a rerun lands
+    assert collect(Session, runs).added == 1
+    assert len(assert_kept_lines_exact(db_url)) == 10
+    opts = SimpleNamespace(backend=SimpleNamespace(name="local"), runs=str(runs))  # a launch's new attempt
+    again = new_run("s2", results[0]["cell_id"], 0, 2, opts, ("u", "h"))
+    with Session.begin() as session:
+        launch_records.insert_runs(session, [again.row()], [(again.cell_id, again.repeat)])
+    kept = assert_kept_lines_exact(db_url)
+    assert len(kept) == 11 and any(row["run"] == again.uid and row["attempt"] == 2 for row in kept.values())
+    with Session.begin() as session:  # runs deleted, as the orchestrator's connections do (foreign keys on)
+        session.execute(delete(Metric).where(Metric.run_id.in_(select(Run.id).where(Run.repeat == 2))))
+        session.execute(delete(Run).where(Run.repeat == 2))
+    Session.kw["bind"].dispose()
+    assert query(db_url, "select count(*) from kept_lines") == [(8,)]
+    execute(db_url, "update runs set state = 'lost', node = 'n,1', error_message = 'a \"b\"' where state = 'pending'",
+            "delete from metrics where run_id = (select max(id) from runs)",
+            "delete from runs where id = (select max(id) from runs)")  # any writer; a plain delete (no cascade)
+    write_result(runs, make_result(sweep="s2", model=MODELS[2], repeat=0, attempt=2))  # SQLite reuses the deleted one's id
+    Session = db.open_db(db_url)
+    assert collect(Session, runs).added == 4  # and the three deleted ones' files, landed again
+    Session.kw["bind"].dispose()
+    assert len(assert_kept_lines_exact(db_url)) == 11
+
+
+def test_a_copy_keeps_the_lines_of_the_runs_it_adds(tmp_path, db_url):
+    src = f"sqlite:///{tmp_path / 'mine.db'}"
+    landed(src, tmp_path / "runs", 6)
+    db_copy.copy(src, db_url)
+    assert len(assert_kept_lines_exact(db_url)) == 6
+    db_copy.copy(src, db_url)  # a second adds nothing, keeps nothing twice
+    assert len(assert_kept_lines_exact(db_url)) == 6
+
+
+def test_an_upgrade_keeps_the_lines_of_the_runs_already_there(tmp_path, db_url):
+    """A database at 0022 (no kept_lines) with runs: the upgrade (0023) keeps every run's."""
+    from test_db import upgraded_from
+
+    landed(db_url, tmp_path / "runs", 6)
+    upgraded_from(db_url, "0022")
+    assert len(assert_kept_lines_exact(db_url)) == 6
+
+
+def test_sqlite_walks_the_index_in_the_csvs_order_without_sorting(tmp_path):
+    """The CSV's query reads kept_lines through ix_kept_lines_order: no temporary b-tree (a sort)."""
+    from sqlalchemy.dialects import sqlite
+
+    from orchestrator.setting_registry import RESULTS_ORDER
+    from orchestrator.store import cell_stats
+
+    db_url = f"sqlite:///{tmp_path / 'results.db'}"
+    landed(db_url, tmp_path / "runs", 3)
+    sql = str(cell_stats.results_lines({}, RESULTS_ORDER, None).compile(
+        dialect=sqlite.dialect(), compile_kwargs={"literal_binds": True}))
+    plan = " | ".join(row[-1] for row in query(db_url, "EXPLAIN QUERY PLAN " + sql))
+    assert "ix_kept_lines_order" in plan and "TEMP B-TREE" not in plan, plan
