@@ -182,7 +182,14 @@ def assert_tables_are_db_pys(where):
     """The tables as the revisions left them are exactly the ones db.py defines."""
     engine = create_engine(as_url(where))
     with engine.connect() as conn:
-        assert compare_metadata(MigrationContext.configure(conn), schema.Base.metadata) == []
+        # an index made on one dialect only (SchemaItem.ddl_if: kept_lines' order index) is compared
+        # where it is made: Alembic's comparison does not read ddl_if
+        def made_here(item, name, kind, reflected, compared):
+            rule = getattr(item, "_ddl_if", None)
+            return kind != "index" or rule is None or rule.dialect in (None, conn.dialect.name)
+
+        assert compare_metadata(MigrationContext.configure(conn, opts={"include_object": made_here}),
+                                schema.Base.metadata) == []
     engine.dispose()
 
 

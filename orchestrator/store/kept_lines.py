@@ -7,7 +7,7 @@ run is written: its name (uid, sweep, cell, repeat, attempt) and its cell's sett
 is never updated). Those fields are kept here, one row per run:
 
 - as the values the `results` view shows (KEPT: defaults filled in), indexed in the CSV's order
-  (ORDER, ix_kept_lines_order, which holds the texts and the run's id too): SQLite walks the
+  (ORDER, ix_kept_lines_order, which on SQLite holds the texts and the run's id too): SQLite walks the
   index, no sort, and a filter on a setting reads them here; PostgreSQL orders by the same
   columns, NULLs and text collated as it ordered the view (its cursor walks the index);
 - as csv.writer writes them (`text_0`, `text_1`: the runs of consecutive kept fields, SEGMENTS),
@@ -43,6 +43,9 @@ KEPT = ("run", "sweep", "cell", "repeat", "attempt", *(n for n in setting_regist
 LANDED = ("mode", *csv_lines.METRIC_COLUMNS)
 #: The order `results` lists runs in (and the CSV's): every one of its columns is KEPT.
 ORDER = setting_registry.RESULTS_ORDER
+#: PostgreSQL's most columns in one index (INDEX_MAX_KEYS, a compile-time constant: 32 in every
+#: build we know); ORDER must fit (a test checks: a setting beyond it needs the order as one key).
+PG_INDEX_COLUMNS = 32
 
 
 def _segments() -> tuple[tuple[str, ...], ...]:
@@ -67,10 +70,13 @@ KeptLines = Table(
     *(Column(name, RESULTS_HEAD[name].type) for name in KEPT),
     Column("cell_mode", String),  # the cell's own `mode` (None: what the run measured decides)
     *(Column(name, String, nullable=False) for name in TEXTS),
-    # covering: the CSV's walk reads its texts (and the run's id, which only SQLite's indexes carry
-    # by themselves) from the index, not from the table's rows at random, which the run's id orders
-    # otherwise (1.2 s of a million runs' 7 s of SQLite; PostgreSQL's walk: an index-only scan)
-    Index("ix_kept_lines_order", *ORDER, "cell_mode", *TEXTS, "run_id"),
+    # covering, on SQLite: the CSV's walk reads its texts (and the run's id, which only SQLite's
+    # indexes carry by themselves) from the index, not from the table's rows at random, which the
+    # run's id orders otherwise (1.2 s of a million runs' 7 s of SQLite). PostgreSQL takes at most
+    # PG_INDEX_COLUMNS columns in an index, included ones too: there it holds the order alone, and
+    # its walk reads each row from the table
+    Index("ix_kept_lines_order", *ORDER, "cell_mode", *TEXTS, "run_id").ddl_if(dialect="sqlite"),
+    Index("ix_kept_lines_order_pg", *ORDER).ddl_if(dialect="postgresql"),
 )
 
 
