@@ -175,6 +175,39 @@ def test_a_launchs_runs_go_in_a_few_statements_not_one_per_run(tmp_path):
         assert session.execute(text("SELECT count(*) FROM runs WHERE job_id = '7_' || repeat")).scalar() == 1001
 
 
+def test_a_launchs_bulk_writes_stay_within_sqlites_limit_on_parameters(tmp_path):
+    """A SQLite built with 999 parameters a statement at most (its default before 3.32, and a
+    site's own build) takes a launch's bulk writes all the same: 500 runs of 15 columns is 7,500
+    parameters, so a statement holds what the limit allows (66 runs), every run written and
+    marked submitted."""
+    import sqlite3
+    import time
+
+    from sqlalchemy import event, text
+
+    from orchestrator.launch.submit_plan import NewRun
+    from orchestrator.store import db, schema
+
+    new, members, _ = _launch_rows()
+    runs = [NewRun(f"s:{new[0]['id']}:{i}:1", "s", new[0]["id"], i, 1, "slurm", f"/runs/{i}", "me", "here").row()
+            for i in range(600)]
+    sessions = db.open_db(f"sqlite:///{tmp_path / 'results.db'}")
+    event.listen(sessions.kw["bind"], "connect",
+                 lambda con, _: con.setlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER, 999))
+    sessions.kw["bind"].dispose()  # the connections made from here on have the limit
+    with sessions() as session:
+        driver = session.connection().connection.dbapi_connection
+        assert driver.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER) == 999
+        session.add(schema.Sweep(id="s", created_at=time.time()))
+        session.flush()
+        launch_records.insert_cells(session, new, members)
+        launch_records.insert_runs(session, runs, [])
+        launch_records.update_runs(session, ("state", "job_id"), [(run[0], "submitted", f"7_{i}")
+                                                                  for i, run in enumerate(runs)])
+        session.commit()
+        assert session.execute(text("SELECT count(*) FROM runs WHERE job_id = '7_' || repeat")).scalar() == 600
+
+
 #: sha256 of a 200-cell launch (`-m cluster=slurm hardware=cpu12,p100 seed=range(0,100)` on a fake
 #: Slurm, benchmarks/scale.py's) as main wrote it (4923f57, before issue 36's third submission
 #: pass): every row of cells, sweep_cells, runs and kept_counts, the two arrays' sbatch scripts and
