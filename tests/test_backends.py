@@ -872,3 +872,69 @@ def test_an_arrays_task_pickles_are_one_bundle_each_task_takes_its_own(tmp_path)
     assert take_task_pickle(bundle, 2, target) and target.read_bytes() == pickles[2]
     bundle.unlink()  # given up after this task took its pickle: a requeued task still finds it
     assert take_task_pickle(bundle, 2, target) and not take_task_pickle(bundle, 1, tmp_path / "77_1_submitted.pkl")
+
+
+def test_two_launches_of_the_same_new_cells_at_once_both_record_as_one_after_the_other(tmp_path, db_url, other_db_url,
+                                                                                   monkeypatch):
+    """A second launch of the same cells while the first records them (the first holds itself
+    until the second has looked, 2 s at most) waits for it, then finds its cells and runs, as it
+    would one after the other: on SQLite the flush's write lock, on PostgreSQL the launch lock
+    (launch_records.one_launch_at_a_time). Without it, on PostgreSQL, both found the cells unknown
+    and the second's insert of them failed (cells_pkey)."""
+    import threading
+
+    from sqlalchemy import func, select
+
+    from orchestrator.launch.submit import Options, submit_sweep
+    from orchestrator.store import db, launch_records, schema
+
+    def cells_of(url):
+        where = [f"paths.db='{url}'", f"paths.runs={tmp_path}/runs"]
+        return [cell("cluster=slurm", "hardware=p100", "hardware.cpus=1", "hardware.mem_gb=1", f"seed={i}", *where)
+                for i in range(3)]
+
+    def submitted(cells):
+        opts = Options.from_config(cells[0].config)
+        opts.backend = CannedSlurm(dict(opts.cluster), REAL)
+        return submit_sweep(cells, opts, argv=["test"])
+
+    def recorded(url):
+        with db.open_db(url)() as session:
+            return [session.scalar(select(func.count()).select_from(t)) for t in (schema.Cell, schema.Run)]
+
+    after = cells_of(other_db_url)
+    submitted(after), submitted(after)  # one after the other
+    first_inside, second_looked, errors = threading.Event(), threading.Event(), []
+    insert_cells, known = launch_records.insert_cells, launch_records.known
+
+    def held_insert_cells(session, new, members):
+        if threading.current_thread().name == "first":
+            first_inside.set()
+            second_looked.wait(timeout=2)
+        insert_cells(session, new, members)
+
+    def looking(session, cell_ids):
+        if threading.current_thread().name == "second":
+            second_looked.set()
+        return known(session, cell_ids)
+
+    monkeypatch.setattr(launch_records, "insert_cells", held_insert_cells)
+    monkeypatch.setattr(launch_records, "known", looking)
+    at_once = cells_of(db_url)
+
+    def one(wait_for):
+        wait_for.wait(timeout=30)
+        try:
+            submitted(at_once)
+        except Exception as exc:  # what the other thread is to see
+            errors.append(f"{type(exc).__name__}: {exc}"[:300])
+
+    ready = threading.Event()
+    threads = [threading.Thread(target=one, args=(ready,), name="first"),
+               threading.Thread(target=one, args=(first_inside,), name="second")]
+    for t in threads:
+        t.start()
+    ready.set()
+    for t in threads:
+        t.join(timeout=120)
+    assert errors == [] and recorded(db_url) == recorded(other_db_url) == [3, 3]

@@ -97,8 +97,10 @@ def submit_sweep(cells: list[Cell], opts: Options, argv: list[str] | None = None
 def _record_sweep(session: Session, report: SubmitReport, cells: list[Cell], argv: Optional[list[str]],
                   refused_settings: Optional[Mapping[str, Mapping[str, Any]]]) -> None:
     """The sweep's row, first (its refusals refer to it; on SQLite its flush takes the write lock,
-    so a second launch of the same cells waits and then sees this one's runs), and its refusals."""
+    on PostgreSQL a lock of launches is taken first, so a second launch of the same cells waits and
+    then sees this one's runs), and its refusals."""
     user, host = who()
+    launch_records.one_launch_at_a_time(session)  # on PostgreSQL: what the flush's write lock is on SQLite
     session.add(schema.Sweep(id=report.sweep_id, created_at=time.time(), argv=db.recordable(argv or sys.argv),
                              overrides=[db.recordable(c.overrides) for c in cells], n_cells=len(cells),
                              submit_user=user, submit_host=host))

@@ -48,6 +48,20 @@ def known(session: Session, cell_ids: Iterable[str]) -> tuple[set[str], dict[str
     return cells, runs
 
 
+#: The key of the PostgreSQL advisory lock a launch holds while it records its sweep, cells and
+#: runs (any constant: "lnch" in ASCII; db.py's upgrade holds another).
+LAUNCH_LOCK = 0x6C6E6368
+
+
+def one_launch_at_a_time(session: Session) -> None:
+    """On PostgreSQL, waits for any other launch recording its cells and runs, and holds them off
+    until this transaction ends, as SQLite's write lock does a launch's first flush: else two
+    launches of the same new cells both find them unknown and the second's insert of them fails
+    (cells_pkey). Elsewhere nothing: the write lock the caller's flush takes does it."""
+    if session.connection().dialect.name == "postgresql":
+        session.connection().exec_driver_sql(f"SELECT pg_advisory_xact_lock({LAUNCH_LOCK})")
+
+
 def insert_many(session: Session, table: Table, rows: Sequence[Any], columns: Sequence[str] = ()) -> None:
     """Rows into `table`: mappings with the same keys, or (`columns`) tuples of these columns' values
     (no dict a row: a launch writes 10,000 runs). On SQLite (the driver's `?` parameters) Core's
