@@ -332,3 +332,18 @@ def test_the_folders_a_module_finds_from_its_own_file_lie_where_they_are_after_t
     assert venv_runtime.REPO == REPO and "torch" in venv_runtime.available_recipes()
     assert Path(hydra_app.CONF) == config_checks.CONF == REPO / "conf"
     assert "torch" in config_checks.available("framework")
+
+
+def test_no_module_over_400_lines_and_no_function_over_50_in_orchestrator():
+    """Issue 36's bounds, read from the files: every module of orchestrator/ at most 400 lines,
+    every function (methods and nested ones included) at most 50 (tests and benchmarks aside)."""
+    too_long = []
+    for path in sorted((REPO / "orchestrator").rglob("*.py")):
+        text = path.read_text()
+        if text.count("\n") > 400:
+            too_long.append(f"{path.relative_to(REPO)}: {text.count(chr(10))} lines")
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno >= 50:
+                too_long.append(f"{path.relative_to(REPO)}:{node.lineno} {node.name}: "
+                                f"{node.end_lineno - node.lineno + 1} lines")
+    assert too_long == []

@@ -15,26 +15,8 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Optional
 
-from sqlalchemy import (
-    JSON,
-    Boolean,
-    CheckConstraint,
-    Column,
-    Float,
-    ForeignKey,
-    Index,
-    Integer,
-    String,
-    Table,
-    bindparam,
-    cast,
-    event,
-    func,
-    select,
-    text,
-    true as sa_true,
-    update,
-)
+from sqlalchemy import (JSON, Boolean, CheckConstraint, Column, Float, ForeignKey, Index, Integer, String, Table,
+                        bindparam, cast, event, func, select, text, true as sa_true, update)
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship, validates
 from sqlalchemy.sql import column, table
 
