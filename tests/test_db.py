@@ -561,5 +561,10 @@ def test_a_postgresql_database_upgraded_past_0021_before_its_include_gets_ix_run
         db.open_db(url).kw["bind"].dispose()
         assert query(url, indexdef)[0][0].endswith(f"({columns}) INCLUDE (id)")
         assert query(url, "select version_num from alembic_version") == [(db.SCHEMA_VERSION,)]
+        oid = "select 'ix_runs_current'::regclass::oid"
+        made = query(url, oid)
+        taken_back(url, "0028")  # with its INCLUDE now: left as it is, not made again
+        db.open_db(url).kw["bind"].dispose()
+        assert query(url, oid) == made
     finally:
         drop_database(postgres_server, url)

@@ -23,8 +23,15 @@ COLUMNS = ["latest", "sweep_id", "state", "error_class", "state_detail"]
 
 
 def upgrade() -> None:
-    if op.get_bind().dialect.name == "postgresql":
-        op.drop_index(INDEX, "runs")
+    """Only where the index lacks its INCLUDE: a database 0021 made it right for is left as it is
+    (making the index again reads every run, under a lock of `runs`)."""
+    bind = op.get_bind()
+    if bind.dialect.name != "postgresql":
+        return
+    made = bind.exec_driver_sql("SELECT indexdef FROM pg_indexes WHERE schemaname = current_schema() "
+                                f"AND indexname = '{INDEX}'").scalar()
+    if made is None or " INCLUDE " not in made:
+        op.execute(f"DROP INDEX IF EXISTS {INDEX}")
         op.create_index(INDEX, "runs", COLUMNS, postgresql_include=schema.INCLUDED[INDEX])
 
 
