@@ -129,3 +129,61 @@ def test_every_index_postgresql_makes_fits_its_column_limit():
         included = index.dialect_options["postgresql"].get("include") or ()
         assert len(index.expressions) + len(included) <= kept_lines.PG_INDEX_COLUMNS, str(CreateIndex(index).compile(dialect=dialect))
     assert len(kept_lines.ORDER) <= kept_lines.PG_INDEX_COLUMNS
+
+
+def test_texts_are_csv_writers_fields_by_name_or_by_position_a_line_end_inside_too():
+    """texts_of: each segment as one csv.writer line of its fields (without the line's end), the
+    metrics' text appended; the same from tuples (`keys`) as from mappings, and where a field holds
+    a line's end (the one-writerow-a-row path) as where none does."""
+    import csv
+    import io
+
+    from orchestrator.store import csv_lines
+
+    keys = kept_lines._SELECTED
+    plain = {k: f"v{i}" for i, k in enumerate(keys)}
+    odd = {**plain, "sweep": "two\nlines", "model": 'say "hi"', "like": None, "seed": 3, "mode": "a,b", "metric_text": None}
+    runs = [plain, odd, {**plain, "run": "crlf\r\n"}]
+    expected = []
+    for values in runs:
+        texts = []
+        for name, segment in zip(kept_lines.TEXTS, kept_lines.SEGMENTS):
+            out = io.StringIO()
+            csv.writer(out, **csv_lines.DIALECT).writerow([values[f] for f in segment if f not in csv_lines.METRIC_COLUMNS])
+            text = out.getvalue()[:-len(csv_lines.DIALECT["lineterminator"])]
+            if csv_lines.METRIC_COLUMNS[0] in segment:
+                text += "," + (values["metric_text"] or csv_lines.NO_METRICS)
+            texts.append(text)
+        expected.append(tuple(texts))
+    assert kept_lines.texts_of(runs) == expected
+    assert kept_lines.texts_of([tuple(v[k] for k in keys) for v in runs], keys) == expected
+    assert kept_lines.texts_of(runs[:1]) == expected[:1]  # no line's end inside: one writerows
+    assert kept_lines.texts(odd) == dict(zip(kept_lines.TEXTS, expected[1]))
+
+
+def test_a_launchs_kept_lines_are_written_500_a_statement_on_sqlite(tmp_path, monkeypatch):
+    """kept_lines.keep on SQLite: one multi-row upsert per 500 runs (bulk.write_many), not a
+    statement a run; the rows as assert_kept_lines_exact wants them."""
+    from sqlalchemy import event
+
+    from orchestrator.launch.submit_plan import new_run
+
+    db_url = f"sqlite:///{tmp_path / 'results.db'}"
+    runs = tmp_path / "runs"
+    Session = db.open_db(db_url)
+    result = make_result(sweep="s1", model=MODELS[0], repeat=0)
+    write_result(runs, result)
+    collect(Session, runs)
+    opts = SimpleNamespace(backend=SimpleNamespace(name="local"), runs=str(runs))
+    new = [new_run("s1", result["cell_id"], repeat, 1, opts, ("u", "h")) for repeat in range(1, 1201)]
+    statements = []
+    with Session.begin() as session:
+        event.listen(session.connection(), "before_cursor_execute",
+                     lambda conn, cursor, sql, params, context, many: statements.append((sql, many)))
+        launch_records.insert_many(session, schema.Run.__table__, [run.row() for run in new], launch_records.NEW_RUN_COLUMNS)
+        statements.clear()
+        kept_lines.keep(session.connection(), [run.uid for run in new])
+    upserts = [(sql, many) for sql, many in statements if sql.startswith("INSERT INTO kept_lines")]
+    assert len(upserts) == 3 and not any(many for _, many in upserts) and "ON CONFLICT" in upserts[0][0]
+    Session.kw["bind"].dispose()
+    assert len(assert_kept_lines_exact(db_url)) == 1201

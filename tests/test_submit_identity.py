@@ -10,7 +10,7 @@ import json
 import pytest
 
 from orchestrator import setting_registry
-from orchestrator.store import launch_records
+from orchestrator.store import bulk, launch_records
 from orchestrator.launch.submit_plan import cell_rows
 from orchestrator.sweep import time_limits
 from orchestrator.sweep.cell import cell_id
@@ -108,7 +108,7 @@ def test_the_launchs_inserts_write_the_rows_cores_insert_writes(db_url, other_db
     last one shorter."""
     import time
 
-    monkeypatch.setattr(launch_records, "ROWS_PER_STATEMENT", per_statement)
+    monkeypatch.setattr(bulk, "ROWS_PER_STATEMENT", per_statement)
 
     from sqlalchemy import bindparam, insert, text, update
 

@@ -27,12 +27,13 @@ from __future__ import annotations
 
 import csv
 import io
+import operator
 from typing import Any, Iterable, Sequence
 
-from sqlalchemy import Column, ForeignKey, Index, String, Table, case, delete, func, literal, select
+from sqlalchemy import Column, ForeignKey, Index, String, Table, bindparam, case, delete, func, literal, select
 
 from orchestrator import setting_registry
-from orchestrator.store import csv_lines
+from orchestrator.store import bulk, csv_lines
 from orchestrator.store.schema import RESULTS_COLUMNS, RESULTS_HEAD, Base, Cell, KeptMetrics, Run, setting_value
 
 #: The `results` columns whose value never changes once a run is written: its name, and its cell's
@@ -110,8 +111,9 @@ def _keep(conn: Any, key: Any, values: Iterable[Any]) -> None:
     again), or one a run deleted without its cascade left (SQLite with foreign keys off), whose
     id SQLite gives a new run again once the run that had it is gone."""
     values = sorted(set(values))
+    picked = _selected(key.in_(bindparam("keys", expanding=True)))  # built once, compiled once (Core's cache)
     for start in range(0, len(values), 500):  # SQLite before 3.32 binds 999 variables at most
-        _insert(conn, key.in_(values[start:start + 500]))
+        _write(conn, conn.execute(picked, {"keys": values[start:start + 500]}).all())
 
 
 def rebuild(conn: Any, step: int = 20_000) -> None:
@@ -134,51 +136,80 @@ def _upsert(conn: Any) -> Any:
                                            set_={c.name: statement.excluded[c.name] for c in KeptLines.c if c.name != "run_id"})
 
 
+#: A kept_lines row's columns, in the order _insert writes them.
+COLUMNS = ("run_id", *KEPT, "cell_mode", *TEXTS)
+
+
 def _insert(conn: Any, *where: Any) -> None:
-    """The runs `where` picks, their KEPT values and texts (texts_of()) into kept_lines."""
+    """The runs `where` picks into kept_lines (_write)."""
+    _write(conn, conn.execute(_selected(*where)).all())
+
+
+def _selected(*where: Any) -> Any:
+    """The runs `where` picks: their ids, KEPT values (as the view shows them), their cells' own
+    `mode`, the view's `mode` and their kept metrics' text (_SELECTED)."""
     metrics = KeptMetrics.__table__.c
-    rows = conn.execute(select(Run.id, *(_shown(n) for n in KEPT), Cell.mode, shown_mode(metrics.top1, Cell.mode),
-                               metrics.csv_text)
-                        .join_from(Run, Cell, Cell.id == Run.cell_id).outerjoin(KeptMetrics, metrics.run_id == Run.id)
-                        .where(*where)).all()
+    return (select(Run.id, *(_shown(n) for n in KEPT), Cell.mode, shown_mode(metrics.top1, Cell.mode), metrics.csv_text)
+            .join_from(Run, Cell, Cell.id == Run.cell_id).outerjoin(KeptMetrics, metrics.run_id == Run.id).where(*where))
+
+
+def _write(conn: Any, rows: Sequence[Any]) -> None:
+    """Runs' selected values (_SELECTED's) and their texts (texts_of()) into kept_lines: each row
+    a tuple (no dict a run: a launch keeps 10,000), 500 a statement on SQLite (bulk.write_many)."""
     if rows:
-        keys = ["run_id", *KEPT, "cell_mode", "mode", "metric_text"]
-        values = [dict(zip(keys, row)) for row in rows]
-        kept = [{k: v[k] for k in keys[:-2]} for v in values]
-        for row, row_texts in zip(kept, texts_of(values)):
-            row.update(row_texts)
-        conn.execute(_upsert(conn), kept)
+        width = len(KEPT) + 2  # run_id, KEPT, cell_mode: the row's first values
+        kept = [(*row[:width], *texts) for row, texts in zip(rows, texts_of(rows, _SELECTED))]
+        bulk.write_many(conn, _upsert(conn), kept, COLUMNS)
 
 
 #: Per kept text: its name, the fields csv writes in it, and whether the kept metrics' text follows.
 _WRITTEN = tuple((name, tuple(n for n in segment if n not in csv_lines.METRIC_COLUMNS), csv_lines.METRIC_COLUMNS[0] in segment)
                  for name, segment in zip(TEXTS, SEGMENTS))
+#: The values _insert selects of each run, in order.
+_SELECTED = ("run_id", *KEPT, "cell_mode", "mode", "metric_text")
 
 
-def texts_of(runs: Sequence[dict[str, Any]]) -> list[dict[str, str]]:
-    """Each run's kept texts from its values (KEPT's and `mode`, by name, and `metric_text`, its
-    kept metrics' text or None): each segment as csv.writer writes it in a line of the CSV
-    (csv_lines.DIALECT), without the line's end. One writer for them all (a launch keeps 10,000)."""
-    buffer = io.StringIO()
-    writer = csv.writer(buffer, **csv_lines.DIALECT)
-    ends = []
-    for values in runs:
-        for _, fields, _ in _WRITTEN:  # a last empty field: a lone empty one would be written `""`
-            writer.writerow([*map(values.__getitem__, fields), ""])
-            ends.append(buffer.tell())
-    whole, start, out = buffer.getvalue(), 0, []
-    cut = len(csv_lines.DIALECT["lineterminator"]) + 1  # the line's end and the last (empty) field's comma
+def texts_of(runs: Sequence[Any], keys: Sequence[str] = ()) -> list[tuple[str, ...]]:
+    """Each run's kept texts (TEXTS' order) from its values (KEPT's and `mode`, and `metric_text`,
+    its kept metrics' text or None): by name, or (`keys`) tuples of these keys' values. Each
+    segment as csv.writer writes it in a line of the CSV (csv_lines.DIALECT), without the line's
+    end. One writer for them all (a launch keeps 10,000)."""
+    at = keys.index if keys else (lambda name: name)
+    fields = [operator.itemgetter(*map(at, written), at("mode")) for _, written, _ in _WRITTEN]
+    metric_at = at("metric_text")
+    # each segment's fields and a last empty one (a lone empty field would be written `""`); the
+    # getter's last value (`mode`) is only there to make it a tuple even of one field
+    lines = _written([[*get(values)[:-1], ""] for values in runs for get in fields])
+    out, n = [], len(_WRITTEN)
     for i, values in enumerate(runs):
-        texts = {}
-        for j, (name, _, metric) in enumerate(_WRITTEN):
-            end = ends[i * len(_WRITTEN) + j]
-            text = whole[start:end - cut]
-            texts[name] = text + "," + (values["metric_text"] or csv_lines.NO_METRICS) if metric else text
-            start = end
-        out.append(texts)
+        texts = lines[i * n:i * n + n]
+        for j, (_, _, metric) in enumerate(_WRITTEN):
+            if metric:
+                texts[j] += "," + (values[metric_at] or csv_lines.NO_METRICS)
+        out.append(tuple(texts))
     return out
 
 
+def _written(rows: list[list[Any]]) -> list[str]:
+    """Each row as csv.writer writes it, without the line's end and the last (empty) field's
+    comma: one writerows and one split, or, where a field holds a line's end (a line more than
+    rows), one writerow a row, cut where the buffer stood after it."""
+    buffer, end = io.StringIO(), csv_lines.DIALECT["lineterminator"]
+    writer = csv.writer(buffer, **csv_lines.DIALECT)
+    writer.writerows(rows)
+    lines = buffer.getvalue().split(end)
+    if len(lines) == len(rows) + 1:
+        return [line[:-1] for line in lines[:-1]]
+    buffer.seek(0)
+    buffer.truncate()
+    stops = []
+    for row in rows:
+        writer.writerow(row)
+        stops.append(buffer.tell())
+    whole = buffer.getvalue()
+    return [whole[start:stop - len(end) - 1] for start, stop in zip([0, *stops], stops)]
+
+
 def texts(values: dict[str, Any]) -> dict[str, str]:
-    """One run's kept texts (texts_of)."""
-    return texts_of([values])[0]
+    """One run's kept texts (texts_of), by name."""
+    return dict(zip(TEXTS, texts_of([values])[0]))

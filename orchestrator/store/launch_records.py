@@ -4,21 +4,19 @@ retry, as named functions over plain rows (store).
 The launch modules decide (which runs a sweep adds, which submission is adopted, which repeat
 is rerun); this module only says how each question and each write is put to the database, so
 that the statements live in one place of the store and the launch modules hold no SQL. Bulk
-writes are a few statements of many rows each on SQLite (ROWS_PER_STATEMENT), one executemany
+writes are a few statements of many rows each on SQLite (bulk.ROWS_PER_STATEMENT), one executemany
 elsewhere, in the caller's transaction: the caller commits.
 """
 from __future__ import annotations
 
-import itertools
-import operator
 import sqlite3
-from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 from sqlalchemy import Table, bindparam, insert, select, update
 from sqlalchemy.orm import Session, aliased
 
 from orchestrator import runstate
-from orchestrator.store import kept_lines, result_rows, schema
+from orchestrator.store import bulk, kept_lines, result_rows, schema
 from orchestrator.store.sql_adapters import Rows
 
 #: Ids per `IN (...)` of the queries that look up a sweep's cells (SQLite allows 32,766 variables).
@@ -64,31 +62,14 @@ def one_launch_at_a_time(session: Session) -> None:
 
 def insert_many(session: Session, table: Table, rows: Sequence[Any], columns: Sequence[str] = ()) -> None:
     """Rows into `table`: mappings with the same keys, or (`columns`) tuples of these columns' values
-    (no dict a row: a launch writes 10,000 runs). On SQLite (the driver's `?` parameters) Core's
-    compiled INSERT is handed to the driver with its VALUES group repeated, ROWS_PER_STATEMENT
-    rows a statement (_in_statements), each value through its column's bind processor (a JSON
-    column's json.dumps), as Core's execution does, without its per-row parameter building. The
-    same rows either way (tests/test_submit_identity.py); every other driver, or a statement that
-    adds a value the rows lack (a column's Python default), goes through Core's executemany."""
-    if not rows:
-        return
-    connection = session.connection()
-    dialect, keys = connection.dialect, list(columns or rows[0])
-    compiled = insert(table).compile(dialect=dialect, column_keys=keys)
-    names = compiled.positiontup if dialect.paramstyle == "qmark" else None
-    group = "(" + ", ".join("?" * len(names or ())) + ")"
-    if names is None or sorted(names) != sorted(keys) or not compiled.string.endswith(" VALUES " + group):
-        session.execute(insert(table), [dict(zip(columns, row)) for row in rows] if columns else list(rows))
-        return
-    types = [compiled.binds[name].type for name in names]
-    at = [keys.index(name) for name in names] if columns else names
-    _in_statements(connection, lambda n: compiled.string + (", " + group) * (n - 1),
-                   _bound(dialect, rows, at, types), len(names))
+    (no dict a row: a launch writes 10,000 runs), ROWS_PER_STATEMENT a statement on SQLite
+    (bulk.write_many), one executemany elsewhere."""
+    bulk.write_many(session.connection(), insert(table), rows, columns)
 
 
 def update_runs(session: Session, columns: Sequence[str], rows: Sequence[tuple[Any, ...]]) -> None:
     """Sets `columns` of recorded runs: each row a run's uid, then those columns' values. On
-    SQLite one UPDATE ... FROM (VALUES ...) per ROWS_PER_STATEMENT runs (_in_statements), else
+    SQLite one UPDATE ... FROM (VALUES ...) per bulk.ROWS_PER_STATEMENT runs (bulk.in_statements), else
     Core's executemany by uid."""
     if not rows:
         return
@@ -104,49 +85,12 @@ def update_runs(session: Session, columns: Sequence[str], rows: Sequence[tuple[A
     runs = quote(table.name)
     sql = lambda n: (f"UPDATE {runs} SET {sets} FROM (VALUES {', '.join([group] * n)}) AS v "
                      f"WHERE {runs}.uid = v.column1")
-    _in_statements(connection, sql, _bound(dialect, rows, range(width), [None, *(table.c[c].type for c in columns)]),
+    bulk.in_statements(connection, sql, bulk.bound(dialect, rows, range(width), [None, *(table.c[c].type for c in columns)]),
                    width)
 
 
-#: Rows a statement of a launch's bulk writes on SQLite (fewer where its build allows fewer
-#: parameters). One statement per row, as an executemany runs, cost SQLite far more on `runs`:
-#: a statement that fires a trigger (kept_counts) keeps a statement journal, a copy of each page
-#: it changes, to undo itself alone — with one run a statement, the pages of every one of the
-#: runs' nine b-trees were copied for each run. 10,000 runs' INSERT 0.31 s, 0.14 s at 500 a
-#: statement; the UPDATE of their job ids 0.29 s, 0.12 s (docs/scale.md).
-ROWS_PER_STATEMENT = 500
 #: UPDATE ... FROM: SQLite 3.33 (2020); an older library gets one UPDATE per run.
 UPDATE_FROM = (3, 33, 0)
-
-
-def _bound(dialect: Any, rows: Sequence[Any], names: Sequence[Any], types: Sequence[Any]) -> list[tuple[Any, ...]]:
-    """Each row's values in the order of `names` (its keys, or a tuple's indexes: one C call a
-    row), those of a type with a bind processor (JSON, Boolean) put through it; a type None: as is."""
-    processors = [(i, t.dialect_impl(dialect).bind_processor(dialect)) for i, t in enumerate(types) if t is not None]
-    processors = [(i, process) for i, process in processors if process]
-    get = operator.itemgetter(*names)
-    values = [get(row) for row in rows] if len(names) > 1 else [(get(row),) for row in rows]
-    if not processors:
-        return values
-    out = []
-    for row in values:
-        row = list(row)
-        for i, process in processors:
-            row[i] = process(row[i])
-        out.append(tuple(row))
-    return out
-
-
-def _in_statements(connection: Any, sql: Callable[[int], str], values: list[tuple[Any, ...]], width: int) -> None:
-    """`values` (tuples of `width`) written by the statements `sql(n)` of n rows each: up to
-    ROWS_PER_STATEMENT rows, and as many parameters as the library takes (SQLite's build limit,
-    999 before 3.32: asked where Python can)."""
-    driver = connection.connection.dbapi_connection
-    limit = driver.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER) if hasattr(driver, "getlimit") else 999
-    step = max(1, min(ROWS_PER_STATEMENT, limit // width))
-    for i in range(0, len(values), step):
-        chunk = values[i:i + step]
-        connection.exec_driver_sql(sql(len(chunk)), tuple(itertools.chain.from_iterable(chunk)))
 
 
 def insert_cells(session: Session, new: list[dict[str, Any]], members: list[dict[str, Any]]) -> None:
