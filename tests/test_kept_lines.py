@@ -187,3 +187,17 @@ def test_a_launchs_kept_lines_are_written_500_a_statement_on_sqlite(tmp_path, mo
     assert len(upserts) == 3 and not any(many for _, many in upserts) and "ON CONFLICT" in upserts[0][0]
     Session.kw["bind"].dispose()
     assert len(assert_kept_lines_exact(db_url)) == 1201
+
+
+def test_a_launchs_writes_have_a_larger_page_cache_set_back_after(tmp_path):
+    """launch_records.cached: on SQLite the launch's writes get a page cache of LAUNCH_CACHE_KIB (its
+    dirty pages kept until the commit), and the connection's own size is set back after."""
+    Session = db.open_db(f"sqlite:///{tmp_path / 'results.db'}")
+    with Session() as session:
+        driver = session.connection().connection.dbapi_connection
+        size = lambda: driver.execute("PRAGMA cache_size").fetchone()[0]
+        before = size()
+        with launch_records.cached(session):
+            assert size() == -launch_records.LAUNCH_CACHE_KIB != before
+        assert size() == before
+    Session.kw["bind"].dispose()

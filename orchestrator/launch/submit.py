@@ -79,13 +79,14 @@ def submit_sweep(cells: list[Cell], opts: Options, argv: list[str] | None = None
         planned, cells = _plan(session, report, cells, opts, existing)
         batches = [] if foreground else _batches(planned, report.sweep_id, opts, report, step)
         new, members = cell_rows(report.sweep_id, cells, known, {cell.id for cell, _ in planned})
-        launch_records.insert_cells(session, new, members)
+        with launch_records.cached(session):  # its cells, runs and kept lines held in memory until the commit
+            launch_records.insert_cells(session, new, members)
+            runs = [run for _, runs in planned for run in runs]
+            had = {(run.cell_id, run.repeat) for runs in existing.values() for run in runs}
+            launch_records.insert_runs(session, [run.row() for run in runs],
+                                       [(run.cell_id, run.repeat) for run in runs if (run.cell_id, run.repeat) in had])
         report.notes += made_on_first_use({c.config["dataset"]["dir"] for c, _ in planned if c.config["dataset"]
                                            .get("name") in MADE_ON_FIRST_USE and c.config["dataset"].get("dir")})
-        runs = [run for _, runs in planned for run in runs]
-        had = {(run.cell_id, run.repeat) for runs in existing.values() for run in runs}
-        launch_records.insert_runs(session, [run.row() for run in runs],
-                                   [(run.cell_id, run.repeat) for run in runs if (run.cell_id, run.repeat) in had])
         session.commit()  # the sweep and its marked runs exist before anything is submitted
         if foreground:
             _run_here(session, report, planned, opts)
