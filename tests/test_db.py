@@ -548,14 +548,14 @@ def test_the_upgrade_to_0011_leaves_who_submitted_earlier_rows_unknown(db_url):
 def test_a_postgresql_database_upgraded_past_0021_before_its_include_gets_ix_runs_current_with_it(postgres_server):
     """main's 0021 made ix_runs_current from schema.py's Index, which has its INCLUDE (id) only in
     a process that made a `runs` table: a database upgraded past 0021 by it alone has the index
-    without, and 0021 fixed since does not run there again. 0029 makes the index again with it."""
+    without, and 0021 fixed since does not run there again. 0024 makes the index again with it."""
     from db_urls import create_database, drop_database
 
     url = create_database(postgres_server)
     try:
         db.open_db(url).kw["bind"].dispose()
         columns = "latest, sweep_id, state, error_class, state_detail"
-        taken_back(url, "0028", "DROP INDEX ix_runs_current", f"CREATE INDEX ix_runs_current ON runs ({columns})")
+        taken_back(url, "0023", "DROP INDEX ix_runs_current", f"CREATE INDEX ix_runs_current ON runs ({columns})")
         indexdef = "select indexdef from pg_indexes where indexname = 'ix_runs_current'"
         assert "INCLUDE" not in query(url, indexdef)[0][0]  # as main's 0021 left it
         db.open_db(url).kw["bind"].dispose()
@@ -563,7 +563,7 @@ def test_a_postgresql_database_upgraded_past_0021_before_its_include_gets_ix_run
         assert query(url, "select version_num from alembic_version") == [(db.SCHEMA_VERSION,)]
         oid = "select 'ix_runs_current'::regclass::oid"
         made = query(url, oid)
-        taken_back(url, "0028")  # with its INCLUDE now: left as it is, not made again
+        taken_back(url, "0023")  # with its INCLUDE now: left as it is, not made again
         db.open_db(url).kw["bind"].dispose()
         assert query(url, oid) == made
     finally:

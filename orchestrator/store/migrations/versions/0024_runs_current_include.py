@@ -9,8 +9,8 @@ from alembic import op
 
 from orchestrator.store import schema
 
-revision = "0029"
-down_revision = "0028"
+revision = "0024"
+down_revision = "0023"
 branch_labels = None
 depends_on = None
 
