@@ -15,7 +15,7 @@ branch_labels = None
 depends_on = None
 
 #: The views this revision defines (orchestrator.store.migrations.views_sha256()): unchanged.
-views_sha256 = "242b3e1be1ec8092"
+views_sha256 = "db75356577385e2d"
 
 #: The index made again, and its columns as 0021 gives them.
 INDEX = "ix_runs_current"
