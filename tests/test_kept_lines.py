@@ -201,3 +201,20 @@ def test_a_launchs_writes_have_a_larger_page_cache_set_back_after(tmp_path):
             assert size() == -launch_records.LAUNCH_CACHE_KIB != before
         assert size() == before
     Session.kw["bind"].dispose()
+
+
+def test_a_remake_of_kept_metrics_remakes_the_kept_lines_that_hold_its_text(tmp_path, db_url):
+    """result_rows.MADE_FROM: kept_lines' last text is kept_metrics.csv_text, so a revision that
+    names kept_metrics alone in its `rebuilds` (a metric's text changed) remakes kept_lines too;
+    else each run's CSV line keeps the metric text of before (here: a text made stale on purpose)."""
+    from orchestrator.store import result_rows
+
+    landed(db_url, tmp_path / "runs", 6)
+    execute(db_url, f"update kept_lines set {kept_lines.TEXTS[-1]} = 'stale'")
+    engine = create_engine(db_url, poolclass=NullPool)
+    try:
+        with engine.begin() as conn:
+            result_rows.remake(conn, {"kept_metrics"})
+    finally:
+        engine.dispose()
+    assert len(assert_kept_lines_exact(db_url)) == 6
