@@ -218,3 +218,25 @@ def test_a_remake_of_kept_metrics_remakes_the_kept_lines_that_hold_its_text(tmp_
     finally:
         engine.dispose()
     assert len(assert_kept_lines_exact(db_url)) == 6
+
+
+def test_a_copy_that_lands_runs_the_destination_has_uncollected_keeps_their_lines(tmp_path, db_url):
+    """db_copy's replaced runs (uncollected in the destination, collected in the source): their
+    metrics, kept metrics and kept CSV texts follow, as the new runs' do."""
+    from orchestrator.store import result_rows
+
+    src = f"sqlite:///{tmp_path / 'mine.db'}"
+    landed(src, tmp_path / "runs", 6)
+    db_copy.copy(src, db_url)
+    # the destination's runs as a launch leaves them: recorded, not yet collected, no metrics
+    execute(db_url, "delete from metrics", "update runs set collected_at = null, state = 'running'")
+    engine = create_engine(db_url, poolclass=NullPool)
+    try:
+        with engine.begin() as conn:
+            result_rows.keep_metrics(conn, conn.scalars(select(Run.id)).all())
+    finally:
+        engine.dispose()
+    assert query(db_url, "select count(*) from kept_metrics") == [(0,)]
+    db_copy.copy(src, db_url)
+    assert query(db_url, "select count(*) from runs where collected_at is null") == [(0,)]
+    assert len(assert_kept_lines_exact(db_url)) == 6
