@@ -2,8 +2,9 @@
 in the CSV's order and as csv's text), on real result files and real databases (`db_url`: SQLite
 files and PostgreSQL databases): after every writer of runs (the collector's unrecorded runs, a
 launch's and a rerun's new attempts, a copy, an upgrade of a database that had runs, a run
-deleted) every run has its row, each row is what its run and cell give, and `results --csv` is
-the view's rows in csv.writer's bytes."""
+deleted) every run has its row or is due (kept_lines_due: a launch's and a rerun's, till they
+land), each row is what its run and cell give, and `results --csv` is the view's rows in
+csv.writer's bytes."""
 from types import SimpleNamespace
 
 from sqlalchemy import create_engine, delete, select
@@ -32,15 +33,19 @@ def expected_rows(conn):
 
 
 def assert_kept_lines_exact(url):
-    """Every run has its kept row, equal to what its run and cell give; the CSV is the view's."""
+    """Every run has its kept row, equal to what its run and cell give, or is due (launched, not
+    landed); the CSV is the view's. The runs' kept rows, by run id."""
     engine = create_engine(url, poolclass=NullPool)
     try:
         with engine.connect() as conn:
             kept = {r.run_id: dict(r._mapping) for r in conn.execute(select(kept_lines.KeptLines))}
+            due = set(conn.scalars(kept_lines.due_runs()))
             expected = expected_rows(conn)
     finally:
         engine.dispose()
-    assert {k: v for k, v in kept.items() if k in expected} == expected and expected
+    kept = {k: v for k, v in kept.items() if k in expected}
+    assert kept == {k: v for k, v in expected.items() if k in kept} and expected
+    assert set(expected) - set(kept) <= due
     assert printed_csv(url) == view_csv(url)
     return kept
 
@@ -63,13 +68,14 @@ def test_every_writer_of_runs_keeps_their_lines(tmp_path, db_url):
     again = new_run("s2", results[0]["cell_id"], 0, 2, opts, ("u", "h"))
     with Session.begin() as session:
         launch_records.insert_runs(session, [again.row()], [(again.cell_id, again.repeat)])
-    kept = assert_kept_lines_exact(db_url)
-    assert len(kept) == 11 and any(row["run"] == again.uid and row["attempt"] == 2 for row in kept.values())
+    kept = assert_kept_lines_exact(db_url)  # no row: it is due, read from runs and cells
+    assert len(kept) == 10 and not any(row["run"] == again.uid for row in kept.values())
+    assert query(db_url, "select count(*) from kept_lines_due") == [(1,)]
     with Session.begin() as session:  # runs deleted, as the orchestrator's connections do (foreign keys on)
         session.execute(delete(Metric).where(Metric.run_id.in_(select(Run.id).where(Run.repeat == 2))))
         session.execute(delete(Run).where(Run.repeat == 2))
     Session.kw["bind"].dispose()
-    assert query(db_url, "select count(*) from kept_lines") == [(8,)]
+    assert query(db_url, "select count(*) from kept_lines") == [(7,)]
     execute(db_url, "update runs set state = 'lost', node = 'n,1', error_message = 'a \"b\"' where state = 'pending'",
             "delete from metrics where run_id = (select max(id) from runs)",
             "delete from runs where id = (select max(id) from runs)")  # any writer; a plain delete (no cascade)
@@ -99,7 +105,9 @@ def test_an_upgrade_keeps_the_lines_of_the_runs_already_there(tmp_path, db_url):
 
 
 def test_sqlite_walks_the_index_in_the_csvs_order_without_sorting(tmp_path):
-    """The CSV's query reads kept_lines through ix_kept_lines_order: no temporary b-tree (a sort)."""
+    """The CSV's query reads kept_lines through ix_kept_lines_order: no temporary b-tree (a sort);
+    the runs without a kept row (the merge's other half, sorted: few) are found through
+    kept_lines_due, not by a look-up of every run."""
     from sqlalchemy.dialects import sqlite
 
     from orchestrator.setting_registry import RESULTS_ORDER
@@ -110,7 +118,9 @@ def test_sqlite_walks_the_index_in_the_csvs_order_without_sorting(tmp_path):
     sql = str(cell_stats.results_lines({}, RESULTS_ORDER, None).compile(
         dialect=sqlite.dialect(), compile_kwargs={"literal_binds": True}))
     plan = " | ".join(row[-1] for row in query(db_url, "EXPLAIN QUERY PLAN " + sql))
-    assert "ix_kept_lines_order" in plan and "TEMP B-TREE" not in plan, plan
+    kept, unkept = plan.split(" | RIGHT | ")
+    assert "MERGE (UNION ALL)" in kept and "ix_kept_lines_order" in kept and "TEMP B-TREE" not in kept, plan
+    assert "kept_lines_due" in unkept and "SCAN runs" not in unkept, plan
 
 
 def test_every_index_postgresql_makes_fits_its_column_limit():
@@ -161,8 +171,8 @@ def test_texts_are_csv_writers_fields_by_name_or_by_position_a_line_end_inside_t
     assert kept_lines.texts(odd) == dict(zip(kept_lines.TEXTS, expected[1]))
 
 
-def test_a_launchs_kept_lines_are_written_500_a_statement_on_sqlite(tmp_path, monkeypatch):
-    """kept_lines.keep on SQLite: one multi-row upsert per 500 runs (bulk.write_many), not a
+def test_kept_lines_are_written_500_a_statement_on_sqlite(tmp_path, monkeypatch):
+    """kept_lines.keep_landed on SQLite: one multi-row upsert per 500 runs (bulk.write_many), not a
     statement a run; the rows as assert_kept_lines_exact wants them."""
     from sqlalchemy import event
 
@@ -182,7 +192,9 @@ def test_a_launchs_kept_lines_are_written_500_a_statement_on_sqlite(tmp_path, mo
                      lambda conn, cursor, sql, params, context, many: statements.append((sql, many)))
         launch_records.insert_many(session, schema.Run.__table__, [run.row() for run in new], launch_records.NEW_RUN_COLUMNS)
         statements.clear()
-        kept_lines.keep(session.connection(), [run.uid for run in new])
+        ids = session.scalars(select(Run.id).where(Run.uid.in_([run.uid for run in new]))).all()
+        statements.clear()
+        kept_lines.keep_landed(session.connection(), ids)
     upserts = [(sql, many) for sql, many in statements if sql.startswith("INSERT INTO kept_lines")]
     assert len(upserts) == 3 and not any(many for _, many in upserts) and "ON CONFLICT" in upserts[0][0]
     Session.kw["bind"].dispose()
@@ -240,3 +252,90 @@ def test_a_copy_that_lands_runs_the_destination_has_uncollected_keeps_their_line
     db_copy.copy(src, db_url)
     assert query(db_url, "select count(*) from runs where collected_at is null") == [(0,)]
     assert len(assert_kept_lines_exact(db_url)) == 6
+
+
+def _launched(Session, runs, results, attempt):
+    """A launch's new attempt of each result's run, recorded as launch_records.insert_runs does."""
+    from orchestrator.launch.submit_plan import new_run
+
+    opts = SimpleNamespace(backend=SimpleNamespace(name="local"), runs=str(runs))
+    new = [new_run(r["sweep_id"], r["cell_id"], r["repeat"], attempt, opts, ("u", "h")) for r in results]
+    with Session.begin() as session:
+        launch_records.insert_runs(session, [run.row() for run in new], [(run.cell_id, run.repeat) for run in new])
+    return new
+
+
+def _csv(url, *args):
+    import io
+    from contextlib import redirect_stdout
+
+    from orchestrator.cli import main
+
+    out = io.StringIO()
+    with redirect_stdout(out):
+        assert main(["--db", url, "results", "--csv", *args]) == 0
+    return out.getvalue()
+
+
+def test_a_launch_keeps_no_line_and_the_csv_reads_its_runs_from_runs_and_cells(tmp_path, db_url):
+    """A launch writes no kept_lines row (its ~0.4 s of a 10,000-cell launch): its runs are due,
+    and `results --csv` reads them from runs and cells, merged in the CSV's order with the kept
+    ones, in the view's bytes, whatever their state (a float setting as repr writes it, not as SQL
+    prints it: 1/3), with --where and --limit; each gets its row where it lands."""
+    import csv
+    import io
+
+    from orchestrator.launch.submit_plan import new_run
+
+    runs = tmp_path / "runs"
+    results = [make_result(sweep="s1", model=MODELS[i % 3], repeat=0, mode="accuracy", epochs=2, target_accuracy=accuracy)
+               for i, accuracy in enumerate((1 / 3, 1e-05, 0.1 + 0.2, None))]
+    for result in results:
+        write_result(runs, result)
+    Session = db.open_db(db_url)
+    assert collect(Session, runs).added == 4
+    new = _launched(Session, runs, results, 2)  # new attempts of landed runs
+    opts = SimpleNamespace(backend=SimpleNamespace(name="local"), runs=str(runs))
+    fresh = [new_run("s1", r["cell_id"], 1, 1, opts, ("u", "h")) for r in results]  # new repeats
+    with Session.begin() as session:
+        launch_records.insert_runs(session, [run.row() for run in fresh], [(run.cell_id, 1) for run in fresh])
+    assert query(db_url, "select count(*) from kept_lines") == [(4,)]
+    assert query(db_url, "select count(*) from kept_lines_due") == [(8,)]
+    assert len(assert_kept_lines_exact(db_url)) == 4
+    execute(db_url, f"update runs set state = 'running', node = 'n\"1' where uid = '{new[0].uid}'",
+            f"update runs set state = 'lost', error_message = 'a,b\nc' where uid = '{new[1].uid}'",
+            f"update runs set state = 'failed', error_class = 'oom' where uid = '{new[2].uid}'",
+            "update runs set params = 7, git_dirty = true where attempt = 2")
+    assert len(assert_kept_lines_exact(db_url)) == 4
+    printed = _csv(db_url)
+    for text in ("0.3333333333333333", "1e-05", "0.30000000000000004"):
+        assert printed.count(f",{text},") == 3, text  # landed, new attempt, new repeat
+    rows = list(csv.reader(io.StringIO(printed)))
+    at = rows[0].index("model")
+    out = io.StringIO()
+    csv.writer(out, lineterminator="\n").writerows([rows[0], *(r for r in rows[1:] if r[at] == MODELS[1])])
+    assert _csv(db_url, "--where", f"model={MODELS[1]}") == out.getvalue()
+    assert len(list(csv.reader(io.StringIO(_csv(db_url, "--limit", "5"))))) == 6
+    for run, result in zip(new, results):  # the new attempts land: their rows are kept, none due
+        write_result(runs, {**result, "run_uid": run.uid, "attempt": 2})
+    assert collect(Session, runs).added == 4
+    Session.kw["bind"].dispose()
+    assert query(db_url, "select count(*) from kept_lines_due") == [(4,)]
+    assert len(assert_kept_lines_exact(db_url)) == 8
+
+
+def test_a_launch_over_a_row_a_delete_left_reads_its_runs_as_they_are(tmp_path, db_url):
+    """A run deleted without its cascade (foreign keys off) leaves its kept_lines row; SQLite gives
+    its id to the next run inserted, which a launch no longer keeps: that row goes first, so the
+    new run is not read with the deleted one's texts."""
+    runs = tmp_path / "runs"
+    results = [make_result(sweep="s1", model=MODELS[i], repeat=0) for i in range(3)]
+    for result in results:
+        write_result(runs, result)
+    Session = db.open_db(db_url)
+    collect(Session, runs)
+    execute(db_url, "delete from metrics where run_id = (select max(id) from runs)",
+            "delete from runs where id = (select max(id) from runs)")
+    _launched(Session, runs, results[:1], 2)
+    Session.kw["bind"].dispose()
+    assert len(assert_kept_lines_exact(db_url)) == 2

@@ -122,7 +122,8 @@ def test_a_run_whose_state_changes_is_written_as_it_is_now(tmp_path, db_url, mon
 
 def test_kept_metric_text_is_what_csv_writes_of_the_kept_numbers(tmp_path, db_url, monkeypatch):
     """kept_metrics.csv_text is csv.writer's line of the row's own numbers, and the CSV's select
-    hands back each line as one text (the float setting's is kept: kept_lines), not 61 values."""
+    hands back each line as one text (the float setting's is kept: kept_lines), not 61 values; a
+    run without a kept row as two texts around its float setting (csv_lines.PIECES)."""
     land(tmp_path, db_url, monkeypatch)
     engine = create_engine(db_url, poolclass=NullPool)
     with engine.connect() as conn:
@@ -134,7 +135,7 @@ def test_kept_metric_text_is_what_csv_writes_of_the_kept_numbers(tmp_path, db_ur
         assert row[-1] + "\n" == out.getvalue()
     assert len(kept) == 12
     query = cell_stats.results_lines({}, RESULTS_ORDER, None)
-    assert len(query.selected_columns) == 1
+    assert [c.key for c in query.selected_columns] == list(csv_lines.PIECES)
 
 
 def test_the_quoted_characters_are_those_csv_quotes():

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from operator import itemgetter
 from typing import TYPE_CHECKING, Any, Mapping, Optional, Sequence
 
 from orchestrator import runstate, setting_registry
@@ -155,9 +154,11 @@ def _write_lines(session: Any, query: Any, empty: str) -> int:
     return 0
 
 
-def _write_batch(rows: Sequence[Sequence[str]]) -> None:
-    """A batch of the CSV's lines (rows of one text, each ending with its line's end), in one write."""
-    sys.stdout.write("".join(map(itemgetter(0), rows)))
+def _write_batch(rows: Sequence[Sequence[Any]]) -> None:
+    """A batch of the CSV's lines (rows of csv_lines.PIECES: a line, or its pieces), in one write."""
+    from orchestrator.store import csv_lines  # lazy: SQLAlchemy only where needed
+
+    sys.stdout.write(csv_lines.lines_of(rows))
 
 
 def _kept_summary(session: Any, filters: Mapping[str, Sequence[Any]], threshold: float, limit: Optional[int],

@@ -139,10 +139,13 @@ def results_rows(filters: Mapping[str, Sequence[Any]], order: Sequence[str], lim
 
 def results_lines(filters: Mapping[str, Sequence[Any]], order: Sequence[str], limit: Optional[int]) -> Select:
     """`results --csv`: results_rows' rows (every column of the view) as the CSV's lines, text the
-    database writes (csv_lines.line_column). Read from kept_lines' covering index in its order
-    (the CSV's: no sort), with the texts kept there (the fields that never change, and those that
-    change only as metrics land), and the rest of each run from runs, by its id. kept_metrics is
-    read only for a filter on a metric or `mode`."""
+    database writes (csv_lines.csv_select), in two halves merged in `order`. The runs with a
+    kept_lines row (every landed run) from kept_lines' covering index in its order (the CSV's: no
+    sort), with the texts kept there (the fields that never change, and those that change only
+    as metrics land), and the rest of each run from runs, by its id; kept_metrics is read only for
+    a filter on a metric or `mode`. The runs without one (launched, not landed: kept_lines_due,
+    not a look-up of every run) from runs and cells, as the view shows them (their metric text from kept_metrics: none; their float
+    setting as Python writes it: csv_lines.line_pieces), sorted."""
     kept, runs, metrics = kept_lines.KeptLines.c, Run.__table__.c, KeptMetrics.__table__.c
     shown = {**{name: kept[name] for name in kept_lines.KEPT}, "mode": kept_lines.shown_mode(metrics.top1, kept.cell_mode),
              **{m.column: metrics[m.column] for m in metric_registry.VIEW_METRICS},
@@ -152,7 +155,10 @@ def results_lines(filters: Mapping[str, Sequence[Any]], order: Sequence[str], li
                          .outerjoin(KeptMetrics, metrics.run_id == kept.run_id)))
     texts = {name: (kept[text] if j == 0 else None)
              for text, segment in zip(kept_lines.TEXTS, kept_lines.SEGMENTS) for j, name in enumerate(segment)}
-    return csv_lines.csv_select(rows, filters, order, limit, texts)
+    unkept = results_select(kept=True).where(Run.id.in_(kept_lines.due_runs()), ~kept_lines.kept(Run.id))
+    metric_text = func.coalesce(metrics.csv_text, literal(csv_lines.NO_METRICS, literal_execute=True))
+    metric_texts = {name: (metric_text if j == 0 else None) for j, name in enumerate(csv_lines.METRIC_COLUMNS)}
+    return csv_lines.csv_select([(rows, texts), (unkept, metric_texts)], filters, order, limit)
 
 
 def metric_pivot() -> Select:

@@ -27,7 +27,7 @@ import csv
 import io
 from typing import Any, Iterable, Iterator, Mapping, Optional, Sequence
 
-from sqlalchemy import Boolean, Integer, Select, String, case, cast, func, literal
+from sqlalchemy import Boolean, Float, Integer, Select, String, Text, case, cast, func, literal, null, select, type_coerce, union_all
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.functions import FunctionElement
 
@@ -160,6 +160,11 @@ def line_column(columns: Iterable[Any], kept: Mapping[str, Any]) -> Any:
     """The CSV's line of a row (its end included), as one text the database joins. `columns`: the
     `results` view's columns in order (labelled); `kept`: columns written as a kept text (already
     csv's), by key: the text, or None where an earlier column's kept text holds this one's field."""
+    return _line(columns, kept).label("line")
+
+
+def _line(columns: Iterable[Any], kept: Mapping[str, Any], start: str = "", end: str = DIALECT["lineterminator"]) -> Any:
+    """line_column's text, unlabelled, between `start` and `end`."""
     fields: list[Any] = []
     texts: list[Any] = []  # the text columns and kept texts (whose value may hold a NUL)
     for column in columns:
@@ -170,37 +175,84 @@ def line_column(columns: Iterable[Any], kept: Mapping[str, Any]) -> Any:
         source = field if column.key in kept else column
         if isinstance(source.type, String) and column.key != METRIC_COLUMNS[0]:  # (floats' text: no NUL)
             texts.append(source)
-    return _joined(fields, texts)
+    return _joined(fields, texts, start, end)
 
 
-def _joined(fields: list[Any], texts: Sequence[Any]) -> Any:
-    """`fields` joined by commas, the line's end after: by one printf, or by `||` where one of the
-    text columns `texts` holds a NUL (printf would end the line there: SQLite only, and rare, so
-    CASE evaluates the concatenation for those rows alone)."""
-    end = DIALECT["lineterminator"]
-    line = _format(_text(",".join(["%s"] * len(fields)) + end), *fields)
+#: The labels of line_pieces' columns: a line (or its first piece), then a float and the text after it.
+PIECES = ("line", "float_1", "after_1")
+
+
+def line_pieces(columns: Sequence[Any], kept: Mapping[str, Any]) -> list[Any]:
+    """The CSV's line of a row as pieces (PIECES' labels): the texts the database joins around
+    the float column no kept text holds (a run without its kept_lines row: the cell's
+    `target_accuracy`), and that float, whose text only Python's repr gives (lines_of joins them).
+    A row without such a float: its line, then NULLs."""
+    floats = [i for i, c in enumerate(columns) if c.key not in kept and isinstance(c.type, Float)]
+    if not floats:
+        return [type_coerce(_line(columns, kept), Text).label("line"), cast(null(), Float).label("float_1"),
+                cast(null(), Text).label("after_1")]
+    if len(floats) > 1 or floats[0] in (0, len(columns) - 1):
+        raise TypeError("more than one float column without a kept text, or one first or last: "
+                        "csv_lines.PIECES holds one between texts")
+    at = floats[0]
+    return [type_coerce(_line(columns[:at], kept, "", ","), Text).label("line"), columns[at].label("float_1"),
+            type_coerce(_line(columns[at + 1:], kept, ","), Text).label("after_1")]
+
+
+def lines_of(rows: Iterable[Sequence[Any]]) -> str:
+    """The text of rows of line_pieces' columns: each row's line, or its pieces joined, the float
+    as csv.writer writes it (repr; NULL empty)."""
+    return "".join(row[0] if row[2] is None else row[0] + _field_text(row[1]) + row[2] for row in rows)
+
+
+def _field_text(value: Any) -> str:
+    """One value as csv.writer writes it as a field of a line: a float by repr, NULL empty, any
+    other value (a text in SQLite's REAL column) by csv itself."""
+    if value is None:
+        return ""
+    if type(value) is float:
+        return repr(value)
+    out = io.StringIO()
+    csv.writer(out, **DIALECT).writerow([value, ""])
+    return out.getvalue()[:-1 - len(DIALECT["lineterminator"])]
+
+
+def _joined(fields: list[Any], texts: Sequence[Any], start: str = "", end: str = DIALECT["lineterminator"]) -> Any:
+    """`fields` joined by commas between `start` and `end` (the line's end): by one printf, or by
+    `||` where one of the text columns `texts` holds a NUL (printf would end the line there: SQLite
+    only, and rare, so CASE evaluates the concatenation for those rows alone)."""
+    line = _format(_text(start + ",".join(["%s"] * len(fields)) + end), *fields)
     if texts:
-        joined = _text("")
+        joined = _text(start)
         for i, field in enumerate(fields):
             joined = joined + (_text(",") if i else _text("")) + field
         line = case((_nul(*texts), joined + _text(end)), else_=line)
-    return line.label("line")
+    return line
 
 
-def csv_select(rows: Select, filters: Mapping[str, Sequence[Any]], order: Sequence[str],
-               limit: Optional[int], kept: Mapping[str, Any]) -> Select:
-    """The lines of `rows` (a select of the `results` view's columns, labelled, in order) that
-    match `filters`, the first `limit` in `order`; each condition and sort key is the select's own
-    expression; `kept`: as line_column."""
-    by_name = {c.key: c for c in rows.selected_columns}
-    within = {name: getattr(c, "element", c) for name, c in by_name.items()}
-    return (rows.with_only_columns(line_column(rows.selected_columns, kept), maintain_column_froms=True)
-            .where(*(within[key].in_(values) for key, values in filters.items()))
-            .order_by(*(within[name] for name in order)).limit(limit))
+def csv_select(halves: Sequence[tuple[Select, Mapping[str, Any]]], filters: Mapping[str, Sequence[Any]],
+               order: Sequence[str], limit: Optional[int]) -> Select:
+    """The lines (line_pieces' columns) of the rows of `halves` that match `filters`, the first
+    `limit` in `order`. Each half: a select of the `results` view's columns (labelled, in order)
+    whose own expressions the conditions and sort keys are, and its `kept` (as line_column). The
+    halves' rows merged by one compound select in `order` (UNION ALL ... ORDER BY its columns:
+    SQLite merges the halves, each read in that order; PostgreSQL a Merge Append); the select
+    around it keeps the pieces alone."""
+    parts = []
+    for rows, kept in halves:
+        within = {c.key: getattr(c, "element", c) for c in rows.selected_columns}
+        parts.append(rows.with_only_columns(*line_pieces(list(rows.selected_columns), kept),
+                                            *(within[name].label(f"order_{i}") for i, name in enumerate(order)),
+                                            maintain_column_froms=True)
+                     .where(*(within[key].in_(values) for key, values in filters.items())))
+    merged = union_all(*parts)
+    merged = merged.order_by(*(merged.selected_columns[f"order_{i}"] for i in range(len(order)))).limit(limit)
+    lines = merged.subquery("lines")
+    return select(*(lines.c[name] for name in PIECES))
 
 
 def streamed(conn: Any, lines: Select, batch: int) -> Iterator[Sequence[Sequence[str]]]:
-    """The rows of `lines` (csv_select's: one text each, a line), `batch` at a time, never all in
+    """The rows of `lines` (csv_select's: line_pieces' columns; lines_of writes them), `batch` at a time, never all in
     memory. On SQLite from the driver's own cursor: SQLAlchemy's rows cost ~0.9 s of CPU more at a
     million lines. Its constants are in the statement already (_text), its filters' values (text,
     integers, a boolean, a limit) are what the driver binds as they are. Elsewhere SQLAlchemy's

@@ -18,10 +18,12 @@ Its `mode` and metric fields change only where its metrics land: they are kept a
 is these texts and the few fields that can change otherwise (state, params, node, error class and
 message, ...), which SQL quotes as it reads them (csv_lines): no kept text can go stale.
 
-Written in the transaction that inserts runs: by `keep` for a launch's and a rerun's
-(launch_records.insert_runs); by `keep_landed` wherever runs land (result_rows.keep_metrics: the
-collector's, the unrecorded runs it inserts among them, and a copy's, db_copy); built for the runs
-there by migration 0023 (`rebuild`). A run's row goes with it (ON DELETE CASCADE).
+Written where runs land, by `keep_landed` (result_rows.keep_metrics: the collector's, the
+unrecorded runs it inserts among them, and a copy's, db_copy); built for the runs there by
+migration 0023 (`rebuild`). A launch's and a rerun's runs get none (launch_records.insert_runs: it
+cost a 10,000-cell launch ~0.4 s of CPU): they are due (KeptLinesDue, `launched`) until they land,
+and `results --csv` reads them from runs and cells meanwhile. A run's row goes with it (ON DELETE
+CASCADE).
 """
 from __future__ import annotations
 
@@ -30,7 +32,7 @@ import io
 import operator
 from typing import Any, Iterable, Sequence
 
-from sqlalchemy import Column, ForeignKey, Index, String, Table, bindparam, case, delete, func, literal, select
+from sqlalchemy import Column, ForeignKey, Index, String, Table, bindparam, case, delete, exists, func, literal, select
 
 from orchestrator import setting_registry
 from orchestrator.store import bulk, csv_lines
@@ -81,6 +83,17 @@ KeptLines = Table(
 )
 
 
+#: The runs without their kept_lines row: a launch's and a rerun's (launch_records.insert_runs), until
+#: they land (keep_landed takes them out). `results --csv` reads these from runs and cells
+#: (cell_stats.results_lines) and every other from kept_lines: a million landed runs are not a
+#: million look-ups for the few without a row. Every run without a row is here; a run here with one
+#: (a remake of kept_lines keeps every run) is read from kept_lines alone.
+KeptLinesDue = Table(
+    "kept_lines_due", Base.metadata,
+    Column("run_id", ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True, autoincrement=False),
+)
+
+
 def shown_mode(top1: Any, cell_mode: Any) -> Any:
     """The view's `mode`: throughput or accuracy, the cell's setting where it records one, else
     what the run measured (top-1). Literals, not bound values (csv_lines._text says why)."""
@@ -94,15 +107,52 @@ def _shown(name: str) -> Any:
     return setting_value(attr) if attr.class_ is Cell else attr
 
 
-def keep(conn: Any, uids: Iterable[str]) -> None:
-    """The kept_lines rows of the runs of `uids`, which the caller's transaction inserted."""
-    _keep(conn, Run.uid, uids)
+def kept(run_id: Any) -> Any:
+    """Whether the run of `run_id` has its kept_lines row (results --csv reads the others from runs
+    and cells: cell_stats.results_lines)."""
+    return exists().where(KeptLines.c.run_id == run_id)
+
+
+def clear_above(conn: Any) -> None:
+    """The rows above the runs' largest id: those a delete without its cascade left (SQLite with
+    foreign keys off), whose ids SQLite gives the next runs inserted. A launch's and a rerun's
+    runs, which get no row (launch_records.insert_runs), call it first, so that none of them
+    reads as kept with another run's texts. Two look-ups, none where there is no such row."""
+    conn.execute(delete(KeptLines).where(KeptLines.c.run_id > select(func.coalesce(func.max(Run.id), 0)).scalar_subquery()))
+
+
+def kept(run_id: Any) -> Any:
+    """Whether the run of `run_id` has its kept_lines row."""
+    return exists().where(KeptLines.c.run_id == run_id)
+
+
+def due_runs() -> Any:
+    """The ids of the runs that may lack their kept_lines row (KeptLinesDue): every one that does."""
+    return select(KeptLinesDue.c.run_id)
+
+
+def launched(conn: Any) -> Any:
+    """Before a launch's or a rerun's runs are inserted (launch_records.insert_runs), which get no
+    kept_lines row: the kept rows above the runs' largest id go (kept_lines' and kept_metrics':
+    those a delete without its cascade left, SQLite with foreign keys off, whose ids SQLite gives
+    the next runs), so that no new run reads as kept with another run's texts or metrics. Returns
+    what marks the new runs due (call it after their insert): the runs above that id into
+    KeptLinesDue (ON CONFLICT: PostgreSQL's ids of another launch between are due too)."""
+    top = conn.execute(select(func.coalesce(func.max(Run.id), 0))).scalar_one()
+    for table in (KeptLines, KeptMetrics.__table__):
+        conn.execute(delete(table).where(table.c.run_id > top))
+    return lambda: conn.execute(_dialect_insert(conn, KeptLinesDue).from_select(
+        ["run_id"], select(Run.id).where(Run.id > top)).on_conflict_do_nothing())
 
 
 def keep_landed(conn: Any, run_ids: Iterable[int]) -> None:
     """The kept_lines rows of the runs of `run_ids`, whose metrics the caller's transaction wrote
-    (result_rows.keep_metrics): their `mode` and metric fields follow the kept metrics."""
+    (result_rows.keep_metrics): their `mode` and metric fields follow the kept metrics; none is
+    due after (KeptLinesDue)."""
+    run_ids = sorted(set(run_ids))
     _keep(conn, Run.id, run_ids)
+    for start in range(0, len(run_ids), 500):
+        conn.execute(delete(KeptLinesDue).where(KeptLinesDue.c.run_id.in_(run_ids[start:start + 500])))
 
 
 def _keep(conn: Any, key: Any, values: Iterable[Any]) -> None:
@@ -117,21 +167,33 @@ def _keep(conn: Any, key: Any, values: Iterable[Any]) -> None:
 
 
 def rebuild(conn: Any, step: int = 20_000) -> None:
-    """Every run's kept_lines row (migration 0023), `step` run ids at a time (never all in memory)."""
+    """Every run's kept_lines row (migration 0023), `step` run ids at a time (never all in memory):
+    none is due after it (result_rows.MADE_FROM remakes KeptLinesDue after it)."""
     conn.execute(delete(KeptLines))
     low, high = conn.execute(select(func.min(Run.id), func.max(Run.id))).one()
     for start in range(low or 0, (high or -1) + 1, step):
         _insert(conn, Run.id >= start, Run.id < start + step)
 
 
-def _upsert(conn: Any) -> Any:
-    """kept_lines' INSERT that replaces the row of a run there already (both databases have ON
-    CONFLICT ... DO UPDATE: SQLite from 3.24, as result_rows._insert_new's DO NOTHING)."""
+def rebuild_due(conn: Any) -> None:
+    """KeptLinesDue made (migration 0025): the runs without their kept_lines row (none, after 0023)."""
+    conn.execute(delete(KeptLinesDue))
+    conn.execute(KeptLinesDue.insert().from_select(["run_id"], select(Run.id).where(~kept(Run.id))))
+
+
+def _dialect_insert(conn: Any, table: Any) -> Any:
+    """An INSERT into `table` with ON CONFLICT (both databases have it: SQLite from 3.24)."""
     if conn.dialect.name == "postgresql":
         from sqlalchemy.dialects.postgresql import insert as dialect_insert  # lazy: the open database's dialect
     else:
         from sqlalchemy.dialects.sqlite import insert as dialect_insert  # lazy: the open database's dialect
-    statement = dialect_insert(KeptLines)
+    return dialect_insert(table)
+
+
+def _upsert(conn: Any) -> Any:
+    """kept_lines' INSERT that replaces the row of a run there already (ON CONFLICT ... DO UPDATE,
+    as result_rows._insert_new's DO NOTHING)."""
+    statement = _dialect_insert(conn, KeptLines)
     return statement.on_conflict_do_update(index_elements=[KeptLines.c.run_id],
                                            set_={c.name: statement.excluded[c.name] for c in KeptLines.c if c.name != "run_id"})
 

@@ -131,10 +131,12 @@ def insert_runs(session: Session, rows: Sequence[tuple[Any, ...]], relatest: Ite
     being the current word. A repeat's only attempt is inserted latest already. An earlier
     attempt no longer the latest leaves its cell's kept summary in the same transaction
     (result_rows.refresh_summary): a launch with force=true and a rerun change what it counts.
-    Their kept CSV fields too (kept_lines.keep)."""
+    No kept CSV fields: a run gets its kept_lines row where it lands (kept_lines.keep_landed); till
+    then it is due (kept_lines.launched), and `results --csv` reads it from runs and cells."""
     relatest = sorted(set(relatest))
+    mark_due = kept_lines.launched(session.connection())
     insert_many(session, schema.Run.__table__, rows, NEW_RUN_COLUMNS)
-    kept_lines.keep(session.connection(), [row[0] for row in rows])
+    mark_due()
     schema.mark_latest(session.connection(), relatest)
     result_rows.refresh_summary(session.connection(), {cell for cell, _ in relatest}, kept_only=True)
 

@@ -295,10 +295,12 @@ def summary_page(filters: Mapping[str, Sequence[Any]], noisy_cv: float, limit: O
 #: The kept tables whose rows this code computes from others, and how it fills each: a schema
 #: revision that changes what one holds (a setting on `cells`, a metric, a formula) names it in its
 #: `rebuilds`, and the upgrade remakes it once its last revision has run (migrations.upgrade says why).
-FILLS = {"kept_summary": rebuild_summary, "kept_metrics": rebuild_metrics, "kept_lines": kept_lines.rebuild}
+FILLS = {"kept_summary": rebuild_summary, "kept_metrics": rebuild_metrics, "kept_lines": kept_lines.rebuild,
+         "kept_lines_due": kept_lines.rebuild_due}
 #: The kept tables made from another kept table's rows: remaking the key remakes each of its
-#: values after it (kept_lines' last text is kept_metrics.csv_text; FILLS' order puts it later).
-MADE_FROM = {"kept_metrics": ("kept_lines",)}
+#: values after it (kept_lines' last text is kept_metrics.csv_text; kept_lines_due, the runs without a
+#: kept_lines row; FILLS' order puts each later).
+MADE_FROM = {"kept_metrics": ("kept_lines", "kept_lines_due"), "kept_lines": ("kept_lines_due",)}
 
 
 def remake(conn: Connection, names: Iterable[str]) -> None:

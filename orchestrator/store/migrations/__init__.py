@@ -15,7 +15,7 @@ to a view's definition is still a revision (its `upgrade` may do nothing), so th
 at the old head get their views rebuilt; its `views_sha256` is the views' fingerprint
 (`views_sha256()`), which test_db compares with the definitions in cell_stats.py.
 
-The kept tables (result_rows.FILLS: kept_summary, kept_metrics, kept_lines) are computed from other rows by
+The kept tables (result_rows.FILLS: kept_summary, kept_metrics, kept_lines, kept_lines_due) are computed from other rows by
 this orchestrator's code, which reads the head schema: every setting `cells` has now, every
 metric. A revision that filled one as it ran would read columns a later revision adds (a new
 setting's), and an old database's upgrade would fail there. So no revision fills or alters a kept
