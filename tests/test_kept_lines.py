@@ -123,6 +123,24 @@ def test_sqlite_walks_the_index_in_the_csvs_order_without_sorting(tmp_path):
     assert "kept_lines_due" in unkept and "SCAN runs" not in unkept, plan
 
 
+def test_postgresql_merges_the_two_halves_each_in_its_order(tmp_path, db_url):
+    """On PostgreSQL the CSV's two halves (runs with a kept row, runs due) are merged by a Merge
+    Append of each half in the CSV's order, not appended and sorted together (a million rows)."""
+    from sqlalchemy.dialects import postgresql
+
+    from orchestrator.setting_registry import RESULTS_ORDER
+    from orchestrator.store import cell_stats
+
+    if db_url.startswith("sqlite"):
+        return  # SQLite's plan: test_sqlite_walks_the_index_in_the_csvs_order_without_sorting
+    landed(db_url, tmp_path / "runs", 3)
+    sql = str(cell_stats.results_lines({}, RESULTS_ORDER, None).compile(
+        dialect=postgresql.dialect(), compile_kwargs={"literal_binds": True}))
+    plan = [row[0] for row in query(db_url, "EXPLAIN " + sql.replace("%", "%%"))]
+    top = [step.strip(" ->") for step in plan[:2]]  # the select around the merge, then the merge
+    assert top[0].startswith("Subquery Scan on lines") and top[1].startswith("Merge Append"), plan
+
+
 def test_every_index_postgresql_makes_fits_its_column_limit():
     """PostgreSQL refuses an index of more than INDEX_MAX_KEYS (32) columns, included ones counted:
     the covering order index of kept_lines (21 order columns now, 30 with the nine settings issues

@@ -234,17 +234,21 @@ def csv_select(halves: Sequence[tuple[Select, Mapping[str, Any]]], filters: Mapp
                order: Sequence[str], limit: Optional[int]) -> Select:
     """The lines (line_pieces' columns) of the rows of `halves` that match `filters`, the first
     `limit` in `order`. Each half: a select of the `results` view's columns (labelled, in order)
-    whose own expressions the conditions and sort keys are, and its `kept` (as line_column). The
-    halves' rows merged by one compound select in `order` (UNION ALL ... ORDER BY its columns:
-    SQLite merges the halves, each read in that order; PostgreSQL a Merge Append); the select
-    around it keeps the pieces alone."""
+    whose own expressions the conditions and sort keys are, and its `kept` (as line_column). Each
+    half ordered (and limited) in a subquery of its own, the halves merged by one compound select
+    in `order` (UNION ALL ... ORDER BY its columns): SQLite merges the halves (MERGE (UNION ALL)),
+    walking an index in that order where one serves; PostgreSQL's Merge Append takes each half's
+    order (with the ORDER BY outside the compound instead, PostgreSQL sorts the whole, and with it
+    inside alone, so does SQLite). The select around it keeps the pieces alone."""
     parts = []
-    for rows, kept in halves:
+    for n, (rows, kept) in enumerate(halves):
         within = {c.key: getattr(c, "element", c) for c in rows.selected_columns}
-        parts.append(rows.with_only_columns(*line_pieces(list(rows.selected_columns), kept),
-                                            *(within[name].label(f"order_{i}") for i, name in enumerate(order)),
-                                            maintain_column_froms=True)
-                     .where(*(within[key].in_(values) for key, values in filters.items())))
+        half = (rows.with_only_columns(*line_pieces(list(rows.selected_columns), kept),
+                                       *(within[name].label(f"order_{i}") for i, name in enumerate(order)),
+                                       maintain_column_froms=True)
+                .where(*(within[key].in_(values) for key, values in filters.items()))
+                .order_by(*(within[name] for name in order)).limit(limit).subquery(f"half_{n}"))
+        parts.append(select(half))
     merged = union_all(*parts)
     merged = merged.order_by(*(merged.selected_columns[f"order_{i}"] for i in range(len(order)))).limit(limit)
     lines = merged.subquery("lines")
