@@ -48,7 +48,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]  # the orchestrator, and the tes
 
 from result_factory import T0, make_provenance, make_result, make_settings, write_result  # noqa: E402
 
-from orchestrator.store import db, result_rows, schema  # noqa: E402
+from orchestrator.store import db, kept_lines, result_rows, schema  # noqa: E402
 from orchestrator.sweep.cell import cell_id  # noqa: E402
 from orchestrator.results.resultfile import CELL_COLUMNS  # noqa: E402
 from sqlalchemy import create_engine, inspect  # noqa: E402
@@ -270,13 +270,15 @@ def build_runs_db(where: Any, n_runs: int = 100_000, n_cells: int = 96_000, n_op
 
 
 def keep_summary(url: str) -> None:
-    """The kept per-cell summary (kept_summary) and per-run metrics (kept_metrics) of rows written
-    in bulk, as `collect` keeps them when it lands them (result_rows.refresh_summary,
-    keep_metrics), in one pass."""
+    """The kept per-cell summary (kept_summary), per-run metrics (kept_metrics) and CSV texts
+    (kept_lines) of rows written in bulk, as `collect` keeps them when it lands them
+    (result_rows.refresh_summary, keep_metrics), in one pass: without its kept_lines row (nor a
+    kept_lines_due row, as a launch leaves) a run is not in `results --csv`."""
     engine = create_engine(url)
     with engine.begin() as conn:
         result_rows.rebuild_summary(conn)
         result_rows.rebuild_metrics(conn)
+        kept_lines.rebuild(conn)
     engine.dispose()
 
 
