@@ -133,16 +133,18 @@ def due_runs() -> Any:
 
 def launched(conn: Any) -> Any:
     """Before a launch's or a rerun's runs are inserted (launch_records.insert_runs), which get no
-    kept_lines row: the kept rows above the runs' largest id go (kept_lines' and kept_metrics':
-    those a delete without its cascade left, SQLite with foreign keys off, whose ids SQLite gives
-    the next runs), so that no new run reads as kept with another run's texts or metrics. Returns
-    what marks the new runs due (call it after their insert): the runs above that id into
-    KeptLinesDue (ON CONFLICT: PostgreSQL's ids of another launch between are due too)."""
+    kept_lines row. On SQLite the kept rows above the runs' largest id go first (kept_lines' and
+    kept_metrics': those a delete without its cascade left, foreign keys off, whose ids SQLite
+    gives the next runs), so that no new run reads as kept with another run's texts or metrics;
+    PostgreSQL always cascades, and never gives an id twice. Returns what marks the new runs due
+    (call it after their insert): the runs above that id without a kept row (PostgreSQL: another
+    launch's runs between are among them, due too) into KeptLinesDue."""
     top = conn.execute(select(func.coalesce(func.max(Run.id), 0))).scalar_one()
-    for table in (KeptLines, KeptMetrics.__table__):
-        conn.execute(delete(table).where(table.c.run_id > top))
+    if conn.dialect.name == "sqlite":
+        for table in (KeptLines, KeptMetrics.__table__):
+            conn.execute(delete(table).where(table.c.run_id > top))
     return lambda: conn.execute(_dialect_insert(conn, KeptLinesDue).from_select(
-        ["run_id"], select(Run.id).where(Run.id > top)).on_conflict_do_nothing())
+        ["run_id"], select(Run.id).where(Run.id > top, ~kept(Run.id))).on_conflict_do_nothing())
 
 
 def keep_landed(conn: Any, run_ids: Iterable[int]) -> None:
