@@ -143,9 +143,9 @@ def results_lines(filters: Mapping[str, Sequence[Any]], order: Sequence[str], li
     kept_lines row (every landed run) from kept_lines' covering index in its order (the CSV's: no
     sort), with the texts kept there (the fields that never change, and those that change only
     as metrics land), and the rest of each run from runs, by its id; kept_metrics is read only for
-    a filter on a metric or `mode`. The runs without one (launched, not landed: kept_lines_due,
-    not a look-up of every run) from runs and cells, as the view shows them (their metric text from kept_metrics: none; their float
-    setting as Python writes it: csv_lines.line_pieces), sorted."""
+    a filter on a metric or `mode`. The runs without one (launched, not landed: found through
+    kept_lines_due, not by a look-up of every run) from runs and cells as the view shows them
+    (their float setting as Python writes it: csv_lines.line_pieces), sorted."""
     kept, runs, metrics = kept_lines.KeptLines.c, Run.__table__.c, KeptMetrics.__table__.c
     shown = {**{name: kept[name] for name in kept_lines.KEPT}, "mode": kept_lines.shown_mode(metrics.top1, kept.cell_mode),
              **{m.column: metrics[m.column] for m in metric_registry.VIEW_METRICS},

@@ -27,7 +27,8 @@ import csv
 import io
 from typing import Any, Iterable, Iterator, Mapping, Optional, Sequence
 
-from sqlalchemy import Boolean, Float, Integer, Select, String, Text, case, cast, func, literal, null, select, type_coerce, union_all
+from sqlalchemy import (Boolean, Float, Integer, Select, String, Text, case, cast, func, literal, null, select, type_coerce,
+                        union_all)
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.functions import FunctionElement
 

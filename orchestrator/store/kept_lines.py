@@ -108,21 +108,8 @@ def _shown(name: str) -> Any:
 
 
 def kept(run_id: Any) -> Any:
-    """Whether the run of `run_id` has its kept_lines row (results --csv reads the others from runs
-    and cells: cell_stats.results_lines)."""
-    return exists().where(KeptLines.c.run_id == run_id)
-
-
-def clear_above(conn: Any) -> None:
-    """The rows above the runs' largest id: those a delete without its cascade left (SQLite with
-    foreign keys off), whose ids SQLite gives the next runs inserted. A launch's and a rerun's
-    runs, which get no row (launch_records.insert_runs), call it first, so that none of them
-    reads as kept with another run's texts. Two look-ups, none where there is no such row."""
-    conn.execute(delete(KeptLines).where(KeptLines.c.run_id > select(func.coalesce(func.max(Run.id), 0)).scalar_subquery()))
-
-
-def kept(run_id: Any) -> Any:
-    """Whether the run of `run_id` has its kept_lines row."""
+    """Whether the run of `run_id` has its kept_lines row (`results --csv` reads the others from
+    runs and cells: cell_stats.results_lines)."""
     return exists().where(KeptLines.c.run_id == run_id)
 
 
