@@ -219,6 +219,38 @@ def test_kept_lines_are_written_500_a_statement_on_sqlite(tmp_path, monkeypatch)
     assert len(assert_kept_lines_exact(db_url)) == 1201
 
 
+def test_a_launchs_lines_are_what_the_view_shows_on_a_grid_of_settings(tmp_path):
+    """The kept lines a real launch writes (fake sbatch), on a grid of settings at and away from
+    their defaults (nodes, like, mode, target_accuracy given as an int: 1), are what the view
+    shows; a second launch of the same cells (force=true: new attempts of known cells) too.
+    48 cells: hardware, like, nodes and seed two ways each, and three modes (accuracy: two targets)."""
+    import os
+    import subprocess
+    import sys
+
+    from helpers import REPO
+
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    import scale
+
+    url = f"sqlite:///{tmp_path / 'results.db'}"
+    env, _ = scale.fake_slurm(tmp_path / "bin")
+    env = {**os.environ, **env, "ORCHESTRATOR_DB": url, "ORCHESTRATOR_RUNS": str(tmp_path / "runs"),
+           "ORCHESTRATOR_CACHE": str(tmp_path / "cache")}
+    grid = ["cluster=slurm", "hardware=cpu12,p100", "mode=throughput,accuracy", "target_accuracy=1,0.5",
+            "nodes=1,2", "dataset=synthetic", "dataset.like=imagenet,cifar10", "model=alexnet", "seed=0,1"]
+    for extra in ([], ["force=true"]):
+        done = subprocess.run([sys.executable, "-m", "orchestrator", "-m", *grid, *extra], cwd=tmp_path, env=env,
+                              capture_output=True, text=True)
+        assert done.returncode == 0, done.stdout + done.stderr
+    kept = assert_kept_lines_exact(url)
+    shown = sorted((r["attempt"], r["hardware"], r["like"], r["nodes"], r["cell_mode"] or "-", r["target_accuracy"] or 0)
+                   for r in kept.values())
+    modes = [("-", 0), ("accuracy", 0.5), ("accuracy", 1.0)]  # throughput: target_accuracy is none of its settings
+    assert shown == sorted((attempt, hardware, like, nodes, *mode) for attempt in (1, 2) for hardware in ("cpu12", "p100")
+                           for like in ("cifar10", "imagenet") for nodes in (1, 2) for mode in modes for _ in (0, 1))
+
+
 def test_a_launchs_writes_have_a_larger_page_cache_set_back_after(tmp_path):
     """launch_records.cached: on SQLite the launch's writes get a page cache of LAUNCH_CACHE_KIB (its
     dirty pages kept until the commit), and the connection's own size is set back after."""

@@ -20,7 +20,7 @@ message, ...), which SQL quotes as it reads them (csv_lines): no kept text can g
 
 Written where runs land, by `keep_landed` (result_rows.keep_metrics: the collector's, the
 unrecorded runs it inserts among them, and a copy's, db_copy); built for the runs there by
-migration 0023 (`rebuild`). A launch's and a rerun's runs get none (launch_records.insert_runs: it
+an upgrade's remake (`rebuild`, result_rows.FILLS). A launch's and a rerun's runs get none (launch_records.insert_runs: it
 cost a 10,000-cell launch ~0.4 s of CPU): they are due (KeptLinesDue, `launched`) until they land,
 and `results --csv` reads them from runs and cells meanwhile. A run's row goes with it (ON DELETE
 CASCADE).
@@ -156,7 +156,7 @@ def _keep(conn: Any, key: Any, values: Iterable[Any]) -> None:
 
 
 def rebuild(conn: Any, step: int = 20_000) -> None:
-    """Every run's kept_lines row (migration 0023), `step` run ids at a time (never all in memory):
+    """Every run's kept_lines row (an upgrade's remake), `step` run ids at a time (never all in memory):
     none is due after it (result_rows.MADE_FROM remakes KeptLinesDue after it)."""
     conn.execute(delete(KeptLines))
     low, high = conn.execute(select(func.min(Run.id), func.max(Run.id))).one()
