@@ -41,6 +41,15 @@ channels and the class count change):
   option A shortcuts (the identity; where the shape changes, the input subsampled by the
   stride and zero channels appended: no parameters); a global average pool, fc classes.
   853,018 at 3x32x32 and 10 classes (the sum is in docs/frameworks.md; the paper's 0.85 M).
+- LSTM: DLBench's word language model (Shi et al. 2016, section 4; its scripts: hclhkbu/dlbench
+  tools/tensorflow/rnn/lstm/lstm.py, TensorFlow's PTB model with --hiddensize 256 --numlayer 2
+  --seqlen 32, and tools/cntk/rnn/lstm/lstm.cntk, embedDim 256, hiddenDim (256:256)): token ids
+  of a 10,000-word vocabulary, an embedding of 256, two LSTM layers of 256, a fully connected
+  layer to the vocabulary at every position, softmax cross-entropy at every position. One bias
+  vector per layer's four gates (TensorFlow's BasicLSTMCell, Keras, Flax; PyTorch's second
+  vector, bias_hh, is kept at zero and frozen so that every framework trains the same
+  parameters): 6,180,624 at 10,000 words (the sum is in docs/frameworks.md; the paper's
+  "about 13 M" is not what its own scripts build). The sequence length is a setting (seq_len).
 
 (Counts at 3x224x224 and 1000 classes unless said; the tests check every framework's
 `python -m trainers.<framework>.models --count` against them.)
@@ -51,6 +60,10 @@ A classifier head is the sequence of layers between the flattened features and t
 fully connected layer (one output per class, always last): `(FC, n)` is a fully connected
 layer of n units followed by ReLU, `(FC_SIGMOID, n)` one followed by a sigmoid, `(DROPOUT, p)`
 a dropout of rate p.
+
+A sequence network's table (`SEQUENCE`) is its layers in order: `Embedding(width)` (token id to
+a vector; the vocabulary is the data's class count), `LSTM(units)` (one layer, over the whole
+sequence), then the fully connected layer to the vocabulary at every position.
 
 Plain data and arithmetic: this module imports no framework (nor numpy) and parses as
 Python 3.6, like the rest of trainers/common.
@@ -229,6 +242,39 @@ def flat_features(input_shape):
     """The inputs of a fully connected network's first layer: the image flattened."""
     channels, height, width = input_shape
     return channels * height * width
+
+
+# ----------------------------------------------------------------------- sequences
+
+Embedding = collections.namedtuple("Embedding", "width")
+LSTM = collections.namedtuple("LSTM", "units")
+#: The sequence networks: token ids in, a score per vocabulary word out at every position.
+SEQUENCE = {
+    "lstm": (Embedding(256), LSTM(256), LSTM(256)),
+}
+#: a gate set's weights per LSTM layer: input, forget, cell, output
+LSTM_GATES = 4
+#: every weight of a sequence network drawn uniformly from [-LSTM_INIT, LSTM_INIT] (DLBench's
+#: TensorFlow script's init_scale and its CNTK script's initValueScale), the biases zero
+LSTM_INIT = 0.1
+
+
+def lstm_parameters(inputs, units):
+    """One LSTM layer's parameters with one bias per gate: the input and the recurrent weights
+    of the four gates, and their bias."""
+    return LSTM_GATES * units * (inputs + units + 1)
+
+
+def sequence_parameters(layers, vocabulary):
+    """A sequence network's parameter count: embedding, LSTMs, the output layer (with bias)."""
+    total, width = 0, None
+    for spec in layers:
+        if isinstance(spec, Embedding):
+            total += vocabulary * spec.width
+        else:
+            total += lstm_parameters(width, spec.units)
+        width = spec.width if isinstance(spec, Embedding) else spec.units
+    return total + width * vocabulary + vocabulary
 
 
 # ------------------------------------------------------------------------- arithmetic

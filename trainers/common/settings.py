@@ -66,6 +66,8 @@ SETTINGS = (
     Setting("epochs", int, 10, help="accuracy mode: epochs"),
     Setting("target_accuracy", float, 0.9, help="accuracy mode: the test top-1 whose time and epochs "
             "are reported (%s: no target)" % NONE, nullable=True),
+    Setting("seq_len", int, None, help="sequence networks (lstm): the tokens of each sequence (default: the "
+            "data shape's, 32 for ptb); no other network takes it"),
     Setting("input", str, "memory", INPUTS, "memory: timed steps on batches prepared before timing; "
             "pipeline: each timed step takes the next batch from the loader (--dataset imagenet)"),
 )
