@@ -18,7 +18,8 @@ def test_groups_have_the_documented_choices():
     groups = {g: sorted(p.stem for p in (REPO / "conf" / g).glob("*.yaml"))
               for g in ("framework", "model", "dataset", "hardware", "cluster")}
     assert {"caffe", "cntk", "mxnet", "tensorflow", "tf", "torch"} <= set(groups["framework"])
-    assert groups["model"] == ["alexnet", "fcn_r", "fcn_s", "googlenet", "lenet", "resnet50", "resnet56", "vgg16"]
+    assert groups["model"] == ["alexnet", "fcn_r", "fcn_s", "googlenet", "lenet", "lstm", "resnet50", "resnet56",
+                               "vgg16"]
     assert groups["dataset"] == ["cifar10", "digits", "imagenet", "mnist", "synthetic"]
     assert {"cpu12", "cpu20", "k20m", "p100"} <= set(groups["hardware"])
     assert "local" in groups["cluster"]
@@ -83,6 +84,26 @@ def test_resnet56_runs_on_cifar10_at_32x32_and_refuses_other_shapes():
         cell("model=resnet56", "dataset=mnist", "dataset.like=cifar10", "batch_size=8")
     with pytest.raises(CellError, match=r"^numpy/resnet56/cifar10: numpy does not support --model resnet56"):
         cell("framework=numpy", "model=resnet56", "dataset=cifar10")
+
+
+def test_the_lstm_runs_on_token_ids_of_its_seq_len_and_no_other_network_takes_one():
+    """DLBench's LSTM: random ptb-shaped token ids, seq_len 32 unless set (a cell per length, told to
+    the trainer); an image network's cell holds no seq_len (its id unchanged), and one given a seq_len
+    is refused with the reason; numpy refuses the LSTM."""
+    lstm, longer = cell("model=lstm"), cell("model=lstm", "seq_len=64")
+    assert (lstm.settings["like"], lstm.settings["batch_size"], lstm.settings["seq_len"]) == ("ptb", 32, 32)
+    assert longer.settings["seq_len"] == 64 and longer.id != lstm.id
+    assert cell("model=lstm", "seq_len=32").id == lstm.id
+    assert cell("model=lenet").settings["seq_len"] is None
+    with pytest.raises(CellError, match=r"^torch/lenet/synthetic: seq_len=64 is the tokens per sequence of a sequence "
+                                        r"network \(model=lstm\), and model=lenet takes none; leave seq_len out$"):
+        cell("model=lenet", "seq_len=64")
+    with pytest.raises(CellError, match=r"^torch/lstm/synthetic: seq_len=0 "):
+        cell("model=lstm", "seq_len=0")
+    with pytest.raises(CellError, match=r"^torch/lstm/mnist: mnist-shaped data is images and lstm is a sequence network"):
+        cell("model=lstm", "dataset=mnist", "batch_size=8")
+    with pytest.raises(CellError, match=r"^numpy/lstm/synthetic: numpy does not support --model lstm; .*recurrent"):
+        cell("framework=numpy", "model=lstm")
 
 
 @pytest.mark.parametrize("overrides, words", [

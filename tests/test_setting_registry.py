@@ -47,6 +47,17 @@ def test_a_setting_at_its_default_is_not_hashed():
         assert cell_id({**BASE, s.name: other}) != cell_id(BASE)
 
 
+
+def test_a_setting_only_some_networks_take_is_hashed_where_taken():
+    """seq_len (a sequence network's tokens per sequence) leaves every other cell's id as it was
+    before it existed, and tells two sequence cells apart."""
+    taken = [s for s in SETTINGS if s.hashed == setting_registry.WHERE_TAKEN]
+    assert [s.name for s in taken] == ["seq_len"]
+    assert cell_id({**BASE, "seq_len": None}) == cell_id(BASE)
+    lstm = {**BASE, "model": "lstm"}
+    assert len({cell_id(lstm), cell_id({**lstm, "seq_len": 32}), cell_id({**lstm, "seq_len": 64})}) == 3
+
+
 def _declarations(text: str, label: str) -> list[str]:
     """Each tuple, list, set or dict literal in `text` naming five or more settings."""
     found = []

@@ -18,7 +18,7 @@ from typing import Any, Iterable, Optional
 import numpy as np
 
 from orchestrator.job.energy import counter_energy, rapl_metrics, trapezoid_energy
-from trainers.common import flops
+from trainers.common import flops, inputs
 
 #: A stretch of the window longer than this with no GPU sample is named in the run's reason.
 GAP_WARN_S = 1.0
@@ -118,6 +118,15 @@ def throughput(events: Iterable[dict[str, Any]]) -> dict[str, float]:
         "step_time_mean": float(dt.mean()),
         "step_time_median": float(np.median(dt)),
     }
+
+
+def tokens(start: dict[str, Any], sequences_per_sec: Optional[float]) -> dict[str, float]:
+    """tokens_per_sec of a sequence network's run (its data text-shaped, its input_shape [seq_len]):
+    the sequences (the protocol's images) per second times the tokens of each; else nothing."""
+    shape = start.get("input_shape") or ()
+    if not sequences_per_sec or start.get("like") not in inputs.TEXT or len(shape) != 1:
+        return {}
+    return {"tokens_per_sec": sequences_per_sec * float(shape[0])}
 
 
 def _number(value: Any) -> bool:
@@ -314,6 +323,7 @@ def compute(events: Iterable[dict[str, Any]], samples: Iterable[dict[str, Any]] 
     learnt = accuracy(events)
     values.update(learnt)
     start = next((e for e in events if e.get("event") == "run_start"), {})
+    values.update(tokens(start, values.get("images_per_sec")))
     if learnt and start.get("data_generated"):
         reasons.append(f"accuracy on generated data: {start['data_generated']}")
     gpu, energy = gpu_metrics(samples, window, values.get("images_per_sec"))
@@ -381,6 +391,7 @@ def accuracy(events: Iterable[dict[str, Any]]) -> dict[str, float]:
     if seconds:
         values["epoch_time_s"] = _mean(seconds)
     start = next((e for e in events if e.get("event") == "run_start"), {})
+    values.update(tokens(start, values.get("images_per_sec")))
     target = start.get("target_accuracy")
     if _number(target):
         values["target_accuracy"] = float(target)

@@ -25,7 +25,7 @@ from orchestrator.sweep.config_checks import ConfigError
 SETTINGS = setting_registry.NAMES
 #: dataset=imagenet is the only one read per step: what input=pipeline times.
 PIPELINE_DATASETS = ("imagenet",)
-DATASET_SHAPES = ("mnist", "cifar10", "imagenet", "digits", "dlbench_fcn")
+DATASET_SHAPES = ("mnist", "cifar10", "imagenet", "digits", "dlbench_fcn", "ptb")
 
 
 class CellError(ValueError):
@@ -155,6 +155,9 @@ def resolve_settings(cfg: dict[str, Any], checked: dict[tuple[int, ...], tuple[A
     if shape not in DATASET_SHAPES:
         _refusing(where, config_checks.one_of, "dataset.like", raw["like"], DATASET_SHAPES)
     _check_shape(where, raw["model"], shape)
+    if raw["seq_len"] is not None and lookup(cfg, "model.seq_len") is None:
+        raise CellError(f"{where}: seq_len={raw['seq_len']} is the tokens per sequence of a sequence network "
+                        f"(model=lstm), and model={raw['model']} takes none; leave seq_len out")
     if raw["batch_size"] is None:
         raise CellError(f"{where}: model.batch_size.{shape}=None: model={raw['model']} has no default "
                         f"batch size for {shape}-shaped data; use batch_size=N")
