@@ -323,3 +323,19 @@ def test_resnet56_is_counted_by_hand():
               + 16 * 16 * 32 * 16 * 1.5 * 33 * 33 / (16 * 16) + 17 * 16 * 16 * 32 * 32 * winograd
               + 8 * 8 * 64 * 32 * 1.5 * 17 * 17 / (8 * 8) + 17 * 8 * 8 * 64 * 64 * winograd + 64 * 10)
     assert flops.fewest_macs("resnet56", (3, 32, 32), 10) == pytest.approx(fewest)
+
+
+def test_the_lstm_is_counted_by_hand():
+    """DLBench's LSTM per sequence of 32 tokens: each of its two LSTMs of 256 multiplies its input
+    (256) and its state (256) by the four gates' weights, the output layer 256 x 10,000; the
+    embedding is a lookup. Every input gradient is computed (the embedding learns through the
+    first LSTM's), so the ceiling is the model count itself; an mfu comes with tokens/s."""
+    per_token = 2 * (4 * 256 * (256 + 256)) + 256 * 10000
+    assert per_token * 32 == 115474432
+    assert forward_macs("lstm", (32,), 10000) == 115474432
+    assert forward_macs("lstm", (64,), 10000) == 2 * 115474432
+    assert training_flops("lstm", (32,), 10000) == fewest_training_flops("lstm", (32,), 10000) == 6 * 115474432
+    events = stream(1000.0, model="lstm")
+    events[0] = {**events[0], "input_shape": [32], "classes": 10000, "like": "ptb"}
+    m = metrics.compute(events, hardware=H100)
+    assert m["mfu"] > 0 and m["tokens_per_sec"] == pytest.approx(32000.0)

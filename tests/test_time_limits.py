@@ -267,3 +267,10 @@ def test_retry_timeout_counts_the_retries_of_its_own_sweep_not_the_attempts_of_e
         timed_out("b", 3)
     with factory() as session:
         assert rerun.pick(session, site, sweep_id="b", follow_up=True)[0] == []
+
+
+def test_a_sequence_networks_work_grows_with_its_seq_len():
+    """A learned limit scales by work per sample: an LSTM cell at seq_len 64 does twice the FLOPs
+    of one at 32 (trainers/common/flops.py), not the same (its shape alone, ptb, says 32)."""
+    short = {"model": "lstm", "dataset": "synthetic", "like": "ptb", "seq_len": 32}
+    assert time_limits._sample_flops({**short, "seq_len": 64}) == 2 * time_limits._sample_flops(short) > 0

@@ -110,21 +110,23 @@ def _sample_flops(settings: Mapping[str, Any]) -> Optional[float]:
     the model sees; else its height x width (never its channels alone: a first convolution over
     3 channels costs little more than over 1, issue 35); None if unknown."""
     try:
-        return _model_flops(str(settings["model"]), str(setting_registry.shape_of(settings)))
+        return _model_flops(str(settings["model"]), str(setting_registry.shape_of(settings)),
+                            settings.get("seq_len"))
     except KeyError:
         return None
 
 
 @functools.lru_cache(maxsize=None)
-def _model_flops(model: str, like: str) -> float:
-    """_sample_flops of a model on a data shape, counted once (the layer tables are walked)."""
+def _model_flops(model: str, like: str, seq_len: Optional[int] = None) -> float:
+    """_sample_flops of a model on a data shape (a sequence network's at its seq_len), counted once
+    (the layer tables are walked)."""
     from trainers.common import flops, inputs  # lazy: numpy, which `status` and `report` never need
 
-    shape = inputs.input_shape(model, like)
+    shape = inputs.input_shape(model, like, seq_len)
     try:
         return float(flops.training_flops(model, shape, inputs.DATASETS[like].classes))
     except (KeyError, ValueError):
-        return float(shape[1] * shape[2])
+        return float(shape[1] * shape[2]) if len(shape) == 3 else float(shape[0])
 
 
 def _ratios(cell: Mapping[str, Any], past: Mapping[str, Any]) -> tuple[float, float, float]:

@@ -34,6 +34,12 @@ no fast algorithm applies, so its ceiling is only the first layer's input gradie
 ResNet-56 (CIFAR-10) counts its convolutions and fc as the others do: its shortcuts have no
 parameters and no multiplies.
 
+A sequence network (DLBench's LSTM) counts per sequence (its "image"), seq_len positions each:
+per LSTM layer the four gates' input and recurrent products, 4 x units x (inputs + units), and
+the output layer's units x vocabulary; the embedding is a lookup (no multiplies), the gates'
+elementwise products are not counted (as BatchNorm is not). No fast algorithm applies, and the
+first layer's input gradient is computed (the embedding is trained through it): its ceiling is 1.
+
 A network's input is what the trainer feeds it (inputs.input_shape: LeNet, ResNet-56 and the fully
 connected networks at the dataset's own size, the ImageNet networks at 224x224 whatever the dataset) and its class count.
 
@@ -214,7 +220,25 @@ _NETWORKS.update((name, _fully_connected(head)) for name, head in arch.FULLY_CON
 MODELS = tuple(sorted(_NETWORKS))
 
 
+class _Sequence(object):
+    """A sequence network's count: the MACs of one sequence of `seq_len` tokens (no fast algorithm,
+    and no input gradient that goes uncomputed: `fewest` is `macs`, `first` nothing)."""
+
+    def __init__(self, layers, seq_len, vocabulary):
+        per_token, width = 0, layers[0].width
+        for spec in layers[1:]:
+            per_token += arch.LSTM_GATES * spec.units * (width + spec.units)
+            width = spec.units
+        self.macs = self.fewest = seq_len * (per_token + width * vocabulary)
+        self.first = 0
+
+
 def _count(model, input_shape, classes):
+    if model in arch.SEQUENCE:  # [seq_len] token ids, a vocabulary of `classes`
+        if len(input_shape) != 1 or int(input_shape[0]) < 1 or int(classes) < 1:
+            raise ValueError("a sequence network's input_shape is [seq_len] and its classes positive, not %r "
+                             "and %r" % (list(input_shape), classes))
+        return _Sequence(arch.SEQUENCE[model], int(input_shape[0]), int(classes))
     shape = tuple(int(n) for n in input_shape)
     if len(shape) != 3 or min(shape) < 1 or int(classes) < 1:
         raise ValueError("input_shape must be 3 positive sizes (channels, height, width) and classes "
