@@ -1,14 +1,13 @@
 """What a run measured: throughput, host and GPU load and energy over the trainer's measured window.
 
-The window is the trainer's own: it opens at the `warmup_end` event and closes at `run_end`
-(docs/protocol.md). Throughput comes from the trainer's per-step timings (`dt`, taken with the
-device synchronised) of the steps after `warmup_end`, never from the process's wall time, which
-would also count interpreter start-up, imports, data loading and warm-up. Host samples are cut
-to the same window, so start-up and tear-down do not dilute the averages.
+The window is the trainer's own: it opens at the `warmup_end` event and closes at `run_end` (docs/protocol.md).
+Throughput comes from the trainer's per-step timings (`dt`, taken with the device synchronised) of the steps after
+`warmup_end`, never from the process's wall time, which would also count interpreter start-up, imports, data loading
+and warm-up. Host samples are cut to the same window, so start-up and tear-down do not dilute the averages.
 
-Everything here is a pure function of the events and samples it is given, so the job can call
-it on the files it just wrote and the tests on hand-made streams. The names it computes, their
-units and meanings are declared in metric_registry.py.
+Everything here is a pure function of the events and samples it is given, so the job can call it on the files
+it just wrote and the tests on hand-made streams. The names it computes, their units and meanings are declared
+in metric_registry.py.
 """
 from __future__ import annotations
 
@@ -40,8 +39,7 @@ class Metrics(dict):
                  reason: Optional[str] = None, energy: Optional[dict[str, Any]] = None,
                  implausible: Optional[str] = None) -> None:
         super().__init__(values)
-        self.window = window
-        self.reason = reason
+        self.window, self.reason = window, reason
         #: How energy was measured ({"method": "counter" | "trapezoid", "samples": n}); None if not.
         self.energy = energy
         #: Why the figures cannot be true (above the peak even at the fewest FLOPs of the
@@ -121,12 +119,10 @@ def throughput(events: Iterable[dict[str, Any]]) -> dict[str, float]:
 
 
 def tokens(start: dict[str, Any], sequences_per_sec: Optional[float]) -> dict[str, float]:
-    """tokens_per_sec of a sequence network's run (its data text-shaped, its input_shape [seq_len]):
-    the sequences (the protocol's images) per second times the tokens of each; else nothing."""
+    """tokens_per_sec of a sequence network's run (text-shaped data, input_shape [seq_len]): sequences/s x seq_len."""
     shape = start.get("input_shape") or ()
-    if not sequences_per_sec or start.get("like") not in inputs.TEXT or len(shape) != 1:
-        return {}
-    return {"tokens_per_sec": sequences_per_sec * float(shape[0])}
+    text = sequences_per_sec and start.get("like") in inputs.TEXT and len(shape) == 1
+    return {"tokens_per_sec": sequences_per_sec * float(shape[0])} if text else {}
 
 
 def _number(value: Any) -> bool:
@@ -355,9 +351,8 @@ def _gpu_notes(samples: list[dict[str, Any]], inside: list[dict[str, Any]], wind
 
 
 def _mfu(start: dict[str, Any], values: dict[str, float], peaks: dict[str, Any], reasons: list[str]) -> Optional[str]:
-    """Adds the run's mfu to `values` (or says in `reasons` why there is none, and notes an mfu
-    above 1, which only a fast convolution algorithm allows); returns why the figures are
-    implausible, or None."""
+    """Adds the run's mfu to `values` (or says in `reasons` why there is none, and notes an mfu above 1,
+    which only a fast convolution algorithm allows); returns why the figures are implausible, or None."""
     mfu, what, impossible = utilisation(start, values["images_per_sec"], peaks)
     if mfu is None:
         if start.get("gpus") or any(v is not None for v in peaks.values()):

@@ -79,27 +79,20 @@ class Dataset(object):
         return to_float(images), self.labels[indices]
 
 
-class Sequences(object):
-    """Token ids for a sequence network: each row a sequence, each position's label the next
-    token (a language model's target), both int64. `batch` has Dataset's signature so the pool
-    takes either (a sequence has no image size: `size` is ignored)."""
+class Sequences(Dataset):
+    """Token ids for a sequence network (`images` [N, seq_len], so `shape` is [seq_len]): each
+    position's label the next token (a language model's target), both int64. `batch` keeps
+    Dataset's signature so the pool takes either (a sequence has no image size: `size` is
+    ignored)."""
 
-    def __init__(self, name, stream, classes):
+    def __init__(self, name, stream, classes):  # noqa: super's checks are an image's
         self.name = name
-        self.tokens = stream[:, :-1].astype(np.int64)
+        self.images = stream[:, :-1].astype(np.int64)
         self.labels = stream[:, 1:].astype(np.int64)
         self.classes = classes
 
-    def __len__(self):
-        return len(self.labels)
-
-    @property
-    def shape(self):
-        """[seq_len] of one sequence."""
-        return tuple(self.tokens.shape[1:])
-
     def batch(self, indices, size=None):
-        return self.tokens[indices], self.labels[indices]
+        return self.images[indices], self.labels[indices]
 
 
 # ---------------------------------------------------------------------------- readers
