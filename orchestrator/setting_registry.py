@@ -158,6 +158,11 @@ SETTINGS: tuple[SettingDef, ...] = (
     SettingDef("seq_len", int, lambda get, so_far: _first(get("seq_len"), get("model.seq_len")),
        hashed=WHERE_TAKEN, minimum=1, way_out="use seq_len=N (a sequence network's tokens per sequence), or "
        "leave it out for the model's"),
+    # a Transformer's shape (migration 0021): layers=, width=, heads=, else the model's own (model.layers ...,
+    # which only a Transformer's YAML has); None for every other network, whose id is unchanged
+    *(SettingDef(name, int, lambda get, so_far, name=name: _first(get(name), get(f"model.{name}")),
+                 hashed=WHERE_TAKEN, minimum=1, way_out=f"use {name}=N (a Transformer's {what}), or leave it out "
+                 "for the model's") for name, what in zip(shared.TRANSFORMER_SHAPE, ("blocks", "width", "attention heads"))),
 )
 BY_NAME: dict[str, SettingDef] = {s.name: s for s in SETTINGS}
 #: Every setting's name, in the order they are shown.

@@ -9,8 +9,7 @@ import json
 import os
 import sys
 
-from trainers.common.architectures import SEQUENCE
-from trainers.common.inputs import DATASETS, MODELS, TEXT, input_shape, shape_problem
+from trainers.common.inputs import DATASETS, MODELS, TEXT, TOKEN_NETWORKS, input_shape, shape_problem
 
 
 def count_main(framework, count_one, argv=None, prepare=None):
@@ -33,7 +32,7 @@ def count_main(framework, count_one, argv=None, prepare=None):
     # unnamed, a network that cannot take --like's shape is left out; named, refused in one line
     for name in args.model or [m for m in MODELS if not (args.like and shape_problem(m, args.like))]:
         # a sequence network is counted at its text's vocabulary, not at --classes
-        like = args.like or (TEXT[0] if name in SEQUENCE else None)
+        like = args.like or (TEXT[0] if name in TOKEN_NETWORKS else None)
         if like:
             if shape_problem(name, like):
                 parser.error("%s; count it at another --like" % shape_problem(name, like))

@@ -17,7 +17,7 @@ import collections
 
 import numpy as np
 
-from trainers.common.architectures import CIFAR_SIZE, FULLY_CONNECTED, SEQUENCE
+from trainers.common.architectures import CIFAR_SIZE, FULLY_CONNECTED, GPT2_CONTEXT, SEQUENCE, TRANSFORMER, transformer
 from trainers.common.errors import InvalidArgument, Unsupported
 
 DatasetSpec = collections.namedtuple("DatasetSpec", "shape classes")
@@ -56,7 +56,11 @@ MODEL_INPUT_SIZE = collections.OrderedDict([
     ("resnet56", None),
     # a sequence network takes seq_len token ids (architectures.SEQUENCE)
     ("lstm", None),
+    # a Transformer takes seq_len token ids, its context (architectures.TRANSFORMER)
+    ("gpt", None),
 ])
+#: the networks that read token ids: the LSTMs and the Transformers
+TOKEN_NETWORKS = tuple(sorted(SEQUENCE)) + tuple(sorted(TRANSFORMER))
 #: the networks published for CIFAR-10's 32x32 images, which take no other size
 CIFAR_NETWORKS = ("resnet56",)
 
@@ -76,8 +80,8 @@ def input_shape(model, like, seq_len=None):
                           "does not take; leave --seq-len out" % (", ".join(TEXT), model))
     if seq_len is not None and seq_len < 1:
         raise InvalidArgument("--seq-len must be at least 1, got %d" % seq_len)
-    if like in TEXT:
-        return (seq_len or DATASETS[like].shape[0],)
+    if like in TEXT:  # a Transformer's own context is GPT-2's, an LSTM's the data shape's
+        return (seq_len or (GPT2_CONTEXT if model in TRANSFORMER else DATASETS[like].shape[0]),)
     channels, height, width = DATASETS[like].shape
     size = MODEL_INPUT_SIZE[model]
     if size is None:
@@ -90,12 +94,12 @@ def shape_problem(model, like):
     vector of features, not an image: a convolutional network would see a picture one pixel
     high (or, resized to 224x224, a smear), which measures nothing anyone runs. Token ids are
     no image either, and a sequence network reads nothing else."""
-    if (like in TEXT) != (model in SEQUENCE):
+    if (like in TEXT) != (model in TOKEN_NETWORKS):
         return ("%s-shaped data is %s and %s is %s: the sequence networks (%s) take text-shaped "
                 "data (%s) only, and only they take it" % (
                     like, "token ids" if like in TEXT else "images" if len(DATASETS[like].shape) == 3 else "features", model,
-                    "a sequence network" if model in SEQUENCE else "an image network",
-                    ", ".join(sorted(SEQUENCE)), ", ".join(TEXT)))
+                    "a sequence network" if model in TOKEN_NETWORKS else "an image network",
+                    ", ".join(TOKEN_NETWORKS), ", ".join(TEXT)))
     if like in SYNTHETIC_ONLY and like not in TEXT and model not in FULLY_CONNECTED:
         return ("%s-shaped data is %s features, not an image: only the fully connected networks "
                 "(%s) take it, not %s" % (like, "x".join(str(n) for n in DATASETS[like].shape),
@@ -125,3 +129,14 @@ def resize_nearest(images, height, width):
     rows = (np.arange(height) * h) // height
     cols = (np.arange(width) * w) // width
     return np.ascontiguousarray(images[:, :, rows[:, None], cols[None, :]])
+
+
+def network_shape(model, layers=None, width=None, heads=None):
+    """A Transformer's shape (architectures.transformer) with --layers, --width and --heads where
+    given; None for every other network, which is refused any of them."""
+    if model in TRANSFORMER:
+        return transformer(model, layers, width, heads)
+    if (layers, width, heads) != (None, None, None):
+        raise Unsupported("--layers, --width and --heads shape a Transformer (%s); %s takes none: "
+                          "leave them out" % (", ".join(sorted(TRANSFORMER)), model))
+    return None

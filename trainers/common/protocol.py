@@ -23,7 +23,7 @@ from trainers.common.errors import (EXIT_CODES, Diverged, InvalidArgument, Unsup
                                     classify)
 from trainers.common.events import Events
 from trainers.common.host import available_cpus
-from trainers.common.inputs import DATASETS, MODELS, input_shape, to_float
+from trainers.common.inputs import DATASETS, MODELS, input_shape, network_shape, to_float
 from trainers.common.launch import launch, node_from_env, rank_from_env
 from trainers.common.pool import build_pool, pool_batches
 from trainers.common.scaling import split_batch
@@ -84,7 +84,7 @@ class Config(object):
     replicas on the CPU: support.CPU_REPLICAS_ENV), `on_gpu`, `rank`/`world_size`/`local_rank`
     (this process's place in a multi-process run; 0/1/0 otherwise), `nodes` and `node` (a
     launch.Node on a run across nodes, else None), `input_shape`
-    ([C, H, W] the model takes) and `classes`.
+    ([C, H, W] the model takes), `classes` and `network` (a Transformer's shape, else None).
     """
 
     def __init__(self, **fields):
@@ -151,8 +151,8 @@ def resolve(args, environ=None):
         rank=place[0], world_size=place[1], local_rank=place[2], nodes=args.nodes,
         node=node if args.nodes > 1 else None,
         input_shape=tuple(input_shape(args.model, like, args.seq_len)), classes=DATASETS[like].classes,
-        mode=args.mode, epochs=args.epochs, target_accuracy=args.target_accuracy,
-        learning_rate=args.learning_rate, input=args.input, loader_workers=workers)
+        network=network_shape(args.model, args.layers, args.width, args.heads), mode=args.mode, epochs=args.epochs,
+        target_accuracy=args.target_accuracy, learning_rate=args.learning_rate, input=args.input, loader_workers=workers)
 
 
 def _check_input(args):
@@ -366,7 +366,7 @@ def _run_start(obj, cfg, info, more):
     fields = {
         "framework": obj.framework, "version": info["version"], "build": info["build"],
         "model": cfg.model, "params": int(info["params"]),
-        "input_shape": list(cfg.input_shape), "classes": cfg.classes,
+        "input_shape": list(cfg.input_shape), "classes": cfg.classes, "network": cfg.network and list(cfg.network),
         "dataset": cfg.dataset, "like": cfg.like, "batch_size": cfg.global_batch,
         "per_device_batch": cfg.per_device_batch, "gpus": cfg.gpus,
         "devices": list(info["devices"]), "threads": cfg.threads,

@@ -32,6 +32,7 @@ from trainers.common import architectures as arch
 from trainers.common.counting import count_main
 from trainers.common.errors import Unsupported
 from trainers.common.recipe import init_limit
+from trainers.jax.transformer import GPT
 
 # ------------------------------------------------------------------ initialisations
 
@@ -302,9 +303,12 @@ class SequenceNet(nn.Module):
         return x.reshape(-1, self.classes)
 
 
-def build(name, input_shape, classes, dtype=jnp.float32):
+def build(name, input_shape, classes, dtype=jnp.float32, network=None):
     """The network `name` for inputs of [C, H, W] `input_shape` (a sequence network's
-    [seq_len]) and `classes` classes (its vocabulary)."""
+    [seq_len]) and `classes` classes (its vocabulary); a Transformer's `network` shape
+    (architectures.transformer; None: its own)."""
+    if name in arch.TRANSFORMER:
+        return GPT(arch.shape_of(name, network), input_shape[0], classes, dtype)
     if name in arch.SEQUENCE:
         return SequenceNet(arch.SEQUENCE[name], classes, dtype)
     _, height, width = input_shape

@@ -159,7 +159,7 @@ class JaxTrainer(Trainer):
         self.replicated = NamedSharding(mesh, PartitionSpec())
         self.sharded = NamedSharding(mesh, PartitionSpec(BATCH_AXIS))
 
-        model = build(cfg.model, cfg.input_shape, cfg.classes, dtype=DTYPES[cfg.precision])
+        model = build(cfg.model, cfg.input_shape, cfg.classes, dtype=DTYPES[cfg.precision], network=cfg.network)
         variables = init_variables(model, cfg.input_shape, seed=cfg.seed)
         params = variables["params"]
         stats = dict((k, v) for k, v in variables.items() if k != "params")

@@ -23,6 +23,7 @@ from trainers.common import architectures as arch
 from trainers.common.counting import count_main
 from trainers.common.errors import Unsupported
 from trainers.common.recipe import INIT_SCALE
+from trainers.tensorflow.transformer import gpt
 
 import tensorflow as tf
 
@@ -257,9 +258,12 @@ BUILDERS.update((name, _fully_connected(head)) for name, head in arch.FULLY_CONN
 BUILDERS.update((name, _sequence(table)) for name, table in arch.SEQUENCE.items())
 
 
-def build(name, input_shape, classes):
+def build(name, input_shape, classes, network=None):
     """The Keras model `name` for inputs of [C, H, W] `input_shape` (it takes NHWC
     batches) and `classes` classes."""
+    if name in arch.TRANSFORMER:  # [context] token ids; `network` its shape (None: its own)
+        inputs = keras.Input(shape=tuple(input_shape), dtype="int32")
+        return keras.Model(inputs, gpt(inputs, arch.shape_of(name, network), input_shape[0], classes), name=name)
     if name not in BUILDERS:
         raise Unsupported("no TensorFlow definition of model %r" % (name,))
     if name in arch.SEQUENCE:  # [seq_len] token ids

@@ -120,7 +120,7 @@ class TensorFlowTrainer(Trainer):
         self.xla = xla_requested()
 
         with self.strategy.scope():
-            model = build(cfg.model, cfg.input_shape, cfg.classes)
+            model = build(cfg.model, cfg.input_shape, cfg.classes, cfg.network)
             optimizer = keras.optimizers.SGD(learning_rate=LEARNING_RATE, momentum=MOMENTUM)
             if cfg.precision == "fp16":
                 optimizer = _loss_scale_optimizer(optimizer)

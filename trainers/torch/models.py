@@ -15,6 +15,7 @@ and 1000 classes they have the published parameter counts:
     fcn_s       122,194,048 at 1x1x26752, 26,752 classes; fcn_r 14,205,962 on MNIST (DLBench)
     resnet56    853,018 at 3x32x32, 10 classes (He et al. 2016, section 4.2)
     lstm        6,180,624 at 10,000 words (DLBench's LSTM: one bias per gate set)
+    gpt         124,439,808 at 50,257 words and context 1,024 (GPT-2 small, tied output)
 
     python -m trainers.torch.models --count [--channels 3 --size 224 --classes 1000]
 
@@ -29,6 +30,7 @@ from trainers.common import architectures as arch
 from trainers.common.counting import count_main
 from trainers.common.errors import Unsupported
 from trainers.common.recipe import init_limit
+from trainers.torch.transformer import GPT
 
 
 def _max_pool(spec):
@@ -347,9 +349,12 @@ class SequenceNet(nn.Module):
         return self.fc(x).reshape(-1, self.fc.out_features)
 
 
-def build(name, input_shape, classes):
+def build(name, input_shape, classes, network=None):
     """The network `name` for inputs of [C, H, W] `input_shape` (a sequence network's
-    [seq_len]) and `classes` classes (a sequence network's vocabulary)."""
+    [seq_len]) and `classes` classes (a sequence network's vocabulary); a Transformer's
+    `network` shape (architectures.transformer; None: its own)."""
+    if name in arch.TRANSFORMER:
+        return GPT(arch.shape_of(name, network), input_shape[0], classes)
     if name in arch.SEQUENCE:
         return SequenceNet(arch.SEQUENCE[name], classes)
     channels, height, width = input_shape

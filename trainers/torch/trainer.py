@@ -68,7 +68,7 @@ class TorchTrainer(Trainer):
             self.device = torch.device("cpu")
             devices = [cpu_name()] * cfg.devices
 
-        model = build(cfg.model, cfg.input_shape, cfg.classes)
+        model = build(cfg.model, cfg.input_shape, cfg.classes, cfg.network)
         params = count_params(model)
         model = model.to(self.device).train()
         if cfg.world_size > 1:

@@ -33,8 +33,11 @@ def upgrade() -> None:
     if "seq_len" not in _columns("kept_summary"):
         op.add_column("kept_summary", sa.Column("seq_len", sa.Integer, nullable=True))
     op.drop_index("ix_kept_summary_order", "kept_summary")
-    op.create_index("ix_kept_summary_order", "kept_summary", [*schema.SUMMARY_CELL, "cell"])
-    result_rows.rebuild_summary(op.get_bind())
+    # the settings `cells` has at this revision: a later one (0021's Transformer shape) adds its own
+    cell = [name for name in schema.SUMMARY_CELL if name in _columns("cells")]
+    op.create_index("ix_kept_summary_order", "kept_summary", [*cell, "cell"])
+    if len(cell) == len(schema.SUMMARY_CELL):
+        result_rows.rebuild_summary(op.get_bind())
     missing = [m.column for m in metric_registry.VIEW_METRICS if m.column not in _columns("kept_metrics")]
     for column in missing:
         op.add_column("kept_metrics", sa.Column(column, sa.Float))
@@ -47,4 +50,6 @@ def downgrade() -> None:
     op.drop_index("ix_kept_summary_order", "kept_summary")
     for table, column in (("cells", "seq_len"), ("kept_summary", "seq_len"), ("kept_metrics", "tokens_per_sec")):
         op.execute(f"ALTER TABLE {table} DROP COLUMN {column}")
-    op.create_index("ix_kept_summary_order", "kept_summary", [c for c in (*schema.SUMMARY_CELL, "cell") if c != "seq_len"])
+    present = _columns("cells")
+    op.create_index("ix_kept_summary_order", "kept_summary", [c for c in (*schema.SUMMARY_CELL, "cell")
+                                                              if c != "seq_len" and c in present | {"cell"}])
