@@ -268,7 +268,7 @@ def utilisation(start: dict[str, Any], images_per_sec: float,
         return None, (f"no mfu: the hardware declares no peak FLOP/s for {precision} (declared: {declared}; "
                       f"hardware.peak_tflops.{precision}=TFLOPS sets one)"), None
     try:
-        shape = (start["model"], start["input_shape"], start["classes"])
+        shape = (start["model"], start["input_shape"], start["classes"], start.get("network"))
         per_image, fewest = flops.training_flops(*shape), flops.fewest_training_flops(*shape)
     except (KeyError, TypeError, ValueError) as exc:  # flops' ValueError names the layer left without output
         return None, f"no mfu: run_start's network and input cannot be counted ({exc!r})", None
