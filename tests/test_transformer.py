@@ -3,8 +3,9 @@ architectures.py, and the same count from PyTorch's model; the attention is caus
 
 The count's source: karpathy/nanoGPT model.py, whose GPT-2 small ("gpt2": n_layer 12, n_head 12,
 n_embd 768, block_size 1024, vocab_size 50257) reports "number of parameters: 123.65M", which
-get_num_params gives without the position embeddings (1,024 x 768): 124,439,808 with them, the
-figure Hugging Face's GPT2LMHeadModel counts too (the output layer tied to the token embedding).
+get_num_params gives without the position embeddings (1,024 x 768): 124,439,808 with them, as its
+train.py's optimizer groups sum them for gpt2 (124,318,464 decayed + 121,344 not); the output layer is
+tied to the token embedding, counted once.
 Other frameworks' counts are tests/test_conformance.py's, at ptb's vocabulary.
 """
 import json
