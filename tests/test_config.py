@@ -126,7 +126,7 @@ def test_the_gpt_is_gpt2_small_unless_its_shape_is_set_and_no_other_cell_id_chan
         cell("model=lstm", "layers=4")
     with pytest.raises(CellError, match=r"^torch/gpt/synthetic: width=100 is not a multiple of heads=3 "):
         cell("model=gpt", "width=100", "heads=3")
-    for framework, words in (("caffe", "no attention layer"), ("numpy", "Transformer")):
+    for framework, words in (("caffe", "no attention layer"), ("cntk", "no multi-head attention"), ("numpy", "Transformer")):
         with pytest.raises(CellError, match=rf"^{framework}/gpt/synthetic: {framework} does not support --model gpt; "
                                             rf".*{words}"):
             cell(f"framework={framework}", "model=gpt")

@@ -17,9 +17,7 @@ SUPPORT = Support(
     # mxnet-cu112 1.9.1 is built for 5.0, 6.0, 7.0, 8.0 and 8.6
     # (config/distribution/linux_cu112.cmake, MXNET_CUDA_ARCH): Maxwell (5.0) is the oldest
     gpu_build=((5, 0), None),
-    without=["gpt"],  # the Transformer: its note says why
     notes={
-        "gpt": "MXNet 1.9's Gluon has no multi-head attention layer; a hand-built one (its interleaved matmul operators) is not written yet",
         "fp16": "CPUs lack fast fp16 arithmetic",
         "bf16": "MXNet 1.9's bfloat16 is an experimental CPU-only AMP mode this trainer does "
                 "not use",

@@ -22,6 +22,7 @@ from trainers.common import architectures as arch
 from trainers.common.counting import count_main
 from trainers.common.errors import Unsupported
 from trainers.common.recipe import INIT_SCALE
+from trainers.mxnet.transformer import GPT
 
 # PyTorch's initialisations where the torch file sets them (Kaiming normal fan-out, N(0, 0.01));
 # elsewhere the trainer's Xavier default. The initialisation does not change a step's cost.
@@ -315,9 +316,12 @@ def sequence(layers, vocabulary):
     return net
 
 
-def build(name, input_shape, classes):
+def build(name, input_shape, classes, network=None):
     """The network `name` for inputs of [C, H, W] `input_shape` (a sequence network's
-    [seq_len]) and `classes` classes (its vocabulary)."""
+    [seq_len]) and `classes` classes (its vocabulary); a Transformer's `network` shape
+    (architectures.transformer; None: its own)."""
+    if name in arch.TRANSFORMER:
+        return GPT(arch.shape_of(name, network), input_shape[0], classes)
     if name in arch.SEQUENCE:
         return sequence(arch.SEQUENCE[name], classes)
     channels, height, width = input_shape

@@ -79,7 +79,7 @@ class MXNetTrainer(Trainer):
             devices = [cpu_name()] * cfg.devices
         self.global_batch = cfg.global_batch
 
-        net = build(cfg.model, cfg.input_shape, cfg.classes)
+        net = build(cfg.model, cfg.input_shape, cfg.classes, cfg.network)
         params = count_params(net)
         net.initialize(mx.init.Xavier(), ctx=self.contexts)
         optimizer_params = {"learning_rate": LEARNING_RATE, "momentum": MOMENTUM}
