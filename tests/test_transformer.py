@@ -19,31 +19,74 @@ from helpers import REPO
 
 pytestmark = pytest.mark.slow
 
-PROBE = """
-import json, torch
+#: Per framework: `scores(tokens)`, a small gpt's [2, 16, 1000] scores for [2, 16] token ids.
+SCORES = {
+    "torch": """
+import torch
+from trainers.torch.models import build
+torch.manual_seed(0)
+net = build("gpt", (16,), 1000, network=SMALL).eval()
+def scores(t):
+    with torch.no_grad():
+        return net(torch.as_tensor(t)).reshape(2, 16, -1).numpy()
+""",
+    "jax": """
+import jax.numpy as jnp
+from trainers.jax.models import build, init_variables
+net = build("gpt", (16,), 1000, network=SMALL)
+variables = init_variables(net, (16,), 0)
+scores = lambda t: np.asarray(net.apply(variables, jnp.asarray(t, jnp.int32), train=False)).reshape(2, 16, -1)
+""",
+    "tensorflow": """
+from trainers.tensorflow.models import build
+net = build("gpt", (16,), 1000, SMALL)
+scores = lambda t: net(t.astype("int32"), training=False).numpy()
+""",
+    "mxnet": """
+import mxnet as mx
+from trainers.mxnet.models import build
+net = build("gpt", (16,), 1000, SMALL)
+net.initialize()
+scores = lambda t: net(mx.nd.array(t)).asnumpy()
+""",
+}
+#: Changes token 9 of each sequence: every score before it must stay as it was, every one from it change.
+CAUSAL = """
+import json
+import numpy as np
+SMALL = %r
+%s
+tokens = np.random.RandomState(0).randint(0, 1000, (2, 16))
+later = tokens.copy()
+later[:, 9] = (later[:, 9] + 1) %% 1000
+a, b = scores(tokens), scores(later)
+print(json.dumps({"before": float(np.abs(a[:, :9] - b[:, :9]).max()), "from": float(np.abs(a[:, 9:] - b[:, 9:]).max(axis=-1).min())}))
+"""
+GPT2 = """
+import torch
 from trainers.torch.models import build, count_params
 with torch.device("meta"):
-    gpt2 = count_params(build("gpt", (1024,), 50257))
-torch.manual_seed(0)
-small = build("gpt", (16,), 1000, network=%r).eval()
-tokens = torch.randint(0, 1000, (2, 16))
-later = tokens.clone()
-later[:, 9] = (later[:, 9] + 1) %% 1000
-with torch.no_grad():
-    a, b = (small(t).reshape(2, 16, -1) for t in (tokens, later))
-print(json.dumps({"gpt2": gpt2, "small": count_params(small), "before": (a[:, :9] - b[:, :9]).abs().max().item(),
-                  "from": (a[:, 9:] - b[:, 9:]).abs().min().item()}))
+    print(count_params(build("gpt", (1024,), 50257)))
 """
 
 
-def test_gpt2_small_has_nanogpts_count_by_the_formula_and_in_torch_and_its_attention_is_causal(framework_env):
-    formula = transformer_parameters(TRANSFORMER["gpt"], 1024, 50257)
-    assert formula == 124439808 == 123653376 + 1024 * 768
-    small = Transformer(2, 64, 2)
-    python, env = framework_env("torch")
-    out = subprocess.run([python, "-c", PROBE % (tuple(small),)], cwd=str(REPO), env=env, stdout=subprocess.PIPE,
+def _python(framework_env, framework, code):
+    python, env = framework_env(framework)
+    out = subprocess.run([python, "-c", code], cwd=str(REPO), env=env, stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, universal_newlines=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
-    got = json.loads(out.stdout.splitlines()[-1])
-    assert got["gpt2"] == formula and got["small"] == transformer_parameters(small, 16, 1000)
+    return json.loads(out.stdout.splitlines()[-1])
+
+
+def test_gpt2_small_has_nanogpts_count_by_the_formula_and_in_torch(framework_env):
+    formula = transformer_parameters(TRANSFORMER["gpt"], 1024, 50257)
+    assert formula == 124439808 == 123653376 + 1024 * 768
+    assert _python(framework_env, "torch", GPT2) == formula
+
+
+@pytest.mark.parametrize("framework", sorted(SCORES))
+def test_the_attention_is_causal(framework_env, framework):
+    """A token changes the scores at its own position and after (every one of them), never before:
+    each framework's mask is the causal one, not none, nor one shifted by a position."""
+    got = _python(framework_env, framework, CAUSAL % (tuple(Transformer(2, 64, 2)), SCORES[framework]))
     assert got["before"] == 0.0 and got["from"] > 0.0, got
