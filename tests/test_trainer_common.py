@@ -56,16 +56,8 @@ def test_input_shapes():
     assert inputs.input_shape("fcn_s", "dlbench_fcn") == (1, 1, 26752)
     assert inputs.input_shape("resnet56", "cifar10") == (3, 32, 32)  # CIFAR-10's network, at its size
     assert inputs.input_shape("lstm", "ptb") == (32,)  # token ids, seq_len of them
-    assert inputs.input_shape("gpt", "ptb") == (1024,)  # GPT-2's context, unless seq_len is set
-    assert inputs.input_shape("gpt", "ptb", 32) == (32,)
     assert set(inputs.MODELS) == {"lenet", "alexnet", "resnet50", "googlenet", "vgg16", "fcn_s", "fcn_r",
                                   "resnet56", "lstm", "gpt"}
-    assert inputs.network_shape("gpt") == (12, 768, 12) and inputs.network_shape("gpt", 2, 64, 2) == (2, 64, 2)
-    assert inputs.network_shape("lstm") is None
-    with pytest.raises(errors.Unsupported, match=r"^--layers, --width and --heads shape a Transformer \(gpt\); lstm "):
-        inputs.network_shape("lstm", layers=2)
-    with pytest.raises(errors.Unsupported, match=r"width its heads divide, got layers 12, width 100, heads 3; "):
-        inputs.network_shape("gpt", width=100, heads=3)
 
 
 def test_resize_nearest_repeats_pixels_at_integer_factors():

@@ -13,7 +13,9 @@ import subprocess
 
 import pytest
 
+from trainers.common import inputs
 from trainers.common.architectures import TRANSFORMER, Transformer, transformer_parameters
+from trainers.common.errors import Unsupported
 
 from helpers import REPO
 
@@ -76,6 +78,18 @@ def _python(framework_env, framework, code):
                          stderr=subprocess.PIPE, universal_newlines=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     return json.loads(out.stdout.splitlines()[-1])
+
+
+def test_the_context_is_the_sequence_length_and_the_shape_is_the_transformers_alone():
+    """GPT-2's context of 1,024 unless --seq-len is given; --layers, --width, --heads in place of GPT-2
+    small's, refused for any other network and where the heads do not divide the width."""
+    assert inputs.input_shape("gpt", "ptb") == (1024,) and inputs.input_shape("gpt", "ptb", 32) == (32,)
+    assert inputs.network_shape("gpt") == (12, 768, 12) and inputs.network_shape("gpt", 2, 64, 2) == (2, 64, 2)
+    assert inputs.network_shape("lstm") is None
+    with pytest.raises(Unsupported, match=r"^--layers, --width and --heads shape a Transformer \(gpt\); lstm "):
+        inputs.network_shape("lstm", layers=2)
+    with pytest.raises(Unsupported, match=r"width its heads divide, got layers 12, width 100, heads 3; "):
+        inputs.network_shape("gpt", width=100, heads=3)
 
 
 def test_gpt2_small_has_nanogpts_count_by_the_formula_and_in_torch(framework_env):
