@@ -104,3 +104,13 @@ def test_the_attention_is_causal(framework_env, framework):
     each framework's mask is the causal one, not none, nor one shifted by a position."""
     got = _python(framework_env, framework, CAUSAL % (tuple(Transformer(2, 64, 2)), SCORES[framework]))
     assert got["before"] == 0.0 and got["from"] > 0.0, got
+
+
+def test_the_count_command_leaves_out_what_a_framework_does_not_build(framework_env):
+    """`python -m trainers.caffe.models --count --like ptb` names no model: it counts the LSTM and leaves
+    the Transformer out (Caffe declares it does not build it), rather than failing on it."""
+    python, env = framework_env("caffe")
+    out = subprocess.run([python, "-m", "trainers.caffe.models", "--count", "--like", "ptb"], cwd=str(REPO), env=env,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert json.loads(out.stdout.splitlines()[-1]) == {"lstm": 6180624}
