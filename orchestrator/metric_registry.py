@@ -61,6 +61,9 @@ METRICS = (
     MetricDef("images_per_sec_mad", "img/s", False,
        "median absolute deviation of the per-step rates (tf_cnn_benchmarks' jitter)",
        "images_per_sec_mad"),
+    # a sequence network's images are sequences (images_per_sec is sequences/s): each seq_len tokens
+    MetricDef("tokens_per_sec", "tok/s", True, "sequence networks (lstm): images_per_sec (sequences/s) x the "
+       "tokens of each sequence (seq_len)", "tokens_per_sec"),
     MetricDef("step_time_mean", "s", False, "mean measured step time"),
     MetricDef("step_time_median", "s", False, "median measured step time"),
     # the ceiling: trainers/common/flops.py's FLOPs per image against the hardware's peak_tflops

@@ -28,8 +28,9 @@ from trainers.common import inputs
 from trainers.common import settings as shared
 
 #: When a setting is hashed into the cell id: always; only where the cell is in accuracy mode;
-#: only where its value is not its default (a setting added after cells existed).
-ALWAYS, IN_ACCURACY_MODE, UNLESS_DEFAULT = "always", "in accuracy mode", "unless default"
+#: only where its value is not its default (a setting added after cells existed); only where it
+#: has a value (a setting only some networks take, added after cells of the others existed).
+ALWAYS, IN_ACCURACY_MODE, UNLESS_DEFAULT, WHERE_TAKEN = "always", "in accuracy mode", "unless default", "where taken"
 
 #: A config lookup: the value at a dotted path of the composed config, None where absent.
 Lookup = Callable[[str], Any]
@@ -168,6 +169,17 @@ SETTINGS: tuple[SettingDef, ...] = (
     # which the views show as memory.
     SettingDef("input", str, _key("input", _D["input"]), hashed=UNLESS_DEFAULT, default=_D["input"],
        choices=shared.INPUTS),
+    # a sequence network's tokens per sequence (migration 0025): seq_len=, else the model's own
+    # (model.seq_len, which only a sequence network's YAML has); None for every other network, whose
+    # id is therefore unchanged. Set for an image network, it is refused (cell.resolve_settings).
+    SettingDef("seq_len", int, lambda get, so_far: _first(get("seq_len"), get("model.seq_len")),
+       hashed=WHERE_TAKEN, minimum=1, way_out="use seq_len=N (a sequence network's tokens per sequence), or "
+       "leave it out for the model's"),
+    # a Transformer's shape (migration 0026): layers=, width=, heads=, else the model's own (model.layers ...,
+    # which only a Transformer's YAML has); None for every other network, whose id is unchanged
+    *(SettingDef(name, int, lambda get, so_far, name=name: _first(get(name), get(f"model.{name}")),
+                 hashed=WHERE_TAKEN, minimum=1, way_out=f"use {name}=N (a Transformer's {what}), or leave it out "
+                 "for the model's") for name, what in zip(shared.TRANSFORMER_SHAPE, ("blocks", "width", "attention heads"))),
 )
 BY_NAME: dict[str, SettingDef] = {s.name: s for s in SETTINGS}
 #: Every setting's name, in the order they are shown.
@@ -212,11 +224,13 @@ def filled(record: Mapping[str, Any]) -> dict[str, Any]:
 
 def hashed_keys(settings: Mapping[str, Any]) -> tuple[str, ...]:
     """The settings a cell's id hashes: every ALWAYS setting, the IN_ACCURACY_MODE ones where the
-    cell is in accuracy mode, the UNLESS_DEFAULT ones where not at their default (None)."""
+    cell is in accuracy mode, the UNLESS_DEFAULT ones where not at their default (None), the
+    WHERE_TAKEN ones where they have a value."""
     accuracy = settings.get("mode") == "accuracy"
     return tuple(s.name for s in SETTINGS if s.hashed == ALWAYS
                  or (s.hashed == IN_ACCURACY_MODE and accuracy)
-                 or (s.hashed == UNLESS_DEFAULT and settings.get(s.name) not in (None, s.default)))
+                 or (s.hashed == UNLESS_DEFAULT and settings.get(s.name) not in (None, s.default))
+                 or (s.hashed == WHERE_TAKEN and settings.get(s.name) is not None))
 
 
 def trainer_flags(settings: Mapping[str, Any]) -> list[str]:

@@ -47,6 +47,20 @@ def test_a_setting_at_its_default_is_not_hashed():
         assert cell_id({**BASE, s.name: other}) != cell_id(BASE)
 
 
+
+def test_a_setting_only_some_networks_take_is_hashed_where_taken():
+    """seq_len (a sequence network's tokens per sequence) and a Transformer's layers, width and heads
+    leave every other cell's id as it was before they existed, and tell two cells that take them apart."""
+    taken = [s for s in SETTINGS if s.hashed == setting_registry.WHERE_TAKEN]
+    assert [s.name for s in taken] == ["seq_len", "layers", "width", "heads"]
+    assert cell_id({**BASE, "seq_len": None, "layers": None, "width": None, "heads": None}) == cell_id(BASE)
+    lstm = {**BASE, "model": "lstm"}
+    assert len({cell_id(lstm), cell_id({**lstm, "seq_len": 32}), cell_id({**lstm, "seq_len": 64})}) == 3
+    gpt = {**BASE, "model": "gpt", "seq_len": 32, "layers": 2, "width": 64, "heads": 2}
+    assert len({cell_id(gpt), cell_id({**gpt, "layers": 3}), cell_id({**gpt, "width": 128}),
+                cell_id({**gpt, "heads": 4})}) == 4
+
+
 def _declarations(text: str, label: str) -> list[str]:
     """Each tuple, list, set or dict literal in `text` naming five or more settings."""
     found = []

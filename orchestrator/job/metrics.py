@@ -1,14 +1,13 @@
 """What a run measured: throughput, host and GPU load and energy over the trainer's measured window.
 
-The window is the trainer's own: it opens at the `warmup_end` event and closes at `run_end`
-(docs/protocol.md). Throughput comes from the trainer's per-step timings (`dt`, taken with the
-device synchronised) of the steps after `warmup_end`, never from the process's wall time, which
-would also count interpreter start-up, imports, data loading and warm-up. Host samples are cut
-to the same window, so start-up and tear-down do not dilute the averages.
+The window is the trainer's own: it opens at the `warmup_end` event and closes at `run_end` (docs/protocol.md).
+Throughput comes from the trainer's per-step timings (`dt`, taken with the device synchronised) of the steps after
+`warmup_end`, never from the process's wall time, which would also count interpreter start-up, imports, data loading
+and warm-up. Host samples are cut to the same window, so start-up and tear-down do not dilute the averages.
 
-Everything here is a pure function of the events and samples it is given, so the job can call
-it on the files it just wrote and the tests on hand-made streams. The names it computes, their
-units and meanings are declared in metric_registry.py.
+Everything here is a pure function of the events and samples it is given, so the job can call it on the files
+it just wrote and the tests on hand-made streams. The names it computes, their units and meanings are declared
+in metric_registry.py.
 """
 from __future__ import annotations
 
@@ -18,7 +17,7 @@ from typing import Any, Iterable, Optional
 import numpy as np
 
 from orchestrator.job.energy import counter_energy, rapl_metrics, trapezoid_energy
-from trainers.common import flops
+from trainers.common import flops, inputs
 
 #: A stretch of the window longer than this with no GPU sample is named in the run's reason.
 GAP_WARN_S = 1.0
@@ -40,8 +39,7 @@ class Metrics(dict):
                  reason: Optional[str] = None, energy: Optional[dict[str, Any]] = None,
                  implausible: Optional[str] = None) -> None:
         super().__init__(values)
-        self.window = window
-        self.reason = reason
+        self.window, self.reason = window, reason
         #: How energy was measured ({"method": "counter" | "trapezoid", "samples": n}); None if not.
         self.energy = energy
         #: Why the figures cannot be true (above the peak even at the fewest FLOPs of the
@@ -118,6 +116,13 @@ def throughput(events: Iterable[dict[str, Any]]) -> dict[str, float]:
         "step_time_mean": float(dt.mean()),
         "step_time_median": float(np.median(dt)),
     }
+
+
+def tokens(start: dict[str, Any], sequences_per_sec: Optional[float]) -> dict[str, float]:
+    """tokens_per_sec of a sequence network's run (text-shaped data, input_shape [seq_len]): sequences/s x seq_len."""
+    shape = start.get("input_shape") or ()
+    text = sequences_per_sec and start.get("like") in inputs.TEXT and len(shape) == 1
+    return {"tokens_per_sec": sequences_per_sec * float(shape[0])} if text else {}
 
 
 def _number(value: Any) -> bool:
@@ -263,7 +268,7 @@ def utilisation(start: dict[str, Any], images_per_sec: float,
         return None, (f"no mfu: the hardware declares no peak FLOP/s for {precision} (declared: {declared}; "
                       f"hardware.peak_tflops.{precision}=TFLOPS sets one)"), None
     try:
-        shape = (start["model"], start["input_shape"], start["classes"])
+        shape = (start["model"], start["input_shape"], start["classes"], start.get("network"))
         per_image, fewest = flops.training_flops(*shape), flops.fewest_training_flops(*shape)
     except (KeyError, TypeError, ValueError) as exc:  # flops' ValueError names the layer left without output
         return None, f"no mfu: run_start's network and input cannot be counted ({exc!r})", None
@@ -314,6 +319,7 @@ def compute(events: Iterable[dict[str, Any]], samples: Iterable[dict[str, Any]] 
     learnt = accuracy(events)
     values.update(learnt)
     start = next((e for e in events if e.get("event") == "run_start"), {})
+    values.update(tokens(start, values.get("images_per_sec")))
     if learnt and start.get("data_generated"):
         reasons.append(f"accuracy on generated data: {start['data_generated']}")
     gpu, energy = gpu_metrics(samples, window, values.get("images_per_sec"))
@@ -345,9 +351,8 @@ def _gpu_notes(samples: list[dict[str, Any]], inside: list[dict[str, Any]], wind
 
 
 def _mfu(start: dict[str, Any], values: dict[str, float], peaks: dict[str, Any], reasons: list[str]) -> Optional[str]:
-    """Adds the run's mfu to `values` (or says in `reasons` why there is none, and notes an mfu
-    above 1, which only a fast convolution algorithm allows); returns why the figures are
-    implausible, or None."""
+    """Adds the run's mfu to `values` (or says in `reasons` why there is none, and notes an mfu above 1,
+    which only a fast convolution algorithm allows); returns why the figures are implausible, or None."""
     mfu, what, impossible = utilisation(start, values["images_per_sec"], peaks)
     if mfu is None:
         if start.get("gpus") or any(v is not None for v in peaks.values()):
@@ -381,6 +386,7 @@ def accuracy(events: Iterable[dict[str, Any]]) -> dict[str, float]:
     if seconds:
         values["epoch_time_s"] = _mean(seconds)
     start = next((e for e in events if e.get("event") == "run_start"), {})
+    values.update(tokens(start, values.get("images_per_sec")))
     target = start.get("target_accuracy")
     if _number(target):
         values["target_accuracy"] = float(target)

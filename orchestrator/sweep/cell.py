@@ -26,7 +26,12 @@ from trainers.common import inputs
 SETTINGS = setting_registry.NAMES
 #: dataset=imagenet is the only one read per step: what input=pipeline times.
 PIPELINE_DATASETS = ("imagenet",)
-DATASET_SHAPES = ("mnist", "cifar10", "imagenet", "digits", "dlbench_fcn")
+#: What each setting only some networks take is (setting_registry.WHERE_TAKEN): set for a model whose
+#: YAML has no value of its own (model.<name>), it is refused in these words.
+TAKEN_BY = {"seq_len": "the tokens per sequence of a sequence network (model=lstm)",
+            "layers": "the blocks of a Transformer (model=gpt)", "width": "the width of a Transformer (model=gpt)",
+            "heads": "the attention heads of a Transformer (model=gpt)"}
+DATASET_SHAPES = ("mnist", "cifar10", "imagenet", "digits", "dlbench_fcn", "ptb")
 
 
 class CellError(ValueError):
@@ -156,6 +161,10 @@ def resolve_settings(cfg: dict[str, Any], checked: dict[tuple[int, ...], tuple[A
     if shape not in DATASET_SHAPES:
         _refusing(where, config_checks.one_of, "dataset.like", raw["like"], DATASET_SHAPES)
     _check_shape(where, raw["model"], shape)
+    for name, what in TAKEN_BY.items():
+        if raw[name] is not None and lookup(cfg, f"model.{name}") is None:
+            raise CellError(f"{where}: {name}={raw[name]} is {what}, and model={raw['model']} takes none; "
+                            f"leave {name} out")
     if raw["batch_size"] is None:
         raise CellError(f"{where}: model.batch_size.{shape}=None: model={raw['model']} has no default "
                         f"batch size for {shape}-shaped data; use batch_size=N")
@@ -164,6 +173,9 @@ def resolve_settings(cfg: dict[str, Any], checked: dict[tuple[int, ...], tuple[A
         raise CellError(f"{where}: target_accuracy={settings['target_accuracy']} is not a test top-1 in (0, 1]; "
                         f"use target_accuracy=0.9, or target_accuracy=null")
     _check_input(where, settings)
+    if settings["heads"] is not None and settings["width"] % settings["heads"]:
+        raise CellError(f"{where}: width={settings['width']} is not a multiple of heads={settings['heads']} (each "
+                        f"head takes an equal share of the width); use a width heads divide")
     if not _passed(checked, (cfg["hardware"],)):
         _refusing(where, _check_hardware, cfg["hardware"])
         _remember(checked, (cfg["hardware"],))

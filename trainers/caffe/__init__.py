@@ -19,7 +19,9 @@ SUPPORT = Support(
     # the GPU build (containers/caffe/gpu.yaml, base cuda10: CUDA 10.0, cuDNN 7) compiles sm_35,
     # sm_60 and sm_70 kernels: Kepler (K20m) and newer
     gpu_build=((3, 5), None),
+    without=["gpt"],  # the Transformer: its note says why
     notes={
+        "gpt": "BVLC Caffe has no attention layer (no batched matrix product of two blobs, no causal mask): it has LSTM, not the Transformer",
         "fp16": "BVLC Caffe has no fp16 solver",
         "bf16": "BVLC Caffe has no bf16 solver",
         "gpus": "the venv's build is CPU-only; the CUDA build: orchestrator images def caffe "

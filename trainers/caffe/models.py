@@ -32,6 +32,7 @@ import tempfile
 from trainers.common import architectures as arch
 from trainers.common.counting import count_main
 from trainers.common.errors import Unsupported
+from trainers.caffe import sequence
 
 DATA, LABEL, LOSS = "data", "label", "loss"
 NOT_LEARNED = ("BatchNorm",)  # layer types whose blobs are statistics, not parameters
@@ -350,9 +351,12 @@ NETWORKS.update((n, _unit_net(table, arch.CIFAR_UNIT, arch.CIFAR_HEAD)) for n, t
 def build(name, input_shape, classes, batch):
     """The NetParameter (protobuf message) of network `name` for a batch of `batch` inputs
     of [C, H, W] `input_shape`, with `classes` classes, ending in SoftmaxWithLoss `loss`."""
-    if name not in NETWORKS:
+    if name in arch.SEQUENCE:  # [seq_len] token ids: trainers/caffe/sequence.py
+        net = sequence.build(_caffe(), arch.SEQUENCE[name], input_shape[0], classes, batch, (DATA, LABEL, LOSS))
+    elif name not in NETWORKS:
         raise Unsupported("no Caffe definition of model %r" % (name,))
-    net = NETWORKS[name](Builder(tuple(input_shape), batch), classes)
+    else:
+        net = NETWORKS[name](Builder(tuple(input_shape), batch), classes)
     net.name = name
     return net
 

@@ -119,7 +119,9 @@ class CaffeTrainer(Trainer):
         return info
 
     def to_batch(self, images, labels):
-        images = images.astype("float32", copy=False)
+        if images.ndim == 2:  # a sequence network's, time-major for Caffe (trainers/caffe/sequence.py)
+            images, labels = images.T, labels.T
+        images = images.astype("float32")
         labels = labels.astype("float32")  # Caffe's labels are float blobs
         if self.multi is not None:
             self.multi.add_batch(images, labels)

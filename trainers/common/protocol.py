@@ -23,7 +23,7 @@ from trainers.common.errors import (EXIT_CODES, Diverged, InvalidArgument, Unsup
                                     classify)
 from trainers.common.events import Events
 from trainers.common.host import available_cpus
-from trainers.common.inputs import DATASETS, MODELS, input_shape, to_float
+from trainers.common.inputs import DATASETS, MODELS, input_shape, network_shape, to_float
 from trainers.common.launch import launch, node_from_env, rank_from_env
 from trainers.common.pool import build_pool, pool_batches
 from trainers.common.scaling import split_batch
@@ -52,18 +52,16 @@ def build_parser():
                                  "report JSON events on stdout (docs/protocol.md).")
     parser.add_argument("--model", required=True, choices=MODELS)
     parser.add_argument("--dataset", required=True, choices=list(DATASETS) + [SYNTHETIC])
-    parser.add_argument("--like", choices=list(DATASETS),
-                        help="for synthetic: the dataset whose shape it takes")
+    parser.add_argument("--like", choices=list(DATASETS), help="for synthetic: the dataset whose shape it takes")
     parser.add_argument("--data-dir", help="where the dataset's files are")
-    parser.add_argument("--batch-size", type=int, required=True,
-                        help="global under strong scaling, per GPU under weak")
+    parser.add_argument("--batch-size", type=int, required=True, help="global under strong scaling, per GPU under weak")
     for setting in settings.SETTINGS:  # the grid's own defaults (trainers/common/settings.py)
         parser.add_argument(setting.flag, type=_parse(setting), default=setting.default,
                             choices=setting.choices or None, help=setting.help or None)
     parser.add_argument("--learning-rate", type=float, default=recipe.LEARNING_RATE,
                         help="accuracy mode: the schedule's base rate (default: the recipe's)")
-    parser.add_argument("--loader-workers", type=int, default=None,
-                        help="ImageNet loader processes (default: the CPUs this process may use)")
+    parser.add_argument("--loader-workers", type=int, default=None, help="ImageNet loader processes "
+                        "(default: the CPUs this process may use)")
     return parser
 
 
@@ -86,7 +84,7 @@ class Config(object):
     replicas on the CPU: support.CPU_REPLICAS_ENV), `on_gpu`, `rank`/`world_size`/`local_rank`
     (this process's place in a multi-process run; 0/1/0 otherwise), `nodes` and `node` (a
     launch.Node on a run across nodes, else None), `input_shape`
-    ([C, H, W] the model takes) and `classes`.
+    ([C, H, W] the model takes), `classes` and `network` (a Transformer's shape, else None).
     """
 
     def __init__(self, **fields):
@@ -152,9 +150,9 @@ def resolve(args, environ=None):
         devices=devices, cpu_replicas=cpu_replicas, on_gpu=args.gpus > 0 and not cpu_replicas,
         rank=place[0], world_size=place[1], local_rank=place[2], nodes=args.nodes,
         node=node if args.nodes > 1 else None,
-        input_shape=tuple(input_shape(args.model, like)), classes=DATASETS[like].classes,
-        mode=args.mode, epochs=args.epochs, target_accuracy=args.target_accuracy,
-        learning_rate=args.learning_rate, input=args.input, loader_workers=workers)
+        input_shape=tuple(input_shape(args.model, like, args.seq_len)), classes=DATASETS[like].classes,
+        network=network_shape(args.model, args.layers, args.width, args.heads), mode=args.mode, epochs=args.epochs,
+        target_accuracy=args.target_accuracy, learning_rate=args.learning_rate, input=args.input, loader_workers=workers)
 
 
 def _check_input(args):
@@ -181,8 +179,7 @@ def _check_accuracy(args, devices):
     if args.epochs < 1:
         raise InvalidArgument("--epochs must be at least 1, got %d" % args.epochs)
     if args.target_accuracy is not None and not 0.0 < args.target_accuracy <= 1.0:
-        raise InvalidArgument("--target-accuracy is a fraction in (0, 1], got %r"
-                              % args.target_accuracy)
+        raise InvalidArgument("--target-accuracy is a fraction in (0, 1], got %r" % args.target_accuracy)
     if not (args.learning_rate > 0 and math.isfinite(args.learning_rate)):
         raise InvalidArgument("--learning-rate must be a positive number, got %r"
                               % args.learning_rate)
@@ -214,8 +211,7 @@ def run(trainer, argv=None, module=None):
                                 cpu_replicas=cfg.cpu_replicas, nodes=cfg.nodes))
         obj = _instantiate(trainer)
         if obj.support is not support:
-            raise ValueError("the trainer of %s does not point to the SUPPORT %s declares"
-                             % (module, module))
+            raise ValueError("the trainer of %s does not point to the SUPPORT %s declares" % (module, module))
         if cfg.on_gpu:
             visible, build = obj.gpus_visible(cfg)
             _refuse(support.gpus_problem(cfg.gpus, visible, build))
@@ -228,8 +224,8 @@ def run(trainer, argv=None, module=None):
             return launch(module, argv, processes, events, ranks=obj.ranks(),
                           classify_exit=obj.classify_exit, node=cfg.node)
         if processes * cfg.nodes != cfg.world_size:
-            raise ValueError("launched as %d ranks but the run takes %d processes"
-                             % (cfg.world_size, processes * cfg.nodes))
+            raise ValueError("launched as %d ranks but the run takes %d processes" % (
+                cfg.world_size, processes * cfg.nodes))
         _train(obj, cfg, events, set_up)
         return 0
     except SystemExit:  # --help
@@ -269,8 +265,8 @@ def _train(obj, cfg, events, set_up):
     if cfg.dataset == "imagenet":
         return _train_imagenet(obj, cfg, events, set_up, steps, n_batches)
     if cfg.dataset == SYNTHETIC:
-        dataset = datasets.synthetic(cfg.like, n_batches * cfg.per_device_batch,
-                                     seed=[cfg.seed, cfg.rank])
+        dataset = datasets.synthetic(cfg.like, n_batches * cfg.per_device_batch, seed=[cfg.seed, cfg.rank],
+                                     seq_len=cfg.input_shape[0] if len(cfg.input_shape) == 1 else None)
         shard = (0, 1)  # already this rank's own
     else:
         dataset = datasets.load(cfg.dataset, cfg.data_dir)
@@ -353,8 +349,8 @@ def _train_accuracy(obj, cfg, events, set_up):
 
 
 def _set_up(obj, cfg, set_up):
-    """The framework's setup (its report checked) and the batch converter the run uses: the
-    trainer's own, or one that makes every value overflow (the fault tests' $TRAINER_FAULT=overflow)."""
+    """The framework's setup (its report checked) and the batch converter: the trainer's own, or
+    one that makes every value overflow (the fault tests' $TRAINER_FAULT=overflow)."""
     info = obj.setup(cfg)
     set_up.append(True)
     _check_setup(info, obj)
@@ -370,7 +366,7 @@ def _run_start(obj, cfg, info, more):
     fields = {
         "framework": obj.framework, "version": info["version"], "build": info["build"],
         "model": cfg.model, "params": int(info["params"]),
-        "input_shape": list(cfg.input_shape), "classes": cfg.classes,
+        "input_shape": list(cfg.input_shape), "classes": cfg.classes, "network": cfg.network and list(cfg.network),
         "dataset": cfg.dataset, "like": cfg.like, "batch_size": cfg.global_batch,
         "per_device_batch": cfg.per_device_batch, "gpus": cfg.gpus,
         "devices": list(info["devices"]), "threads": cfg.threads,
@@ -386,14 +382,12 @@ def _run_start(obj, cfg, info, more):
 def _check_setup(info, obj):
     missing = [k for k in ("params", "devices", "version", "build") if k not in info]
     if missing:
-        raise ValueError("%s trainer's setup() did not report %s"
-                         % (obj.framework, ", ".join(missing)))
+        raise ValueError("%s trainer's setup() did not report %s" % (obj.framework, ", ".join(missing)))
 
 
 def _instantiate(trainer):
-    if isinstance(trainer, type) or (callable(trainer) and not hasattr(trainer, "step")):
-        return trainer()
-    return trainer
+    maker = isinstance(trainer, type) or (callable(trainer) and not hasattr(trainer, "step"))
+    return trainer() if maker else trainer
 
 
 def _main_module():

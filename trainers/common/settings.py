@@ -66,9 +66,17 @@ SETTINGS = (
     Setting("epochs", int, 10, help="accuracy mode: epochs"),
     Setting("target_accuracy", float, 0.9, help="accuracy mode: the test top-1 whose time and epochs "
             "are reported (%s: no target)" % NONE, nullable=True),
+    Setting("seq_len", int, None, help="sequence networks (lstm, gpt): the tokens of each sequence, a "
+            "Transformer's context (default: 32 for ptb, gpt's 1,024); no other network takes it"),
+    Setting("layers", int, None, help="Transformers (gpt): blocks (default: GPT-2 small's 12); no other "
+            "network takes it"),
+    Setting("width", int, None, help="Transformers (gpt): channels, a multiple of --heads (default: 768)"),
+    Setting("heads", int, None, help="Transformers (gpt): attention heads (default: 12)"),
     Setting("input", str, "memory", INPUTS, "memory: timed steps on batches prepared before timing; "
             "pipeline: each timed step takes the next batch from the loader (--dataset imagenet)"),
 )
+#: the settings that shape a Transformer (gpt), in architectures.Transformer's order
+TRANSFORMER_SHAPE = ("layers", "width", "heads")
 #: name -> its Setting
 BY_NAME = dict((s.name, s) for s in SETTINGS)
 #: name -> its default

@@ -78,7 +78,8 @@ class Support(object):
     `gpu_precision_capability`: {precision: lowest compute capability} on GPUs.
     `multi_node`: whether its ranks train one model across nodes (`--nodes N`), each node's
     share started by trainers.common.launch with the node's place (launch.node_from_env).
-    `models`: the networks it builds (None: all of trainers.common.inputs.MODELS).
+    `models`: the networks it builds (None: all of trainers.common.inputs.MODELS); `without`:
+    the networks it does not build, where it builds every other.
     `notes`: {a precision, "models", "gpus", "multi_gpu", "multi_node", "cpu_replicas" or
     "gpu_build": why},
     appended to that refusal.
@@ -86,7 +87,7 @@ class Support(object):
 
     def __init__(self, framework, cpu, gpu=(), multi_gpu=None, cpu_replicas=False,
                  gpu_build=(None, None), gpu_precision_capability=None, models=None,
-                 notes=None, multi_node=False):
+                 notes=None, multi_node=False, without=()):
         self.framework = framework
         self.precisions = {CPU: tuple(cpu), GPU: tuple(gpu)}
         for kind, listed in self.precisions.items():
@@ -106,6 +107,7 @@ class Support(object):
         self.gpu_precision_capability = dict(
             (p, capability(c)) for p, c in (gpu_precision_capability or {}).items())
         self.models = tuple(models) if models is not None else None
+        self.without = tuple(without)
         self.notes = dict(notes or {})
         self.multi_node = bool(multi_node)
 
@@ -114,6 +116,10 @@ class Support(object):
             self.framework, self.precisions[CPU], self.precisions[GPU], self.multi_gpu)
 
     # ------------------------------------------------------------------ the checks
+
+    def builds(self, model):
+        """Whether it builds network `model`."""
+        return (self.models is None or model in self.models) and model not in self.without
 
     def refuse(self, asked, offered, why_key=None):
         return refusal(self.framework, asked, offered, self.notes.get(why_key))
@@ -128,6 +134,8 @@ class Support(object):
         """
         if self.models is not None and model is not None and model not in self.models:
             return self.refuse("--model %s" % model, ", ".join(self.models), "models")
+        if model in self.without:
+            return self.refuse("--model %s" % model, "every network but %s" % ", ".join(self.without), model)
         on_gpu = gpus > 0 and not cpu_replicas
         if gpus > 0 and cpu_replicas and not self.cpu_replicas:
             return self.refuse("--gpus %d as CPU replicas (%s=1)" % (gpus, CPU_REPLICAS_ENV),

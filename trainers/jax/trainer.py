@@ -159,7 +159,7 @@ class JaxTrainer(Trainer):
         self.replicated = NamedSharding(mesh, PartitionSpec())
         self.sharded = NamedSharding(mesh, PartitionSpec(BATCH_AXIS))
 
-        model = build(cfg.model, cfg.input_shape, cfg.classes, dtype=DTYPES[cfg.precision])
+        model = build(cfg.model, cfg.input_shape, cfg.classes, dtype=DTYPES[cfg.precision], network=cfg.network)
         variables = init_variables(model, cfg.input_shape, seed=cfg.seed)
         params = variables["params"]
         stats = dict((k, v) for k, v in variables.items() if k != "params")
@@ -172,7 +172,9 @@ class JaxTrainer(Trainer):
 
         def train_step(state, images, labels):
             key, dropout_key = jax.random.split(state["key"])
-            images = jnp.transpose(images, (0, 2, 3, 1))
+            if images.ndim == 4:  # a sequence network's token ids stay as they are
+                images = jnp.transpose(images, (0, 2, 3, 1))
+            labels = labels.reshape(-1)  # a sequence network's: one per position
 
             def loss_fn(params):
                 # BatchNorm's statistics and the mean are over the global batch, all devices'
@@ -193,13 +195,11 @@ class JaxTrainer(Trainer):
                                  jnp.transpose(images, (0, 2, 3, 1)), train=False)
             return logits.astype(jnp.float32)
 
-        batch = (cfg.global_batch,) + tuple(cfg.input_shape)
         self.train_step = jax.jit(
             train_step, donate_argnums=0,
             in_shardings=(self.replicated, self.sharded, self.sharded),
             out_shardings=(self.replicated, self.replicated)).lower(
-            self.state, jax.ShapeDtypeStruct(batch, jnp.float32),
-            jax.ShapeDtypeStruct(batch[:1], jnp.int32)).compile()
+            self.state, *_batch_shapes(cfg)).compile()
         self.eval_step = jax.jit(eval_step)
         if cfg.on_gpu:
             names = [d.device_kind for d in self.devices]
@@ -209,8 +209,9 @@ class JaxTrainer(Trainer):
                 "version": jax.__version__, "build": build_info(cfg, self.devices)}
 
     def to_batch(self, images, labels):
-        # JAX's default integers are 32-bit: convert here, outside the timed step
-        return np.ascontiguousarray(images, dtype=np.float32), labels.astype(np.int32)
+        # JAX's default integers are 32-bit: convert here (token ids too), outside the timed step
+        kind = np.int32 if images.dtype.kind == "i" else np.float32
+        return np.ascontiguousarray(images, dtype=kind), labels.astype(np.int32)
 
     def step(self, batch):
         # the pool's per-device batch goes to every device (the module's docstring)
@@ -245,6 +246,15 @@ class JaxTrainer(Trainer):
         text = str(exc)
         return isinstance(exc, RuntimeError) and (
             "RESOURCE_EXHAUSTED" in text or "out of memory" in text.lower())
+
+
+def _batch_shapes(cfg):
+    """The global batch's inputs and labels the step is compiled for: float32 images and a label
+    each, or a sequence network's int32 token ids and a label (the next token) per position."""
+    batch = (cfg.global_batch,) + tuple(cfg.input_shape)
+    if len(cfg.input_shape) == 1:
+        return jax.ShapeDtypeStruct(batch, jnp.int32), jax.ShapeDtypeStruct(batch, jnp.int32)
+    return jax.ShapeDtypeStruct(batch, jnp.float32), jax.ShapeDtypeStruct(batch[:1], jnp.int32)
 
 
 def xla_cpu_threads():

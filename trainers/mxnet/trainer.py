@@ -79,7 +79,7 @@ class MXNetTrainer(Trainer):
             devices = [cpu_name()] * cfg.devices
         self.global_batch = cfg.global_batch
 
-        net = build(cfg.model, cfg.input_shape, cfg.classes)
+        net = build(cfg.model, cfg.input_shape, cfg.classes, cfg.network)
         params = count_params(net)
         net.initialize(mx.init.Xavier(), ctx=self.contexts)
         optimizer_params = {"learning_rate": LEARNING_RATE, "momentum": MOMENTUM}
@@ -99,7 +99,8 @@ class MXNetTrainer(Trainer):
 
     def to_batch(self, images, labels):
         # host (CPU) arrays; the copy to each GPU is part of the timed step
-        return (mx.nd.array(images, ctx=mx.cpu(), dtype=self.dtype),
+        # (a sequence network's token ids stay float32: float16 holds whole numbers to 2048 only)
+        return (mx.nd.array(images, ctx=mx.cpu(), dtype=self.dtype if images.ndim == 4 else "float32"),
                 mx.nd.array(labels, ctx=mx.cpu(), dtype="float32"))
 
     def step(self, batch):

@@ -120,13 +120,15 @@ class TensorFlowTrainer(Trainer):
         self.xla = xla_requested()
 
         with self.strategy.scope():
-            model = build(cfg.model, cfg.input_shape, cfg.classes)
+            model = build(cfg.model, cfg.input_shape, cfg.classes, cfg.network)
             optimizer = keras.optimizers.SGD(learning_rate=LEARNING_RATE, momentum=MOMENTUM)
             if cfg.precision == "fp16":
                 optimizer = _loss_scale_optimizer(optimizer)
             optimizer.build(model.trainable_variables)  # slots now, not inside the graph
         self.model, self.optimizer = model, optimizer
-        self.train_step = self._make_step(cfg.global_batch, cfg.precision == "fp16")
+        # the loss is the mean over every label: a sequence network's are one per position
+        labels = cfg.global_batch * (cfg.input_shape[0] if len(cfg.input_shape) == 1 else 1)
+        self.train_step = self._make_step(labels, cfg.precision == "fp16")
         return {"params": count_params(model), "devices": devices, "version": tf.__version__,
                 "build": build_info(self.strategy, self.xla)}
 
@@ -134,7 +136,8 @@ class TensorFlowTrainer(Trainer):
         # NCHW -> NHWC on the host, once per pooled batch; the tensors stay in host memory
         # so that the copy to the GPU happens inside the timed step
         with tf.device("/cpu:0"):
-            return (tf.constant(images.transpose(0, 2, 3, 1)),
+            # (a sequence network's token ids as they are)
+            return (tf.constant(images.transpose(0, 2, 3, 1) if images.ndim == 4 else images),
                     tf.constant(labels))
 
     def step(self, batch):
@@ -170,16 +173,17 @@ class TensorFlowTrainer(Trainer):
 
     # ---------------------------------------------------------------- the step
 
-    def _make_step(self, global_batch, scale_loss):
+    def _make_step(self, global_labels, scale_loss):
         model, optimizer, strategy = self.model, self.optimizer, self.strategy
         variables = model.trainable_variables
 
         def loss_and_grads(images, labels):
             with tf.GradientTape() as tape:
-                logits = model(images, training=True)
+                logits = model(images, training=True)  # a sequence network's: flat, one per label
+                logits = tf.reshape(logits, [-1, tf.shape(logits)[-1]])
                 per_example = tf.nn.sparse_softmax_cross_entropy_with_logits(
-                    labels=labels, logits=tf.cast(logits, tf.float32))
-                loss = tf.nn.compute_average_loss(per_example, global_batch_size=global_batch)
+                    labels=tf.reshape(labels, [-1]), logits=tf.cast(logits, tf.float32))
+                loss = tf.nn.compute_average_loss(per_example, global_batch_size=global_labels)
                 scaled = _scaled(optimizer, loss) if scale_loss else loss
             grads = tape.gradient(scaled, variables)
             if scale_loss and hasattr(optimizer, "get_unscaled_gradients"):  # Keras 2

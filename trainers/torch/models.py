@@ -17,6 +17,8 @@ and 1000 classes they have the published parameter counts:
     alexnet_r   89,578 at 3x32x32, 10 classes (DLBench's AlexNet-R, Caffe's rounding)
     vgg16_cifar 14,728,266 and googlenet_cifar 6,166,250 at 3x32x32, 10 classes (kuangliu's
                 pytorch-cifar, whose module names they keep)
+    lstm        6,180,624 at 10,000 words (DLBench's LSTM: one bias per gate set)
+    gpt         124,439,808 at 50,257 words and context 1,024 (GPT-2 small, tied output)
 
     python -m trainers.torch.models --count [--channels 3 --size 224 --classes 1000]
 
@@ -31,6 +33,7 @@ from trainers.common import architectures as arch
 from trainers.common.counting import count_main
 from trainers.common.errors import Unsupported
 from trainers.common.recipe import init_limit
+from trainers.torch.transformer import GPT
 
 
 def _max_pool(spec):
@@ -359,8 +362,45 @@ class FullyConnected(nn.Sequential):
             nn.Flatten(), *_head(head, arch.flat_features(input_shape), classes))
 
 
-def build(name, input_shape, classes):
-    """The network `name` for inputs of [C, H, W] `input_shape` and `classes` classes."""
+class SequenceNet(nn.Module):
+    """A sequence network of architectures.SEQUENCE (DLBench's LSTM): an embedding, LSTM
+    layers, a fully connected layer to the vocabulary at every position; the scores come out
+    as [batch x positions, vocabulary]. nn.LSTM adds two bias vectors per gate set (bias_ih
+    and bias_hh), whose sum is one bias: bias_hh stays zero and frozen, so the network trains
+    the parameters every framework's does."""
+
+    def __init__(self, layers, vocabulary):
+        super(SequenceNet, self).__init__()
+        embedding, lstms = layers[0], layers[1:]
+        self.embedding = nn.Embedding(vocabulary, embedding.width)
+        width, self.lstms = embedding.width, nn.ModuleList()
+        for spec in lstms:
+            self.lstms.append(nn.LSTM(width, spec.units, batch_first=True))
+            width = spec.units
+        self.fc = nn.Linear(width, vocabulary)
+        for name, p in self.named_parameters():
+            if "bias" in name:
+                nn.init.zeros_(p)
+            else:
+                nn.init.uniform_(p, -arch.LSTM_INIT, arch.LSTM_INIT)
+        for lstm in self.lstms:
+            lstm.bias_hh_l0.requires_grad_(False)
+
+    def forward(self, tokens):
+        x = self.embedding(tokens)
+        for lstm in self.lstms:
+            x, _ = lstm(x)
+        return self.fc(x).reshape(-1, self.fc.out_features)
+
+
+def build(name, input_shape, classes, network=None):
+    """The network `name` for inputs of [C, H, W] `input_shape` (a sequence network's
+    [seq_len]) and `classes` classes (a sequence network's vocabulary); a Transformer's
+    `network` shape (architectures.transformer; None: its own)."""
+    if name in arch.TRANSFORMER:
+        return GPT(arch.shape_of(name, network), input_shape[0], classes)
+    if name in arch.SEQUENCE:
+        return SequenceNet(arch.SEQUENCE[name], classes)
     channels, height, width = input_shape
     if name in arch.FULLY_CONNECTED:
         return FullyConnected(arch.FULLY_CONNECTED[name], input_shape, classes)

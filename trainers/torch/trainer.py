@@ -68,7 +68,7 @@ class TorchTrainer(Trainer):
             self.device = torch.device("cpu")
             devices = [cpu_name()] * cfg.devices
 
-        model = build(cfg.model, cfg.input_shape, cfg.classes)
+        model = build(cfg.model, cfg.input_shape, cfg.classes, cfg.network)
         params = count_params(model)
         model = model.to(self.device).train()
         if cfg.world_size > 1:
@@ -98,7 +98,8 @@ class TorchTrainer(Trainer):
 
     def step(self, batch):
         images = batch[0].to(self.device, non_blocking=True)
-        labels = batch[1].to(self.device, non_blocking=True)
+        # a sequence network's labels, one per position, flat as its scores (models.SequenceNet)
+        labels = batch[1].to(self.device, non_blocking=True).reshape(-1)
         self.optimizer.zero_grad(set_to_none=True)
         if self.amp_dtype is None:
             loss = F.cross_entropy(self.model(images), labels)

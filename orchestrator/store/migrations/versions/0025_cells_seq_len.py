@@ -1,0 +1,33 @@
+"""Sequence networks (issue 37): `cells` gains `seq_len` (a sequence network's tokens per sequence),
+the `results` view `seq_len` and `tokens_per_sec`, the summary `seq_len`.
+
+Every cell made before this revision is an image network's, which has no sequence length: it
+stores null, so its id and its rows are unchanged. The kept tables gain their columns (the
+summary's `seq_len`, kept_metrics' `tokens_per_sec`) by the upgrade's remake after the last
+revision (`rebuilds`: migrations/__init__.py says why). env.py rebuilds the views.
+
+down_revision 0022: the numbers 0023 and 0024 are left to the revisions of branches merged beside
+this one; whoever merges relinks this chain after theirs.
+"""
+import sqlalchemy as sa
+from alembic import op
+
+revision = "0025"
+down_revision = "0022"
+branch_labels = None
+depends_on = None
+
+#: The views this revision defines (orchestrator.store.migrations.views_sha256()).
+views_sha256 = "4b599e56df6c5e18"
+#: The kept tables the upgrade remakes once every revision has run (result_rows.remake).
+rebuilds = ("kept_summary", "kept_metrics")
+
+
+def upgrade() -> None:
+    op.add_column("cells", sa.Column("seq_len", sa.Integer, nullable=True))
+
+
+def downgrade() -> None:
+    """The column taken away (the views first dropped by the caller); the kept tables keep theirs
+    until the next upgrade remakes them."""
+    op.execute("ALTER TABLE cells DROP COLUMN seq_len")
