@@ -28,7 +28,10 @@ def upgrade() -> None:
     kept_counts.create_deltas(op.execute, op.get_bind().dialect.name, count=True)
     if op.get_bind().dialect.name == "postgresql":
         op.drop_index("ix_runs_current", "runs")
-        _current().create(op.get_bind())  # as db.py's tables define it
+        # its INCLUDE named here: schema.py's Index gets it only where this process made a runs table
+        # (schema._where_on_postgresql), so an upgrade alone made the index without it
+        op.create_index("ix_runs_current", "runs", [c.name for c in _current().columns],
+                        postgresql_include=schema.INCLUDED["ix_runs_current"])
 
 
 def _current() -> sa.Index:
