@@ -20,8 +20,9 @@ numpy comes in with the first batch converted (to_float, resize_nearest), in a t
 """
 import collections
 
-from trainers.common.architectures import CIFAR_SIZE, FULLY_CONNECTED, GPT2_CONTEXT, SEQUENCE, TRANSFORMER, transformer
+from trainers.common.architectures import CIFAR_SIZE, FULLY_CONNECTED
 from trainers.common.errors import InvalidArgument, Unsupported
+from trainers.common.token_nets import GPT2_CONTEXT, SEQUENCE, TRANSFORMER, transformer
 
 DatasetSpec = collections.namedtuple("DatasetSpec", "shape classes")
 

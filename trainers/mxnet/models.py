@@ -16,13 +16,13 @@ two bias vectors per gate set, as PyTorch's: the second stays zero and untrained
 import sys
 
 import mxnet as mx
-from mxnet.gluon import nn, rnn
+from mxnet.gluon import nn
 
 from trainers.common import architectures as arch
 from trainers.common.counting import count_main
 from trainers.common.errors import Unsupported
 from trainers.common.recipe import INIT_SCALE
-from trainers.mxnet.transformer import GPT
+from trainers.mxnet import sequence
 
 # PyTorch's initialisations where the torch file sets them (Kaiming normal fan-out, N(0, 0.01));
 # elsewhere the trainer's Xavier default. The initialisation does not change a step's cost.
@@ -338,32 +338,12 @@ def fully_connected(head, input_shape, classes):
     return net
 
 
-def sequence(layers, vocabulary):
-    """A network of architectures.SEQUENCE (DLBench's LSTM): an embedding, LSTM layers (NTC),
-    the vocabulary's scores at every position, [batch, positions, vocabulary]; U(+-0.1) weights
-    and zero biases as the torch file has them, h2h_bias (the second bias) frozen at zero."""
-    init = mx.init.Uniform(arch.LSTM_INIT)
-    net = nn.HybridSequential()
-    width = layers[0].width
-    net.add(nn.Embedding(vocabulary, width, weight_initializer=init))
-    for spec in layers[1:]:
-        lstm = rnn.LSTM(spec.units, layout="NTC", input_size=width, i2h_weight_initializer=init,
-                        h2h_weight_initializer=init)
-        lstm.collect_params(".*h2h_bias").setattr("grad_req", "null")
-        net.add(lstm)
-        width = spec.units
-    net.add(nn.Dense(vocabulary, flatten=False, in_units=width, weight_initializer=init))
-    return net
-
-
 def build(name, input_shape, classes, network=None):
     """The network `name` for inputs of [C, H, W] `input_shape` (a sequence network's
     [seq_len]) and `classes` classes (its vocabulary); a Transformer's `network` shape
     (architectures.transformer; None: its own)."""
-    if name in arch.TRANSFORMER:
-        return GPT(arch.shape_of(name, network), input_shape[0], classes)
-    if name in arch.SEQUENCE:
-        return sequence(arch.SEQUENCE[name], classes)
+    if name in arch.TRANSFORMER or name in arch.SEQUENCE:
+        return sequence.build(name, input_shape, classes, network)
     channels, height, width = input_shape
     if name in arch.FULLY_CONNECTED:
         return fully_connected(arch.FULLY_CONNECTED[name], input_shape, classes)

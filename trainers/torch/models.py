@@ -33,7 +33,7 @@ from trainers.common import architectures as arch
 from trainers.common.counting import count_main
 from trainers.common.errors import Unsupported
 from trainers.common.recipe import init_limit
-from trainers.torch.transformer import GPT
+from trainers.torch import sequence
 
 
 def _max_pool(spec):
@@ -362,64 +362,25 @@ class FullyConnected(nn.Sequential):
             nn.Flatten(), *_head(head, arch.flat_features(input_shape), classes))
 
 
-class SequenceNet(nn.Module):
-    """A sequence network of architectures.SEQUENCE (DLBench's LSTM): an embedding, LSTM
-    layers, a fully connected layer to the vocabulary at every position; the scores come out
-    as [batch x positions, vocabulary]. nn.LSTM adds two bias vectors per gate set (bias_ih
-    and bias_hh), whose sum is one bias: bias_hh stays zero and frozen, so the network trains
-    the parameters every framework's does."""
-
-    def __init__(self, layers, vocabulary):
-        super(SequenceNet, self).__init__()
-        embedding, lstms = layers[0], layers[1:]
-        self.embedding = nn.Embedding(vocabulary, embedding.width)
-        width, self.lstms = embedding.width, nn.ModuleList()
-        for spec in lstms:
-            self.lstms.append(nn.LSTM(width, spec.units, batch_first=True))
-            width = spec.units
-        self.fc = nn.Linear(width, vocabulary)
-        for name, p in self.named_parameters():
-            if "bias" in name:
-                nn.init.zeros_(p)
-            else:
-                nn.init.uniform_(p, -arch.LSTM_INIT, arch.LSTM_INIT)
-        for lstm in self.lstms:
-            lstm.bias_hh_l0.requires_grad_(False)
-
-    def forward(self, tokens):
-        x = self.embedding(tokens)
-        for lstm in self.lstms:
-            x, _ = lstm(x)
-        return self.fc(x).reshape(-1, self.fc.out_features)
+#: The image networks built from their input channels and classes (and height and width: _BY_SIZE).
+_BY_CHANNELS = {"alexnet": AlexNet, "resnet50": ResNet50, "resnet56": ResNet56, "googlenet": GoogLeNet, "vgg16": VGG16}
+_BY_SIZE = {"lenet": LeNet, "alexnet_r": AlexNetR}
 
 
 def build(name, input_shape, classes, network=None):
-    """The network `name` for inputs of [C, H, W] `input_shape` (a sequence network's
-    [seq_len]) and `classes` classes (a sequence network's vocabulary); a Transformer's
-    `network` shape (architectures.transformer; None: its own)."""
-    if name in arch.TRANSFORMER:
-        return GPT(arch.shape_of(name, network), input_shape[0], classes)
-    if name in arch.SEQUENCE:
-        return SequenceNet(arch.SEQUENCE[name], classes)
+    """The network `name` for inputs of [C, H, W] `input_shape` (a token network's [seq_len]) and
+    `classes` classes (its vocabulary); a Transformer's `network` shape (None: its own)."""
+    if name in arch.TRANSFORMER or name in arch.SEQUENCE:
+        return sequence.build(name, input_shape, classes, network)
     channels, height, width = input_shape
     if name in arch.FULLY_CONNECTED:
         return FullyConnected(arch.FULLY_CONNECTED[name], input_shape, classes)
-    if name == "lenet":
-        return LeNet(channels, classes, height, width)
-    if name == "alexnet":
-        return AlexNet(channels, classes)
-    if name == "alexnet_r":
-        return AlexNetR(channels, classes, height, width)
-    if name == "resnet50":
-        return ResNet50(channels, classes)
-    if name == "resnet56":
-        return ResNet56(channels, classes)
+    if name in _BY_SIZE:
+        return _BY_SIZE[name](channels, classes, height, width)
+    if name in _BY_CHANNELS:
+        return _BY_CHANNELS[name](channels, classes)
     if name in arch.CIFAR_NETS:
         return CifarNet(arch.CIFAR_NETS[name], channels, classes)
-    if name == "googlenet":
-        return GoogLeNet(channels, classes)
-    if name == "vgg16":
-        return VGG16(channels, classes)
     raise Unsupported("no PyTorch definition of model %r" % (name,))
 
 

@@ -39,7 +39,7 @@ class Block(nn.Module):
 class GPT(nn.Module):
     """Token and position embeddings, the blocks, a final LayerNorm; the scores are the hidden
     states times the token embedding (tied, as GPT-2's), [batch x positions, vocabulary] as the
-    LSTM's (models.SequenceNet), so the trainer's loss takes either."""
+    LSTM's (sequence.SequenceNet), so the trainer's loss takes either."""
 
     def __init__(self, shape, context, vocabulary):
         super(GPT, self).__init__()
