@@ -26,8 +26,11 @@ from typing import Any, Callable, Mapping, Optional
 from trainers.common import settings as shared
 
 #: When a setting is hashed into the cell id: always; only where the cell is in accuracy mode;
-#: only where its value is not its default (a setting added after cells existed).
-ALWAYS, IN_ACCURACY_MODE, UNLESS_DEFAULT = "always", "in accuracy mode", "unless default"
+#: only where the cell is in the inference phase; only where its value is not its default (a
+#: setting added after cells existed).
+ALWAYS, IN_ACCURACY_MODE, IN_INFERENCE, UNLESS_DEFAULT = "always", "in accuracy mode", "in inference", "unless default"
+#: The settings hashed, read and passed to the trainer only in one mode or phase: (setting, its value there).
+ONLY_WHERE = {IN_ACCURACY_MODE: ("mode", "accuracy"), IN_INFERENCE: ("phase", "inference")}
 
 #: A config lookup: the value at a dotted path of the composed config, None where absent.
 Lookup = Callable[[str], Any]
@@ -107,8 +110,16 @@ def _threads(get: Lookup, so_far: Mapping[str, Any]) -> Any:
     return found if found is not None else _first(os.cpu_count(), 1)
 
 
-def _accuracy_only(key: str, default: Any = None) -> Callable[[Lookup, Mapping[str, Any]], Any]:
-    return lambda get, so_far: _first(get(key), default) if so_far.get("mode") == "accuracy" else None
+def _only(where: str, key: str, default: Any = None) -> Callable[[Lookup, Mapping[str, Any]], Any]:
+    """A setting read only where the cell is in `where`'s mode or phase (ONLY_WHERE), else None."""
+    setting, value = ONLY_WHERE[where]
+    return lambda get, so_far: _first(get(key), default) if so_far.get(setting) == value else None
+
+
+def _applies(s: SettingDef, settings: Mapping[str, Any]) -> bool:
+    """Whether a setting counts for these settings: its mode or phase is theirs (ONLY_WHERE)."""
+    setting, value = ONLY_WHERE.get(s.hashed, (None, None))
+    return setting is None or settings.get(setting) == value
 
 
 #: the defaults the trainer's command line has too (trainers/common/settings.py): one declaration
@@ -142,15 +153,24 @@ SETTINGS: tuple[SettingDef, ...] = (
     # accuracy mode existed is: its id is unchanged, a retyped sweep finds it
     SettingDef("mode", str, _key("mode", _D["mode"]), hashed=UNLESS_DEFAULT, default=_D["mode"],
        choices=shared.MODES),
-    SettingDef("epochs", int, _accuracy_only("epochs", _D["epochs"]), hashed=IN_ACCURACY_MODE, minimum=1,
+    SettingDef("epochs", int, _only(IN_ACCURACY_MODE, "epochs", _D["epochs"]), hashed=IN_ACCURACY_MODE, minimum=1,
        way_out=f"use epochs=N (accuracy mode's passes over the training split; default {_D['epochs']})"),
-    SettingDef("target_accuracy", float, _accuracy_only("target_accuracy"), hashed=IN_ACCURACY_MODE, minimum=0.0,
+    SettingDef("target_accuracy", float, _only(IN_ACCURACY_MODE, "target_accuracy"), hashed=IN_ACCURACY_MODE, minimum=0.0,
        way_out="use target_accuracy=X with 0 < X <= 1 (a test top-1), or target_accuracy=null"),
     # memory: batches prepared before the timed steps; pipeline: each timed step takes its batch from
     # the ImageNet loader (trainers/common/imagenet.py). A cell at memory stores None (migration 0010),
     # which the views show as memory.
     SettingDef("input", str, _key("input", _D["input"]), hashed=UNLESS_DEFAULT, default=_D["input"],
        choices=shared.INPUTS),
+    # train: timed training steps; inference: timed forward passes (issue 38; migration 0020). A cell
+    # at train stores None, so every cell made before the phase existed keeps its id.
+    SettingDef("phase", str, _key("phase", _D["phase"]), hashed=UNLESS_DEFAULT, default=_D["phase"],
+       choices=shared.PHASES),
+    # inference's validity rule: timed batches until both are reached (None in train, which counts iterations)
+    SettingDef("min_batches", int, _only(IN_INFERENCE, "min_batches", _D["min_batches"]), hashed=IN_INFERENCE,
+       minimum=1, way_out=f"use min_batches=N (inference's fewest timed batches; default {_D['min_batches']})"),
+    SettingDef("min_seconds", float, _only(IN_INFERENCE, "min_seconds", _D["min_seconds"]), hashed=IN_INFERENCE,
+       minimum=0.0, way_out=f"use min_seconds=X (inference's fewest measured seconds; default {_D['min_seconds']})"),
 )
 BY_NAME: dict[str, SettingDef] = {s.name: s for s in SETTINGS}
 #: Every setting's name, in the order they are shown.
@@ -194,23 +214,22 @@ def filled(record: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def hashed_keys(settings: Mapping[str, Any]) -> tuple[str, ...]:
-    """The settings a cell's id hashes: every ALWAYS setting, the IN_ACCURACY_MODE ones where the
-    cell is in accuracy mode, the UNLESS_DEFAULT ones where not at their default (None)."""
-    accuracy = settings.get("mode") == "accuracy"
+    """The settings a cell's id hashes: every ALWAYS setting, the IN_ACCURACY_MODE (IN_INFERENCE) ones
+    where the cell is in accuracy mode (the inference phase), the UNLESS_DEFAULT ones where not at
+    their default (None)."""
     return tuple(s.name for s in SETTINGS if s.hashed == ALWAYS
-                 or (s.hashed == IN_ACCURACY_MODE and accuracy)
+                 or (s.hashed in ONLY_WHERE and _applies(s, settings))
                  or (s.hashed == UNLESS_DEFAULT and settings.get(s.name) not in (None, s.default)))
 
 
 def trainer_flags(settings: Mapping[str, Any]) -> list[str]:
     """The trainer's command line for these settings: `--<name> <value>` for each it is told,
-    where set and not at its default, accuracy mode's only in that mode (docs/protocol.md); a
-    null where the trainer's default is not (target_accuracy) as `--<name> none`."""
-    accuracy = settings.get("mode") == "accuracy"
+    where set and not at its default, accuracy mode's (inference's) only in that mode (phase)
+    (docs/protocol.md); a null where the trainer's default is not (target_accuracy) as `--<name> none`."""
     args: list[str] = []
     for s in SETTINGS:
         value = settings.get(s.name)
-        if not s.trainer_flag or not (accuracy or s.hashed != IN_ACCURACY_MODE):
+        if not s.trainer_flag or not _applies(s, settings):
             continue
         if value is None and getattr(shared.BY_NAME.get(s.name), "nullable", False):
             args += ["--" + s.name.replace("_", "-"), shared.NONE]

@@ -18,6 +18,7 @@ from typing import Any, Iterable, Optional
 import numpy as np
 
 from orchestrator.job.energy import counter_energy, rapl_metrics, trapezoid_energy
+from orchestrator.job.latency import inference_metrics, number as _number
 from trainers.common import flops
 
 #: A stretch of the window longer than this with no GPU sample is named in the run's reason.
@@ -118,11 +119,6 @@ def throughput(events: Iterable[dict[str, Any]]) -> dict[str, float]:
         "step_time_mean": float(dt.mean()),
         "step_time_median": float(np.median(dt)),
     }
-
-
-def _number(value: Any) -> bool:
-    """A JSON number (bools are ints to Python, not numbers to the protocol)."""
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def _mean(values: list[float]) -> float:
@@ -264,20 +260,21 @@ def utilisation(start: dict[str, Any], images_per_sec: float,
                       f"hardware.peak_tflops.{precision}=TFLOPS sets one)"), None
     try:
         shape = (start["model"], start["input_shape"], start["classes"])
-        per_image, fewest = flops.training_flops(*shape), flops.fewest_training_flops(*shape)
+        per_image, fewest = flops.per_image(*shape, phase=start.get("phase", "train"))
     except (KeyError, TypeError, ValueError) as exc:  # flops' ValueError names the layer left without output
         return None, f"no mfu: run_start's network and input cannot be counted ({exc!r})", None
     devices = max(int(start["gpus"]), 1) * int(start["nodes"])
     ceiling = float(peak) * 1e12 * devices
     achieved = images_per_sec * per_image
+    kind = "inference" if start.get("phase") == "inference" else "training"
     where = f"({start['model']} at {'x'.join(str(n) for n in start['input_shape'])})"
     against = f"{devices} x {float(peak):g} TFLOP/s {precision} peak"
-    what = (f"{images_per_sec:.1f} images/s x {per_image / 1e9:.3f} GFLOP per training image {where} = "
+    what = (f"{images_per_sec:.1f} images/s x {per_image / 1e9:.3f} GFLOP per {kind} image {where} = "
             f"{achieved / 1e12:.3f} TFLOP/s against {against}")
     bound = images_per_sec * fewest
     impossible = None if bound <= ceiling else (
         f"{bound / ceiling:.2f} x the peak even at the fewest FLOPs of the algorithms production libraries use: "
-        f"{images_per_sec:.1f} images/s x {fewest / 1e9:.3f} GFLOP per training image {where} "
+        f"{images_per_sec:.1f} images/s x {fewest / 1e9:.3f} GFLOP per {kind} image {where} "
         f"(Winograd/FFT where they apply; the model count is {per_image / 1e9:.3f}, mfu "
         f"{achieved / ceiling:.2f}) = {bound / 1e12:.3f} TFLOP/s against {against}")
     return achieved / ceiling, what, impossible
@@ -311,6 +308,9 @@ def compute(events: Iterable[dict[str, Any]], samples: Iterable[dict[str, Any]] 
         values.update(host)
     else:
         reasons.append(f"no host metrics: no host sample within the {window['end'] - window['start']:.3f} s window")
+    served, notes = inference_metrics(events, measured_steps(events))
+    values.update(served)
+    reasons.extend(notes)
     learnt = accuracy(events)
     values.update(learnt)
     start = next((e for e in events if e.get("event") == "run_start"), {})

@@ -163,6 +163,7 @@ def resolve_settings(cfg: dict[str, Any], checked: dict[tuple[int, ...], tuple[A
         raise CellError(f"{where}: target_accuracy={settings['target_accuracy']} is not a test top-1 in (0, 1]; "
                         f"use target_accuracy=0.9, or target_accuracy=null")
     _check_input(where, settings)
+    _check_phase(where, settings)
     if not _passed(checked, (cfg["hardware"],)):
         _refusing(where, _check_hardware, cfg["hardware"])
         _remember(checked, (cfg["hardware"],))
@@ -171,7 +172,7 @@ def resolve_settings(cfg: dict[str, Any], checked: dict[tuple[int, ...], tuple[A
         raise CellError(f"{where}: nodes={nodes} needs a cluster of nodes, but cluster="
                         f"{(cfg.get('cluster') or {}).get('name', 'local')} runs one; use cluster=slurm, or nodes=1")
     _check_placement(where, settings["gpus"], cfg["hardware"], cfg["framework"], settings["precision"],
-                     settings["model"], nodes)
+                     settings["model"], nodes, settings["phase"])
     return settings
 
 
@@ -242,8 +243,22 @@ def _check_input(where: str, settings: dict[str, Any]) -> None:
                         f"before its timed step); use input=memory")
 
 
+def _check_phase(where: str, settings: dict[str, Any]) -> None:
+    """phase=inference times forward passes of the seed's initial weights: not accuracy mode's training,
+    and not the loader's reading (trainers/common/inference.py says the same at run time)."""
+    if settings["phase"] != "inference":
+        return
+    if settings["mode"] == "accuracy":
+        raise CellError(f"{where}: phase=inference times forward passes of untrained weights, mode=accuracy "
+                        f"trains and evaluates; use mode=throughput with phase=inference, or phase=train")
+    if settings["input"] != setting_registry.BY_NAME["input"].default:
+        raise CellError(f"{where}: phase=inference times forward passes on batches prepared before timing; "
+                        f"use input=memory (the loader's reading is timed in phase=train)")
+
+
 def _check_placement(where: str, gpus: int, hardware: dict[str, Any], framework: dict[str, Any],
-                     precision: str = "fp32", model: str | None = None, nodes: int = 1) -> None:
+                     precision: str = "fp32", model: str | None = None, nodes: int = 1,
+                     phase: str = "train") -> None:
     """Refuses a cell its hardware cannot hold, before anything is submitted."""
     per_node = hardware.get("gpus_per_node")
     if gpus and per_node is not None:
@@ -264,7 +279,7 @@ def _check_placement(where: str, gpus: int, hardware: dict[str, Any], framework:
     except ValueError as exc:
         raise CellError(f"{where}: {exc}") from exc
     problem = declared.problem(precision, gpus, model, gpu_capability=hardware.get("gpu_capability"),
-                               gpu_name=f"hardware={hardware['name']}", nodes=nodes)
+                               gpu_name=f"hardware={hardware['name']}", nodes=nodes, phase=phase)
     if problem:
         raise CellError(f"{where}: {problem}")
 

@@ -13,6 +13,7 @@ from trainers.common.support import EXTERNAL_TOOL, Support
 
 SUPPORT = Support(
     "caffe",
+    inference=True,
     cpu=["fp32"],
     gpu=["fp32"],
     multi_gpu=EXTERNAL_TOOL,  # `caffe train --gpu=0,1,...` (NCCL), timed from its log

@@ -148,6 +148,10 @@ class CaffeTrainer(Trainer):
         net.forward()
         return net.blobs[net.bottom_names[models.LOSS][0]].data.copy()
 
+    def infer(self, batch):
+        # the TEST-phase net sharing the solver's (seeded) weights: its forward alone
+        return self.predict(batch[0])
+
     def is_out_of_memory(self, exc):
         # Caffe reports running out of memory by aborting the process (glog CHECK), which
         # trainers/caffe/__main__.py recognises from the log; here only the tool's failures

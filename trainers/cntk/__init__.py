@@ -11,6 +11,7 @@ from trainers.common.support import MPI_RANKS, Support
 
 SUPPORT = Support(
     "cntk",
+    inference=True,
     cpu=["fp32"],
     gpu=["fp32", "fp16"],
     gpu_precision_capability={"fp16": (6, 0)},

@@ -257,6 +257,16 @@ def training_flops(model, input_shape, classes):
     return PASSES_PER_STEP * FLOPS_PER_MAC * forward_macs(model, input_shape, classes)
 
 
+def per_image(model, input_shape, classes, phase="train"):
+    """(the model count, the fewest) floating-point operations of one image in `phase`: training's
+    step (training_flops, fewest_training_flops), or inference's forward pass alone (2 x its MACs)."""
+    if phase == "inference":
+        counter = _count(model, input_shape, classes)
+        return FLOPS_PER_MAC * counter.macs, FLOPS_PER_MAC * counter.fewest
+    return (training_flops(model, input_shape, classes),
+            fewest_training_flops(model, input_shape, classes))
+
+
 def ceiling_factor(model, input_shape, classes):
     """The mfu (by model FLOPs) above which a run of `model` is refused as implausible: training
     FLOPs / the fewest. A timing error smaller than this over the true mfu goes uncaught."""

@@ -349,3 +349,15 @@ def restore_sigterm(previous):
             signal.signal(signal.SIGTERM, previous)
         except ValueError:
             pass
+
+
+def main_module():
+    """The trainer module this process was started as (`python -m trainers.<fw>`): what a run in
+    child processes re-runs."""
+    spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+    name = getattr(spec, "name", None)
+    if not name:
+        raise RuntimeError("a multi-process run re-runs the trainer with python -m; start "
+                           "it that way (python -m trainers.<framework>)")
+    suffix = ".__main__"
+    return name[:-len(suffix)] if name.endswith(suffix) else name

@@ -17,6 +17,7 @@ import sys
 from trainers.common import accuracy
 from trainers.common import data as datasets
 from trainers.common import imagenet
+from trainers.common import inference
 from trainers.common import recipe
 from trainers.common import settings
 from trainers.common.errors import (EXIT_CODES, Diverged, InvalidArgument, Unsupported,
@@ -24,7 +25,7 @@ from trainers.common.errors import (EXIT_CODES, Diverged, InvalidArgument, Unsup
 from trainers.common.events import Events
 from trainers.common.host import available_cpus
 from trainers.common.inputs import DATASETS, MODELS, input_shape, to_float
-from trainers.common.launch import launch, node_from_env, rank_from_env
+from trainers.common.launch import launch, main_module, node_from_env, rank_from_env
 from trainers.common.pool import build_pool, pool_batches
 from trainers.common.scaling import split_batch
 from trainers.common.support import cpu_replicas_requested, declared
@@ -120,6 +121,31 @@ def resolve(args, environ=None):
     global_batch, per_device, devices = split_batch(args.batch_size, args.scaling, args.gpus,
                                                     args.nodes)
 
+    like = _like(args)
+    inference.check_args(args)
+    if args.mode == "accuracy":
+        accuracy.check_args(args, devices, SYNTHETIC)
+    workers = _check_input(args)
+
+    place = rank_from_env(environ) or (0, 1, 0)
+    cpu_replicas = args.gpus > 0 and cpu_replicas_requested(environ)
+    return Config(
+        model=args.model, dataset=args.dataset, like=like, data_dir=args.data_dir,
+        batch_size=args.batch_size, scaling=args.scaling, iterations=args.iterations,
+        warmup=args.warmup, gpus=args.gpus, threads=threads, precision=args.precision,
+        seed=args.seed, global_batch=global_batch, per_device_batch=per_device,
+        devices=devices, cpu_replicas=cpu_replicas, on_gpu=args.gpus > 0 and not cpu_replicas,
+        rank=place[0], world_size=place[1], local_rank=place[2], nodes=args.nodes,
+        node=node if args.nodes > 1 else None,
+        input_shape=tuple(input_shape(args.model, like)), classes=DATASETS[like].classes,
+        mode=args.mode, epochs=args.epochs, target_accuracy=args.target_accuracy,
+        learning_rate=args.learning_rate, input=args.input, loader_workers=workers,
+        phase=args.phase, min_batches=args.min_batches, min_seconds=args.min_seconds)
+
+
+def _like(args):
+    """The dataset whose shape the run takes: --like for synthetic data, else the dataset, whose
+    files must be there."""
     if args.dataset == SYNTHETIC:
         if args.like is None:
             raise InvalidArgument("--dataset synthetic needs --like (%s): the dataset "
@@ -137,24 +163,7 @@ def resolve(args, environ=None):
         if not os.path.isdir(args.data_dir):
             raise datasets.DataError("--data-dir %s does not exist%s" % (
                 args.data_dir, "; " + imagenet.WAY_OUT if args.dataset == "imagenet" else ""))
-
-    if args.mode == "accuracy":
-        _check_accuracy(args, devices)
-    workers = _check_input(args)
-
-    place = rank_from_env(environ) or (0, 1, 0)
-    cpu_replicas = args.gpus > 0 and cpu_replicas_requested(environ)
-    return Config(
-        model=args.model, dataset=args.dataset, like=like, data_dir=args.data_dir,
-        batch_size=args.batch_size, scaling=args.scaling, iterations=args.iterations,
-        warmup=args.warmup, gpus=args.gpus, threads=threads, precision=args.precision,
-        seed=args.seed, global_batch=global_batch, per_device_batch=per_device,
-        devices=devices, cpu_replicas=cpu_replicas, on_gpu=args.gpus > 0 and not cpu_replicas,
-        rank=place[0], world_size=place[1], local_rank=place[2], nodes=args.nodes,
-        node=node if args.nodes > 1 else None,
-        input_shape=tuple(input_shape(args.model, like)), classes=DATASETS[like].classes,
-        mode=args.mode, epochs=args.epochs, target_accuracy=args.target_accuracy,
-        learning_rate=args.learning_rate, input=args.input, loader_workers=workers)
+    return like
 
 
 def _check_input(args):
@@ -177,23 +186,6 @@ def _check_input(args):
     return imagenet.default_workers() if args.loader_workers is None else args.loader_workers
 
 
-def _check_accuracy(args, devices):
-    if args.epochs < 1:
-        raise InvalidArgument("--epochs must be at least 1, got %d" % args.epochs)
-    if args.target_accuracy is not None and not 0.0 < args.target_accuracy <= 1.0:
-        raise InvalidArgument("--target-accuracy is a fraction in (0, 1], got %r"
-                              % args.target_accuracy)
-    if not (args.learning_rate > 0 and math.isfinite(args.learning_rate)):
-        raise InvalidArgument("--learning-rate must be a positive number, got %r"
-                              % args.learning_rate)
-    if args.dataset == SYNTHETIC:
-        raise Unsupported("--mode accuracy needs a dataset with a test split (digits, mnist, "
-                          "cifar10); random synthetic images have nothing to learn")
-    if devices > 1:
-        raise Unsupported("--mode accuracy trains on one device (--gpus 0 or 1) for now; "
-                          "use --mode throughput for several")
-
-
 def run(trainer, argv=None, module=None):
     """Run one benchmark with `trainer` (a Trainer instance, or a class or factory that
     makes one; a factory lets the framework be imported after stdout is claimed, so even
@@ -208,10 +200,10 @@ def run(trainer, argv=None, module=None):
     set_up = []
     try:
         cfg = resolve(build_parser().parse_args(argv))
-        module = module or _main_module()
+        module = module or main_module()
         support = declared(module)
         _refuse(support.problem(cfg.precision, cfg.gpus, cfg.model,
-                                cpu_replicas=cfg.cpu_replicas, nodes=cfg.nodes))
+                                cpu_replicas=cfg.cpu_replicas, nodes=cfg.nodes, phase=cfg.phase))
         obj = _instantiate(trainer)
         if obj.support is not support:
             raise ValueError("the trainer of %s does not point to the SUPPORT %s declares"
@@ -263,7 +255,8 @@ def report_error(events, exc, trainer=None):
 def _train(obj, cfg, events, set_up):
     if cfg.mode == "accuracy":
         return _train_accuracy(obj, cfg, events, set_up)
-    steps = cfg.warmup + cfg.iterations
+    infer = cfg.phase == inference.INFERENCE
+    steps = inference.pool_size(cfg) if infer else cfg.warmup + cfg.iterations
     n_batches = pool_batches(cfg.per_device_batch, cfg.input_shape, steps)
     # read the data before building the model: a missing file should cost seconds
     if cfg.dataset == "imagenet":
@@ -282,6 +275,8 @@ def _train(obj, cfg, events, set_up):
     del dataset
 
     events.emit("run_start", _run_start(obj, cfg, info, {"pool_batches": len(pool)}))
+    if infer:
+        return inference.run(obj, cfg, events, pool)
     _steps(obj, cfg, events, steps, lambda i: obj.step(pool[i % len(pool)]))
 
 
@@ -304,6 +299,8 @@ def _train_imagenet(obj, cfg, events, set_up, steps, n_batches):
             loader.close()
             more["pool_batches"] = len(pool)
             events.emit("run_start", _run_start(obj, cfg, info, more))
+            if cfg.phase == inference.INFERENCE:
+                return inference.run(obj, cfg, events, pool)
             _steps(obj, cfg, events, steps, lambda i: obj.step(pool[i % len(pool)]))
         else:
             def step(i):
@@ -378,7 +375,10 @@ def _run_start(obj, cfg, info, more):
         "python": platform.python_version(),
         "scaling": cfg.scaling, "warmup": cfg.warmup, "iterations": cfg.iterations,
         "processes": cfg.world_size, "nodes": cfg.nodes, "mode": cfg.mode, "input": cfg.input,
+        "phase": cfg.phase,
     }
+    if cfg.phase == inference.INFERENCE:  # the rule the run was held to (orchestrator/job/latency.py)
+        fields.update(min_batches=cfg.min_batches, min_seconds=cfg.min_seconds)
     fields.update(more)
     return fields
 
@@ -394,13 +394,3 @@ def _instantiate(trainer):
     if isinstance(trainer, type) or (callable(trainer) and not hasattr(trainer, "step")):
         return trainer()
     return trainer
-
-
-def _main_module():
-    spec = getattr(sys.modules.get("__main__"), "__spec__", None)
-    name = getattr(spec, "name", None)
-    if not name:
-        raise RuntimeError("a multi-process run re-runs the trainer with python -m; start "
-                           "it that way (python -m trainers.<framework>)")
-    suffix = ".__main__"
-    return name[:-len(suffix)] if name.endswith(suffix) else name

@@ -21,6 +21,9 @@ MODES = ("throughput", "accuracy")
 # memory: the steps cycle batches prepared before timing; pipeline: each timed step takes its
 # batch from the ImageNet loader (decode, crop, convert included), as real training does
 INPUTS = ("memory", "pipeline")
+# train: timed training steps; inference: timed forward passes in evaluation form
+# (trainers/common/inference.py), counted by min_batches and min_seconds instead of iterations
+PHASES = ("train", "inference")
 #: how a null value is spelled on the trainer's command line where the default is not null
 NONE = "none"
 
@@ -66,6 +69,11 @@ SETTINGS = (
     Setting("epochs", int, 10, help="accuracy mode: epochs"),
     Setting("target_accuracy", float, 0.9, help="accuracy mode: the test top-1 whose time and epochs "
             "are reported (%s: no target)" % NONE, nullable=True),
+    Setting("phase", str, "train", PHASES, "train: timed training steps; inference: timed forward "
+            "passes (evaluation form, no gradients) until --min-batches and --min-seconds are both met"),
+    Setting("min_batches", int, 64, help="inference: timed batches at least (train: ignored, "
+            "--iterations counts its steps)"),
+    Setting("min_seconds", float, 10.0, help="inference: measured seconds at least (train: ignored)"),
     Setting("input", str, "memory", INPUTS, "memory: timed steps on batches prepared before timing; "
             "pipeline: each timed step takes the next batch from the loader (--dataset imagenet)"),
 )

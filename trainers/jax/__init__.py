@@ -15,6 +15,7 @@ from trainers.common.support import REPLICAS, Support
 
 SUPPORT = Support(
     "jax",
+    inference=True,
     cpu=["fp32", "bf16"],  # bf16: Flax modules computing in bfloat16, parameters in fp32
     gpu=["fp32", "bf16"],
     # XLA emulates bfloat16 through float32 before Ampere: it runs, but measures nothing

@@ -193,6 +193,14 @@ class JaxTrainer(Trainer):
                                  jnp.transpose(images, (0, 2, 3, 1)), train=False)
             return logits.astype(jnp.float32)
 
+        self.eval_step = jax.jit(eval_step)
+        if cfg.phase != "inference":  # inference compiles eval_step alone, at its first batch
+            self._compile_train(train_step, cfg)
+        names = [d.device_kind for d in self.devices] if cfg.on_gpu else [cpu_name()] * len(self.devices)
+        return {"params": count_params(params), "devices": names,
+                "version": jax.__version__, "build": build_info(cfg, self.devices)}
+
+    def _compile_train(self, train_step, cfg):
         batch = (cfg.global_batch,) + tuple(cfg.input_shape)
         self.train_step = jax.jit(
             train_step, donate_argnums=0,
@@ -200,13 +208,6 @@ class JaxTrainer(Trainer):
             out_shardings=(self.replicated, self.replicated)).lower(
             self.state, jax.ShapeDtypeStruct(batch, jnp.float32),
             jax.ShapeDtypeStruct(batch[:1], jnp.int32)).compile()
-        self.eval_step = jax.jit(eval_step)
-        if cfg.on_gpu:
-            names = [d.device_kind for d in self.devices]
-        else:
-            names = [cpu_name()] * len(self.devices)
-        return {"params": count_params(params), "devices": names,
-                "version": jax.__version__, "build": build_info(cfg, self.devices)}
 
     def to_batch(self, images, labels):
         # JAX's default integers are 32-bit: convert here, outside the timed step
@@ -236,6 +237,12 @@ class JaxTrainer(Trainer):
 
     def predict(self, images):
         return np.asarray(self.eval_step(self.state, np.asarray(images, dtype=np.float32)))
+
+    def infer(self, batch):
+        return self.predict(batch[0])  # jitted (train=False), np.asarray waits for the result
+
+    def compile_cache(self):
+        return jax.config.jax_compilation_cache_dir  # None unless a persistent cache is set
 
     def param_checksum(self):
         return params_sha256(jax.tree_util.tree_leaves(self.state["params"]))
@@ -278,6 +285,8 @@ def build_info(cfg, devices):
         "data_parallel": "jit over a %d-device mesh, batch sharded, state replicated"
                          % len(devices),
         "batchnorm": "synchronous (statistics over the global batch)",
+        # JAX has no eager mode worth measuring: inference and training are always jax.jit
+        "compiled": "jax.jit (always: XLA compiles each step at its first call)",
         "xla_cpu_threads": xla_cpu_threads(),
         "threads_asked": cfg.threads,
         THREADS_ENV.lower(): os.environ.get(THREADS_ENV),

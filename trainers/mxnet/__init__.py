@@ -10,6 +10,7 @@ from trainers.common.support import REPLICAS, Support
 
 SUPPORT = Support(
     "mxnet",
+    inference=True,
     cpu=["fp32"],
     gpu=["fp32", "fp16"],
     multi_gpu=REPLICAS,  # one process, one context per GPU (or per CPU replica), a kvstore

@@ -132,6 +132,12 @@ class MXNetTrainer(Trainer):
         x = mx.nd.array(images, ctx=self.contexts[0], dtype=self.dtype)
         return self.net(x).astype("float32").asnumpy()
 
+    def infer(self, batch):
+        # outside autograd.record(), autograd off: predict mode (no dropout, BatchNorm's running
+        # statistics); asnumpy() waits for the engine
+        x = batch[0].as_in_context(self.contexts[0])
+        return self.net(x).astype("float32").asnumpy()
+
     def is_out_of_memory(self, exc):
         # MXNet reports both as MXNetError: "cudaMalloc retry failed: out of memory" on a
         # GPU, "Failed to allocate CPU Memory" on the host

@@ -152,11 +152,15 @@ class TensorFlowTrainer(Trainer):
         self.optimizer.learning_rate.assign(lr)
 
     def predict(self, images):
+        return self.infer((tf.constant(images.transpose(0, 2, 3, 1)),))
+
+    def infer(self, batch):
+        # model(x, training=False): BatchNorm's running statistics, no dropout; numpy() waits
         if self.forward is None:
             model = self.model
             self.forward = tf.function(lambda x: tf.cast(model(x, training=False), tf.float32),
                                        reduce_retracing=True)
-        return self.forward(tf.constant(images.transpose(0, 2, 3, 1))).numpy()
+        return self.forward(batch[0]).numpy()
 
     def is_out_of_memory(self, exc):
         if isinstance(exc, tf.errors.ResourceExhaustedError):

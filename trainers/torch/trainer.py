@@ -70,7 +70,9 @@ class TorchTrainer(Trainer):
 
         model = build(cfg.model, cfg.input_shape, cfg.classes)
         params = count_params(model)
-        model = model.to(self.device).train()
+        inference = cfg.phase == "inference"
+        # inference: evaluation form (BatchNorm's running statistics, no dropout), no optimizer
+        model = model.to(self.device).train(not inference)
         if cfg.world_size > 1:
             torch.distributed.init_process_group(
                 "nccl" if cfg.on_gpu else "gloo", init_method="env://", rank=cfg.rank,
@@ -82,8 +84,9 @@ class TorchTrainer(Trainer):
             else:
                 model = torch.nn.parallel.DistributedDataParallel(model)
         self.model = model
-        self.optimizer = torch.optim.SGD(model.parameters(), lr=LEARNING_RATE,
-                                         momentum=MOMENTUM, weight_decay=WEIGHT_DECAY)
+        if not inference:
+            self.optimizer = torch.optim.SGD(model.parameters(), lr=LEARNING_RATE,
+                                             momentum=MOMENTUM, weight_decay=WEIGHT_DECAY)
         self.amp_dtype = AMP_DTYPES.get(cfg.precision)
         if cfg.precision == "fp16":
             self.scaler = torch.amp.GradScaler("cuda")
@@ -115,6 +118,16 @@ class TorchTrainer(Trainer):
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
         return loss.item()
+
+    def infer(self, batch):
+        with torch.inference_mode():
+            images = batch[0].to(self.device, non_blocking=True)
+            if self.amp_dtype is None:
+                out = self.model(images)
+            else:
+                with torch.autocast(self.device.type, dtype=self.amp_dtype):
+                    out = self.model(images)
+            return out.float().cpu().numpy()  # the copy out waits for the device
 
     def param_checksum(self):
         module = self.model.module if self.distributed else self.model

@@ -10,7 +10,7 @@ there, by the view's own select. Views unchanged.
 import sqlalchemy as sa
 from alembic import op
 
-from orchestrator.store import result_rows, schema
+from orchestrator.store import schema
 
 revision = "0017"
 down_revision = "0016"
@@ -21,18 +21,24 @@ depends_on = None
 views_sha256 = "7ea9a9cc5fe42974"
 
 
+#: The settings added after this revision (0020: phase=inference), whose `cells` columns do not exist yet:
+#: the table is made as it was, and the revision that adds them adds their columns and fills the table.
+LATER = ("phase", "min_batches", "min_seconds")
+
+
 def upgrade() -> None:
     settings = {c.name: c.type for c in schema.KeptSummary.__table__.c}
+    then = [name for name in schema.SUMMARY_CELL if name not in LATER]
     op.create_table(
         "kept_summary",
         sa.Column("cell", sa.String, sa.ForeignKey("cells.id"), primary_key=True),
-        *(sa.Column(name, settings[name]) for name in schema.SUMMARY_CELL),
+        *(sa.Column(name, settings[name]) for name in then),
         sa.Column("n", sa.Integer, nullable=False),
         *(sa.Column(name, sa.Float) for name in schema.KEPT_COLUMNS[len(schema.SUMMARY_CELL) + 2:]),
     )
-    op.create_index("ix_kept_summary_order", "kept_summary", [*schema.SUMMARY_CELL, "cell"])
+    op.create_index("ix_kept_summary_order", "kept_summary", [*then, "cell"])
     op.create_index("ix_kept_summary_cv", "kept_summary", ["images_per_sec_cv"])
-    result_rows.rebuild_summary(op.get_bind())
+    # filled by 0020, once the cells have every column the summary's select reads
 
 
 def downgrade() -> None:
