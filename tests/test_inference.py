@@ -180,3 +180,24 @@ def test_an_inference_cell_lands_its_latencies_in_results_through_the_slurm_clus
     shown = orchestrator(["results"], slurm_workdir)
     assert shown.returncode == 0 and "inference" in shown.stdout, shown.stdout
     assert len(rows(slurm_workdir, "select * from metrics where name = 'latency_p99_s'")) == 0
+
+
+def test_expansion_refuses_what_inference_cannot_be_and_resolves_what_it_can():
+    """At expansion, in one line naming the way out: accuracy mode, the loader, several GPUs; a
+    framework that declares no inference (its reason quoted). A train cell reads no rule."""
+    from helpers import composed
+    from orchestrator.sweep.cell import Cell, CellError
+
+    def cell(*overrides):
+        return Cell.from_plain(composed(["framework=torch", "model=lenet", "dataset=synthetic", *overrides]))
+
+    made = cell("phase=inference", "min_batches=8", "min_seconds=0.5")
+    assert (made.settings["phase"], made.settings["min_batches"], made.settings["min_seconds"]) == ("inference", 8, 0.5)
+    assert (cell("min_batches=8").settings["min_batches"], cell().id) == (None, cell("phase=train").id)
+    for overrides, why in ((["mode=accuracy", "dataset=digits"], "use mode=throughput with phase=inference"),
+                           (["hardware=p100", "gpus=2"], "inference on one device"),
+                           (["min_batches=0"], "min_batches")):
+        with pytest.raises(CellError, match=why):
+            cell("phase=inference", *overrides)
+    declared = support.Support("torch", cpu=["fp32"], notes={"inference": "no TEST net"})
+    assert declared.problem("fp32", 0, "lenet", phase="inference").endswith("(no TEST net)")
