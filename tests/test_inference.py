@@ -182,7 +182,7 @@ def test_an_inference_cell_lands_its_latencies_in_results_through_the_slurm_clus
     assert len(rows(slurm_workdir, "select * from metrics where name = 'latency_p99_s'")) == 0
 
 
-def test_expansion_refuses_what_inference_cannot_be_and_resolves_what_it_can():
+def test_expansion_refuses_what_inference_cannot_be_and_resolves_what_it_can(monkeypatch):
     """At expansion, in one line naming the way out: accuracy mode, the loader, several GPUs; a
     framework that declares no inference (its reason quoted). A train cell reads no rule."""
     from helpers import composed
@@ -199,5 +199,9 @@ def test_expansion_refuses_what_inference_cannot_be_and_resolves_what_it_can():
                            (["min_batches=0"], "min_batches")):
         with pytest.raises(CellError, match=why):
             cell("phase=inference", *overrides)
+    from orchestrator import frameworks
     declared = support.Support("torch", cpu=["fp32"], notes={"inference": "no TEST net"})
-    assert declared.problem("fp32", 0, "lenet", phase="inference").endswith("(no TEST net)")
+    monkeypatch.setattr(frameworks, "support", lambda framework: declared)  # a framework declaring none
+    assert cell().settings["phase"] == "train"
+    with pytest.raises(CellError, match=r"torch does not support --phase inference; .*\(no TEST net\)"):
+        cell("phase=inference")
