@@ -177,8 +177,10 @@ def test_an_inference_cell_lands_its_latencies_in_results_through_the_slurm_clus
     phase, _, _, rate, p50, p99, batches, first, below = got[0]
     assert rate > 0 and 0 < p50 and p99 is None and batches >= 20 and first > 0 and below == 1
     assert got[1][4:] == (None,) * 5
-    shown = orchestrator(["results"], slurm_workdir)
-    assert shown.returncode == 0 and "inference" in shown.stdout, shown.stdout
+    shown = orchestrator(["results", "--where", "phase=inference"], slurm_workdir)
+    assert shown.returncode == 0 and "p50 ms" in shown.stdout and "first ms" in shown.stdout, shown.stdout
+    line = next(l for l in shown.stdout.splitlines() if " done " in l)
+    assert f"{p50 * 1000:.3g}" in line and " n/a " in line and line.rstrip().split()[-4] == "below", shown.stdout
     assert len(rows(slurm_workdir, "select * from metrics where name = 'latency_p99_s'")) == 0
 
 

@@ -241,11 +241,13 @@ def _results_table(rows: Sequence[Any], total: int, sweep: Optional[str]) -> Tab
     gpu = any(r["gpu_power_avg_w"] is not None for r in rows)  # GPU columns only where measured
     acc = any(r["top1"] is not None for r in rows)  # accuracy mode's columns only where measured
     mfu = any(r["mfu"] is not None for r in rows)  # where the hardware declares its peak FLOP/s
+    served = any(r["latency_batches"] is not None for r in rows)  # inference's columns only where measured
     acc_names = ("top-1", "best", "to target", "s to target", "s/epoch")
-    numeric = ("rep", "images/s", "mfu %", "cpu %", "RSS MB", "GPU MB", "GPU W", "J/img", *acc_names)
+    numeric = ("rep", "images/s", "mfu %", "cpu %", "RSS MB", "GPU MB", "GPU W", "J/img", *acc_names, *INFERENCE_COLUMNS)
     varying = _add_setting_columns(table, rows)
     for name in ("rep", "state",
-                 "images/s", *(("mfu %",) if mfu else ()), *(acc_names if acc else ()), "cpu %", "RSS MB",
+                 "images/s", *(("mfu %",) if mfu else ()), *(acc_names if acc else ()),
+                 *(INFERENCE_COLUMNS if served else ()), "cpu %", "RSS MB",
                  *(("GPU MB", "GPU W", "J/img") if gpu else ()), "node"):
         table.add_column(name, justify="right" if name in numeric else "left", no_wrap=True)
     for r in rows:
@@ -259,8 +261,22 @@ def _results_table(rows: Sequence[Any], total: int, sweep: Optional[str]) -> Tab
                      num(r["epoch_s"], 2)) if acc else ()
         table.add_row(*(Text(str(v)) for v in (
             *_setting_cells(r, varying), repeat, state, rate(r["images_per_sec"], r["images_per_sec_std"]),
-            *((_percent(r["mfu"]),) if mfu else ()), *acc_cells, num(r["cpu_percent"], 0), num(r["peak_rss_mb"], 0), *gpu_cells, r["node"] or "")))
+            *((_percent(r["mfu"]),) if mfu else ()), *acc_cells, *(_inference_cells(r) if served else ()),
+            num(r["cpu_percent"], 0), num(r["peak_rss_mb"], 0), *gpu_cells, r["node"] or "")))
     return table
+
+
+#: An inference run's columns: median and 99th percentile batch latency, the first batch alone (ms), and
+#: whether the run met the validity rule.
+INFERENCE_COLUMNS = ("p50 ms", "p99 ms", "first ms", "rule")
+
+
+def _inference_cells(row: Mapping[str, Any]) -> tuple[str, ...]:
+    """An inference run's latencies in ms (n/a where its count supports no such percentile: a train run's
+    all n/a) and whether it met the validity rule (docs/measurement.md)."""
+    ms = tuple("n/a" if row[c] is None else f"{row[c] * 1000:.3g}" for c in ("latency_p50_s", "latency_p99_s",
+                                                                           "first_batch_s"))
+    return (*ms, "" if row["below_rule"] is None else "below" if row["below_rule"] else "met")
 
 
 def _percent(fraction: Optional[float]) -> str:
