@@ -166,6 +166,10 @@ SETTINGS: tuple[SettingDef, ...] = (
     # at train stores None, so every cell made before the phase existed keeps its id.
     SettingDef("phase", str, _key("phase", _D["phase"]), hashed=UNLESS_DEFAULT, default=_D["phase"],
        choices=shared.PHASES),
+    # how the network runs (issue 38): a cell at native (each framework's usual form) stores None, so
+    # every cell made before keeps its id (migration 0021); refusals per framework: Support.compiles
+    SettingDef("compile", str, _key("compile", _D["compile"]), hashed=UNLESS_DEFAULT, default=_D["compile"],
+       choices=shared.COMPILES),
     # inference's validity rule: timed batches until both are reached (None in train, which counts iterations)
     SettingDef("min_batches", int, _only(IN_INFERENCE, "min_batches", _D["min_batches"]), hashed=IN_INFERENCE,
        minimum=1, way_out=f"use min_batches=N (inference's fewest timed batches; default {_D['min_batches']})"),

@@ -172,7 +172,7 @@ def resolve_settings(cfg: dict[str, Any], checked: dict[tuple[int, ...], tuple[A
         raise CellError(f"{where}: nodes={nodes} needs a cluster of nodes, but cluster="
                         f"{(cfg.get('cluster') or {}).get('name', 'local')} runs one; use cluster=slurm, or nodes=1")
     _check_placement(where, settings["gpus"], cfg["hardware"], cfg["framework"], settings["precision"],
-                     settings["model"], nodes, settings["phase"])
+                     settings["model"], nodes, settings["phase"], settings["compile"])
     return settings
 
 
@@ -258,8 +258,8 @@ def _check_phase(where: str, settings: dict[str, Any]) -> None:
 
 def _check_placement(where: str, gpus: int, hardware: dict[str, Any], framework: dict[str, Any],
                      precision: str = "fp32", model: str | None = None, nodes: int = 1,
-                     phase: str = "train") -> None:
-    """Refuses a cell its hardware cannot hold, before anything is submitted."""
+                     phase: str = "train", compile: str = "native") -> None:
+    """Refuses a cell its hardware cannot hold, or its framework cannot run, before anything is submitted."""
     per_node = hardware.get("gpus_per_node")
     if gpus and per_node is not None:
         if not hardware.get("gpu_type") or per_node == 0:
@@ -279,7 +279,8 @@ def _check_placement(where: str, gpus: int, hardware: dict[str, Any], framework:
     except ValueError as exc:
         raise CellError(f"{where}: {exc}") from exc
     problem = declared.problem(precision, gpus, model, gpu_capability=hardware.get("gpu_capability"),
-                               gpu_name=f"hardware={hardware['name']}", nodes=nodes, phase=phase)
+                               gpu_name=f"hardware={hardware['name']}", nodes=nodes, phase=phase,
+                               compile=compile)
     if problem:
         raise CellError(f"{where}: {problem}")
 

@@ -21,6 +21,8 @@ SUPPORT = Support(
     # sm_60 and sm_70 kernels: Kepler (K20m) and newer
     gpu_build=((3, 5), None),
     notes={
+        "compile": "Caffe runs its prototxt net layer by layer in C++: there is no compiler to "
+                   "switch on, nor another form to switch to",
         "fp16": "BVLC Caffe has no fp16 solver",
         "bf16": "BVLC Caffe has no bf16 solver",
         "gpus": "the venv's build is CPU-only; the CUDA build: orchestrator images def caffe "

@@ -23,6 +23,8 @@ SUPPORT = Support(
     # OpenMPI 1.10) covers compute capability 3.0 up to 7.5 (K20m and P100, not Ampere or newer)
     gpu_build=((3, 0), (7, 5)),
     notes={
+        "compile": "CNTK builds one static graph from its Python definition, with no compiler "
+                   "option nor an eager mode to switch to",
         "fp16": "CNTK has no CPU fp16 kernels, and fp16 training needs Pascal or newer",
         "bf16": "CNTK has no bfloat16",
         "gpus": "the venv's CNTK is CPU-only; CNTK's GPU build is cntk-gpu, CUDA 10.0: "

@@ -140,7 +140,8 @@ def resolve(args, environ=None):
         input_shape=tuple(input_shape(args.model, like)), classes=DATASETS[like].classes,
         mode=args.mode, epochs=args.epochs, target_accuracy=args.target_accuracy,
         learning_rate=args.learning_rate, input=args.input, loader_workers=workers,
-        phase=args.phase, min_batches=args.min_batches, min_seconds=args.min_seconds)
+        phase=args.phase, min_batches=args.min_batches, min_seconds=args.min_seconds,
+        compile=args.compile)
 
 
 def _like(args):
@@ -202,8 +203,8 @@ def run(trainer, argv=None, module=None):
         cfg = resolve(build_parser().parse_args(argv))
         module = module or main_module()
         support = declared(module)
-        _refuse(support.problem(cfg.precision, cfg.gpus, cfg.model,
-                                cpu_replicas=cfg.cpu_replicas, nodes=cfg.nodes, phase=cfg.phase))
+        _refuse(support.problem(cfg.precision, cfg.gpus, cfg.model, cpu_replicas=cfg.cpu_replicas,
+                                nodes=cfg.nodes, phase=cfg.phase, compile=cfg.compile))
         obj = _instantiate(trainer)
         if obj.support is not support:
             raise ValueError("the trainer of %s does not point to the SUPPORT %s declares"

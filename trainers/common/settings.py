@@ -24,6 +24,10 @@ INPUTS = ("memory", "pipeline")
 # train: timed training steps; inference: timed forward passes in evaluation form
 # (trainers/common/inference.py), counted by min_batches and min_seconds instead of iterations
 PHASES = ("train", "inference")
+# native: each framework's usual form, as before the setting existed (torch eager, TensorFlow's
+# tf.function graph, JAX's jit, MXNet hybridized); eager: op by op, no graph; compiled: the
+# framework's compiler (torch.compile, XLA's jit_compile, jax.jit, hybridize(static_alloc))
+COMPILES = ("native", "eager", "compiled")
 #: how a null value is spelled on the trainer's command line where the default is not null
 NONE = "none"
 
@@ -74,6 +78,8 @@ SETTINGS = (
     Setting("min_batches", int, 64, help="inference: timed batches at least (train: ignored, "
             "--iterations counts its steps)"),
     Setting("min_seconds", float, 10.0, help="inference: measured seconds at least (train: ignored)"),
+    Setting("compile", str, "native", COMPILES, "native: the framework's usual form; eager: op by op; "
+            "compiled: torch.compile, XLA (jit_compile), jax.jit, MXNet hybridize(static_alloc)"),
     Setting("input", str, "memory", INPUTS, "memory: timed steps on batches prepared before timing; "
             "pipeline: each timed step takes the next batch from the loader (--dataset imagenet)"),
 )

@@ -285,8 +285,9 @@ def build_info(cfg, devices):
         "data_parallel": "jit over a %d-device mesh, batch sharded, state replicated"
                          % len(devices),
         "batchnorm": "synchronous (statistics over the global batch)",
-        # JAX has no eager mode worth measuring: inference and training are always jax.jit
-        "compiled": "jax.jit (always: XLA compiles each step at its first call)",
+        # JAX has no eager mode worth measuring (Support refuses --compile eager): always jax.jit
+        "compile": {"form": cfg.compile, "compiled": "the training step and the forward pass",
+                    "how": "jax.jit (XLA compiles each at its first call; the step ahead of time)"},
         "xla_cpu_threads": xla_cpu_threads(),
         "threads_asked": cfg.threads,
         THREADS_ENV.lower(): os.environ.get(THREADS_ENV),

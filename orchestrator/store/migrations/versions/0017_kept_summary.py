@@ -21,9 +21,9 @@ depends_on = None
 views_sha256 = "7ea9a9cc5fe42974"
 
 
-#: The settings added after this revision (0020: phase=inference), whose `cells` columns do not exist yet:
-#: the table is made as it was, and the revision that adds them adds their columns and fills the table.
-LATER = ("phase", "min_batches", "min_seconds")
+#: The settings added after this revision (0020: phase=inference; 0021: compile), whose `cells` columns do
+#: not exist yet: the table is made as it was, and the revisions that add them add their columns; 0021 fills it.
+LATER = ("phase", "min_batches", "min_seconds", "compile")
 
 
 def upgrade() -> None:
@@ -38,7 +38,7 @@ def upgrade() -> None:
     )
     op.create_index("ix_kept_summary_order", "kept_summary", [*then, "cell"])
     op.create_index("ix_kept_summary_cv", "kept_summary", ["images_per_sec_cv"])
-    # filled by 0020, once the cells have every column the summary's select reads
+    # filled by 0021, once the cells have every column the summary's select reads
 
 
 def downgrade() -> None:

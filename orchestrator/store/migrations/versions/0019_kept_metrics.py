@@ -32,7 +32,7 @@ def upgrade() -> None:
                   autoincrement=False),
         *(sa.Column(m.column, sa.Float) for m in metric_registry.VIEW_METRICS if m.column not in LATER),
     )
-    # filled by 0020, whose pivot reads the settings and metrics added since
+    # filled by 0021, whose pivot reads the settings and metrics added since
 
 
 def downgrade() -> None:
