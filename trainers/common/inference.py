@@ -70,7 +70,8 @@ def outputs_sha256(outputs):
 
 
 def run(obj, cfg, events, pool):
-    """The first batch, the warm-up and the measured batches of `obj.infer` over `pool`."""
+    """The first batch, the warm-up and the measured batches of `obj.infer` over `pool`; returns
+    (measured batches, their summed seconds)."""
     check_trainer(obj)
     batch = cfg.global_batch
     cold = cold_start(obj.compile_cache())
@@ -87,3 +88,4 @@ def run(obj, cfg, events, pool):
         measured += 1
         seconds += dt
     events.emit("run_end", steps=measured, images=measured * batch, measured_s=seconds)
+    return measured, seconds

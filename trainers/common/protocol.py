@@ -14,7 +14,7 @@ import os
 import platform
 import sys
 
-from trainers.common import accuracy
+from trainers.common import accuracy, batch_search
 from trainers.common import data as datasets
 from trainers.common import imagenet
 from trainers.common import inference
@@ -56,27 +56,16 @@ def build_parser():
     parser.add_argument("--like", choices=list(DATASETS),
                         help="for synthetic: the dataset whose shape it takes")
     parser.add_argument("--data-dir", help="where the dataset's files are")
-    parser.add_argument("--batch-size", type=int, required=True,
-                        help="global under strong scaling, per GPU under weak")
+    parser.add_argument("--batch-size", type=batch_search.batch_size_arg, required=True,
+                        help="global under strong scaling, per GPU under weak; inference: auto")
     for setting in settings.SETTINGS:  # the grid's own defaults (trainers/common/settings.py)
-        parser.add_argument(setting.flag, type=_parse(setting), default=setting.default,
+        parser.add_argument(setting.flag, type=setting.parse(), default=setting.default,
                             choices=setting.choices or None, help=setting.help or None)
     parser.add_argument("--learning-rate", type=float, default=recipe.LEARNING_RATE,
                         help="accuracy mode: the schedule's base rate (default: the recipe's)")
     parser.add_argument("--loader-workers", type=int, default=None,
                         help="ImageNet loader processes (default: the CPUs this process may use)")
     return parser
-
-
-def _parse(setting):
-    """The flag's type: its kind, and for a nullable setting also settings.NONE (None)."""
-    if not setting.nullable:
-        return setting.kind
-
-    def parse(text):
-        return None if text == settings.NONE else setting.kind(text)
-    parse.__name__ = setting.kind.__name__  # argparse's "invalid float value" names the kind
-    return parse
 
 
 class Config(object):
@@ -118,8 +107,9 @@ def resolve(args, environ=None):
             "the orchestrator (nodes=%d), which reads it from Slurm" % (
                 args.nodes, "none given" if node is None else "it was placed on %d nodes"
                 % node.nodes, args.nodes))
-    global_batch, per_device, devices = split_batch(args.batch_size, args.scaling, args.gpus,
-                                                    args.nodes)
+    batch_search.check_args(args)  # auto: each point's batch is set by the search, the first 1
+    global_batch, per_device, devices = split_batch(
+        1 if args.batch_size == batch_search.AUTO else args.batch_size, args.scaling, args.gpus, args.nodes)
 
     like = _like(args)
     inference.check_args(args)
@@ -257,6 +247,10 @@ def _train(obj, cfg, events, set_up):
     if cfg.mode == "accuracy":
         return _train_accuracy(obj, cfg, events, set_up)
     infer = cfg.phase == inference.INFERENCE
+    if cfg.batch_size == batch_search.AUTO:  # one model, a pool for each point's batch
+        info, to_batch = _set_up(obj, cfg, set_up)
+        events.emit("run_start", _run_start(obj, cfg, info, {"batch_search": batch_search.GAIN}))
+        return batch_search.run(obj, cfg, events, lambda point: batch_search.synthetic_pool(point, to_batch))
     steps = inference.pool_size(cfg) if infer else cfg.warmup + cfg.iterations
     n_batches = pool_batches(cfg.per_device_batch, cfg.input_shape, steps)
     # read the data before building the model: a missing file should cost seconds

@@ -53,6 +53,17 @@ class Setting(object):
         """The trainer's command-line flag: --target-accuracy for target_accuracy."""
         return "--" + self.name.replace("_", "-")
 
+    def parse(self):
+        """The flag's argparse type: its kind, and for a nullable setting also NONE (None)."""
+        if not self.nullable:
+            return self.kind
+        kind = self.kind
+
+        def parse(text):
+            return None if text == NONE else kind(text)
+        parse.__name__ = kind.__name__  # argparse's "invalid float value" names the kind
+        return parse
+
     def __repr__(self):
         return "Setting(%r, default=%r)" % (self.name, self.default)
 
