@@ -128,6 +128,13 @@ METRICS = (
        "persistent compile cache, or an empty one), 0 where a cache held compiled work"),
     MetricDef("below_rule", "flag", False, "inference: 1 where the run timed fewer batches or seconds than the "
        "validity rule (latency.RULE: 64 batches and 10 s); its figures are indicative only", "below_rule"),
+    # batch_size=auto (orchestrator/job/batch_curve.py): the run's figures above are its fastest point's; each
+    # point's own as auto.b<batch>.<metric>, which batch_curve.curve reads
+    MetricDef("auto_batch", "images", None, "batch_size=auto: the batch of the fastest point, whose figures the "
+       "run's are", "auto_batch"),
+    MetricDef("auto_points", "points", None, "batch_size=auto: batches measured (1, 2, 4, ...)"),
+    MetricDef("auto_oom_batch", "images", None, "batch_size=auto: the batch the device could not hold (none "
+       "where throughput stopped the search)"),
     # accuracy mode (mode=accuracy): the test split after each epoch (trainers/common/accuracy.py)
     MetricDef("top1_final", "fraction", True, "test top-1 after the last epoch", "top1"),
     MetricDef("top5_final", "fraction", True, "test top-5 after the last epoch (datasets of more than 10 classes)",

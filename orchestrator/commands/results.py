@@ -39,6 +39,8 @@ RESULTS_ORDER = (*(name for name in setting_registry.SORTED_BY if name != "mode"
 #: /). Any other setting gets a column of its own where it varies among the rows shown (_varying).
 SETTING_COLUMNS = (("framework/model/dataset", ("framework", "model", "dataset")), ("hardware", ("hardware",)),
                    ("gpus", ("gpus",)), ("batch", ("batch_size",)), ("prec", ("precision",)))
+#: The position of the batch among them: batch_size=auto shows "auto→<the fastest point's batch>" there.
+BATCH_COLUMN = [title for title, _ in SETTING_COLUMNS].index("batch")
 #: Short names `--where` takes for `results` columns (`user` alone is a word SQL keeps for itself:
 #: PostgreSQL answers `SELECT user` with the session's role, so the column is submit_user).
 WHERE_ALIASES = {"user": "submit_user", "host": "submit_host"}
@@ -305,4 +307,6 @@ def _add_setting_columns(table: Table, rows: Sequence[Mapping[str, Any]]) -> lis
 def _setting_cells(row: Mapping[str, Any], varying: Sequence[str]) -> list[Any]:
     """A row's values in the setting columns (_add_setting_columns): "" for none."""
     joined = ["/".join(str(row[name]) for name in names) for _, names in SETTING_COLUMNS]
+    if row.get("batch_search") == setting_registry.AUTO:  # its figures are the fastest point's
+        joined[BATCH_COLUMN] = "auto" if row.get("auto_batch") is None else f"auto→{row['auto_batch']:g}"
     return joined + ["" if row[name] is None else row[name] for name in varying]

@@ -17,6 +17,7 @@ from typing import Any, Iterable, Optional
 
 import numpy as np
 
+from orchestrator.job import batch_curve
 from orchestrator.job.energy import counter_energy, rapl_metrics, trapezoid_energy
 from orchestrator.job.latency import inference_metrics, number as _number
 from trainers.common import flops
@@ -289,6 +290,8 @@ def compute(events: Iterable[dict[str, Any]], samples: Iterable[dict[str, Any]] 
     throughput metrics and its `reason` says why; it never raises for a short or broken stream.
     """
     events = list(events)
+    if batch_curve.is_search(events):  # batch_size=auto: each point measured as below, kept as one run
+        return batch_curve.compute(events, compute, Metrics, samples=list(samples), hardware=hardware)
     try:
         window = measured_window(events)
     except NoWindow as exc:

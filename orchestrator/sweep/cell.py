@@ -71,7 +71,8 @@ class Cell:
     @property
     def label(self) -> str:
         s = self.settings
-        return f"{s['framework']}/{s['model']}/{s['dataset']} gpus={s['gpus']} bs={s['batch_size']}"
+        bs = setting_registry.AUTO if s.get("batch_search") == setting_registry.AUTO else s['batch_size']
+        return f"{s['framework']}/{s['model']}/{s['dataset']} gpus={s['gpus']} bs={bs}"
 
     @property
     def recorded(self) -> dict[str, Any]:
@@ -245,9 +246,16 @@ def _check_input(where: str, settings: dict[str, Any]) -> None:
 
 def _check_phase(where: str, settings: dict[str, Any]) -> None:
     """phase=inference times forward passes of the seed's initial weights: not accuracy mode's training,
-    and not the loader's reading (trainers/common/inference.py says the same at run time)."""
+    and not the loader's reading (trainers/common/inference.py says the same at run time); batch_size=auto
+    is inference's alone, on synthetic data (trainers/common/batch_search.py)."""
     if settings["phase"] != "inference":
+        if settings["batch_search"] == setting_registry.AUTO:
+            raise CellError(f"{where}: batch_size=auto searches inference's batches; use phase=inference, "
+                            f"or batch_size=N for training")
         return
+    if settings["batch_search"] == setting_registry.AUTO and settings["dataset"] != "synthetic":
+        raise CellError(f"{where}: batch_size=auto makes each point's batches from random data; use "
+                        f"dataset=synthetic dataset.like={settings['dataset']}")
     if settings["mode"] == "accuracy":
         raise CellError(f"{where}: phase=inference times forward passes of untrained weights, mode=accuracy "
                         f"trains and evaluates; use mode=throughput with phase=inference, or phase=train")

@@ -23,7 +23,7 @@ views_sha256 = "7ea9a9cc5fe42974"
 
 #: The settings added after this revision (0020: phase=inference; 0021: compile), whose `cells` columns do
 #: not exist yet: the table is made as it was, and the revisions that add them add their columns; 0021 fills it.
-LATER = ("phase", "min_batches", "min_seconds", "compile")
+LATER = ("phase", "min_batches", "min_seconds", "compile", "batch_search")
 
 
 def upgrade() -> None:

@@ -20,9 +20,10 @@ depends_on = None
 views_sha256 = "7ea9a9cc5fe42974"
 
 
-#: The view columns added after this revision (0020: inference's latencies), which that revision adds
+#: The view columns added after this revision (0020: inference's latencies; 0021: auto_batch), which those add
 #: to the table before it fills it.
-LATER = ("latency_p50_s", "latency_p99_s", "latency_p999_s", "latency_batches", "first_batch_s", "below_rule")
+LATER = ("latency_p50_s", "latency_p99_s", "latency_p999_s", "latency_batches", "first_batch_s", "below_rule",
+         "auto_batch")
 
 
 def upgrade() -> None:

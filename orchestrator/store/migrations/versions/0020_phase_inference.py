@@ -22,7 +22,7 @@ views_sha256 = "d6660c6f40b5151a"
 
 SETTINGS = (("phase", sa.String), ("min_batches", sa.Integer), ("min_seconds", sa.Float))
 #: The settings added after this revision (0021: compile), whose columns do not exist yet.
-LATER = ("compile",)
+LATER = ("compile", "batch_search")
 METRIC_COLUMNS = ("latency_p50_s", "latency_p99_s", "latency_p999_s", "latency_batches", "first_batch_s",
                   "below_rule")
 
