@@ -115,3 +115,39 @@ def test_torch_on_the_cpu_runs_out_of_memory_for_real_under_a_limit(framework_en
     assert len(oom) == 1 and events[-1]["event"] == "search_end" and "ran out of memory" in events[-1]["stopped"]
     points = eval(out.stdout.split("POINTS", 1)[1])
     assert points == [2 ** i for i in range(len(points))] and oom[0]["batch"] == 2 * points[-1] <= 2 ** 13
+
+
+@pytest.mark.parametrize("name", ["numpy", "torch", "jax", "tensorflow", "mxnet", "caffe", "cntk"])
+def test_every_framework_searches_its_batches_in_one_process(framework_run, name):
+    """Each point is a fixed run of its own batch (its first batch, warm-up and rule), the batch
+    doubling from 1, until the stop rule; Caffe's net is reshaped for each point's batch."""
+    proc, events = framework_run(name, ["--model", "lenet", "--dataset", "synthetic", "--like", "mnist",
+                                        "--batch-size", "auto", "--threads", "1", "--phase", "inference",
+                                        "--warmup", "1", "--min-batches", "3", "--min-seconds", "0.02"])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    batches = [e["batch"] for e in events if e["event"] == "point"]
+    assert len(batches) >= 2 and batches == [2 ** i for i in range(len(batches))]
+    firsts = [e["images"] for e in events if e["event"] == "first_batch"]
+    assert firsts == batches and [e["event"] for e in events].count("run_end") == len(batches)
+    assert events[-1]["event"] == "search_end" and events[-1]["points"] == len(batches)
+    assert "under the 5% the search needs" in events[-1]["stopped"] or "memory" in events[-1]["stopped"]
+
+
+def test_the_launcher_relays_each_points_run_end_in_place_and_holds_back_the_last_event():
+    """An isolated trainer (Caffe, CNTK) runs in a child whose parent held back every run_end but the
+    last, so that a search's points lost theirs: a run_end the leader's events follow goes out in
+    place; the stream's last (search_end) only once the process ended well."""
+    import io
+    import json
+    from trainers.common import launch
+    from trainers.common.events import Events
+
+    stream = io.StringIO()
+    relay = launch.Relay(Events(stream))
+    for kind in ("point", "run_end", "point", "run_end", "search_end"):
+        relay.line(0, json.dumps({"event": kind, "t": 0.0}))
+    relay.line(1, json.dumps({"event": "run_end", "t": 0.0}))  # another rank's: dropped
+    assert [json.loads(l)["event"] for l in stream.getvalue().splitlines()] == ["point", "run_end", "point",
+                                                                                 "run_end"]
+    assert launch.verdict(relay, [("rank 0", 0, [])]) == 0
+    assert json.loads(stream.getvalue().splitlines()[-1])["event"] == "search_end"

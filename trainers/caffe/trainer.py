@@ -143,6 +143,11 @@ class CaffeTrainer(Trainer):
             self.test_net = models.instantiate(self.netparam, self.caffe.TEST)
             self.test_net.share_with(self.net)
         net = self.test_net
+        if net.blobs[models.DATA].data.shape != images.shape:  # --batch-size auto: each point's batch
+            label = net.blobs[models.LABEL]
+            net.blobs[models.DATA].reshape(*images.shape)
+            label.reshape(*((images.shape[0],) + label.data.shape[1:]))
+            net.reshape()
         net.blobs[models.DATA].data[...] = images
         net.blobs[models.LABEL].data[...] = 0
         net.forward()
