@@ -622,3 +622,19 @@ def test_compare_never_matches_a_one_node_cell_with_a_two_node_one():
     done = comparing.compare([entry(None, 1000.0), entry(2, 1800.0)], [entry(2, 1900.0), entry(1, 990.0)],
                              BY_NAME["images_per_sec"], threshold=5.0)
     assert {(m.base.settings["nodes"], m.new.settings["nodes"]) for m in done.matched} == {(2, 2), (None, 1)}
+
+
+def test_an_inference_cell_below_the_validity_rule_is_reported_so(tmp_path, db_url):
+    """The report's latency tables carry an inference cell's figures, with a note where its repeats timed
+    fewer batches or seconds than the validity rule; a cell that met it has none; p99 n/a says why."""
+    study = Study(tmp_path, url=db_url)
+    rule = dict(phase="inference", min_batches=20, min_seconds=0.1)
+    study.cell([{"images_per_sec": 900.0, "latency_p50_s": 0.004, "below_rule": 1.0}] * 2, framework="torch", **rule)
+    study.cell([{"images_per_sec": 800.0, "latency_p50_s": 0.005, "latency_p99_s": 0.009, "below_rule": 0.0}],
+               framework="jax", phase="inference", min_batches=64, min_seconds=10.0)
+    shown = study.tables()
+    short = entry(shown["latency_p50_s"], framework="torch", **rule)
+    assert short.median == 0.004 and "below the validity rule in all of its 2 repeats" in short.detail
+    assert entry(shown["latency_p50_s"], framework="jax", phase="inference", min_batches=64,
+                 min_seconds=10.0).detail == ""
+    assert entry(shown["latency_p99_s"], framework="torch", **rule).status != tables.OK

@@ -254,7 +254,7 @@ def test_a_shape_refusal_on_real_files_names_a_way_out_that_exists(tmp_path):
     (["--batch-size", "4", "--iterations", "0"], "--iterations"),
     (["--batch-size", "4", "--warmup", "-1"], "--warmup"),
     (["--batch-size", "4", "--threads", "0"], "--threads"),
-    (["--batch-size", "five"], "invalid int"),
+    (["--batch-size", "five"], "--batch-size takes N \\(images per step\\) or auto"),
     (["--batch-size", "4", "--precision", "fp8"], "invalid choice"),
 ])
 def test_resolve_refuses_bad_input(argv, match):

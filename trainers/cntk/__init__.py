@@ -11,6 +11,7 @@ from trainers.common.support import MPI_RANKS, Support
 
 SUPPORT = Support(
     "cntk",
+    inference=True,
     cpu=["fp32"],
     gpu=["fp32", "fp16"],
     gpu_precision_capability={"fp16": (6, 0)},
@@ -24,6 +25,8 @@ SUPPORT = Support(
     without=["gpt"],  # the Transformer: its note says why
     notes={
         "gpt": "CNTK 2.7's layers library has no multi-head attention; a hand-built one from its primitives is not written here",
+        "compile": "CNTK builds one static graph from its Python definition, with no compiler "
+                   "option nor an eager mode to switch to",
         "fp16": "CNTK has no CPU fp16 kernels, and fp16 training needs Pascal or newer",
         "bf16": "CNTK has no bfloat16",
         "gpus": "the venv's CNTK is CPU-only; CNTK's GPU build is cntk-gpu, CUDA 10.0: "

@@ -140,6 +140,11 @@ class CNTKTrainer(Trainer):
         out = self.z.eval({self.features: np.ascontiguousarray(images)}, device=self.device)
         return np.asarray(out).reshape(len(images), -1)
 
+    def infer(self, batch):
+        # eval: the forward alone in inference mode, its result copied to the host
+        out = self.z.eval({self.features: batch[self.features]}, device=self.device)
+        return np.asarray(out)
+
     def is_out_of_memory(self, exc):
         text = str(exc).lower()
         return ("out of memory" in text or "cudaerrormemoryallocation" in text

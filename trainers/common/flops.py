@@ -322,6 +322,17 @@ def training_flops(model, input_shape, classes, network=None):
     return PASSES_PER_STEP * FLOPS_PER_MAC * forward_macs(model, input_shape, classes, network)
 
 
+def per_image(model, input_shape, classes, network=None, phase="train"):
+    """(the model count, the fewest) floating-point operations of one image in `phase`: training's
+    step (training_flops, fewest_training_flops), or inference's forward pass alone (2 x its MACs);
+    `network`: a Transformer's shape (None: its own)."""
+    if phase == "inference":
+        counter = _count(model, input_shape, classes, network)
+        return FLOPS_PER_MAC * counter.macs, FLOPS_PER_MAC * counter.fewest
+    return (training_flops(model, input_shape, classes, network),
+            fewest_training_flops(model, input_shape, classes, network))
+
+
 def ceiling_factor(model, input_shape, classes):
     """The mfu (by model FLOPs) above which a run of `model` is refused as implausible: training
     FLOPs / the fewest. A timing error smaller than this over the true mfu goes uncaught."""

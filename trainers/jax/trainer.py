@@ -158,7 +158,6 @@ class JaxTrainer(Trainer):
         mesh = Mesh(np.array(self.devices), (BATCH_AXIS,))
         self.replicated = NamedSharding(mesh, PartitionSpec())
         self.sharded = NamedSharding(mesh, PartitionSpec(BATCH_AXIS))
-
         model = build(cfg.model, cfg.input_shape, cfg.classes, dtype=DTYPES[cfg.precision], network=cfg.network)
         variables = init_variables(model, cfg.input_shape, seed=cfg.seed)
         params = variables["params"]
@@ -191,22 +190,24 @@ class JaxTrainer(Trainer):
                     "opt": opt, "key": key}, loss
 
         def eval_step(state, images):
-            logits = model.apply(dict(state["stats"], params=state["params"]),
-                                 jnp.transpose(images, (0, 2, 3, 1)), train=False)
+            if images.ndim == 4:  # a sequence network's token ids stay as they are
+                images = jnp.transpose(images, (0, 2, 3, 1))
+            logits = model.apply(dict(state["stats"], params=state["params"]), images, train=False)
             return logits.astype(jnp.float32)
 
+        self.eval_step = jax.jit(eval_step)
+        if cfg.phase != "inference":  # inference compiles eval_step alone, at its first batch
+            self._compile_train(train_step, cfg)
+        names = [d.device_kind for d in self.devices] if cfg.on_gpu else [cpu_name()] * len(self.devices)
+        return {"params": count_params(params), "devices": names,
+                "version": jax.__version__, "build": build_info(cfg, self.devices)}
+
+    def _compile_train(self, train_step, cfg):
         self.train_step = jax.jit(
             train_step, donate_argnums=0,
             in_shardings=(self.replicated, self.sharded, self.sharded),
             out_shardings=(self.replicated, self.replicated)).lower(
             self.state, *_batch_shapes(cfg)).compile()
-        self.eval_step = jax.jit(eval_step)
-        if cfg.on_gpu:
-            names = [d.device_kind for d in self.devices]
-        else:
-            names = [cpu_name()] * len(self.devices)
-        return {"params": count_params(params), "devices": names,
-                "version": jax.__version__, "build": build_info(cfg, self.devices)}
 
     def to_batch(self, images, labels):
         # JAX's default integers are 32-bit: convert here (token ids too), outside the timed step
@@ -236,7 +237,14 @@ class JaxTrainer(Trainer):
                                                                        self.replicated)
 
     def predict(self, images):
-        return np.asarray(self.eval_step(self.state, np.asarray(images, dtype=np.float32)))
+        images = np.asarray(images)  # a sequence network's token ids stay integers (to_batch)
+        return np.asarray(self.eval_step(self.state, images if images.dtype.kind == "i" else images.astype(np.float32)))
+
+    def infer(self, batch):
+        return self.predict(batch[0])  # jitted (train=False), np.asarray waits for the result
+
+    def compile_cache(self):
+        return jax.config.jax_compilation_cache_dir  # None unless a persistent cache is set
 
     def param_checksum(self):
         return params_sha256(jax.tree_util.tree_leaves(self.state["params"]))
@@ -288,6 +296,9 @@ def build_info(cfg, devices):
         "data_parallel": "jit over a %d-device mesh, batch sharded, state replicated"
                          % len(devices),
         "batchnorm": "synchronous (statistics over the global batch)",
+        # JAX has no eager mode worth measuring (Support refuses --compile eager): always jax.jit
+        "compile": {"form": cfg.compile, "compiled": "the training step and the forward pass",
+                    "how": "jax.jit (XLA compiles each at its first call; the step ahead of time)"},
         "xla_cpu_threads": xla_cpu_threads(),
         "threads_asked": cfg.threads,
         THREADS_ENV.lower(): os.environ.get(THREADS_ENV),

@@ -12,6 +12,7 @@ from trainers.common.support import PROCESS_PER_DEVICE, Support
 
 SUPPORT = Support(
     "numpy",
+    inference=True,
     cpu=["fp32"],
     gpu=[],
     multi_gpu=PROCESS_PER_DEVICE,

@@ -73,6 +73,7 @@ class TensorFlowTrainer(Trainer):
         self.train_step = None
         self.on_gpu = False
         self.xla = False
+        self.eager = False
         self.forward = None
 
     # ---------------------------------------------------------------- protocol hooks
@@ -117,7 +118,9 @@ class TensorFlowTrainer(Trainer):
         self.strategy = _strategy(cfg)
         keras.utils.set_random_seed(cfg.seed)
         keras.mixed_precision.set_global_policy(POLICIES[cfg.precision])
-        self.xla = xla_requested()
+        # --compile compiled is XLA; native keeps ORCH_TF_XLA's choice; eager runs no tf.function
+        self.xla = cfg.compile == "compiled" or (cfg.compile == "native" and xla_requested())
+        self.eager = cfg.compile == "eager"
 
         with self.strategy.scope():
             model = build(cfg.model, cfg.input_shape, cfg.classes, cfg.network)
@@ -130,7 +133,7 @@ class TensorFlowTrainer(Trainer):
         labels = cfg.global_batch * (cfg.input_shape[0] if len(cfg.input_shape) == 1 else 1)
         self.train_step = self._make_step(labels, cfg.precision == "fp16")
         return {"params": count_params(model), "devices": devices, "version": tf.__version__,
-                "build": build_info(self.strategy, self.xla)}
+                "build": build_info(self.strategy, self.xla, self.eager)}
 
     def to_batch(self, images, labels):
         # NCHW -> NHWC on the host, once per pooled batch; the tensors stay in host memory
@@ -155,11 +158,16 @@ class TensorFlowTrainer(Trainer):
         self.optimizer.learning_rate.assign(lr)
 
     def predict(self, images):
+        return self.infer((tf.constant(images.transpose(0, 2, 3, 1)),))
+
+    def infer(self, batch):
+        # model(x, training=False): BatchNorm's running statistics, no dropout; numpy() waits
         if self.forward is None:
             model = self.model
-            self.forward = tf.function(lambda x: tf.cast(model(x, training=False), tf.float32),
-                                       reduce_retracing=True)
-        return self.forward(tf.constant(images.transpose(0, 2, 3, 1))).numpy()
+            forward = lambda x: tf.cast(model(x, training=False), tf.float32)  # noqa: E731
+            self.forward = forward if self.eager else tf.function(
+                forward, jit_compile=self.xla, reduce_retracing=True)
+        return self.forward(batch[0]).numpy()
 
     def is_out_of_memory(self, exc):
         if isinstance(exc, tf.errors.ResourceExhaustedError):
@@ -205,6 +213,8 @@ class TensorFlowTrainer(Trainer):
             per_replica = strategy.run(replica_step, args=(images, labels))
             return strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
 
+        if self.eager:
+            return train_step  # op by op: no tf.function around the step
         return tf.function(train_step, jit_compile=bool(self.xla and replicas == 1),
                            reduce_retracing=True)
 
@@ -241,7 +251,7 @@ def _scaled(optimizer, loss):
     return scale(loss)
 
 
-def build_info(strategy, xla):
+def build_info(strategy, xla, eager=False):
     """What this TensorFlow was built with and runs on, for run_start's `build`."""
     raw = dict(tf.sysconfig.get_build_info())
     info = {
@@ -254,7 +264,11 @@ def build_info(strategy, xla):
         "keras": getattr(keras, "__version__", None),
         "xla": bool(xla),
         "xla_env": XLA_ENV,
-        "graph": "tf.function",
+        "graph": None if eager else "tf.function",
+        "compile": {"form": "eager" if eager else "compiled" if xla else "native",
+                    "compiled": None if eager else "the training step and the forward pass",
+                    "how": "eager: op by op" if eager else
+                    "tf.function(jit_compile=True): XLA" if xla else "tf.function: a graph, no XLA"},
         "strategy": type(strategy).__name__,
         "replicas": strategy.num_replicas_in_sync,
         "mixed_precision_policy": keras.mixed_precision.global_policy().name,
