@@ -388,6 +388,13 @@ def test_compare_round_trip_verdicts_and_exit_statuses(tmp_path, db_url):
     report_dir = orchestrator(["compare", "--base", str(tmp_path / "report"), "--new", "latest"], workdir, timeout=120)
     assert report_dir.returncode == 0, report_dir.stderr
 
+    # settings as the sides (as `--base build=A --new build=B` will): one sweep's cells, the key left out of the match
+    frameworks = orchestrator(["compare", "--base", "framework=torch", "--new", "framework=tensorflow", "--sweep", "s1"],
+                              workdir, timeout=120)
+    assert frameworks.returncode == 1, frameworks.stdout + frameworks.stderr
+    assert "where framework=torch" in frameworks.stdout and "1 cell(s) compared: 1 slower" in frameworks.stdout
+    assert "REGRESSION: 1 cell(s)" in frameworks.stdout and "-79.9%" in frameworks.stdout, frameworks.stdout
+
     raised = _write_scaled(csv_path, tmp_path / "raised.csv", 1.5)
     slower = orchestrator(["compare", "--base", str(raised), "--new", "s1", "--threshold", "5"], workdir, timeout=120)
     assert slower.returncode == 1, slower.stdout + slower.stderr
@@ -415,6 +422,8 @@ def test_compare_round_trip_verdicts_and_exit_statuses(tmp_path, db_url):
                 ["--base", "s1", "--new", "s1", "--metric", "cpu_percent_avg"],
                 ["--base", "s1", "--new", "s1", "--metric", "nope"],
                 ["--base", "no-such-sweep", "--new", "s1"],
+                ["--base", "nope=1", "--new", "framework=torch"],
+                ["--base", "framework=", "--new", "framework=torch"],
                 ["--base", str(tmp_path / "report" / "tables" / "images_per_sec.md"), "--new", "s1"]):
         done = orchestrator(["compare", *bad], workdir, timeout=120)
         assert done.returncode == 2, (bad, done.stdout, done.stderr)

@@ -20,9 +20,12 @@ DESCRIPTION = ("Per cell: a moderated t-test on the logs of the repeats, Benjami
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--base", required=True, metavar="SWEEP|CSV",
-                   help="a sweep (id, prefix, 'latest'), a report's table CSV, or a report's directory")
-    p.add_argument("--new", required=True, metavar="SWEEP|CSV", help="the same kinds as --base")
+    p.add_argument("--base", required=True, metavar="SWEEP|CSV|KEY=VALUE",
+                   help="a sweep (id, prefix, 'latest'), a report's table CSV, a report's directory, or settings "
+                        "key=value[,key=value]: the cells of --sweep with them (the keys left out of the match)")
+    p.add_argument("--new", required=True, metavar="SWEEP|CSV|KEY=VALUE", help="the same kinds as --base")
+    p.add_argument("--sweep", default="latest", metavar="SWEEP",
+                   help="the sweep a key=value side picks its cells from (default latest)")
     p.add_argument("--threshold", type=float, default=5.0, metavar="PCT",
                    help="the minimum effect: a cell changed by less (percent) is no change (default 5)")
     p.add_argument("--metric", default=None, metavar="NAME",
@@ -53,8 +56,8 @@ def run(args: argparse.Namespace, out: Console) -> int:
             raise compare.UsageError(f"--threshold {args.threshold:g}: a percentage >= 0")
         if args.metric:
             compare.metric_def(args.metric)
-        base = compare.load_side(args.base, args.metric, from_sweep)
-        new = compare.load_side(args.new, args.metric or base.metric, from_sweep)
+        base = compare.load_side(args.base, args.metric, from_sweep, args.sweep)
+        new = compare.load_side(args.new, args.metric or base.metric, from_sweep, args.sweep)
         if base.metric != new.metric:
             raise compare.UsageError(f"--base is {base.metric}, --new is {new.metric}: compare one metric "
                                      f"(--metric NAME)")

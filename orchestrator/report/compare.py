@@ -20,7 +20,7 @@ cell is a regression, and makes the exit status 1.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping, Optional, Sequence
 
@@ -187,9 +187,11 @@ def metric_def(name: str) -> MetricDef:
     return metric
 
 
-def load_side(spec: str, metric: Optional[str], from_sweep: Callable[[str, str], tuple[str, list[Entry], dict]]) -> Side:
+def load_side(spec: str, metric: Optional[str], from_sweep: Callable[[str, str], tuple[str, list[Entry], dict]],
+              sweep: str = "latest") -> Side:
     """A side named on the command line: a CSV in the report's table format, a report's directory
-    (its tables/<metric>.csv), or a sweep (id, prefix or 'latest'; `from_sweep(spec, metric)` reads it)."""
+    (its tables/<metric>.csv), a sweep (id, prefix or 'latest'; `from_sweep(spec, metric)` reads
+    it), or settings `key=value[,key=value]`: the cells of `sweep` with them (select())."""
     path = Path(spec)
     if path.is_dir():
         path = path / "tables" / f"{metric or 'images_per_sec'}.csv"
@@ -205,8 +207,36 @@ def load_side(spec: str, metric: Optional[str], from_sweep: Callable[[str, str],
             raise UsageError(str(exc)) from None
         return Side(str(path), name, entries)
     name = metric or "images_per_sec"
-    described, entries, values = from_sweep(spec, name)
+    where = settings_filter(spec) if "=" in spec else None
+    described, entries, values = from_sweep(sweep if where else spec, name)
+    if where:
+        return Side(f"{described} where {spec}", name, select(entries, where), values)
     return Side(described, name, entries, values)
+
+
+def settings_filter(spec: str) -> dict[str, str]:
+    """`key=value[,key=value]` as a mapping; a key must be a setting (setting_registry)."""
+    where = {}
+    for part in spec.split(","):
+        key, _, value = part.partition("=")
+        key = key.strip()
+        if key not in setting_registry.NAMES or not value.strip():
+            raise UsageError(f"{spec}: {part!r} is not setting=value; settings: {', '.join(setting_registry.NAMES)}")
+        where[key] = value.strip()
+    return where
+
+
+def select(entries: Sequence[Entry], where: Mapping[str, str]) -> list[Entry]:
+    """The entries whose settings say `where` (a setting's default where empty), those settings
+    left out of each (new dicts: an entry's own is shared), so that the other side's cells, which
+    differ in them, match: `--base framework=torch --new framework=tensorflow`, and later
+    `--base build=A --new build=B` (issue 39)."""
+    out = []
+    for e in entries:
+        said = _said(e.settings)
+        if all(said.get(k) is not None and str(said[k]) == v for k, v in where.items()):
+            out.append(replace(e, settings={k: v for k, v in e.settings.items() if k not in where}))
+    return out
 
 
 def print_comparison(c: Comparison, base: Side, new: Side, out: Any) -> None:
