@@ -1,6 +1,7 @@
 """Bad input, typed or in a site's YAML: a clear message with the way out, never a command run,
 never a traceback, nothing written (issue 12, items 7 and 8)."""
 import copy
+from pathlib import Path
 
 import pytest
 from hydra import compose, initialize_config_dir
@@ -150,10 +151,13 @@ def site_yaml(tmp_path):
 
 NOT_A_DB = b"not a database, just text\n"
 
+#: the networks conf/model/ offers, in the order the refusal lists them
+MODELS = sorted(p.stem for p in (Path(__file__).resolve().parent.parent / "conf" / "model").glob("*.yaml"))
+
 # (command line, what the message must name, the way out it must give)
 BAD = {
     "model=../cluster/slurm": (["-m", "model=../cluster/slurm", "dry_run=true"],
-                               "model='../cluster/slurm'", "use one of alexnet, fcn_r, fcn_s, googlenet, lenet"),
+                               "model='../cluster/slurm'", "use one of " + ", ".join(MODELS)),
     "model outside conf/": (["-m", "OUTSIDE", "dry_run=true"], "model='../../../../../../../..", "use one of alexnet"),
     "repeats=0": (["-m", "repeats=0", "dry_run=true"], "repeats=0", "use repeats=N"),
     "repeats=abc": (["-m", "repeats=abc"], "repeats='abc'", "use repeats=N"),
