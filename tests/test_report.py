@@ -457,7 +457,7 @@ def test_a_real_sweeps_report_renders_in_chromium(tmp_path, torch_python):
     """torch and numpy × 1 and 2 threads × 3 repeats, and gpus=1: numpy's refused at expansion,
     torch's fails (no GPU here, class unsupported). The report's page opens in Chromium with
     every figure loaded and the n/a reasons on it; compare of the sweep against its own CSV says
-    within noise, against it raised by 50 % names the cells slower beyond noise."""
+    no change, against it raised by 50 % names the cells found slower."""
     workdir = user_dir(tmp_path)
     start = time.time()
     done = orchestrator(["-m", "framework=torch,numpy", "model=lenet", "threads=1,2", "gpus=0,1", "repeats=3",

@@ -86,15 +86,10 @@ def tests(pairs: Sequence[tuple[LogSample, LogSample]]) -> list[Test]:
     post = np.full_like(s2, s02) if math.isinf(d0) else (d0 * s02 + d * s2) / (d0 + d)
     diff = np.array([n.mean - b.mean for b, n in pairs])
     se, df = np.sqrt(post * (1 / nb + 1 / nn)), d0 + d
-    out = []
-    for delta, e, f in zip(diff, se, df):
-        if e == 0:  # identical repeats on both sides and no prior: the ratio is exact
-            out.append(Test(math.exp(delta), math.exp(delta), math.exp(delta), 0.0 if delta else 1.0))
-            continue
-        half = float(stats.t.ppf(1 - ALPHA / 2, f)) * e
-        p = 2 * float(stats.t.sf(abs(delta) / e, f))
-        out.append(Test(math.exp(delta), math.exp(delta - half), math.exp(delta + half), p))
-    return out
+    shown = np.where(se > 0, se, 1.0)  # se 0: identical repeats on both sides and no prior, the ratio exact
+    half = np.where(se > 0, stats.t.ppf(1 - ALPHA / 2, df) * se, 0.0)
+    p = np.where(se > 0, 2 * stats.t.sf(np.abs(diff) / shown, df), np.where(diff != 0, 0.0, 1.0))
+    return [Test(math.exp(x), math.exp(x - h), math.exp(x + h), float(q)) for x, h, q in zip(diff, half, p)]
 
 
 def prior(s2: Any, d: Any) -> tuple[float, float]:
