@@ -126,3 +126,12 @@ def test_mann_whitney_with_5_repeats_cannot_pass_a_200_cell_correction():
     assert not any(stats.false_discovery_control(ps, method="bh") < 0.05)
     assert sum(stats.false_discovery_control([p] * 32 + [0.5] * 168, method="bh") < 0.05) == 32
     assert p > 0.05 / 200  # Holm's first step
+
+
+def test_benjamini_hochberg_is_scipys():
+    """verdict.adjusted against scipy.stats.false_discovery_control: random p, ties, ones, none."""
+    rng = np.random.default_rng(5)
+    for ps in (rng.uniform(0, 1, 200), rng.uniform(0, 0.01, 37), [0.01, 0.01, 0.04, 1.0, 0.02, 0.01], [0.3]):
+        assert verdict.adjusted(list(ps)) == pytest.approx(list(stats.false_discovery_control(ps, method="bh")),
+                                                           rel=1e-12)
+    assert verdict.adjusted([]) == []
