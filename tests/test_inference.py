@@ -109,6 +109,23 @@ def test_a_framework_runs_forward_only_until_both_rules_are_met(framework_run, n
     assert other[1]["outputs_sha256"] != events[1]["outputs_sha256"]
 
 
+#: The token networks at CI's shapes (test_conformance's): DLBench's LSTM, a two-layer GPT.
+TOKENS = {"lstm": ["--model", "lstm", "--like", "ptb", "--seq-len", "6"],
+          "gpt": ["--model", "gpt", "--like", "ptb", "--seq-len", "32", "--layers", "2", "--width", "64", "--heads", "2"]}
+
+
+@pytest.mark.parametrize("name, model", [(n, "lstm") for n in ("torch", "jax", "tensorflow", "mxnet", "caffe", "cntk")]
+                         + [(n, "gpt") for n in ("torch", "jax", "tensorflow", "mxnet")])
+def test_the_token_networks_run_forward_only_where_they_are_built(framework_run, name, model):
+    """The LSTM and the Transformer (issue 37) in inference, in every framework that builds them: their
+    token ids go in as they are (jax's forward pass transposed every input as an image)."""
+    events = _run(framework_run, name, *TOKENS[model])
+    assert [e["event"] for e in events][:2] == ["run_start", "first_batch"] and events[-1]["event"] == "run_end"
+    assert events[0]["model"] == model and len(events[0]["input_shape"]) == 1
+    measured = metrics.measured_steps(events)
+    assert len(measured) >= 6 and all("loss" not in e and e["images"] == 4 for e in measured)
+
+
 TORCH_EVAL = """
 import sys
 import numpy as np
