@@ -191,7 +191,7 @@ def load_side(spec: str, metric: Optional[str], from_sweep: Callable[[str, str],
               sweep: str = "latest") -> Side:
     """A side named on the command line: a CSV in the report's table format, a report's directory
     (its tables/<metric>.csv), a sweep (id, prefix or 'latest'; `from_sweep(spec, metric)` reads
-    it), or settings `key=value[,key=value]`: the cells of `sweep` with them (select())."""
+    it), or settings `key=value[,key=value]`: the cells of `sweep` with them (with_settings())."""
     path = Path(spec)
     if path.is_dir():
         path = path / "tables" / f"{metric or 'images_per_sec'}.csv"
@@ -210,7 +210,7 @@ def load_side(spec: str, metric: Optional[str], from_sweep: Callable[[str, str],
     where = settings_filter(spec) if "=" in spec else None
     described, entries, values = from_sweep(sweep if where else spec, name)
     if where:
-        return Side(f"{described} where {spec}", name, select(entries, where), values)
+        return Side(f"{described} where {spec}", name, with_settings(entries, where), values)
     return Side(described, name, entries, values)
 
 
@@ -226,7 +226,7 @@ def settings_filter(spec: str) -> dict[str, str]:
     return where
 
 
-def select(entries: Sequence[Entry], where: Mapping[str, str]) -> list[Entry]:
+def with_settings(entries: Sequence[Entry], where: Mapping[str, str]) -> list[Entry]:
     """The entries whose settings say `where` (a setting's default where empty), those settings
     left out of each (new dicts: an entry's own is shared), so that the other side's cells, which
     differ in them, match: `--base framework=torch --new framework=tensorflow`, and later
