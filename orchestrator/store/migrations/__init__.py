@@ -36,7 +36,8 @@ what a kept table holds — a setting (a `cells` column: the summary has every s
 "kept_metrics")`. Its `upgrade()` changes the other tables only: it never adds a kept table's
 column (the remake makes it), nor calls code that reads the head schema. A new kept table is made
 by its revision (the table alone; its `downgrade()` drops it), filled by its entry in
-result_rows.FILLS, and named in that revision's `rebuilds`. Name the file `<revision>_<what>.py`:
+result_rows.FILLS, and named in that revision's `rebuilds`. A new setting's revision is
+`COLUMNS` and add_settings / drop_settings below (0025 is one). Name the file `<revision>_<what>.py`:
 `sql_adapters.SCHEMA_VERSION` is read from the names. A test upgrades a database made by an old
 release (tests/data/) and compares the result with schema.py's tables.
 """
@@ -46,6 +47,7 @@ import hashlib
 from pathlib import Path
 from typing import Any, Optional
 
+import sqlalchemy as sa
 from sqlalchemy.dialects import sqlite
 from sqlalchemy.engine import Connection
 
@@ -105,6 +107,21 @@ def stale(scripts: Any, before: Optional[str]) -> set[str]:
             break
         names.update(getattr(revision.module, "rebuilds", ()))
     return names
+
+
+def add_settings(op: Any, columns: Any) -> None:
+    """A revision's new settings (`columns`: (name, SQLAlchemy type) pairs), each a nullable `cells`
+    column: a cell at a setting's default stores null, so every cell keeps its id. Its kept columns
+    come with the remake (`rebuilds`)."""
+    for name, kind in columns:
+        op.add_column("cells", sa.Column(name, kind, nullable=True))
+
+
+def drop_settings(op: Any, columns: Any) -> None:
+    """add_settings undone (the views first dropped by the caller); the kept tables keep their
+    columns until the next upgrade remakes them."""
+    for name, _ in columns:
+        op.execute(f"ALTER TABLE cells DROP COLUMN {name}")
 
 
 def views_sha256() -> str:

@@ -12,6 +12,8 @@ this one; whoever merges relinks this chain after theirs.
 import sqlalchemy as sa
 from alembic import op
 
+from orchestrator.store import migrations
+
 revision = "0025"
 down_revision = "0022"
 branch_labels = None
@@ -21,13 +23,13 @@ depends_on = None
 views_sha256 = "4b599e56df6c5e18"
 #: The kept tables the upgrade remakes once every revision has run (result_rows.remake).
 rebuilds = ("kept_summary", "kept_metrics")
+#: The settings it adds, each a nullable `cells` column (migrations.add_settings).
+COLUMNS = (("seq_len", sa.Integer),)
 
 
 def upgrade() -> None:
-    op.add_column("cells", sa.Column("seq_len", sa.Integer, nullable=True))
+    migrations.add_settings(op, COLUMNS)
 
 
 def downgrade() -> None:
-    """The column taken away (the views first dropped by the caller); the kept tables keep theirs
-    until the next upgrade remakes them."""
-    op.execute("ALTER TABLE cells DROP COLUMN seq_len")
+    migrations.drop_settings(op, COLUMNS)

@@ -8,6 +8,7 @@ them) by the upgrade's remake after the last revision (`rebuilds`). env.py rebui
 import sqlalchemy as sa
 from alembic import op
 
+from orchestrator.store import migrations
 from trainers.common.settings import TRANSFORMER_SHAPE
 
 revision = "0026"
@@ -19,15 +20,13 @@ depends_on = None
 views_sha256 = "85a81a34e5c47456"
 #: The kept tables the upgrade remakes once every revision has run (result_rows.remake).
 rebuilds = ("kept_summary",)
+#: The settings it adds, each a nullable `cells` column (migrations.add_settings).
+COLUMNS = tuple((name, sa.Integer) for name in TRANSFORMER_SHAPE)
 
 
 def upgrade() -> None:
-    for column in TRANSFORMER_SHAPE:
-        op.add_column("cells", sa.Column(column, sa.Integer, nullable=True))
+    migrations.add_settings(op, COLUMNS)
 
 
 def downgrade() -> None:
-    """The columns taken away (the views first dropped by the caller); the kept tables keep theirs
-    until the next upgrade remakes them."""
-    for column in TRANSFORMER_SHAPE:
-        op.execute(f"ALTER TABLE cells DROP COLUMN {column}")
+    migrations.drop_settings(op, COLUMNS)

@@ -10,6 +10,8 @@ rebuilds the views.
 import sqlalchemy as sa
 from alembic import op
 
+from orchestrator.store import migrations
+
 revision = "0027"
 down_revision = "0026"
 branch_labels = None
@@ -19,17 +21,13 @@ depends_on = None
 views_sha256 = "0a197dd3372071a1"
 #: The kept tables the upgrade remakes once every revision has run (result_rows.remake).
 rebuilds = ("kept_summary", "kept_metrics")
-
-SETTINGS = (("phase", sa.String), ("min_batches", sa.Integer), ("min_seconds", sa.Float))
+#: The settings it adds, each a nullable `cells` column (migrations.add_settings).
+COLUMNS = (("phase", sa.String), ("min_batches", sa.Integer), ("min_seconds", sa.Float))
 
 
 def upgrade() -> None:
-    for name, kind in SETTINGS:
-        op.add_column("cells", sa.Column(name, kind, nullable=True))
+    migrations.add_settings(op, COLUMNS)
 
 
 def downgrade() -> None:
-    """The columns taken away (the views first dropped by the caller); the kept tables keep theirs
-    until the next upgrade remakes them."""
-    for name, _ in SETTINGS:
-        op.execute(f"ALTER TABLE cells DROP COLUMN {name}")
+    migrations.drop_settings(op, COLUMNS)

@@ -8,6 +8,8 @@ by the upgrade's remake after the last revision (`rebuilds`). env.py rebuilds th
 import sqlalchemy as sa
 from alembic import op
 
+from orchestrator.store import migrations
+
 revision = "0028"
 down_revision = "0027"
 branch_labels = None
@@ -17,17 +19,13 @@ depends_on = None
 views_sha256 = "242b3e1be1ec8092"
 #: The kept tables the upgrade remakes once every revision has run (result_rows.remake).
 rebuilds = ("kept_summary", "kept_metrics")
-
-ADDED = ("compile", "batch_search")
+#: The settings it adds, each a nullable `cells` column (migrations.add_settings).
+COLUMNS = (("compile", sa.String), ("batch_search", sa.String))
 
 
 def upgrade() -> None:
-    for name in ADDED:
-        op.add_column("cells", sa.Column(name, sa.String, nullable=True))
+    migrations.add_settings(op, COLUMNS)
 
 
 def downgrade() -> None:
-    """The columns taken away (the views first dropped by the caller); the kept tables keep theirs
-    until the next upgrade remakes them."""
-    for name in ADDED:
-        op.execute(f"ALTER TABLE cells DROP COLUMN {name}")
+    migrations.drop_settings(op, COLUMNS)
