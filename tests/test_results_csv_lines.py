@@ -10,6 +10,7 @@ import pytest
 from sqlalchemy import Integer, create_engine, select, update
 from sqlalchemy.pool import NullPool
 
+from orchestrator import setting_registry
 from orchestrator.cli import main
 from orchestrator.commands.results import RESULTS_ORDER
 from orchestrator.results.collector import collect
@@ -119,7 +120,8 @@ def test_a_run_whose_state_changes_is_written_as_it_is_now(tmp_path, db_url, mon
 
 def test_kept_metric_text_is_what_csv_writes_of_the_kept_numbers(tmp_path, db_url, monkeypatch):
     """kept_metrics.csv_text is csv.writer's line of the row's own numbers, and the CSV's select
-    hands back text (one value Python formats per row: the float setting), not 61 values."""
+    hands back text (and the values Python formats between: the float settings, target_accuracy and
+    inference's min_seconds), not 61 values."""
     land(tmp_path, db_url, monkeypatch)
     engine = create_engine(db_url, poolclass=NullPool)
     with engine.connect() as conn:
@@ -131,7 +133,9 @@ def test_kept_metric_text_is_what_csv_writes_of_the_kept_numbers(tmp_path, db_ur
         assert row[-1] + "\n" == out.getvalue()
     assert len(kept) == 12
     query = cell_stats.results_lines({}, RESULTS_ORDER, None)
-    assert [c.key for c in query.selected_columns][1] == "target_accuracy" and len(query.selected_columns) == 3
+    floats = [s.name for s in setting_registry.SETTINGS if s.kind is float]
+    assert floats == ["target_accuracy", "min_seconds"]
+    assert [c.key for c in query.selected_columns][1::2] == floats and len(query.selected_columns) == 2 * len(floats) + 1
 
 
 def test_the_quoted_characters_are_those_csv_quotes():
