@@ -34,7 +34,8 @@ adding a column needs `op.batch_alter_table`), set `views_sha256`, and `rebuilds
 what a kept table holds — a setting (a `cells` column: the summary has every setting), a metric
 (kept_metrics has every view metric), how a kept figure is computed: `rebuilds = ("kept_summary",
 "kept_metrics")`. Its `upgrade()` changes the other tables only: it never adds a kept table's
-column (the remake makes it), nor calls code that reads the head schema. A new kept table is made
+column (the remake makes it; 0020's csv_text, from before this rule, is safe only because 0019
+makes its table without it), nor calls code that reads the head schema. A new kept table is made
 by its revision (the table alone; its `downgrade()` drops it), filled by its entry in
 result_rows.FILLS, and named in that revision's `rebuilds`. A new setting's revision is
 `COLUMNS` and add_settings / drop_settings below (0025 is one). Name the file `<revision>_<what>.py`:
