@@ -10,6 +10,7 @@ import pytest
 from sqlalchemy import Integer, create_engine, select, update
 from sqlalchemy.pool import NullPool
 
+from orchestrator import setting_registry
 from orchestrator.cli import main
 from orchestrator.commands.results import RESULTS_ORDER
 from orchestrator.results.collector import collect
@@ -122,7 +123,7 @@ def test_a_run_whose_state_changes_is_written_as_it_is_now(tmp_path, db_url, mon
 
 def test_kept_metric_text_is_what_csv_writes_of_the_kept_numbers(tmp_path, db_url, monkeypatch):
     """kept_metrics.csv_text is csv.writer's line of the row's own numbers, and the CSV's select
-    hands back each line as one text (the float setting's is kept: kept_lines), not 61 values."""
+    hands back each line as one text (the float settings' are kept: kept_lines), not 61 values."""
     land(tmp_path, db_url, monkeypatch)
     engine = create_engine(db_url, poolclass=NullPool)
     with engine.connect() as conn:

@@ -292,6 +292,19 @@ def metric_stats(session: Session, sweep_ids: Sequence[str], metrics: Sequence[m
     row): rows of `cell`, `name` and their `stats` (n, median, mean, sd, lo, hi) over the values
     of the latest attempts that are done, each divided by its metric's divisor as the `results`
     view shows it. One query."""
+    x = stats(_metric_values(sweep_ids, metrics), ("cell", "name"), "value").c
+    return session.execute(select(x.cell, x.name, x.n, x.median, x.mean, x.sd, x.lo, x.hi))
+
+
+def metric_values(session: Session, sweep_ids: Sequence[str], metrics: Sequence[metric_registry.MetricDef]) -> Any:
+    """Rows of `cell`, `name`, `value`: the repeats themselves behind metric_stats' numbers (the
+    same runs and divisors), for `compare`'s test on the repeats."""
+    v = _metric_values(sweep_ids, metrics).c
+    return session.execute(select(v.cell, v.name, v.value))
+
+
+def _metric_values(sweep_ids: Sequence[str], metrics: Sequence[metric_registry.MetricDef]) -> Any:
+    """The subquery of (cell, name, value) over the latest attempts that are done."""
     latest = latest_runs()
     mine = (latest.c.state == runstate.DONE, latest.c.cell_id.in_(named_cells(sweep_ids)))
     named = [m.name for m in metrics if m.name != "params"]
@@ -302,9 +315,7 @@ def metric_stats(session: Session, sweep_ids: Sequence[str], metrics: Sequence[m
     if len(named) < len(metrics):
         parts.append(select(latest.c.cell_id, literal("params"), cast(latest.c.params, Float))
                      .where(*mine, latest.c.params.is_not(None)))
-    values = (union_all(*parts) if len(parts) > 1 else parts[0]).subquery("v")
-    x = stats(values, ("cell", "name"), "value").c
-    return session.execute(select(x.cell, x.name, x.n, x.median, x.mean, x.sd, x.lo, x.hi))
+    return (union_all(*parts) if len(parts) > 1 else parts[0]).subquery("v")
 
 
 def attempt_counts(session: Session, sweep_ids: Sequence[str]) -> Any:
