@@ -201,3 +201,42 @@ def test_a_launchs_writes_have_a_larger_page_cache_set_back_after(tmp_path):
             assert size() == -launch_records.LAUNCH_CACHE_KIB != before
         assert size() == before
     Session.kw["bind"].dispose()
+
+
+def test_a_remake_of_kept_metrics_remakes_the_kept_lines_that_hold_its_text(tmp_path, db_url):
+    """result_rows.MADE_FROM: kept_lines' last text is kept_metrics.csv_text, so a revision that
+    names kept_metrics alone in its `rebuilds` (a metric's text changed) remakes kept_lines too;
+    else each run's CSV line keeps the metric text of before (here: a text made stale on purpose)."""
+    from orchestrator.store import result_rows
+
+    landed(db_url, tmp_path / "runs", 6)
+    execute(db_url, f"update kept_lines set {kept_lines.TEXTS[-1]} = 'stale'")
+    engine = create_engine(db_url, poolclass=NullPool)
+    try:
+        with engine.begin() as conn:
+            result_rows.remake(conn, {"kept_metrics"})
+    finally:
+        engine.dispose()
+    assert len(assert_kept_lines_exact(db_url)) == 6
+
+
+def test_a_copy_that_lands_runs_the_destination_has_uncollected_keeps_their_lines(tmp_path, db_url):
+    """db_copy's replaced runs (uncollected in the destination, collected in the source): their
+    metrics, kept metrics and kept CSV texts follow, as the new runs' do."""
+    from orchestrator.store import result_rows
+
+    src = f"sqlite:///{tmp_path / 'mine.db'}"
+    landed(src, tmp_path / "runs", 6)
+    db_copy.copy(src, db_url)
+    # the destination's runs as a launch leaves them: recorded, not yet collected, no metrics
+    execute(db_url, "delete from metrics", "update runs set collected_at = null, state = 'running'")
+    engine = create_engine(db_url, poolclass=NullPool)
+    try:
+        with engine.begin() as conn:
+            result_rows.keep_metrics(conn, conn.scalars(select(Run.id)).all())
+    finally:
+        engine.dispose()
+    assert query(db_url, "select count(*) from kept_metrics") == [(0,)]
+    db_copy.copy(src, db_url)
+    assert query(db_url, "select count(*) from runs where collected_at is null") == [(0,)]
+    assert len(assert_kept_lines_exact(db_url)) == 6
