@@ -205,20 +205,44 @@ def test_broken_files_are_reported_left_in_place_and_do_not_stop_the_rest(tmp_pa
     assert (second.added, second.already, len(second.broken)) == (1, 3, len(broken) - 1)
 
 
-def _collect_in_process(url: str, runs: str, batch: int, start, queue) -> None:
-    """One collector process: open the (possibly fresh) DB, wait for the other, collect."""
+def _collect_in_process(url: str, runs: str, batch: int, start, queue, turns, which: int) -> None:
+    """One collector process: open the (possibly fresh) DB, wait for the other, collect. With
+    `turns` (a barrier of two), the two land their batches in rounds, see two_collectors_at_once."""
     Session = db.open_db(url)
+    if turns is not None:
+        from types import SimpleNamespace
+
+        from orchestrator.results import collector
+
+        land = collector._land
+
+        def land_then_wait(*args):
+            land(*args)
+            turns.wait(timeout=120)
+
+        collector._land = land_then_wait  # this process's module: the other's is its own
+        collector.random = SimpleNamespace(randrange=lambda n: which * n // 2)  # starts half the batches apart
     start.wait(timeout=30)
     report = collect(Session, Path(runs), batch_size=batch)
     queue.put((report.added, report.already, [str(p) for p, _ in report.broken]))
 
 
-def two_collectors_at_once(url: str, runs: Path, batch: int, timeout: float = 60) -> list[tuple]:
+def two_collectors_at_once(url: str, runs: Path, batch: int, timeout: float = 60,
+                           in_rounds: bool = False) -> list[tuple]:
     """Two collector processes started together on `url` and `runs` (batches of `batch`): each
-    one's (added, already, broken paths), once both ended well."""
+    one's (added, already, broken paths), once both ended well.
+
+    `in_rounds`: each lands its k-th batch, then waits for the other to have landed its k-th, and
+    they start half the batches apart (as collect's random start means them to). Left alone, the
+    two need not interleave at all: SQLite's busy handler is not fair, and a writer that commits
+    every few milliseconds takes the lock again before the one waiting wakes from its back-off
+    sleep, so on a loaded machine one collector can land every batch before the other lands one.
+    In rounds, both land runs of the same cells in every round, their transactions begun together."""
     ctx = multiprocessing.get_context("spawn")
     start, queue = ctx.Barrier(2), ctx.Queue()
-    procs = [ctx.Process(target=_collect_in_process, args=(url, str(runs), batch, start, queue)) for _ in range(2)]
+    turns = ctx.Barrier(2) if in_rounds else None
+    procs = [ctx.Process(target=_collect_in_process, args=(url, str(runs), batch, start, queue, turns, which))
+             for which in range(2)]
     for p in procs:
         p.start()
     try:

@@ -109,25 +109,18 @@ def test_a_launchs_new_attempt_takes_its_repeat_out_of_the_kept_summary(tmp_path
 
 def test_two_collectors_landing_runs_of_the_same_cells_at_once_keep_it_exact(tmp_path, db_url):
     """Two collectors at once, in batches of two, over many repeats of three cells: each cell's runs
-    are landed by both, in transactions that overlap on a server; the second to refresh a cell
-    waits for the first and counts its runs (result_rows.refresh_summary's lock).
-
-    Whether the two interleave is the scheduler's to decide (on a loaded machine one may land
-    every run before the other starts): the summary must be exact after every try, and up to
-    three tries, each with new repeats of the same cells, must include one where both landed."""
-    n, raced, tries = 60, False, 0
+    are landed by both, in rounds whose transactions begin together (on a server they overlap);
+    the second to refresh a cell waits for the first and counts its runs (result_rows.refresh_summary's
+    lock). In rounds, both land runs: left alone, one may land every run before the other starts."""
+    n = 60
     db.open_db(db_url).kw["bind"].dispose()
-    while not raced and tries < 3:
-        runs = tmp_path / f"runs{tries}"
-        for i in range(n):
-            write_result(runs, make_result(sweep="s", model=MODELS[i % 3], repeat=tries * 1000 + i // 3,
-                                           metrics=speeds(i)))
-        outcomes = two_collectors_at_once(db_url, runs, batch=2, timeout=300)  # batches of two: they interleave
-        assert sum(added for added, _, _ in outcomes) == n and all(broken == [] for _, _, broken in outcomes)
-        tries += 1
-        assert sorted(r["n"] for r in assert_exact(db_url).values()) == [tries * n // 3] * 3
-        raced = all(added > 0 for added, _, _ in outcomes)
-    assert raced, f"in {tries} tries one collector always landed every run alone: the race was never run"
+    runs = tmp_path / "runs"
+    for i in range(n):
+        write_result(runs, make_result(sweep="s", model=MODELS[i % 3], repeat=i // 3, metrics=speeds(i)))
+    outcomes = two_collectors_at_once(db_url, runs, batch=2, timeout=300, in_rounds=True)
+    assert [added for added, _, _ in outcomes] == [n // 2, n // 2], outcomes  # 30 batches, from 0 and from 15
+    assert all(broken == [] for _, _, broken in outcomes)
+    assert sorted(r["n"] for r in assert_exact(db_url).values()) == [n // 3] * 3
 
 
 def test_an_upgrade_builds_the_kept_summary_of_the_runs_already_there(tmp_path, db_url):

@@ -21,7 +21,7 @@ message, ...), which SQL quotes as it reads them (csv_lines): no kept text can g
 Written in the transaction that inserts runs: by `keep` for a launch's and a rerun's
 (launch_records.insert_runs); by `keep_landed` wherever runs land (result_rows.keep_metrics: the
 collector's, the unrecorded runs it inserts among them, and a copy's, db_copy); built for the runs
-there by migration 0023 (`rebuild`). A run's row goes with it (ON DELETE CASCADE).
+there by an upgrade's remake (`rebuild`, result_rows.FILLS). A run's row goes with it (ON DELETE CASCADE).
 """
 from __future__ import annotations
 
@@ -117,7 +117,7 @@ def _keep(conn: Any, key: Any, values: Iterable[Any]) -> None:
 
 
 def rebuild(conn: Any, step: int = 20_000) -> None:
-    """Every run's kept_lines row (migration 0023), `step` run ids at a time (never all in memory)."""
+    """Every run's kept_lines row (an upgrade's remake), `step` run ids at a time (never all in memory)."""
     conn.execute(delete(KeptLines))
     low, high = conn.execute(select(func.min(Run.id), func.max(Run.id))).one()
     for start in range(low or 0, (high or -1) + 1, step):
