@@ -61,6 +61,9 @@ METRICS = (
     MetricDef("images_per_sec_mad", "img/s", False,
        "median absolute deviation of the per-step rates (tf_cnn_benchmarks' jitter)",
        "images_per_sec_mad"),
+    # a sequence network's images are sequences (images_per_sec is sequences/s): each seq_len tokens
+    MetricDef("tokens_per_sec", "tok/s", True, "sequence networks (lstm): images_per_sec (sequences/s) x the "
+       "tokens of each sequence (seq_len)", "tokens_per_sec"),
     MetricDef("step_time_mean", "s", False, "mean measured step time"),
     MetricDef("step_time_median", "s", False, "median measured step time"),
     # the ceiling: trainers/common/flops.py's FLOPs per image against the hardware's peak_tflops
@@ -108,6 +111,33 @@ METRICS = (
     MetricDef("cpu_energy_per_image_j", "J/img", False, "CPU package energy / measured images", across_nodes=SUM),
     MetricDef("images_per_sec_per_w", "img/s/W", True, "images_per_sec / gpu_power_avg_w", "images_per_sec_per_w",
        across_nodes=RATIO, ratio_of=("images_per_sec", "gpu_power_avg_w")),
+    # inference (phase=inference; orchestrator/job/latency.py): images_per_sec above is its samples/s. Each
+    # batch's latency is timed alone, the device synchronised; a percentile where the count supports it
+    # (latency.SUPPORTED_FROM), else no row (n/a) beside the count
+    MetricDef("latency_mean_s", "s", False, "inference: mean batch latency"),
+    MetricDef("latency_p50_s", "s", False, "inference: median batch latency (LoadGen's rank rule)", "latency_p50_s"),
+    MetricDef("latency_p90_s", "s", False, "inference: 90th percentile batch latency"),
+    MetricDef("latency_p99_s", "s", False, "inference: 99th percentile batch latency (from 100 batches)",
+       "latency_p99_s"),
+    MetricDef("latency_p999_s", "s", False, "inference: 99.9th percentile batch latency (from 1,000 batches)",
+       "latency_p999_s"),
+    MetricDef("latency_jitter_s", "s", False, "inference: 1.4826 x the median absolute deviation of the batch "
+       "latencies (the standard deviation, were they normal)"),
+    MetricDef("latency_batches", "batches", None, "inference: timed batches the percentiles are over",
+       "latency_batches"),
+    MetricDef("first_batch_s", "s", False, "inference: the first batch alone (graph building, compilation, "
+       "autotuning), apart from the steady state", "first_batch_s"),
+    MetricDef("first_batch_cold", "flag", None, "inference: 1 where the first batch compiled from nothing (no "
+       "persistent compile cache, or an empty one), 0 where a cache held compiled work"),
+    MetricDef("below_rule", "flag", False, "inference: 1 where the run timed fewer batches or seconds than the "
+       "validity rule (latency.RULE: 64 batches and 10 s); its figures are indicative only", "below_rule"),
+    # batch_size=auto (orchestrator/job/batch_curve.py): the run's figures above are its fastest point's; each
+    # point's own as auto.b<batch>.<metric>, which batch_curve.curve reads
+    MetricDef("auto_batch", "images", None, "batch_size=auto: the batch of the fastest point, whose figures the "
+       "run's are", "auto_batch"),
+    MetricDef("auto_points", "points", None, "batch_size=auto: batches measured (1, 2, 4, ...)"),
+    MetricDef("auto_oom_batch", "images", None, "batch_size=auto: the batch the device could not hold (none "
+       "where throughput stopped the search)"),
     # accuracy mode (mode=accuracy): the test split after each epoch (trainers/common/accuracy.py)
     MetricDef("top1_final", "fraction", True, "test top-1 after the last epoch", "top1"),
     MetricDef("top5_final", "fraction", True, "test top-5 after the last epoch (datasets of more than 10 classes)",

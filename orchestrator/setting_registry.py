@@ -28,8 +28,13 @@ from trainers.common import inputs
 from trainers.common import settings as shared
 
 #: When a setting is hashed into the cell id: always; only where the cell is in accuracy mode;
-#: only where its value is not its default (a setting added after cells existed).
-ALWAYS, IN_ACCURACY_MODE, UNLESS_DEFAULT = "always", "in accuracy mode", "unless default"
+#: only where the cell is in the inference phase; only where its value is not its default (a
+#: setting added after cells existed); only where it has a value (a setting only some networks
+#: take, added after cells of the others existed).
+ALWAYS, IN_ACCURACY_MODE, IN_INFERENCE, UNLESS_DEFAULT, WHERE_TAKEN = (
+    "always", "in accuracy mode", "in inference", "unless default", "where taken")
+#: The settings hashed, read and passed to the trainer only in one mode or phase: (setting, its value there).
+ONLY_WHERE = {IN_ACCURACY_MODE: ("mode", "accuracy"), IN_INFERENCE: ("phase", "inference")}
 
 #: A config lookup: the value at a dotted path of the composed config, None where absent.
 Lookup = Callable[[str], Any]
@@ -112,8 +117,15 @@ def _ran_at(model: str, like: str) -> str:
     return inputs.ran_at(model, like) or ""
 
 
+#: batch_size=auto: an inference search from batch 1 (trainers/common/batch_search.py), stored as
+#: batch_size 1 (where it starts) and batch_search=auto (its own cell id)
+AUTO = "auto"
+
+
 def _batch_size(get: Lookup, so_far: Mapping[str, Any]) -> Any:
     shape = shape_of(so_far)
+    if get("batch_size") == AUTO:
+        return 1
     return _first(get("batch_size"), get(f"model.batch_size.{shape}") if isinstance(shape, str) else None)
 
 
@@ -124,8 +136,16 @@ def _threads(get: Lookup, so_far: Mapping[str, Any]) -> Any:
     return found if found is not None else _first(os.cpu_count(), 1)
 
 
-def _accuracy_only(key: str, default: Any = None) -> Callable[[Lookup, Mapping[str, Any]], Any]:
-    return lambda get, so_far: _first(get(key), default) if so_far.get("mode") == "accuracy" else None
+def _only(where: str, key: str, default: Any = None) -> Callable[[Lookup, Mapping[str, Any]], Any]:
+    """A setting read only where the cell is in `where`'s mode or phase (ONLY_WHERE), else None."""
+    setting, value = ONLY_WHERE[where]
+    return lambda get, so_far: _first(get(key), default) if so_far.get(setting) == value else None
+
+
+def _applies(s: SettingDef, settings: Mapping[str, Any]) -> bool:
+    """Whether a setting counts for these settings: its mode or phase is theirs (ONLY_WHERE)."""
+    setting, value = ONLY_WHERE.get(s.hashed, (None, None))
+    return setting is None or settings.get(setting) == value
 
 
 #: the defaults the trainer's command line has too (trainers/common/settings.py): one declaration
@@ -148,6 +168,10 @@ SETTINGS: tuple[SettingDef, ...] = (
        headline=True),
     SettingDef("batch_size", int, _batch_size, minimum=1,
        way_out="use batch_size=N, or leave it out for the model's default", headline=True),
+    # fixed: batch_size images per step; auto (typed batch_size=auto): batch 1, 2, 4, ... in one inference
+    # job until out of memory or under 5 % more samples/s (migration 0029; None at fixed: ids unchanged)
+    SettingDef("batch_search", str, lambda get, so_far: AUTO if get("batch_size") == AUTO else "fixed",
+       hashed=UNLESS_DEFAULT, default="fixed", choices=("fixed", AUTO), trainer_flag=False),
     SettingDef("scaling", str, _key("scaling"), choices=shared.SCALINGS),
     SettingDef("iterations", int, _key("iterations"), minimum=1,
        way_out=f"use iterations=N (the measured steps; default {_D['iterations']})"),
@@ -159,15 +183,39 @@ SETTINGS: tuple[SettingDef, ...] = (
     # accuracy mode existed is: its id is unchanged, a retyped sweep finds it
     SettingDef("mode", str, _key("mode", _D["mode"]), hashed=UNLESS_DEFAULT, default=_D["mode"],
        choices=shared.MODES),
-    SettingDef("epochs", int, _accuracy_only("epochs", _D["epochs"]), hashed=IN_ACCURACY_MODE, minimum=1,
+    SettingDef("epochs", int, _only(IN_ACCURACY_MODE, "epochs", _D["epochs"]), hashed=IN_ACCURACY_MODE, minimum=1,
        way_out=f"use epochs=N (accuracy mode's passes over the training split; default {_D['epochs']})"),
-    SettingDef("target_accuracy", float, _accuracy_only("target_accuracy"), hashed=IN_ACCURACY_MODE, minimum=0.0,
+    SettingDef("target_accuracy", float, _only(IN_ACCURACY_MODE, "target_accuracy"), hashed=IN_ACCURACY_MODE, minimum=0.0,
        way_out="use target_accuracy=X with 0 < X <= 1 (a test top-1), or target_accuracy=null"),
     # memory: batches prepared before the timed steps; pipeline: each timed step takes its batch from
     # the ImageNet loader (trainers/common/imagenet.py). A cell at memory stores None (migration 0010),
     # which the views show as memory.
     SettingDef("input", str, _key("input", _D["input"]), hashed=UNLESS_DEFAULT, default=_D["input"],
        choices=shared.INPUTS),
+    # a sequence network's tokens per sequence (migration 0026): seq_len=, else the model's own
+    # (model.seq_len, which only a sequence network's YAML has); None for every other network, whose
+    # id is therefore unchanged. Set for an image network, it is refused (cell.resolve_settings).
+    SettingDef("seq_len", int, lambda get, so_far: _first(get("seq_len"), get("model.seq_len")),
+       hashed=WHERE_TAKEN, minimum=1, way_out="use seq_len=N (a sequence network's tokens per sequence), or "
+       "leave it out for the model's"),
+    # a Transformer's shape (migration 0027): layers=, width=, heads=, else the model's own (model.layers ...,
+    # which only a Transformer's YAML has); None for every other network, whose id is unchanged
+    *(SettingDef(name, int, lambda get, so_far, name=name: _first(get(name), get(f"model.{name}")),
+                 hashed=WHERE_TAKEN, minimum=1, way_out=f"use {name}=N (a Transformer's {what}), or leave it out "
+                 "for the model's") for name, what in zip(shared.TRANSFORMER_SHAPE, ("blocks", "width", "attention heads"))),
+    # train: timed training steps; inference: timed forward passes (issue 38; migration 0028). A cell
+    # at train stores None, so every cell made before the phase existed keeps its id.
+    SettingDef("phase", str, _key("phase", _D["phase"]), hashed=UNLESS_DEFAULT, default=_D["phase"],
+       choices=shared.PHASES),
+    # how the network runs (issue 38): a cell at native (each framework's usual form) stores None, so
+    # every cell made before keeps its id (migration 0029); refusals per framework: Support.compiles
+    SettingDef("compile", str, _key("compile", _D["compile"]), hashed=UNLESS_DEFAULT, default=_D["compile"],
+       choices=shared.COMPILES),
+    # inference's validity rule: timed batches until both are reached (None in train, which counts iterations)
+    SettingDef("min_batches", int, _only(IN_INFERENCE, "min_batches", _D["min_batches"]), hashed=IN_INFERENCE,
+       minimum=1, way_out=f"use min_batches=N (inference's fewest timed batches; default {_D['min_batches']})"),
+    SettingDef("min_seconds", float, _only(IN_INFERENCE, "min_seconds", _D["min_seconds"]), hashed=IN_INFERENCE,
+       minimum=0.0, way_out=f"use min_seconds=X (inference's fewest measured seconds; default {_D['min_seconds']})"),
 )
 BY_NAME: dict[str, SettingDef] = {s.name: s for s in SETTINGS}
 #: Every setting's name, in the order they are shown.
@@ -220,26 +268,27 @@ def filled(record: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def hashed_keys(settings: Mapping[str, Any]) -> tuple[str, ...]:
-    """The settings a cell's id hashes: every ALWAYS setting, the IN_ACCURACY_MODE ones where the
-    cell is in accuracy mode, the UNLESS_DEFAULT ones where not at their default (None)."""
-    accuracy = settings.get("mode") == "accuracy"
+    """The settings a cell's id hashes: every ALWAYS setting, the IN_ACCURACY_MODE (IN_INFERENCE) ones
+    where the cell is in accuracy mode (the inference phase), the UNLESS_DEFAULT ones where not at
+    their default (None), the WHERE_TAKEN ones where they have a value."""
     return tuple(s.name for s in SETTINGS if s.hashed == ALWAYS
-                 or (s.hashed == IN_ACCURACY_MODE and accuracy)
-                 or (s.hashed == UNLESS_DEFAULT and settings.get(s.name) not in (None, s.default)))
+                 or (s.hashed in ONLY_WHERE and _applies(s, settings))
+                 or (s.hashed == UNLESS_DEFAULT and settings.get(s.name) not in (None, s.default))
+                 or (s.hashed == WHERE_TAKEN and settings.get(s.name) is not None))
 
 
 def trainer_flags(settings: Mapping[str, Any]) -> list[str]:
     """The trainer's command line for these settings: `--<name> <value>` for each it is told,
-    where set and not at its default, accuracy mode's only in that mode (docs/protocol.md); a
-    null where the trainer's default is not (target_accuracy) as `--<name> none`."""
-    accuracy = settings.get("mode") == "accuracy"
+    where set and not at its default, accuracy mode's (inference's) only in that mode (phase)
+    (docs/protocol.md); a null where the trainer's default is not (target_accuracy) as `--<name> none`."""
     args: list[str] = []
     for s in SETTINGS:
         value = settings.get(s.name)
-        if not s.trainer_flag or not (accuracy or s.hashed != IN_ACCURACY_MODE):
+        if not s.trainer_flag or not _applies(s, settings):
             continue
         if value is None and getattr(shared.BY_NAME.get(s.name), "nullable", False):
             args += ["--" + s.name.replace("_", "-"), shared.NONE]
-        elif value is not None and value != s.default:
-            args += ["--" + s.name.replace("_", "-"), str(value)]
+        elif value is not None and value != s.default:  # batch_size=auto: the trainer's --batch-size auto
+            shown = AUTO if s.name == "batch_size" and settings.get("batch_search") == AUTO else value
+            args += ["--" + s.name.replace("_", "-"), str(shown)]
     return args

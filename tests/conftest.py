@@ -167,7 +167,7 @@ def run_trainer(python, module, argv, env=None, timeout=900):
 
 
 RUN_START_FIELDS = {
-    "framework", "version", "build", "model", "params", "input_shape", "classes",
+    "framework", "version", "build", "model", "params", "input_shape", "classes", "network",
     "dataset", "like", "batch_size", "per_device_batch", "gpus", "devices", "threads",
     "precision", "seed", "python", "processes"}
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.job import metrics
-from trainers.common import failure_classes, flops
+from trainers.common import architectures as arch, failure_classes, flops
 from trainers.common.flops import fewest_macs, fewest_training_flops, forward_macs, training_flops
 
 from helpers import FAST, REPO, orchestrator, rows, user_dir, wait_until_final
@@ -367,3 +367,38 @@ def test_the_32x32_vgg16_and_googlenet_are_counted_by_hand():
     assert (channels, googlenet) == (1024, 1521756160)
     assert forward_macs("googlenet_cifar", (3, 32, 32), 10) == googlenet
     assert training_flops("googlenet_cifar", (3, 32, 32), 10) == 6 * googlenet
+
+
+def test_the_lstm_is_counted_by_hand():
+    """DLBench's LSTM per sequence of 32 tokens: each of its two LSTMs of 256 multiplies its input
+    (256) and its state (256) by the four gates' weights, the output layer 256 x 10,000; the
+    embedding is a lookup. Every input gradient is computed (the embedding learns through the
+    first LSTM's), so the ceiling is the model count itself; an mfu comes with tokens/s."""
+    per_token = 2 * (4 * 256 * (256 + 256)) + 256 * 10000
+    assert per_token * 32 == 115474432
+    assert forward_macs("lstm", (32,), 10000) == 115474432
+    assert forward_macs("lstm", (64,), 10000) == 2 * 115474432
+    assert training_flops("lstm", (32,), 10000) == fewest_training_flops("lstm", (32,), 10000) == 6 * 115474432
+    events = stream(1000.0, model="lstm")
+    events[0] = {**events[0], "input_shape": [32], "classes": 10000, "like": "ptb"}
+    m = metrics.compute(events, hardware=H100)
+    assert m["mfu"] > 0 and m["tokens_per_sec"] == pytest.approx(32000.0)
+
+
+def test_the_gpt_is_counted_as_palm_counts_it():
+    """A Transformer per token: 6N + 12 x layers x width x context training FLOPs (PaLM, appendix B),
+    N the matrix products' weights (12 x width^2 per block, and the tied output layer's width x
+    vocabulary). By hand for CI's small shape and for GPT-2 small; the ceiling is the count itself."""
+    small = arch.Transformer(2, 64, 2)
+    n = 2 * 12 * 64 * 64 + 64 * 1000
+    assert forward_macs("gpt", (32,), 1000, small) == 32 * (n + 2 * 2 * 32 * 64) == 32 * 170496
+    assert training_flops("gpt", (32,), 1000, small) == 32 * (6 * n + 12 * 2 * 64 * 32)
+    assert fewest_training_flops("gpt", (32,), 1000, small) == training_flops("gpt", (32,), 1000, small)
+    gpt2 = 12 * 12 * 768 ** 2 + 768 * 50257
+    assert gpt2 == 123532032
+    assert training_flops("gpt", (1024,), 50257) == 1024 * (6 * gpt2 + 12 * 12 * 768 * 1024) == 1024 * 854438400
+    events = stream(100.0, model="gpt")
+    events[0] = {**events[0], "input_shape": [32], "classes": 1000, "like": "ptb", "network": list(small)}
+    m = metrics.compute(events, hardware=H100)
+    assert m["tokens_per_sec"] == pytest.approx(3200.0)
+    assert m["mfu"] == pytest.approx(100.0 * training_flops("gpt", (32,), 1000, small) / (H100["peak_tflops"]["bf16"] * 1e12))

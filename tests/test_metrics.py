@@ -112,6 +112,18 @@ def test_compute_returns_all_metrics_as_a_json_ready_dict():
     assert set(m) <= set(metric_registry.BY_NAME), "every metric computed is declared"
 
 
+def test_a_sequence_networks_run_counts_tokens_per_second_too():
+    """DLBench's LSTM on ptb-shaped data: its images are sequences of seq_len tokens (run_start's
+    input_shape [seq_len]); an image network's run has no tokens_per_sec."""
+    events, _, _ = stream()
+    events[0].update(model="lstm", like="ptb", input_shape=[64], classes=10000)
+    m = compute(events)
+    assert m["tokens_per_sec"] == pytest.approx(m["images_per_sec"] * 64) and m["images_per_sec"] > 0
+    assert unit_of("tokens_per_sec") == "tok/s"
+    events[0].update(model="lenet", like="mnist", input_shape=[1, 28, 28], classes=10)
+    assert "tokens_per_sec" not in compute(events)
+
+
 def test_no_run_end_gives_no_metrics_and_quotes_the_error():
     events, _, _ = stream()
     events = [e for e in events if e["event"] != "run_end"]

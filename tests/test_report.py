@@ -368,7 +368,7 @@ def test_compare_round_trip_verdicts_and_exit_statuses(tmp_path, db_url):
     study = Study(tmp_path, url=db_url)
     study.cell(ips(1000, 1010, 990), framework="torch")
     study.cell(ips(200, 204, 198), framework="tensorflow")
-    study.cell(ips(100, 160, 60), framework="mxnet")        # CV 46 %: a 33 % drop is within its noise
+    study.cell(ips(100, 160, 60), framework="mxnet")        # CV 46 %: a 33 % drop is no change for its noise
     study.cell(["failed:unsupported"] * 3, framework="caffe")
     report = study.report(tmp_path / "report")
     csv_path = tmp_path / "report" / "tables" / "images_per_sec.csv"
@@ -383,10 +383,17 @@ def test_compare_round_trip_verdicts_and_exit_statuses(tmp_path, db_url):
 
     itself = orchestrator(["compare", "--base", str(csv_path), "--new", "s1"], workdir, timeout=120)
     assert itself.returncode == 0, itself.stdout + itself.stderr
-    assert "3 cell(s) compared: 3 within noise" in itself.stdout
+    assert "3 cell(s) compared: 3 no change" in itself.stdout and "Benjamini-Hochberg over the 3 tested" in itself.stdout
     assert "not compared, no number: caffe/lenet/mnist" in itself.stdout
     report_dir = orchestrator(["compare", "--base", str(tmp_path / "report"), "--new", "latest"], workdir, timeout=120)
     assert report_dir.returncode == 0, report_dir.stderr
+
+    # settings as the sides (as `--base build=A --new build=B` will): one sweep's cells, the key left out of the match
+    frameworks = orchestrator(["compare", "--base", "framework=torch", "--new", "framework=tensorflow", "--sweep", "s1"],
+                              workdir, timeout=120)
+    assert frameworks.returncode == 1, frameworks.stdout + frameworks.stderr
+    assert "where framework=torch" in frameworks.stdout and "1 cell(s) compared: 1 slower" in frameworks.stdout
+    assert "REGRESSION: 1 cell(s)" in frameworks.stdout and "-79.9%" in frameworks.stdout, frameworks.stdout
 
     raised = _write_scaled(csv_path, tmp_path / "raised.csv", 1.5)
     slower = orchestrator(["compare", "--base", str(raised), "--new", "s1", "--threshold", "5"], workdir, timeout=120)
@@ -400,13 +407,14 @@ def test_compare_round_trip_verdicts_and_exit_statuses(tmp_path, db_url):
     lowered = _write_scaled(csv_path, tmp_path / "lowered.csv", 0.6)
     faster = compare.compare(table_files.read_csv(lowered)[1], entries, tables.SPEC_BY_NAME["images_per_sec"].metric, 5)
     assert {m.base.settings["framework"]: m.verdict for m in faster.matched} == {
-        "torch": "faster", "tensorflow": "faster", "mxnet": "within noise"}
+        "torch": "faster", "tensorflow": "faster", "mxnet": "no change"}
 
     typed = tmp_path / "typed.csv"  # published numbers typed in: the key columns and a median
     typed.write_text("dataset,model,framework,hardware,gpus,median\nmnist,lenet,torch,local,0,2000\n"
                      "mnist,lenet,vgg16,local,0,1\n")
     done = orchestrator(["compare", "--base", str(typed), "--new", "s1"], workdir, timeout=120)
-    assert done.returncode == 1 and "only in base" in done.stdout and "only in new" in done.stdout, done.stdout
+    assert done.returncode == 0 and "only in base" in done.stdout and "only in new" in done.stdout, done.stdout
+    assert "too few repeats" in done.stdout and "0.500" in done.stdout, done.stdout  # one number: shown, not tested
 
     for bad in (["--base", str(tmp_path / "nope.csv"), "--new", "s1"],
                 ["--base", "s1"],
@@ -414,6 +422,8 @@ def test_compare_round_trip_verdicts_and_exit_statuses(tmp_path, db_url):
                 ["--base", "s1", "--new", "s1", "--metric", "cpu_percent_avg"],
                 ["--base", "s1", "--new", "s1", "--metric", "nope"],
                 ["--base", "no-such-sweep", "--new", "s1"],
+                ["--base", "nope=1", "--new", "framework=torch"],
+                ["--base", "framework=", "--new", "framework=torch"],
                 ["--base", str(tmp_path / "report" / "tables" / "images_per_sec.md"), "--new", "s1"]):
         done = orchestrator(["compare", *bad], workdir, timeout=120)
         assert done.returncode == 2, (bad, done.stdout, done.stderr)
@@ -447,7 +457,7 @@ def test_a_real_sweeps_report_renders_in_chromium(tmp_path, torch_python):
     """torch and numpy × 1 and 2 threads × 3 repeats, and gpus=1: numpy's refused at expansion,
     torch's fails (no GPU here, class unsupported). The report's page opens in Chromium with
     every figure loaded and the n/a reasons on it; compare of the sweep against its own CSV says
-    within noise, against it raised by 50 % names the cells slower beyond noise."""
+    no change, against it raised by 50 % names the cells found slower."""
     workdir = user_dir(tmp_path)
     start = time.time()
     done = orchestrator(["-m", "framework=torch,numpy", "model=lenet", "threads=1,2", "gpus=0,1", "repeats=3",
@@ -492,7 +502,7 @@ def test_a_real_sweeps_report_renders_in_chromium(tmp_path, torch_python):
     csv_path = out / "tables" / "images_per_sec.csv"
     itself = orchestrator(["compare", "--base", str(csv_path), "--new", "latest"], workdir, timeout=120)
     assert itself.returncode == 0, itself.stdout + itself.stderr
-    assert "4 cell(s) compared: 4 within noise" in itself.stdout
+    assert "4 cell(s) compared: 4 no change" in itself.stdout
     raised = _write_scaled(csv_path, tmp_path / "raised.csv", 1.5)
     slower = orchestrator(["compare", "--base", str(raised), "--new", "latest"], workdir, timeout=120)
     _, base = table_files.read_csv(raised)
@@ -622,3 +632,19 @@ def test_compare_never_matches_a_one_node_cell_with_a_two_node_one():
     done = comparing.compare([entry(None, 1000.0), entry(2, 1800.0)], [entry(2, 1900.0), entry(1, 990.0)],
                              BY_NAME["images_per_sec"], threshold=5.0)
     assert {(m.base.settings["nodes"], m.new.settings["nodes"]) for m in done.matched} == {(2, 2), (None, 1)}
+
+
+def test_an_inference_cell_below_the_validity_rule_is_reported_so(tmp_path, db_url):
+    """The report's latency tables carry an inference cell's figures, with a note where its repeats timed
+    fewer batches or seconds than the validity rule; a cell that met it has none; p99 n/a says why."""
+    study = Study(tmp_path, url=db_url)
+    rule = dict(phase="inference", min_batches=20, min_seconds=0.1)
+    study.cell([{"images_per_sec": 900.0, "latency_p50_s": 0.004, "below_rule": 1.0}] * 2, framework="torch", **rule)
+    study.cell([{"images_per_sec": 800.0, "latency_p50_s": 0.005, "latency_p99_s": 0.009, "below_rule": 0.0}],
+               framework="jax", phase="inference", min_batches=64, min_seconds=10.0)
+    shown = study.tables()
+    short = entry(shown["latency_p50_s"], framework="torch", **rule)
+    assert short.median == 0.004 and "below the validity rule in all of its 2 repeats" in short.detail
+    assert entry(shown["latency_p50_s"], framework="jax", phase="inference", min_batches=64,
+                 min_seconds=10.0).detail == ""
+    assert entry(shown["latency_p99_s"], framework="torch", **rule).status != tables.OK

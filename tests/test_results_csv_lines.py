@@ -10,6 +10,7 @@ import pytest
 from sqlalchemy import Integer, create_engine, select, update
 from sqlalchemy.pool import NullPool
 
+from orchestrator import setting_registry
 from orchestrator.cli import main
 from orchestrator.commands.results import RESULTS_ORDER
 from orchestrator.results.collector import collect
@@ -67,7 +68,8 @@ def make_hostile(url):
             conn.execute(update(cells).where(cells.c.id == cell_id).values(
                 like=HOSTILE[i % len(HOSTILE)], hardware=HOSTILE[(i + 7) % len(HOSTILE)],
                 precision=HOSTILE[(i + 2) % len(HOSTILE)], input=(None, "a,b")[i % 2], nodes=(None, 2)[i % 2],
-                target_accuracy=(FLOATS + ODD + (None,))[i % (len(FLOATS) + 4)], threads=(1, 3)[i % 2]))
+                target_accuracy=(FLOATS + ODD + (None,))[i % (len(FLOATS) + 4)], threads=(1, 3)[i % 2],
+                min_seconds=(FLOATS + ODD + (None,))[(i * 5 + 2) % (len(FLOATS) + 4)]))
         # a cell is never updated where it is used: its runs' kept fields are written as the runs
         # are (kept_lines.keep), from the cell as it is then; here, from the cells made hostile
         kept_lines.rebuild(conn)
@@ -104,6 +106,19 @@ def test_the_csv_of_hostile_values_is_the_views_bytes(tmp_path, db_url, monkeypa
         assert filtered == view_csv_where(db_url, column, value) and filtered.count("\ns:") > 0, column
     cut = csv_printed(capsys, "--limit", "5")
     assert printed.startswith(cut) and cut.count("\ns:") == 5 and printed[len(cut):].startswith("s:")
+    due_too(db_url)  # every other run due (launched, not landed): read from runs and cells, its floats by repr
+    assert csv_printed(capsys) == printed and csv_printed(capsys, "--where", "framework=torch") == view_csv(db_url, "torch")
+    assert csv_printed(capsys, "--limit", "5") == cut
+
+
+def due_too(url):
+    """Every other run without its kept_lines row and due, as a launch leaves its runs."""
+    engine = create_engine(url, poolclass=NullPool)
+    with engine.begin() as conn:
+        ids = conn.scalars(select(schema.Run.id).order_by(schema.Run.id)).all()[::2]
+        conn.execute(kept_lines.KeptLines.delete().where(kept_lines.KeptLines.c.run_id.in_(ids)))
+        conn.execute(kept_lines.KeptLinesDue.insert(), [{"run_id": i} for i in ids])
+    engine.dispose()
 
 
 def test_a_run_whose_state_changes_is_written_as_it_is_now(tmp_path, db_url, monkeypatch, capsys):
@@ -122,8 +137,8 @@ def test_a_run_whose_state_changes_is_written_as_it_is_now(tmp_path, db_url, mon
 
 def test_kept_metric_text_is_what_csv_writes_of_the_kept_numbers(tmp_path, db_url, monkeypatch):
     """kept_metrics.csv_text is csv.writer's line of the row's own numbers, and the CSV's select
-    hands back each line as one text (the float setting's is kept: kept_lines), not 61 values; a
-    run without a kept row as two texts around its float setting (csv_lines.PIECES)."""
+    hands back each line as one text (the float settings' are kept: kept_lines), not 61 values; a
+    run without a kept row as texts around its float settings (csv_lines.PIECES)."""
     land(tmp_path, db_url, monkeypatch)
     engine = create_engine(db_url, poolclass=NullPool)
     with engine.connect() as conn:
@@ -178,3 +193,23 @@ def test_text_with_a_nul_is_written_whole(tmp_path, db_url, monkeypatch, capsys)
     engine.dispose()
     printed = csv_printed(capsys)
     assert printed == view_csv(db_url) and printed.count("then more") == 3
+
+
+@pytest.mark.parametrize("kinds", ["fft", "tff", "ftf", "ftft", "tftf", "ttt"])
+def test_a_lines_pieces_around_its_floats_are_csvs_line(kinds):
+    """csv_lines.line_pieces: the floats no kept text holds first, last, side by side or apart, or
+    none: lines_of joins the pieces into csv.writer's line (a float by repr, NULL empty)."""
+    from sqlalchemy import Float, String, literal
+    from sqlalchemy import select as sql_select
+
+    floats, texts = iter([1 / 3, None, 1e-05]), iter(['a,"b"', None, "x\ny", ""])
+    columns = [literal(next(floats), Float) if k == "f" else literal(next(texts), String) for k in kinds]
+    columns = [c.label(f"c{i}") for i, c in enumerate(columns)]
+    engine = create_engine("sqlite://")
+    with engine.connect() as conn:
+        rows = conn.execute(sql_select(*csv_lines.line_pieces(columns, {}))).all()
+    engine.dispose()
+    assert [c.key for c in csv_lines.line_pieces(columns, {})] == list(csv_lines.PIECES)
+    out = io.StringIO()
+    csv.writer(out, **csv_lines.DIALECT).writerow([c.element.value for c in columns])
+    assert csv_lines.lines_of(rows) == out.getvalue()

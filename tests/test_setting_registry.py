@@ -19,7 +19,8 @@ NAMES = set(setting_registry.NAMES)
 
 BASE = dict(framework="torch", model="lenet", dataset="mnist", like=None, hardware="local", gpus=0, threads=2,
             batch_size=64, scaling="weak", iterations=50, warmup=10, seed=0, precision="fp32",
-            mode=None, epochs=None, target_accuracy=None, input=None)
+            mode=None, epochs=None, target_accuracy=None, input=None, phase=None, min_batches=None,
+            min_seconds=None)
 
 
 @pytest.mark.parametrize("settings, expected", [
@@ -45,6 +46,35 @@ def test_a_setting_at_its_default_is_not_hashed():
         other = next(c for c in s.choices if c != s.default) if s.choices else s.default + 1
         assert cell_id({**BASE, s.name: s.default}) == cell_id(BASE)
         assert cell_id({**BASE, s.name: other}) != cell_id(BASE)
+
+
+
+def test_a_setting_only_some_networks_take_is_hashed_where_taken():
+    """seq_len (a sequence network's tokens per sequence) and a Transformer's layers, width and heads
+    leave every other cell's id as it was before they existed, and tell two cells that take them apart."""
+    taken = [s for s in SETTINGS if s.hashed == setting_registry.WHERE_TAKEN]
+    assert [s.name for s in taken] == ["seq_len", "layers", "width", "heads"]
+    assert cell_id({**BASE, "seq_len": None, "layers": None, "width": None, "heads": None}) == cell_id(BASE)
+    lstm = {**BASE, "model": "lstm"}
+    assert len({cell_id(lstm), cell_id({**lstm, "seq_len": 32}), cell_id({**lstm, "seq_len": 64})}) == 3
+    gpt = {**BASE, "model": "gpt", "seq_len": 32, "layers": 2, "width": 64, "heads": 2}
+    assert len({cell_id(gpt), cell_id({**gpt, "layers": 3}), cell_id({**gpt, "width": 128}),
+                cell_id({**gpt, "heads": 4})}) == 4
+
+
+def test_phase_train_keeps_every_cell_id_and_inference_hashes_its_rule():
+    """phase=train (the default, stored None or given) keeps the ids pinned above; an inference cell
+    hashes its phase and its rule (min_batches, min_seconds), which a train cell does not read."""
+    assert cell_id({**BASE, "phase": "train"}) == cell_id(BASE) == "f63572be9ce6"
+    assert cell_id({**BASE, "min_batches": 5, "min_seconds": 0.5}) == "f63572be9ce6"  # train: ignored
+    inference = {**BASE, "phase": "inference", "min_batches": 64, "min_seconds": 10.0}
+    assert cell_id(inference) not in (cell_id(BASE), cell_id({**inference, "min_batches": 65}),
+                                      cell_id({**inference, "min_seconds": 1.0}))
+    told = trainer_args(inference, None)
+    assert told[told.index("--phase") + 1] == "inference" and told[told.index("--min-batches") + 1] == "64"
+    told = trainer_args({**inference, "min_batches": 5, "min_seconds": 0.5}, None)
+    assert told[told.index("--min-batches") + 1] == "5" and told[told.index("--min-seconds") + 1] == "0.5"
+    assert not {"--phase", "--min-batches"} & set(trainer_args({**BASE, "min_batches": 5}, None))
 
 
 def _declarations(text: str, label: str) -> list[str]:

@@ -10,6 +10,8 @@ from orchestrator.sweep.cell import Cell
 from orchestrator.sweep.config_checks import ConfigError
 from orchestrator.sweep.time_limits import Past, doubled, predict, scaled, step_factor
 
+from trainers.common import architectures, flops
+
 from helpers import REPO
 
 #: a resolved cell's settings: every one, defaults included (cell.resolve_settings)
@@ -267,3 +269,19 @@ def test_retry_timeout_counts_the_retries_of_its_own_sweep_not_the_attempts_of_e
         timed_out("b", 3)
     with factory() as session:
         assert rerun.pick(session, site, sweep_id="b", follow_up=True)[0] == []
+
+
+def test_a_sequence_networks_work_grows_with_its_seq_len():
+    """A learned limit scales by work per sample: an LSTM cell at seq_len 64 does twice the FLOPs
+    of one at 32 (trainers/common/flops.py), not the same (its shape alone, ptb, says 32)."""
+    short = {"model": "lstm", "dataset": "synthetic", "like": "ptb", "seq_len": 32}
+    assert time_limits._sample_flops({**short, "seq_len": 64}) == 2 * time_limits._sample_flops(short) > 0
+
+
+def test_a_transformers_work_follows_its_shape():
+    """A learned limit scales a gpt cell by its own layers, width, heads and context (PaLM's count,
+    trainers/common/flops.py), not GPT-2 small's whatever its shape."""
+    small = {"model": "gpt", "dataset": "synthetic", "like": "ptb", "seq_len": 32, "layers": 2, "width": 64, "heads": 2}
+    assert time_limits._sample_flops(small) == flops.training_flops(
+        "gpt", (32,), 10000, architectures.Transformer(2, 64, 2)) == 32 * (6 * (2 * 12 * 64 ** 2 + 64 * 10000) + 12 * 2 * 64 * 32)
+    assert time_limits._sample_flops({**small, "layers": 4}) > time_limits._sample_flops(small)

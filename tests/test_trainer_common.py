@@ -61,8 +61,9 @@ def test_input_shapes():
                                                     ("alexnet_r", "cifar10"), ("lenet", "cifar10"),
                                                     ("alexnet_r", "mnist"))] == ["ran at 224x224"] * 2 + [None] * 4
     assert inputs.input_shape("vgg16_cifar", "cifar10") == inputs.input_shape("googlenet_cifar", "cifar10") == (3, 32, 32)
+    assert inputs.input_shape("lstm", "ptb") == (32,)  # token ids, seq_len of them
     assert set(inputs.MODELS) == {"lenet", "alexnet", "resnet50", "googlenet", "vgg16", "fcn_s", "fcn_r",
-                                  "resnet56", "alexnet_r", "vgg16_cifar", "googlenet_cifar"}
+                                  "resnet56", "alexnet_r", "vgg16_cifar", "googlenet_cifar", "lstm", "gpt"}
 
 
 def test_resize_nearest_repeats_pixels_at_integer_factors():
@@ -205,6 +206,37 @@ def test_the_cifar10_networks_take_cifar10_shaped_data_only(model):
             _resolve("--model", model, "--dataset", "synthetic", "--like", like, "--batch-size", "8")
 
 
+def test_the_lstm_takes_token_ids_of_its_seq_len_and_only_it_takes_them():
+    """DLBench's LSTM on ptb-shaped data: [seq_len] token ids (32 unless --seq-len), the vocabulary's
+    10,000 classes; an image network on token ids, the LSTM on images, and --seq-len for an image
+    network are refused with the reason."""
+    run = _resolve("--model", "lstm", "--dataset", "synthetic", "--like", "ptb", "--batch-size", "8")
+    assert (run.input_shape, run.classes) == ((32,), 10000)
+    run = _resolve("--model", "lstm", "--dataset", "synthetic", "--like", "ptb", "--batch-size", "8", "--seq-len", "64")
+    assert run.input_shape == (64,)
+    with pytest.raises(errors.Unsupported, match=r"^ptb-shaped data is token ids and resnet50 is an image network: "
+                                                 r"the sequence networks \(lstm, gpt\) take text-shaped data \(ptb\) only"):
+        _resolve("--model", "resnet50", "--dataset", "synthetic", "--like", "ptb", "--batch-size", "8")
+    with pytest.raises(errors.Unsupported, match=r"^mnist-shaped data is images and lstm is a sequence network"):
+        _resolve("--model", "lstm", "--dataset", "synthetic", "--like", "mnist", "--batch-size", "8")
+    with pytest.raises(errors.Unsupported, match=r"^--seq-len is the sequence length of text-shaped data \(ptb\), "
+                                                 r"which lenet does not take; leave --seq-len out$"):
+        _resolve("--model", "lenet", "--dataset", "synthetic", "--like", "mnist", "--batch-size", "8", "--seq-len", "8")
+    with pytest.raises(errors.InvalidArgument, match=r"^--seq-len must be at least 1, got 0$"):
+        _resolve("--model", "lstm", "--dataset", "synthetic", "--like", "ptb", "--batch-size", "8", "--seq-len", "0")
+
+
+def test_synthetic_text_is_token_ids_each_labelled_with_the_next():
+    """A language model's data: every label is the token at the next position, int64, in the vocabulary."""
+    text = data.synthetic("ptb", 5, seed=3, seq_len=7)
+    tokens, labels = text.batch(np.arange(5))
+    assert tokens.shape == labels.shape == (5, 7) and tokens.dtype == labels.dtype == np.int64
+    assert (tokens[:, 1:] == labels[:, :-1]).all() and 0 <= tokens.min() and labels.max() < 10000
+    assert text.shape == (7,) and len(text) == 5
+    batches = pool.build_pool(text, 2, 2, (7,), lambda x, y: (x, y))
+    assert [b[0].shape for b in batches] == [(2, 7), (2, 7)]
+
+
 def test_a_shape_refusal_on_real_files_names_a_way_out_that_exists(tmp_path):
     """`--dataset mnist` under ResNet-56 has no --like to change (--like is for --dataset
     synthetic only, and refused beside real files): the way out names --dataset and --model."""
@@ -222,7 +254,7 @@ def test_a_shape_refusal_on_real_files_names_a_way_out_that_exists(tmp_path):
     (["--batch-size", "4", "--iterations", "0"], "--iterations"),
     (["--batch-size", "4", "--warmup", "-1"], "--warmup"),
     (["--batch-size", "4", "--threads", "0"], "--threads"),
-    (["--batch-size", "five"], "invalid int"),
+    (["--batch-size", "five"], "--batch-size takes N \\(images per step\\) or auto"),
     (["--batch-size", "4", "--precision", "fp8"], "invalid choice"),
 ])
 def test_resolve_refuses_bad_input(argv, match):

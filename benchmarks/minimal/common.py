@@ -21,7 +21,7 @@ import os
 import sys
 
 from trainers.common import data
-from trainers.common.inputs import DATASETS, MODELS, input_shape
+from trainers.common.inputs import DATASETS, MODELS, input_shape, network_shape
 from trainers.common.pool import build_pool, pool_batches
 
 
@@ -36,9 +36,12 @@ def parse(framework, argv=None):
     parser.add_argument("--warmup", type=int, default=10)
     parser.add_argument("--threads", type=int, required=True)
     parser.add_argument("--seed", type=int, default=0)
+    for flag in ("--seq-len", "--layers", "--width", "--heads"):  # a sequence network's, as the trainer's
+        parser.add_argument(flag, type=int)
     args = parser.parse_args(argv)
     args.framework = framework
-    args.input_shape = tuple(input_shape(args.model, args.like))
+    args.input_shape = tuple(input_shape(args.model, args.like, args.seq_len))
+    args.network = network_shape(args.model, args.layers, args.width, args.heads)
     args.classes = DATASETS[args.like].classes
     args.steps = args.warmup + args.iterations
     return args
@@ -48,7 +51,7 @@ def host_batches(args):
     """The batches the trainer's pool holds for these settings (same seed, same number of
     distinct batches, cycled): float32 NCHW images in [0, 1] and int64 labels."""
     n = pool_batches(args.batch_size, args.input_shape, args.steps)
-    dataset = data.synthetic(args.like, n * args.batch_size, seed=[args.seed, 0])
+    dataset = data.synthetic(args.like, n * args.batch_size, seed=[args.seed, 0], seq_len=args.input_shape[0] if len(args.input_shape) == 1 else None)
     return build_pool(dataset, n, args.batch_size, args.input_shape,
                       lambda images, labels: (images, labels))
 

@@ -13,10 +13,11 @@ def main():
     args = common.parse("torch")
     torch.manual_seed(args.seed)
     torch.set_num_threads(args.threads)
-    model = build(args.model, args.input_shape, args.classes).train()
+    model = build(args.model, args.input_shape, args.classes, args.network).train()
     optimizer = torch.optim.SGD(model.parameters(), lr=LEARNING_RATE, momentum=MOMENTUM,
                                 weight_decay=WEIGHT_DECAY)
-    batches = [(torch.from_numpy(x), torch.from_numpy(y)) for x, y in common.host_batches(args)]
+    # a sequence network's labels, one per position, flat as its scores (as the trainer has them)
+    batches = [(torch.from_numpy(x), torch.from_numpy(y).reshape(-1)) for x, y in common.host_batches(args)]
     times = []
     for i in range(args.steps):
         images, labels = batches[i % len(batches)]

@@ -38,6 +38,8 @@ RESULTS_ORDER = setting_registry.RESULTS_ORDER
 #: /). Any other setting gets a column of its own where it varies among the rows shown (_varying).
 SETTING_COLUMNS = (("framework/model/dataset", ("framework", "model", "dataset")), ("hardware", ("hardware",)),
                    ("gpus", ("gpus",)), ("batch", ("batch_size",)), ("prec", ("precision",)))
+#: The position of the batch among them: batch_size=auto shows "auto→<the fastest point's batch>" there.
+BATCH_COLUMN = [title for title, _ in SETTING_COLUMNS].index("batch")
 #: Short names `--where` takes for `results` columns (`user` alone is a word SQL keeps for itself:
 #: PostgreSQL answers `SELECT user` with the session's role, so the column is submit_user).
 WHERE_ALIASES = {"user": "submit_user", "host": "submit_host"}
@@ -264,14 +266,16 @@ def _results_table(rows: Sequence[Any], total: int, sweep: Optional[str]) -> Tab
     gpu = any(r["gpu_power_avg_w"] is not None for r in rows)  # GPU columns only where measured
     acc = any(r["top1"] is not None for r in rows)  # accuracy mode's columns only where measured
     mfu = any(r["mfu"] is not None for r in rows)  # where the hardware declares its peak FLOP/s
+    served = any(r["latency_batches"] is not None for r in rows)  # inference's columns only where measured
     acc_names = ("top-1", "best", "to target", "s to target", "s/epoch")
-    numeric = ("rep", "images/s", "mfu %", "cpu %", "RSS MB", "GPU MB", "GPU W", "J/img", *acc_names)
+    numeric = ("rep", "images/s", "mfu %", "cpu %", "RSS MB", "GPU MB", "GPU W", "J/img", *acc_names, *INFERENCE_COLUMNS)
     varying = _add_setting_columns(table, rows)
     notes = [setting_registry.input_note(r) for r in rows]  # "ran at 224x224": an ImageNet network on CIFAR-10
     if any(notes):
         table.add_column("input", no_wrap=True)
     for name in ("rep", "state",
-                 "images/s", *(("mfu %",) if mfu else ()), *(acc_names if acc else ()), "cpu %", "RSS MB",
+                 "images/s", *(("mfu %",) if mfu else ()), *(acc_names if acc else ()),
+                 *(INFERENCE_COLUMNS if served else ()), "cpu %", "RSS MB",
                  *(("GPU MB", "GPU W", "J/img") if gpu else ()), "node"):
         table.add_column(name, justify="right" if name in numeric else "left", no_wrap=True)
     for r, note in zip(rows, notes):
@@ -284,9 +288,24 @@ def _results_table(rows: Sequence[Any], total: int, sweep: Optional[str]) -> Tab
         acc_cells = (num(r["top1"], 3), num(r["top1_best"], 3), to_target, num(r["time_to_target_s"], 1),
                      num(r["epoch_s"], 2)) if acc else ()
         table.add_row(*(Text(str(v)) for v in (
-            *_setting_cells(r, varying), *([note] if any(notes) else []), repeat, state, rate(r["images_per_sec"], r["images_per_sec_std"]),
-            *((_percent(r["mfu"]),) if mfu else ()), *acc_cells, num(r["cpu_percent"], 0), num(r["peak_rss_mb"], 0), *gpu_cells, r["node"] or "")))
+            *_setting_cells(r, varying), *([note] if any(notes) else []), repeat, state,
+            rate(r["images_per_sec"], r["images_per_sec_std"]), *((_percent(r["mfu"]),) if mfu else ()), *acc_cells,
+            *(_inference_cells(r) if served else ()), num(r["cpu_percent"], 0), num(r["peak_rss_mb"], 0), *gpu_cells,
+            r["node"] or "")))
     return table
+
+
+#: An inference run's columns: median and 99th percentile batch latency, the first batch alone (ms), and
+#: whether the run met the validity rule.
+INFERENCE_COLUMNS = ("p50 ms", "p99 ms", "first ms", "rule")
+
+
+def _inference_cells(row: Mapping[str, Any]) -> tuple[str, ...]:
+    """An inference run's latencies in ms (n/a where its count supports no such percentile: a train run's
+    all n/a) and whether it met the validity rule (docs/measurement.md)."""
+    ms = tuple("n/a" if row[c] is None else f"{row[c] * 1000:.3g}" for c in ("latency_p50_s", "latency_p99_s",
+                                                                           "first_batch_s"))
+    return (*ms, "" if row["below_rule"] is None else "below" if row["below_rule"] else "met")
 
 
 def _percent(fraction: Optional[float]) -> str:
@@ -315,4 +334,6 @@ def _add_setting_columns(table: Table, rows: Sequence[Mapping[str, Any]]) -> lis
 def _setting_cells(row: Mapping[str, Any], varying: Sequence[str]) -> list[Any]:
     """A row's values in the setting columns (_add_setting_columns): "" for none."""
     joined = ["/".join(str(row[name]) for name in names) for _, names in SETTING_COLUMNS]
+    if row.get("batch_search") == setting_registry.AUTO:  # its figures are the fastest point's
+        joined[BATCH_COLUMN] = "auto" if row.get("auto_batch") is None else f"auto→{row['auto_batch']:g}"
     return joined + ["" if row[name] is None else row[name] for name in varying]

@@ -1,12 +1,16 @@
 """Joules over a run's measured window from a GPU's samples, the two ways metrics.gpu_metrics
 measures them: NVML's energy counter (exact where it covers the window) or the trapezoid rule
 over power (any GPU that reports power); and the CPU packages' from RAPL's wrapping counters. Pure functions of the samples' times and readings,
-apart from the metrics, so each can be checked on hand-made numbers."""
+apart from the metrics, so each can be checked on hand-made numbers; and what a reader of the GPU
+figures must be told about the samples behind them (gpu_notes)."""
 from __future__ import annotations
 
 from typing import Any, Optional
 
 import numpy as np
+
+#: A stretch of the window longer than this with no GPU sample is named in the run's reason.
+GAP_WARN_S = 1.0
 
 
 def trapezoid_energy(times: list[float], watts: list[float], start: float, end: float) -> float:
@@ -65,3 +69,20 @@ def rapl_metrics(samples: list[dict[str, Any]], window: dict[str, Any]) -> dict[
     if window.get("images"):
         out["cpu_energy_per_image_j"] = total / window["images"]
     return out
+
+
+def gpu_notes(samples: list[dict[str, Any]], inside: list[dict[str, Any]], window: dict[str, Any],
+              gpu: dict[str, float], energy: Optional[dict[str, Any]]) -> list[str]:
+    """What the reader of the GPU figures must know: no power in the window, a gap the energy
+    bridges, or a window too short for the energy to be more than coarse."""
+    if any(s.get("sampler") == "gpu" and s.get("phase") != "idle" for s in samples) and "gpu_power_avg_w" not in gpu:
+        return ["no GPU power: no GPU sample with power within the window"]
+    notes = []
+    if energy and energy["max_gap_s"] > GAP_WARN_S:
+        notes.append(f"GPU samples missing for {energy['max_gap_s']:.2f} s of the window: energy "
+                     f"bridges the gap, the GPU averages do not see it")
+    in_window = sum(1 for s in inside if s.get("sampler") == "gpu")
+    if energy and in_window < 20:
+        notes.append(f"energy over a short window ({window['end'] - window['start']:.2f} s, {in_window} "
+                     f"GPU samples) is coarse; raise iterations")
+    return notes

@@ -1,14 +1,13 @@
 """What a run measured: throughput, host and GPU load and energy over the trainer's measured window.
 
-The window is the trainer's own: it opens at the `warmup_end` event and closes at `run_end`
-(docs/protocol.md). Throughput comes from the trainer's per-step timings (`dt`, taken with the
-device synchronised) of the steps after `warmup_end`, never from the process's wall time, which
-would also count interpreter start-up, imports, data loading and warm-up. Host samples are cut
-to the same window, so start-up and tear-down do not dilute the averages.
+The window is the trainer's own: it opens at the `warmup_end` event and closes at `run_end` (docs/protocol.md).
+Throughput comes from the trainer's per-step timings (`dt`, taken with the device synchronised) of the steps after
+`warmup_end`, never from the process's wall time, which would also count interpreter start-up, imports, data loading
+and warm-up. Host samples are cut to the same window, so start-up and tear-down do not dilute the averages.
 
-Everything here is a pure function of the events and samples it is given, so the job can call
-it on the files it just wrote and the tests on hand-made streams. The names it computes, their
-units and meanings are declared in metric_registry.py.
+Everything here is a pure function of the events and samples it is given, so the job can call it on the files
+it just wrote and the tests on hand-made streams. The names it computes, their units and meanings are declared
+in metric_registry.py.
 """
 from __future__ import annotations
 
@@ -17,12 +16,10 @@ from typing import Any, Iterable, Optional
 
 import numpy as np
 
-from orchestrator.job.energy import counter_energy, rapl_metrics, trapezoid_energy
-from trainers.common import flops
-
-#: A stretch of the window longer than this with no GPU sample is named in the run's reason.
-GAP_WARN_S = 1.0
-
+from orchestrator.job import batch_curve
+from orchestrator.job.energy import counter_energy, gpu_notes, rapl_metrics, trapezoid_energy
+from orchestrator.job.latency import inference_metrics, number as _number
+from trainers.common import flops, inputs
 
 class NoWindow(ValueError):
     """The event stream has no measured window (the message says why)."""
@@ -40,8 +37,7 @@ class Metrics(dict):
                  reason: Optional[str] = None, energy: Optional[dict[str, Any]] = None,
                  implausible: Optional[str] = None) -> None:
         super().__init__(values)
-        self.window = window
-        self.reason = reason
+        self.window, self.reason = window, reason
         #: How energy was measured ({"method": "counter" | "trapezoid", "samples": n}); None if not.
         self.energy = energy
         #: Why the figures cannot be true (above the peak even at the fewest FLOPs of the
@@ -120,9 +116,11 @@ def throughput(events: Iterable[dict[str, Any]]) -> dict[str, float]:
     }
 
 
-def _number(value: Any) -> bool:
-    """A JSON number (bools are ints to Python, not numbers to the protocol)."""
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+def tokens(start: dict[str, Any], sequences_per_sec: Optional[float]) -> dict[str, float]:
+    """tokens_per_sec of a sequence network's run (text-shaped data, input_shape [seq_len]): sequences/s x seq_len."""
+    shape = start.get("input_shape") or ()
+    text = sequences_per_sec and start.get("like") in inputs.TEXT and len(shape) == 1
+    return {"tokens_per_sec": sequences_per_sec * float(shape[0])} if text else {}
 
 
 def _mean(values: list[float]) -> float:
@@ -263,21 +261,22 @@ def utilisation(start: dict[str, Any], images_per_sec: float,
         return None, (f"no mfu: the hardware declares no peak FLOP/s for {precision} (declared: {declared}; "
                       f"hardware.peak_tflops.{precision}=TFLOPS sets one)"), None
     try:
-        shape = (start["model"], start["input_shape"], start["classes"])
-        per_image, fewest = flops.training_flops(*shape), flops.fewest_training_flops(*shape)
+        shape = (start["model"], start["input_shape"], start["classes"], start.get("network"))
+        per_image, fewest = flops.per_image(*shape, phase=start.get("phase", "train"))
     except (KeyError, TypeError, ValueError) as exc:  # flops' ValueError names the layer left without output
         return None, f"no mfu: run_start's network and input cannot be counted ({exc!r})", None
     devices = max(int(start["gpus"]), 1) * int(start["nodes"])
     ceiling = float(peak) * 1e12 * devices
     achieved = images_per_sec * per_image
+    kind = "inference" if start.get("phase") == "inference" else "training"
     where = f"({start['model']} at {'x'.join(str(n) for n in start['input_shape'])})"
     against = f"{devices} x {float(peak):g} TFLOP/s {precision} peak"
-    what = (f"{images_per_sec:.1f} images/s x {per_image / 1e9:.3f} GFLOP per training image {where} = "
+    what = (f"{images_per_sec:.1f} images/s x {per_image / 1e9:.3f} GFLOP per {kind} image {where} = "
             f"{achieved / 1e12:.3f} TFLOP/s against {against}")
     bound = images_per_sec * fewest
     impossible = None if bound <= ceiling else (
         f"{bound / ceiling:.2f} x the peak even at the fewest FLOPs of the algorithms production libraries use: "
-        f"{images_per_sec:.1f} images/s x {fewest / 1e9:.3f} GFLOP per training image {where} "
+        f"{images_per_sec:.1f} images/s x {fewest / 1e9:.3f} GFLOP per {kind} image {where} "
         f"(Winograd/FFT where they apply; the model count is {per_image / 1e9:.3f}, mfu "
         f"{achieved / ceiling:.2f}) = {bound / 1e12:.3f} TFLOP/s against {against}")
     return achieved / ceiling, what, impossible
@@ -292,6 +291,8 @@ def compute(events: Iterable[dict[str, Any]], samples: Iterable[dict[str, Any]] 
     throughput metrics and its `reason` says why; it never raises for a short or broken stream.
     """
     events = list(events)
+    if batch_curve.is_search(events):  # batch_size=auto: each point measured as below, kept as one run
+        return batch_curve.compute(events, compute, Metrics, samples=list(samples), hardware=hardware)
     try:
         window = measured_window(events)
     except NoWindow as exc:
@@ -311,15 +312,19 @@ def compute(events: Iterable[dict[str, Any]], samples: Iterable[dict[str, Any]] 
         values.update(host)
     else:
         reasons.append(f"no host metrics: no host sample within the {window['end'] - window['start']:.3f} s window")
+    served, notes = inference_metrics(events, measured_steps(events))
+    values.update(served)
+    reasons.extend(notes)
     learnt = accuracy(events)
     values.update(learnt)
     start = next((e for e in events if e.get("event") == "run_start"), {})
+    values.update(tokens(start, values.get("images_per_sec")))
     if learnt and start.get("data_generated"):
         reasons.append(f"accuracy on generated data: {start['data_generated']}")
     gpu, energy = gpu_metrics(samples, window, values.get("images_per_sec"))
     values.update(gpu)
     values.update(rapl_metrics(samples, window))
-    reasons.extend(_gpu_notes(samples, inside, window, gpu, energy))
+    reasons.extend(gpu_notes(samples, inside, window, gpu, energy))
     implausible = None
     if hardware is not None and values.get("images_per_sec"):
         implausible = _mfu(start, values, hardware.get("peak_tflops") or {}, reasons)
@@ -327,27 +332,9 @@ def compute(events: Iterable[dict[str, Any]], samples: Iterable[dict[str, Any]] 
     return Metrics(values, window, "; ".join(reasons) or None, energy, implausible)
 
 
-def _gpu_notes(samples: list[dict[str, Any]], inside: list[dict[str, Any]], window: dict[str, Any],
-               gpu: dict[str, float], energy: Optional[dict[str, Any]]) -> list[str]:
-    """What the reader of the GPU figures must know: no power in the window, a gap the energy
-    bridges, or a window too short for the energy to be more than coarse."""
-    if any(s.get("sampler") == "gpu" and s.get("phase") != "idle" for s in samples) and "gpu_power_avg_w" not in gpu:
-        return ["no GPU power: no GPU sample with power within the window"]
-    notes = []
-    if energy and energy["max_gap_s"] > GAP_WARN_S:
-        notes.append(f"GPU samples missing for {energy['max_gap_s']:.2f} s of the window: energy "
-                     f"bridges the gap, the GPU averages do not see it")
-    in_window = sum(1 for s in inside if s.get("sampler") == "gpu")
-    if energy and in_window < 20:
-        notes.append(f"energy over a short window ({window['end'] - window['start']:.2f} s, {in_window} "
-                     f"GPU samples) is coarse; raise iterations")
-    return notes
-
-
 def _mfu(start: dict[str, Any], values: dict[str, float], peaks: dict[str, Any], reasons: list[str]) -> Optional[str]:
-    """Adds the run's mfu to `values` (or says in `reasons` why there is none, and notes an mfu
-    above 1, which only a fast convolution algorithm allows); returns why the figures are
-    implausible, or None."""
+    """Adds the run's mfu to `values` (or says in `reasons` why there is none, and notes an mfu above 1,
+    which only a fast convolution algorithm allows); returns why the figures are implausible, or None."""
     mfu, what, impossible = utilisation(start, values["images_per_sec"], peaks)
     if mfu is None:
         if start.get("gpus") or any(v is not None for v in peaks.values()):
@@ -381,6 +368,7 @@ def accuracy(events: Iterable[dict[str, Any]]) -> dict[str, float]:
     if seconds:
         values["epoch_time_s"] = _mean(seconds)
     start = next((e for e in events if e.get("event") == "run_start"), {})
+    values.update(tokens(start, values.get("images_per_sec")))
     target = start.get("target_accuracy")
     if _number(target):
         values["target_accuracy"] = float(target)

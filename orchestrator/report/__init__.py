@@ -12,7 +12,8 @@ compare` reads the same tables, or a CSV in their format, and gives a verdict pe
     figures.py  matplotlib (Agg): grouped bars, GPU and thread scaling, throughput against energy
     drawing.py  what every figure shares: its panels, colours and legend, n/a marks, log axes, its files
     page.py     one self-contained index.html
-    compare.py  base against new, per cell: ratio and a verdict that uses the repeats' spread
+    compare.py  base against new, per cell: ratio, interval and a verdict on the repeats
+    verdict.py  compare's statistics: a moderated t-test on log values, Benjamini-Hochberg over the cells
     labels.py   how a hardware configuration and a cell are named (light: the launcher's dry run reads it)
 
 Only this package's modules import pandas and matplotlib, and only the `report` and `compare`

@@ -7,37 +7,31 @@ in need only `dataset, model, framework, hardware, gpus, median`, and `n`, `cv` 
 Cells match on their settings; a setting a CSV leaves empty matches any, except one with a default
 (nodes, input, mode), which then says its default, as the database's empty one does.
 
-The verdict, per matched cell, on the ratio r = new ÷ base of the medians (base ÷ new for a
-metric where smaller is better, so r > 1 is always an improvement):
-
-    noise = 1.2533 × sqrt(cv_base² / n_base + cv_new² / n_new)
-
-is the relative standard error of that ratio (1.2533 × σ/√n is a median's standard error;
-a side with one repeat, or no CV, is taken to vary by the noisy threshold, schema.NOISY_CV). A
-change is beyond noise when |r − 1| > Z × noise (Z = 2, about 95 %): then the cell is faster or
-slower (better or worse), otherwise within noise. A cell slower beyond noise *and* by more than
-`--threshold` percent is a regression; any regression makes the exit status 1.
+The verdict, per matched cell (verdict.py says why this test and this correction): the ratio
+r = new ÷ base of the geometric means of the repeats (base ÷ new for a metric where smaller is
+better, so r > 1 is always an improvement), with its 95 % confidence interval and p from a
+moderated t-test on the logarithms of the repeats (a CSV side, which has only median, n and CV: a
+log-normal sample with those); the p-values of all the cells tested at once are adjusted by Benjamini–Hochberg.
+A cell is faster or slower (better or worse) when its adjusted p is below 0.05 and r differs from 1
+by more than `--threshold` percent (the minimum effect); otherwise no change; with fewer than 3
+repeats on a side, too few repeats (not tested, not counted in the correction). Any slower (worse)
+cell is a regression, and makes the exit status 1.
 """
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Mapping, Optional, Sequence
 
-from orchestrator.store import schema
 from orchestrator import setting_registry
 from orchestrator.metric_registry import BY_NAME, MetricDef
+from orchestrator.report import verdict
 from orchestrator.report.labels import hardware_label
 from orchestrator.report.tables import OK, PARAMS, Entry
 from orchestrator.report.table_files import CsvError, read_csv
 
-#: A median's standard error is this × σ / √n (normal data).
-MEDIAN_SE = 1.2533
-#: Standard errors a change must exceed to be beyond noise.
-Z = 2.0
-
-WITHIN = "within noise"
+NO_CHANGE, TOO_FEW = "no change", "too few repeats"
 #: the settings an empty value gives their default to
 DEFAULTS = {s.name: s.default for s in setting_registry.SETTINGS if s.default is not None}
 
@@ -46,21 +40,26 @@ DEFAULTS = {s.name: s.default for s in setting_registry.SETTINGS if s.default is
 class Match:
     base: Entry
     new: Entry
-    gain: float        # > 1: better (faster), < 1: worse (slower)
-    noise: float       # the relative standard error of the ratio
-    verdict: str       # faster | slower | better | worse | within noise
-    regression: bool   # worse beyond noise and by more than the threshold
+    gain: float                     # > 1: better (faster), < 1: worse (slower)
+    interval: tuple[float, float]   # the gain's 95 % confidence interval ((gain, gain) untested)
+    p: Optional[float]              # the two-sided p; None: too few repeats
+    p_adjusted: Optional[float]     # Benjamini-Hochberg's over the cells tested
+    verdict: str                    # faster | slower | better | worse | no change | too few repeats
 
     @property
     def change(self) -> float:
         """The change in percent, + better."""
         return (self.gain - 1.0) * 100.0
 
+    @property
+    def regression(self) -> bool:
+        return self.verdict in ("slower", "worse")
+
 
 @dataclass
 class Comparison:
     metric: MetricDef
-    threshold: float                                 # percent
+    threshold: float                                 # percent: the minimum effect
     matched: list[Match] = field(default_factory=list)
     only_base: list[Entry] = field(default_factory=list)
     only_new: list[Entry] = field(default_factory=list)
@@ -70,6 +69,10 @@ class Comparison:
     @property
     def regressions(self) -> list[Match]:
         return [m for m in self.matched if m.regression]
+
+    @property
+    def tested(self) -> int:
+        return sum(1 for m in self.matched if m.p is not None)
 
 
 def label(entry: Entry) -> str:
@@ -81,24 +84,37 @@ def label(entry: Entry) -> str:
     return text + (f" ({', '.join(extra)})" if extra else "")
 
 
-def _spread(entry: Entry) -> tuple[float, int]:
-    """(relative spread, repeats) of a side: its CV, or the noisy threshold where unknown."""
+def sample(entry: Entry, values: Optional[Mapping[str, Sequence[float]]] = None) -> verdict.LogSample:
+    """A side of a cell: its repeats where `values` (cell id -> values) has them, else its table
+    numbers (median, n, CV)."""
+    if values and entry.cell in values:
+        return verdict.LogSample.of_values(values[entry.cell])
     s = entry.stats
-    cv = s.cv if s is not None and s.n > 1 else None
-    return (schema.NOISY_CV if cv is None else cv), (s.n if s is not None else 1)
+    return verdict.LogSample.of_summary(s.n if s else 1, entry.median, s.cv if s and s.n > 1 else None)
 
 
-def verdict(base: Entry, new: Entry, metric: MetricDef, threshold: float) -> Match:
-    """One matched cell's ratio, noise and verdict (the module's docstring has the rule)."""
-    ratio = new.median / base.median
-    gain = ratio if metric.larger_is_better else 1.0 / ratio
-    (cv_b, n_b), (cv_n, n_n) = _spread(base), _spread(new)
-    noise = MEDIAN_SE * math.sqrt(cv_b ** 2 / n_b + cv_n ** 2 / n_n)
-    beyond = abs(gain - 1.0) > Z * noise
+def judge(pairs: Sequence[tuple[Entry, Entry]], metric: MetricDef, threshold: float,
+          values: tuple[Optional[Mapping], Optional[Mapping]] = (None, None)) -> list[Match]:
+    """Each matched pair's test, the correction over all of them, and the verdicts (the module's
+    docstring has the rule)."""
+    samples = [(sample(b, values[0]), sample(n, values[1])) for b, n in pairs]
+    enough = [i for i, (sb, sn) in enumerate(samples) if min(sb.n, sn.n) >= verdict.MIN_REPEATS]
+    tests: list[Optional[verdict.Test]] = [None] * len(pairs)
+    for i, t in zip(enough, verdict.tests([samples[i] for i in enough])):
+        tests[i] = t
+    adjusted = iter(verdict.adjusted([t.p for t in tests if t is not None]))
     throughput = metric.unit.endswith("/s")
-    word = ("faster" if throughput else "better") if gain > 1 else ("slower" if throughput else "worse")
-    regression = beyond and gain < 1 and (1.0 - gain) * 100.0 > threshold
-    return Match(base, new, gain, noise, word if beyond else WITHIN, regression)
+    out = []
+    for (b, n), (sb, sn), t in zip(pairs, samples, tests):
+        ratio = t.ratio if t else math.exp(sn.mean - sb.mean)
+        lo, hi = (t.lo, t.hi) if t else (ratio, ratio)
+        gain, interval = (ratio, (lo, hi)) if metric.larger_is_better else (1 / ratio, (1 / hi, 1 / lo))
+        p_adj = next(adjusted) if t else None
+        word = TOO_FEW if t is None else NO_CHANGE
+        if p_adj is not None and p_adj < verdict.ALPHA and abs(gain - 1.0) * 100.0 > threshold:
+            word = ("faster" if throughput else "better") if gain > 1 else ("slower" if throughput else "worse")
+        out.append(Match(b, n, gain, interval, t.p if t else None, p_adj, word))
+    return out
 
 
 def _fits(a: dict, b: dict) -> bool:
@@ -113,11 +129,14 @@ def _said(settings: dict) -> dict:
     return {k: DEFAULTS.get(k) if v is None else v for k, v in settings.items()}
 
 
-def compare(base: Sequence[Entry], new: Sequence[Entry], metric: MetricDef, threshold: float) -> Comparison:
+def compare(base: Sequence[Entry], new: Sequence[Entry], metric: MetricDef, threshold: float,
+            values: tuple[Optional[Mapping], Optional[Mapping]] = (None, None)) -> Comparison:
     """Matches the sides' cells (a setting left empty matches any; where that leaves several, the
-    one equal in every setting) and judges each pair."""
+    one equal in every setting) and judges the pairs at once (`values`: each side's repeats by
+    cell id, where known)."""
     out = Comparison(metric, threshold)
     used: set[int] = set()
+    pairs = []
     for b in base:
         candidates = [i for i, n in enumerate(new) if _fits(b.settings, n.settings)]
         if len(candidates) > 1:
@@ -134,7 +153,8 @@ def compare(base: Sequence[Entry], new: Sequence[Entry], metric: MetricDef, thre
         if b.status != OK or n.status != OK or not (b.median or 0) > 0 or not (n.median or 0) > 0:
             out.no_number.append((b, n))
         else:
-            out.matched.append(verdict(b, n, metric, threshold))
+            pairs.append((b, n))
+    out.matched = judge(pairs, metric, threshold, values)
     out.only_new = [n for i, n in enumerate(new) if i not in used]
     return out
 
@@ -152,6 +172,7 @@ class Side:
     name: str
     metric: str
     entries: list[Entry]
+    values: Optional[dict[str, list[float]]] = None  # cell id -> its repeats (a sweep's; a CSV has none)
 
 
 def metric_def(name: str) -> MetricDef:
@@ -166,9 +187,11 @@ def metric_def(name: str) -> MetricDef:
     return metric
 
 
-def load_side(spec: str, metric: Optional[str], from_sweep: Callable[[str, str], tuple[str, list[Entry]]]) -> Side:
+def load_side(spec: str, metric: Optional[str], from_sweep: Callable[[str, str], tuple[str, list[Entry], dict]],
+              sweep: str = "latest") -> Side:
     """A side named on the command line: a CSV in the report's table format, a report's directory
-    (its tables/<metric>.csv), or a sweep (id, prefix or 'latest'; `from_sweep(spec, metric)` reads it)."""
+    (its tables/<metric>.csv), a sweep (id, prefix or 'latest'; `from_sweep(spec, metric)` reads
+    it), or settings `key=value[,key=value]`: the cells of `sweep` with them (with_settings())."""
     path = Path(spec)
     if path.is_dir():
         path = path / "tables" / f"{metric or 'images_per_sec'}.csv"
@@ -184,29 +207,72 @@ def load_side(spec: str, metric: Optional[str], from_sweep: Callable[[str, str],
             raise UsageError(str(exc)) from None
         return Side(str(path), name, entries)
     name = metric or "images_per_sec"
-    described, entries = from_sweep(spec, name)
-    return Side(described, name, entries)
+    where = settings_filter(spec) if "=" in spec else None
+    described, entries, values = from_sweep(sweep if where else spec, name)
+    if where:
+        return Side(f"{described} where {spec}", name, with_settings(entries, where), values)
+    return Side(described, name, entries, values)
+
+
+def settings_filter(spec: str) -> dict[str, str]:
+    """`key=value[,key=value]` as a mapping; a key must be a setting (setting_registry)."""
+    where = {}
+    for part in spec.split(","):
+        key, _, value = part.partition("=")
+        key = key.strip()
+        if key not in setting_registry.NAMES or not value.strip():
+            raise UsageError(f"{spec}: {part!r} is not setting=value; settings: {', '.join(setting_registry.NAMES)}")
+        where[key] = value.strip()
+    return where
+
+
+def with_settings(entries: Sequence[Entry], where: Mapping[str, str]) -> list[Entry]:
+    """The entries whose settings say `where` (a setting's default where empty), those settings
+    left out of each (new dicts: an entry's own is shared), so that the other side's cells, which
+    differ in them, match: `--base framework=torch --new framework=tensorflow`, and later
+    `--base build=A --new build=B` (issue 39)."""
+    out = []
+    for e in entries:
+        said = _said(e.settings)
+        if all(said.get(k) is not None and str(said[k]) == v for k, v in where.items()):
+            out.append(replace(e, settings={k: v for k, v in e.settings.items() if k not in where}))
+    return out
 
 
 def print_comparison(c: Comparison, base: Side, new: Side, out: Any) -> None:
-    """The matched cells with both medians, the ratio and the verdict; then what did not match."""
+    """The matched cells with both medians, the ratio with its interval, p, adjusted p and the
+    verdict; then what did not match, the counts and the regressions."""
     # lazy: rich's tables only when a comparison is printed (cli imports this module)
     from rich import box
     from rich.table import Table
     from rich.text import Text
 
-    unit = c.metric.column_unit
-    table = Table(title=f"{c.metric.name} ({unit}): new {new.name} against base {base.name}", title_justify="left",
-                  box=box.SIMPLE_HEAD)
-    for name in ("cell", "base", "new", "new/base", "change", "noise ±", "verdict"):
+    table = Table(title=f"{c.metric.name} ({c.metric.column_unit}): new {new.name} against base {base.name}",
+                  title_justify="left", box=box.SIMPLE_HEAD)
+    for name in ("cell", "base", "new", "gain", "95% CI", "change", "p", "adj. p", "verdict"):
         table.add_column(name, justify="left" if name in ("cell", "verdict") else "right", no_wrap=name != "cell")
     styles = {"faster": "green", "better": "green", "slower": "red", "worse": "red"}
     for m in sorted(c.matched, key=lambda m: m.gain):
-        verdict_text = m.verdict + (f" (beyond {c.threshold:g}%)" if m.regression else "")
-        table.add_row(Text(label(m.base)), Text(_median(m.base)), Text(_median(m.new)),
-                      f"{m.new.median / m.base.median:.3f}", f"{m.change:+.1f}%", f"{Z * m.noise * 100:.1f}%",
-                      Text(verdict_text, style=styles.get(m.verdict, "")))
+        ci = "-" if m.p is None else f"{m.interval[0]:.3f}-{m.interval[1]:.3f}"
+        table.add_row(Text(label(m.base)), Text(_median(m.base)), Text(_median(m.new)), f"{m.gain:.3f}", ci,
+                      f"{m.change:+.1f}%", _p(m.p), _p(m.p_adjusted), Text(m.verdict, style=styles.get(m.verdict, "")))
     out.print(table)
+    _print_unmatched(c, out)
+    counts = {v: sum(1 for m in c.matched if m.verdict == v) for v in dict.fromkeys(m.verdict for m in c.matched)}
+    out.print(f"{len(c.matched)} cell(s) compared: " + (", ".join(f"{n} {v}" for v, n in counts.items()) or "none")
+              + f" (moderated t-test on log values, Benjamini-Hochberg over the {c.tested} tested at a false discovery "
+              f"rate of {verdict.ALPHA:g}, minimum effect {c.threshold:g}%; gain = new/base, base/new where smaller "
+              f"is better)", markup=False, soft_wrap=True)
+    if c.regressions:
+        out.print(f"REGRESSION: {len(c.regressions)} cell(s) slower by more than {c.threshold:g}% at adjusted "
+                  f"p < {verdict.ALPHA:g}:", markup=False)
+        for m in c.regressions:
+            out.print(f"  {label(m.base)}: {m.change:+.1f}% (95% CI {(m.interval[0] - 1) * 100:+.1f}% to "
+                      f"{(m.interval[1] - 1) * 100:+.1f}%, adj. p {_p(m.p_adjusted)})", markup=False, soft_wrap=True)
+
+
+def _print_unmatched(c: Comparison, out: Any) -> None:
+    """The cells one side has alone, those without a number, and those matching several."""
     for title, entries in (("only in base", c.only_base), ("only in new", c.only_new)):
         if entries:
             out.print(f"{len(entries)} cell(s) {title} (not compared):", markup=False)
@@ -219,14 +285,10 @@ def print_comparison(c: Comparison, base: Side, new: Side, out: Any) -> None:
     for b, k in c.ambiguous:
         out.print(f"not compared, matches {k} cells of new (give the CSV more settings): {label(b)}", markup=False,
                   soft_wrap=True)
-    counts = {v: sum(1 for m in c.matched if m.verdict == v) for v in dict.fromkeys(m.verdict for m in c.matched)}
-    out.print(f"{len(c.matched)} cell(s) compared: " + (", ".join(f"{n} {v}" for v, n in counts.items()) or "none"),
-              markup=False)
-    if c.regressions:
-        out.print(f"REGRESSION: {len(c.regressions)} cell(s) slower than {c.threshold:g}% beyond noise:", markup=False)
-        for m in c.regressions:
-            out.print(f"  {label(m.base)}: {m.change:+.1f}% (noise ±{Z * m.noise * 100:.1f}%)", markup=False,
-                      soft_wrap=True)
+
+
+def _p(p: Optional[float]) -> str:
+    return "-" if p is None else f"{p:.2g}"
 
 
 def _median(entry: Entry) -> str:

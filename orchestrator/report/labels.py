@@ -7,7 +7,7 @@ from typing import Any, Optional
 #: The order datasets and networks are listed in (the study's order); others follow, by name.
 DATASETS = ("mnist", "cifar10", "imagenet", "synthetic")
 MODELS = ("lenet", "alexnet", "resnet50", "googlenet", "vgg16", "fcn_s", "fcn_r", "resnet56", "alexnet_r",
-          "vgg16_cifar", "googlenet_cifar")
+          "vgg16_cifar", "googlenet_cifar", "lstm")
 
 
 def hardware_label(hardware: Optional[str], gpus: Optional[int], threads: Optional[int] = None) -> str:

@@ -92,6 +92,14 @@ def stats(session: Session, sweep_ids: Sequence[str], metrics: Iterable[MetricDe
             for cell, name, n, median, mean, sd, lo, hi in cell_stats.metric_stats(session, sweep_ids, list(metrics))}
 
 
+def values(session: Session, sweep_ids: Sequence[str], metric: MetricDef) -> dict[str, list[float]]:
+    """cell id -> the measured repeats' values of `metric` behind its Stats (compare's test)."""
+    out: dict[str, list[float]] = {}
+    for cell, _, value in cell_stats.metric_values(session, sweep_ids, [metric]):
+        out.setdefault(cell, []).append(value)
+    return out
+
+
 def attempts(session: Session, sweep_ids: Sequence[str]) -> dict[str, list[Attempts]]:
     """cell id -> its repeats' latest attempts by state and error class (with one message each)."""
     out: dict[str, list[Attempts]] = {}

@@ -21,6 +21,7 @@ from orchestrator import runstate
 from orchestrator import setting_registry
 from orchestrator.setting_registry import NAMES as SETTINGS
 from orchestrator.metric_registry import BY_NAME, MetricDef
+from orchestrator.job import latency
 from orchestrator.report import query
 from orchestrator.report.labels import DATASETS, MODELS, hardware_label, hardware_order, order_of
 from trainers.common import failure_classes
@@ -45,6 +46,9 @@ class Spec:
 SPECS = (
     Spec(BY_NAME["images_per_sec"], "Training speed"),
     Spec(BY_NAME["mfu"], "Model FLOPs utilisation (of the hardware's declared peak)"),
+    Spec(BY_NAME["latency_p50_s"], "Inference: median batch latency"),
+    Spec(BY_NAME["latency_p99_s"], "Inference: 99th percentile batch latency (n/a below 100 batches)"),
+    Spec(BY_NAME["first_batch_s"], "Inference: the first batch alone (compilation, autotuning)"),
     Spec(BY_NAME["gpu_proc_mem_peak_bytes"], "GPU memory: the trainer's own, peak"),
     Spec(BY_NAME["gpu_mem_peak_bytes"], "GPU memory: the device's, peak"),
     Spec(BY_NAME["gpu_power_avg_w"], "GPU power: mean, summed over the job's GPUs"),
@@ -190,12 +194,24 @@ def _first_line(message: Optional[str], width: int = 300) -> str:
     return line if len(line) <= width else line[:width - 1] + "…"
 
 
+#: An inference run's flag: it measured fewer batches or seconds than the validity rule.
+BELOW_RULE = BY_NAME["below_rule"]
+
+
+def _below_rule(flag: Any) -> str:
+    """The note an inference cell's figures carry where any repeat was below the validity rule."""
+    if flag is None or not flag.hi:
+        return ""
+    return (f"below the validity rule in {'all' if flag.lo else 'some'} of its {flag.n} repeats (fewer than "
+            f"{latency.RULE['batches']} batches or {latency.RULE['seconds']:g} s measured): indicative only")
+
+
 def from_db(session: Any, sweep_ids: Sequence[str], noisy_cv: float,
             specs: Sequence[Spec] = SPECS) -> list[Table]:
     """The sweeps' tables, one per spec: every cell they named, and every cell they refused
     (unless another of the sweeps measured the same settings)."""
     cells = query.cells(session, sweep_ids)
-    stats = query.stats(session, sweep_ids, [s.metric for s in specs])
+    stats = query.stats(session, sweep_ids, [*(s.metric for s in specs), BELOW_RULE])
     attempts = query.attempts(session, sweep_ids)
     placed = {tuple(s[k] for k in SETTINGS) for s in cells.values()}
     refused = [(settings, reason) for settings, reason in query.refusals(session, sweep_ids)
@@ -209,7 +225,8 @@ def from_db(session: Any, sweep_ids: Sequence[str], noisy_cv: float,
                 noisy = None if found.cv is None else found.cv > noisy_cv
                 others = [f"{a.n} {a.state}" + (f" ({a.error_class})" if a.error_class else "")
                           for a in attempts.get(cell, []) if a.state != runstate.DONE]
-                detail = f"other repeats without a number: {', '.join(others)}" if others else ""
+                detail = "; ".join(filter(None, (f"other repeats without a number: {', '.join(others)}" if others else "",
+                                                 _below_rule(stats.get((cell, BELOW_RULE.name))))))
                 entries.append(Entry(settings, OK, detail=detail, cell=cell, stats=found, noisy=noisy))
             else:
                 status, reason, detail = _no_number(spec.metric, settings, attempts.get(cell, []))

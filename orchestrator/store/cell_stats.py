@@ -145,7 +145,7 @@ def results_lines(filters: Mapping[str, Sequence[Any]], order: Sequence[str], li
     as metrics land), and the rest of each run from runs, by its id; kept_metrics is read only for
     a filter on a metric or `mode`. The runs without one (launched, not landed: found through
     kept_lines_due, not by a look-up of every run) from runs and cells as the view shows them
-    (their float setting as Python writes it: csv_lines.line_pieces), sorted."""
+    (their float settings as Python writes them: csv_lines.line_pieces), sorted."""
     kept, runs, metrics = kept_lines.KeptLines.c, Run.__table__.c, KeptMetrics.__table__.c
     shown = {**{name: kept[name] for name in kept_lines.KEPT}, "mode": kept_lines.shown_mode(metrics.top1, kept.cell_mode),
              **{m.column: metrics[m.column] for m in metric_registry.VIEW_METRICS},
@@ -298,6 +298,19 @@ def metric_stats(session: Session, sweep_ids: Sequence[str], metrics: Sequence[m
     row): rows of `cell`, `name` and their `stats` (n, median, mean, sd, lo, hi) over the values
     of the latest attempts that are done, each divided by its metric's divisor as the `results`
     view shows it. One query."""
+    x = stats(_metric_values(sweep_ids, metrics), ("cell", "name"), "value").c
+    return session.execute(select(x.cell, x.name, x.n, x.median, x.mean, x.sd, x.lo, x.hi))
+
+
+def metric_values(session: Session, sweep_ids: Sequence[str], metrics: Sequence[metric_registry.MetricDef]) -> Any:
+    """Rows of `cell`, `name`, `value`: the repeats themselves behind metric_stats' numbers (the
+    same runs and divisors), for `compare`'s test on the repeats."""
+    v = _metric_values(sweep_ids, metrics).c
+    return session.execute(select(v.cell, v.name, v.value))
+
+
+def _metric_values(sweep_ids: Sequence[str], metrics: Sequence[metric_registry.MetricDef]) -> Any:
+    """The subquery of (cell, name, value) over the latest attempts that are done."""
     latest = latest_runs()
     mine = (latest.c.state == runstate.DONE, latest.c.cell_id.in_(named_cells(sweep_ids)))
     named = [m.name for m in metrics if m.name != "params"]
@@ -308,9 +321,7 @@ def metric_stats(session: Session, sweep_ids: Sequence[str], metrics: Sequence[m
     if len(named) < len(metrics):
         parts.append(select(latest.c.cell_id, literal("params"), cast(latest.c.params, Float))
                      .where(*mine, latest.c.params.is_not(None)))
-    values = (union_all(*parts) if len(parts) > 1 else parts[0]).subquery("v")
-    x = stats(values, ("cell", "name"), "value").c
-    return session.execute(select(x.cell, x.name, x.n, x.median, x.mean, x.sd, x.lo, x.hi))
+    return (union_all(*parts) if len(parts) > 1 else parts[0]).subquery("v")
 
 
 def attempt_counts(session: Session, sweep_ids: Sequence[str]) -> Any:

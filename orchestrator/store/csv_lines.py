@@ -8,7 +8,7 @@ it. The bytes stay csv.writer's, field by field:
   digits): they are formatted by csv.writer itself when they are kept (kept_metrics.csv_text,
   written with the numbers by result_rows.keep_metrics: only a landing of metrics rows changes them);
 - the fields that never change once a run is written (its name, its cell's settings, the float
-  `target_accuracy` among them) are written by csv.writer when the run is (store/kept_lines.py);
+  settings `target_accuracy` and `min_seconds` among them) are written by csv.writer when the run is (store/kept_lines.py);
 - the rest, integers and text, are formatted by SQL, where its text equals csv's exactly: an
   integer's digits, and text quoted by csv's rule (QUOTED: the characters that make csv quote a
   field, read from csv itself, since Python versions differ on `\\r`), quotes doubled; NULL is
@@ -32,7 +32,7 @@ from sqlalchemy import (Boolean, Float, Integer, Select, String, Text, case, cas
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.functions import FunctionElement
 
-from orchestrator import metric_registry
+from orchestrator import metric_registry, setting_registry
 
 #: How the commands write CSV (render.write_csv) and how the kept metric text is written: csv's
 #: excel dialect (`,`, `"`, minimal quoting, quotes doubled), lines ending in `\n`.
@@ -179,31 +179,47 @@ def _line(columns: Iterable[Any], kept: Mapping[str, Any], start: str = "", end:
     return _joined(fields, texts, start, end)
 
 
-#: The labels of line_pieces' columns: a line (or its first piece), then a float and the text after it.
-PIECES = ("line", "float_1", "after_1")
+#: The float settings, whose text only Python's repr gives: a run without its kept_lines row reads
+#: them from its cell (line_pieces), every other has them in its kept text.
+FLOAT_SETTINGS = tuple(s.name for s in setting_registry.SETTINGS if s.kind is float)
+#: The labels of line_pieces' columns: a line (or its first piece), then each float and the text after it.
+PIECES = ("line", *(f"{piece}_{k}" for k in range(1, len(FLOAT_SETTINGS) + 1) for piece in ("float", "after")))
 
 
 def line_pieces(columns: Sequence[Any], kept: Mapping[str, Any]) -> list[Any]:
     """The CSV's line of a row as pieces (PIECES' labels): the texts the database joins around
-    the float column no kept text holds (a run without its kept_lines row: the cell's
-    `target_accuracy`), and that float, whose text only Python's repr gives (lines_of joins them).
+    the float columns no kept text holds (a run without its kept_lines row: the cell's
+    FLOAT_SETTINGS), and those floats, whose text only Python's repr gives (lines_of joins them).
     A row without such a float: its line, then NULLs."""
     floats = [i for i, c in enumerate(columns) if c.key not in kept and isinstance(c.type, Float)]
+    if len(floats) > len(FLOAT_SETTINGS):
+        raise TypeError(f"{len(floats)} float columns without a kept text: csv_lines.PIECES holds "
+                        f"{len(FLOAT_SETTINGS)} (FLOAT_SETTINGS)")
     if not floats:
-        return [type_coerce(_line(columns, kept), Text).label("line"), cast(null(), Float).label("float_1"),
-                cast(null(), Text).label("after_1")]
-    if len(floats) > 1 or floats[0] in (0, len(columns) - 1):
-        raise TypeError("more than one float column without a kept text, or one first or last: "
-                        "csv_lines.PIECES holds one between texts")
-    at = floats[0]
-    return [type_coerce(_line(columns[:at], kept, "", ","), Text).label("line"), columns[at].label("float_1"),
-            type_coerce(_line(columns[at + 1:], kept, ","), Text).label("after_1")]
+        return [type_coerce(_line(columns, kept), Text).label("line"),
+                *(cast(null(), Float if name.startswith("float") else Text).label(name) for name in PIECES[1:])]
+    bounds = [-1, *floats, len(columns)]
+    texts = [type_coerce(_between(columns[a + 1:b], kept, "," if a >= 0 else "",
+                                  "," if b < len(columns) else DIALECT["lineterminator"]), Text)
+             for a, b in zip(bounds, bounds[1:])]
+    pieces = [texts[0].label("line")]
+    for k, at in enumerate(floats, 1):
+        pieces += [columns[at].label(f"float_{k}"), texts[k].label(f"after_{k}")]
+    return pieces + [cast(null(), Float if name.startswith("float") else Text).label(name)
+                     for name in PIECES[len(pieces):]]
+
+
+def _between(columns: Sequence[Any], kept: Mapping[str, Any], start: str, end: str) -> Any:
+    """The text of `columns` between `start` and `end` (_line); no columns: the one separator
+    between two floats, nothing before a first float, the line's end after a last."""
+    return _line(columns, kept, start, end) if columns else _text(end if start else "")
 
 
 def lines_of(rows: Iterable[Sequence[Any]]) -> str:
-    """The text of rows of line_pieces' columns: each row's line, or its pieces joined, the float
+    """The text of rows of line_pieces' columns: each row's line, or its pieces joined, each float
     as csv.writer writes it (repr; NULL empty)."""
-    return "".join(row[0] if row[2] is None else row[0] + _field_text(row[1]) + row[2] for row in rows)
+    return "".join(row[0] if row[2] is None else row[0] + "".join(
+        _field_text(row[i]) + row[i + 1] for i in range(1, len(row), 2) if row[i + 1] is not None) for row in rows)
 
 
 def _field_text(value: Any) -> str:

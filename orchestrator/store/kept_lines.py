@@ -11,7 +11,7 @@ is never updated). Those fields are kept here, one row per run:
   index, no sort, and a filter on a setting reads them here; PostgreSQL orders by the same
   columns, NULLs and text collated as it ordered the view (its cursor walks the index);
 - as csv.writer writes them (`text_0`, `text_1`: the runs of consecutive kept fields, SEGMENTS),
-  written by csv itself, so a float setting (`target_accuracy`) is repr's text as before.
+  written by csv itself, so a float setting (`target_accuracy`, `min_seconds`) is repr's text as before.
 
 Its `mode` and metric fields change only where its metrics land: they are kept as csv's text too
 (`text_2`: `mode`, then kept_metrics.csv_text), written again then (keep_landed). The CSV's line

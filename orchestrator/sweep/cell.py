@@ -26,7 +26,12 @@ from trainers.common import inputs
 SETTINGS = setting_registry.NAMES
 #: dataset=imagenet is the only one read per step: what input=pipeline times.
 PIPELINE_DATASETS = ("imagenet",)
-DATASET_SHAPES = ("mnist", "cifar10", "imagenet", "digits", "dlbench_fcn")
+#: What each setting only some networks take is (setting_registry.WHERE_TAKEN): set for a model whose
+#: YAML has no value of its own (model.<name>), it is refused in these words.
+TAKEN_BY = {"seq_len": "the tokens per sequence of a sequence network (model=lstm)",
+            "layers": "the blocks of a Transformer (model=gpt)", "width": "the width of a Transformer (model=gpt)",
+            "heads": "the attention heads of a Transformer (model=gpt)"}
+DATASET_SHAPES = ("mnist", "cifar10", "imagenet", "digits", "dlbench_fcn", "ptb")
 
 
 class CellError(ValueError):
@@ -77,7 +82,8 @@ class Cell:
     @property
     def label(self) -> str:
         s = self.settings
-        return f"{s['framework']}/{s['model']}/{s['dataset']} gpus={s['gpus']} bs={s['batch_size']}"
+        bs = setting_registry.AUTO if s.get("batch_search") == setting_registry.AUTO else s['batch_size']
+        return f"{s['framework']}/{s['model']}/{s['dataset']} gpus={s['gpus']} bs={bs}"
 
     @property
     def recorded(self) -> dict[str, Any]:
@@ -161,6 +167,10 @@ def resolve_settings(cfg: dict[str, Any], checked: dict[tuple[int, ...], tuple[A
     if shape not in DATASET_SHAPES:
         _refusing(where, config_checks.one_of, "dataset.like", raw["like"], DATASET_SHAPES)
     _check_shape(where, raw["model"], shape)
+    for name, what in TAKEN_BY.items():
+        if raw[name] is not None and lookup(cfg, f"model.{name}") is None:
+            raise CellError(f"{where}: {name}={raw[name]} is {what}, and model={raw['model']} takes none; "
+                            f"leave {name} out")
     if raw["batch_size"] is None:
         raise CellError(f"{where}: model.batch_size.{shape}=None: model={raw['model']} has no default "
                         f"batch size for {shape}-shaped data; use batch_size=N")
@@ -169,6 +179,10 @@ def resolve_settings(cfg: dict[str, Any], checked: dict[tuple[int, ...], tuple[A
         raise CellError(f"{where}: target_accuracy={settings['target_accuracy']} is not a test top-1 in (0, 1]; "
                         f"use target_accuracy=0.9, or target_accuracy=null")
     _check_input(where, settings)
+    if settings["heads"] is not None and settings["width"] % settings["heads"]:
+        raise CellError(f"{where}: width={settings['width']} is not a multiple of heads={settings['heads']} (each "
+                        f"head takes an equal share of the width); use a width heads divide")
+    _check_phase(where, settings)
     if not _passed(checked, (cfg["hardware"],)):
         _refusing(where, _check_hardware, cfg["hardware"])
         _remember(checked, (cfg["hardware"],))
@@ -177,7 +191,7 @@ def resolve_settings(cfg: dict[str, Any], checked: dict[tuple[int, ...], tuple[A
         raise CellError(f"{where}: nodes={nodes} needs a cluster of nodes, but cluster="
                         f"{(cfg.get('cluster') or {}).get('name', 'local')} runs one; use cluster=slurm, or nodes=1")
     _check_placement(where, settings["gpus"], cfg["hardware"], cfg["framework"], settings["precision"],
-                     settings["model"], nodes)
+                     settings["model"], nodes, settings["phase"], settings["compile"])
     return settings
 
 
@@ -254,9 +268,30 @@ def _check_input(where: str, settings: dict[str, Any]) -> None:
                         f"before its timed step); use input=memory")
 
 
+def _check_phase(where: str, settings: dict[str, Any]) -> None:
+    """phase=inference times forward passes of the seed's initial weights: not accuracy mode's training,
+    and not the loader's reading (trainers/common/inference.py says the same at run time); batch_size=auto
+    is inference's alone, on synthetic data (trainers/common/batch_search.py)."""
+    if settings["phase"] != "inference":
+        if settings["batch_search"] == setting_registry.AUTO:
+            raise CellError(f"{where}: batch_size=auto searches inference's batches; use phase=inference, "
+                            f"or batch_size=N for training")
+        return
+    if settings["batch_search"] == setting_registry.AUTO and settings["dataset"] != "synthetic":
+        raise CellError(f"{where}: batch_size=auto makes each point's batches from random data; use "
+                        f"dataset=synthetic dataset.like={settings['dataset']}")
+    if settings["mode"] == "accuracy":
+        raise CellError(f"{where}: phase=inference times forward passes of untrained weights, mode=accuracy "
+                        f"trains and evaluates; use mode=throughput with phase=inference, or phase=train")
+    if settings["input"] != setting_registry.BY_NAME["input"].default:
+        raise CellError(f"{where}: phase=inference times forward passes on batches prepared before timing; "
+                        f"use input=memory (the loader's reading is timed in phase=train)")
+
+
 def _check_placement(where: str, gpus: int, hardware: dict[str, Any], framework: dict[str, Any],
-                     precision: str = "fp32", model: str | None = None, nodes: int = 1) -> None:
-    """Refuses a cell its hardware cannot hold, before anything is submitted."""
+                     precision: str = "fp32", model: str | None = None, nodes: int = 1,
+                     phase: str = "train", compile: str = "native") -> None:
+    """Refuses a cell its hardware cannot hold, or its framework cannot run, before anything is submitted."""
     per_node = hardware.get("gpus_per_node")
     if gpus and per_node is not None:
         if not hardware.get("gpu_type") or per_node == 0:
@@ -276,7 +311,8 @@ def _check_placement(where: str, gpus: int, hardware: dict[str, Any], framework:
     except ValueError as exc:
         raise CellError(f"{where}: {exc}") from exc
     problem = declared.problem(precision, gpus, model, gpu_capability=hardware.get("gpu_capability"),
-                               gpu_name=f"hardware={hardware['name']}", nodes=nodes)
+                               gpu_name=f"hardware={hardware['name']}", nodes=nodes, phase=phase,
+                               compile=compile)
     if problem:
         raise CellError(f"{where}: {problem}")
 

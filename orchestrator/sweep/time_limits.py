@@ -59,6 +59,8 @@ from orchestrator.store import queries
 from orchestrator import runstate, setting_registry
 from orchestrator.store.sql_adapters import Rows
 from trainers.common import failure_classes, flops, inputs
+from trainers.common.errors import Unsupported
+from trainers.common.settings import TRANSFORMER_SHAPE
 
 #: `hardware.time_min` that asks for a learned limit.
 AUTO = "auto"
@@ -110,20 +112,22 @@ def _sample_flops(settings: Mapping[str, Any]) -> Optional[float]:
     the model sees; else its height x width (never its channels alone: a first convolution over
     3 channels costs little more than over 1, issue 35); None if unknown."""
     try:
-        return _model_flops(str(settings["model"]), str(setting_registry.shape_of(settings)))
+        return _model_flops(str(settings["model"]), str(setting_registry.shape_of(settings)),
+                            settings.get("seq_len"), *(settings.get(k) for k in TRANSFORMER_SHAPE))
     except KeyError:
         return None
 
 
 @functools.lru_cache(maxsize=None)
-def _model_flops(model: str, like: str) -> float:
-    """_sample_flops of a model on a data shape, counted once (the layer tables are walked)."""
-
-    shape = inputs.input_shape(model, like)
+def _model_flops(model: str, like: str, seq_len: Optional[int] = None, *shape_: Optional[int]) -> float:
+    """_sample_flops of a model on a data shape (a sequence network's at its seq_len, a Transformer's
+    at its layers, width, heads), counted once (the layer tables are walked)."""
+    shape = inputs.input_shape(model, like, seq_len)
     try:
-        return float(flops.training_flops(model, shape, inputs.DATASETS[like].classes))
-    except (KeyError, ValueError):
-        return float(shape[1] * shape[2])
+        network = inputs.network_shape(model, *shape_)
+        return float(flops.training_flops(model, shape, inputs.DATASETS[like].classes, network))
+    except (KeyError, ValueError, Unsupported):
+        return float(shape[1] * shape[2]) if len(shape) == 3 else float(shape[0])
 
 
 def _ratios(cell: Mapping[str, Any], past: Mapping[str, Any]) -> tuple[float, float, float]:

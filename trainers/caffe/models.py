@@ -21,8 +21,7 @@ VGG16 and GoogLeNet kuangliu's pytorch-cifar's, PyTorch's default fillers):
 Weights are initialised as the PyTorch definitions do where Caffe has the filler (uniform
 1/sqrt(fan_in) for AlexNet, He/MSRA fan-out for ResNet-50 and VGG16 convolutions, Gaussian
 0.01 for VGG16's and GoogLeNet's layers). `python -m trainers.caffe.models --count [--model M
-...] --channels C --size S --classes K` prints {model: trainable parameter count} as JSON
-(counted on the instantiated Caffe net: the blobs of every layer but BatchNorm's statistics).
+...] --channels C --size S --classes K` prints {model: trainable parameter count} as JSON (count_params).
 """
 import math
 import os
@@ -32,6 +31,7 @@ import tempfile
 from trainers.common import architectures as arch
 from trainers.common.counting import count_main
 from trainers.common.errors import Unsupported
+from trainers.caffe import sequence
 
 DATA, LABEL, LOSS = "data", "label", "loss"
 NOT_LEARNED = ("BatchNorm",)  # layer types whose blobs are statistics, not parameters
@@ -350,9 +350,10 @@ NETWORKS.update((n, _unit_net(table, arch.CIFAR_UNIT, arch.CIFAR_HEAD)) for n, t
 def build(name, input_shape, classes, batch):
     """The NetParameter (protobuf message) of network `name` for a batch of `batch` inputs
     of [C, H, W] `input_shape`, with `classes` classes, ending in SoftmaxWithLoss `loss`."""
-    if name not in NETWORKS:
+    if name not in NETWORKS and name not in arch.SEQUENCE:
         raise Unsupported("no Caffe definition of model %r" % (name,))
-    net = NETWORKS[name](Builder(tuple(input_shape), batch), classes)
+    net = (sequence.build(_caffe(), arch.SEQUENCE[name], input_shape[0], classes, batch, (DATA, LABEL, LOSS))
+           if name in arch.SEQUENCE else NETWORKS[name](Builder(tuple(input_shape), batch), classes))  # [seq_len] ids
     net.name = name
     return net
 

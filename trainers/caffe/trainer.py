@@ -119,7 +119,9 @@ class CaffeTrainer(Trainer):
         return info
 
     def to_batch(self, images, labels):
-        images = images.astype("float32", copy=False)
+        if images.ndim == 2:  # a sequence network's, time-major for Caffe (trainers/caffe/sequence.py)
+            images, labels = images.T, labels.T
+        images = images.astype("float32")
         labels = labels.astype("float32")  # Caffe's labels are float blobs
         if self.multi is not None:
             self.multi.add_batch(images, labels)
@@ -143,10 +145,19 @@ class CaffeTrainer(Trainer):
             self.test_net = models.instantiate(self.netparam, self.caffe.TEST)
             self.test_net.share_with(self.net)
         net = self.test_net
+        if net.blobs[models.DATA].data.shape != images.shape:  # --batch-size auto: each point's batch
+            label = net.blobs[models.LABEL]
+            net.blobs[models.DATA].reshape(*images.shape)
+            label.reshape(*((images.shape[0],) + label.data.shape[1:]))
+            net.reshape()
         net.blobs[models.DATA].data[...] = images
         net.blobs[models.LABEL].data[...] = 0
         net.forward()
         return net.blobs[net.bottom_names[models.LOSS][0]].data.copy()
+
+    def infer(self, batch):
+        # the TEST-phase net sharing the solver's (seeded) weights: its forward alone
+        return self.predict(batch[0])
 
     def is_out_of_memory(self, exc):
         # Caffe reports running out of memory by aborting the process (glog CHECK), which

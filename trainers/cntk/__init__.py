@@ -11,6 +11,7 @@ from trainers.common.support import MPI_RANKS, Support
 
 SUPPORT = Support(
     "cntk",
+    inference=True,
     cpu=["fp32"],
     gpu=["fp32", "fp16"],
     gpu_precision_capability={"fp16": (6, 0)},
@@ -21,7 +22,11 @@ SUPPORT = Support(
     # the cntk-gpu image (containers/cntk/gpu.yaml, base cuda10: CUDA 10.0, cuDNN 7,
     # OpenMPI 1.10) covers compute capability 3.0 up to 7.5 (K20m and P100, not Ampere or newer)
     gpu_build=((3, 0), (7, 5)),
+    without=["gpt"],  # the Transformer: its note says why
     notes={
+        "gpt": "CNTK 2.7's layers library has no multi-head attention; a hand-built one from its primitives is not written here",
+        "compile": "CNTK builds one static graph from its Python definition, with no compiler "
+                   "option nor an eager mode to switch to",
         "fp16": "CNTK has no CPU fp16 kernels, and fp16 training needs Pascal or newer",
         "bf16": "CNTK has no bfloat16",
         "gpus": "the venv's CNTK is CPU-only; CNTK's GPU build is cntk-gpu, CUDA 10.0: "

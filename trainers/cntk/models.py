@@ -282,9 +282,25 @@ NETWORKS.update((name, _fully_connected(layers)) for name, layers in arch.FULLY_
 NETWORKS.update((name, _cifar_net(table)) for name, table in arch.CIFAR_NETS.items())
 
 
+def sequence(layers, words, vocabulary):
+    """A network of architectures.SEQUENCE (DLBench's LSTM, as its CNTK script builds it:
+    Embedding, a Recurrence of LSTMs, Dense) on `words`, a sequence of one-hot token ids; the
+    vocabulary's scores at every position. CNTK's LSTM has one bias per gate set; weights are
+    U(+-0.1), biases zero, as the torch file has them."""
+    C = _cntk()
+    init = C.initializer.uniform(arch.LSTM_INIT)
+    x = C.layers.Embedding(layers[0].width, init=init)(words)
+    for spec in layers[1:]:
+        x = C.layers.Recurrence(C.layers.LSTM(spec.units, init=init, init_bias=0))(x)
+    return C.layers.Dense(vocabulary, init=init, init_bias=0)(x)
+
+
 def build(name, features, classes):
-    """The network `name` applied to `features` (a CNTK variable of shape (C, H, W));
-    returns the logits (a CNTK Function with `classes` outputs)."""
+    """The network `name` applied to `features` (a CNTK variable of shape (C, H, W), a sequence
+    network's a sequence of one-hot token ids); returns the logits (a CNTK Function with
+    `classes` outputs)."""
+    if name in arch.SEQUENCE:
+        return sequence(arch.SEQUENCE[name], features, classes)
     if name not in NETWORKS:
         raise Unsupported("no CNTK definition of model %r" % (name,))
     if len(features.shape) != 3:
@@ -304,6 +320,8 @@ def main(argv=None):
     def count_one(name, input_shape, classes):
         C = _cntk()
         C.device.try_set_default_device(C.device.cpu())
+        if name in arch.SEQUENCE:
+            return count_params(build(name, C.sequence.input_variable(classes, is_sparse=True), classes))
         return count_params(build(name, C.input_variable(input_shape, np.float32), classes))
 
     return count_main("cntk", count_one, argv,

@@ -83,8 +83,7 @@ class CNTKTrainer(Trainer):
             raise RuntimeError("CNTK could not take device %s" % (self.device,))
 
         self.classes = cfg.classes
-        self.features = C.input_variable(tuple(cfg.input_shape), np.float32, name="features")
-        self.labels = C.input_variable(cfg.classes, np.float32, name="labels")
+        self.features, self.labels = _inputs(C, cfg)
         z, params = self._model(cfg)
         loss = C.cross_entropy_with_softmax(z, self.labels)
         learner = self.learner = C.momentum_sgd(
@@ -115,6 +114,10 @@ class CNTKTrainer(Trainer):
         return z, count_params(z)
 
     def to_batch(self, images, labels):
+        if images.ndim == 2:  # a sequence network's token ids and next tokens, one-hot (sparse)
+            cpu = C.device.cpu()
+            return {self.features: C.Value.one_hot(images.tolist(), self.classes, device=cpu),
+                    self.labels: C.Value.one_hot(labels.tolist(), self.classes, device=cpu)}
         onehot = np.zeros((len(labels), self.classes), dtype=np.float32)
         onehot[np.arange(len(labels)), labels] = 1.0
         # Values on the CPU, made once: the timed step pays the copy to the device only
@@ -137,6 +140,11 @@ class CNTKTrainer(Trainer):
         out = self.z.eval({self.features: np.ascontiguousarray(images)}, device=self.device)
         return np.asarray(out).reshape(len(images), -1)
 
+    def infer(self, batch):
+        # eval: the forward alone in inference mode, its result copied to the host
+        out = self.z.eval({self.features: batch[self.features]}, device=self.device)
+        return np.asarray(out)
+
     def is_out_of_memory(self, exc):
         text = str(exc).lower()
         return ("out of memory" in text or "cudaerrormemoryallocation" in text
@@ -146,6 +154,17 @@ class CNTKTrainer(Trainer):
         if self.distributed:
             C.train.distributed.Communicator.finalize()
             self.distributed = False
+
+
+def _inputs(C, cfg):
+    """The features and labels: an image and a one-hot label, or a sequence network's
+    sequences of one-hot token ids and of next tokens (sparse, as DLBench's CNTK script reads
+    them), whose loss CNTK averages over every position."""
+    if len(cfg.input_shape) == 1:
+        return (C.sequence.input_variable(cfg.classes, is_sparse=True, name="features"),
+                C.sequence.input_variable(cfg.classes, is_sparse=True, name="labels"))
+    return (C.input_variable(tuple(cfg.input_shape), np.float32, name="features"),
+            C.input_variable(cfg.classes, np.float32, name="labels"))
 
 
 def _set_threads(threads):

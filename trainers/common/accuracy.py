@@ -22,7 +22,7 @@ import time
 import numpy as np
 
 from trainers.common import recipe
-from trainers.common.errors import Diverged, Unsupported
+from trainers.common.errors import Diverged, InvalidArgument, Unsupported
 from trainers.common.timing import timed
 from trainers.common.trainer import Trainer
 
@@ -35,6 +35,25 @@ DIVERGED_OVER_UNIFORM = 100
 def diverged(loss, classes):
     """Whether a training step's loss says the run has diverged: not finite, or exploded."""
     return not math.isfinite(loss) or loss > DIVERGED_OVER_UNIFORM * math.log(max(2, classes))
+
+
+def check_args(args, devices, synthetic):
+    """Accuracy mode's checks on parsed arguments (protocol.resolve); `synthetic` is the name of
+    random data, which has nothing to learn."""
+    if args.epochs < 1:
+        raise InvalidArgument("--epochs must be at least 1, got %d" % args.epochs)
+    if args.target_accuracy is not None and not 0.0 < args.target_accuracy <= 1.0:
+        raise InvalidArgument("--target-accuracy is a fraction in (0, 1], got %r"
+                              % args.target_accuracy)
+    if not (args.learning_rate > 0 and math.isfinite(args.learning_rate)):
+        raise InvalidArgument("--learning-rate must be a positive number, got %r"
+                              % args.learning_rate)
+    if args.dataset == synthetic:
+        raise Unsupported("--mode accuracy needs a dataset with a test split (digits, mnist, "
+                          "cifar10); random synthetic images have nothing to learn")
+    if devices > 1:
+        raise Unsupported("--mode accuracy trains on one device (--gpus 0 or 1) for now; "
+                          "use --mode throughput for several")
 
 
 def check_trainer(obj):

@@ -59,6 +59,8 @@ channels and the class count change):
   3x32x32 and 10 classes. GoogLeNet: a 3x3 convolution of 192, inception 3a..5b with
   Szegedy et al.'s widths, the "5x5" branch as two 3x3 convolutions (`CifarInception`), 3x3/2
   max pools (padding 1) after 3b and 4e: 6,166,250 (the sums are in docs/frameworks.md).
+The sequence networks (DLBench's LSTM, the Transformer `gpt`) are token_nets.py's tables,
+read here too (arch.SEQUENCE, arch.TRANSFORMER, ...) as every builder reads every family.
 
 (Counts at 3x224x224 and 1000 classes unless said; the tests check every framework's
 `python -m trainers.<framework>.models --count` against them.)
@@ -79,6 +81,10 @@ Python 3.6, like the rest of trainers/common.
 import collections
 
 from trainers.common.errors import Unsupported
+# the sequence networks' tables, read as arch.<name> by every framework's builders with the others'
+from trainers.common.token_nets import (  # noqa: F401
+    GPT2_CONTEXT, INIT_STD, LN_EPS, LSTM, LSTM_GATES, LSTM_INIT, MLP_RATIO, SEQUENCE, TRANSFORMER, Embedding,
+    Transformer, block_weights, lstm_parameters, sequence_parameters, shape_of, transformer, transformer_parameters)
 
 Conv = collections.namedtuple("Conv", "filters kernel stride pad")
 Conv.__new__.__defaults__ = (1, 0)

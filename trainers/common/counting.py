@@ -9,7 +9,8 @@ import json
 import os
 import sys
 
-from trainers.common.inputs import DATASETS, MODELS, input_shape, shape_problem
+from trainers.common.inputs import DATASETS, MODELS, TEXT, TOKEN_NETWORKS, input_shape, shape_problem
+from trainers.common.support import declared
 
 
 def count_main(framework, count_one, argv=None, prepare=None):
@@ -29,12 +30,16 @@ def count_main(framework, count_one, argv=None, prepare=None):
     if prepare is not None:
         prepare(sys.argv[1:] if argv is None else argv)
     counts = {}
-    # unnamed, a network that cannot take --like's shape is left out; named, refused in one line
-    for name in args.model or [m for m in MODELS if not (args.like and shape_problem(m, args.like))]:
-        if args.like:
-            if shape_problem(name, args.like):
-                parser.error("%s; count it at another --like" % shape_problem(name, args.like))
-            shape, classes = input_shape(name, args.like), DATASETS[args.like].classes
+    # unnamed, a network that cannot take --like's shape, or that the framework declares it does not build,
+    # is left out; named, refused in one line
+    builds = declared("trainers.%s" % framework).builds
+    for name in args.model or [m for m in MODELS if builds(m) and not (args.like and shape_problem(m, args.like))]:
+        # a sequence network is counted at its text's vocabulary, not at --classes
+        like = args.like or (TEXT[0] if name in TOKEN_NETWORKS else None)
+        if like:
+            if shape_problem(name, like):
+                parser.error("%s; count it at another --like" % shape_problem(name, like))
+            shape, classes = input_shape(name, like), DATASETS[like].classes
         else:
             shape, classes = (args.channels, args.size, args.size), args.classes
         counts[name] = int(count_one(name, shape, classes))

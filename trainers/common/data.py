@@ -30,7 +30,7 @@ import numpy as np
 from trainers.common import imagenet
 from trainers.common.errors import DataError, Unsupported
 from trainers.common.generated import GENERATED, mark_generated
-from trainers.common.inputs import DATASETS, SYNTHETIC_ONLY, resize_nearest, to_float
+from trainers.common.inputs import DATASETS, SYNTHETIC_ONLY, TEXT, resize_nearest, to_float
 
 MNIST_IMAGES = "train-images-idx3-ubyte"
 MNIST_LABELS = "train-labels-idx1-ubyte"
@@ -77,6 +77,22 @@ class Dataset(object):
         if size is not None:
             images = resize_nearest(images, size[0], size[1])
         return to_float(images), self.labels[indices]
+
+
+class Sequences(Dataset):
+    """Token ids for a sequence network (`images` [N, seq_len], so `shape` is [seq_len]): each
+    position's label the next token (a language model's target), both int64. `batch` keeps
+    Dataset's signature so the pool takes either (a sequence has no image size: `size` is
+    ignored)."""
+
+    def __init__(self, name, stream, classes):  # noqa: super's checks are an image's
+        self.name = name
+        self.images = stream[:, :-1].astype(np.int64)
+        self.labels = stream[:, 1:].astype(np.int64)
+        self.classes = classes
+
+    def batch(self, indices, size=None):
+        return self.images[indices], self.labels[indices]
 
 
 # ---------------------------------------------------------------------------- readers
@@ -173,14 +189,18 @@ def _cifar10_records(paths):
     return Dataset("cifar10", np.concatenate(images), np.concatenate(labels), 10)
 
 
-def synthetic(like, n, seed):
-    """`n` random images and labels shaped like dataset `like`; `seed` is an int or a
-    sequence of ints (e.g. (seed, rank), so that ranks draw different batches)."""
+def synthetic(like, n, seed, seq_len=None):
+    """`n` random images and labels shaped like dataset `like`, or for a text shape `n` random
+    sequences of `seq_len` token ids (default: the shape's) and their next tokens; `seed` is an
+    int or a sequence of ints (e.g. (seed, rank), so that ranks draw different batches)."""
     if like not in DATASETS:
         raise Unsupported("synthetic data can be shaped like %s, not %r"
                           % (", ".join(DATASETS), like))
     spec = DATASETS[like]
     rng = np.random.RandomState(seed)
+    if like in TEXT:
+        stream = rng.randint(0, spec.classes, size=(n, (seq_len or spec.shape[0]) + 1))
+        return Sequences("synthetic", stream, spec.classes)
     images = rng.randint(0, 256, size=(n,) + spec.shape).astype(np.uint8)
     labels = rng.randint(0, spec.classes, size=n)
     return Dataset("synthetic", images, labels, spec.classes)

@@ -35,6 +35,22 @@ ResNet-56 (CIFAR-10) counts its convolutions and fc as the others do: its shortc
 parameters and no multiplies. AlexNet-R's average pool costs nothing, as every pool here. So do VGG16
 and GoogLeNet for 32x32 (BatchNorm and the biases are left out, as everywhere).
 
+A sequence network (DLBench's LSTM) counts per sequence (its "image"), seq_len positions each:
+per LSTM layer the four gates' input and recurrent products, 4 x units x (inputs + units), and
+the output layer's units x vocabulary; the embedding is a lookup (no multiplies), the gates'
+elementwise products are not counted (as BatchNorm is not). No fast algorithm applies, and the
+first layer's input gradient is computed (the embedding is trained through it): its ceiling is 1.
+
+A Transformer (gpt) counts as PaLM does (Chowdhery et al. 2022, appendix B, after Kaplan et al.
+2020, section 2.1): per token the forward pass multiplies-adds N, the weights of every matrix
+product (per block queries, keys, values, the output projection and the 4x MLP, 12 x width^2,
+and the output layer's width x vocabulary: the tied token embedding, which nanoGPT's
+estimate_mfu counts in N too), plus attention's scores and weighted sum, 2 x layers x context x
+width (the whole square, as PaLM counts it, not the causal half); training is 6N + 12 x layers
+x width x context FLOPs per token (PaLM's 6N + 12LHQT, H x Q = width). Biases, LayerNorms,
+GELU, softmax and the position embedding (a lookup) are not counted. GPT-2 small at context
+1,024: N = 123,532,032, 854,438,400 training FLOPs per token. Ceiling 1, as the LSTM's.
+
 A network's input is what the trainer feeds it (inputs.input_shape: LeNet, the CIFAR networks and the fully
 connected networks at the dataset's own size, the ImageNet networks at 224x224 whatever the dataset) and its class count.
 
@@ -227,7 +243,35 @@ _NETWORKS.update((name, _fully_connected(head)) for name, head in arch.FULLY_CON
 MODELS = tuple(sorted(_NETWORKS))
 
 
-def _count(model, input_shape, classes):
+class _Sequence(object):
+    """A sequence network's count: the MACs of one sequence of `seq_len` tokens (no fast algorithm,
+    and no input gradient that goes uncomputed: `fewest` is `macs`, `first` nothing)."""
+
+    def __init__(self, layers, seq_len, vocabulary):
+        per_token, width = 0, layers[0].width
+        for spec in layers[1:]:
+            per_token += arch.LSTM_GATES * spec.units * (width + spec.units)
+            width = spec.units
+        self.macs = self.fewest = seq_len * (per_token + width * vocabulary)
+        self.first = 0
+
+
+class _Transformer(object):
+    """A Transformer's count per sequence of `context` tokens (the module docstring): no fast
+    algorithm, no input gradient left uncomputed."""
+
+    def __init__(self, shape, context, vocabulary):
+        weights = shape.layers * arch.block_weights(shape.width) + shape.width * vocabulary
+        attention = 2 * shape.layers * context * shape.width
+        self.macs = self.fewest = context * (weights + attention)
+        self.first = 0
+
+
+def _count(model, input_shape, classes, network=None):
+    if model in arch.TRANSFORMER:  # [context] token ids, a vocabulary of `classes`, its shape
+        return _Transformer(arch.shape_of(model, network), *_tokens(input_shape, classes))
+    if model in arch.SEQUENCE:  # [seq_len] token ids, a vocabulary of `classes`
+        return _Sequence(arch.SEQUENCE[model], *_tokens(input_shape, classes))
     shape = tuple(int(n) for n in input_shape)
     if len(shape) != 3 or min(shape) < 1 or int(classes) < 1:
         raise ValueError("input_shape must be 3 positive sizes (channels, height, width) and classes "
@@ -241,33 +285,52 @@ def _count(model, input_shape, classes):
     return counter
 
 
-def forward_macs(model, input_shape, classes):
+def _tokens(input_shape, classes):
+    """(seq_len, vocabulary) of a sequence network's [seq_len] input and classes."""
+    if len(input_shape) != 1 or int(input_shape[0]) < 1 or int(classes) < 1:
+        raise ValueError("a sequence network's input_shape is [seq_len] and its classes positive, not %r "
+                         "and %r" % (list(input_shape), classes))
+    return int(input_shape[0]), int(classes)
+
+
+def forward_macs(model, input_shape, classes, network=None):
     """Multiply-adds of one image's forward pass through `model` ("lenet", "resnet50" ...) at
     `input_shape` (channels, height, width) with `classes` outputs; KeyError for a network no
-    table describes."""
-    return _count(model, input_shape, classes).macs
+    table describes. `network`: a Transformer's shape (architectures.transformer; None: its own)."""
+    return _count(model, input_shape, classes, network).macs
 
 
-def fewest_macs(model, input_shape, classes):
+def fewest_macs(model, input_shape, classes, network=None):
     """The fewest multiply-adds a production algorithm needs for one image's forward pass: each
     convolution at its cheapest of direct and FAST_CONVOLUTIONS. Not an MFU's count: the ceiling's."""
-    return _count(model, input_shape, classes).fewest
+    return _count(model, input_shape, classes, network).fewest
 
 
-def fewest_training_flops(model, input_shape, classes):
+def fewest_training_flops(model, input_shape, classes, network=None):
     """The fewest floating-point operations one image's training step can take by the algorithms
     production libraries use ((3 x fewest_macs - the first convolution's input gradient) x 2):
     images/s x this above the peak is what no such run can do. No framework computes the
     gradient of the image (nothing needs it), so the bound leaves that product out, where the
     model count keeps it by convention."""
-    counter = _count(model, input_shape, classes)
+    counter = _count(model, input_shape, classes, network)
     return FLOPS_PER_MAC * (PASSES_PER_STEP * counter.fewest - (counter.first or 0.0))
 
 
-def training_flops(model, input_shape, classes):
+def training_flops(model, input_shape, classes, network=None):
     """Floating-point operations of one image's training step (forward and backward):
     3 x forward MACs x 2, the convention the module docstring states."""
-    return PASSES_PER_STEP * FLOPS_PER_MAC * forward_macs(model, input_shape, classes)
+    return PASSES_PER_STEP * FLOPS_PER_MAC * forward_macs(model, input_shape, classes, network)
+
+
+def per_image(model, input_shape, classes, network=None, phase="train"):
+    """(the model count, the fewest) floating-point operations of one image in `phase`: training's
+    step (training_flops, fewest_training_flops), or inference's forward pass alone (2 x its MACs);
+    `network`: a Transformer's shape (None: its own)."""
+    if phase == "inference":
+        counter = _count(model, input_shape, classes, network)
+        return FLOPS_PER_MAC * counter.macs, FLOPS_PER_MAC * counter.fewest
+    return (training_flops(model, input_shape, classes, network),
+            fewest_training_flops(model, input_shape, classes, network))
 
 
 def ceiling_factor(model, input_shape, classes):

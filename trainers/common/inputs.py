@@ -4,7 +4,8 @@ The networks keep their published architectures and change only in input size an
 count. LeNet is a small-image network and runs at the dataset's own size; so do the fully
 connected networks (FCN-S, FCN-R), which flatten it; ResNet-56, AlexNet-R and the 32x32
 adaptations of VGG16 and GoogLeNet (vgg16_cifar, googlenet_cifar), CIFAR-10 networks, take
-32x32 images only (a CIFAR-10 shape). AlexNet,
+32x32 images only (a CIFAR-10 shape); the sequence networks (DLBench's LSTM) take token ids
+only (ptb-shaped data: a sequence of words of a 10,000-word vocabulary, seq_len long). AlexNet,
 ResNet-50, GoogLeNet and VGG16 are ImageNet networks: they always see 224x224 images, so a
 dataset of smaller images (MNIST, CIFAR-10) is upsampled to 224x224 by nearest neighbour,
 once, while the batch pool is built and outside the timed step. Their first convolution
@@ -20,7 +21,8 @@ numpy comes in with the first batch converted (to_float, resize_nearest), in a t
 import collections
 
 from trainers.common.architectures import CIFAR_SIZE, FULLY_CONNECTED
-from trainers.common.errors import Unsupported
+from trainers.common.errors import InvalidArgument, Unsupported
+from trainers.common.token_nets import GPT2_CONTEXT, SEQUENCE, TRANSFORMER, transformer
 
 DatasetSpec = collections.namedtuple("DatasetSpec", "shape classes")
 
@@ -34,9 +36,15 @@ DATASETS = collections.OrderedDict([
     # DLBench's FCN-S data (Shi et al. 2016): 26,752 random features, 26,752 classes; random
     # data only (`--dataset synthetic --like dlbench_fcn`), no files
     ("dlbench_fcn", DatasetSpec((1, 1, 26752), 26752)),
+    # Penn Treebank's shape as DLBench's LSTM reads it: sequences of word ids of its 10,000-word
+    # vocabulary, each position's label the next word; (seq_len,) long, the setting's default
+    # here. Random ids only (`--dataset synthetic --like ptb`), no files yet
+    ("ptb", DatasetSpec((32,), 10000)),
 ])
 #: shapes `synthetic` takes that no reader has files for
-SYNTHETIC_ONLY = ("dlbench_fcn",)
+SYNTHETIC_ONLY = ("dlbench_fcn", "ptb")
+#: the shapes that are token sequences, not images: only the sequence networks take them
+TEXT = ("ptb",)
 
 # None: the dataset's native size; a number: the square input the network is published for.
 MODEL_INPUT_SIZE = collections.OrderedDict([
@@ -53,20 +61,34 @@ MODEL_INPUT_SIZE = collections.OrderedDict([
     ("alexnet_r", None),
     ("vgg16_cifar", None),
     ("googlenet_cifar", None),
+    # a sequence network takes seq_len token ids (architectures.SEQUENCE)
+    ("lstm", None),
+    # a Transformer takes seq_len token ids, its context (architectures.TRANSFORMER)
+    ("gpt", None),
 ])
+#: the networks that read token ids: the LSTMs and the Transformers
+TOKEN_NETWORKS = tuple(sorted(SEQUENCE)) + tuple(sorted(TRANSFORMER))
 #: the networks published for CIFAR-10's 32x32 images, which take no other size
 CIFAR_NETWORKS = ("resnet56", "alexnet_r", "vgg16_cifar", "googlenet_cifar")
 
 MODELS = tuple(MODEL_INPUT_SIZE)
 
 
-def input_shape(model, like):
-    """The [C, H, W] a model receives when trained on (a dataset shaped like) `like`;
-    Unsupported where it cannot take that data (shape_problem). The way out names --dataset:
+def input_shape(model, like, seq_len=None):
+    """The [C, H, W] a model receives when trained on (a dataset shaped like) `like`, or a
+    sequence network's [seq_len] (default: the shape's own); Unsupported where it cannot take
+    that data (shape_problem). The way out names --dataset:
     beside real files (--dataset mnist) --like is itself refused, so it alone is no way out."""
     if shape_problem(model, like):
         raise Unsupported("%s; use another --dataset or --model (with --dataset synthetic, "
                           "another --like)" % shape_problem(model, like))
+    if seq_len is not None and like not in TEXT:
+        raise Unsupported("--seq-len is the sequence length of text-shaped data (%s), which %s "
+                          "does not take; leave --seq-len out" % (", ".join(TEXT), model))
+    if seq_len is not None and seq_len < 1:
+        raise InvalidArgument("--seq-len must be at least 1, got %d" % seq_len)
+    if like in TEXT:  # a Transformer's own context is GPT-2's, an LSTM's the data shape's
+        return (seq_len or (GPT2_CONTEXT if model in TRANSFORMER else DATASETS[like].shape[0]),)
     channels, height, width = DATASETS[like].shape
     size = MODEL_INPUT_SIZE[model]
     if size is None:
@@ -90,8 +112,15 @@ def ran_at(model, like):
 def shape_problem(model, like):
     """Why `model` cannot take data shaped like `like`, or None. A synthetic-only shape is a
     vector of features, not an image: a convolutional network would see a picture one pixel
-    high (or, resized to 224x224, a smear), which measures nothing anyone runs."""
-    if like in SYNTHETIC_ONLY and model not in FULLY_CONNECTED:
+    high (or, resized to 224x224, a smear), which measures nothing anyone runs. Token ids are
+    no image either, and a sequence network reads nothing else."""
+    if (like in TEXT) != (model in TOKEN_NETWORKS):
+        return ("%s-shaped data is %s and %s is %s: the sequence networks (%s) take text-shaped "
+                "data (%s) only, and only they take it" % (
+                    like, "token ids" if like in TEXT else "images" if len(DATASETS[like].shape) == 3 else "features", model,
+                    "a sequence network" if model in TOKEN_NETWORKS else "an image network",
+                    ", ".join(TOKEN_NETWORKS), ", ".join(TEXT)))
+    if like in SYNTHETIC_ONLY and like not in TEXT and model not in FULLY_CONNECTED:
         return ("%s-shaped data is %s features, not an image: only the fully connected networks "
                 "(%s) take it, not %s" % (like, "x".join(str(n) for n in DATASETS[like].shape),
                                          ", ".join(sorted(FULLY_CONNECTED)), model))
@@ -122,3 +151,14 @@ def resize_nearest(images, height, width):
     rows = (np.arange(height) * h) // height
     cols = (np.arange(width) * w) // width
     return np.ascontiguousarray(images[:, :, rows[:, None], cols[None, :]])
+
+
+def network_shape(model, layers=None, width=None, heads=None):
+    """A Transformer's shape (architectures.transformer) with --layers, --width and --heads where
+    given; None for every other network, which is refused any of them."""
+    if model in TRANSFORMER:
+        return transformer(model, layers, width, heads)
+    if (layers, width, heads) != (None, None, None):
+        raise Unsupported("--layers, --width and --heads shape a Transformer (%s); %s takes none: "
+                          "leave them out" % (", ".join(sorted(TRANSFORMER)), model))
+    return None

@@ -17,8 +17,8 @@ that the abort can still be reported. `launch` does all of them for `trainers.co
   orchestrator's job reads from Slurm). Its ranks are that node's share of the global ranks;
   the rendezvous is the first node's address and the job's port.
 - The parent keeps the event stream to itself. The node's leader (its lowest global rank: rank
-  0 on the first node) has its events relayed unchanged (their `t` is its own; its run_end only
-  once every process has ended well); every rank's `params` event (its parameters' checksum)
+  0 on the first node) has its events relayed unchanged (their `t` is its own; its last event,
+  run_end or a batch search's search_end, only once every process has ended well); every rank's `params` event (its parameters' checksum)
   is relayed too; other events of other ranks are dropped except errors. When the run fails the parent reports one error: a
   specific class (out_of_memory, diverged, unsupported) from any rank is preferred over a
   `crash`, which is often only the other ranks noticing that a peer has gone; a process
@@ -176,6 +176,10 @@ class Ranks(object):
         return None
 
 
+#: The events that may end a leader's stream: run_end, and a batch search's search_end after its points'.
+FINAL = ("run_end", "search_end")
+
+
 class Relay(object):
     """What the parent learns from its ranks' event streams."""
 
@@ -183,7 +187,7 @@ class Relay(object):
         self.events = events
         self.leader = leader  # the rank whose events this node relays
         self.errors = []  # (rank, record)
-        self.run_end = None  # the leader's, held back until every rank has ended well
+        self.run_end = None  # the leader's last (FINAL), held back until every rank has ended well
         self.lock = threading.Lock()
 
     def line(self, rank, text):
@@ -200,10 +204,20 @@ class Relay(object):
         if kind == "error":
             with self.lock:
                 self.errors.append((rank, record))
-        elif rank == self.leader and kind == "run_end":
+        elif rank == self.leader and kind in FINAL:
+            self._flush()
             self.run_end = record
         elif rank == self.leader or kind == "params":
+            if rank == self.leader:
+                self._flush()
             self.events.forward(record)
+
+    def _flush(self):
+        """A held run_end that more of the leader's events follow was not the stream's last (a
+        --batch-size auto search ends each point with one): it goes out in its place."""
+        if self.run_end is not None:
+            self.events.forward(self.run_end)
+            self.run_end = None
 
 
 def launch(module, argv, nprocs, events, ranks=None, classify_exit=None, grace_s=GRACE_S,
@@ -349,3 +363,15 @@ def restore_sigterm(previous):
             signal.signal(signal.SIGTERM, previous)
         except ValueError:
             pass
+
+
+def main_module():
+    """The trainer module this process was started as (`python -m trainers.<fw>`): what a run in
+    child processes re-runs."""
+    spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+    name = getattr(spec, "name", None)
+    if not name:
+        raise RuntimeError("a multi-process run re-runs the trainer with python -m; start "
+                           "it that way (python -m trainers.<framework>)")
+    suffix = ".__main__"
+    return name[:-len(suffix)] if name.endswith(suffix) else name

@@ -14,17 +14,18 @@ import os
 import platform
 import sys
 
-from trainers.common import accuracy
+from trainers.common import accuracy, batch_search
 from trainers.common import data as datasets
 from trainers.common import imagenet
+from trainers.common import inference
 from trainers.common import recipe
 from trainers.common import settings
 from trainers.common.errors import (EXIT_CODES, Diverged, InvalidArgument, Unsupported,
                                     classify)
 from trainers.common.events import Events
 from trainers.common.host import available_cpus
-from trainers.common.inputs import DATASETS, MODELS, input_shape, to_float
-from trainers.common.launch import launch, node_from_env, rank_from_env
+from trainers.common.inputs import DATASETS, MODELS, input_shape, network_shape, to_float
+from trainers.common.launch import launch, main_module, node_from_env, rank_from_env
 from trainers.common.pool import build_pool, pool_batches
 from trainers.common.scaling import split_batch
 from trainers.common.support import cpu_replicas_requested, declared
@@ -52,30 +53,18 @@ def build_parser():
                                  "report JSON events on stdout (docs/protocol.md).")
     parser.add_argument("--model", required=True, choices=MODELS)
     parser.add_argument("--dataset", required=True, choices=list(DATASETS) + [SYNTHETIC])
-    parser.add_argument("--like", choices=list(DATASETS),
-                        help="for synthetic: the dataset whose shape it takes")
+    parser.add_argument("--like", choices=list(DATASETS), help="for synthetic: the dataset whose shape it takes")
     parser.add_argument("--data-dir", help="where the dataset's files are")
-    parser.add_argument("--batch-size", type=int, required=True,
-                        help="global under strong scaling, per GPU under weak")
+    parser.add_argument("--batch-size", type=batch_search.batch_size_arg, required=True,
+                        help="global under strong scaling, per GPU under weak; inference: auto")
     for setting in settings.SETTINGS:  # the grid's own defaults (trainers/common/settings.py)
-        parser.add_argument(setting.flag, type=_parse(setting), default=setting.default,
+        parser.add_argument(setting.flag, type=setting.parse(), default=setting.default,
                             choices=setting.choices or None, help=setting.help or None)
     parser.add_argument("--learning-rate", type=float, default=recipe.LEARNING_RATE,
                         help="accuracy mode: the schedule's base rate (default: the recipe's)")
-    parser.add_argument("--loader-workers", type=int, default=None,
-                        help="ImageNet loader processes (default: the CPUs this process may use)")
+    parser.add_argument("--loader-workers", type=int, default=None, help="ImageNet loader processes "
+                        "(default: the CPUs this process may use)")
     return parser
-
-
-def _parse(setting):
-    """The flag's type: its kind, and for a nullable setting also settings.NONE (None)."""
-    if not setting.nullable:
-        return setting.kind
-
-    def parse(text):
-        return None if text == settings.NONE else setting.kind(text)
-    parse.__name__ = setting.kind.__name__  # argparse's "invalid float value" names the kind
-    return parse
 
 
 class Config(object):
@@ -86,7 +75,7 @@ class Config(object):
     replicas on the CPU: support.CPU_REPLICAS_ENV), `on_gpu`, `rank`/`world_size`/`local_rank`
     (this process's place in a multi-process run; 0/1/0 otherwise), `nodes` and `node` (a
     launch.Node on a run across nodes, else None), `input_shape`
-    ([C, H, W] the model takes) and `classes`.
+    ([C, H, W] the model takes), `classes` and `network` (a Transformer's shape, else None).
     """
 
     def __init__(self, **fields):
@@ -117,9 +106,37 @@ def resolve(args, environ=None):
             "the orchestrator (nodes=%d), which reads it from Slurm" % (
                 args.nodes, "none given" if node is None else "it was placed on %d nodes"
                 % node.nodes, args.nodes))
-    global_batch, per_device, devices = split_batch(args.batch_size, args.scaling, args.gpus,
-                                                    args.nodes)
+    batch_search.check_args(args)  # auto: each point's batch is set by the search, the first 1
+    global_batch, per_device, devices = split_batch(
+        1 if args.batch_size == batch_search.AUTO else args.batch_size, args.scaling, args.gpus, args.nodes)
 
+    like = _like(args)
+    inference.check_args(args)
+    if args.mode == "accuracy":
+        accuracy.check_args(args, devices, SYNTHETIC)
+    workers = _check_input(args)
+
+    place = rank_from_env(environ) or (0, 1, 0)
+    cpu_replicas = args.gpus > 0 and cpu_replicas_requested(environ)
+    return Config(
+        model=args.model, dataset=args.dataset, like=like, data_dir=args.data_dir,
+        batch_size=args.batch_size, scaling=args.scaling, iterations=args.iterations,
+        warmup=args.warmup, gpus=args.gpus, threads=threads, precision=args.precision,
+        seed=args.seed, global_batch=global_batch, per_device_batch=per_device,
+        devices=devices, cpu_replicas=cpu_replicas, on_gpu=args.gpus > 0 and not cpu_replicas,
+        rank=place[0], world_size=place[1], local_rank=place[2], nodes=args.nodes,
+        node=node if args.nodes > 1 else None,
+        input_shape=tuple(input_shape(args.model, like, args.seq_len)), classes=DATASETS[like].classes,
+        network=network_shape(args.model, args.layers, args.width, args.heads),
+        mode=args.mode, epochs=args.epochs, target_accuracy=args.target_accuracy,
+        learning_rate=args.learning_rate, input=args.input, loader_workers=workers,
+        phase=args.phase, min_batches=args.min_batches, min_seconds=args.min_seconds,
+        compile=args.compile)
+
+
+def _like(args):
+    """The dataset whose shape the run takes: --like for synthetic data, else the dataset, whose
+    files must be there."""
     if args.dataset == SYNTHETIC:
         if args.like is None:
             raise InvalidArgument("--dataset synthetic needs --like (%s): the dataset "
@@ -137,24 +154,7 @@ def resolve(args, environ=None):
         if not os.path.isdir(args.data_dir):
             raise datasets.DataError("--data-dir %s does not exist%s" % (
                 args.data_dir, "; " + imagenet.WAY_OUT if args.dataset == "imagenet" else ""))
-
-    if args.mode == "accuracy":
-        _check_accuracy(args, devices)
-    workers = _check_input(args)
-
-    place = rank_from_env(environ) or (0, 1, 0)
-    cpu_replicas = args.gpus > 0 and cpu_replicas_requested(environ)
-    return Config(
-        model=args.model, dataset=args.dataset, like=like, data_dir=args.data_dir,
-        batch_size=args.batch_size, scaling=args.scaling, iterations=args.iterations,
-        warmup=args.warmup, gpus=args.gpus, threads=threads, precision=args.precision,
-        seed=args.seed, global_batch=global_batch, per_device_batch=per_device,
-        devices=devices, cpu_replicas=cpu_replicas, on_gpu=args.gpus > 0 and not cpu_replicas,
-        rank=place[0], world_size=place[1], local_rank=place[2], nodes=args.nodes,
-        node=node if args.nodes > 1 else None,
-        input_shape=tuple(input_shape(args.model, like)), classes=DATASETS[like].classes,
-        mode=args.mode, epochs=args.epochs, target_accuracy=args.target_accuracy,
-        learning_rate=args.learning_rate, input=args.input, loader_workers=workers)
+    return like
 
 
 def _check_input(args):
@@ -177,23 +177,6 @@ def _check_input(args):
     return imagenet.default_workers() if args.loader_workers is None else args.loader_workers
 
 
-def _check_accuracy(args, devices):
-    if args.epochs < 1:
-        raise InvalidArgument("--epochs must be at least 1, got %d" % args.epochs)
-    if args.target_accuracy is not None and not 0.0 < args.target_accuracy <= 1.0:
-        raise InvalidArgument("--target-accuracy is a fraction in (0, 1], got %r"
-                              % args.target_accuracy)
-    if not (args.learning_rate > 0 and math.isfinite(args.learning_rate)):
-        raise InvalidArgument("--learning-rate must be a positive number, got %r"
-                              % args.learning_rate)
-    if args.dataset == SYNTHETIC:
-        raise Unsupported("--mode accuracy needs a dataset with a test split (digits, mnist, "
-                          "cifar10); random synthetic images have nothing to learn")
-    if devices > 1:
-        raise Unsupported("--mode accuracy trains on one device (--gpus 0 or 1) for now; "
-                          "use --mode throughput for several")
-
-
 def run(trainer, argv=None, module=None):
     """Run one benchmark with `trainer` (a Trainer instance, or a class or factory that
     makes one; a factory lets the framework be imported after stdout is claimed, so even
@@ -208,14 +191,13 @@ def run(trainer, argv=None, module=None):
     set_up = []
     try:
         cfg = resolve(build_parser().parse_args(argv))
-        module = module or _main_module()
+        module = module or main_module()
         support = declared(module)
-        _refuse(support.problem(cfg.precision, cfg.gpus, cfg.model,
-                                cpu_replicas=cfg.cpu_replicas, nodes=cfg.nodes))
+        _refuse(support.problem(cfg.precision, cfg.gpus, cfg.model, cpu_replicas=cfg.cpu_replicas,
+                                nodes=cfg.nodes, phase=cfg.phase, compile=cfg.compile))
         obj = _instantiate(trainer)
         if obj.support is not support:
-            raise ValueError("the trainer of %s does not point to the SUPPORT %s declares"
-                             % (module, module))
+            raise ValueError("the trainer of %s does not point to the SUPPORT %s declares" % (module, module))
         if cfg.on_gpu:
             visible, build = obj.gpus_visible(cfg)
             _refuse(support.gpus_problem(cfg.gpus, visible, build))
@@ -228,8 +210,8 @@ def run(trainer, argv=None, module=None):
             return launch(module, argv, processes, events, ranks=obj.ranks(),
                           classify_exit=obj.classify_exit, node=cfg.node)
         if processes * cfg.nodes != cfg.world_size:
-            raise ValueError("launched as %d ranks but the run takes %d processes"
-                             % (cfg.world_size, processes * cfg.nodes))
+            raise ValueError("launched as %d ranks but the run takes %d processes" % (
+                cfg.world_size, processes * cfg.nodes))
         _train(obj, cfg, events, set_up)
         return 0
     except SystemExit:  # --help
@@ -263,14 +245,19 @@ def report_error(events, exc, trainer=None):
 def _train(obj, cfg, events, set_up):
     if cfg.mode == "accuracy":
         return _train_accuracy(obj, cfg, events, set_up)
-    steps = cfg.warmup + cfg.iterations
+    infer = cfg.phase == inference.INFERENCE
+    if cfg.batch_size == batch_search.AUTO:  # one model, a pool for each point's batch
+        info, to_batch = _set_up(obj, cfg, set_up)
+        events.emit("run_start", _run_start(obj, cfg, info, {"batch_search": batch_search.GAIN}))
+        return batch_search.run(obj, cfg, events, lambda point: batch_search.synthetic_pool(point, to_batch))
+    steps = inference.pool_size(cfg) if infer else cfg.warmup + cfg.iterations
     n_batches = pool_batches(cfg.per_device_batch, cfg.input_shape, steps)
     # read the data before building the model: a missing file should cost seconds
     if cfg.dataset == "imagenet":
         return _train_imagenet(obj, cfg, events, set_up, steps, n_batches)
     if cfg.dataset == SYNTHETIC:
-        dataset = datasets.synthetic(cfg.like, n_batches * cfg.per_device_batch,
-                                     seed=[cfg.seed, cfg.rank])
+        dataset = datasets.synthetic(cfg.like, n_batches * cfg.per_device_batch, seed=[cfg.seed, cfg.rank],
+                                     seq_len=cfg.input_shape[0] if len(cfg.input_shape) == 1 else None)
         shard = (0, 1)  # already this rank's own
     else:
         dataset = datasets.load(cfg.dataset, cfg.data_dir)
@@ -282,6 +269,8 @@ def _train(obj, cfg, events, set_up):
     del dataset
 
     events.emit("run_start", _run_start(obj, cfg, info, {"pool_batches": len(pool)}))
+    if infer:
+        return inference.run(obj, cfg, events, pool)
     _steps(obj, cfg, events, steps, lambda i: obj.step(pool[i % len(pool)]))
 
 
@@ -304,6 +293,8 @@ def _train_imagenet(obj, cfg, events, set_up, steps, n_batches):
             loader.close()
             more["pool_batches"] = len(pool)
             events.emit("run_start", _run_start(obj, cfg, info, more))
+            if cfg.phase == inference.INFERENCE:
+                return inference.run(obj, cfg, events, pool)
             _steps(obj, cfg, events, steps, lambda i: obj.step(pool[i % len(pool)]))
         else:
             def step(i):
@@ -353,8 +344,8 @@ def _train_accuracy(obj, cfg, events, set_up):
 
 
 def _set_up(obj, cfg, set_up):
-    """The framework's setup (its report checked) and the batch converter the run uses: the
-    trainer's own, or one that makes every value overflow (the fault tests' $TRAINER_FAULT=overflow)."""
+    """The framework's setup (its report checked) and the batch converter: the trainer's own, or
+    one that makes every value overflow (the fault tests' $TRAINER_FAULT=overflow)."""
     info = obj.setup(cfg)
     set_up.append(True)
     _check_setup(info, obj)
@@ -370,7 +361,7 @@ def _run_start(obj, cfg, info, more):
     fields = {
         "framework": obj.framework, "version": info["version"], "build": info["build"],
         "model": cfg.model, "params": int(info["params"]),
-        "input_shape": list(cfg.input_shape), "classes": cfg.classes,
+        "input_shape": list(cfg.input_shape), "classes": cfg.classes, "network": cfg.network and list(cfg.network),
         "dataset": cfg.dataset, "like": cfg.like, "batch_size": cfg.global_batch,
         "per_device_batch": cfg.per_device_batch, "gpus": cfg.gpus,
         "devices": list(info["devices"]), "threads": cfg.threads,
@@ -378,7 +369,10 @@ def _run_start(obj, cfg, info, more):
         "python": platform.python_version(),
         "scaling": cfg.scaling, "warmup": cfg.warmup, "iterations": cfg.iterations,
         "processes": cfg.world_size, "nodes": cfg.nodes, "mode": cfg.mode, "input": cfg.input,
+        "phase": cfg.phase,
     }
+    if cfg.phase == inference.INFERENCE:  # the rule the run was held to (orchestrator/job/latency.py)
+        fields.update(min_batches=cfg.min_batches, min_seconds=cfg.min_seconds)
     fields.update(more)
     return fields
 
@@ -386,21 +380,9 @@ def _run_start(obj, cfg, info, more):
 def _check_setup(info, obj):
     missing = [k for k in ("params", "devices", "version", "build") if k not in info]
     if missing:
-        raise ValueError("%s trainer's setup() did not report %s"
-                         % (obj.framework, ", ".join(missing)))
+        raise ValueError("%s trainer's setup() did not report %s" % (obj.framework, ", ".join(missing)))
 
 
 def _instantiate(trainer):
-    if isinstance(trainer, type) or (callable(trainer) and not hasattr(trainer, "step")):
-        return trainer()
-    return trainer
-
-
-def _main_module():
-    spec = getattr(sys.modules.get("__main__"), "__spec__", None)
-    name = getattr(spec, "name", None)
-    if not name:
-        raise RuntimeError("a multi-process run re-runs the trainer with python -m; start "
-                           "it that way (python -m trainers.<framework>)")
-    suffix = ".__main__"
-    return name[:-len(suffix)] if name.endswith(suffix) else name
+    maker = isinstance(trainer, type) or (callable(trainer) and not hasattr(trainer, "step"))
+    return trainer() if maker else trainer

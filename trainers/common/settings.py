@@ -21,6 +21,13 @@ MODES = ("throughput", "accuracy")
 # memory: the steps cycle batches prepared before timing; pipeline: each timed step takes its
 # batch from the ImageNet loader (decode, crop, convert included), as real training does
 INPUTS = ("memory", "pipeline")
+# train: timed training steps; inference: timed forward passes in evaluation form
+# (trainers/common/inference.py), counted by min_batches and min_seconds instead of iterations
+PHASES = ("train", "inference")
+# native: each framework's usual form, as before the setting existed (torch eager, TensorFlow's
+# tf.function graph, JAX's jit, MXNet hybridized); eager: op by op, no graph; compiled: the
+# framework's compiler (torch.compile, XLA's jit_compile, jax.jit, hybridize(static_alloc))
+COMPILES = ("native", "eager", "compiled")
 #: how a null value is spelled on the trainer's command line where the default is not null
 NONE = "none"
 
@@ -46,6 +53,17 @@ class Setting(object):
         """The trainer's command-line flag: --target-accuracy for target_accuracy."""
         return "--" + self.name.replace("_", "-")
 
+    def parse(self):
+        """The flag's argparse type: its kind, and for a nullable setting also NONE (None)."""
+        if not self.nullable:
+            return self.kind
+        kind = self.kind
+
+        def parse(text):
+            return None if text == NONE else kind(text)
+        parse.__name__ = kind.__name__  # argparse's "invalid float value" names the kind
+        return parse
+
     def __repr__(self):
         return "Setting(%r, default=%r)" % (self.name, self.default)
 
@@ -66,9 +84,24 @@ SETTINGS = (
     Setting("epochs", int, 10, help="accuracy mode: epochs"),
     Setting("target_accuracy", float, 0.9, help="accuracy mode: the test top-1 whose time and epochs "
             "are reported (%s: no target)" % NONE, nullable=True),
+    Setting("seq_len", int, None, help="sequence networks (lstm, gpt): the tokens of each sequence, a "
+            "Transformer's context (default: 32 for ptb, gpt's 1,024); no other network takes it"),
+    Setting("layers", int, None, help="Transformers (gpt): blocks (default: GPT-2 small's 12); no other "
+            "network takes it"),
+    Setting("width", int, None, help="Transformers (gpt): channels, a multiple of --heads (default: 768)"),
+    Setting("heads", int, None, help="Transformers (gpt): attention heads (default: 12)"),
+    Setting("phase", str, "train", PHASES, "train: timed training steps; inference: timed forward "
+            "passes (evaluation form, no gradients) until --min-batches and --min-seconds are both met"),
+    Setting("min_batches", int, 64, help="inference: timed batches at least (train: ignored, "
+            "--iterations counts its steps)"),
+    Setting("min_seconds", float, 10.0, help="inference: measured seconds at least (train: ignored)"),
+    Setting("compile", str, "native", COMPILES, "native: the framework's usual form; eager: op by op; "
+            "compiled: torch.compile, XLA (jit_compile), jax.jit, MXNet hybridize(static_alloc)"),
     Setting("input", str, "memory", INPUTS, "memory: timed steps on batches prepared before timing; "
             "pipeline: each timed step takes the next batch from the loader (--dataset imagenet)"),
 )
+#: the settings that shape a Transformer (gpt), in architectures.Transformer's order
+TRANSFORMER_SHAPE = ("layers", "width", "heads")
 #: name -> its Setting
 BY_NAME = dict((s.name, s) for s in SETTINGS)
 #: name -> its default

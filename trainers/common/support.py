@@ -19,6 +19,7 @@ an `unsupported` error event.
 """
 import importlib
 
+from trainers.common.settings import COMPILES
 from trainers.common.settings import PRECISIONS  # noqa: F401  (read from here by the frameworks' tests)
 
 CPU = "cpu"
@@ -78,15 +79,18 @@ class Support(object):
     `gpu_precision_capability`: {precision: lowest compute capability} on GPUs.
     `multi_node`: whether its ranks train one model across nodes (`--nodes N`), each node's
     share started by trainers.common.launch with the node's place (launch.node_from_env).
-    `models`: the networks it builds (None: all of trainers.common.inputs.MODELS).
-    `notes`: {a precision, "models", "gpus", "multi_gpu", "multi_node", "cpu_replicas" or
-    "gpu_build": why},
+    `models`: the networks it builds (None: all of trainers.common.inputs.MODELS); `without`:
+    the networks it does not build, where it builds every other.
+    `inference`: whether its trainer runs --phase inference (Trainer.infer) for those networks.
+    `compiles`: the --compile forms it runs besides `native`, its usual one (settings.COMPILES).
+    `notes`: {a precision, "models", "gpus", "multi_gpu", "multi_node", "cpu_replicas",
+    "inference", "compile" or "gpu_build": why},
     appended to that refusal.
     """
 
     def __init__(self, framework, cpu, gpu=(), multi_gpu=None, cpu_replicas=False,
                  gpu_build=(None, None), gpu_precision_capability=None, models=None,
-                 notes=None, multi_node=False):
+                 notes=None, multi_node=False, without=(), inference=False, compiles=()):
         self.framework = framework
         self.precisions = {CPU: tuple(cpu), GPU: tuple(gpu)}
         for kind, listed in self.precisions.items():
@@ -106,8 +110,14 @@ class Support(object):
         self.gpu_precision_capability = dict(
             (p, capability(c)) for p, c in (gpu_precision_capability or {}).items())
         self.models = tuple(models) if models is not None else None
+        self.without = tuple(without)
         self.notes = dict(notes or {})
         self.multi_node = bool(multi_node)
+        self.inference = bool(inference)
+        unknown = [c for c in compiles if c not in COMPILES]
+        if unknown:
+            raise ValueError("%s declares unknown --compile forms %s" % (framework, unknown))
+        self.compiles = (COMPILES[0],) + tuple(compiles)
 
     def __repr__(self):
         return "Support(%r, cpu=%r, gpu=%r, multi_gpu=%r)" % (
@@ -115,11 +125,15 @@ class Support(object):
 
     # ------------------------------------------------------------------ the checks
 
+    def builds(self, model):
+        """Whether it builds network `model`."""
+        return (self.models is None or model in self.models) and model not in self.without
+
     def refuse(self, asked, offered, why_key=None):
         return refusal(self.framework, asked, offered, self.notes.get(why_key))
 
     def problem(self, precision, gpus, model=None, gpu_capability=None, gpu_name="these GPUs",
-                cpu_replicas=False, nodes=1):
+                cpu_replicas=False, nodes=1, phase="train", compile=COMPILES[0]):
         """Why this framework cannot run the request, in `refusal`'s words; None if it can.
 
         Needs no framework: the orchestrator asks it for every cell of a sweep (with the
@@ -128,6 +142,16 @@ class Support(object):
         """
         if self.models is not None and model is not None and model not in self.models:
             return self.refuse("--model %s" % model, ", ".join(self.models), "models")
+        if model in self.without:
+            return self.refuse("--model %s" % model, "every network but %s" % ", ".join(self.without), model)
+        if compile not in self.compiles:
+            return self.refuse("--compile %s" % compile, ", ".join(self.compiles), "compile")
+        if phase == "inference" and not self.inference:
+            return self.refuse("--phase inference", "--phase train only", "inference")
+        if phase == "inference" and (gpus > 1 or nodes > 1):
+            return refusal(self.framework, "--phase inference on %d devices x %d nodes" % (
+                max(gpus, 1), nodes), "inference on one device", "a served batch is one device's "
+                "latency; use gpus=0 or gpus=1 with nodes=1")
         on_gpu = gpus > 0 and not cpu_replicas
         if gpus > 0 and cpu_replicas and not self.cpu_replicas:
             return self.refuse("--gpus %d as CPU replicas (%s=1)" % (gpus, CPU_REPLICAS_ENV),

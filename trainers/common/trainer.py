@@ -15,6 +15,12 @@ in one process:
     param_checksum()        after the timed steps: the parameters' sha256 (params_sha256), or None
     teardown()              always, also after an error
 
+Inference (--phase inference, trainers/common/inference.py) calls, after `setup` (cfg.phase
+tells it: no optimizer is needed) and `to_batch`, `infer(batch)` instead of `step`: timed, the
+first batch alone, then the warm-up batches, then the measured ones; `compile_cache()` says
+whether the first batch could reuse compiled work from an earlier process. A framework without
+`infer` is refused that phase (its SUPPORT declares inference=False, with the reason).
+
 Accuracy mode (trainers/common/accuracy.py) calls `to_batch` and `step` per minibatch of a
 shuffled epoch and adds two hooks: `set_learning_rate(lr)` when the schedule changes the rate
 and `predict(images)` for the evaluation after each epoch. A framework without them is
@@ -83,6 +89,20 @@ class Trainer(object):
         """One training step (copy in, forward, backward, update); return the loss as a
         float after the device has finished."""
         raise NotImplementedError
+
+    def infer(self, batch):
+        """Inference: one forward pass of `batch` (what `to_batch` made; its labels unused) in
+        evaluation form (no gradients, BatchNorm's running statistics, no dropout), with the
+        weights `setup` initialised from cfg.seed. Returns the outputs (logits) as something
+        numpy.asarray reads, on the host: the copy in and the copy out belong to a served batch's
+        latency, and a host array proves the device has finished."""
+        raise NotImplementedError
+
+    def compile_cache(self):
+        """Inference: the folder of a persistent compile cache this process reads (JAX's
+        compilation cache, TorchInductor's), or None where every process compiles afresh. A
+        missing or empty folder, or None, makes the first batch a cold start."""
+        return None
 
     def set_learning_rate(self, lr):
         """Accuracy mode: train the following steps at rate `lr` (trainers/common/recipe.py's

@@ -15,6 +15,8 @@ from trainers.common.support import REPLICAS, Support
 
 SUPPORT = Support(
     "jax",
+    inference=True,
+    compiles=["compiled"],  # native is compiled: every step is jax.jit
     cpu=["fp32", "bf16"],  # bf16: Flax modules computing in bfloat16, parameters in fp32
     gpu=["fp32", "bf16"],
     # XLA emulates bfloat16 through float32 before Ampere: it runs, but measures nothing
@@ -27,6 +29,8 @@ SUPPORT = Support(
     gpu_build=((5, 2), None),
     multi_node=False,
     notes={
+        "compile": "JAX's trainer is pure functions under jax.jit; run op by op (jax.disable_jit) "
+                   "each primitive is dispatched alone, a debugging mode nobody trains or serves in",
         "fp16": "fp16 training needs loss scaling, which the JAX trainer does not have (and "
                 "CPUs lack fast fp16 arithmetic); use bf16 or fp32",
         "bf16": "bf16 on GPUs needs Ampere (8.0) or newer",

@@ -6,7 +6,8 @@ AlexNet, ResNet-50 v1.5, GoogLeNet and VGG16, Caffe's LeNet), changed only in in
 and class count, so at 3x224x224 and 1000 classes they have the published parameter counts
 (lenet 431,080 at 1x28x28 and 10 classes; alexnet 61,100,840; resnet50 25,557,032; googlenet
 6,624,904; vgg16 138,357,544; resnet56 853,018, vgg16_cifar 14,728,266 and googlenet_cifar
-6,166,250 at 3x32x32 and 10 classes).
+6,166,250 at 3x32x32 and 10 classes; lstm 6,180,624 at 10,000 words: OptimizedLSTMCell has one
+bias per gate set, its input weights none).
 
 Flax computes in NHWC: the modules take NHWC images (trainer.py transposes the protocol's
 NCHW batches inside the compiled step). Max pooling pads with -inf, so PyTorch's ceil mode is
@@ -32,6 +33,7 @@ from trainers.common import architectures as arch
 from trainers.common.counting import count_main
 from trainers.common.errors import Unsupported
 from trainers.common.recipe import init_limit
+from trainers.jax.transformer import GPT
 
 # ------------------------------------------------------------------ initialisations
 
@@ -300,8 +302,34 @@ class FullyConnected(nn.Module):
         return _head(_flatten(x), self.head, self.classes, ALEXNET_INIT, self.dtype, train)
 
 
-def build(name, input_shape, classes, dtype=jnp.float32):
-    """The network `name` for inputs of [C, H, W] `input_shape` and `classes` classes."""
+class SequenceNet(nn.Module):
+    """A sequence network of architectures.SEQUENCE (DLBench's LSTM): an embedding, LSTM
+    layers, a fully connected layer to the vocabulary at every position, the scores as
+    [batch x positions, vocabulary] (the torch file's layout and initialisation)."""
+    layers: tuple
+    classes: int
+    dtype: object = jnp.float32
+
+    @nn.compact
+    def __call__(self, tokens, train=True):
+        init, zeros = _uniform(arch.LSTM_INIT), nn.initializers.zeros
+        x = nn.Embed(self.classes, self.layers[0].width, embedding_init=init)(tokens)
+        for spec in self.layers[1:]:
+            cell = nn.OptimizedLSTMCell(spec.units, kernel_init=init, recurrent_kernel_init=init,
+                                        bias_init=zeros, dtype=self.dtype)
+            x = nn.RNN(cell)(x.astype(self.dtype))
+        x = nn.Dense(self.classes, kernel_init=init, bias_init=zeros, dtype=self.dtype)(x)
+        return x.reshape(-1, self.classes)
+
+
+def build(name, input_shape, classes, dtype=jnp.float32, network=None):
+    """The network `name` for inputs of [C, H, W] `input_shape` (a sequence network's
+    [seq_len]) and `classes` classes (its vocabulary); a Transformer's `network` shape
+    (architectures.transformer; None: its own)."""
+    if name in arch.TRANSFORMER:
+        return GPT(arch.shape_of(name, network), input_shape[0], classes, dtype)
+    if name in arch.SEQUENCE:
+        return SequenceNet(arch.SEQUENCE[name], classes, dtype)
     _, height, width = input_shape
     if name in arch.FULLY_CONNECTED:
         return FullyConnected(arch.FULLY_CONNECTED[name], classes, dtype)
@@ -331,7 +359,10 @@ def build(name, input_shape, classes, dtype=jnp.float32):
 
 def init_variables(model, input_shape, seed=0):
     """The model's variables ({"params": ..., "batch_stats": ...} where it has BatchNorm) for
-    one NHWC image of [C, H, W] `input_shape`."""
+    one NHWC image of [C, H, W] `input_shape`, or one sequence of [seq_len] token ids."""
+    if len(input_shape) == 1:
+        sample = jnp.zeros((1,) + tuple(input_shape), jnp.int32)
+        return model.init({"params": jax.random.PRNGKey(seed)}, sample, train=False)
     channels, height, width = input_shape
     sample = jnp.zeros((1, height, width, channels), jnp.float32)
     return model.init({"params": jax.random.PRNGKey(seed)}, sample, train=False)

@@ -158,8 +158,7 @@ class JaxTrainer(Trainer):
         mesh = Mesh(np.array(self.devices), (BATCH_AXIS,))
         self.replicated = NamedSharding(mesh, PartitionSpec())
         self.sharded = NamedSharding(mesh, PartitionSpec(BATCH_AXIS))
-
-        model = build(cfg.model, cfg.input_shape, cfg.classes, dtype=DTYPES[cfg.precision])
+        model = build(cfg.model, cfg.input_shape, cfg.classes, dtype=DTYPES[cfg.precision], network=cfg.network)
         variables = init_variables(model, cfg.input_shape, seed=cfg.seed)
         params = variables["params"]
         stats = dict((k, v) for k, v in variables.items() if k != "params")
@@ -172,7 +171,9 @@ class JaxTrainer(Trainer):
 
         def train_step(state, images, labels):
             key, dropout_key = jax.random.split(state["key"])
-            images = jnp.transpose(images, (0, 2, 3, 1))
+            if images.ndim == 4:  # a sequence network's token ids stay as they are
+                images = jnp.transpose(images, (0, 2, 3, 1))
+            labels = labels.reshape(-1)  # a sequence network's: one per position
 
             def loss_fn(params):
                 # BatchNorm's statistics and the mean are over the global batch, all devices'
@@ -189,28 +190,29 @@ class JaxTrainer(Trainer):
                     "opt": opt, "key": key}, loss
 
         def eval_step(state, images):
-            logits = model.apply(dict(state["stats"], params=state["params"]),
-                                 jnp.transpose(images, (0, 2, 3, 1)), train=False)
+            if images.ndim == 4:  # a sequence network's token ids stay as they are
+                images = jnp.transpose(images, (0, 2, 3, 1))
+            logits = model.apply(dict(state["stats"], params=state["params"]), images, train=False)
             return logits.astype(jnp.float32)
 
-        batch = (cfg.global_batch,) + tuple(cfg.input_shape)
+        self.eval_step = jax.jit(eval_step)
+        if cfg.phase != "inference":  # inference compiles eval_step alone, at its first batch
+            self._compile_train(train_step, cfg)
+        names = [d.device_kind for d in self.devices] if cfg.on_gpu else [cpu_name()] * len(self.devices)
+        return {"params": count_params(params), "devices": names,
+                "version": jax.__version__, "build": build_info(cfg, self.devices)}
+
+    def _compile_train(self, train_step, cfg):
         self.train_step = jax.jit(
             train_step, donate_argnums=0,
             in_shardings=(self.replicated, self.sharded, self.sharded),
             out_shardings=(self.replicated, self.replicated)).lower(
-            self.state, jax.ShapeDtypeStruct(batch, jnp.float32),
-            jax.ShapeDtypeStruct(batch[:1], jnp.int32)).compile()
-        self.eval_step = jax.jit(eval_step)
-        if cfg.on_gpu:
-            names = [d.device_kind for d in self.devices]
-        else:
-            names = [cpu_name()] * len(self.devices)
-        return {"params": count_params(params), "devices": names,
-                "version": jax.__version__, "build": build_info(cfg, self.devices)}
+            self.state, *_batch_shapes(cfg)).compile()
 
     def to_batch(self, images, labels):
-        # JAX's default integers are 32-bit: convert here, outside the timed step
-        return np.ascontiguousarray(images, dtype=np.float32), labels.astype(np.int32)
+        # JAX's default integers are 32-bit: convert here (token ids too), outside the timed step
+        kind = np.int32 if images.dtype.kind == "i" else np.float32
+        return np.ascontiguousarray(images, dtype=kind), labels.astype(np.int32)
 
     def step(self, batch):
         # the pool's per-device batch goes to every device (the module's docstring)
@@ -235,7 +237,14 @@ class JaxTrainer(Trainer):
                                                                        self.replicated)
 
     def predict(self, images):
-        return np.asarray(self.eval_step(self.state, np.asarray(images, dtype=np.float32)))
+        images = np.asarray(images)  # a sequence network's token ids stay integers (to_batch)
+        return np.asarray(self.eval_step(self.state, images if images.dtype.kind == "i" else images.astype(np.float32)))
+
+    def infer(self, batch):
+        return self.predict(batch[0])  # jitted (train=False), np.asarray waits for the result
+
+    def compile_cache(self):
+        return jax.config.jax_compilation_cache_dir  # None unless a persistent cache is set
 
     def param_checksum(self):
         return params_sha256(jax.tree_util.tree_leaves(self.state["params"]))
@@ -245,6 +254,15 @@ class JaxTrainer(Trainer):
         text = str(exc)
         return isinstance(exc, RuntimeError) and (
             "RESOURCE_EXHAUSTED" in text or "out of memory" in text.lower())
+
+
+def _batch_shapes(cfg):
+    """The global batch's inputs and labels the step is compiled for: float32 images and a label
+    each, or a sequence network's int32 token ids and a label (the next token) per position."""
+    batch = (cfg.global_batch,) + tuple(cfg.input_shape)
+    if len(cfg.input_shape) == 1:
+        return jax.ShapeDtypeStruct(batch, jnp.int32), jax.ShapeDtypeStruct(batch, jnp.int32)
+    return jax.ShapeDtypeStruct(batch, jnp.float32), jax.ShapeDtypeStruct(batch[:1], jnp.int32)
 
 
 def xla_cpu_threads():
@@ -278,6 +296,9 @@ def build_info(cfg, devices):
         "data_parallel": "jit over a %d-device mesh, batch sharded, state replicated"
                          % len(devices),
         "batchnorm": "synchronous (statistics over the global batch)",
+        # JAX has no eager mode worth measuring (Support refuses --compile eager): always jax.jit
+        "compile": {"form": cfg.compile, "compiled": "the training step and the forward pass",
+                    "how": "jax.jit (XLA compiles each at its first call; the step ahead of time)"},
         "xla_cpu_threads": xla_cpu_threads(),
         "threads_asked": cfg.threads,
         THREADS_ENV.lower(): os.environ.get(THREADS_ENV),

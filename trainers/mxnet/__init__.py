@@ -10,6 +10,8 @@ from trainers.common.support import REPLICAS, Support
 
 SUPPORT = Support(
     "mxnet",
+    inference=True,
+    compiles=["eager", "compiled"],  # native and compiled: hybridized (static_alloc); eager: imperative
     cpu=["fp32"],
     gpu=["fp32", "fp16"],
     multi_gpu=REPLICAS,  # one process, one context per GPU (or per CPU replica), a kvstore

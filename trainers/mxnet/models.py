@@ -10,7 +10,8 @@ nothing is allocated or initialised to count).
 
 Gluon's layers take the same arguments as PyTorch's: NCHW, explicit padding (max pooling
 pads with -inf, as PyTorch does), `ceil_mode` pooling, BatchNorm with trainable gamma and
-beta and untrained running statistics (momentum 0.9 here is PyTorch's 0.1).
+beta and untrained running statistics (momentum 0.9 here is PyTorch's 0.1). Gluon's LSTM has
+two bias vectors per gate set, as PyTorch's: the second stays zero and untrained (grad_req null).
 """
 import sys
 
@@ -21,6 +22,7 @@ from trainers.common import architectures as arch
 from trainers.common.counting import count_main
 from trainers.common.errors import Unsupported
 from trainers.common.recipe import INIT_SCALE
+from trainers.mxnet import sequence
 
 # PyTorch's initialisations where the torch file sets them (Kaiming normal fan-out, N(0, 0.01));
 # elsewhere the trainer's Xavier default. The initialisation does not change a step's cost.
@@ -336,8 +338,12 @@ def fully_connected(head, input_shape, classes):
     return net
 
 
-def build(name, input_shape, classes):
-    """The network `name` for inputs of [C, H, W] `input_shape` and `classes` classes."""
+def build(name, input_shape, classes, network=None):
+    """The network `name` for inputs of [C, H, W] `input_shape` (a sequence network's
+    [seq_len]) and `classes` classes (its vocabulary); a Transformer's `network` shape
+    (architectures.transformer; None: its own)."""
+    if name in arch.TRANSFORMER or name in arch.SEQUENCE:
+        return sequence.build(name, input_shape, classes, network)
     channels, height, width = input_shape
     if name in arch.FULLY_CONNECTED:
         return fully_connected(arch.FULLY_CONNECTED[name], input_shape, classes)

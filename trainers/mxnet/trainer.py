@@ -79,7 +79,7 @@ class MXNetTrainer(Trainer):
             devices = [cpu_name()] * cfg.devices
         self.global_batch = cfg.global_batch
 
-        net = build(cfg.model, cfg.input_shape, cfg.classes)
+        net = build(cfg.model, cfg.input_shape, cfg.classes, cfg.network)
         params = count_params(net)
         net.initialize(mx.init.Xavier(), ctx=self.contexts)
         optimizer_params = {"learning_rate": LEARNING_RATE, "momentum": MOMENTUM}
@@ -87,19 +87,22 @@ class MXNetTrainer(Trainer):
             self.dtype = "float16"
             net.cast("float16")
             optimizer_params["multi_precision"] = True
-        net.hybridize(static_alloc=True, static_shape=True)
         self.loss = mx.gluon.loss.SoftmaxCrossEntropyLoss()
-        self.loss.hybridize(static_alloc=True, static_shape=True)
+        hybrid = cfg.compile != "eager"  # native is compiled: hybridized as always
+        if hybrid:
+            net.hybridize(static_alloc=True, static_shape=True)
+            self.loss.hybridize(static_alloc=True, static_shape=True)
         self.kvstore = "device" if self.on_gpu else "local"
         self.trainer = mx.gluon.Trainer(net.collect_params(), "sgd", optimizer_params,
                                         kvstore=self.kvstore)
         self.net = net
         return {"params": params, "devices": devices, "version": mx.__version__,
-                "build": build_info(self.contexts, self.kvstore)}
+                "build": build_info(self.contexts, self.kvstore, cfg.compile)}
 
     def to_batch(self, images, labels):
         # host (CPU) arrays; the copy to each GPU is part of the timed step
-        return (mx.nd.array(images, ctx=mx.cpu(), dtype=self.dtype),
+        # (a sequence network's token ids stay float32: float16 holds whole numbers to 2048 only)
+        return (mx.nd.array(images, ctx=mx.cpu(), dtype=self.dtype if images.ndim == 4 else "float32"),
                 mx.nd.array(labels, ctx=mx.cpu(), dtype="float32"))
 
     def step(self, batch):
@@ -132,6 +135,12 @@ class MXNetTrainer(Trainer):
         x = mx.nd.array(images, ctx=self.contexts[0], dtype=self.dtype)
         return self.net(x).astype("float32").asnumpy()
 
+    def infer(self, batch):
+        # outside autograd.record(), autograd off: predict mode (no dropout, BatchNorm's running
+        # statistics); asnumpy() waits for the engine
+        x = batch[0].as_in_context(self.contexts[0])
+        return self.net(x).astype("float32").asnumpy()
+
     def is_out_of_memory(self, exc):
         # MXNet reports both as MXNetError: "cudaMalloc retry failed: out of memory" on a
         # GPU, "Failed to allocate CPU Memory" on the host
@@ -144,8 +153,9 @@ class MXNetTrainer(Trainer):
             mx.nd.waitall()
 
 
-def build_info(contexts, kvstore):
+def build_info(contexts, kvstore, form="native"):
     """What this MXNet was built with and runs on, for run_start's `build`."""
+    hybrid = form != "eager"
     features = mx.runtime.Features()
     enabled = sorted(name for name, f in features.items() if f.enabled)
     info = {
@@ -157,7 +167,10 @@ def build_info(contexts, kvstore):
                       if features.is_enabled(name)), None),
         "openmp": features.is_enabled("OPENMP"),
         "features": enabled,
-        "hybridize": {"static_alloc": True, "static_shape": True},
+        "hybridize": {"static_alloc": True, "static_shape": True} if hybrid else None,
+        "compile": {"form": form, "compiled": "the network and the loss" if hybrid else None,
+                    "how": "hybridize(static_alloc=True, static_shape=True): one cached symbolic "
+                           "graph" if hybrid else "eager: imperative Gluon, op by op"},
         "kvstore": kvstore if len(contexts) > 1 else None,
         "contexts": [str(c) for c in contexts],
         "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),

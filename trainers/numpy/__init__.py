@@ -12,6 +12,7 @@ from trainers.common.support import PROCESS_PER_DEVICE, Support
 
 SUPPORT = Support(
     "numpy",
+    inference=True,
     cpu=["fp32"],
     gpu=[],
     multi_gpu=PROCESS_PER_DEVICE,
@@ -21,6 +22,6 @@ SUPPORT = Support(
         "fp16": "numpy computes in fp32 here",
         "bf16": "numpy has no bfloat16",
         "gpus": "numpy has no GPU arrays",
-        "models": "numpy's reference is Caffe's LeNet only; the ImageNet, CIFAR and fully "
-                  "connected networks are left to the frameworks with a graph compiler",
+        "models": "numpy's reference is Caffe's LeNet only; the ImageNet, CIFAR, fully connected, "
+                  "recurrent and Transformer networks are left to the frameworks with a graph compiler",
     })

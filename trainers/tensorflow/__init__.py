@@ -11,6 +11,8 @@ from trainers.common.support import REPLICAS, Support
 
 SUPPORT = Support(
     "tensorflow",
+    inference=True,
+    compiles=["eager", "compiled"],  # native: tf.function graph; eager: no tf.function; compiled: XLA
     cpu=["fp32", "bf16"],  # Keras mixed_bfloat16 on the CPU
     gpu=["fp32", "fp16", "bf16"],
     gpu_precision_capability={"bf16": (8, 0)},

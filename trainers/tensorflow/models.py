@@ -23,6 +23,7 @@ from trainers.common import architectures as arch
 from trainers.common.counting import count_main
 from trainers.common.errors import Unsupported
 from trainers.common.recipe import INIT_SCALE
+from trainers.tensorflow.transformer import gpt
 
 import tensorflow as tf
 
@@ -45,6 +46,8 @@ TRUNC_NORMAL_001 = {"class_name": "TruncatedNormal", "config": {"mean": 0.0, "st
 # the recipe's LeNet initialisation: U(+-sqrt(INIT_SCALE / fan_in)) (limit sqrt(3 scale / fan_in))
 LENET_INIT = {"class_name": "VarianceScaling",
               "config": {"scale": INIT_SCALE / 3.0, "mode": "fan_in", "distribution": "uniform"}}
+# the sequence networks' weights: U(+-0.1) (architectures.LSTM_INIT)
+LSTM_INIT = {"class_name": "RandomUniform", "config": {"minval": -arch.LSTM_INIT, "maxval": arch.LSTM_INIT}}
 
 
 def _conv(x, spec, use_bias=True, init="glorot_uniform"):
@@ -257,17 +260,37 @@ def _fully_connected(head):
     return build_
 
 
+def _sequence(layers_):
+    def build_(inputs, classes):
+        """A network of architectures.SEQUENCE: an embedding, LSTM layers (Keras's has one bias
+        per gate set; unit_forget_bias off, so it starts at zero as in the other frameworks), the
+        vocabulary's scores at every position, [batch, positions, vocabulary]."""
+        x = layers.Embedding(classes, layers_[0].width, embeddings_initializer=LSTM_INIT)(inputs)
+        for spec in layers_[1:]:
+            x = layers.LSTM(spec.units, return_sequences=True, kernel_initializer=LSTM_INIT,
+                            recurrent_initializer=LSTM_INIT, unit_forget_bias=False)(x)
+        return layers.Dense(classes, kernel_initializer=LSTM_INIT)(x)
+    return build_
+
+
 BUILDERS = {"lenet": lenet, "alexnet": alexnet, "resnet50": resnet50, "resnet56": resnet56,
             "alexnet_r": alexnet_r, "googlenet": googlenet, "vgg16": vgg16}
 BUILDERS.update((name, _fully_connected(head)) for name, head in arch.FULLY_CONNECTED.items())
 BUILDERS.update((name, _cifar_net(table)) for name, table in arch.CIFAR_NETS.items())
+BUILDERS.update((name, _sequence(table)) for name, table in arch.SEQUENCE.items())
 
 
-def build(name, input_shape, classes):
+def build(name, input_shape, classes, network=None):
     """The Keras model `name` for inputs of [C, H, W] `input_shape` (it takes NHWC
     batches) and `classes` classes."""
+    if name in arch.TRANSFORMER:  # [context] token ids; `network` its shape (None: its own)
+        inputs = keras.Input(shape=tuple(input_shape), dtype="int32")
+        return keras.Model(inputs, gpt(inputs, arch.shape_of(name, network), input_shape[0], classes), name=name)
     if name not in BUILDERS:
         raise Unsupported("no TensorFlow definition of model %r" % (name,))
+    if name in arch.SEQUENCE:  # [seq_len] token ids
+        inputs = keras.Input(shape=tuple(input_shape), dtype="int32")
+        return keras.Model(inputs, BUILDERS[name](inputs, classes), name=name)
     channels, height, width = input_shape
     inputs = keras.Input(shape=(height, width, channels))
     return keras.Model(inputs, BUILDERS[name](inputs, classes), name=name)

@@ -73,6 +73,7 @@ class TensorFlowTrainer(Trainer):
         self.train_step = None
         self.on_gpu = False
         self.xla = False
+        self.eager = False
         self.forward = None
 
     # ---------------------------------------------------------------- protocol hooks
@@ -117,24 +118,29 @@ class TensorFlowTrainer(Trainer):
         self.strategy = _strategy(cfg)
         keras.utils.set_random_seed(cfg.seed)
         keras.mixed_precision.set_global_policy(POLICIES[cfg.precision])
-        self.xla = xla_requested()
+        # --compile compiled is XLA; native keeps ORCH_TF_XLA's choice; eager runs no tf.function
+        self.xla = cfg.compile == "compiled" or (cfg.compile == "native" and xla_requested())
+        self.eager = cfg.compile == "eager"
 
         with self.strategy.scope():
-            model = build(cfg.model, cfg.input_shape, cfg.classes)
+            model = build(cfg.model, cfg.input_shape, cfg.classes, cfg.network)
             optimizer = keras.optimizers.SGD(learning_rate=LEARNING_RATE, momentum=MOMENTUM)
             if cfg.precision == "fp16":
                 optimizer = _loss_scale_optimizer(optimizer)
             optimizer.build(model.trainable_variables)  # slots now, not inside the graph
         self.model, self.optimizer = model, optimizer
-        self.train_step = self._make_step(cfg.global_batch, cfg.precision == "fp16")
+        # the loss is the mean over every label: a sequence network's are one per position
+        labels = cfg.global_batch * (cfg.input_shape[0] if len(cfg.input_shape) == 1 else 1)
+        self.train_step = self._make_step(labels, cfg.precision == "fp16")
         return {"params": count_params(model), "devices": devices, "version": tf.__version__,
-                "build": build_info(self.strategy, self.xla)}
+                "build": build_info(self.strategy, self.xla, self.eager)}
 
     def to_batch(self, images, labels):
         # NCHW -> NHWC on the host, once per pooled batch; the tensors stay in host memory
         # so that the copy to the GPU happens inside the timed step
         with tf.device("/cpu:0"):
-            return (tf.constant(images.transpose(0, 2, 3, 1)),
+            # (a sequence network's token ids as they are)
+            return (tf.constant(images.transpose(0, 2, 3, 1) if images.ndim == 4 else images),
                     tf.constant(labels))
 
     def step(self, batch):
@@ -152,11 +158,16 @@ class TensorFlowTrainer(Trainer):
         self.optimizer.learning_rate.assign(lr)
 
     def predict(self, images):
+        return self.infer((tf.constant(images.transpose(0, 2, 3, 1)),))
+
+    def infer(self, batch):
+        # model(x, training=False): BatchNorm's running statistics, no dropout; numpy() waits
         if self.forward is None:
             model = self.model
-            self.forward = tf.function(lambda x: tf.cast(model(x, training=False), tf.float32),
-                                       reduce_retracing=True)
-        return self.forward(tf.constant(images.transpose(0, 2, 3, 1))).numpy()
+            forward = lambda x: tf.cast(model(x, training=False), tf.float32)  # noqa: E731
+            self.forward = forward if self.eager else tf.function(
+                forward, jit_compile=self.xla, reduce_retracing=True)
+        return self.forward(batch[0]).numpy()
 
     def is_out_of_memory(self, exc):
         if isinstance(exc, tf.errors.ResourceExhaustedError):
@@ -170,16 +181,17 @@ class TensorFlowTrainer(Trainer):
 
     # ---------------------------------------------------------------- the step
 
-    def _make_step(self, global_batch, scale_loss):
+    def _make_step(self, global_labels, scale_loss):
         model, optimizer, strategy = self.model, self.optimizer, self.strategy
         variables = model.trainable_variables
 
         def loss_and_grads(images, labels):
             with tf.GradientTape() as tape:
-                logits = model(images, training=True)
+                logits = model(images, training=True)  # a sequence network's: flat, one per label
+                logits = tf.reshape(logits, [-1, tf.shape(logits)[-1]])
                 per_example = tf.nn.sparse_softmax_cross_entropy_with_logits(
-                    labels=labels, logits=tf.cast(logits, tf.float32))
-                loss = tf.nn.compute_average_loss(per_example, global_batch_size=global_batch)
+                    labels=tf.reshape(labels, [-1]), logits=tf.cast(logits, tf.float32))
+                loss = tf.nn.compute_average_loss(per_example, global_batch_size=global_labels)
                 scaled = _scaled(optimizer, loss) if scale_loss else loss
             grads = tape.gradient(scaled, variables)
             if scale_loss and hasattr(optimizer, "get_unscaled_gradients"):  # Keras 2
@@ -201,6 +213,8 @@ class TensorFlowTrainer(Trainer):
             per_replica = strategy.run(replica_step, args=(images, labels))
             return strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
 
+        if self.eager:
+            return train_step  # op by op: no tf.function around the step
         return tf.function(train_step, jit_compile=bool(self.xla and replicas == 1),
                            reduce_retracing=True)
 
@@ -237,7 +251,7 @@ def _scaled(optimizer, loss):
     return scale(loss)
 
 
-def build_info(strategy, xla):
+def build_info(strategy, xla, eager=False):
     """What this TensorFlow was built with and runs on, for run_start's `build`."""
     raw = dict(tf.sysconfig.get_build_info())
     info = {
@@ -250,7 +264,11 @@ def build_info(strategy, xla):
         "keras": getattr(keras, "__version__", None),
         "xla": bool(xla),
         "xla_env": XLA_ENV,
-        "graph": "tf.function",
+        "graph": None if eager else "tf.function",
+        "compile": {"form": "eager" if eager else "compiled" if xla else "native",
+                    "compiled": None if eager else "the training step and the forward pass",
+                    "how": "eager: op by op" if eager else
+                    "tf.function(jit_compile=True): XLA" if xla else "tf.function: a graph, no XLA"},
         "strategy": type(strategy).__name__,
         "replicas": strategy.num_replicas_in_sync,
         "mixed_precision_policy": keras.mixed_precision.global_policy().name,

@@ -10,6 +10,8 @@ from trainers.common.support import PROCESS_PER_DEVICE, Support
 
 SUPPORT = Support(
     "torch",
+    inference=True,
+    compiles=["eager", "compiled"],  # native is eager; compiled: torch.compile (trainer.COMPILE_MODE)
     cpu=["fp32", "bf16"],
     gpu=["fp32", "fp16", "bf16"],
     gpu_precision_capability={"bf16": (8, 0)},

@@ -17,6 +17,8 @@ and 1000 classes they have the published parameter counts:
     alexnet_r   89,578 at 3x32x32, 10 classes (DLBench's AlexNet-R, Caffe's rounding)
     vgg16_cifar 14,728,266 and googlenet_cifar 6,166,250 at 3x32x32, 10 classes (kuangliu's
                 pytorch-cifar, whose module names they keep)
+    lstm        6,180,624 at 10,000 words (DLBench's LSTM: one bias per gate set)
+    gpt         124,439,808 at 50,257 words and context 1,024 (GPT-2 small, tied output)
 
     python -m trainers.torch.models --count [--channels 3 --size 224 --classes 1000]
 
@@ -31,6 +33,7 @@ from trainers.common import architectures as arch
 from trainers.common.counting import count_main
 from trainers.common.errors import Unsupported
 from trainers.common.recipe import init_limit
+from trainers.torch import sequence
 
 
 def _max_pool(spec):
@@ -359,27 +362,25 @@ class FullyConnected(nn.Sequential):
             nn.Flatten(), *_head(head, arch.flat_features(input_shape), classes))
 
 
-def build(name, input_shape, classes):
-    """The network `name` for inputs of [C, H, W] `input_shape` and `classes` classes."""
+#: The image networks built from their input channels and classes (and height and width: _BY_SIZE).
+_BY_CHANNELS = {"alexnet": AlexNet, "resnet50": ResNet50, "resnet56": ResNet56, "googlenet": GoogLeNet, "vgg16": VGG16}
+_BY_SIZE = {"lenet": LeNet, "alexnet_r": AlexNetR}
+
+
+def build(name, input_shape, classes, network=None):
+    """The network `name` for inputs of [C, H, W] `input_shape` (a token network's [seq_len]) and
+    `classes` classes (its vocabulary); a Transformer's `network` shape (None: its own)."""
+    if name in arch.TRANSFORMER or name in arch.SEQUENCE:
+        return sequence.build(name, input_shape, classes, network)
     channels, height, width = input_shape
     if name in arch.FULLY_CONNECTED:
         return FullyConnected(arch.FULLY_CONNECTED[name], input_shape, classes)
-    if name == "lenet":
-        return LeNet(channels, classes, height, width)
-    if name == "alexnet":
-        return AlexNet(channels, classes)
-    if name == "alexnet_r":
-        return AlexNetR(channels, classes, height, width)
-    if name == "resnet50":
-        return ResNet50(channels, classes)
-    if name == "resnet56":
-        return ResNet56(channels, classes)
+    if name in _BY_SIZE:
+        return _BY_SIZE[name](channels, classes, height, width)
+    if name in _BY_CHANNELS:
+        return _BY_CHANNELS[name](channels, classes)
     if name in arch.CIFAR_NETS:
         return CifarNet(arch.CIFAR_NETS[name], channels, classes)
-    if name == "googlenet":
-        return GoogLeNet(channels, classes)
-    if name == "vgg16":
-        return VGG16(channels, classes)
     raise Unsupported("no PyTorch definition of model %r" % (name,))
 
 

@@ -22,6 +22,9 @@ from trainers.torch import SUPPORT
 from trainers.torch.models import build, count_params
 
 AMP_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
+# --compile compiled: torch.compile's mode, fixed (not a setting): "default" compiles in seconds
+# to minutes; "max-autotune" benchmarks kernels for far longer, a study of its own
+COMPILE_MODE = "default"
 
 _interop_threads_set = []  # torch allows setting the inter-op pool size once per process
 
@@ -68,9 +71,11 @@ class TorchTrainer(Trainer):
             self.device = torch.device("cpu")
             devices = [cpu_name()] * cfg.devices
 
-        model = build(cfg.model, cfg.input_shape, cfg.classes)
+        model = build(cfg.model, cfg.input_shape, cfg.classes, cfg.network)
         params = count_params(model)
-        model = model.to(self.device).train()
+        inference = cfg.phase == "inference"
+        # inference: evaluation form (BatchNorm's running statistics, no dropout), no optimizer
+        model = model.to(self.device).train(not inference)
         if cfg.world_size > 1:
             torch.distributed.init_process_group(
                 "nccl" if cfg.on_gpu else "gloo", init_method="env://", rank=cfg.rank,
@@ -81,14 +86,15 @@ class TorchTrainer(Trainer):
                     model, device_ids=[cfg.local_rank], output_device=cfg.local_rank)
             else:
                 model = torch.nn.parallel.DistributedDataParallel(model)
-        self.model = model
-        self.optimizer = torch.optim.SGD(model.parameters(), lr=LEARNING_RATE,
-                                         momentum=MOMENTUM, weight_decay=WEIGHT_DECAY)
+        self.model = torch.compile(model, mode=COMPILE_MODE) if cfg.compile == "compiled" else model
+        if not inference:
+            self.optimizer = torch.optim.SGD(model.parameters(), lr=LEARNING_RATE,
+                                             momentum=MOMENTUM, weight_decay=WEIGHT_DECAY)
         self.amp_dtype = AMP_DTYPES.get(cfg.precision)
         if cfg.precision == "fp16":
             self.scaler = torch.amp.GradScaler("cuda")
         return {"params": params, "devices": devices, "version": torch.__version__,
-                "build": build_info()}
+                "build": dict(build_info(), compile=compile_info(cfg.compile))}
 
     def to_batch(self, images, labels):
         images, labels = torch.from_numpy(images), torch.from_numpy(labels)
@@ -98,7 +104,8 @@ class TorchTrainer(Trainer):
 
     def step(self, batch):
         images = batch[0].to(self.device, non_blocking=True)
-        labels = batch[1].to(self.device, non_blocking=True)
+        # a sequence network's labels, one per position, flat as its scores (models.SequenceNet)
+        labels = batch[1].to(self.device, non_blocking=True).reshape(-1)
         self.optimizer.zero_grad(set_to_none=True)
         if self.amp_dtype is None:
             loss = F.cross_entropy(self.model(images), labels)
@@ -115,6 +122,16 @@ class TorchTrainer(Trainer):
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
         return loss.item()
+
+    def infer(self, batch):
+        with torch.inference_mode():
+            images = batch[0].to(self.device, non_blocking=True)
+            if self.amp_dtype is None:
+                out = self.model(images)
+            else:
+                with torch.autocast(self.device.type, dtype=self.amp_dtype):
+                    out = self.model(images)
+            return out.float().cpu().numpy()  # the copy out waits for the device
 
     def param_checksum(self):
         module = self.model.module if self.distributed else self.model
@@ -158,6 +175,15 @@ class TorchTrainer(Trainer):
                     torch.distributed.monitored_barrier(timeout=datetime.timedelta(seconds=30))
             finally:
                 torch.distributed.destroy_process_group()
+
+
+def compile_info(form):
+    """What --compile made of the network (run_start's build): torch.compile compiles the whole
+    module (the forward, and in training its backward through AOTAutograd) at its first call."""
+    if form != "compiled":
+        return {"form": form, "compiled": None, "how": "eager: operator by operator"}
+    return {"form": form, "compiled": "the model's forward (and backward in training)",
+            "how": "torch.compile(mode=%r, backend='inductor')" % COMPILE_MODE}
 
 
 def _nccl_available():

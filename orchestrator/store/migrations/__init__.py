@@ -34,11 +34,14 @@ adding a column needs `op.batch_alter_table`), set `views_sha256`, and `rebuilds
 what a kept table holds — a setting (a `cells` column: the summary and kept_lines have every
 setting), a metric (kept_metrics has every view metric; remaking it remakes kept_lines, whose
 text holds its text: result_rows.MADE_FROM), how a kept figure is computed: `rebuilds =
-("kept_summary", "kept_metrics", "kept_lines")`. Its `upgrade()` changes the other tables only: it never adds a kept table's
+("kept_summary", "kept_metrics", "kept_lines")`. kept_lines_due need not be named: remaking
+kept_lines remakes it after (MADE_FROM), so no run is left with neither a kept nor a due row. Its `upgrade()` changes the other tables only: it never adds a kept table's
 column (the remake makes it; 0020's csv_text, from before this rule, is safe only because 0019
 makes its table without it), nor calls code that reads the head schema. A new kept table is made
 and filled by the remake (its entry in result_rows.FILLS; schema.py's declaration), named in its
-revision's `rebuilds`, whose `upgrade()` need do nothing and whose `downgrade()` drops it (0023). Name the file `<revision>_<what>.py`:
+revision's `rebuilds`, whose `upgrade()` need do nothing and whose `downgrade()` drops it (0023).
+A new setting's revision is `COLUMNS` and add_settings / drop_settings below (0026 is one). Name
+the file `<revision>_<what>.py`:
 `sql_adapters.SCHEMA_VERSION` is read from the names. A test upgrades a database made by an old
 release (tests/data/) and compares the result with schema.py's tables.
 """
@@ -48,6 +51,7 @@ import hashlib
 from pathlib import Path
 from typing import Any, Optional
 
+import sqlalchemy as sa
 from sqlalchemy.dialects import sqlite
 from sqlalchemy.engine import Connection
 
@@ -107,6 +111,21 @@ def stale(scripts: Any, before: Optional[str]) -> set[str]:
             break
         names.update(getattr(revision.module, "rebuilds", ()))
     return names
+
+
+def add_settings(op: Any, columns: Any) -> None:
+    """A revision's new settings (`columns`: (name, SQLAlchemy type) pairs), each a nullable `cells`
+    column: a cell at a setting's default stores null, so every cell keeps its id. Its kept columns
+    come with the remake (`rebuilds`)."""
+    for name, kind in columns:
+        op.add_column("cells", sa.Column(name, kind, nullable=True))
+
+
+def drop_settings(op: Any, columns: Any) -> None:
+    """add_settings undone (the views first dropped by the caller); the kept tables keep their
+    columns until the next upgrade remakes them."""
+    for name, _ in columns:
+        op.execute(f"ALTER TABLE cells DROP COLUMN {name}")
 
 
 def views_sha256() -> str:

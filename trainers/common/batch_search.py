@@ -1,0 +1,102 @@
+"""--batch-size auto (issue 38 item 4): one inference run that finds where a device stops gaining.
+
+Sweeping batch_size=1,2,4,... as separate jobs makes a user guess where to stop, and pays each job's
+start, data and model build again. Here one process builds the model once and measures batch 1, 2,
+4, ... in turn, each point exactly as a fixed-batch inference run is measured (trainers/common/
+inference.py: the first batch apart, the warm-up, the validity rule), until either
+    - a point runs out of memory (the framework's way of saying so: errors.classify, which asks
+      Trainer.is_out_of_memory; MemoryError on the host), that point then recorded as the limit, or
+    - throughput stops rising: a point's samples/s is under (1 + GAIN) x the previous point's
+      (`stop`, a pure function), or the batch reaches MAX_BATCH.
+
+The events: `point` {batch} before each point's own first_batch ... run_end; `point_oom` {batch,
+message} for the point the device could not hold; `search_end` {points, stopped} last. A first
+point that runs out of memory ends the run as out_of_memory (there is no curve to keep).
+
+Trainers run in Python 3.6 containers: this module stays 3.6-compatible.
+"""
+import argparse
+
+from trainers.common import data as datasets
+from trainers.common import inference
+from trainers.common.errors import OUT_OF_MEMORY, InvalidArgument, classify
+from trainers.common.pool import build_pool, pool_batches
+
+AUTO = "auto"
+#: throughput must rise by at least this fraction from one point to the next, or the search stops
+GAIN = 0.05
+#: the largest batch tried: 2**16, beyond any network's served batch (a stop on unbounded memory)
+MAX_BATCH = 1 << 16
+
+
+def batch_size_arg(text):
+    """--batch-size's type: a positive count, or `auto` (parsed here, checked by resolve)."""
+    if text == AUTO:
+        return AUTO
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError("--batch-size takes N (images per step) or auto "
+                                         "(inference: doubled from 1), got %r" % text)
+
+
+def check_args(args):
+    """Where auto applies: inference on synthetic data, whose batches are made for each point."""
+    if args.batch_size != AUTO:
+        return
+    if args.phase != inference.INFERENCE:
+        raise InvalidArgument("--batch-size auto searches inference's batches; training takes "
+                              "--batch-size N (or --phase inference)")
+    if args.dataset != "synthetic":
+        raise InvalidArgument("--batch-size auto makes each point's batches from random data; "
+                              "use --dataset synthetic --like %s" % args.dataset)
+
+
+def stop(rates, gain=GAIN, batches=None):
+    """Why the search stops after these samples/s (of batch 1, 2, 4, ... unless `batches`
+    says), or None to double again: the last point under (1 + gain) x the one before."""
+    if len(rates) < 2:
+        return None
+    batches = batches or [1 << i for i in range(len(rates))]
+    rise = rates[-1] / rates[-2] - 1 if rates[-2] > 0 else float("inf")
+    if rise < gain:
+        return ("throughput rose %+.1f%% from batch %d to %d, under the %g%% the search needs"
+                % (100 * rise, batches[-2], batches[-1], 100 * gain))
+    if batches[-1] >= MAX_BATCH:
+        return "batch %d is the largest the search tries" % batches[-1]
+    return None
+
+
+def at_batch(cfg, batch):
+    """cfg for one point: the same run with `batch` images per step (one device: inference's)."""
+    return type(cfg)(**dict(cfg.as_dict(), global_batch=batch, per_device_batch=batch))
+
+
+def synthetic_pool(cfg, to_batch):
+    """A point's pool: random images of the run's shape and seed, as protocol makes a fixed run's."""
+    n = pool_batches(cfg.per_device_batch, cfg.input_shape, inference.pool_size(cfg))
+    dataset = datasets.synthetic(cfg.like, n * cfg.per_device_batch, seed=[cfg.seed, cfg.rank])
+    return build_pool(dataset, n, cfg.per_device_batch, cfg.input_shape, to_batch)
+
+
+def run(obj, cfg, events, make_pool, gain=GAIN):
+    """Measure batch 1, 2, 4, ... of `obj.infer` until `stop` (at `gain`) or out of memory;
+    make_pool(cfg) gives a point's batches. Returns the points [(batch, samples/s)]."""
+    points, batch, why = [], 1, None
+    while why is None:
+        point = at_batch(cfg, batch)
+        events.emit("point", batch=batch)
+        try:
+            measured, seconds = inference.run(obj, point, events, make_pool(point))
+        except Exception as exc:
+            if not points or classify(exc, obj)[0] != OUT_OF_MEMORY:
+                raise
+            message = (str(exc) or type(exc).__name__).splitlines()[0][:300]
+            events.emit("point_oom", batch=batch, message=message)
+            why = "batch %d ran out of memory" % batch
+            break
+        points.append((batch, measured * batch / seconds if seconds > 0 else 0.0))
+        why = stop([rate for _, rate in points], gain, [b for b, _ in points])
+        batch *= 2
+    events.emit("search_end", points=len(points), stopped=why)
+    return points
