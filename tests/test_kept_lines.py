@@ -393,3 +393,67 @@ def test_a_launch_over_a_row_a_delete_left_reads_its_runs_as_they_are(tmp_path, 
     _launched(Session, runs, results[:1], 2)
     Session.kw["bind"].dispose()
     assert len(assert_kept_lines_exact(db_url)) == 2
+
+
+def test_the_settings_of_issues_37_and_38_are_the_views_for_due_and_kept_runs(tmp_path, db_url):
+    """seq_len, layers, width, heads, phase, compile, batch_search, min_batches, min_seconds: at
+    their defaults and away from them, in a run's kept line and in a due run's line read from runs
+    and cells, as the view shows them; the two float settings (target_accuracy, min_seconds) as
+    repr writes them, one, both or neither in a line (csv_lines.PIECES holds both)."""
+    runs = tmp_path / "runs"
+    cells = [{}, {"mode": "accuracy", "epochs": 2, "target_accuracy": 1 / 3},
+             {"phase": "inference", "min_batches": 7, "min_seconds": 0.1 + 0.2, "compile": "compiled"},
+             {"phase": "inference", "min_batches": 100, "min_seconds": 1e-05, "batch_search": "auto", "batch_size": 1},
+             {"model": "lstm", "dataset": "synthetic", "like": "ptb", "seq_len": 32, "compile": "eager"},
+             {"model": "gpt", "dataset": "synthetic", "like": "ptb", "seq_len": 64, "layers": 2, "width": 64, "heads": 2,
+              "mode": "accuracy", "epochs": 1, "target_accuracy": 0.5, "phase": "train"}]
+    results = [make_result(sweep="s9", **cell) for cell in cells]
+    for result in results:
+        write_result(runs, result)
+    Session = db.open_db(db_url)
+    assert collect(Session, runs).added == len(cells)
+    new = _launched(Session, runs, results, 2)  # due: read from runs and cells
+    assert query(db_url, "select count(*) from kept_lines_due") == [(len(cells),)]
+    kept = assert_kept_lines_exact(db_url)
+    assert len(kept) == len(cells)
+    printed = _csv(db_url)
+    for text, cells_with in (("0.3333333333333333", 1), ("0.30000000000000004", 1), ("1e-05", 1), (",inference,", 2),
+                             (",compiled,", 1), (",auto,", 1), (",eager,", 1)):
+        assert printed.count(text) == 2 * cells_with, text  # each landed run's line and its due attempt's
+    for run, result in zip(new, results):  # they land: every line kept, none due
+        write_result(runs, {**result, "run_uid": run.uid, "attempt": 2})
+    assert collect(Session, runs).added == len(cells)
+    Session.kw["bind"].dispose()
+    assert query(db_url, "select count(*) from kept_lines_due") == [(0,)]
+    assert len(assert_kept_lines_exact(db_url)) == 2 * len(cells)
+
+
+def test_an_upgrade_from_0025_with_due_runs_leaves_every_run_kept_or_due(tmp_path, db_url):
+    """A database at 0025 (kept_lines_due, before the settings of issues 37 and 38) with landed and
+    due runs, upgraded: 0026-0029 name kept_lines in `rebuilds`, and remaking kept_lines remakes
+    kept_lines_due after it (result_rows.MADE_FROM), so no run is left without a kept row or a due
+    row; the CSV is the view's, the new settings at their defaults."""
+    from orchestrator.store import migrations, result_rows
+    from test_db import upgraded_from
+
+    scripts = migrations.script()
+    stale = migrations.stale(scripts, "0025")
+    assert "kept_lines" in stale and "kept_lines_due" in result_rows.MADE_FROM["kept_lines"]
+    for revision in ("0026", "0027", "0028", "0029"):
+        assert "kept_lines" in scripts.get_revision(revision).module.rebuilds, revision
+    runs = tmp_path / "runs"
+    results = [make_result(sweep="s1", model=MODELS[i], repeat=0) for i in range(3)]
+    for result in results:
+        write_result(runs, result)
+    Session = db.open_db(db_url)
+    assert collect(Session, runs).added == 3
+    _launched(Session, runs, results, 2)
+    Session.kw["bind"].dispose()
+    assert query(db_url, "select count(*) from kept_lines_due") == [(3,)]
+    upgraded_from(db_url, "0025")
+    assert query(db_url, "select version_num from alembic_version") == [(db.SCHEMA_VERSION,)]
+    assert query(db_url, "select count(*) from runs where id not in (select run_id from kept_lines) "
+                         "and id not in (select run_id from kept_lines_due)") == [(0,)]
+    assert len(assert_kept_lines_exact(db_url)) == 6  # remade: every run's row, none due
+    assert query(db_url, "select count(*) from kept_lines_due") == [(0,)]
+    assert ",train,native," in _csv(db_url)
