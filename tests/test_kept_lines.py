@@ -7,13 +7,13 @@ land), each row is what its run and cell give, and `results --csv` is the view's
 csv.writer's bytes."""
 from types import SimpleNamespace
 
-from sqlalchemy import create_engine, delete, select
+from sqlalchemy import create_engine, delete, select, text
 from sqlalchemy.pool import NullPool
 
 from orchestrator.store import db, db_copy, kept_lines, launch_records, schema
 from orchestrator.store.schema import Cell, Metric, Run
 from orchestrator.results.collector import collect
-from db_urls import execute, query
+from db_urls import execute, is_sqlite, query
 from result_factory import make_result, write_result
 from test_results_kept_metrics import printed_csv, view_csv
 from test_results_summary import MODELS, landed
@@ -393,3 +393,71 @@ def test_a_launch_over_a_row_a_delete_left_reads_its_runs_as_they_are(tmp_path, 
     _launched(Session, runs, results[:1], 2)
     Session.kw["bind"].dispose()
     assert len(assert_kept_lines_exact(db_url)) == 2
+
+
+def test_a_run_a_launch_marks_due_as_a_collector_lands_it_is_in_the_csv_once(tmp_path, db_url):
+    """On PostgreSQL a launch marks due every run above the largest id it saw without a kept row
+    (kept_lines.launched): a run another process recorded meanwhile, which a collector is landing,
+    is marked due again once that collector commits (the launch's insert waits on the due row the
+    collector deleted). The run then has both rows, and `results --csv` lists it once, from
+    kept_lines. (SQLite: one writer at a time, a launch's look and its mark in one.)"""
+    import threading
+    import time
+
+    from orchestrator.store import result_rows
+
+    if is_sqlite(db_url):
+        return
+    runs = tmp_path / "runs"
+    results = [make_result(sweep="s1", model=MODELS[i], repeat=0) for i in range(2)]
+    for result in results:
+        write_result(runs, result)
+    Session = db.open_db(db_url)
+    collect(Session, runs)
+    launch = Session()
+    mark_due = kept_lines.launched(launch.connection())  # the launch's look: before the run below exists
+    rerun = _launched(Session, runs, results[:1], 2)[0]  # another process records a run (due), committed
+    engine = create_engine(db_url, poolclass=NullPool)
+    collector = engine.connect()
+    landing = collector.begin()
+    run_id = collector.scalar(select(Run.id).where(Run.uid == rerun.uid))
+    result_rows.keep_metrics(collector, [run_id])  # a collector lands it: kept row written, due row gone, not committed
+    mine = _new_attempts(runs, results[1:], 2)
+    failed = []
+
+    def launch_records_its_runs():
+        try:
+            launch_records.insert_many(launch, schema.Run.__table__, [run.row() for run in mine],
+                                       launch_records.NEW_RUN_COLUMNS)
+            mark_due()
+        except Exception as exc:  # noqa: BLE001 - said by the test
+            failed.append(exc)
+
+    thread = threading.Thread(target=launch_records_its_runs)
+    thread.start()
+    with engine.connect() as watcher:  # until the launch's mark waits for the collector (no sleep: its lock)
+        deadline = time.monotonic() + 120
+        while thread.is_alive() and not watcher.scalar(text(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'")):
+            assert time.monotonic() < deadline, "the launch's mark never waited for the collector"
+            watcher.rollback()
+    landing.commit()
+    thread.join()
+    assert not failed, failed
+    launch.commit()
+    launch.close()
+    collector.close()
+    engine.dispose()
+    Session.kw["bind"].dispose()
+    assert query(db_url, f"select count(*) from kept_lines where run_id = {run_id}") == [(1,)]
+    assert query(db_url, f"select count(*) from kept_lines_due where run_id = {run_id}") == [(1,)]
+    assert len(assert_kept_lines_exact(db_url)) == 3
+    assert printed_csv(db_url).count(rerun.uid) == 1
+
+
+def _new_attempts(runs, results, attempt):
+    """New attempts of each result's run (submit_plan.NewRun), not recorded."""
+    from orchestrator.launch.submit_plan import new_run
+
+    opts = SimpleNamespace(backend=SimpleNamespace(name="local"), runs=str(runs))
+    return [new_run(r["sweep_id"], r["cell_id"], r["repeat"], attempt, opts, ("u", "h")) for r in results]
