@@ -7,13 +7,13 @@ land), each row is what its run and cell give, and `results --csv` is the view's
 csv.writer's bytes."""
 from types import SimpleNamespace
 
-from sqlalchemy import create_engine, delete, select
+from sqlalchemy import create_engine, delete, select, text
 from sqlalchemy.pool import NullPool
 
 from orchestrator.store import db, db_copy, kept_lines, launch_records, schema
 from orchestrator.store.schema import Cell, Metric, Run
 from orchestrator.results.collector import collect
-from db_urls import execute, query
+from db_urls import execute, is_sqlite, query
 from result_factory import make_result, write_result
 from test_results_kept_metrics import printed_csv, view_csv
 from test_results_summary import MODELS, landed
@@ -457,3 +457,128 @@ def test_an_upgrade_from_0025_with_due_runs_leaves_every_run_kept_or_due(tmp_pat
     assert len(assert_kept_lines_exact(db_url)) == 6  # remade: every run's row, none due
     assert query(db_url, "select count(*) from kept_lines_due") == [(0,)]
     assert ",train,native," in _csv(db_url)
+
+
+def test_a_run_a_launch_marks_due_as_a_collector_lands_it_is_in_the_csv_once(tmp_path, db_url):
+    """On PostgreSQL a launch marks due every run above the largest id it saw without a kept row
+    (kept_lines.launched): a run another process recorded meanwhile, which a collector is landing,
+    is marked due again once that collector commits (the launch's insert waits on the due row the
+    collector deleted). The run then has both rows, and `results --csv` lists it once, from
+    kept_lines. (SQLite: one writer at a time, a launch's look and its mark in one.)"""
+    import threading
+    import time
+
+    from orchestrator.store import result_rows
+
+    if is_sqlite(db_url):
+        return
+    runs = tmp_path / "runs"
+    results = [make_result(sweep="s1", model=MODELS[i], repeat=0) for i in range(2)]
+    for result in results:
+        write_result(runs, result)
+    Session = db.open_db(db_url)
+    collect(Session, runs)
+    launch = Session()
+    mark_due = kept_lines.launched(launch.connection())  # the launch's look: before the run below exists
+    rerun = _launched(Session, runs, results[:1], 2)[0]  # another process records a run (due), committed
+    engine = create_engine(db_url, poolclass=NullPool)
+    collector = engine.connect()
+    landing = collector.begin()
+    run_id = collector.scalar(select(Run.id).where(Run.uid == rerun.uid))
+    result_rows.keep_metrics(collector, [run_id])  # a collector lands it: kept row written, due row gone, not committed
+    mine = _new_attempts(runs, results[1:], 2)
+    failed = []
+
+    def launch_records_its_runs():
+        try:
+            launch_records.insert_many(launch, schema.Run.__table__, [run.row() for run in mine],
+                                       launch_records.NEW_RUN_COLUMNS)
+            mark_due()
+        except Exception as exc:  # noqa: BLE001 - said by the test
+            failed.append(exc)
+
+    thread = threading.Thread(target=launch_records_its_runs)
+    thread.start()
+    with engine.connect() as watcher:  # until the launch's mark waits for the collector (no sleep: its lock)
+        deadline = time.monotonic() + 120
+        while thread.is_alive() and not watcher.scalar(text(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'")):
+            assert time.monotonic() < deadline, "the launch's mark never waited for the collector"
+            watcher.rollback()
+    landing.commit()
+    thread.join()
+    assert not failed, failed
+    launch.commit()
+    launch.close()
+    collector.close()
+    engine.dispose()
+    Session.kw["bind"].dispose()
+    assert query(db_url, f"select count(*) from kept_lines where run_id = {run_id}") == [(1,)]
+    assert query(db_url, f"select count(*) from kept_lines_due where run_id = {run_id}") == [(1,)]
+    assert len(assert_kept_lines_exact(db_url)) == 3
+    assert printed_csv(db_url).count(rerun.uid) == 1
+
+
+def _new_attempts(runs, results, attempt):
+    """New attempts of each result's run (submit_plan.NewRun), not recorded."""
+    from orchestrator.launch.submit_plan import new_run
+
+    opts = SimpleNamespace(backend=SimpleNamespace(name="local"), runs=str(runs))
+    return [new_run(r["sweep_id"], r["cell_id"], r["repeat"], attempt, opts, ("u", "h")) for r in results]
+
+
+def _view_csv_where(url, where, limit=None):
+    """view_csv of the `results` view's rows that match `where` (`--where` arguments, parsed as
+    the command parses them), the first `limit`; empty where none does (the command prints nothing)."""
+    import csv
+    import io
+
+    from orchestrator.commands.results import RESULTS_ORDER, _parse_where
+
+    view = schema.results_view
+    rows = select(view).where(*(view.c[k].in_(v) for k, v in _parse_where(where).items()))
+    engine = create_engine(url, poolclass=NullPool)
+    with engine.connect() as conn:
+        rows = conn.execute(rows.order_by(*(view.c[c] for c in RESULTS_ORDER)).limit(limit)).all()
+    engine.dispose()
+    out = io.StringIO()
+    csv.writer(out, lineterminator="\n").writerows([schema.RESULTS_COLUMNS, *rows] if rows else [])
+    return out.getvalue()
+
+
+def test_due_runs_of_odd_cells_beside_kept_ones_are_the_views_bytes_under_every_filter(tmp_path, db_url):
+    """Due runs (read from runs and cells) whose cells hold text csv quotes (commas, quotes, line
+    ends, `%`, a NUL on SQLite), empty text, NULL settings (a default filled in, or none), floats
+    repr alone writes, tied with kept runs up to a NULL or an equal key: `results --csv` is the
+    view's rows in csv.writer's bytes, whole, under --where (a text, a number, a float, `mode`,
+    `state`), --sweep and every --limit."""
+    runs = tmp_path / "runs"
+    results = [make_result(sweep="s1", model=MODELS[i % 3], repeat=i // 3, mode="accuracy", epochs=2,
+                           target_accuracy=(0.5, None, 2.0)[i % 3]) for i in range(6)]
+    for result in results:
+        write_result(runs, result)
+    Session = db.open_db(db_url)
+    collect(Session, runs)
+    nul = [("n\x00ul,", 7.0, "l\x00")] if is_sqlite(db_url) else []  # PostgreSQL's text holds no NUL
+    odd = [('a,b%s%%', 1.0, None), ('q"uote', 1e16, "x,y"), ("line\nbreak", None, None), (" lead", 0.1 + 0.2, "z"),
+           ("", 5e-324, ""), ("cr\rx", 123456789.0, None), *nul, *((MODELS[0], accuracy, like) for accuracy, like in
+                                                                   ((0.5, None), (None, None), (0.5, ""), (0.5, "a"), (float("inf"), None)))]
+    engine = create_engine(db_url, poolclass=NullPool)
+    with engine.begin() as conn:  # cells a launch could not make, each a copy of a landed one
+        base = dict(conn.execute(select(Cell.__table__).where(Cell.id == results[0]["cell_id"])).mappings().one())
+        conn.execute(Cell.__table__.insert(), [
+            {**base, "id": f"odd{i}", "model": model, "target_accuracy": accuracy, "like": like, "nodes": None if i % 2 else 2,
+             "mode": None if i == 3 else base["mode"], "epochs": None if i % 3 == 0 else base["epochs"],
+             "input": None if i % 4 == 0 else "memory"} for i, (model, accuracy, like) in enumerate(odd)])
+    engine.dispose()
+    _launched(Session, runs, [{"sweep_id": "s1", "cell_id": f"odd{i}", "repeat": 0} for i in range(len(odd))], 1)
+    _launched(Session, runs, results, 2)
+    Session.kw["bind"].dispose()
+    assert query(db_url, "select count(*) from kept_lines_due") == [(len(odd) + len(results),)]
+    assert _csv(db_url) == view_csv(db_url)
+    for where in ([f"model={MODELS[0]}"], ["attempt=2"], ["nodes=2"], ["mode=accuracy"], ["state=pending"],
+                  ["target_accuracy=0.5"], ["like=z"], ["sweep=s1"]):
+        assert _csv(db_url, *(a for w in where for a in ("--where", w))) == _view_csv_where(db_url, where), where
+    assert _csv(db_url, "--sweep", "s1") == view_csv(db_url)
+    for limit in (1, 2, 3, 5, 8, 13, 40):
+        assert _csv(db_url, "--limit", str(limit)) == _view_csv_where(db_url, [], limit), limit

@@ -163,5 +163,17 @@ def test_results_csv_reads_the_kept_metrics_in_the_views_bytes(tmp_path, db_url,
     assert not [step for step in plan if re.search(r"\bmetrics\b", step)], plan  # no metrics rows read
     # each run's kept texts (kept_lines: its metric fields among them), not even its kept_metrics row;
     # only the runs without a kept row (launched, not landed: the merge's other half) read it
-    kept = plan[:plan.index("RIGHT")] if "RIGHT" in plan else plan if is_sqlite(db_url) else []
-    assert any("kept_lines" in step for step in plan) and not any("kept_metrics" in step for step in kept), plan
+    kept = kept_half(plan, is_sqlite(db_url))
+    assert any("kept_lines" in step for step in kept) and not any("kept_metrics" in step for step in kept), plan
+
+
+def kept_half(plan, sqlite):
+    """The steps of a CSV plan that read the runs with a kept_lines row: SQLite's MERGE's LEFT
+    (up to its RIGHT), PostgreSQL's Merge Append's first child (up to its next, by indentation)."""
+    if sqlite:
+        return plan[:plan.index("RIGHT")] if "RIGHT" in plan else plan
+    merge = next(i for i, step in enumerate(plan) if "Merge Append" in step)
+    children = [i for i, step in enumerate(plan) if i > merge and step.lstrip().startswith("->")]
+    indent = len(plan[children[0]]) - len(plan[children[0]].lstrip())
+    siblings = [i for i in children if len(plan[i]) - len(plan[i].lstrip()) == indent]
+    return plan[siblings[0]:siblings[1]]
