@@ -116,14 +116,15 @@ import json, sys
 import numpy as np
 import jax
 from trainers.common.protocol import Config
+from trainers.common.settings import DEFAULTS
 from trainers.jax.trainer import JaxTrainer
 
 devices = int(sys.argv[1])
 
 def trainer(model, per_device, n=devices):
-    cfg = Config(model=model, input_shape=(3, 32, 32), classes=10, precision="fp32", seed=0,
-                 rank=0, threads=1, devices=n, gpus=2, cpu_replicas=True, on_gpu=False,
-                 global_batch=n * per_device, per_device_batch=per_device)
+    cfg = Config(**dict(DEFAULTS, model=model, input_shape=(3, 32, 32), classes=10, precision="fp32", seed=0,
+                        rank=0, threads=1, devices=n, gpus=2, cpu_replicas=True, on_gpu=False,
+                        global_batch=n * per_device, per_device_batch=per_device, network=None))
     t = JaxTrainer()
     t.preflight(cfg)
     t.setup(cfg)
