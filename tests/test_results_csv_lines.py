@@ -71,7 +71,7 @@ def make_hostile(url):
                 target_accuracy=(FLOATS + ODD + (None,))[i % (len(FLOATS) + 4)], threads=(1, 3)[i % 2],
                 min_seconds=(FLOATS + ODD + (None,))[(i * 5 + 2) % (len(FLOATS) + 4)]))
         # a cell is never updated where it is used: its runs' kept fields are written as the runs
-        # are (kept_lines.keep), from the cell as it is then; here, from the cells made hostile
+        # land (kept_lines.keep_landed), from the cell as it is then; here, from the cells made hostile
         kept_lines.rebuild(conn)
     engine.dispose()
 

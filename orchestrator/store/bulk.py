@@ -5,6 +5,8 @@ parameter building.
 Core's compiled statement is handed to the driver with its VALUES group repeated,
 ROWS_PER_STATEMENT rows a statement, each value through its column's bind processor (a JSON
 column's json.dumps), as Core's execution does: the same rows (tests/test_submit_identity.py).
+And the INSERT with ON CONFLICT of either database (dialect_insert), for the writers that need it
+(result_rows' DO NOTHING, kept_lines' upsert).
 """
 from __future__ import annotations
 
@@ -75,3 +77,13 @@ def in_statements(connection: Any, sql: Callable[[int], str], values: list[tuple
 
 
 
+
+
+def dialect_insert(connection: Any, table: Any) -> Any:
+    """An INSERT into `table` in the open database's dialect, which has ON CONFLICT (DO NOTHING, DO
+    UPDATE): the results database is SQLite (from 3.24) or PostgreSQL (db.open_db)."""
+    if connection.dialect.name == "postgresql":
+        from sqlalchemy.dialects.postgresql import insert  # lazy: the open database's dialect
+    else:
+        from sqlalchemy.dialects.sqlite import insert  # lazy: the open database's dialect
+    return insert(table)

@@ -130,29 +130,23 @@ def launched(conn: Any) -> Any:
     if conn.dialect.name == "sqlite":
         for table in (KeptLines, KeptMetrics.__table__):
             conn.execute(delete(table).where(table.c.run_id > top))
-    return lambda: conn.execute(_dialect_insert(conn, KeptLinesDue).from_select(
+    return lambda: conn.execute(bulk.dialect_insert(conn, KeptLinesDue).from_select(
         ["run_id"], select(Run.id).where(Run.id > top, ~kept(Run.id))).on_conflict_do_nothing())
 
 
 def keep_landed(conn: Any, run_ids: Iterable[int]) -> None:
     """The kept_lines rows of the runs of `run_ids`, whose metrics the caller's transaction wrote
-    (result_rows.keep_metrics): their `mode` and metric fields follow the kept metrics; none is
-    due after (KeptLinesDue)."""
+    (result_rows.keep_metrics), written (again): their `mode` and metric fields follow the kept
+    metrics, and none is due after (KeptLinesDue). Three statements per 500 runs. A row there
+    already is replaced: a run's own (its metrics landed again), or one a run deleted without its
+    cascade left (SQLite with foreign keys off), whose id SQLite gives a new run again once the
+    run that had it is gone."""
     run_ids = sorted(set(run_ids))
-    _keep(conn, Run.id, run_ids)
-    for start in range(0, len(run_ids), 500):
-        conn.execute(delete(KeptLinesDue).where(KeptLinesDue.c.run_id.in_(run_ids[start:start + 500])))
-
-
-def _keep(conn: Any, key: Any, values: Iterable[Any]) -> None:
-    """The kept_lines rows of the runs whose `key` is one of `values`, written (again): two
-    statements per 500 runs. A row there already is replaced: a run's own (its metrics landed
-    again), or one a run deleted without its cascade left (SQLite with foreign keys off), whose
-    id SQLite gives a new run again once the run that had it is gone."""
-    values = sorted(set(values))
-    picked = _selected(key.in_(bindparam("keys", expanding=True)))  # built once, compiled once (Core's cache)
-    for start in range(0, len(values), 500):  # SQLite before 3.32 binds 999 variables at most
-        _write(conn, conn.execute(picked, {"keys": values[start:start + 500]}).all())
+    picked = _selected(Run.id.in_(bindparam("keys", expanding=True)))  # built once, compiled once (Core's cache)
+    for start in range(0, len(run_ids), 500):  # SQLite before 3.32 binds 999 variables at most
+        part = run_ids[start:start + 500]
+        _write(conn, conn.execute(picked, {"keys": part}).all())
+        conn.execute(delete(KeptLinesDue).where(KeptLinesDue.c.run_id.in_(part)))
 
 
 def rebuild(conn: Any, step: int = 20_000) -> None:
@@ -170,19 +164,10 @@ def rebuild_due(conn: Any) -> None:
     conn.execute(KeptLinesDue.insert().from_select(["run_id"], select(Run.id).where(~kept(Run.id))))
 
 
-def _dialect_insert(conn: Any, table: Any) -> Any:
-    """An INSERT into `table` with ON CONFLICT (both databases have it: SQLite from 3.24)."""
-    if conn.dialect.name == "postgresql":
-        from sqlalchemy.dialects.postgresql import insert as dialect_insert  # lazy: the open database's dialect
-    else:
-        from sqlalchemy.dialects.sqlite import insert as dialect_insert  # lazy: the open database's dialect
-    return dialect_insert(table)
-
-
 def _upsert(conn: Any) -> Any:
     """kept_lines' INSERT that replaces the row of a run there already (ON CONFLICT ... DO UPDATE,
     as result_rows._insert_new's DO NOTHING)."""
-    statement = _dialect_insert(conn, KeptLines)
+    statement = bulk.dialect_insert(conn, KeptLines)
     return statement.on_conflict_do_update(index_elements=[KeptLines.c.run_id],
                                            set_={c.name: statement.excluded[c.name] for c in KeptLines.c if c.name != "run_id"})
 

@@ -21,7 +21,7 @@ from sqlalchemy import bindparam, delete, func, insert, select, update
 from sqlalchemy.engine import Connection
 from sqlalchemy.schema import CreateTable
 
-from orchestrator.store import cell_stats, csv_lines, kept_lines, schema
+from orchestrator.store import bulk, cell_stats, csv_lines, kept_lines, schema
 from orchestrator.store.schema import Cell, KeptMetrics, KeptSummary, Metric, Run, Sweep, SweepCell
 
 #: The tables whose rows any collector may add (`add`), by name.
@@ -92,11 +92,7 @@ def _insert_new(conn: Connection, table: Any) -> Any:
     could meet a third collector's insert twice and be called broken (found by the four-collector
     test on PostgreSQL). The results database is SQLite or PostgreSQL (db.open_db), both of which
     have ON CONFLICT DO NOTHING."""
-    if conn.dialect.name == "postgresql":
-        from sqlalchemy.dialects.postgresql import insert as dialect_insert  # lazy: the open database's dialect
-    else:
-        from sqlalchemy.dialects.sqlite import insert as dialect_insert  # lazy: the open database's dialect
-    return dialect_insert(table).on_conflict_do_nothing()
+    return bulk.dialect_insert(conn, table).on_conflict_do_nothing()
 
 
 def add(conn: Connection, table: str, rows: list[dict[str, Any]]) -> None:
