@@ -151,3 +151,29 @@ def test_the_networks_take_them_as_they_take_cifar10():
     assert [inputs.ran_at(m, d) for m, d in (("alexnet", "cifar100"), ("vgg16", "svhn"), ("alexnet_r", "cifar100"),
                                              ("lenet", "svhn"))] == ["ran at 224x224"] * 2 + [None] * 2
     assert set(cifar100_svhn.READERS) == set(cifar100_svhn.WRITERS) == {"cifar100", "svhn"}
+
+
+@pytest.fixture(scope="module")
+def image_sets(tmp_path_factory):
+    """Generated CIFAR-100 and SVHN folders, 8 training images each."""
+    root = tmp_path_factory.mktemp("imagesets")
+    for name, write in cifar100_svhn.WRITERS.items():
+        write(str(root / name), n=8, seed=5)
+    return root
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["torch", "cntk"])  # cntk: a Python 3.6 environment, scipy 1.5's loadmat
+def test_a_run_trains_on_each(framework_run, run_checks, image_sets, name):
+    """resnet56 on CIFAR-100 (a 100-class head: 853,018 at 10 classes + 64 x 90 + 90) and LeNet on
+    SVHN (431,080 at MNIST's 1x28x28; at 3x32x32 its first conv has 2 x 20 x 25 more weights and
+    its ip1 sees 50 x 5 x 5, not 4 x 4: 431,080 + 1,000 + 500 x 50 x 9), 2 steps of batch 4."""
+    for model, dataset, params in (("resnet56", "cifar100", 853018 + 64 * 90 + 90),
+                                   ("lenet", "svhn", 431080 + 1000 + 500 * 50 * 9)):
+        proc, events = framework_run(name, [
+            "--model", model, "--dataset", dataset, "--data-dir", image_sets / dataset, "--batch-size", 4,
+            "--iterations", 2, "--warmup", 1, "--threads", 1])
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        start = run_checks(events, 1, 2, 4)
+        assert (start["dataset"], start["input_shape"], start["params"]) == (dataset, [3, 32, 32], params)
+        assert start["classes"] == inputs.DATASETS[dataset].classes
