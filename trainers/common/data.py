@@ -1,6 +1,6 @@
 """Dataset readers (MNIST IDX, CIFAR-10 binary, synthetic) and writers for the file formats.
-ImageNet's JPEG tree has its own reader and loader, trainers/common/imagenet.py (`load` hands
-it on).
+ImageNet's JPEG tree has its own reader and loader, trainers/common/imagenet.py, and CIFAR-100's
+pickles and SVHN's MAT files theirs, trainers/common/cifar100_svhn.py (`load` hands them on).
 
 Each reader reads a training split and, for accuracy mode, a test split (MNIST's t10k-* files,
 CIFAR-10's test_batch.bin). `digits` is scikit-learn's handwritten digits as `orchestrator data
@@ -95,7 +95,7 @@ class Sequences(Dataset):
 # ---------------------------------------------------------------------------- readers
 
 def load(dataset, data_dir, split="train"):
-    """Read a dataset's files from `data_dir` (mnist, cifar10, digits): its training split, or
+    """Read a dataset's files from `data_dir` (mnist, cifar10, digits, cifar100, svhn): its training split, or
     with split="test" its held-out one (MNIST's t10k files, CIFAR-10's test_batch.bin). For
     imagenet, the ILSVRC tree's split as an imagenet.ImageFolder, whose images are decoded when
     a batch is asked for (a run's steps take them from imagenet.Loader's worker processes)."""
