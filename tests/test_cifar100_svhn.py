@@ -5,6 +5,7 @@ import os
 import pickle
 import struct
 import zlib
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -117,12 +118,18 @@ def test_a_pickle_that_would_run_code_is_refused_unrun(tmp_path):
     assert not os.path.exists(planted.path)
 
 
+def _pickled(folder, content):
+    (Path(folder) / "train").write_bytes(pickle.dumps(content, protocol=2))
+
+
 @pytest.mark.parametrize("name, write, says", [
-    ("cifar100", lambda d: pickle.dump({b"data": np.zeros((2, 3072), np.uint8), b"fine_labels": [0, 100]},
-                                       open(d + "/train", "wb")), r"label is outside 0\.\.99"),
-    ("cifar100", lambda d: pickle.dump({b"data": np.zeros((2, 3072), np.uint8)}, open(d + "/train", "wb")),
+    ("cifar100", lambda d: _pickled(d, {b"data": np.zeros((2, 3072), np.uint8), b"fine_labels": [0, 100]}),
+     r"label is outside 0\.\.99"),
+    ("cifar100", lambda d: _pickled(d, {b"data": np.zeros((2, 3072), np.uint8)}),
      r"has no b'fine_labels': not a CIFAR-100 file"),
-    ("cifar100", lambda d: open(d + "/train", "wb").write(b"\x80\x02}q"), r"cannot read .* as a CIFAR-100 pickle"),
+    ("cifar100", lambda d: _pickled(d, {b"data": np.zeros((2, 3072), np.uint8), b"fine_labels": {b"a": 1}}),
+     r"b'fine_labels' is not a list of whole numbers"),
+    ("cifar100", lambda d: (Path(d) / "train").write_bytes(b"\x80\x02}q"), r"cannot read .* as a CIFAR-100 pickle"),
     ("svhn", lambda d: scipy.io.savemat(d + "/train_32x32.mat", {"X": np.zeros((32, 32, 3, 2), np.uint8),
                                                                  "y": np.array([[0.0], [3.0]])}),
      r"label is outside 1\.\.10"),
@@ -137,6 +144,22 @@ def test_bad_files_are_refused_in_one_line_with_the_way_out(tmp_path, name, writ
     with pytest.raises(DataError, match=says) as refused:
         data.load(name, str(tmp_path))
     assert "\n" not in str(refused.value)
+
+
+@pytest.mark.parametrize("compressed", [True, False])
+def test_a_truncated_or_garbled_mat_file_is_refused_by_both_readers(tmp_path, compressed):
+    pixels = np.random.RandomState(0).randint(0, 256, size=(32, 32, 3, 2)).astype(np.uint8)
+    scipy.io.savemat(str(tmp_path / "a.mat"), {"X": pixels}, do_compression=compressed)
+    whole = (tmp_path / "a.mat").read_bytes()
+    (tmp_path / "train_32x32.mat").write_bytes(whole[:len(whole) // 2])
+    with pytest.raises(matfile.MatError, match=r"train_32x32\.mat (is truncated|.*corrupt)"):
+        matfile.loadmat(str(tmp_path / "train_32x32.mat"))
+    with pytest.raises(DataError, match=r"cannot read .*train_32x32\.mat as SVHN's MAT file"):
+        data.load("svhn", str(tmp_path))  # scipy.io's reader, here
+    garbled = whole[:132] + struct.pack("<I", 0x7FFFFFF0) + whole[136:]  # the first element's byte count
+    (tmp_path / "b.mat").write_bytes(garbled)
+    with pytest.raises(matfile.MatError, match=r"b\.mat is truncated"):
+        matfile.loadmat(str(tmp_path / "b.mat"))
 
 
 def test_a_mat_v73_file_is_refused_with_the_way_out(tmp_path):

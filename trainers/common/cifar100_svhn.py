@@ -24,6 +24,7 @@ orchestrator's environment), with the GENERATED marker beside them: throughput o
 """
 import os
 import pickle
+import zlib
 
 import numpy as np
 
@@ -76,7 +77,8 @@ def _unpickle(path):
             content = _Unpickler(f, encoding="bytes").load()
     except DataError as exc:
         raise DataError("%s: %s" % (path, exc))
-    except (OSError, EOFError, pickle.UnpicklingError, ValueError, TypeError, AttributeError) as exc:
+    except (OSError, EOFError, pickle.UnpicklingError, ValueError, TypeError, AttributeError, KeyError,
+            IndexError) as exc:
         raise DataError("cannot read %s as a CIFAR-100 pickle: %s (truncated or corrupt file?)" % (path, exc))
     if not isinstance(content, dict):
         raise DataError("%s holds a %s, not CIFAR-100's dict" % (path, type(content).__name__))
@@ -91,8 +93,11 @@ def read_cifar100(data_dir, split="train"):
     missing = [key for key in (b"data", b"fine_labels") if key not in content]
     if missing:
         raise DataError("%s has no %s: not a CIFAR-100 file" % (path, " or ".join(map(repr, missing))))
-    data = np.asarray(content[b"data"])
-    labels = np.asarray(content[b"fine_labels"], dtype=np.int64)
+    try:
+        data = np.asarray(content[b"data"])
+        labels = np.asarray(content[b"fine_labels"], dtype=np.int64).reshape(-1)
+    except (TypeError, ValueError) as exc:
+        raise DataError("%s: b'fine_labels' is not a list of whole numbers (%s): not a CIFAR-100 file" % (path, exc))
     if data.dtype != np.uint8 or data.ndim != 2 or data.shape[1] != _PIXELS:
         raise DataError("%s holds %s %s data, not CIFAR-100's N x %d uint8"
                         % (path, "x".join(map(str, data.shape)), data.dtype, _PIXELS))
@@ -105,7 +110,8 @@ def read_svhn(data_dir, split="train"):
     path = _find(data_dir, (SVHN_FILES[split],), "svhn", "the cropped digits' .mat files")
     try:
         arrays = _loadmat(path)
-    except (matfile.MatError, ValueError, NotImplementedError, OSError) as exc:
+    except (ValueError, TypeError, KeyError, IndexError, NotImplementedError, OSError, zlib.error) as exc:
+        # MatError is a ValueError; scipy.io raises these on a file it cannot parse
         raise DataError("cannot read %s as SVHN's MAT file: %s" % (path, exc))
     if "X" not in arrays or "y" not in arrays:
         raise DataError("%s has no X and y arrays: not an SVHN file" % path)

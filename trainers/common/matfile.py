@@ -47,6 +47,15 @@ def loadmat(path):
         raise MatError("%s is a MAT v7.3 (HDF5) file; save it as v5 (MATLAB: save -v7)" % path)
     if order is None:
         raise MatError("%s is not a MAT v5 file: no byte-order mark at bytes 126-127" % path)
+    try:
+        return _arrays(raw, order, path)
+    except MatError:
+        raise
+    except (struct.error, KeyError, IndexError, ValueError) as exc:  # a field too short, an unknown type
+        raise MatError("%s is corrupt: %s" % (path, exc))
+
+
+def _arrays(raw, order, path):
     arrays = {}
     for kind, body in _elements(raw, HEADER, len(raw), order, path, top=True):
         if kind == _MI_COMPRESSED:
