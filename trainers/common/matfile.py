@@ -3,8 +3,8 @@ have no scipy.
 
 SVHN ships its cropped digits as MAT v5 files (train_32x32.mat, test_32x32.mat). Where a trainer
 environment has scipy (Caffe's, CNTK's, JAX's) they are read with scipy.io.loadmat; torch's,
-TensorFlow's, MXNet's and numpy's have none, and adding it (about 40 MB per environment, a new
-environment hash) for two files was judged too dear, so they read them here. Both give the same
+TensorFlow's, MXNet's and numpy's have none (adding it to their requirements changes those
+environments' hashes, so each is built again, for two files), so they read them here. Both give the same
 arrays for SVHN's files: tests/test_cifar100_svhn.py reads files written by scipy.io.savemat
 (compressed, as SVHN's are, and not) with both.
 
