@@ -21,7 +21,7 @@ def test_groups_have_the_documented_choices():
     assert {"caffe", "cntk", "mxnet", "tensorflow", "tf", "torch"} <= set(groups["framework"])
     assert groups["model"] == ["alexnet", "alexnet_r", "fcn_r", "fcn_s", "googlenet", "googlenet_cifar", "gpt",
                                "lenet", "lstm", "resnet50", "resnet56", "vgg16", "vgg16_cifar"]
-    assert groups["dataset"] == ["cifar10", "digits", "imagenet", "mnist", "synthetic"]
+    assert groups["dataset"] == ["cifar10", "cifar100", "digits", "imagenet", "mnist", "svhn", "synthetic"]
     assert {"cpu12", "cpu20", "k20m", "p100"} <= set(groups["hardware"])
     assert "local" in groups["cluster"]
 
@@ -166,7 +166,7 @@ def test_the_gpt_is_gpt2_small_unless_its_shape_is_set_and_no_other_cell_id_chan
     (("batch_size=0",), "batch_size=0"),
     (("scaling=diagonal",), "scaling"),
     (("precision=fp8",), "precision"),
-    (("dataset=synthetic", "dataset.like=svhn"), "dataset.like"),
+    (("dataset=synthetic", "dataset.like=stl10"), "dataset.like"),
 ])
 def test_cells_that_cannot_be_placed_are_refused_with_the_reason(overrides, words):
     with pytest.raises(CellError, match=words):

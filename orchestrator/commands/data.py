@@ -2,20 +2,21 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 from pathlib import Path
 
 from orchestrator.sweep import dataset_files
 
-HELP = "write dataset files (generate mnist|cifar10|imagenet, or scikit-learn's digits): data --help"
+HELP = "write dataset files (generate mnist|cifar10|cifar100|svhn|imagenet, or scikit-learn's digits): data --help"
 
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="orchestrator data", description=dataset_files.__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="action", required=True)
-    gen = sub.add_parser("generate", help="write generated MNIST / CIFAR-10 files / an ILSVRC JPEG tree in "
-                                          "their real formats")
+    gen = sub.add_parser("generate", help="write generated MNIST / CIFAR-10 / CIFAR-100 / SVHN files / an "
+                                          "ILSVRC JPEG tree in their real formats")
     gen.add_argument("datasets", nargs="+", choices=dataset_files.GENERATORS)
     gen.add_argument("--dir", default=os.environ.get("ORCHESTRATOR_DATA", "data"),
                      help="the data root (config paths.data; default: $ORCHESTRATOR_DATA or ./data)")
@@ -39,9 +40,11 @@ def main(argv: list[str]) -> int:
 
     # lazy: numpy and the writers only when a dataset is written
     from trainers.common import data as files
+    from trainers.common.cifar100_svhn import WRITERS
 
-    writers = {"mnist": files.write_mnist, "cifar10": files.write_cifar10}
-    test_writers = {"mnist": files.write_mnist_test, "cifar10": files.write_cifar10_test}
+    writers = {"mnist": files.write_mnist, "cifar10": files.write_cifar10, **WRITERS}
+    test_writers = {"mnist": files.write_mnist_test, "cifar10": files.write_cifar10_test,
+                    **{name: functools.partial(write, split="test") for name, write in WRITERS.items()}}
     for name in args.datasets:
         if name == "imagenet":
             dataset_files.write_imagenet(Path(args.dir) / name, args.images, args.classes, args.size, args.seed)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any, Optional
 
 #: The order datasets and networks are listed in (the study's order); others follow, by name.
-DATASETS = ("mnist", "cifar10", "imagenet", "synthetic")
+DATASETS = ("mnist", "cifar10", "cifar100", "svhn", "imagenet", "synthetic")
 MODELS = ("lenet", "alexnet", "resnet50", "googlenet", "vgg16", "fcn_s", "fcn_r", "resnet56", "alexnet_r",
           "vgg16_cifar", "googlenet_cifar", "lstm")
 

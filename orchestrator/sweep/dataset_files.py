@@ -1,11 +1,13 @@
 """`orchestrator data`: put dataset files where the `dataset` configs look for them.
 
 No network is assumed (clusters' compute nodes rarely have one), so `generate` writes files in
-the datasets' real formats — MNIST's IDX files, CIFAR-10's binary batches, an ILSVRC folder tree
+the datasets' real formats — MNIST's IDX files, CIFAR-10's binary batches, CIFAR-100's Python
+pickles, SVHN's MAT files (written with scipy.io.savemat), an ILSVRC folder tree
 of JPEGs (`train/<wnid>/*.JPEG`, `val/<wnid>/*.JPEG`, written with Pillow) — with generated
 content, through the same writers the tests use. The trainers read them with their real
 readers. Throughput and memory do not depend on pixel values, but accuracy does: a site that
-wants accuracy puts the real files in the same place (`<data>/mnist`, `<data>/cifar10`).
+wants accuracy puts the real files in the same place (`<data>/mnist`, `<data>/cifar10`,
+`<data>/cifar100`, `<data>/svhn`).
 
 `digits` writes a real data set that needs no network: scikit-learn's 1,797 handwritten digits
 (8x8, 0..16), split once into a fixed training and test set (stratified, seeded: 1,438 and 359
@@ -19,7 +21,7 @@ import os
 import shutil
 from pathlib import Path
 
-GENERATORS = ("mnist", "cifar10", "imagenet")
+GENERATORS = ("mnist", "cifar10", "cifar100", "svhn", "imagenet")
 #: The datasets whose files a sweep writes itself where they are missing, at submission: real data
 #: that needs no network (scikit-learn's digits), as trainers make synthetic data in memory.
 MADE_ON_FIRST_USE = ("digits",)

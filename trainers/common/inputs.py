@@ -4,11 +4,12 @@ The networks keep their published architectures and change only in input size an
 count. LeNet is a small-image network and runs at the dataset's own size; so do the fully
 connected networks (FCN-S, FCN-R), which flatten it; ResNet-56, AlexNet-R and the 32x32
 adaptations of VGG16 and GoogLeNet (vgg16_cifar, googlenet_cifar), CIFAR-10 networks, take
-32x32 images only (a CIFAR-10 shape); the sequence networks (DLBench's LSTM) take token ids
-only (ptb-shaped data: a sequence of words of a 10,000-word vocabulary, seq_len long). AlexNet,
-ResNet-50, GoogLeNet and VGG16 are ImageNet networks: they always see 224x224 images, so a
-dataset of smaller images (MNIST, CIFAR-10) is upsampled to 224x224 by nearest neighbour,
-once, while the batch pool is built and outside the timed step. Their first convolution
+32x32 images only (a CIFAR-10 shape: CIFAR-10, CIFAR-100, SVHN, each with its own classes);
+the sequence networks (DLBench's LSTM) take token ids only (ptb-shaped data: a sequence of
+words of a 10,000-word vocabulary, seq_len long). AlexNet, ResNet-50, GoogLeNet and VGG16 are
+ImageNet networks: they always see 224x224 images, so a dataset of smaller images (MNIST,
+CIFAR-10, CIFAR-100, SVHN) is upsampled to 224x224 by nearest neighbour, once, while the
+batch pool is built and outside the timed step. Their first convolution
 takes the dataset's channel count (1 for MNIST) instead of repeating a channel three times.
 
 Keeping this table here means a ResNet-50 on CIFAR-10 computes the same thing in every
@@ -33,6 +34,10 @@ DATASETS = collections.OrderedDict([
     # scikit-learn's 1,797 real 8x8 handwritten digits, upsampled to MNIST's 28x28 by
     # `orchestrator data digits` and stored as MNIST IDX files (trainers/common/data.py)
     ("digits", DatasetSpec((1, 28, 28), 10)),
+    # Elshawi et al.'s other CNN cases, in their published files (trainers/common/cifar100_svhn.py):
+    # CIFAR-100 with its 100 fine labels, and SVHN's cropped digits (32x32, the digits 0..9)
+    ("cifar100", DatasetSpec((3, 32, 32), 100)),
+    ("svhn", DatasetSpec((3, 32, 32), 10)),
     # DLBench's FCN-S data (Shi et al. 2016): 26,752 random features, 26,752 classes; random
     # data only (`--dataset synthetic --like dlbench_fcn`), no files
     ("dlbench_fcn", DatasetSpec((1, 1, 26752), 26752)),
