@@ -17,7 +17,7 @@
 # is a warning, and those tests skip loudly. Starting needs root where a part is not yet installed.
 
 #: The parts, in the order they start: trainer environments and images first (the slowest).
-PARTS=(frameworks images slurm postgres sharedfs chromium)
+PARTS=(frameworks images slurm postgres sharedfs chromium modules)
 #: How each part that test.sh may start is stopped (relative to ROOT), and where its users.lock is.
 declare -A STOP=([slurm]="slurm/stop.sh" [postgres]="scripts/postgres.sh stop" [sharedfs]="scripts/sharedfs.sh stop")
 users_lock() {
@@ -119,6 +119,14 @@ part_chromium() {  # headless Chromium (Debian's package) for the report page's 
   cat "$SAID" >&2
   echo "apt-get install chromium failed: $(tail -n1 "$SAID")" >"$SAID"
   return 1
+}
+
+part_modules() {  # Lmod and the test module tree over two trainer environments (tests/test_modules.py)
+  local tree
+  tree="$(bash "$ROOT/scripts/modules.sh" 2>"$SAID" | tail -n1)"
+  cat "$SAID" >&2
+  [ -n "$tree" ] || return 1
+  export ORCHESTRATOR_TEST_MODULES="$tree"
 }
 
 start_parts() {

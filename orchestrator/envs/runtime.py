@@ -26,10 +26,11 @@ import hashlib
 import os
 import shutil
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from orchestrator.envs.image_recipe import Recipe
 from orchestrator.envs.images import ImageStore
+from orchestrator.envs.module_runtime import ModuleRuntime
 from orchestrator.envs.venv_runtime import REPO, EnvironmentNotReady, VenvRuntime, _trainer_env, default_cache
 
 
@@ -198,13 +199,21 @@ class ContainerRuntime:
 
 
 def make_runtime(kind: str, framework: str, cache: Path | None = None, images: Path | None = None,
-                 binary: str = "apptainer", trainer: str | None = None):
+                 binary: str = "apptainer", trainer: str | None = None, module: str | None = None,
+                 modules: Mapping[str, Any] | None = None):
     """The runtime named by config `runtime=`: `framework` names its recipe or image, `trainer`
-    the module it runs (default `trainers.<framework>`)."""
+    the module it runs (default `trainers.<framework>`); for runtime=module, `module` the site
+    module to load (a `build=module:<name>/<version>`) from the tree `modules` declares (the
+    cluster YAML's `modules`)."""
+    if kind == "module":
+        if not module:
+            raise EnvironmentNotReady(f"runtime=module needs the site module to load: build=module:<name>/<version> "
+                                      f"(e.g. build=module:{framework}/<version>, as `module avail` lists it)")
+        return ModuleRuntime(framework, module, modules, trainer=trainer)
     if kind == "venv":
         return VenvRuntime(framework, cache, trainer=trainer)
     if kind == "apptainer":
         return ApptainerRuntime(framework, images or default_cache() / "images", binary, trainer=trainer)
     if kind == "container":
         return ContainerRuntime(framework, cache, trainer=trainer)
-    raise EnvironmentNotReady(f"runtime={kind!r} is not one of venv, apptainer, container")
+    raise EnvironmentNotReady(f"runtime={kind!r} is not one of venv, apptainer, container, module")

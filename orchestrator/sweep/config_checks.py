@@ -37,7 +37,7 @@ INT_MAX = 2**31 - 1
 #: The most runs of one cell a sweep may ask for (`repeats`): each is a job.
 MAX_REPEATS = 1000
 #: The runtimes a job runs its trainer in (conf/config.yaml's `runtime`): a closed choice.
-RUNTIMES = ("venv", "apptainer", "container")
+RUNTIMES = ("venv", "apptainer", "container", "module")
 
 #: A plain name: a config choice, a `name:` field, a recipe, a partition or GPU type.
 NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+-]*")
