@@ -26,6 +26,17 @@ def on_config(name):
     return hardware, data.get("gpus"), data.get("threads")
 
 
+def node_cpus(hardware):
+    """The CPUs a hardware configuration's node has (conf/hardware/<name>.yaml)."""
+    return yaml.safe_load((REPO / "conf" / "hardware" / f"{hardware}.yaml").read_text())["cpus"]
+
+
+def beyond_cpus(config):
+    """Whether a hardware configuration asks for more threads than its node has CPUs (left out)."""
+    hardware, _, threads = on_config(config)
+    return threads is not None and threads > node_cpus(hardware)
+
+
 def dry_run(preset, tmp_path):
     """The preset's dry run as a user types it, on a terminal wide enough that no line wraps."""
     cwd, env = user_dir(tmp_path)
@@ -75,7 +86,7 @@ def test_the_dlbench_preset_is_its_yamls_product_less_refusals_and_left_out(tmp_
     assert (len(nets), len(frameworks), len(configs)) == (6, 5, 11)
     out = dry_run("dlbench", tmp_path)
     per_config = len(nets) * len(frameworks)
-    left_out = sum(per_config for c in configs if (on_config(c)[2] or 0) > 20)  # cpu20's CPUs
+    left_out = sum(per_config for c in configs if beyond_cpus(c))
     assert left_out == per_config and f"{left_out} cell(s) left out: more threads than the node's CPUs" in out
     total, to_run, refused = map(int, re.search(r"(\d+) cells by hardware: (\d+) to run, (\d+) cannot be placed",
                                                 out).groups())
@@ -85,8 +96,7 @@ def test_the_dlbench_preset_is_its_yamls_product_less_refusals_and_left_out(tmp_
     assert sum(n for n, _ in reasons) == refused and all(reason.strip() for _, reason in reasons), reasons
     assert (len(nets) * len(frameworks), "gpus=4 but hardware=k20m nodes hold 2; use gpus<=2") in reasons
     table = by_hardware(out)
-    expected = {hardware_label(hw, gpus, threads): per_config for hw, gpus, threads in map(on_config, configs)
-                if (threads or 0) <= 20}
+    expected = {hardware_label(*on_config(c)): per_config for c in configs if not beyond_cpus(c)}
     assert {label: row[0] for label, row in table.items() if label != "all"} == expected
     assert table["all"] == (total, to_run, refused) and table["k20m ×4"] == (per_config, 0, per_config)
     assert table["cpu20, 1 thread"] == table["p100 ×2"] == (per_config, per_config, 0)
@@ -96,3 +106,4 @@ def test_the_dlbench_preset_is_its_yamls_product_less_refusals_and_left_out(tmp_
                      ("alexnet_r", "cifar10", "None", "1024", "None"), ("resnet56", "cifar10", "None", "128", "None"),
                      ("lstm", "synthetic", "ptb", "128", "32"), ("lstm", "synthetic", "ptb", "128", "64")}, cases
     assert {c["framework"] for c in listed} == set(frameworks)
+

@@ -14,6 +14,8 @@ def test_every_network_is_in_one_family_and_the_sequence_ones_count_tokens():
     assert [family_of(m).name for m in ("alexnet_r", "fcn_r", "lstm", "gpt")] == [
         "convolutional", "fully_connected", "recurrent", "transformer"]
     assert family_of("a_sites_own_net") is OTHER
+    # an LSTM added to a table the token networks do not read would fall among the convolutional ones
+    assert {family_of(m).name for m in inputs.MODELS if m.startswith("lstm")} == {"recurrent"}
     assert [f.name for f in inputs.FAMILIES if f.tokens] == ["recurrent", "transformer"]
 
 
