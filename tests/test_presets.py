@@ -107,3 +107,24 @@ def test_the_dlbench_preset_is_its_yamls_product_less_refusals_and_left_out(tmp_
                      ("lstm", "synthetic", "ptb", "128", "32"), ("lstm", "synthetic", "ptb", "128", "64")}, cases
     assert {c["framework"] for c in listed} == set(frameworks)
 
+
+def test_the_elshawi_preset_is_its_yamls_product_less_refusals(tmp_path):
+    """`+preset=elshawi dry_run=true`: its 6 cases × 3 frameworks × cpu20 and p100 ×1, every cell
+    placed or refused under a reason; the listed cells are its data sets with the networks mapped to
+    them and its batches. Needs the data sets cifar100, svhn, imdb, ptb and the networks lstm_imdb,
+    lstm_ptb (issue 37, items 2 and 4)."""
+    lists = preset_lists("elshawi")
+    nets, frameworks, configs = lists["+preset/net"], lists["framework"], lists["+preset/on"]
+    assert (len(nets), len(frameworks), len(configs)) == (6, 3, 2)
+    out = dry_run("elshawi", tmp_path)
+    total, to_run = map(int, re.search(r"(\d+) cells by hardware: (\d+) to run", out).groups())
+    refused = sum(n for n, _ in refusals(out))
+    assert total == len(nets) * len(frameworks) * len(configs) == to_run + refused
+    assert all(reason.strip() for _, reason in refusals(out)) and "left out" not in out
+    assert len(listed_cells(out)) == to_run
+    table = by_hardware(out)
+    assert {label: row[0] for label, row in table.items() if label != "all"} == {
+        hardware_label(*on_config(c)): len(nets) * len(frameworks) for c in configs}
+    cases = {(c["model"], c["dataset"], c["batch_size"]) for c in listed_cells(out)}
+    assert cases == {("lenet", "mnist", "128"), ("alexnet_r", "cifar10", "128"), ("vgg16_cifar", "cifar100", "128"),
+                     ("vgg16_cifar", "svhn", "128"), ("lstm_imdb", "imdb", "64"), ("lstm_ptb", "ptb", "20")}, cases
