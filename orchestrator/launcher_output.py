@@ -110,12 +110,17 @@ def time_limit(hardware: dict) -> tuple[str, str]:
 
 
 def print_by_hardware(cells: list, refused: list[tuple[str, str]], refused_settings: dict[str, dict]) -> None:
-    """The sweep's cells counted by hardware configuration (hardware × gpus): to run, refused."""
+    """The sweep's cells counted by hardware configuration (hardware × gpus, and threads where one
+    hardware × gpus has several, as a preset's CPU thread counts): to run, refused."""
     counts: dict[tuple, list[int]] = {}
-    for settings, column in [(c.settings, 0) for c in cells] + [
-            (refused_settings.get(overrides) or {}, 1) for overrides, _ in refused]:
-        key = hardware_order(settings.get("hardware"), settings.get("gpus"))
-        counts.setdefault(key, [0, 0, hardware_label(settings.get("hardware"), settings.get("gpus"))])[column] += 1
+    placed = [(c.settings, 0) for c in cells] + [(refused_settings.get(o) or {}, 1) for o, _ in refused]
+    threads: dict[tuple, set] = {}
+    for settings, _ in placed:
+        threads.setdefault((settings.get("hardware"), settings.get("gpus")), set()).add(settings.get("threads"))
+    for settings, column in placed:
+        hw = (settings.get("hardware"), settings.get("gpus"))
+        config = (*hw, settings.get("threads") if len(threads[hw]) > 1 else None)
+        counts.setdefault(hardware_order(*config), [0, 0, hardware_label(*config)])[column] += 1
     total = len(cells) + len(refused)
     from rich import box  # lazy: only a dry run draws a table
     from rich.table import Table

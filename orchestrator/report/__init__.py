@@ -15,6 +15,8 @@ compare` reads the same tables, or a CSV in their format, and gives a verdict pe
     compare.py  base against new, per cell: ratio, interval and a verdict on the repeats
     verdict.py  compare's statistics: a moderated t-test on log values, Benjamini-Hochberg over the cells
     labels.py   how a hardware configuration and a cell are named (light: the launcher's dry run reads it)
+    families.py which network family (convolutional, fully connected, recurrent, Transformer) a cell is in:
+                the page's sections (trainers.common.inputs.FAMILIES)
 
 Only this package's modules import pandas and matplotlib, and only the `report` and `compare`
 commands import them, so `orchestrator --help` and the launcher stay quick.

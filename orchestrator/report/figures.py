@@ -31,6 +31,7 @@ from typing import Any, Optional, Sequence
 from orchestrator.report import speedup
 from orchestrator.report.drawing import (LOG_SPAN, NA_COLOUR, STYLE, Written, case_title, colours, key_legend,
                                          log_axis, mark_na, panels, save, spans, styles)
+from orchestrator.report.families import family_of
 from orchestrator.report.labels import DATASETS, MODELS, order_of
 from orchestrator.report.tables import OK, ROW_SETTINGS, Table
 
@@ -63,12 +64,18 @@ def throughput_bars(table: Table, dataset: str, model: str, out: Path) -> Writte
         _bar_column(ax, [table.at(row, column) for row in rows], (j - (len(columns) - 1) / 2) * width, width,
                     min(values) / 2 if log else 0, colour, labelled)
         legend.append((Patch(facecolor=colour), table.column_label(column)))
-    _bar_axes(ax, [_row_label(table, r) for r in rows], log, legend)
+    unit = family_of(model).unit  # a sequence network's samples are sequences
+    _bar_axes(ax, [_row_label(table, r) for r in rows], log, legend, unit)
     ax.set_title(f"{model} on {dataset}: training speed\nmedian of repeats; whiskers: min to max; hatched: noisy; "
                  f"× n/a: no number (the tables say why)", fontsize=9, loc="left")
-    caption = (f"{model} on {dataset}: images/s per framework, one bar per hardware configuration"
+    caption = (f"{model} on {dataset}: {unit} per framework, one bar per hardware configuration"
                + (" (log axis: the values span more than a factor " f"{LOG_SPAN:g})" if log else ""))
-    return save(fig, out, f"throughput_{dataset}_{model}", caption)
+    return save(fig, out, throughput_name(dataset, model), caption)
+
+
+def throughput_name(dataset: str, model: str) -> str:
+    """The file name (and the page's figure id) of one dataset × network's bars."""
+    return f"throughput_{dataset}_{model}"
 
 
 def _bar_column(ax: Any, entries: Sequence[Any], offset: float, width: float, bottom: float, colour: Any,
@@ -100,15 +107,15 @@ def _bar_column(ax: Any, entries: Sequence[Any], offset: float, width: float, bo
                     ha="center", va="bottom", rotation=90, fontsize=7, color=NA_COLOUR)
 
 
-def _bar_axes(ax: Any, labels: list[str], log: bool, legend: list[tuple[Any, str]]) -> None:
-    """A bar chart's axes: each row's label under its bars, images/s (a log axis where the values
-    span more than LOG_SPAN), the hardware configurations' legend beside the bars."""
+def _bar_axes(ax: Any, labels: list[str], log: bool, legend: list[tuple[Any, str]], unit: str) -> None:
+    """A bar chart's axes: each row's label under its bars, the samples/s in `unit` (a log axis where the
+    values span more than LOG_SPAN), the hardware configurations' legend beside the bars."""
     if log:
         log_axis(ax)
     ax.set_xticks(range(len(labels)), labels, rotation=30 if len(labels) > 6 else 0,
                   ha="right" if len(labels) > 6 else "center", fontsize=9 if len(labels) <= 20 else 6)
     ax.set_xlim(-0.6, len(labels) - 0.4)
-    ax.set_ylabel(f"images/s{' (log)' if log else ''}")
+    ax.set_ylabel(f"{unit}{' (log)' if log else ''}")
     ax.legend(*zip(*legend), title="hardware", fontsize=7, title_fontsize=7, loc="upper left",
               bbox_to_anchor=(1.0, 1.0), frameon=False)
     ax.grid(axis="y", alpha=0.3)

@@ -17,14 +17,17 @@ from typing import Any, Optional, Sequence
 from orchestrator import runstate
 from orchestrator.report import query, scaling_table, time_table
 from orchestrator.report.drawing import Written
+from orchestrator.report.families import ORDER, family_of
+from orchestrator.report.figures import throughput_name
 from orchestrator.report.speedup import Series
-from orchestrator.report.tables import NOT_MEASURED, NOT_YET_RUN, OK, Table, grid
+from orchestrator.report.tables import NOT_MEASURED, NOT_YET_RUN, OK, Table, by_family, grid
 
 STYLE = """
 body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; margin: 2em auto; max-width: 1400px;
        padding: 0 1.5em; color: #1d1d1f; }
 h1 { font-size: 1.6em; margin-bottom: 0.2em; } h2 { margin-top: 2em; border-bottom: 1px solid #ddd; }
 h3 { margin: 1.6em 0 0.2em; } .sub { color: #555; margin-top: 0; }
+h3.family { font-size: 1.3em; margin-top: 2em; border-bottom: 1px solid #eee; } h4 { margin: 1.4em 0 0.2em; }
 table { border-collapse: collapse; margin: 0.6em 0; font-size: 13px; }
 th, td { border: 1px solid #d6d6d6; padding: 3px 7px; vertical-align: top; }
 th { background: #f3f4f6; text-align: left; } td.num { text-align: right; white-space: nowrap; }
@@ -74,8 +77,8 @@ def _figure(figure: Written) -> str:
             f'</figcaption></figure>')
 
 
-def table_html(table: Table) -> str:
-    """One metric's table with its notes."""
+def table_html(table: Table, family: str = "") -> str:
+    """One metric's table with its notes (under the heading of its network `family`, if any)."""
     spec = table.spec
     head = "".join(f"<th>{_e(h)}</th>" for h in table.row_headers())
     head += "".join(f"<th>{_e(table.column_label(c))}</th>" for c in table.columns)
@@ -93,7 +96,7 @@ def table_html(table: Table) -> str:
                 cells += f'<td class="na{kind}">n/a<span class="why">{_e(c.reason)}{ref}</span></td>'
         body.append(f"<tr>{cells}</tr>")
     notes_html = ('<ol class="notes">' + "".join(f"<li>{_e(t)}</li>" for t in notes) + "</ol>") if notes else ""
-    return (f'<h3 id="t-{_e(spec.metric.name)}">{_e(spec.title)} ({_e(spec.unit)})</h3>'
+    return (f'<h4 id="t-{_e(family)}-{_e(spec.metric.name)}">{_e(spec.title)} ({_e(spec.unit)})</h4>'
             f'<p class="sub">{_e(spec.metric.description)}. Files: tables/{_e(spec.metric.name)}.csv, '
             f'tables/{_e(spec.metric.name)}.md</p>'
             f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>{notes_html}")
@@ -185,8 +188,8 @@ def render(sweeps: Sequence[query.SweepInfo], span: tuple[Optional[float], Optio
     commands = "".join(f"<tr><td><code>{_e(s.id)}</code></td><td>{_e(_when(s.created_at))}</td>"
                        f"<td>{_e(s.by or 'not recorded')}</td><td><pre>{_e(s.command)}</pre></td></tr>"
                        for s in sweeps)
-    toc = " · ".join(f'<a href="#t-{_e(t.spec.metric.name)}">{_e(t.spec.title)}</a>' for t in tables)
-    figures_html = "".join(_figure(f) for f in figures)
+    toc, tables_html = tables_by_family(tables)
+    figures_html = figures_by_family(figures, tables[0] if tables else None)
     skipped_html = "".join(f"<li>{_e(s)}</li>" for s in skipped)
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
@@ -206,8 +209,8 @@ coefficient of variation exceeds {noisy_cv * 100:g}%. A cell without a number sa
 {f'<h3>Not drawn</h3><ul class="not-drawn">{skipped_html}</ul>' if skipped_html else ""}
 {nodes_html(nodes)}
 <h2>Tables</h2>
-<p>{toc}</p>
-{"".join(table_html(t) for t in tables)}
+{toc}
+{tables_html}
 {times_html(times) if times else ""}
 <h2>Provenance</h2>
 <p class="sub">Over the runs that ran (the latest attempt of each repeat).</p>
@@ -215,3 +218,35 @@ coefficient of variation exceeds {noisy_cv * 100:g}%. A cell without a number sa
 <script>{SCRIPT}</script>
 </body></html>
 """
+
+
+def tables_by_family(tables: Sequence[Table]) -> tuple[str, str]:
+    """(contents, sections): each network family's tables (tables.by_family) under its heading, in
+    families.ORDER, and a line of links per family."""
+    toc, body = [], []
+    for family, mine in by_family(tables):
+        links = " · ".join(f'<a href="#t-{_e(family.name)}-{_e(t.spec.metric.name)}">{_e(t.spec.title)}</a>'
+                           for t in mine)
+        toc.append(f'<li><a href="#tables-{_e(family.name)}">{_e(family.title)}</a>: {links}</li>')
+        body.append(f'<h3 class="family" id="tables-{_e(family.name)}">{_e(family.title)}</h3>'
+                    + "".join(table_html(t, family.name) for t in mine))
+    return f'<ul class="toc">{"".join(toc)}</ul>', "".join(body)
+
+
+def figures_by_family(figures: Sequence[Written], speed: Optional[Table]) -> str:
+    """The figures under their network family's heading (families.ORDER): a dataset × network's own
+    under its network's family, those across networks (scaling, threads, energy) after them."""
+    if not figures:
+        return "<p>No figure: nothing was measured.</p>"
+    cases = {(str(e.settings.get("dataset")), e.settings.get("model")) for e in speed.entries} if speed else set()
+    family = {throughput_name(dataset, str(model)): family_of(model) for dataset, model in cases}
+    groups: dict[Any, list[Written]] = {}
+    for figure in figures:
+        groups.setdefault(family.get(figure.name), []).append(figure)
+    html = []
+    for group in (*ORDER, None):
+        if group in groups:
+            name, title = (group.name, group.title) if group else ("across", "Across networks")
+            html.append(f'<h3 class="family" id="figures-{_e(name)}">{_e(title)}</h3>'
+                        + "".join(_figure(f) for f in groups[group]))
+    return "".join(html)

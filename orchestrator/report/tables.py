@@ -14,7 +14,7 @@ Its files (`<metric>.csv`, `<metric>.md`) and a CSV read back for `compare`: tab
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Optional, Sequence
 
 from orchestrator import runstate
@@ -23,6 +23,7 @@ from orchestrator.setting_registry import NAMES as SETTINGS
 from orchestrator.metric_registry import BY_NAME, MetricDef
 from orchestrator.job import latency
 from orchestrator.report import query
+from orchestrator.report.families import ORDER, TOKENS, Family, family_of
 from orchestrator.report.labels import DATASETS, MODELS, hardware_label, hardware_order, order_of
 from trainers.common import failure_classes
 
@@ -32,10 +33,12 @@ PARAMS = MetricDef("params", "parameters", None, "trainable parameters, as the t
 
 @dataclass(frozen=True)
 class Spec:
-    """One table: the metric it shows and its title."""
+    """One table: the metric it shows and its title; `families`: the network families it is for
+    (families.py; None: every one), so that a metric only some networks have (tokens/s) is no column of n/a."""
 
     metric: MetricDef
     title: str
+    families: Optional[tuple[str, ...]] = None
 
     @property
     def unit(self) -> str:
@@ -45,6 +48,7 @@ class Spec:
 #: The report's tables, in the order they are shown.
 SPECS = (
     Spec(BY_NAME["images_per_sec"], "Training speed"),
+    Spec(BY_NAME["tokens_per_sec"], "Training speed in tokens", TOKENS),
     Spec(BY_NAME["mfu"], "Model FLOPs utilisation (of the hardware's declared peak)"),
     Spec(BY_NAME["latency_p50_s"], "Inference: median batch latency"),
     Spec(BY_NAME["latency_p99_s"], "Inference: 99th percentile batch latency (n/a below 100 batches)"),
@@ -220,6 +224,8 @@ def from_db(session: Any, sweep_ids: Sequence[str], noisy_cv: float,
     for spec in specs:
         entries = []
         for cell, settings in cells.items():
+            if not _shows(spec, settings):
+                continue
             found = stats.get((cell, spec.metric.name))
             if found is not None:
                 noisy = None if found.cv is None else found.cv > noisy_cv
@@ -231,9 +237,33 @@ def from_db(session: Any, sweep_ids: Sequence[str], noisy_cv: float,
             else:
                 status, reason, detail = _no_number(spec.metric, settings, attempts.get(cell, []))
                 entries.append(Entry(settings, status, reason, detail, cell=cell))
-        entries += [Entry(settings, REFUSED, "refused", reason) for settings, reason in refused]
+        entries += [Entry(settings, REFUSED, "refused", reason) for settings, reason in refused if _shows(spec, settings)]
         tables.append(Table(spec, _one_per_position(entries), noisy_cv))
     return tables
+
+
+def _shows(spec: Spec, settings: dict[str, Any]) -> bool:
+    """Whether the table of `spec` has a place for this cell: its network's family is one it is for."""
+    return spec.families is None or family_of(settings.get("model")).name in spec.families
+
+
+def by_family(tables: Sequence[Table]) -> list[tuple[Family, list[Table]]]:
+    """The tables split by network family (families.ORDER): each family present with its own tables
+    of its cells only, a table without a cell of the family left out; where the family's samples are
+    sequences, its speed table says so (seq/s), beside its tokens/s."""
+    present = {family_of(e.settings.get("model")) for t in tables for e in t.entries}
+    split = []
+    for family in (f for f in ORDER if f in present):
+        mine = []
+        for table in tables:
+            entries = [e for e in table.entries if family_of(e.settings.get("model")) == family]
+            if entries:
+                spec = table.spec
+                if spec.metric.name == "images_per_sec" and spec.metric.unit != family.unit:
+                    spec = replace(spec, metric=replace(spec.metric, unit=family.unit))
+                mine.append(Table(spec, entries, table.noisy_cv))
+        split.append((family, mine))
+    return split
 
 
 def _one_per_position(entries: list[Entry]) -> list[Entry]:

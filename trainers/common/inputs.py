@@ -78,6 +78,22 @@ CIFAR_NETWORKS = ("resnet56", "alexnet_r", "vgg16_cifar", "googlenet_cifar")
 
 MODELS = tuple(MODEL_INPUT_SIZE)
 
+#: A family of networks: its networks, and what one of its samples is (images_per_sec counts
+#: `unit`'s samples: a sequence network's are sequences), and whether it also counts tokens/s.
+Family = collections.namedtuple("Family", "name title networks unit tokens")
+#: The network families, in the order a report shows them (orchestrator/report groups its tables
+#: and figures by them), each network's read from the table that builds it: the fully connected
+#: stacks (architectures.FULLY_CONNECTED), the token networks (token_nets: an LSTM's, the
+#: Transformers'), and the convolutional image networks, every other network here.
+FAMILIES = (
+    Family("convolutional", "Convolutional image networks",
+           tuple(m for m in MODELS if m not in FULLY_CONNECTED and m not in TOKEN_NETWORKS), "img/s", False),
+    Family("fully_connected", "Fully connected networks", tuple(sorted(FULLY_CONNECTED)), "img/s", False),
+    Family("recurrent", "Recurrent networks", tuple(m for m in TOKEN_NETWORKS if m not in TRANSFORMER), "seq/s",
+           True),
+    Family("transformer", "Transformers", tuple(sorted(TRANSFORMER)), "seq/s", True),
+)
+
 
 def input_shape(model, like, seq_len=None):
     """The [C, H, W] a model receives when trained on (a dataset shaped like) `like`, or a
