@@ -139,7 +139,8 @@ POINT_FIGURES = ("images_per_sec", "latency_p50_s", "latency_p99_s", "first_batc
 @dataclass(frozen=True)
 class Point:
     """One batch size of an inference cell: a fixed cell's own batch, or one of a batch_size=auto run's
-    points (`searched`); each figure the median over the cell's measured repeats (n of them)."""
+    points (`searched`); each figure the median over the cell's measured repeats (n of them), but
+    below_rule the largest: a point is below the rule where any of its repeats was."""
 
     cell: str
     settings: dict[str, Any]
@@ -158,14 +159,16 @@ def inference_points(session: Session, sweep_ids: Sequence[str]) -> list[Point]:
     got = stats(session, sweep_ids, [BY_NAME[m] for m in POINT_FIGURES])
     for cell, s in settings.items():
         if s.get("batch_search") != "auto" and (cell, "images_per_sec") in got:
-            values = {m: got[cell, m].median for m in POINT_FIGURES if (cell, m) in got}
+            values = {m: got[cell, m].hi if m == "below_rule" else got[cell, m].median
+                      for m in POINT_FIGURES if (cell, m) in got}
             out.append(Point(cell, s, int(s["batch_size"]), False, got[cell, "images_per_sec"].n, values))
     runs: dict[str, dict[str, list[float]]] = {}
     for cell, name, value in cell_stats.named_values(session, sweep_ids, batch_curve.PREFIX):
         runs.setdefault(cell, {}).setdefault(name, []).append(value)
     for cell, named in runs.items():
         if cell in settings:
-            for point in batch_curve.curve({name: median(vs) for name, vs in named.items()}):
+            for point in batch_curve.curve({name: max(vs) if name.endswith(".below_rule") else median(vs)
+                                            for name, vs in named.items()}):
                 n = len(named.get(f"{batch_curve.PREFIX}{int(point['batch']):05d}.images_per_sec", ()))
                 out.append(Point(cell, settings[cell], int(point.pop("batch")), True, n, point))
     return out
