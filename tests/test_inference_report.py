@@ -113,6 +113,7 @@ def test_every_batch_size_is_a_row_and_a_point_of_the_latency_throughput_figure(
     assert svg in report.figures and all(f">b{b}<" in svg.read_text() for b in (1, 2, 4, 8))
     page = report.index.read_text()
     assert "Inference by batch size" in page and '<td class="num">0.05</td>' in page  # GPU J/sample, torch b1
+    assert '<td class="num">3,000</td>' in page  # torch b8's samples/s, with its thousands marked
 
 
 @pytest.mark.slow

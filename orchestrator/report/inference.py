@@ -100,7 +100,9 @@ def rows(points: Sequence[Point]) -> list[tuple[str, str, str, int, str, Point]]
 
 def _shown(p: Point, metric: str, scale: float) -> str:
     value = p.values.get(metric)
-    return "n/a" if value is None else f"{value * scale:.4g}"
+    if value is None:
+        return "n/a"
+    return f"{value * scale:,.0f}" if abs(value * scale) >= 1000 else f"{value * scale:.4g}"
 
 
 def _rule(p: Point) -> str:
