@@ -103,7 +103,7 @@ def test_every_batch_size_is_a_row_and_a_point_of_the_latency_throughput_figure(
     with (tmp_path / "report" / "tables" / "inference_by_batch.csv").open() as f:
         table = list(csv.DictReader(f))
     assert [(r["series"], r["batch_size"], r["from"]) for r in table] == [
-        ("jax", "1", "auto search"), ("jax", "2", "auto search"), ("jax", "4", "auto search"),
+        ("jax auto", "1", "auto search"), ("jax auto", "2", "auto search"), ("jax auto", "4", "auto search"),
         ("mxnet", "1", "cell"), ("torch", "1", "cell"), ("torch", "8", "cell")]
     assert float(table[4]["energy_per_image_j"]) == 0.05 and table[5]["energy_per_image_j"] == "0.00625"
     assert table[0]["latency_p99_s"] == "" and table[0]["rule"] == "below" and table[4]["rule"] == "met"

@@ -35,14 +35,15 @@ def _case(p: Point) -> tuple[str, str]:
 
 
 def _series(points: Sequence[Point]) -> dict[tuple[str, str], dict[str, list[Point]]]:
-    """case -> series label -> its points by batch (a label: the framework, and what else differs)."""
+    """case -> series label -> its points by batch. A label is the framework, what else differs among
+    all the points (so that one series has one label, and one colour, in every panel) and `auto` for a
+    batch_size=auto run's points (a line of their own beside the fixed cells')."""
+    differ = [k for k in SERIES if len({str(p.settings.get(k)) for p in points}) > 1]
     out: dict[tuple[str, str], dict[str, list[Point]]] = {}
-    for case in sorted({_case(p) for p in points}):
-        mine = [p for p in points if _case(p) == case]
-        differ = [k for k in SERIES if len({str(p.settings.get(k)) for p in mine}) > 1]
-        for p in mine:
-            label = " ".join([str(p.settings.get("framework"))] + [f"{k}={p.settings.get(k)}" for k in differ])
-            out.setdefault(case, {}).setdefault(label, []).append(p)
+    for p in sorted(points, key=_case):
+        label = " ".join([str(p.settings.get("framework"))] + [f"{k}={p.settings.get(k)}" for k in differ]
+                         + (["auto"] if p.searched else []))
+        out.setdefault(_case(p), {}).setdefault(label, []).append(p)
     return {case: {label: sorted(series[label], key=lambda p: p.batch) for label in sorted(series)}
             for case, series in out.items()}
 
