@@ -11,7 +11,12 @@ median ratio, its min–max over the pairs and the number of pairs. Not a test: 
 into docs/measurement.md ("Trainer ÷ minimal loop").
 
     .venv/bin/python benchmarks/trainer_overhead.py [--frameworks torch,numpy] [--models lenet]
-        [--pairs 3] [--threads 2] [--json out.json]
+        [--pairs 3] [--threads 2] [--phase inference] [--json out.json]
+
+`--phase inference` compares the inference trainer (`--phase inference`: `iterations` timed batches,
+min_seconds 0, after its first batch and `warmup`) with the loop's `--forward-only` (the same batches
+after `warmup` + 1 untimed: the trainer's first batch is timed apart, not measured); JAX has a
+forward-only minimal loop alone, so it is compared in inference only.
 
 Defaults per model (CPU): LeNet MNIST-shaped batch 64, 200 steps after 20 warm-up; ResNet-50
 ImageNet-shaped batch 4, 10 steps after 3 warm-up; the LSTM batch 32 at seq_len 32, 50 after 5; a
@@ -38,7 +43,9 @@ from orchestrator.job.metrics import measured_steps, throughput  # noqa: E402
 from orchestrator.envs.venv_runtime import REPO, VenvRuntime  # noqa: E402
 from trainers.common.support import declared  # noqa: E402
 
-FRAMEWORKS = ("torch", "tensorflow", "mxnet", "caffe", "cntk", "numpy")
+FRAMEWORKS = ("torch", "tensorflow", "mxnet", "caffe", "cntk", "numpy", "jax")
+#: the frameworks whose minimal loop times inference only
+FORWARD_ONLY_LOOPS = ("jax",)
 MODELS = {  # model: (like, batch, iterations, warmup)
     "lenet": ("mnist", 64, 200, 20),
     "resnet50": ("imagenet", 4, 10, 3),
@@ -58,7 +65,9 @@ def settings_for(model: str, args: argparse.Namespace) -> dict:
             "batch_size": args.batch_size or batch, "scaling": "strong",
             "iterations": args.iterations or iterations,
             "warmup": warmup if args.warmup is None else args.warmup, "gpus": 0,
-            "threads": args.threads, "precision": "fp32", "seed": 0, **SHAPES.get(model, {})}
+            "threads": args.threads, "precision": "fp32", "seed": 0, **SHAPES.get(model, {}),
+            **({"phase": "inference", "min_batches": args.iterations or iterations, "min_seconds": 0.0}
+               if args.phase == "inference" else {})}
 
 
 def run_trainer(framework: str, settings: dict, workdir: Path) -> tuple[float, list[float]]:
@@ -83,8 +92,9 @@ def run_minimal(framework: str, settings: dict, workdir: Path) -> tuple[float, l
     argv = [str(runtime.python), "-m", f"benchmarks.minimal.{framework}_loop",
             "--model", settings["model"], "--like", settings["like"],
             "--batch-size", str(settings["batch_size"]), "--iterations", str(settings["iterations"]),
-            "--warmup", str(settings["warmup"]), "--threads", str(settings["threads"]),
-            "--seed", str(settings["seed"])]
+            "--warmup", str(settings["warmup"] + (settings.get("phase") == "inference")),
+            "--threads", str(settings["threads"]), "--seed", str(settings["seed"])]
+    argv += ["--forward-only"] if settings.get("phase") == "inference" else []
     argv += [a for name in ("seq_len", "layers", "width", "heads") if settings.get(name) is not None
              for a in ("--" + name.replace("_", "-"), str(settings[name]))]
     log = workdir / "minimal.log"
@@ -152,11 +162,15 @@ def main() -> int:
     ap.add_argument("--batch-size", type=int)
     ap.add_argument("--iterations", type=int)
     ap.add_argument("--warmup", type=int)
+    ap.add_argument("--phase", choices=("train", "inference"), default="train")
     ap.add_argument("--json", type=Path, help="also write every run's figures here")
     args = ap.parse_args()
     cells = []
     for framework in args.frameworks.split(","):
         runtime = VenvRuntime.for_framework(framework)
+        if framework in FORWARD_ONLY_LOOPS and args.phase != "inference":
+            print(f"  {framework}: its minimal loop is forward-only; compared with --phase inference")
+            continue
         if not runtime.is_ready():
             print(f"  {framework}: no environment at {runtime.env_dir} (scripts/frameworks.sh builds it); skipped")
             continue
@@ -169,7 +183,7 @@ def main() -> int:
             for cell in cells:
                 cell.run_pair(Path(tmp))
     results = [cell.summary() for cell in cells]
-    print(f"\ntrainer ÷ minimal loop, images/s, CPU, {args.threads} threads "
+    print(f"\n{args.phase} trainer ÷ minimal loop, images/s, CPU, {args.threads} threads "
           f"({time.monotonic() - started:.0f} s)")
     print(f"{'framework':10s} {'model':9s} {'batch':>5s} {'steps':>9s} {'median':>7s} {'min–max':>13s} "
           f"{'pairs':>5s} {'trainer':>9s} {'minimal':>9s} {'step ratio':>10s}")

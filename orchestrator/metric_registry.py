@@ -117,6 +117,8 @@ METRICS = (
     MetricDef("latency_mean_s", "s", False, "inference: mean batch latency"),
     MetricDef("latency_p50_s", "s", False, "inference: median batch latency (LoadGen's rank rule)", "latency_p50_s"),
     MetricDef("latency_p90_s", "s", False, "inference: 90th percentile batch latency"),
+    MetricDef("latency_p95_s", "s", False, "inference: 95th percentile batch latency (from 20 batches)"),
+    MetricDef("latency_p97_s", "s", False, "inference: 97th percentile batch latency (from 34 batches)"),
     MetricDef("latency_p99_s", "s", False, "inference: 99th percentile batch latency (from 100 batches)",
        "latency_p99_s"),
     MetricDef("latency_p999_s", "s", False, "inference: 99.9th percentile batch latency (from 1,000 batches)",

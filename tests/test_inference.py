@@ -40,9 +40,11 @@ def test_jitter_is_1_4826_mad_and_ignores_a_few_slow_batches():
 
 @pytest.mark.parametrize("n, stated", [
     (9, {"latency_p50_s"}),
-    (99, {"latency_p50_s", "latency_p90_s"}),
-    (100, {"latency_p50_s", "latency_p90_s", "latency_p99_s"}),
-    (999, {"latency_p50_s", "latency_p90_s", "latency_p99_s"}),
+    (19, {"latency_p50_s", "latency_p90_s"}),
+    (33, {"latency_p50_s", "latency_p90_s", "latency_p95_s"}),
+    (99, {"latency_p50_s", "latency_p90_s", "latency_p95_s", "latency_p97_s"}),
+    (100, {"latency_p50_s", "latency_p90_s", "latency_p95_s", "latency_p97_s", "latency_p99_s"}),
+    (999, {"latency_p50_s", "latency_p90_s", "latency_p95_s", "latency_p97_s", "latency_p99_s"}),
     (1000, set(latency.PERCENTILES)),
 ])
 def test_a_percentile_is_stated_only_from_the_count_that_supports_it(n, stated):
@@ -224,3 +226,44 @@ def test_expansion_refuses_what_inference_cannot_be_and_resolves_what_it_can(mon
     assert cell().settings["phase"] == "train"
     with pytest.raises(CellError, match=r"torch does not support --phase inference; .*\(no TEST net\)"):
         cell("phase=inference")
+
+
+# ------------------------------------------------------------------ +preset=mlperf_like
+
+def test_the_mlperf_like_preset_sets_loadgens_minimums_and_they_reach_the_trainer(framework_run):
+    """+preset=mlperf_like is inference at 600 s and 1,000 batches (conf/preset/mlperf_like.yaml cites
+    LoadGen's files), passed to the trainer as its rule; with both lowered by override (a test cannot
+    run 600 s) the torch trainer times until the lowered rule, and LoadGen's p95 and p97 are stated."""
+    from helpers import composed
+    from orchestrator import setting_registry
+    from orchestrator.sweep.cell import Cell
+
+    def flags(*overrides):
+        cell = Cell.from_plain(composed(["+preset=mlperf_like", "framework=torch", "model=lenet",
+                                         "dataset=synthetic", *overrides]))
+        told = setting_registry.trainer_flags(cell.settings)
+        return cell.settings, {k: told[told.index(k) + 1] for k in ("--phase", "--min-batches", "--min-seconds")}
+
+    settings, told = flags()
+    assert (settings["phase"], settings["min_batches"], settings["min_seconds"]) == ("inference", 1000, 600.0)
+    assert told == {"--phase": "inference", "--min-batches": "1000", "--min-seconds": "600.0"}
+    _, told = flags("min_batches=40", "min_seconds=0.05")
+    assert told["--min-batches"] == "40"
+    more = ["--min-batches", told["--min-batches"], "--min-seconds", told["--min-seconds"]]
+    events = _run(framework_run, "torch", *more)
+    assert events[0]["min_batches"] == 40 and len(metrics.measured_steps(events)) >= 40
+    got = metrics.compute(events)
+    assert got["latency_p50_s"] <= got["latency_p95_s"] <= got["latency_p97_s"] and "latency_p99_s" not in got
+
+
+def test_a_run_is_held_to_the_rule_it_asked_for_when_that_is_more_than_the_default():
+    """100 batches over 12.5 s meet the default rule; the same run asking for the preset's 1,000 batches
+    and 600 s (run_start) is below its rule; asking for less than the default never lowers it."""
+    def asked(**rule):
+        events = _events([0.125] * 100)
+        events[0].update(rule)
+        return metrics.compute(events)
+
+    assert asked()["below_rule"] == 0 and asked(min_batches=8, min_seconds=0.05)["below_rule"] == 0
+    held = asked(min_batches=1000, min_seconds=600.0)
+    assert held["below_rule"] == 1 and "the rule is at least 1000 batches and 600 s" in held.reason

@@ -1,7 +1,9 @@
 """What every minimal loop shares: its command line, its input batches and its report.
 
 A minimal loop (`benchmarks/minimal/<framework>_loop.py`) is the training loop a user of the
-framework would write by hand to time it: the trainer's own model (trainers/<fw>/models.py),
+framework would write by hand to time it (with `--forward-only`, the inference loop: the network in
+evaluation form, no gradients, each batch's outputs read back to the host, as the inference trainer
+reads them; JAX's loop is forward-only alone): the trainer's own model (trainers/<fw>/models.py),
 the recipe's optimizer and constants (trainers/common/recipe.py), the same input batches
 already turned into the framework's tensors, the same thread count, a clock started before
 and stopped after each step, the device synchronised by reading the loss back (and waiting
@@ -36,6 +38,8 @@ def parse(framework, argv=None):
     parser.add_argument("--warmup", type=int, default=10)
     parser.add_argument("--threads", type=int, required=True)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--forward-only", action="store_true",
+                        help="time forward passes in evaluation form (the inference trainer's work)")
     for flag in ("--seq-len", "--layers", "--width", "--heads"):  # a sequence network's, as the trainer's
         parser.add_argument(flag, type=int)
     args = parser.parse_args(argv)
@@ -61,7 +65,7 @@ def report(args, times, loss):
     measured = times[args.warmup:]
     record = {"framework": args.framework, "model": args.model, "batch_size": args.batch_size,
               "threads": args.threads, "warmup": args.warmup, "iterations": args.iterations,
-              "dt": times, "loss": float(loss),
+              "forward_only": args.forward_only, "dt": times, "loss": float(loss),
               "images_per_sec": args.batch_size * len(measured) / sum(measured)}
     sys.stdout.flush()
     os.write(1, (json.dumps(record) + "\n").encode())

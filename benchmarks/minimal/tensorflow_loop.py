@@ -15,6 +15,8 @@ def main():
     tf.config.threading.set_inter_op_parallelism_threads(args.threads)
     keras.utils.set_random_seed(args.seed)
     model = build(args.model, args.input_shape, args.classes)
+    if args.forward_only:
+        return infer(args, model)
     optimizer = keras.optimizers.SGD(learning_rate=LEARNING_RATE, momentum=MOMENTUM)
 
     @tf.function
@@ -36,6 +38,19 @@ def main():
         value = float(train_step(images, labels))
         times.append(time.perf_counter() - start)
     common.report(args, times, value)
+
+
+
+def infer(args, model):
+    """The forward-only loop: model(x, training=False) in a tf.function, the outputs to numpy."""
+    forward = tf.function(lambda x: model(x, training=False))
+    batches = [tf.constant(x.transpose(0, 2, 3, 1)) for x, _ in common.host_batches(args)]
+    times = []
+    for i in range(args.steps):
+        start = time.perf_counter()
+        out = forward(batches[i % len(batches)]).numpy()
+        times.append(time.perf_counter() - start)
+    common.report(args, times, out.mean())
 
 
 if __name__ == "__main__":

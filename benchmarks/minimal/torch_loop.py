@@ -13,6 +13,8 @@ def main():
     args = common.parse("torch")
     torch.manual_seed(args.seed)
     torch.set_num_threads(args.threads)
+    if args.forward_only:
+        return infer(args)
     model = build(args.model, args.input_shape, args.classes, args.network).train()
     optimizer = torch.optim.SGD(model.parameters(), lr=LEARNING_RATE, momentum=MOMENTUM,
                                 weight_decay=WEIGHT_DECAY)
@@ -29,6 +31,20 @@ def main():
         value = loss.item()
         times.append(time.perf_counter() - start)
     common.report(args, times, value)
+
+
+
+def infer(args):
+    """The forward-only loop: the network in eval form under inference_mode, the outputs to numpy."""
+    model = build(args.model, args.input_shape, args.classes, args.network).eval()
+    batches = [torch.from_numpy(x) for x, _ in common.host_batches(args)]
+    times = []
+    with torch.inference_mode():
+        for i in range(args.steps):
+            start = time.perf_counter()
+            out = model(batches[i % len(batches)]).numpy()
+            times.append(time.perf_counter() - start)
+    common.report(args, times, out.mean())
 
 
 if __name__ == "__main__":

@@ -8,8 +8,9 @@ other stage's code) and the run keeps them all as ONE run:
       naming that batch, `auto_points` the points measured and `auto_oom_batch` the batch the device
       could not hold (absent where throughput stopped the search);
     - every point's figures as `auto.b<batch, 5 digits>.<metric>` (images_per_sec, latency_p50_s,
-      latency_p90_s, latency_p99_s, latency_batches, first_batch_s, below_rule), which the report's
-      latency-throughput curve reads (`points`).
+      latency_p90_s, latency_p99_s, latency_batches, first_batch_s, below_rule and, where measured, the GPU
+      and CPU energy per sample), which the report's latency-throughput figure and per-batch table read
+      (report/query.inference_points).
 Why one run and not one row per point: the run is one measurement of one cell (one job, one start,
 one failure class, one repeat); as several runs its points would count as repeats of the cell in the
 summary's statistics and in `latest`, and a point is no cell a sweep could ask for by itself.
@@ -22,7 +23,7 @@ from typing import Any, Callable, Iterable
 PREFIX = "auto.b"
 #: The figures kept for each point.
 POINT_METRICS = ("images_per_sec", "latency_p50_s", "latency_p90_s", "latency_p99_s", "latency_batches",
-                 "first_batch_s", "below_rule")
+                 "first_batch_s", "below_rule", "energy_per_image_j", "cpu_energy_per_image_j")
 _NAME = re.compile(r"^auto\.b(\d{5})\.(\w+)$")
 
 

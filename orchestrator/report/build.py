@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from orchestrator.store import run_history
-from orchestrator.report import figures, page, query, scaling_table, speedup, table_files, tables, time_table
+from orchestrator.report import (figures, inference, page, query, scaling_table, speedup, table_files, tables,
+                                 time_table)
 
 
 @dataclass
@@ -46,6 +47,7 @@ def write_report(session: Any, sweep_ids: Sequence[str], out: Path, noisy_cv: fl
     cores = run_history.cores(session, sweep_ids)
     about = (query.sweeps(session, sweep_ids), run_history.span(session, sweep_ids))
     provenance = run_history.provenance(session, sweep_ids)
+    points = query.inference_points(session, sweep_ids)
     session.commit()  # read: nothing below touches the database
     (out / "tables").mkdir(parents=True, exist_ok=True)
     for table in all_tables:
@@ -59,8 +61,14 @@ def write_report(session: Any, sweep_ids: Sequence[str], out: Path, noisy_cv: fl
     times = time_table.rows(speed, job_times, configs)
     report.tables += time_table.write(times, out / "tables")
     drawn, report.skipped = figures.write_all(speed, by_name["energy_per_image_j"], cores, nodes, out / "figures")
+    if points:  # the latency-throughput figure and the per-batch table, where an inference cell was measured
+        curve = figures.draw_one(inference.latency_throughput, points, out / "figures")
+        drawn, report.skipped = (drawn + [curve], report.skipped) if not isinstance(curve, str) else (
+            drawn, report.skipped + [curve])
+        report.tables.append(inference.write_csv(points, out / "tables" / "inference_by_batch.csv"))
     report.figures = [p for f in drawn for p in (f.svg, f.png)]
     report.cells = len(by_name["images_per_sec"].entries)
-    html = page.render(*about, all_tables, drawn, report.skipped, provenance, noisy_cv, nodes, times)
+    html = page.render(*about, all_tables, drawn, report.skipped, provenance, noisy_cv, nodes, times,
+                       inference.table_html(points))
     report.index.write_text(html, encoding="utf-8")
     return report

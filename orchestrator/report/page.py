@@ -181,9 +181,10 @@ def _shown_value(title: str, value: Any) -> str:
 def render(sweeps: Sequence[query.SweepInfo], span: tuple[Optional[float], Optional[float]],
            tables: Sequence[Table], figures: Sequence[Written], skipped: Sequence[str],
            prov: dict[str, list[tuple[tuple[Any, ...], int]]], noisy_cv: float,
-           nodes: Optional[Sequence[Series]] = None, times: Sequence[time_table.Row] = ()) -> str:
+           nodes: Optional[Sequence[Series]] = None, times: Sequence[time_table.Row] = (), inference: str = "") -> str:
     """The whole page; `nodes`: the node scaling series, None where no sweep asked for nodes;
-    `times`: each cell's time limit and the time used (time_table)."""
+    `times`: each cell's time limit and the time used (time_table); `inference`: the per-batch table's
+    HTML (report/inference.py), empty where no inference cell was measured."""
     title = "Benchmark report: " + (sweeps[0].id if len(sweeps) == 1 else f"{len(sweeps)} sweeps")
     commands = "".join(f"<tr><td><code>{_e(s.id)}</code></td><td>{_e(_when(s.created_at))}</td>"
                        f"<td>{_e(s.by or 'not recorded')}</td><td><pre>{_e(s.command)}</pre></td></tr>"
@@ -208,6 +209,7 @@ coefficient of variation exceeds {noisy_cv * 100:g}%. A cell without a number sa
 {figures_html or "<p>No figure: nothing was measured.</p>"}
 {f'<h3>Not drawn</h3><ul class="not-drawn">{skipped_html}</ul>' if skipped_html else ""}
 {nodes_html(nodes)}
+{inference}
 <h2>Tables</h2>
 {toc}
 {tables_html}

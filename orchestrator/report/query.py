@@ -9,14 +9,16 @@ from __future__ import annotations
 
 import shlex
 from dataclasses import dataclass
+from statistics import median
 from typing import Any, Iterable, Optional, Sequence
 
 from sqlalchemy.orm import Session
 
+from orchestrator.job import batch_curve
 from orchestrator.store import cell_stats, queries
 from orchestrator.store import run_history
 from orchestrator.setting_registry import HEADLINE, NAMES as SETTINGS, filled
-from orchestrator.metric_registry import MetricDef
+from orchestrator.metric_registry import BY_NAME, MetricDef
 from orchestrator.store.sql_adapters import Rows
 
 
@@ -126,4 +128,47 @@ def job_times(session: Session, sweep_ids: Sequence[str]) -> dict[str, list[JobT
     for j in queries.named_jobs(Rows.of(session), sweep_ids):
         out.setdefault(j.cell_id, []).append(
             JobTime(j.sweep_id, j.attempt, j.runs, j.ended_at - j.started_at if j.ended == j.runs else None))
+    return out
+
+
+#: An inference point's figures: the latency-throughput figure's and the per-batch table's.
+POINT_FIGURES = ("images_per_sec", "latency_p50_s", "latency_p99_s", "first_batch_s", "energy_per_image_j",
+                 "cpu_energy_per_image_j", "below_rule")
+
+
+@dataclass(frozen=True)
+class Point:
+    """One batch size of an inference cell: a fixed cell's own batch, or one of a batch_size=auto run's
+    points (`searched`); each figure the median over the cell's measured repeats (n of them), but
+    below_rule the largest: a point is below the rule where any of its repeats was."""
+
+    cell: str
+    settings: dict[str, Any]
+    batch: int
+    searched: bool
+    n: int
+    values: dict[str, float]
+
+
+def inference_points(session: Session, sweep_ids: Sequence[str]) -> list[Point]:
+    """Every measured batch size of the sweeps' inference cells: a fixed cell's figures
+    (metric_stats), and each point of a batch_size=auto run (batch_curve's `auto.b<batch>.<metric>`
+    rows, whose run's own figures are its fastest point's and would count it twice)."""
+    settings = {c: s for c, s in cells(session, sweep_ids).items() if s.get("phase") == "inference"}
+    out = []
+    got = stats(session, sweep_ids, [BY_NAME[m] for m in POINT_FIGURES])
+    for cell, s in settings.items():
+        if s.get("batch_search") != "auto" and (cell, "images_per_sec") in got:
+            values = {m: got[cell, m].hi if m == "below_rule" else got[cell, m].median
+                      for m in POINT_FIGURES if (cell, m) in got}
+            out.append(Point(cell, s, int(s["batch_size"]), False, got[cell, "images_per_sec"].n, values))
+    runs: dict[str, dict[str, list[float]]] = {}
+    for cell, name, value in cell_stats.named_values(session, sweep_ids, batch_curve.PREFIX):
+        runs.setdefault(cell, {}).setdefault(name, []).append(value)
+    for cell, named in runs.items():
+        if cell in settings:
+            for point in batch_curve.curve({name: max(vs) if name.endswith(".below_rule") else median(vs)
+                                            for name, vs in named.items()}):
+                n = len(named.get(f"{batch_curve.PREFIX}{int(point['batch']):05d}.images_per_sec", ()))
+                out.append(Point(cell, settings[cell], int(point.pop("batch")), True, n, point))
     return out

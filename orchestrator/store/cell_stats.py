@@ -324,6 +324,15 @@ def _metric_values(sweep_ids: Sequence[str], metrics: Sequence[metric_registry.M
     return (union_all(*parts) if len(parts) > 1 else parts[0]).subquery("v")
 
 
+def named_values(session: Session, sweep_ids: Sequence[str], prefix: str) -> Any:
+    """Rows of `cell`, `name`, `value` of the metrics whose names begin with `prefix` (batch_size=auto's
+    points, `auto.b<batch>.<metric>`), over the latest attempts that are done, as stored."""
+    latest = latest_runs()
+    return session.execute(select(latest.c.cell_id, Metric.name, Metric.value).join(Metric, Metric.run_id == latest.c.id)
+                           .where(latest.c.state == runstate.DONE, latest.c.cell_id.in_(named_cells(sweep_ids)),
+                                  Metric.name.startswith(prefix, autoescape=True)))
+
+
 def attempt_counts(session: Session, sweep_ids: Sequence[str]) -> Any:
     """Rows of cell id, state, error class, how many of its repeats' latest attempts are in them
     and one error message."""
