@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from orchestrator.store import run_history
-from orchestrator.report import (figures, inference, page, query, scaling_table, speedup, table_files, tables,
+from orchestrator.report import (drawing, figures, inference, page, query, scaling_table, speedup, table_files, tables,
                                  time_table)
 
 
@@ -62,7 +62,7 @@ def write_report(session: Any, sweep_ids: Sequence[str], out: Path, noisy_cv: fl
     report.tables += time_table.write(times, out / "tables")
     drawn, report.skipped = figures.write_all(speed, by_name["energy_per_image_j"], cores, nodes, out / "figures")
     if points:  # the latency-throughput figure and the per-batch table, where an inference cell was measured
-        curve = figures.draw_one(inference.latency_throughput, points, out / "figures")
+        curve = drawing.draw_one(inference.latency_throughput, points, out / "figures")
         drawn, report.skipped = (drawn + [curve], report.skipped) if not isinstance(curve, str) else (
             drawn, report.skipped + [curve])
         report.tables.append(inference.write_csv(points, out / "tables" / "inference_by_batch.csv"))

@@ -162,3 +162,11 @@ def log_axis(ax: Any, which: str = "y") -> None:
 def spans(values: Sequence[float]) -> bool:
     """Whether positive values span more than LOG_SPAN (a log axis shows them better)."""
     return bool(values) and min(values) > 0 and max(values) / min(values) > LOG_SPAN
+
+
+def draw_one(draw: Any, *args: Any) -> Written | str:
+    """A figure drawn by a function of another module (report/inference.py), in the figures' style."""
+    from matplotlib import rc_context  # lazy: matplotlib (~0.3 s) only in the processes that draw
+
+    with rc_context(STYLE):
+        return draw(*args)

@@ -363,14 +363,6 @@ def _draw(job: tuple[str, tuple]) -> Written | str:
         return globals()[name](*args)
 
 
-def draw_one(draw: Any, *args: Any) -> Written | str:
-    """A figure drawn by a function of another module (report/inference.py), in the figures' style."""
-    from matplotlib import rc_context  # lazy: matplotlib (~0.3 s) only in the processes that draw
-
-    with rc_context(STYLE):
-        return draw(*args)
-
-
 def write_all(speed: Table, energy: Table, cores: dict[str, int], nodes: Optional[Sequence[speedup.Series]],
               out: Path, workers: Optional[int] = None) -> tuple[list[Written], list[str]]:
     """Every figure the tables allow, into `out`; (figures, what could not be drawn and why).
