@@ -28,6 +28,7 @@ import shutil
 from pathlib import Path
 from typing import Callable, Sequence
 
+from orchestrator.envs import builds
 from orchestrator.envs.image_recipe import Recipe
 from orchestrator.envs.images import ImageStore
 from orchestrator.envs.venv_runtime import REPO, EnvironmentNotReady, VenvRuntime, _trainer_env, default_cache
@@ -198,11 +199,14 @@ class ContainerRuntime:
 
 
 def make_runtime(kind: str, framework: str, cache: Path | None = None, images: Path | None = None,
-                 binary: str = "apptainer", trainer: str | None = None):
+                 binary: str = "apptainer", trainer: str | None = None, build: str = builds.DEFAULT):
     """The runtime named by config `runtime=`: `framework` names its recipe or image, `trainer`
-    the module it runs (default `trainers.<framework>`)."""
+    the module it runs (default `trainers.<framework>`), `build` the recipe's variant (builds.py)."""
     if kind == "venv":
-        return VenvRuntime(framework, cache, trainer=trainer)
+        return VenvRuntime(framework, cache, trainer=trainer, build=build)
+    if build != builds.DEFAULT:
+        raise EnvironmentNotReady(f"build={build} runs in runtime=venv only, not yet in runtime={kind} (an image "
+                                  f"per build is issue 39's next step); use runtime=venv")
     if kind == "apptainer":
         return ApptainerRuntime(framework, images or default_cache() / "images", binary, trainer=trainer)
     if kind == "container":

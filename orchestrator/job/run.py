@@ -184,7 +184,8 @@ def _run_trainer(spec: JobSpec, run: RunSpec, paths: dict[str, str], deadline: f
     framework = spec.config.get("framework") or {}  # `env` and `trainer` let a site add a trainer
     runtime = make_runtime(spec.runtime["kind"], framework.get("env") or spec.settings["framework"],
                            cache=spec.runtime.get("cache"), images=spec.runtime.get("images"),
-                           binary=spec.runtime.get("binary", "apptainer"), trainer=framework.get("trainer"))
+                           binary=spec.runtime.get("binary", "apptainer"), trainer=framework.get("trainer"),
+                           build=spec.settings["build"])
     with open(paths["setup"], "a") as setup_log:
         def log(line: str) -> None:
             setup_log.write(line + "\n")

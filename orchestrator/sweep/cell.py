@@ -19,6 +19,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from orchestrator.sweep import config_checks, time_limits
 from orchestrator import setting_registry
+from orchestrator.envs import builds
 from orchestrator.sweep.config_checks import ConfigError
 from trainers.common import inputs
 
@@ -183,6 +184,10 @@ def resolve_settings(cfg: dict[str, Any], checked: dict[tuple[int, ...], tuple[A
         raise CellError(f"{where}: width={settings['width']} is not a multiple of heads={settings['heads']} (each "
                         f"head takes an equal share of the width); use a width heads divide")
     _check_phase(where, settings)
+    if settings["build"] != builds.DEFAULT:  # only a named build reads its framework's builds.yaml
+        problem = builds.refusal(cfg["framework"].get("env") or settings["framework"], settings["build"])
+        if problem:
+            raise CellError(f"{where}: {problem}")
     if not _passed(checked, (cfg["hardware"],)):
         _refusing(where, _check_hardware, cfg["hardware"])
         _remember(checked, (cfg["hardware"],))
