@@ -142,3 +142,16 @@ def blas_links(chosen: Mapping[str, Any], containers: Path = _CONTAINERS) -> dic
         return {}
     files = blas_libraries(containers)[chosen["blas"]]
     return {link: files[part] for link, part in LINK_NAMES.items()}
+
+
+#: The builds CI makes beside each default environment (scripts/frameworks.sh): one, the cheapest that
+#: tests a build end to end (Debian's numpy on the reference BLAS: a venv over the system's packages,
+#: seconds). Every other build is made on first use, or by benchmarks/blas_builds.py.
+CI_BUILDS = {"numpy": ("reference",)}
+
+
+def debian_packages(recipe: str, containers: Path = _CONTAINERS) -> list[str]:
+    """The Debian packages of the BLAS libraries a recipe's builds name (containers/blas.yaml's `package`)."""
+    libraries = blas_libraries(containers)
+    return sorted({libraries[v["blas"]]["package"] for v in declared(recipe, containers).values()
+                   if (v or {}).get("blas")})
