@@ -101,3 +101,28 @@ def test_two_blas_builds_run_record_the_blas_they_loaded_and_compare_per_cell(tm
     assert compared.returncode in (0, 1), compared.stderr
     assert "where build=reference" in compared.stdout and "Benjamini-Hochberg" in compared.stdout
     assert "numpy/lenet/synthetic" in compared.stdout and "too few repeats" not in compared.stdout
+
+
+#: what each BLAS of containers/blas.yaml says it is, by its own symbols (trainers/common/host.py)
+NAMED = {"openblas": "OpenBLAS", "blis": "BLIS", "atlas": "ATLAS", "reference": "reference"}
+
+
+@pytest.mark.parametrize("blas", sorted(NAMED))
+def test_each_blas_folder_loads_whole_and_is_the_library_it_names(tmp_path, blas):
+    """A build's folder of links (builds.blas_links) as a trainer's process sees it, first on its
+    LD_LIBRARY_PATH: every name loads with all its symbols bound (RTLD_NOW), and the BLAS the process
+    then holds says, by its own symbols, that it is the one the folder was made for."""
+    import subprocess
+    import sys
+
+    from helpers import REPO
+
+    for name, target in builds.blas_links({"blas": blas}, str(tmp_path)).items():
+        (tmp_path / name).symlink_to(target)
+    script = ("import ctypes, json, os\n"
+              "libs = [ctypes.CDLL(n, mode=os.RTLD_NOW) for n in ('libblas.so.3', 'liblapack.so.3', 'libopenblas.so.0')]\n"
+              "assert all(hasattr(l, 'sgemm_') and hasattr(l, 'cblas_sgemm') for l in (libs[0], libs[2]))\n"
+              "from trainers.common.host import blas_libraries\nprint(json.dumps(blas_libraries()))")
+    out = subprocess.run([sys.executable, "-c", script], env={"LD_LIBRARY_PATH": str(tmp_path), "PYTHONPATH": str(REPO)},
+                         stdout=subprocess.PIPE, universal_newlines=True, check=True).stdout
+    assert {b["library"] for b in json.loads(out)} == {NAMED[blas]}

@@ -136,12 +136,18 @@ def _canonical(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
-def blas_links(chosen: Mapping[str, Any], containers: Path = _CONTAINERS) -> dict[str, str]:
-    """{link name: the library it points at} for a build's BLAS folder ({} for a build without `blas`)."""
+def blas_links(chosen: Mapping[str, Any], env_dir: str = "{env_dir}", containers: Path = _CONTAINERS) -> dict[str, str]:
+    """{link name: the library it points at} for a build's BLAS folder ({} for a build without `blas`):
+    LINK_NAMES, and each file its `beside` pattern finds (a library that opens others from its folder:
+    MKL's), `{env_dir}` the build's venv."""
     if chosen.get("blas") is None:
         return {}
     files = blas_libraries(containers)[chosen["blas"]]
-    return {link: files[part] for link, part in LINK_NAMES.items()}
+    links = {link: files[part].replace("{env_dir}", env_dir) for link, part in LINK_NAMES.items()}
+    if files.get("beside") and env_dir != "{env_dir}":
+        pattern = Path(files["beside"].replace("{env_dir}", env_dir))
+        links.update({found.name: str(found) for found in sorted(pattern.parent.glob(pattern.name))})
+    return links
 
 
 #: The builds CI makes beside each default environment (scripts/frameworks.sh): one, the cheapest that
@@ -154,4 +160,4 @@ def debian_packages(recipe: str, containers: Path = _CONTAINERS) -> list[str]:
     """The Debian packages of the BLAS libraries a recipe's builds name (containers/blas.yaml's `package`)."""
     libraries = blas_libraries(containers)
     return sorted({libraries[v["blas"]]["package"] for v in declared(recipe, containers).values()
-                   if (v or {}).get("blas")})
+                   if (v or {}).get("blas") and libraries[v["blas"]].get("package")})

@@ -166,7 +166,6 @@ class VenvRuntime:
             self.env_dir.mkdir(parents=True)
             requirements = self.env_dir / "requirements.build.txt"
             requirements.write_text(self.requirements_text)
-            self._link_blas()
         shared = ["--system-site-packages"] if self.variant.get("system_site_packages") else []
         steps = [
             [interpreter, "-m", "venv", *shared, str(self.env_dir)],
@@ -184,6 +183,7 @@ class VenvRuntime:
                     f"{self.framework}: creating the environment failed at `{' '.join(argv)}` "
                     f"(exit {done.returncode}):\n{tail}\nFix the recipe in {self.recipe_dir} "
                     f"or the network/proxy, then run again; the partial environment is rebuilt.")
+        self._link_blas()  # after pip: a library may come with the build's own packages (MKL)
         freeze = subprocess.run([str(self.python), "-m", "pip", "freeze"], capture_output=True, text=True)
         (self.env_dir / "requirements.lock").write_text(freeze.stdout)
         (self.env_dir / ".ready").write_text(self.identity() + "\n")
@@ -191,7 +191,7 @@ class VenvRuntime:
 
     def _link_blas(self) -> None:
         """The build's BLAS folder: a link for each name its framework loads a BLAS by, to the chosen library."""
-        links = builds.blas_links(self.variant)
+        links = builds.blas_links(self.variant, str(self.env_dir))
         if links:
             folder = self.env_dir / BLAS_DIR
             folder.mkdir()
