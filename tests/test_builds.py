@@ -32,6 +32,8 @@ def test_a_module_build_is_refused_as_not_yet_and_a_declared_one_is_its_own_cell
     assert at_default["build"] == "default" and blis["build"] == "blis"
     assert cell_id(at_default) == cell_id({k: v for k, v in at_default.items() if k != "build"})
     assert cell_id(blis) != cell_id(at_default)
+    with pytest.raises(CellError, match="build=blis runs in runtime=venv only, not yet in runtime=apptainer"):
+        resolve_settings({**cfg, "build": "blis", "runtime": "apptainer"})
     with pytest.raises(CellError, match="torch has default, torch-2.14"):
         resolve_settings({**composed(["framework=torch", "model=lenet"]), "build": "blis"})
 

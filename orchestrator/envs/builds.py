@@ -73,10 +73,13 @@ def blas_libraries(containers: Path = _CONTAINERS) -> Mapping[str, Mapping[str, 
     return yaml.safe_load((containers / "blas.yaml").read_text()) or {}
 
 
-def refusal(recipe: str, build: str) -> Optional[str]:
-    """Why `build` is not a build of `recipe` (one line with the way out), or None where it is."""
+def refusal(recipe: str, build: str, runtime: str = "venv") -> Optional[str]:
+    """Why `build` is not a build of `recipe` that `runtime` runs (one line with the way out), or None."""
     if build == DEFAULT:
         return None
+    if runtime != "venv":
+        return (f"build={build} runs in runtime=venv only, not yet in runtime={runtime} (an image per build is "
+                f"issue 39's next step); use runtime=venv")
     if isinstance(build, str) and build.startswith(MODULE_PREFIX):
         return (f"build={build}: a site module as a build is not yet supported (issue 39 item 2); use one of "
                 f"{', '.join(names(recipe))}")

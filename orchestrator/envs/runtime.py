@@ -204,9 +204,8 @@ def make_runtime(kind: str, framework: str, cache: Path | None = None, images: P
     the module it runs (default `trainers.<framework>`), `build` the recipe's variant (builds.py)."""
     if kind == "venv":
         return VenvRuntime(framework, cache, trainer=trainer, build=build)
-    if build != builds.DEFAULT:
-        raise EnvironmentNotReady(f"build={build} runs in runtime=venv only, not yet in runtime={kind} (an image "
-                                  f"per build is issue 39's next step); use runtime=venv")
+    if build != builds.DEFAULT:  # refused at expansion already (cell.resolve_settings); a record made otherwise
+        raise EnvironmentNotReady(builds.refusal(framework, build, kind) or f"build={build}: runtime={kind}")
     if kind == "apptainer":
         return ApptainerRuntime(framework, images or default_cache() / "images", binary, trainer=trainer)
     if kind == "container":

@@ -185,7 +185,8 @@ def resolve_settings(cfg: dict[str, Any], checked: dict[tuple[int, ...], tuple[A
                         f"head takes an equal share of the width); use a width heads divide")
     _check_phase(where, settings)
     if settings["build"] != builds.DEFAULT:  # only a named build reads its framework's builds.yaml
-        problem = builds.refusal(cfg["framework"].get("env") or settings["framework"], settings["build"])
+        problem = builds.refusal(cfg["framework"].get("env") or settings["framework"], settings["build"],
+                                 cfg.get("runtime", "venv"))
         if problem:
             raise CellError(f"{where}: {problem}")
     if not _passed(checked, (cfg["hardware"],)):
