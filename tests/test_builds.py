@@ -11,12 +11,18 @@ from orchestrator.envs import builds
 from orchestrator.envs.venv_runtime import EnvironmentNotReady, VenvRuntime
 from orchestrator.sweep.cell import CellError, cell_id, resolve_settings
 
-HOSTILE = ["nope", "../../etc", "/tmp/x", "x; rm -rf /", "$(id)", "reference\n", "", "default/../blis"]
+HOSTILE = ["nope", "../../etc", "/tmp/x", "x; rm -rf /", "$(id)", "reference\n", "", "default/../blis", 5]
+
+
+@pytest.fixture(scope="module")
+def numpy_cell():
+    """numpy's LeNet composed once (Hydra's compose: most of these tests' time); each test copies it."""
+    return composed(["framework=numpy", "model=lenet"])
 
 
 @pytest.mark.parametrize("build", HOSTILE)
-def test_an_undeclared_build_is_refused_naming_the_frameworks_builds(build):
-    cfg = composed(["framework=numpy", "model=lenet"])
+def test_an_undeclared_build_is_refused_naming_the_frameworks_builds(numpy_cell, build):
+    cfg = numpy_cell
     with pytest.raises(CellError) as refused:
         resolve_settings({**cfg, "build": build})
     line = str(refused.value)
@@ -24,8 +30,8 @@ def test_an_undeclared_build_is_refused_naming_the_frameworks_builds(build):
     assert "default, reference, openblas, blis, atlas" in line and "containers/numpy/builds.yaml" in line
 
 
-def test_a_module_build_is_refused_as_not_yet_and_a_declared_one_is_its_own_cell():
-    cfg = composed(["framework=numpy", "model=lenet"])
+def test_a_module_build_is_refused_as_not_yet_and_a_declared_one_is_its_own_cell(numpy_cell):
+    cfg = numpy_cell
     with pytest.raises(CellError, match=r"build=module:torch/2\.5: a site module as a build is not yet supported"):
         resolve_settings({**cfg, "build": "module:torch/2.5"})
     at_default, blis = resolve_settings(cfg), resolve_settings({**cfg, "build": "blis"})
