@@ -148,6 +148,9 @@ def _applies(s: SettingDef, settings: Mapping[str, Any]) -> bool:
     return setting is None or settings.get(setting) == value
 
 
+#: The build a cell runs unless it names another: its framework's recipe itself (orchestrator/envs/builds.py)
+DEFAULT_BUILD = "default"
+
 #: the defaults the trainer's command line has too (trainers/common/settings.py): one declaration
 _D = shared.DEFAULTS
 
@@ -211,6 +214,12 @@ SETTINGS: tuple[SettingDef, ...] = (
     # every cell made before keeps its id (migration 0029); refusals per framework: Support.compiles
     SettingDef("compile", str, _key("compile", _D["compile"]), hashed=UNLESS_DEFAULT, default=_D["compile"],
        choices=shared.COMPILES),
+    # which build of the framework ran (issue 39; migration 0030): a variant of its recipe, declared in
+    # containers/<framework>/builds.yaml (orchestrator/envs/builds.py), checked per framework at expansion
+    # (cell.resolve_settings). A cell at `default` (the recipe itself) stores None: every id is unchanged.
+    # The job picks the environment; the trainer is not told it (its provenance reads what it loaded).
+    SettingDef("build", str, _key("build", DEFAULT_BUILD), hashed=UNLESS_DEFAULT, default=DEFAULT_BUILD, trainer_flag=False,
+       headline=True, names_a_number=True),
     # inference's validity rule: timed batches until both are reached (None in train, which counts iterations)
     SettingDef("min_batches", int, _only(IN_INFERENCE, "min_batches", _D["min_batches"]), hashed=IN_INFERENCE,
        minimum=1, way_out=f"use min_batches=N (inference's fewest timed batches; default {_D['min_batches']})"),

@@ -3,7 +3,8 @@
 #   ./scripts/frameworks.sh [framework ...]     (default: every containers/<fw>/env.yaml)
 # First the Debian packages each recipe lists in containers/<fw>/debian-packages.txt (installed
 # with apt-get when root, waiting for another apt-get: scripts/apt.sh), then the venv itself
-# (orchestrator.envs.runtime.VenvRuntime.ensure: reused when already there). One framework that fails
+# (orchestrator.envs.runtime.VenvRuntime.ensure: reused when already there), and the build CI
+# makes beside it (orchestrator/envs/builds.py's CI_BUILDS). One framework that fails
 # does not stop the others; where any is not ready, the last line names each with its reason and
 # it exits 1 (test.sh then warns, or under CI=true fails the run). A framework this machine cannot
 # hold (`unsupported`) is not ready either: its tests cannot run here.
@@ -19,9 +20,12 @@ fi
 
 # The Debian packages a framework's recipe lists, installed where missing; a line saying why not.
 debian_packages() {
-  local fw="$1" pkgs_file="$ROOT/containers/$1/debian-packages.txt" missing=() pkg
-  [ -f "$pkgs_file" ] || return 0
-  for pkg in $(grep -v '^\s*#' "$pkgs_file"); do
+  local fw="$1" pkgs_file="$ROOT/containers/$1/debian-packages.txt" missing=() pkg wanted
+  # the recipe's list, and the BLAS libraries its builds name (containers/blas.yaml)
+  wanted="$( { [ ! -f "$pkgs_file" ] || grep -v '^\s*#' "$pkgs_file";
+               "$PY" -c 'import sys; from orchestrator.envs import builds; print(*builds.debian_packages(sys.argv[1]))' "$fw"; } )" \
+    || { echo "containers/$fw/builds.yaml cannot be read (above)"; return 1; }
+  for pkg in $wanted; do
     dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep "install ok installed" >/dev/null || missing+=("$pkg")
   done
   [ ${#missing[@]} -gt 0 ] || return 0
@@ -46,8 +50,11 @@ import os, sys, time
 from orchestrator.envs.runtime import VenvRuntime, EnvironmentNotReady
 fw = sys.argv[1]
 start = time.monotonic()
+from orchestrator.envs import builds
 try:
     python = VenvRuntime.for_framework(fw).ensure()
+    for build in builds.CI_BUILDS.get(fw, ()):  # the one build CI makes beside the default (builds.py)
+        VenvRuntime.for_framework(fw, build=build).ensure()
 except EnvironmentNotReady as exc:
     os.write(3, ("%s: %s" % (exc.error_class, " ".join(str(exc).split()))).encode())
     sys.exit(1)

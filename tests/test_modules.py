@@ -4,17 +4,19 @@ Against the real thing: Lmod from Debian's package and a module tree over two of
 trainer environments (scripts/modules.sh, started by scripts/test.sh as the `modules` part), loaded
 in a step of the test Slurm cluster. Hostile module names and trees are refused before any shell.
 """
+import json
 import os
 import subprocess
 from pathlib import Path
 
 import pytest
 
-from helpers import REPO
-from orchestrator.envs import module_runtime
+from helpers import REPO, SMALL, composed, orchestrator, rows, wait_until_final
+from orchestrator.envs import builds, module_runtime
 from orchestrator.envs.module_runtime import ModuleRuntime
 from orchestrator.envs.runtime import make_runtime
 from orchestrator.envs.venv_runtime import EnvironmentNotReady, VenvRuntime
+from orchestrator.sweep.cell import CellError, resolve_settings
 
 
 @pytest.fixture(scope="module")
@@ -54,10 +56,10 @@ def test_the_module_tree_must_be_existing_absolute_directories(tmp_path):
 
 
 def test_runtime_module_needs_a_module_build():
-    with pytest.raises(EnvironmentNotReady, match=r"^runtime=module needs the site module to load: build=module:"):
+    with pytest.raises(EnvironmentNotReady, match=r"^runtime=module runs a site module: name it as build=module:<name>/<version> "):
         make_runtime("module", "torch")
-    assert module_runtime.module_of("module:torch-env/2.13.0") == "torch-env/2.13.0"
-    assert module_runtime.module_of("openblas") is None and module_runtime.module_of(None) is None
+    assert builds.module_of("module:torch-env/2.13.0") == "torch-env/2.13.0"
+    assert builds.module_of("openblas") is None and builds.module_of(None) is None
 
 
 def test_a_module_the_tree_lacks_is_refused_with_the_way_out(module_tree):
@@ -74,7 +76,7 @@ def test_each_module_of_the_tree_runs_its_own_interpreter_in_a_step_of_the_test_
     assert {name.split("/")[0] for name, _ in modules} == {"numpy-env", "torch-env"}, modules
     assert {env_dir for _, env_dir in modules} == {str(VenvRuntime(fw).env_dir) for fw in ("numpy", "torch")}
     for name, env_dir in modules:
-        runtime = make_runtime("module", name.split("-")[0], module=name, modules={"path": [module_tree]})
+        runtime = make_runtime("module", name.split("-")[0], build="module:" + name, modules={"path": [module_tree]})
         assert runtime.ensure(log=lambda line: None) == name and runtime.identity() == f"module:{name}"
         argv, env = runtime.command([])
         argv[argv.index(runtime.trainer)] = "site"  # Python's own report of its paths, for the trainer
@@ -83,3 +85,44 @@ def test_each_module_of_the_tree_runs_its_own_interpreter_in_a_step_of_the_test_
         assert done.returncode == 0, (name, done.stdout, done.stderr)
         paths = [line.strip(" ',") for line in done.stdout.split("]")[0].splitlines()[1:]]
         assert any(p.startswith(f"{env_dir}/lib/python") and p.endswith("site-packages") for p in paths), (name, paths)
+
+
+@pytest.fixture(scope="module")
+def module_cell():
+    """numpy's LeNet composed once with runtime=module (Hydra's compose); each test copies it."""
+    return composed(["framework=numpy", "model=lenet", "runtime=module"])
+
+
+@pytest.mark.parametrize("build,refused", [
+    ("default", r"runtime=module runs a site module: name it as build=module:<name>/<version> "),
+    ("blis", r"runtime=module runs a site module: name it as build=module:<name>/<version> .*not build=blis"),
+    ("module:../numpy-env/1", r"module '\.\./numpy-env/1' is not a module name"),
+    ("module:-f", r"module '-f' is not a module name"),
+    ("module:a;id", r"module 'a;id' is not a module name"),
+])
+def test_runtime_module_is_refused_at_expansion_without_a_plain_module_build(module_cell, build, refused):
+    with pytest.raises(CellError, match=refused):
+        resolve_settings({**module_cell, "build": build})
+    assert resolve_settings({**module_cell, "build": "module:numpy-env/2"})["build"] == "module:numpy-env/2"
+
+
+def test_a_sweep_over_two_modules_lands_a_run_of_each_on_the_test_cluster(module_tree, slurm_workdir):
+    """`runtime=module build=module:A,module:B` through the real launcher, sbatch and a node's job: the
+    numpy trainer runs in each module's interpreter (the numpy and the torch environment, both with
+    numpy), and each run's provenance names its module and the BLAS its process loaded from that
+    module's environment."""
+    modules = dict(modules_of(module_tree))
+    launched = orchestrator(["-m", "framework=numpy", "model=lenet", "runtime=module", "batch_size=8",
+                             f"build={','.join('module:' + name for name in modules)}",
+                             f"cluster.modules={{path:[{module_tree}]}}", *SMALL], slurm_workdir)
+    assert launched.returncode == 0, launched.stderr
+    wait_until_final(slurm_workdir)
+    assert orchestrator(["collect"], slurm_workdir).returncode == 0
+    found = rows(slurm_workdir, "select c.build, r.state, r.environment, r.provenance from runs r "
+                                "join cells c on c.id = r.cell_id")
+    assert sorted(build for build, *_ in found) == sorted(f"module:{name}" for name in modules), found
+    for build, state, environment, provenance in found:
+        assert state == "done" and environment == build, (build, state, environment)
+        env_dir = modules[build[len("module:"):]]
+        paths = {blas["path"] for blas in json.loads(provenance)["framework"]["blas"]}
+        assert paths and all(path.startswith(env_dir + "/") for path in paths), (build, paths)

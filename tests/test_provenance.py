@@ -13,9 +13,12 @@ def test_gather_on_this_machine():
                {"name": "gpu", "method": "nvml", "driver": "535.104.05", "cuda_driver": "12.2",
                 "gpus": [{"index": 0, "uuid": "GPU-1", "name": "Tesla P100-PCIE-16GB", "handle": None,
                           "memory_total_bytes": 1, "power_limit_w": 250.0, "energy_counter": False}]}]
-    prov = provenance.gather({"framework": "torch", "threads": 2},
-                             trainer={"version": "2.3.1", "build": {"cuda": None}},
-                             environment="venv:sha256:abc", monitor=monitor, exclusive=True, environ={})
+    blas = [{"library": "OpenBLAS", "version": "OpenBLAS 0.3.21", "path": "/x/libopenblas.so.0", "threads": 2}]
+    prov = provenance.gather({"framework": "torch", "threads": 2, "build": "torch-2.14"},
+                             trainer={"version": "2.3.1", "build": {"cuda": None, "compiler": "GCC 13.3"}, "blas": blas,
+                                      "python_compiler": "GCC 12.2.0"},
+                             environment="venv:sha256:abc", monitor=monitor, exclusive=True, environ={},
+                             built_in="/cache/envs/torch-torch-2.14-0123456789ab")
     assert prov["node"] and prov["os"]
     cpu = prov["cpu"]
     assert cpu["threads"] >= cpu["usable"] >= 1 and cpu["threads_used"] == 2
@@ -23,7 +26,9 @@ def test_gather_on_this_machine():
     assert prov["gpu"] == {"driver": "535.104.05", "cuda_driver": "12.2", "devices": [
         {"index": 0, "uuid": "GPU-1", "name": "Tesla P100-PCIE-16GB", "memory_total_bytes": 1,
          "power_limit_w": 250.0}]}
-    assert prov["framework"] == {"name": "torch", "version": "2.3.1", "build": {"cuda": None}}
+    assert prov["framework"] == {"name": "torch", "version": "2.3.1", "build": {"cuda": None, "compiler": "GCC 13.3"},
+                                 "blas": blas, "compiler": "GCC 13.3", "python_compiler": "GCC 12.2.0"}
+    assert prov["build"] == {"name": "torch-2.14", "environment_dir": "/cache/envs/torch-torch-2.14-0123456789ab"}
     assert prov["environment"] == "venv:sha256:abc" and prov["exclusive"] is True
     assert prov["slurm"] is None
 

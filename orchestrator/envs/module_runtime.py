@@ -11,7 +11,7 @@ The site declares its tree in its cluster YAML:
     modules:
       path: [/apps/modulefiles, /apps/local/modulefiles]   # MODULEPATH, in order
 
-Safety: the module name is checked against MODULE_NAME (path-like words: no `..`, no leading
+Safety: the module name is checked against builds.MODULE_NAME (path-like words: no `..`, no leading
 `-` that `module` would read as an option, no shell characters) and reaches the shell only as a
 positional argument, never inside the script's text; the tree's directories must be absolute,
 existing directories. The init script is one of the module systems' own (INITS), never a path
@@ -20,16 +20,13 @@ from a YAML.
 from __future__ import annotations
 
 import os
-import re
 import subprocess
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
+from orchestrator.envs import builds
 from orchestrator.envs.venv_runtime import REPO, EnvironmentNotReady, _trainer_env
 
-#: A module as `module load` takes it: words of letters, digits, `_.+-` (none starting with `.` or
-#: `-`), joined by `/` (name/version, or a deeper hierarchy).
-MODULE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+-]*(/[A-Za-z0-9_][A-Za-z0-9_.+-]*)*")
 #: The module systems' bash init scripts, where Debian's packages (and most sites) put them:
 #: Lmod's, then Environment Modules'. $LMOD_PKG or $MODULESHOME of the node's own login
 #: environment, where set, come first (a site's install elsewhere).
@@ -42,22 +39,11 @@ LOAD_AND_RUN = ('set -e; init=$1 path=$2 module=$3 trainer=$4; shift 4; . "$init
 IS_AVAILABLE = 'init=$1 path=$2 module=$3; . "$init"; export MODULEPATH="$path"; module is-avail "$module"'
 
 
-#: How a build names a site module: `build=module:<name>/<version>`.
-BUILD_PREFIX = "module:"
-
-
-def module_of(build: Any) -> str | None:
-    """The site module a cell's build names (`module:<name>/<version>` -> `<name>/<version>`), or None
-    for a build of the project's own recipes."""
-    return build[len(BUILD_PREFIX):] if isinstance(build, str) and build.startswith(BUILD_PREFIX) else None
-
-
-def module_name(value: Any, where: str = "build") -> str:
-    """`value` if it is a module name `module load` can take safely; else one line saying why."""
-    if not isinstance(value, str) or not MODULE_NAME.fullmatch(value):
-        raise EnvironmentNotReady(
-            f"{where}: module {value!r} is not a module name (words of letters, digits and _.+-, "
-            f"joined by /, e.g. module:pytorch/2.5.1); use the name `module avail` shows")
+def module_name(value: Any) -> str:
+    """`value` if it is a module name `module load` can take safely; else EnvironmentNotReady saying why."""
+    problem = builds.module_problem(value)
+    if problem:
+        raise EnvironmentNotReady(problem)
     return value
 
 

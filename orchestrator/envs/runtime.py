@@ -28,6 +28,7 @@ import shutil
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
+from orchestrator.envs import builds
 from orchestrator.envs.image_recipe import Recipe
 from orchestrator.envs.images import ImageStore
 from orchestrator.envs.module_runtime import ModuleRuntime
@@ -199,19 +200,21 @@ class ContainerRuntime:
 
 
 def make_runtime(kind: str, framework: str, cache: Path | None = None, images: Path | None = None,
-                 binary: str = "apptainer", trainer: str | None = None, module: str | None = None,
+                 binary: str = "apptainer", trainer: str | None = None, build: str = builds.DEFAULT,
                  modules: Mapping[str, Any] | None = None):
     """The runtime named by config `runtime=`: `framework` names its recipe or image, `trainer`
-    the module it runs (default `trainers.<framework>`); for runtime=module, `module` the site
-    module to load (a `build=module:<name>/<version>`) from the tree `modules` declares (the
-    cluster YAML's `modules`)."""
+    the module it runs (default `trainers.<framework>`), `build` the recipe's variant (builds.py),
+    or for runtime=module the site module to load (`module:<name>/<version>`) from the tree
+    `modules` declares (the cluster YAML's `modules`)."""
     if kind == "module":
+        module = builds.module_of(build)
         if not module:
-            raise EnvironmentNotReady(f"runtime=module needs the site module to load: build=module:<name>/<version> "
-                                      f"(e.g. build=module:{framework}/<version>, as `module avail` lists it)")
+            raise EnvironmentNotReady(builds.refusal(framework, build, kind) or f"runtime=module: build={build}")
         return ModuleRuntime(framework, module, modules, trainer=trainer)
     if kind == "venv":
-        return VenvRuntime(framework, cache, trainer=trainer)
+        return VenvRuntime(framework, cache, trainer=trainer, build=build)
+    if build != builds.DEFAULT:  # refused at expansion already (cell.resolve_settings); a record made otherwise
+        raise EnvironmentNotReady(builds.refusal(framework, build, kind) or f"build={build}: runtime={kind}")
     if kind == "apptainer":
         return ApptainerRuntime(framework, images or default_cache() / "images", binary, trainer=trainer)
     if kind == "container":

@@ -21,10 +21,13 @@ from typing import Callable, Sequence
 
 import yaml
 
+from orchestrator.envs import builds
 from trainers.common import failure_classes
 
 REPO = Path(__file__).resolve().parents[2]  # orchestrator/envs/ -> the repository
 CONTAINERS = REPO / "containers"
+#: A BLAS build's folder of links inside its environment (builds.blas_links)
+BLAS_DIR = "blas"
 
 
 class EnvironmentNotReady(RuntimeError):
@@ -60,8 +63,8 @@ class VenvRuntime:
     kind = "venv"
 
     def __init__(self, framework: str, cache: Path | None = None, recipe_dir: Path | None = None,
-                 trainer: str | None = None):
-        self.framework = framework
+                 trainer: str | None = None, build: str = builds.DEFAULT):
+        self.framework, self.build = framework, build
         self.trainer = trainer or f"trainers.{framework}"
         self.recipe_dir = recipe_dir or CONTAINERS / framework
         recipe_file = self.recipe_dir / "env.yaml"
@@ -69,13 +72,24 @@ class VenvRuntime:
             raise EnvironmentNotReady(
                 f"no venv recipe for framework {framework!r}: {recipe_file} is missing "
                 f"(frameworks with a recipe: {', '.join(available_recipes()) or 'none'})")
-        self.recipe = yaml.safe_load(recipe_file.read_text()) or {}
+        recipe = yaml.safe_load(recipe_file.read_text()) or {}
+        try:  # a build's variant (builds.py): its name only looked up in the declared list
+            self.variant = builds.variant(self.recipe_dir.name, build, self.recipe_dir.parent)
+        except builds.BuildError as exc:
+            raise EnvironmentNotReady(str(exc)) from exc
+        self.recipe = builds.recipe_with(recipe, self.variant)
         self.requirements = self.recipe_dir / self.recipe.get("requirements", "requirements.txt")
         self.cache = Path(cache) if cache else default_cache()
 
+    @property
+    def requirements_text(self) -> str:
+        """The requirements this build installs: the recipe's, with the build's pins."""
+        text = self.requirements.read_text()
+        return builds.requirements_with(text, self.variant["pins"]) if self.variant.get("pins") else text
+
     @classmethod
-    def for_framework(cls, framework: str, cache: Path | None = None) -> "VenvRuntime":
-        return cls(framework, cache)
+    def for_framework(cls, framework: str, cache: Path | None = None, build: str = builds.DEFAULT) -> "VenvRuntime":
+        return cls(framework, cache, build=build)
 
     def interpreter(self) -> str:
         """The first interpreter of the recipe's list that exists on this machine."""
@@ -97,7 +111,12 @@ class VenvRuntime:
         digest.update(self.requirements.read_bytes())
         for script in self.post_install:
             digest.update(script.read_bytes())
-        return self.cache / "envs" / f"{self.framework}-{digest.hexdigest()[:12]}"
+        if self.build == builds.DEFAULT:  # the recipe's own environment, named as before builds existed
+            return self.cache / "envs" / f"{self.framework}-{digest.hexdigest()[:12]}"
+        digest.update(yaml.safe_dump(dict(self.variant), sort_keys=True).encode())
+        digest.update(self.requirements_text.encode())
+        digest.update(yaml.safe_dump(builds.blas_links(self.variant), sort_keys=True).encode())
+        return self.cache / "envs" / f"{self.framework}-{self.build}-{digest.hexdigest()[:12]}"
 
     @property
     def post_install(self) -> list[Path]:
@@ -108,7 +127,10 @@ class VenvRuntime:
         """The recipe's `env` for the trainer, `{env_dir}` replaced by the environment's path
         (this venv's, or `env_dir`: where an image holds the same environment)."""
         where = env_dir if env_dir is not None else str(self.env_dir)
-        return {key: str(value).replace("{env_dir}", where) for key, value in (self.recipe.get("env") or {}).items()}
+        env = {key: str(value).replace("{env_dir}", where) for key, value in (self.recipe.get("env") or {}).items()}
+        if builds.blas_links(self.variant):  # the build's own BLAS folder first (_link_blas)
+            env["LD_LIBRARY_PATH"] = os.pathsep.join(p for p in (f"{where}/{BLAS_DIR}", os.environ.get("LD_LIBRARY_PATH")) if p)
+        return env
 
     @property
     def python(self) -> Path:
@@ -139,10 +161,15 @@ class VenvRuntime:
             shutil.rmtree(self.env_dir)
         log(f"[runtime] creating the {self.framework} environment in {self.env_dir} "
             f"with {interpreter} (first use only; this can take minutes)")
+        requirements = self.requirements
+        if self.build != builds.DEFAULT:  # the build's own requirements, kept in its environment
+            self.env_dir.mkdir(parents=True)
+            requirements = self.env_dir / "requirements.build.txt"
+            requirements.write_text(self.requirements_text)
+        shared = ["--system-site-packages"] if self.variant.get("system_site_packages") else []
         steps = [
-            [interpreter, "-m", "venv", str(self.env_dir)],
-            [str(self.python), "-m", "pip", "install", "--progress-bar", "off",
-             "-r", str(self.requirements)],
+            [interpreter, "-m", "venv", *shared, str(self.env_dir)],
+            [str(self.python), "-m", "pip", "install", "--progress-bar", "off", "-r", str(requirements)],
         ] + [["bash", str(script)] for script in self.post_install]
         script_env = {**os.environ, "ENV_DIR": str(self.env_dir), "PYTHON": str(self.python),
                       "RECIPE_DIR": str(self.recipe_dir)}
@@ -156,10 +183,24 @@ class VenvRuntime:
                     f"{self.framework}: creating the environment failed at `{' '.join(argv)}` "
                     f"(exit {done.returncode}):\n{tail}\nFix the recipe in {self.recipe_dir} "
                     f"or the network/proxy, then run again; the partial environment is rebuilt.")
+        self._link_blas()  # after pip: a library may come with the build's own packages (MKL)
         freeze = subprocess.run([str(self.python), "-m", "pip", "freeze"], capture_output=True, text=True)
         (self.env_dir / "requirements.lock").write_text(freeze.stdout)
         (self.env_dir / ".ready").write_text(self.identity() + "\n")
         log(f"[runtime] {self.framework} environment ready")
+
+    def _link_blas(self) -> None:
+        """The build's BLAS folder: a link for each name its framework loads a BLAS by, to the chosen library."""
+        links = builds.blas_links(self.variant, str(self.env_dir))
+        if links:
+            folder = self.env_dir / BLAS_DIR
+            folder.mkdir()
+            for name, target in links.items():
+                if not Path(target).is_file():
+                    raise EnvironmentNotReady(
+                        f"{self.framework} build {self.build}: {target} is missing; install the Debian package "
+                        f"containers/blas.yaml names for blas={self.variant['blas']} (scripts/frameworks.sh {self.framework})")
+                (folder / name).symlink_to(target)
 
     def identity(self) -> str:
         """A hash of the installed package list: which environment a measurement ran in."""

@@ -45,7 +45,7 @@ def described(ran: TrainerRun, events: list[dict[str, Any]], settings: dict[str,
     try:
         outcome["provenance"] = provenance.gather(
             settings, outcome.get("trainer"), outcome["environment"], outcome["monitor"], exclusive=exclusive,
-            environ=ran.env)
+            environ=ran.env, built_in=str(getattr(ran.runtime, "env_dir", None) or getattr(ran.runtime, "image", "")) or None)
     except Exception as exc:
         outcome["provenance"] = {"error": f"{type(exc).__name__}: {exc}"}
     return outcome

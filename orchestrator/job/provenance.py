@@ -69,8 +69,10 @@ def gpu_info(monitor: list[dict[str, Any]]) -> Optional[dict[str, Any]]:
 
 def gather(settings: Mapping[str, Any], trainer: Optional[Mapping[str, Any]] = None,
            environment: Optional[str] = None, monitor: Optional[list[dict[str, Any]]] = None,
-           exclusive: Optional[bool] = None, environ: Optional[Mapping[str, str]] = None) -> dict[str, Any]:
-    """The run's provenance record (result.json `provenance`)."""
+           exclusive: Optional[bool] = None, environ: Optional[Mapping[str, str]] = None,
+           built_in: Optional[str] = None) -> dict[str, Any]:
+    """The run's provenance record (result.json `provenance`); `built_in`: the folder of the venv
+    (by its recipe's hash) or the image the trainer ran from."""
     environ = os.environ if environ is None else environ
     trainer = trainer or {}
     return {
@@ -79,7 +81,11 @@ def gather(settings: Mapping[str, Any], trainer: Optional[Mapping[str, Any]] = N
         "cpu": cpu_info(settings.get("threads")),
         "gpu": gpu_info(monitor or []),
         "framework": {"name": settings.get("framework"), "version": trainer.get("version"),
-                      "build": trainer.get("build")},
+                      "build": trainer.get("build"), "blas": trainer.get("blas"),
+                      "compiler": (trainer.get("build") or {}).get("compiler"),
+                      "python_compiler": trainer.get("python_compiler")},
+        # which build of the framework (build=) and the environment it ran from: its recipe's hash names it
+        "build": {"name": settings.get("build"), "environment_dir": built_in},
         "environment": environment,
         "git": git_revision(),
         "slurm": slurm_job(environ),

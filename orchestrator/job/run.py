@@ -34,7 +34,6 @@ from orchestrator import private_files, runstate, setting_registry
 from orchestrator.job.job_result import TrainerRun
 from orchestrator.job.monitor import Monitor, default_samplers
 from orchestrator.results.resultfile import RESULT_NAME, RESULT_SCHEMA
-from orchestrator.envs.module_runtime import module_of
 from orchestrator.envs.runtime import make_runtime
 from orchestrator.envs.venv_runtime import REPO, EnvironmentNotReady
 from trainers.common import failure_classes as fc
@@ -186,8 +185,7 @@ def _run_trainer(spec: JobSpec, run: RunSpec, paths: dict[str, str], deadline: f
     runtime = make_runtime(spec.runtime["kind"], framework.get("env") or spec.settings["framework"],
                            cache=spec.runtime.get("cache"), images=spec.runtime.get("images"),
                            binary=spec.runtime.get("binary", "apptainer"), trainer=framework.get("trainer"),
-                           module=module_of(spec.settings.get("build")),
-                           modules=(spec.config.get("cluster") or {}).get("modules"))
+                           build=spec.settings["build"], modules=(spec.config.get("cluster") or {}).get("modules"))
     with open(paths["setup"], "a") as setup_log:
         def log(line: str) -> None:
             setup_log.write(line + "\n")

@@ -134,14 +134,14 @@ def _absolute(folder: str) -> str:
 def learn_time_limits(cells: list[Cell], opts: Options, rows: Optional[Rows]) -> list[Cell]:
     """The cells with `time_min: auto` learned (time_limits.learn: new cells) from the command's open
     database (`rows`; None: none yet), the build counted where a job builds its environment."""
-    built: dict[str, bool] = {}  # by environment: its recipe read and hashed once, not once per cell
+    built: dict[tuple[str, str], bool] = {}  # by environment: its recipe read and hashed once, not once per cell
 
     def builds(cell: Cell) -> bool:
-        env = (cell.config.get("framework") or {}).get("env") or cell.settings["framework"]
+        env = ((cell.config.get("framework") or {}).get("env") or cell.settings["framework"], cell.settings["build"])
         if env not in built:
             try:
-                built[env] = make_runtime(opts.runtime["kind"], env, opts.cache, Path(opts.runtime["images"]),
-                                          opts.runtime["binary"]).builds_in_job()
+                built[env] = make_runtime(opts.runtime["kind"], env[0], opts.cache, Path(opts.runtime["images"]),
+                                          opts.runtime["binary"], build=env[1]).builds_in_job()
             except EnvironmentNotReady:  # no recipe: the job fails at once, building nothing
                 built[env] = False
         return built[env]

@@ -19,6 +19,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from orchestrator.sweep import config_checks, time_limits
 from orchestrator import setting_registry
+from orchestrator.envs import builds
 from orchestrator.sweep.config_checks import ConfigError
 from trainers.common import inputs
 
@@ -183,6 +184,8 @@ def resolve_settings(cfg: dict[str, Any], checked: dict[tuple[int, ...], tuple[A
         raise CellError(f"{where}: width={settings['width']} is not a multiple of heads={settings['heads']} (each "
                         f"head takes an equal share of the width); use a width heads divide")
     _check_phase(where, settings)
+    if settings["build"] != builds.DEFAULT or cfg.get("runtime") == "module":  # a named build reads its builds.yaml
+        _check_build(where, cfg, settings["build"])
     if not _passed(checked, (cfg["hardware"],)):
         _refusing(where, _check_hardware, cfg["hardware"])
         _remember(checked, (cfg["hardware"],))
@@ -193,6 +196,13 @@ def resolve_settings(cfg: dict[str, Any], checked: dict[tuple[int, ...], tuple[A
     _check_placement(where, settings["gpus"], cfg["hardware"], cfg["framework"], settings["precision"],
                      settings["model"], nodes, settings["phase"], settings["compile"])
     return settings
+
+
+def _check_build(where: str, cfg: dict[str, Any], build: Any) -> None:
+    """Refuses a build its framework does not declare, or a runtime cannot run (builds.refusal)."""
+    problem = builds.refusal(cfg["framework"].get("env") or cfg["framework"]["name"], build, cfg.get("runtime", "venv"))
+    if problem:
+        raise CellError(f"{where}: {problem}")
 
 
 def _passed(checked: dict[tuple[int, ...], tuple[Any, ...]] | None, parts: tuple[Any, ...]) -> bool:

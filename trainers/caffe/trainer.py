@@ -259,8 +259,10 @@ def built_with_cuda(caffe):
 
 
 def build_info(caffe):
+    # the BLAS Caffe runs on is run_start's `blas`, read from the loaded libraries (a build may link
+    # libopenblas.so.0 to another: containers/caffe/builds.yaml)
     info = {"cuda": built_with_cuda(caffe), "cudnn": None, "nccl": None,
-            "blas": "openblas", "openblas_config": None, "openblas_threads": None,
+            "openblas_config": None, "openblas_threads": None,
             "openblas_num_threads_env": os.environ.get("OPENBLAS_NUM_THREADS")}
     package_dir = os.path.dirname(caffe.__file__)
     info["package"] = package_dir

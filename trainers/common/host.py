@@ -16,6 +16,22 @@ OPENBLAS_SETTERS = ("openblas_set_num_threads", "openblas_set_num_threads64_",
 OPENBLAS_GETTERS = ("openblas_get_num_threads", "openblas_get_num_threads64_",
                     "scipy_openblas_get_num_threads64_", "scipy_openblas_get_num_threads")
 
+#: How a loaded library shows which BLAS it is: (name, symbols only that BLAS exports, its version
+#: getter or None), asked in this order (OpenBLAS and MKL export BLIS's cgemm3m too). Debian's BLIS
+#: exports no version getter, only its extensions; ATLAS its Fortran wrappers. A BLAS with none of
+#: these (it exports sgemm_) is netlib's reference BLAS. Read from the libraries the process has
+#: loaded, never from a build's name.
+BLAS_MARKERS = (
+    ("OpenBLAS", ("openblas_get_config", "openblas_get_config64_", "scipy_openblas_get_config64_",
+                  "scipy_openblas_get_config"), True),
+    ("MKL", ("mkl_get_version_string",), False),
+    ("BLIS", ("bli_info_get_version_str", "cblas_cgemm3m"), True),
+    ("ATLAS", ("ATL_buildinfo", "atl_f77wrap_sgemm_"), False),
+)
+#: words in a shared object's file name that make it worth asking (blas_libraries); a LAPACK is
+#: not (it answers for the BLAS it links, which is asked itself)
+BLAS_FILE_WORDS = ("blas", "blis", "atlas", "mkl")
+
 #: /proc/cpuinfo keys that name the CPU: x86 ("model name"), ARM boards ("Model", "Hardware"), MIPS ("cpu model")
 CPU_MODEL_KEYS = ("model name", "Model", "cpu model", "Hardware")
 
@@ -93,3 +109,44 @@ def set_blas_threads(threads):
         if getter is not None:
             sizes.append(int(getter()))
     return sizes
+
+
+def blas_libraries():
+    """The BLAS libraries this process has loaded, as [{library, version, path, threads}]: what it
+    is by the symbols it exports (BLAS_MARKERS), the real file it was loaded from (a build's folder
+    of links resolved), its version where it says, its thread pool where it has a getter."""
+    found = []
+    for path in loaded_libraries():
+        base = os.path.basename(path).lower()
+        if "lapack" in base or not any(word in base for word in BLAS_FILE_WORDS):
+            continue
+        try:
+            lib = ctypes.CDLL(path)
+        except OSError:
+            continue
+        if _symbol(lib, ("sgemm_", "sgemm64_", "scipy_sgemm64_", "cblas_sgemm")) is None \
+                and _symbol(lib, BLAS_MARKERS[0][1]) is None:
+            continue
+        entry = _blas_entry(path, lib)
+        if not any(e["library"] == entry["library"] and e["version"] == entry["version"] for e in found):
+            found.append(entry)
+    return found
+
+
+def _blas_entry(path, lib):
+    name, version = "reference", None
+    for library, symbols, has_version in BLAS_MARKERS:
+        marker = _symbol(lib, symbols)
+        if marker is not None:
+            name = library
+            getter = _symbol(lib, symbols if library == "OpenBLAS" else symbols[:1])
+            if has_version and getter is not None:
+                getter.restype = ctypes.c_char_p
+                version = getter().decode("ascii", "replace").strip()
+            break
+    real = os.path.realpath(path)
+    suffix = real.partition(".so.")[2]
+    if version is None and "." in suffix:  # a file name with its release (libblas.so.3.11.0), not a soname's 3
+        version = suffix
+    getter = _symbol(lib, OPENBLAS_GETTERS) if name == "OpenBLAS" else None
+    return {"library": name, "version": version, "path": real, "threads": int(getter()) if getter else None}

@@ -23,7 +23,7 @@ from trainers.common import settings
 from trainers.common.errors import (EXIT_CODES, Diverged, InvalidArgument, Unsupported,
                                     classify)
 from trainers.common.events import Events
-from trainers.common.host import available_cpus
+from trainers.common.host import available_cpus, blas_libraries
 from trainers.common.inputs import DATASETS, MODELS, input_shape, network_shape, to_float
 from trainers.common.launch import launch, main_module, node_from_env, rank_from_env
 from trainers.common.pool import build_pool, pool_batches
@@ -370,6 +370,9 @@ def _run_start(obj, cfg, info, more):
         "scaling": cfg.scaling, "warmup": cfg.warmup, "iterations": cfg.iterations,
         "processes": cfg.world_size, "nodes": cfg.nodes, "mode": cfg.mode, "input": cfg.input,
         "phase": cfg.phase,
+        # what the run's numbers rest on, read from this process (host.py): the BLAS libraries it
+        # loaded (their real files, whatever a build's links named) and the interpreter's compiler
+        "blas": blas_libraries(), "python_compiler": platform.python_compiler(),
     }
     if cfg.phase == inference.INFERENCE:  # the rule the run was held to (orchestrator/job/latency.py)
         fields.update(min_batches=cfg.min_batches, min_seconds=cfg.min_seconds)

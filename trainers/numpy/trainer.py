@@ -47,8 +47,7 @@ class NumpyTrainer(Trainer):
         blas_threads = set_blas_threads(cfg.threads)
         return {"params": self.model.count(), "devices": [cpu_name()] * cfg.devices,
                 "version": np.__version__,
-                "build": {"numpy": np.__version__, "blas": _blas(),
-                          "blas_threads": blas_threads}}
+                "build": {"numpy": np.__version__, "blas_threads": blas_threads}}  # its BLAS: run_start's `blas`
 
     def set_learning_rate(self, lr):
         self.lr = np.float32(lr)
@@ -76,11 +75,3 @@ class NumpyTrainer(Trainer):
                 velocity += grad
                 param -= self.lr * velocity
         return loss
-
-
-def _blas():
-    try:
-        info = np.__config__.get_info("blas_opt_info")  # numpy < 1.26
-        return ",".join(info.get("libraries", [])) or None
-    except Exception:
-        return None

@@ -212,6 +212,9 @@ def build_info():
         match = re.search(re.escape(key) + r"[=:]\s*([^,\n]+)", config)
         if match:
             info[key.lower().replace(" ", "_")] = match.group(1).strip()
+    match = re.search(r"^\s*- ((?:GCC|Clang|MSVC|Intel)[^\n]*)$", config, re.M)
+    if match:  # the compiler torch was built with ("GCC 13.3")
+        info["compiler"] = match.group(1).strip()
     match = re.search(r"ATen parallel backend:\s*(.+)", torch.__config__.parallel_info())
     if match:
         info["parallel_backend"] = match.group(1).strip()

@@ -1,0 +1,189 @@
+"""A framework's builds: variants of its recipe, declared as data beside it, each its own environment.
+
+`build=` (a cell setting) names one. `default` is the recipe itself (containers/<framework>/env.yaml),
+as every cell before builds existed ran. Any other name must be a key of
+`containers/<framework>/builds.yaml`, a mapping of build names to the parts of the recipe they
+change:
+
+- `python`, `post_install`: replace the recipe's;
+- `env`: added to the recipe's trainer environment;
+- `pins`: {package: specifier, or null to leave the package out}, replacing that package's line of
+  the recipe's requirements (e.g. `torch: "==2.14.1"`);
+- `system_site_packages: true`: the venv sees the interpreter's own packages (Debian's python3-numpy);
+- `blas`: a name of containers/blas.yaml: the environment gets its own folder of links to that
+  BLAS (and LAPACK), put first on the trainer's LD_LIBRARY_PATH. The machine's alternatives are
+  never touched, so one build never changes another's library.
+
+A build's name is only ever looked up in that declared list: it never becomes a path or reaches a
+shell. The environment's folder is named by the variant's hash (VenvRuntime.env_dir).
+"""
+from __future__ import annotations
+
+import functools
+import re
+from pathlib import Path
+from typing import Any, Mapping, Optional
+
+import yaml
+
+from orchestrator import setting_registry
+
+DEFAULT = setting_registry.DEFAULT_BUILD
+#: A build a site's module tree provides: `build=module:<name>/<version>`, run by runtime=module
+#: (module_runtime.py) after `module load <name>/<version>`.
+MODULE_PREFIX = "module:"
+#: A module as `module load` takes it: words of letters, digits, `_.+-` (none starting with `.` or
+#: `-`, so no `..` and no option), joined by `/` (name/version, or a deeper hierarchy).
+MODULE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+-]*(/[A-Za-z0-9_][A-Za-z0-9_.+-]*)*")
+#: The keys a variant may set (the docstring says what each does).
+KEYS = ("python", "post_install", "env", "pins", "system_site_packages", "blas")
+#: The shared libraries a BLAS build links in its folder: the names numpy (Debian's, through libblas.so.3
+#: and liblapack.so.3) and Caffe (libopenblas.so.0, build_caffe.sh's -DBLAS=Open) load their BLAS by.
+LINK_NAMES = {"libblas.so.3": "blas", "liblapack.so.3": "lapack", "libopenblas.so.0": "blas"}
+
+_CONTAINERS = Path(__file__).resolve().parents[2] / "containers"
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+
+
+class BuildError(ValueError):
+    """A build that is not declared, or a declaration that is wrong: one line saying which and the way out."""
+
+
+@functools.lru_cache(maxsize=None)
+def declared(recipe: str, containers: Path = _CONTAINERS) -> Mapping[str, Mapping[str, Any]]:
+    """The builds containers/<recipe>/builds.yaml declares, checked ({} where it has none)."""
+    path = containers / recipe / "builds.yaml"
+    if not path.is_file():
+        return {}
+    found = yaml.safe_load(path.read_text()) or {}
+    if not isinstance(found, dict):
+        raise BuildError(f"{path}: not a mapping of build names to variants; fix the file")
+    for name, variant in found.items():
+        if not isinstance(name, str) or not _NAME.match(name) or name == DEFAULT:
+            raise BuildError(f"{path}: build {name!r} is not a plain name (letters, digits, . _ -; not "
+                             f"{DEFAULT!r}); rename it")
+        unknown = sorted(set(variant or {}) - set(KEYS))
+        if not isinstance(variant, dict) or unknown:
+            raise BuildError(f"{path}: build {name!r} sets {unknown or variant!r}; a build sets only {', '.join(KEYS)}")
+        if variant.get("blas") is not None and variant["blas"] not in blas_libraries(containers):
+            raise BuildError(f"{path}: build {name!r} has blas={variant['blas']!r}, which containers/blas.yaml does "
+                             f"not declare ({', '.join(blas_libraries(containers))})")
+    return found
+
+
+@functools.lru_cache(maxsize=None)
+def blas_libraries(containers: Path = _CONTAINERS) -> Mapping[str, Mapping[str, str]]:
+    """The BLAS libraries a build may name: containers/blas.yaml (Debian's packages and their files)."""
+    return yaml.safe_load((containers / "blas.yaml").read_text()) or {}
+
+
+def module_of(build: Any) -> Optional[str]:
+    """The site module a build names (`module:<name>/<version>` -> `<name>/<version>`), or None for a
+    build of the project's own recipes."""
+    return build[len(MODULE_PREFIX):] if isinstance(build, str) and build.startswith(MODULE_PREFIX) else None
+
+
+def module_problem(module: Any) -> Optional[str]:
+    """Why `module` is not a name `module load` can take safely (one line with the way out), or None."""
+    if isinstance(module, str) and MODULE_NAME.fullmatch(module):
+        return None
+    return (f"module {module!r} is not a module name (words of letters, digits and _.+-, joined by /, e.g. "
+            f"build=module:pytorch/2.5.1); use the name `module avail` shows")
+
+
+def refusal(recipe: str, build: str, runtime: str = "venv") -> Optional[str]:
+    """Why `build` is not a build of `recipe` that `runtime` runs (one line with the way out), or None."""
+    module = module_of(build)
+    if runtime == "module" and module is None:
+        return (f"runtime=module runs a site module: name it as build=module:<name>/<version> (as `module avail` "
+                f"lists it), not build={build}; or use runtime=venv")
+    if module is not None:
+        if runtime != "module":
+            return f"build={build} is a site module: add runtime=module (the trainer runs after `module load`)"
+        return module_problem(module)
+    if build == DEFAULT:
+        return None
+    if runtime != "venv":
+        return (f"build={build} runs in runtime=venv only, not yet in runtime={runtime} (an image per build is "
+                f"issue 39's next step); use runtime=venv")
+    try:
+        builds = declared(recipe)
+    except BuildError as exc:
+        return str(exc)
+    if build not in builds:
+        return (f"build={build!r} is not a build of {recipe}; {recipe} has {', '.join(names(recipe))} "
+                f"(containers/{recipe}/builds.yaml)")
+    return None
+
+
+def names(recipe: str) -> tuple[str, ...]:
+    """The builds a recipe has, `default` first."""
+    try:
+        return (DEFAULT, *declared(recipe))
+    except BuildError:
+        return (DEFAULT,)
+
+
+def variant(recipe: str, build: str, containers: Path = _CONTAINERS) -> Mapping[str, Any]:
+    """A declared build's variant ({} for the default); BuildError for any other name."""
+    if build == DEFAULT:
+        return {}
+    builds = declared(recipe, containers)
+    if build not in builds:
+        raise BuildError(refusal(recipe, build) or f"build={build!r} is not a build of {recipe}")
+    return builds[build] or {}
+
+
+def recipe_with(recipe: Mapping[str, Any], chosen: Mapping[str, Any]) -> dict[str, Any]:
+    """The recipe as the build changes it: a new mapping (the recipe is shared, never changed)."""
+    merged = {**recipe, **{k: chosen[k] for k in ("python", "post_install") if k in chosen}}
+    merged["env"] = {**(recipe.get("env") or {}), **(chosen.get("env") or {})}
+    return merged
+
+
+def requirements_with(text: str, pins: Mapping[str, Optional[str]]) -> str:
+    """The requirements text with each pinned package's line replaced (or left out where its pin is null)."""
+    pins = {_canonical(name): spec for name, spec in (pins or {}).items()}
+    lines = []
+    for line in text.splitlines():
+        name = _canonical(re.split(r"[<>=!~;\[ ]", line.strip(), maxsplit=1)[0]) if line.strip() else ""
+        if name in pins:
+            if pins[name] is not None:
+                lines.append(f"{name}{pins.pop(name)}")
+            else:
+                pins.pop(name)
+            continue
+        lines.append(line)
+    lines += [f"{name}{spec}" for name, spec in pins.items() if spec is not None]
+    return "\n".join(lines) + "\n"
+
+
+def _canonical(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def blas_links(chosen: Mapping[str, Any], env_dir: str = "{env_dir}", containers: Path = _CONTAINERS) -> dict[str, str]:
+    """{link name: the library it points at} for a build's BLAS folder ({} for a build without `blas`):
+    LINK_NAMES, and each file its `beside` pattern finds (a library that opens others from its folder:
+    MKL's), `{env_dir}` the build's venv."""
+    if chosen.get("blas") is None:
+        return {}
+    files = blas_libraries(containers)[chosen["blas"]]
+    links = {link: files[part].replace("{env_dir}", env_dir) for link, part in LINK_NAMES.items()}
+    if files.get("beside") and env_dir != "{env_dir}":
+        pattern = Path(files["beside"].replace("{env_dir}", env_dir))
+        links.update({found.name: str(found) for found in sorted(pattern.parent.glob(pattern.name))})
+    return links
+
+
+#: The builds CI makes beside each default environment (scripts/frameworks.sh): one, the cheapest that
+#: tests a build end to end (Debian's numpy on the reference BLAS: a venv over the system's packages,
+#: seconds). Every other build is made on first use, or by benchmarks/blas_builds.py.
+CI_BUILDS = {"numpy": ("reference",)}
+
+
+def debian_packages(recipe: str, containers: Path = _CONTAINERS) -> list[str]:
+    """The Debian packages of the BLAS libraries a recipe's builds name (containers/blas.yaml's `package`)."""
+    libraries = blas_libraries(containers)
+    return sorted({libraries[v["blas"]]["package"] for v in declared(recipe, containers).values()
+                   if (v or {}).get("blas") and libraries[v["blas"]].get("package")})

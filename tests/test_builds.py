@@ -1,0 +1,136 @@
+"""build= (issue 39): a framework's builds declared beside its recipe, each its own environment;
+an undeclared or hostile build refused at expansion with the framework's builds named; and two real
+runs of numpy on two BLAS builds that record the BLAS each loaded, compared per cell."""
+import json
+import shutil
+
+import pytest
+
+from helpers import FAST, orchestrator, rows, user_dir, wait_until_final, composed
+from orchestrator.envs import builds
+from orchestrator.envs.venv_runtime import EnvironmentNotReady, VenvRuntime
+from orchestrator.sweep.cell import CellError, cell_id, resolve_settings
+
+HOSTILE = ["nope", "../../etc", "/tmp/x", "x; rm -rf /", "$(id)", "reference\n", "", "default/../blis", 5]
+
+
+@pytest.fixture(scope="module")
+def numpy_cell():
+    """numpy's LeNet composed once (Hydra's compose: most of these tests' time); each test copies it."""
+    return composed(["framework=numpy", "model=lenet"])
+
+
+@pytest.mark.parametrize("build", HOSTILE)
+def test_an_undeclared_build_is_refused_naming_the_frameworks_builds(numpy_cell, build):
+    cfg = numpy_cell
+    with pytest.raises(CellError) as refused:
+        resolve_settings({**cfg, "build": build})
+    line = str(refused.value)
+    assert "\n" not in line.strip() and "is not a build of numpy" in line
+    assert "default, reference, openblas, blis, atlas" in line and "containers/numpy/builds.yaml" in line
+
+
+def test_a_module_build_outside_runtime_module_is_refused_and_a_declared_one_is_its_own_cell(numpy_cell):
+    cfg = numpy_cell
+    with pytest.raises(CellError, match=r"build=module:torch/2\.5 is a site module: add runtime=module \(the trainer "):
+        resolve_settings({**cfg, "build": "module:torch/2.5"})
+    at_default, blis = resolve_settings(cfg), resolve_settings({**cfg, "build": "blis"})
+    assert at_default["build"] == "default" and blis["build"] == "blis"
+    assert cell_id(at_default) == cell_id({k: v for k, v in at_default.items() if k != "build"})
+    assert cell_id(blis) != cell_id(at_default)
+    with pytest.raises(CellError, match="build=blis runs in runtime=venv only, not yet in runtime=apptainer"):
+        resolve_settings({**cfg, "build": "blis", "runtime": "apptainer"})
+    with pytest.raises(CellError, match="torch has default, torch-2.14"):
+        resolve_settings({**composed(["framework=torch", "model=lenet"]), "build": "blis"})
+
+
+def test_a_build_is_its_own_environment_keyed_by_its_variant(tmp_path):
+    default, reference = VenvRuntime("numpy", tmp_path), VenvRuntime("numpy", tmp_path, build="reference")
+    assert default.env_dir.name.startswith("numpy-") and reference.env_dir.name.startswith("numpy-reference-")
+    assert reference.env_dir.parent == default.env_dir.parent == tmp_path / "envs"
+    assert "numpy" not in reference.requirements_text and "pillow==" in reference.requirements_text
+    assert reference.recipe["python"] == ["/usr/bin/python3.11"] and default.recipe["python"][0] == "python3.11"
+    assert reference.trainer_env()["LD_LIBRARY_PATH"].split(":")[0] == f"{reference.env_dir}/blas"
+    recipes = tmp_path / "containers"
+    shutil.copytree(default.recipe_dir, recipes / "numpy")
+    shutil.copy(default.recipe_dir.parent / "blas.yaml", recipes / "blas.yaml")
+    (recipes / "numpy" / "builds.yaml").write_text(
+        (recipes / "numpy" / "builds.yaml").read_text().replace("blas: reference", "blas: atlas", 1))
+    moved = VenvRuntime("numpy", tmp_path, recipe_dir=recipes / "numpy", build="reference")
+    assert moved.env_dir != reference.env_dir and moved.env_dir.name.startswith("numpy-reference-")
+    with pytest.raises(EnvironmentNotReady, match="is not a build of numpy"):
+        VenvRuntime("numpy", tmp_path, build="../torch")
+
+
+@pytest.mark.parametrize("text, problem", [
+    ("'../x': {blas: blis}\n", "is not a plain name"),
+    ("default: {blas: blis}\n", "is not a plain name"),
+    ("evil: {post_install_cmd: 'rm -rf /'}\n", "a build sets only"),
+    ("odd: {blas: mkl-from-nowhere}\n", "which containers/blas.yaml does not declare"),
+    ("- a list\n", "not a mapping"),
+])
+def test_a_wrong_declaration_is_one_line_naming_the_file(tmp_path, text, problem):
+    (tmp_path / "fw").mkdir()
+    shutil.copy(builds._CONTAINERS / "blas.yaml", tmp_path / "blas.yaml")
+    (tmp_path / "fw" / "builds.yaml").write_text(text)
+    with pytest.raises(builds.BuildError, match=problem) as wrong:
+        builds.declared("fw", tmp_path)
+    assert str(tmp_path / "fw" / "builds.yaml") in str(wrong.value)
+
+
+def test_pins_replace_or_drop_a_requirements_line():
+    text = "# a comment\ntorch==2.13.0\nNumPy>=1.23\npsutil\n"
+    assert builds.requirements_with(text, {"torch": "==2.14.1", "numpy": None, "extra-pkg": ">=1"}) == \
+        "# a comment\ntorch==2.14.1\npsutil\nextra-pkg>=1\n"
+
+
+def test_two_blas_builds_run_record_the_blas_they_loaded_and_compare_per_cell(tmp_path):
+    """numpy at its default build (PyPI's wheel: its bundled OpenBLAS) and at `reference` (Debian's
+    numpy on netlib's BLAS, the build CI makes): each run's provenance names the library it loaded,
+    read from the process (its real file), and compare prints the per-cell verdict with its correction."""
+    workdir = user_dir(tmp_path)
+    launched = orchestrator(["-m", "framework=numpy", "model=lenet", "build=default,reference", "repeats=3",
+                             "batch_size=16", *FAST], workdir)
+    assert launched.returncode == 0, launched.stderr
+    wait_until_final(workdir)
+    assert orchestrator(["collect"], workdir).returncode == 0
+    found = rows(workdir, "select c.build, r.provenance from runs r join cells c on c.id = r.cell_id "
+                          "where r.state = 'done'")
+    assert len(found) == 6, found
+    loaded = {build or "default": set() for build, _ in found}
+    for build, provenance in found:
+        record = json.loads(provenance)
+        loaded[build or "default"].update((b["library"], b["path"]) for b in record["framework"]["blas"])
+        assert record["build"]["name"] == (build or "default")
+    assert {lib for lib, _ in loaded["default"]} == {"OpenBLAS"}
+    assert all("numpy.libs" in path for _, path in loaded["default"])
+    assert loaded["reference"] == {("reference", "/usr/lib/x86_64-linux-gnu/blas/libblas.so.3.11.0")}
+    compared = orchestrator(["compare", "--base", "build=default", "--new", "build=reference"], workdir)
+    assert compared.returncode in (0, 1), compared.stderr
+    assert "where build=reference" in compared.stdout and "Benjamini-Hochberg" in compared.stdout
+    assert "numpy/lenet/synthetic" in compared.stdout and "too few repeats" not in compared.stdout
+
+
+#: what each BLAS of containers/blas.yaml says it is, by its own symbols (trainers/common/host.py)
+NAMED = {"openblas": "OpenBLAS", "blis": "BLIS", "atlas": "ATLAS", "reference": "reference"}
+
+
+@pytest.mark.parametrize("blas", sorted(NAMED))
+def test_each_blas_folder_loads_whole_and_is_the_library_it_names(tmp_path, blas):
+    """A build's folder of links (builds.blas_links) as a trainer's process sees it, first on its
+    LD_LIBRARY_PATH: every name loads with all its symbols bound (RTLD_NOW), and the BLAS the process
+    then holds says, by its own symbols, that it is the one the folder was made for."""
+    import subprocess
+    import sys
+
+    from helpers import REPO
+
+    for name, target in builds.blas_links({"blas": blas}, str(tmp_path)).items():
+        (tmp_path / name).symlink_to(target)
+    script = ("import ctypes, json, os\n"
+              "libs = [ctypes.CDLL(n, mode=os.RTLD_NOW) for n in ('libblas.so.3', 'liblapack.so.3', 'libopenblas.so.0')]\n"
+              "assert all(hasattr(l, 'sgemm_') and hasattr(l, 'cblas_sgemm') for l in (libs[0], libs[2]))\n"
+              "from trainers.common.host import blas_libraries\nprint(json.dumps(blas_libraries()))")
+    out = subprocess.run([sys.executable, "-c", script], env={"LD_LIBRARY_PATH": str(tmp_path), "PYTHONPATH": str(REPO)},
+                         stdout=subprocess.PIPE, universal_newlines=True, check=True).stdout
+    assert {b["library"] for b in json.loads(out)} == {NAMED[blas]}
