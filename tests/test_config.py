@@ -20,8 +20,8 @@ def test_groups_have_the_documented_choices():
               for g in ("framework", "model", "dataset", "hardware", "cluster")}
     assert {"caffe", "cntk", "mxnet", "tensorflow", "tf", "torch"} <= set(groups["framework"])
     assert groups["model"] == ["alexnet", "alexnet_r", "fcn_r", "fcn_s", "googlenet", "googlenet_cifar", "gpt",
-                               "lenet", "lstm", "resnet50", "resnet56", "vgg16", "vgg16_cifar"]
-    assert groups["dataset"] == ["cifar10", "digits", "imagenet", "mnist", "synthetic"]
+                               "lenet", "lstm", "lstm_imdb", "lstm_ptb", "resnet50", "resnet56", "vgg16", "vgg16_cifar"]
+    assert groups["dataset"] == ["cifar10", "digits", "imagenet", "imdb", "mnist", "ptb", "synthetic"]
     assert {"cpu12", "cpu20", "k20m", "p100"} <= set(groups["hardware"])
     assert "local" in groups["cluster"]
 

@@ -31,7 +31,7 @@ PIPELINE_DATASETS = ("imagenet",)
 TAKEN_BY = {"seq_len": "the tokens per sequence of a sequence network (model=lstm)",
             "layers": "the blocks of a Transformer (model=gpt)", "width": "the width of a Transformer (model=gpt)",
             "heads": "the attention heads of a Transformer (model=gpt)"}
-DATASET_SHAPES = ("mnist", "cifar10", "imagenet", "digits", "dlbench_fcn", "ptb")
+DATASET_SHAPES = ("mnist", "cifar10", "imagenet", "digits", "dlbench_fcn", "ptb", "imdb")
 
 
 class CellError(ValueError):
