@@ -132,6 +132,23 @@ def test_the_lstm_runs_on_token_ids_of_its_seq_len_and_no_other_network_takes_on
         cell("framework=numpy", "model=lstm")
 
 
+def test_elshawis_lstms_read_their_own_text_and_their_defaults(tmp_path):
+    """lstm_imdb reads imdb (batch 64, 500 tokens), lstm_ptb ptb (batch 20, 35 tokens); each refuses the
+    other's text with the way out, and a missing folder names the command that writes it."""
+    imdb, ptb = cell("model=lstm_imdb"), cell("model=lstm_ptb")
+    assert (imdb.settings["like"], imdb.settings["batch_size"], imdb.settings["seq_len"]) == ("imdb", 64, 500)
+    assert (ptb.settings["like"], ptb.settings["batch_size"], ptb.settings["seq_len"]) == ("ptb", 20, 35)
+    assert cell("model=lstm", "dataset=ptb").settings["batch_size"] == 32  # its batch for ptb-shaped data
+    with pytest.raises(CellError, match=r"^torch/lstm_imdb/synthetic: lstm_imdb reads imdb-shaped data .* use "
+                                        r"dataset=imdb or a network that reads it \(lstm, lstm_ptb, gpt\)"):
+        cell("model=lstm_imdb", "dataset.like=ptb", "batch_size=8")
+    with pytest.raises(CellError, match=r"^torch/gpt/imdb: gpt reads ptb-shaped data"):
+        cell("model=gpt", "dataset=imdb", "batch_size=8")
+    from orchestrator.sweep.dataset_files import missing_files
+    assert "`orchestrator data generate ptb --dir %s`" % tmp_path in missing_files(
+        {"name": "ptb", "dir": str(tmp_path / "ptb")})
+
+
 def test_the_gpt_is_gpt2_small_unless_its_shape_is_set_and_no_other_cell_id_changes():
     """model=gpt: GPT-2 small's shape from its YAML (context = seq_len 1,024), each of layers, width,
     heads settable (a cell per shape, told to the trainer); the ids of cells made before these settings
