@@ -31,7 +31,7 @@ from trainers.common import imagenet
 from trainers.common.errors import DataError, Unsupported
 from trainers.common.generated import GENERATED, mark_generated
 from trainers.common.inputs import DATASETS, SYNTHETIC_ONLY, TEXT, resize_nearest, to_float
-from trainers.common.text_data import read_imdb, read_ptb, synthetic_imdb
+from trainers.common.text_data import Examples, TokenIds, read_imdb, read_ptb, synthetic_imdb
 
 MNIST_IMAGES = "train-images-idx3-ubyte"
 MNIST_LABELS = "train-labels-idx1-ubyte"
@@ -57,7 +57,7 @@ SYNTHETIC_TEXT = {"imdb": synthetic_imdb}
 _IDX_UBYTE = 0x08
 
 
-class Dataset(object):
+class Dataset(Examples):
     """Images as uint8 NCHW, labels as int64, and the number of classes."""
 
     def __init__(self, name, images, labels, classes):
@@ -68,36 +68,12 @@ class Dataset(object):
         self.labels = labels.astype(np.int64)
         self.classes = classes
 
-    def __len__(self):
-        return len(self.labels)
-
-    @property
-    def shape(self):
-        """[C, H, W] of one image."""
-        return tuple(self.images.shape[1:])
-
     def batch(self, indices, size=None):
         """float32 images in [0, 1] (resized to size=(H, W) if given) and int64 labels."""
         images = self.images[indices]
         if size is not None:
             images = resize_nearest(images, size[0], size[1])
         return to_float(images), self.labels[indices]
-
-
-class Sequences(Dataset):
-    """Token ids for a sequence network (`images` [N, seq_len], so `shape` is [seq_len]): each
-    position's label the next token (a language model's target), both int64. `batch` keeps
-    Dataset's signature so the pool takes either (a sequence has no image size: `size` is
-    ignored)."""
-
-    def __init__(self, name, stream, classes):  # noqa: super's checks are an image's
-        self.name = name
-        self.images = stream[:, :-1].astype(np.int64)
-        self.labels = stream[:, 1:].astype(np.int64)
-        self.classes = classes
-
-    def batch(self, indices, size=None):
-        return self.images[indices], self.labels[indices]
 
 
 # ---------------------------------------------------------------------------- readers
@@ -210,7 +186,7 @@ def synthetic(like, n, seed, seq_len=None):
         return SYNTHETIC_TEXT[like](rng, n, seq_len or spec.shape[0], spec.classes)
     if like in TEXT:
         stream = rng.randint(0, spec.classes, size=(n, (seq_len or spec.shape[0]) + 1))
-        return Sequences("synthetic", stream, spec.classes)
+        return TokenIds("synthetic", stream[:, :-1], stream[:, 1:], spec.classes)  # label: the next token
     images = rng.randint(0, 256, size=(n,) + spec.shape).astype(np.uint8)
     labels = rng.randint(0, spec.classes, size=n)
     return Dataset("synthetic", images, labels, spec.classes)

@@ -57,21 +57,27 @@ _ARRAY_GLOBALS = frozenset([("numpy", "ndarray"), ("numpy", "dtype"),
                             ("numpy._core.multiarray", "_reconstruct")])
 
 
-class TokenIds(object):
-    """Token ids as int64 [N, seq_len] (`images`, the name every pool reads) and their labels (a
-    language model's next word at every position, [N, seq_len], or a class per sequence, [N])."""
-
-    def __init__(self, name, ids, labels, classes):
-        self.name, self.classes = name, classes
-        self.images = np.asarray(ids, dtype=np.int64)
-        self.labels = np.asarray(labels, dtype=np.int64)
+class Examples(object):
+    """Inputs (`images`, the name every pool reads) and labels, one row each: what the pool and
+    accuracy mode read of a data set, images (data.Dataset) or token ids (TokenIds) alike."""
 
     def __len__(self):
         return len(self.labels)
 
     @property
     def shape(self):
+        """One input's shape: an image's [C, H, W], a sequence's [seq_len]."""
         return tuple(self.images.shape[1:])
+
+
+class TokenIds(Examples):
+    """Token ids as int64 [N, seq_len] and their labels (a language model's next word at every
+    position, [N, seq_len], or a class per sequence, [N])."""
+
+    def __init__(self, name, ids, labels, classes):
+        self.name, self.classes = name, classes
+        self.images = np.asarray(ids, dtype=np.int64)
+        self.labels = np.asarray(labels, dtype=np.int64)
 
     def batch(self, indices, size=None):
         """The ids and labels at `indices` (`size`, an image's, is ignored: the pool passes it)."""
