@@ -100,6 +100,30 @@ def test_an_imdb_file_that_would_run_code_when_unpickled_is_refused_and_runs_not
         data.load("imdb", str(tmp_path))
 
 
+def test_bad_reviews_are_refused_naming_the_array_and_the_review(tmp_path):
+    _imdb(tmp_path / "imdb.npz", [[1, 2], [3, -4]], [0, 1], [[1]], [0])
+    with pytest.raises(DataError, match=r"imdb.npz: x_train's review \d holds a negative word rank \(-4\)"):
+        data.load("imdb", str(tmp_path))
+    np.savez(str(tmp_path / "imdb.npz"), x_train=np.zeros((2, 2)), y_train=np.zeros(2), x_test=np.zeros(1), y_test=[0])
+    with pytest.raises(DataError, match=r"imdb.npz: x_train is ndarray, not a one-dimensional array"):
+        data.load("imdb", str(tmp_path))
+
+
+def test_a_file_numpy_2_wrote_is_read_by_a_trainer_on_numpy_1(tmp_path, framework_env):
+    """numpy 2 pickles its arrays as numpy._core, which numpy 1 (mxnet's and CNTK's environments) lacks:
+    a generated imdb.npz must read there as the real one (numpy.core) does everywhere."""
+    text_data.write_imdb(str(tmp_path), n=3, seed=1)
+    python, env = framework_env("mxnet")
+    probe = ("import numpy, sys; from trainers.common import data\n"
+             "d = data.load('imdb', sys.argv[1], seq_len=4); print(numpy.__version__, d.images.sum(), len(d))")
+    out = subprocess.run([python, "-c", probe, str(tmp_path)], cwd=str(REPO), env=dict(env, PYTHONPATH=str(REPO)),
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    version, total, count = out.stdout.split()
+    here = data.load("imdb", str(tmp_path), seq_len=4)
+    assert version.startswith("1.") and (int(total), int(count)) == (int(here.images.sum()), 3)
+
+
 def test_orchestrator_data_generate_writes_both_in_their_formats_marked_generated(tmp_path):
     env = dict(os.environ, PYTHONPATH=str(REPO))
     out = subprocess.run([sys.executable, "-m", "orchestrator", "data", "generate", "ptb", "imdb", "--dir",

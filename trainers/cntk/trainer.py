@@ -139,7 +139,9 @@ class CNTKTrainer(Trainer):
     def predict(self, images):
         # a forward pass only: no gradients, no update (LeNet has no dropout or BatchNorm;
         # CNTK's eval runs its layers in inference mode)
-        out = self.z.eval({self.features: np.ascontiguousarray(images)}, device=self.device)
+        features = (C.Value.one_hot(images.tolist(), self.features.shape[0], device=C.device.cpu())
+                    if images.ndim == 2 else np.ascontiguousarray(images))  # a sequence network's ids, one-hot
+        out = self.z.eval({self.features: features}, device=self.device)
         return np.asarray(out).reshape(len(images), -1)
 
     def infer(self, batch):

@@ -114,12 +114,14 @@ def _ptb_path(data_dir, split):
 
 def ptb_stream(data_dir, split="train"):
     """A split's token ids under the train file's vocabulary, and the vocabulary's size."""
-    vocabulary = ptb_vocabulary(ptb_words(_ptb_path(data_dir, "train")))
+    train = _ptb_path(data_dir, "train")
+    words = ptb_words(train)
+    vocabulary = ptb_vocabulary(words)
     if len(vocabulary) > PTB_WORDS:
         raise DataError("%s holds %d distinct words (with <eos>); Penn Treebank's vocabulary is %d: map "
-                        "rare words to <unk> as Mikolov's files do" % (
-                            _ptb_path(data_dir, "train"), len(vocabulary), PTB_WORDS))
-    words = ptb_words(_ptb_path(data_dir, split))
+                        "rare words to <unk> as Mikolov's files do" % (train, len(vocabulary), PTB_WORDS))
+    if split != "train":
+        words = ptb_words(_ptb_path(data_dir, split))
     unk = vocabulary.get(UNK)
     unknown = [w for w in set(words) if w not in vocabulary]
     if unknown and unk is None:
@@ -176,7 +178,9 @@ class _ArraysOnly(pickle.Unpickler):
     """An unpickler that rebuilds numpy arrays (and the lists of ints inside them), nothing else."""
 
     def find_class(self, module, name):
-        if (module, name) in _ARRAY_GLOBALS:
+        if (module, name) in _ARRAY_GLOBALS:  # numpy 2 writes numpy._core, which numpy 1 lacks
+            if module.startswith("numpy._core") and not hasattr(np, "_core"):
+                module = module.replace("numpy._core", "numpy.core")
             return pickle.Unpickler.find_class(self, module, name)
         raise pickle.UnpicklingError("refusing %s.%s: an imdb.npz holds numpy arrays only" % (module, name))
 
@@ -203,6 +207,9 @@ def imdb_arrays(path):
             arrays = dict((name, _npy(archive.read(name + ".npy"))) for name in IMDB_ARRAYS)
     except (OSError, KeyError, ValueError, zipfile.BadZipfile, pickle.UnpicklingError, EOFError) as exc:
         raise DataError("cannot read %s as Keras's imdb.npz (arrays %s): %s" % (path, ", ".join(IMDB_ARRAYS), exc))
+    for name, array in arrays.items():  # a pickle may hold other things than the arrays it should
+        if not isinstance(array, np.ndarray) or array.ndim != 1:
+            raise DataError("%s: %s is %s, not a one-dimensional array" % (path, name, type(array).__name__))
     for split in ("train", "test"):
         if len(arrays["x_" + split]) != len(arrays["y_" + split]):
             raise DataError("%s: x_%s holds %d reviews but y_%s %d labels" % (
@@ -215,7 +222,13 @@ def imdb_ids(reviews, num_words=IMDB_NUM_WORDS, maxlen=IMDB_MAXLEN):
     make them: start id, ranks + index_from, rare ids out of vocabulary, 'pre' padding and cutting."""
     out = np.full((len(reviews), maxlen), IMDB_PAD, dtype=np.int64)
     for i, ranks in enumerate(reviews):
-        ids = np.concatenate([[IMDB_START], np.asarray(ranks, dtype=np.int64) + IMDB_INDEX_FROM])
+        try:
+            ranks = np.asarray(ranks, dtype=np.int64).reshape(-1)
+        except (TypeError, ValueError) as exc:
+            raise DataError("review %d is not a list of word ranks: %s" % (i, exc))
+        if len(ranks) and ranks.min() < 0:
+            raise DataError("review %d holds a negative word rank (%d); ranks start at 1" % (i, ranks.min()))
+        ids = np.concatenate([[IMDB_START], ranks + IMDB_INDEX_FROM])
         ids[ids >= num_words] = IMDB_OOV
         ids = ids[-maxlen:]
         out[i, maxlen - len(ids):] = ids
@@ -239,7 +252,11 @@ def read_imdb(data_dir, split, seq_len=IMDB_MAXLEN, classes=2):
     labels = np.asarray(arrays["y_" + split], dtype=np.int64)[order]
     if len(labels) and not set(np.unique(labels)) <= set([0, 1]):
         raise DataError("%s: y_%s holds labels other than 0 and 1" % (path, split))
-    return TokenIds("imdb", imdb_ids(arrays["x_" + split][order], maxlen=seq_len), labels, classes)
+    try:
+        ids = imdb_ids(arrays["x_" + split][order], maxlen=seq_len)
+    except DataError as exc:
+        raise DataError("%s: x_%s's %s" % (path, split, exc))
+    return TokenIds("imdb", ids, labels, classes)
 
 
 def synthetic_imdb(rng, n, seq_len, classes=2):

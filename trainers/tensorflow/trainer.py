@@ -159,7 +159,7 @@ class TensorFlowTrainer(Trainer):
         self.optimizer.learning_rate.assign(lr)
 
     def predict(self, images):
-        return self.infer((tf.constant(images.transpose(0, 2, 3, 1)),))
+        return self.infer((tf.constant(images.transpose(0, 2, 3, 1) if images.ndim == 4 else images),))
 
     def infer(self, batch):
         # model(x, training=False): BatchNorm's running statistics, no dropout; numpy() waits
