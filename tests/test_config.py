@@ -139,8 +139,9 @@ def test_elshawis_lstms_read_their_own_text_and_their_defaults(tmp_path):
     assert (imdb.settings["like"], imdb.settings["batch_size"], imdb.settings["seq_len"]) == ("imdb", 64, 500)
     assert (ptb.settings["like"], ptb.settings["batch_size"], ptb.settings["seq_len"]) == ("ptb", 20, 35)
     assert cell("model=lstm", "dataset=ptb").settings["batch_size"] == 32  # its batch for ptb-shaped data
-    with pytest.raises(CellError, match=r"^torch/lstm_imdb/synthetic: lstm_imdb reads imdb-shaped data .* use "
-                                        r"dataset=imdb or a network that reads it \(lstm, lstm_ptb, gpt\)"):
+    with pytest.raises(CellError, match=r"^torch/lstm_imdb/synthetic: lstm_imdb reads imdb-shaped data \(reviews, one "
+                                        r"label each\), and ptb-shaped data \(a word stream, .*\) is read by lstm, "
+                                        r"lstm_ptb, gpt; use another dataset or model"):
         cell("model=lstm_imdb", "dataset.like=ptb", "batch_size=8")
     with pytest.raises(CellError, match=r"^torch/gpt/imdb: gpt reads ptb-shaped data"):
         cell("model=gpt", "dataset=imdb", "batch_size=8")

@@ -131,9 +131,9 @@ def shape_problem(model, like):
                     "a sequence network" if model in TOKEN_NETWORKS else "an image network",
                     ", ".join(TOKEN_NETWORKS), ", ".join(TEXT)))
     if like in TEXT and text_of(model) != like:
-        return ("%s reads %s-shaped data (%s) and %s-shaped data is %s: use dataset=%s or a network "
-                "that reads it (%s)" % (model, text_of(model), _TEXT_WHAT[text_of(model)], like, _TEXT_WHAT[like],
-                                         text_of(model), ", ".join(n for n in TOKEN_NETWORKS if text_of(n) == like)))
+        return ("%s reads %s-shaped data (%s), and %s-shaped data (%s) is read by %s" % (
+            model, text_of(model), _TEXT_WHAT[text_of(model)], like, _TEXT_WHAT[like],
+            ", ".join(n for n in TOKEN_NETWORKS if text_of(n) == like)))
     if like in SYNTHETIC_ONLY and model not in FULLY_CONNECTED:
         return ("%s-shaped data is %s features, not an image: only the fully connected networks "
                 "(%s) take it, not %s" % (like, "x".join(str(n) for n in DATASETS[like].shape),
