@@ -19,7 +19,8 @@ def main(argv: list[str]) -> int:
     gen.add_argument("datasets", nargs="+", choices=dataset_files.GENERATORS)
     gen.add_argument("--dir", default=os.environ.get("ORCHESTRATOR_DATA", "data"),
                      help="the data root (config paths.data; default: $ORCHESTRATOR_DATA or ./data)")
-    gen.add_argument("-n", "--images", type=int, default=2048, help="images per dataset (default 2048; ptb: train sentences, imdb: reviews per split)")
+    gen.add_argument("-n", "--images", type=int, default=2048,
+                     help="images per dataset (default 2048; ptb: train sentences, imdb: reviews per split)")
     gen.add_argument("--seed", type=int, default=0)
     gen.add_argument("--classes", type=int, default=dataset_files.IMAGENET_CLASSES,
                      help=f"imagenet: class folders (default {dataset_files.IMAGENET_CLASSES})")

@@ -25,12 +25,12 @@ Where each comes from:
   width, heads), the context is seq_len, the vocabulary the data's class count.
 
 - LSTM_IMDB: Elshawi et al. 2021 ("DLBench: a comprehensive experimental evaluation of deep
-  learning frameworks", its IMDB case; the Keras model of Brownlee's "Sequence classification
-  with LSTM recurrent neural networks", which it follows): IMDB reviews as word ids of a
+  learning frameworks", its IMDB case, the sizes of the Keras model in Brownlee's "Sequence
+  classification with LSTM recurrent neural networks"): IMDB reviews as word ids of a
   5,000-word vocabulary padded to 500, an embedding of 32, one LSTM of 100, one sigmoid unit on
   the last position's state, binary cross-entropy; Adam 1e-3 and batch 64 there (here the
   shared recipe's optimizer, trainers/common/recipe.py). 5,000 x 32 + 4 x 100 x (32 + 100 + 1)
-  + 100 + 1 = 213,301 parameters, what Keras's summary of that model prints.
+  + 100 + 1 = 213,301 parameters, what Keras's summary of Brownlee's model prints.
 - LSTM_PTB: Elshawi et al.'s Penn Treebank language model: an embedding of 128, two LSTMs of
   1,024, dropout 0.5 (after each LSTM, on the non-recurrent path as Zaremba et al. 2014 place
   it), a softmax over the 10,000-word vocabulary at every position; batch 20. The paper names
