@@ -393,6 +393,11 @@ def test_elshawis_lstms_are_counted_by_hand():
     per_token = 4 * 1024 * (128 + 1024) + 4 * 1024 * (1024 + 1024) + 1024 * 10000
     assert forward_macs("lstm_ptb", (35,), 10000) == 35 * per_token == 817152000
     assert training_flops("lstm_imdb", (500,), 2) == fewest_training_flops("lstm_imdb", (500,), 2) == 6 * 26400100
+    for model, like, shape, classes in (("lstm_imdb", "imdb", 500, 2), ("lstm_ptb", "ptb", 35, 10000)):
+        events = stream(100.0, model=model)  # tokens/s: sequences/s x seq_len, for imdb's reviews too
+        events[0] = {**events[0], "input_shape": [shape], "classes": classes, "like": like}
+        m = metrics.compute(events, hardware=H100)
+        assert m["mfu"] > 0 and m["tokens_per_sec"] == pytest.approx(100.0 * shape)
 
 
 def test_the_gpt_is_counted_as_palm_counts_it():
