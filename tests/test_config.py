@@ -6,6 +6,7 @@ from hydra import compose, initialize_config_dir
 
 from orchestrator import setting_registry
 from orchestrator.sweep.cell import Cell, CellError, cell_id
+from trainers.common import inputs
 
 from helpers import REPO, run_cli
 
@@ -138,6 +139,8 @@ def test_elshawis_lstms_read_their_own_text_and_their_defaults(tmp_path):
     imdb, ptb = cell("model=lstm_imdb"), cell("model=lstm_ptb")
     assert (imdb.settings["like"], imdb.settings["batch_size"], imdb.settings["seq_len"]) == ("imdb", 64, 500)
     assert (ptb.settings["like"], ptb.settings["batch_size"], ptb.settings["seq_len"]) == ("ptb", 20, 35)
+    # the trainer's own default (no --seq-len) is the YAML's
+    assert inputs.input_shape("lstm_ptb", "ptb") == (35,) and inputs.input_shape("lstm_imdb", "imdb") == (500,)
     assert cell("model=lstm", "dataset=ptb").settings["batch_size"] == 32  # its batch for ptb-shaped data
     with pytest.raises(CellError, match=r"^torch/lstm_imdb/synthetic: lstm_imdb reads imdb-shaped data \(reviews, one "
                                         r"label each\), and ptb-shaped data \(a word stream, .*\) is read by lstm, "

@@ -32,8 +32,8 @@ Where each comes from:
   shared recipe's optimizer, trainers/common/recipe.py). 5,000 x 32 + 4 x 100 x (32 + 100 + 1)
   + 100 + 1 = 213,301 parameters, what Keras's summary of Brownlee's model prints.
 - LSTM_PTB: Elshawi et al.'s Penn Treebank language model: an embedding of 128, two LSTMs of
-  1,024, dropout 0.5 (after each LSTM, on the non-recurrent path as Zaremba et al. 2014 place
-  it), a softmax over the 10,000-word vocabulary at every position; batch 20. The paper names
+  1,024, dropout 0.5 (the paper states no placement: here after each LSTM, on the non-recurrent
+  path only, as Zaremba et al. 2014 keep it off the recurrence), a softmax over the 10,000-word vocabulary at every position; batch 20. The paper names
   no sequence length: 35, the TensorFlow PTB tutorial's (Zaremba et al.'s) num_steps.
   10,000 x 128 + 4 x 1,024 x (128 + 1,024 + 1) + 4 x 1,024 x (1,024 + 1,024 + 1) + 1,024 x
   10,000 + 10,000 = 24,645,392 parameters.
