@@ -123,6 +123,35 @@ def test_accuracy_on_generated_files_says_it_means_nothing(framework_run, tmp_pa
     assert "top1_final" in measured and "accuracy on generated data" in measured.reason
 
 
+@pytest.fixture(scope="module")
+def imdb(tmp_path_factory):
+    """A generated imdb.npz of 16 reviews a split (`orchestrator data generate imdb`)."""
+    root = tmp_path_factory.mktemp("text")
+    done = orchestrator(["data", "generate", "imdb", "-n", "16", "--dir", str(root)], user_dir(root))
+    assert done.returncode == 0, done.stderr
+    return root / "imdb"
+
+
+@pytest.mark.parametrize("name", ["torch", "tensorflow", "jax", "mxnet", "caffe", "cntk"])
+def test_lstm_imdb_is_trained_and_scored_in_accuracy_mode(framework_run, imdb, name):
+    """A class per review: each framework's predict takes [batch, seq_len] token ids (Caffe's
+    time-major, CNTK's one-hot) and its top-1 is over the 16 test reviews."""
+    proc, events = framework_run(name, ["--model", "lstm_imdb", "--dataset", "imdb", "--data-dir", str(imdb),
+                                        "--seq-len", 4, "--batch-size", 4, "--threads", 1, "--mode", "accuracy",
+                                        "--epochs", 1])
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    epoch = [e for e in events if e["event"] == "epoch"]
+    assert len(epoch) == 1 and epoch[0]["test_images"] == 16 and round(epoch[0]["top1"] * 16, 9).is_integer()
+    assert "random words" in events[0]["data_generated"]
+
+
+def test_accuracy_mode_refuses_the_language_models_stream(framework_run, tmp_path):
+    proc, events = framework_run("torch", ["--model", "lstm", "--dataset", "ptb", "--data-dir", str(tmp_path),
+                                           "--batch-size", 4, "--mode", "accuracy"])
+    assert proc.returncode == 3 and events[-1]["class"] == "unsupported"
+    assert "perplexity" in events[-1]["message"] and "--dataset imdb" in events[-1]["message"]
+
+
 # --- into results.db ---------------------------------------------------------------------------
 
 def test_an_accuracy_run_lands_its_metrics_in_results(digits, tmp_path):

@@ -151,3 +151,13 @@ def test_the_launcher_relays_each_points_run_end_in_place_and_holds_back_the_las
                                                                                  "run_end"]
     assert launch.verdict(relay, [("rank 0", 0, [])]) == 0
     assert json.loads(stream.getvalue().splitlines()[-1])["event"] == "search_end"
+
+
+def test_a_sequence_network_searches_at_its_own_seq_len(framework_run):
+    """Each point's random sequences are as long as the run's --seq-len (lstm_ptb's own 35 is not
+    ptb's 32; here 6 against imdb's 500), not the data shape's."""
+    proc, events = framework_run("torch", ["--model", "lstm_imdb", "--dataset", "synthetic", "--like", "imdb",
+                                           "--seq-len", "6", "--batch-size", "auto", "--threads", "1", "--phase",
+                                           "inference", "--warmup", "1", "--min-batches", "2", "--min-seconds", "0"])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert events[0]["input_shape"] == [6] and events[-1]["event"] == "search_end"

@@ -6,6 +6,7 @@ from hydra import compose, initialize_config_dir
 
 from orchestrator import setting_registry
 from orchestrator.sweep.cell import Cell, CellError, cell_id
+from trainers.common import inputs
 
 from helpers import REPO, run_cli
 
@@ -20,8 +21,8 @@ def test_groups_have_the_documented_choices():
               for g in ("framework", "model", "dataset", "hardware", "cluster")}
     assert {"caffe", "cntk", "mxnet", "tensorflow", "tf", "torch"} <= set(groups["framework"])
     assert groups["model"] == ["alexnet", "alexnet_r", "fcn_r", "fcn_s", "googlenet", "googlenet_cifar", "gpt",
-                               "lenet", "lstm", "resnet50", "resnet56", "vgg16", "vgg16_cifar"]
-    assert groups["dataset"] == ["cifar10", "cifar100", "digits", "imagenet", "mnist", "svhn", "synthetic"]
+                               "lenet", "lstm", "lstm_imdb", "lstm_ptb", "resnet50", "resnet56", "vgg16", "vgg16_cifar"]
+    assert groups["dataset"] == ["cifar10", "cifar100", "digits", "imagenet", "imdb", "mnist", "ptb", "svhn", "synthetic"]
     assert {"cpu12", "cpu20", "k20m", "p100"} <= set(groups["hardware"])
     assert "local" in groups["cluster"]
 
@@ -130,6 +131,26 @@ def test_the_lstm_runs_on_token_ids_of_its_seq_len_and_no_other_network_takes_on
         cell("model=lstm", "dataset=mnist", "batch_size=8")
     with pytest.raises(CellError, match=r"^numpy/lstm/synthetic: numpy does not support --model lstm; .*recurrent"):
         cell("framework=numpy", "model=lstm")
+
+
+def test_elshawis_lstms_read_their_own_text_and_their_defaults(tmp_path):
+    """lstm_imdb reads imdb (batch 64, 500 tokens), lstm_ptb ptb (batch 20, 35 tokens); each refuses the
+    other's text with the way out, and a missing folder names the command that writes it."""
+    imdb, ptb = cell("model=lstm_imdb"), cell("model=lstm_ptb")
+    assert (imdb.settings["like"], imdb.settings["batch_size"], imdb.settings["seq_len"]) == ("imdb", 64, 500)
+    assert (ptb.settings["like"], ptb.settings["batch_size"], ptb.settings["seq_len"]) == ("ptb", 20, 35)
+    # the trainer's own default (no --seq-len) is the YAML's
+    assert inputs.input_shape("lstm_ptb", "ptb") == (35,) and inputs.input_shape("lstm_imdb", "imdb") == (500,)
+    assert cell("model=lstm", "dataset=ptb").settings["batch_size"] == 32  # its batch for ptb-shaped data
+    with pytest.raises(CellError, match=r"^torch/lstm_imdb/synthetic: lstm_imdb reads imdb-shaped data \(reviews, one "
+                                        r"label each\), and ptb-shaped data \(a word stream, .*\) is read by lstm, "
+                                        r"lstm_ptb, gpt; use another dataset or model"):
+        cell("model=lstm_imdb", "dataset.like=ptb", "batch_size=8")
+    with pytest.raises(CellError, match=r"^torch/gpt/imdb: gpt reads ptb-shaped data"):
+        cell("model=gpt", "dataset=imdb", "batch_size=8")
+    from orchestrator.sweep.dataset_files import missing_files
+    assert "`orchestrator data generate ptb --dir %s`" % tmp_path in missing_files(
+        {"name": "ptb", "dir": str(tmp_path / "ptb")})
 
 
 def test_the_gpt_is_gpt2_small_unless_its_shape_is_set_and_no_other_cell_id_changes():

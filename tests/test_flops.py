@@ -385,6 +385,21 @@ def test_the_lstm_is_counted_by_hand():
     assert m["mfu"] > 0 and m["tokens_per_sec"] == pytest.approx(32000.0)
 
 
+def test_elshawis_lstms_are_counted_by_hand():
+    """lstm_imdb: one LSTM of 100 on an embedding of 32 at each of 500 positions, then one unit on
+    the last state (not a vocabulary at every position); lstm_ptb: LSTMs of 1,024 on 128 and on
+    1,024, the 10,000 words at each of 35 positions, dropout multiplying nothing counted."""
+    assert forward_macs("lstm_imdb", (500,), 2) == 500 * 4 * 100 * (32 + 100) + 100 == 26400100
+    per_token = 4 * 1024 * (128 + 1024) + 4 * 1024 * (1024 + 1024) + 1024 * 10000
+    assert forward_macs("lstm_ptb", (35,), 10000) == 35 * per_token == 817152000
+    assert training_flops("lstm_imdb", (500,), 2) == fewest_training_flops("lstm_imdb", (500,), 2) == 6 * 26400100
+    for model, like, shape, classes in (("lstm_imdb", "imdb", 500, 2), ("lstm_ptb", "ptb", 35, 10000)):
+        events = stream(100.0, model=model)  # tokens/s: sequences/s x seq_len, for imdb's reviews too
+        events[0] = {**events[0], "input_shape": [shape], "classes": classes, "like": like}
+        m = metrics.compute(events, hardware=H100)
+        assert m["mfu"] > 0 and m["tokens_per_sec"] == pytest.approx(100.0 * shape)
+
+
 def test_the_gpt_is_counted_as_palm_counts_it():
     """A Transformer per token: 6N + 12 x layers x width x context training FLOPs (PaLM, appendix B),
     N the matrix products' weights (12 x width^2 per block, and the tied output layer's width x

@@ -63,7 +63,7 @@ def test_input_shapes():
     assert inputs.input_shape("vgg16_cifar", "cifar10") == inputs.input_shape("googlenet_cifar", "cifar10") == (3, 32, 32)
     assert inputs.input_shape("lstm", "ptb") == (32,)  # token ids, seq_len of them
     assert set(inputs.MODELS) == {"lenet", "alexnet", "resnet50", "googlenet", "vgg16", "fcn_s", "fcn_r",
-                                  "resnet56", "alexnet_r", "vgg16_cifar", "googlenet_cifar", "lstm", "gpt"}
+                                  "resnet56", "alexnet_r", "vgg16_cifar", "googlenet_cifar", "lstm", "lstm_imdb", "lstm_ptb", "gpt"}
 
 
 def test_resize_nearest_repeats_pixels_at_integer_factors():
@@ -215,11 +215,12 @@ def test_the_lstm_takes_token_ids_of_its_seq_len_and_only_it_takes_them():
     run = _resolve("--model", "lstm", "--dataset", "synthetic", "--like", "ptb", "--batch-size", "8", "--seq-len", "64")
     assert run.input_shape == (64,)
     with pytest.raises(errors.Unsupported, match=r"^ptb-shaped data is token ids and resnet50 is an image network: "
-                                                 r"the sequence networks \(lstm, gpt\) take text-shaped data \(ptb\) only"):
+                                                 r"the sequence networks \(lstm, lstm_imdb, lstm_ptb, gpt\) take text-shaped data "
+                                                 r"\(ptb, imdb\) only"):
         _resolve("--model", "resnet50", "--dataset", "synthetic", "--like", "ptb", "--batch-size", "8")
     with pytest.raises(errors.Unsupported, match=r"^mnist-shaped data is images and lstm is a sequence network"):
         _resolve("--model", "lstm", "--dataset", "synthetic", "--like", "mnist", "--batch-size", "8")
-    with pytest.raises(errors.Unsupported, match=r"^--seq-len is the sequence length of text-shaped data \(ptb\), "
+    with pytest.raises(errors.Unsupported, match=r"^--seq-len is the sequence length of text-shaped data \(ptb, imdb\), "
                                                  r"which lenet does not take; leave --seq-len out$"):
         _resolve("--model", "lenet", "--dataset", "synthetic", "--like", "mnist", "--batch-size", "8", "--seq-len", "8")
     with pytest.raises(errors.InvalidArgument, match=r"^--seq-len must be at least 1, got 0$"):

@@ -107,10 +107,11 @@ def test_the_attention_is_causal(framework_env, framework):
 
 
 def test_the_count_command_leaves_out_what_a_framework_does_not_build(framework_env):
-    """`python -m trainers.caffe.models --count --like ptb` names no model: it counts the LSTM and leaves
-    the Transformer out (Caffe declares it does not build it), rather than failing on it."""
+    """`python -m trainers.caffe.models --count --like ptb` names no model: it counts the LSTMs that read
+    ptb (not lstm_imdb, which reads imdb) and leaves the Transformer out (Caffe declares it does not
+    build it), rather than failing on it."""
     python, env = framework_env("caffe")
     out = subprocess.run([python, "-m", "trainers.caffe.models", "--count", "--like", "ptb"], cwd=str(REPO), env=env,
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
-    assert json.loads(out.stdout.splitlines()[-1]) == {"lstm": 6180624}
+    assert json.loads(out.stdout.splitlines()[-1]) == {"lstm": 6180624, "lstm_ptb": 24645392}

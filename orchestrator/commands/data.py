@@ -8,19 +8,20 @@ from pathlib import Path
 
 from orchestrator.sweep import dataset_files
 
-HELP = "write dataset files (generate mnist|cifar10|cifar100|svhn|imagenet, or scikit-learn's digits): data --help"
+HELP = "write dataset files (generate mnist|cifar10|cifar100|svhn|imagenet|ptb|imdb, or scikit-learn's digits): data --help"
 
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="orchestrator data", description=dataset_files.__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="action", required=True)
-    gen = sub.add_parser("generate", help="write generated MNIST / CIFAR-10 / CIFAR-100 / SVHN files / an "
-                                          "ILSVRC JPEG tree in their real formats")
+    gen = sub.add_parser("generate", help="write generated MNIST / CIFAR-10 / CIFAR-100 / SVHN files / an ILSVRC "
+                                          "JPEG tree / Penn Treebank's ptb.*.txt / Keras's imdb.npz in their real formats")
     gen.add_argument("datasets", nargs="+", choices=dataset_files.GENERATORS)
     gen.add_argument("--dir", default=os.environ.get("ORCHESTRATOR_DATA", "data"),
                      help="the data root (config paths.data; default: $ORCHESTRATOR_DATA or ./data)")
-    gen.add_argument("-n", "--images", type=int, default=2048, help="images per dataset (default 2048)")
+    gen.add_argument("-n", "--images", type=int, default=2048,
+                     help="images per dataset (default 2048; ptb: train sentences, imdb: reviews per split)")
     gen.add_argument("--seed", type=int, default=0)
     gen.add_argument("--classes", type=int, default=dataset_files.IMAGENET_CLASSES,
                      help=f"imagenet: class folders (default {dataset_files.IMAGENET_CLASSES})")
@@ -46,6 +47,9 @@ def main(argv: list[str]) -> int:
     test_writers = {"mnist": files.write_mnist_test, "cifar10": files.write_cifar10_test,
                     **{name: functools.partial(write, split="test") for name, write in WRITERS.items()}}
     for name in args.datasets:
+        if name in dataset_files.TEXT_GENERATORS:
+            dataset_files.write_text(name, Path(args.dir) / name, args.images, args.seed)
+            continue
         if name == "imagenet":
             dataset_files.write_imagenet(Path(args.dir) / name, args.images, args.classes, args.size, args.seed)
             continue

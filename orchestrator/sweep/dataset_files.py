@@ -3,11 +3,12 @@
 No network is assumed (clusters' compute nodes rarely have one), so `generate` writes files in
 the datasets' real formats — MNIST's IDX files, CIFAR-10's binary batches, CIFAR-100's Python
 pickles, SVHN's MAT files (written with scipy.io.savemat), an ILSVRC folder tree
-of JPEGs (`train/<wnid>/*.JPEG`, `val/<wnid>/*.JPEG`, written with Pillow) — with generated
+of JPEGs (`train/<wnid>/*.JPEG`, `val/<wnid>/*.JPEG`, written with Pillow), Penn Treebank's
+`ptb.train.txt`/`ptb.valid.txt`/`ptb.test.txt`, Keras's `imdb.npz` — with generated
 content, through the same writers the tests use. The trainers read them with their real
 readers. Throughput and memory do not depend on pixel values, but accuracy does: a site that
 wants accuracy puts the real files in the same place (`<data>/mnist`, `<data>/cifar10`,
-`<data>/cifar100`, `<data>/svhn`).
+`<data>/cifar100`, `<data>/svhn`, `<data>/ptb`, `<data>/imdb`).
 
 `digits` writes a real data set that needs no network: scikit-learn's 1,797 handwritten digits
 (8x8, 0..16), split once into a fixed training and test set (stratified, seeded: 1,438 and 359
@@ -21,7 +22,10 @@ import os
 import shutil
 from pathlib import Path
 
-GENERATORS = ("mnist", "cifar10", "cifar100", "svhn", "imagenet")
+GENERATORS = ("mnist", "cifar10", "cifar100", "svhn", "imagenet", "ptb", "imdb")
+#: the text data sets' generators (trainers/common/text_data.py) and what `-n` counts for each
+TEXT_GENERATORS = {"ptb": ("write_ptb", "train sentences (and a fifth as many in valid and test)"),
+                   "imdb": ("write_imdb", "reviews in each of train and test")}
 #: The datasets whose files a sweep writes itself where they are missing, at submission: real data
 #: that needs no network (scikit-learn's digits), as trainers make synthetic data in memory.
 MADE_ON_FIRST_USE = ("digits",)
@@ -70,6 +74,18 @@ def made_on_first_use(folders: set[str]) -> list[str]:
         notes.append(f"wrote scikit-learn's digits to {target} on first use: {counts['train']} training and "
                      f"{counts['test']} test images (`orchestrator data digits` writes them ahead)")
     return notes
+
+
+def write_text(name: str, target: Path, count: int, seed: int) -> None:
+    """A text data set's generated files in their real format (ptb: Mikolov's ptb.*.txt, imdb: Keras's
+    imdb.npz) in `target`, with the GENERATED marker."""
+    # lazy: numpy and the trainers' writers only when a dataset is written, not for `data --help`
+    from trainers.common import text_data
+
+    writer, what = TEXT_GENERATORS[name]
+    paths = getattr(text_data, writer)(str(target), count, seed)
+    print(f"wrote {count} generated {what} to {', '.join(paths)}; accuracy on them means nothing "
+          f"({target / 'GENERATED'})")
 
 
 def write_imagenet(target: Path, images: int, classes: int, size: str, seed: int) -> None:

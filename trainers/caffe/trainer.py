@@ -140,7 +140,9 @@ class CaffeTrainer(Trainer):
         """Nothing to do: pycaffe cannot change a solver's rate, so the solver states the
         recipe's schedule itself (`multistep` at recipe.decay_steps, see solver_param)."""
 
-    def predict(self, images):
+    def predict(self, images, time_major=False):
+        if images.ndim == 2 and not time_major:  # a sequence network's [batch, seq_len] ids, as to_batch turns them
+            images = images.T
         if self.test_net is None:
             self.test_net = models.instantiate(self.netparam, self.caffe.TEST)
             self.test_net.share_with(self.net)
@@ -157,7 +159,7 @@ class CaffeTrainer(Trainer):
 
     def infer(self, batch):
         # the TEST-phase net sharing the solver's (seeded) weights: its forward alone
-        return self.predict(batch[0])
+        return self.predict(batch[0], time_major=True)  # to_batch's, already time-major
 
     def is_out_of_memory(self, exc):
         # Caffe reports running out of memory by aborting the process (glog CHECK), which

@@ -284,14 +284,21 @@ NETWORKS.update((name, _cifar_net(table)) for name, table in arch.CIFAR_NETS.ite
 
 def sequence(layers, words, vocabulary):
     """A network of architectures.SEQUENCE (DLBench's LSTM, as its CNTK script builds it:
-    Embedding, a Recurrence of LSTMs, Dense) on `words`, a sequence of one-hot token ids; the
-    vocabulary's scores at every position. CNTK's LSTM has one bias per gate set; weights are
-    U(+-0.1), biases zero, as the torch file has them."""
+    Embedding, a Recurrence of LSTMs, Dense; lstm_imdb, lstm_ptb) on `words`, a sequence of one-hot
+    token ids; the vocabulary's scores at every position, or one sigmoid unit on the last
+    position's state as the scores [0, z] (architectures). CNTK's LSTM has one bias per gate set;
+    weights are U(+-0.1), biases zero, as the torch file has them; Dropout acts in training only."""
     C = _cntk()
     init = C.initializer.uniform(arch.LSTM_INIT)
     x = C.layers.Embedding(layers[0].width, init=init)(words)
-    for spec in layers[1:]:
-        x = C.layers.Recurrence(C.layers.LSTM(spec.units, init=init, init_bias=0))(x)
+    for spec in arch.recurrent(layers):
+        if isinstance(spec, arch.Dropout):
+            x = C.layers.Dropout(spec.rate)(x)
+        else:
+            x = C.layers.Recurrence(C.layers.LSTM(spec.units, init=init, init_bias=0))(x)
+    if arch.classifies(layers):
+        z = C.layers.Dense(1, init=init, init_bias=0)(C.sequence.last(x))
+        return C.splice(C.zeros_like(z), z)
     return C.layers.Dense(vocabulary, init=init, init_bias=0)(x)
 
 
@@ -320,8 +327,9 @@ def main(argv=None):
     def count_one(name, input_shape, classes):
         C = _cntk()
         C.device.try_set_default_device(C.device.cpu())
-        if name in arch.SEQUENCE:
-            return count_params(build(name, C.sequence.input_variable(classes, is_sparse=True), classes))
+        if name in arch.SEQUENCE:  # one-hot ids of its own vocabulary (lstm_imdb's), else of the classes
+            words = C.sequence.input_variable(arch.words(arch.SEQUENCE[name], classes), is_sparse=True)
+            return count_params(build(name, words, classes))
         return count_params(build(name, C.input_variable(input_shape, np.float32), classes))
 
     return count_main("cntk", count_one, argv,

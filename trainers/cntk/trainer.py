@@ -19,6 +19,7 @@ import os
 
 import numpy as np
 
+from trainers.common import architectures as arch
 from trainers.common.host import cpu_name
 from trainers.common.recipe import LEARNING_RATE, MOMENTUM
 from trainers.common.trainer import Trainer
@@ -114,16 +115,17 @@ class CNTKTrainer(Trainer):
         return z, count_params(z)
 
     def to_batch(self, images, labels):
-        if images.ndim == 2:  # a sequence network's token ids and next tokens, one-hot (sparse)
-            cpu = C.device.cpu()
-            return {self.features: C.Value.one_hot(images.tolist(), self.classes, device=cpu),
-                    self.labels: C.Value.one_hot(labels.tolist(), self.classes, device=cpu)}
-        onehot = np.zeros((len(labels), self.classes), dtype=np.float32)
-        onehot[np.arange(len(labels)), labels] = 1.0
         # Values on the CPU, made once: the timed step pays the copy to the device only
         cpu = C.device.cpu()
-        return {self.features: C.Value(np.ascontiguousarray(images), device=cpu),
-                self.labels: C.Value(onehot, device=cpu)}
+        if images.ndim == 2:  # a sequence network's token ids, one-hot (sparse)
+            features = C.Value.one_hot(images.tolist(), self.features.shape[0], device=cpu)
+        else:
+            features = C.Value(np.ascontiguousarray(images), device=cpu)
+        if labels.ndim == 2:  # a language model's next tokens, one-hot (sparse)
+            return {self.features: features, self.labels: C.Value.one_hot(labels.tolist(), self.classes, device=cpu)}
+        onehot = np.zeros((len(labels), self.classes), dtype=np.float32)
+        onehot[np.arange(len(labels)), labels] = 1.0
+        return {self.features: features, self.labels: C.Value(onehot, device=cpu)}
 
     def step(self, batch):
         self.trainer.train_minibatch(batch)
@@ -137,7 +139,9 @@ class CNTKTrainer(Trainer):
     def predict(self, images):
         # a forward pass only: no gradients, no update (LeNet has no dropout or BatchNorm;
         # CNTK's eval runs its layers in inference mode)
-        out = self.z.eval({self.features: np.ascontiguousarray(images)}, device=self.device)
+        features = (C.Value.one_hot(images.tolist(), self.features.shape[0], device=C.device.cpu())
+                    if images.ndim == 2 else np.ascontiguousarray(images))  # a sequence network's ids, one-hot
+        out = self.z.eval({self.features: features}, device=self.device)
         return np.asarray(out).reshape(len(images), -1)
 
     def infer(self, batch):
@@ -160,9 +164,12 @@ def _inputs(C, cfg):
     """The features and labels: an image and a one-hot label, or a sequence network's
     sequences of one-hot token ids and of next tokens (sparse, as DLBench's CNTK script reads
     them), whose loss CNTK averages over every position."""
-    if len(cfg.input_shape) == 1:
-        return (C.sequence.input_variable(cfg.classes, is_sparse=True, name="features"),
-                C.sequence.input_variable(cfg.classes, is_sparse=True, name="labels"))
+    if len(cfg.input_shape) == 1:  # a classifier's (lstm_imdb's) embedding reads its own words, one label each
+        layers = arch.SEQUENCE.get(cfg.model)
+        labels = (C.input_variable(cfg.classes, np.float32, name="labels") if layers and arch.classifies(layers)
+                  else C.sequence.input_variable(cfg.classes, is_sparse=True, name="labels"))
+        words = arch.words(layers, cfg.classes) if layers else cfg.classes
+        return C.sequence.input_variable(words, is_sparse=True, name="features"), labels
     return (C.input_variable(tuple(cfg.input_shape), np.float32, name="features"),
             C.input_variable(cfg.classes, np.float32, name="labels"))
 

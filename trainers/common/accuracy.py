@@ -50,7 +50,11 @@ def check_args(args, devices, synthetic):
                               % args.learning_rate)
     if args.dataset == synthetic:
         raise Unsupported("--mode accuracy needs a dataset with a test split (digits, mnist, "
-                          "cifar10, cifar100, svhn); random synthetic images have nothing to learn")
+                          "cifar10, cifar100, svhn, imdb); random synthetic images have nothing to learn")
+    if args.dataset == "ptb":
+        raise Unsupported("--mode accuracy scores a class per sample, and ptb is a language model's "
+                          "word stream (its measure is perplexity, not computed here); use --mode "
+                          "throughput, or --mode accuracy with --dataset imdb")
     if devices > 1:
         raise Unsupported("--mode accuracy trains on one device (--gpus 0 or 1) for now; "
                           "use --mode throughput for several")

@@ -83,8 +83,9 @@ import collections
 from trainers.common.errors import Unsupported
 # the sequence networks' tables, read as arch.<name> by every framework's builders with the others'
 from trainers.common.token_nets import (  # noqa: F401
-    GPT2_CONTEXT, INIT_STD, LN_EPS, LSTM, LSTM_GATES, LSTM_INIT, MLP_RATIO, SEQUENCE, TRANSFORMER, Embedding,
-    Transformer, block_weights, lstm_parameters, sequence_parameters, shape_of, transformer, transformer_parameters)
+    GPT2_CONTEXT, INIT_STD, LN_EPS, LSTM, LSTM_GATES, LSTM_INIT, MLP_RATIO, SEQUENCE, TRANSFORMER, Dropout, Embedding,
+    SigmoidUnit, Transformer, block_weights, classifies, lstm_parameters, recurrent, sequence_parameters, shape_of,
+    transformer, transformer_parameters, words)
 
 Conv = collections.namedtuple("Conv", "filters kernel stride pad")
 Conv.__new__.__defaults__ = (1, 0)

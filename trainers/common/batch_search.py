@@ -75,7 +75,8 @@ def at_batch(cfg, batch):
 def synthetic_pool(cfg, to_batch):
     """A point's pool: random images of the run's shape and seed, as protocol makes a fixed run's."""
     n = pool_batches(cfg.per_device_batch, cfg.input_shape, inference.pool_size(cfg))
-    dataset = datasets.synthetic(cfg.like, n * cfg.per_device_batch, seed=[cfg.seed, cfg.rank])
+    seq_len = cfg.input_shape[0] if len(cfg.input_shape) == 1 else None  # a sequence network's own
+    dataset = datasets.synthetic(cfg.like, n * cfg.per_device_batch, seed=[cfg.seed, cfg.rank], seq_len=seq_len)
     return build_pool(dataset, n, cfg.per_device_batch, cfg.input_shape, to_batch)
 
 

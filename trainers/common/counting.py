@@ -9,7 +9,7 @@ import json
 import os
 import sys
 
-from trainers.common.inputs import DATASETS, MODELS, TEXT, TOKEN_NETWORKS, input_shape, shape_problem
+from trainers.common.inputs import DATASETS, MODELS, TOKEN_NETWORKS, input_shape, shape_problem, text_of
 from trainers.common.support import declared
 
 
@@ -35,7 +35,7 @@ def count_main(framework, count_one, argv=None, prepare=None):
     builds = declared("trainers.%s" % framework).builds
     for name in args.model or [m for m in MODELS if builds(m) and not (args.like and shape_problem(m, args.like))]:
         # a sequence network is counted at its text's vocabulary, not at --classes
-        like = args.like or (TEXT[0] if name in TOKEN_NETWORKS else None)
+        like = args.like or (text_of(name) if name in TOKEN_NETWORKS else None)
         if like:
             if shape_problem(name, like):
                 parser.error("%s; count it at another --like" % shape_problem(name, like))

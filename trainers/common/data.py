@@ -31,6 +31,7 @@ from trainers.common import cifar100_svhn, imagenet
 from trainers.common.errors import DataError, Unsupported
 from trainers.common.generated import GENERATED, GENERATED_NOTE, mark_generated
 from trainers.common.inputs import DATASETS, SYNTHETIC_ONLY, TEXT, resize_nearest, to_float
+from trainers.common.text_data import Examples, TokenIds, read_imdb, read_ptb, synthetic_imdb
 
 MNIST_IMAGES = "train-images-idx3-ubyte"
 MNIST_LABELS = "train-labels-idx1-ubyte"
@@ -46,10 +47,14 @@ SPLITS = ("train", "test")
 # `orchestrator data digits` writes this beside the IDX files: where the images came from
 DIGITS_SOURCE = "SOURCE"
 CIFAR10_RECORD = 1 + 3 * 32 * 32
+#: the text data sets' readers (trainers/common/text_data.py)
+TEXT_READERS = {"ptb": read_ptb, "imdb": read_imdb}
+#: the text shapes whose random data is not a word stream: a class per sequence (text_data.py)
+SYNTHETIC_TEXT = {"imdb": synthetic_imdb}
 _IDX_UBYTE = 0x08
 
 
-class Dataset(object):
+class Dataset(Examples):
     """Images as uint8 NCHW, labels as int64, and the number of classes."""
 
     def __init__(self, name, images, labels, classes):
@@ -60,14 +65,6 @@ class Dataset(object):
         self.labels = labels.astype(np.int64)
         self.classes = classes
 
-    def __len__(self):
-        return len(self.labels)
-
-    @property
-    def shape(self):
-        """[C, H, W] of one image."""
-        return tuple(self.images.shape[1:])
-
     def batch(self, indices, size=None):
         """float32 images in [0, 1] (resized to size=(H, W) if given) and int64 labels."""
         images = self.images[indices]
@@ -76,31 +73,18 @@ class Dataset(object):
         return to_float(images), self.labels[indices]
 
 
-class Sequences(Dataset):
-    """Token ids for a sequence network (`images` [N, seq_len], so `shape` is [seq_len]): each
-    position's label the next token (a language model's target), both int64. `batch` keeps
-    Dataset's signature so the pool takes either (a sequence has no image size: `size` is
-    ignored)."""
-
-    def __init__(self, name, stream, classes):  # noqa: super's checks are an image's
-        self.name = name
-        self.images = stream[:, :-1].astype(np.int64)
-        self.labels = stream[:, 1:].astype(np.int64)
-        self.classes = classes
-
-    def batch(self, indices, size=None):
-        return self.images[indices], self.labels[indices]
-
-
 # ---------------------------------------------------------------------------- readers
 
-def load(dataset, data_dir, split="train"):
+def load(dataset, data_dir, split="train", seq_len=None):
     """Read a dataset's files from `data_dir` (mnist, cifar10, digits, cifar100, svhn): its training split, or
     with split="test" its held-out one (MNIST's t10k files, CIFAR-10's test_batch.bin). For
     imagenet, the ILSVRC tree's split as an imagenet.ImageFolder, whose images are decoded when
-    a batch is asked for (a run's steps take them from imagenet.Loader's worker processes)."""
+    a batch is asked for (a run's steps take them from imagenet.Loader's worker processes). The
+    text data sets (ptb, imdb: text_data.py) as `seq_len` token ids (default: the shape's)."""
     if split not in SPLITS:
         raise ValueError("split is train or test, not %r" % (split,))
+    if dataset in TEXT_READERS:
+        return TEXT_READERS[dataset](data_dir, split, seq_len or DATASETS[dataset].shape[0], DATASETS[dataset].classes)
     if dataset == "mnist":
         return read_mnist(data_dir, split)
     if dataset == "digits":
@@ -197,9 +181,11 @@ def synthetic(like, n, seed, seq_len=None):
                           % (", ".join(DATASETS), like))
     spec = DATASETS[like]
     rng = np.random.RandomState(seed)
+    if like in SYNTHETIC_TEXT:
+        return SYNTHETIC_TEXT[like](rng, n, seq_len or spec.shape[0], spec.classes)
     if like in TEXT:
         stream = rng.randint(0, spec.classes, size=(n, (seq_len or spec.shape[0]) + 1))
-        return Sequences("synthetic", stream, spec.classes)
+        return TokenIds("synthetic", stream[:, :-1], stream[:, 1:], spec.classes)  # label: the next token
     images = rng.randint(0, 256, size=(n,) + spec.shape).astype(np.uint8)
     labels = rng.randint(0, spec.classes, size=n)
     return Dataset("synthetic", images, labels, spec.classes)

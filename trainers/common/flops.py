@@ -35,9 +35,10 @@ ResNet-56 (CIFAR-10) counts its convolutions and fc as the others do: its shortc
 parameters and no multiplies. AlexNet-R's average pool costs nothing, as every pool here. So do VGG16
 and GoogLeNet for 32x32 (BatchNorm and the biases are left out, as everywhere).
 
-A sequence network (DLBench's LSTM) counts per sequence (its "image"), seq_len positions each:
-per LSTM layer the four gates' input and recurrent products, 4 x units x (inputs + units), and
-the output layer's units x vocabulary; the embedding is a lookup (no multiplies), the gates'
+A sequence network (DLBench's LSTM, lstm_ptb, lstm_imdb) counts per sequence (its "image"), seq_len
+positions each: per LSTM layer the four gates' input and recurrent products, 4 x units x (inputs +
+units), and the output layer's units x vocabulary (lstm_imdb's one sigmoid unit: units, once per
+sequence, on the last state); dropout multiplies nothing counted; the embedding is a lookup (no multiplies), the gates'
 elementwise products are not counted (as BatchNorm is not). No fast algorithm applies, and the
 first layer's input gradient is computed (the embedding is trained through it): its ceiling is 1.
 
@@ -249,10 +250,13 @@ class _Sequence(object):
 
     def __init__(self, layers, seq_len, vocabulary):
         per_token, width = 0, layers[0].width
-        for spec in layers[1:]:
-            per_token += arch.LSTM_GATES * spec.units * (width + spec.units)
-            width = spec.units
-        self.macs = self.fewest = seq_len * (per_token + width * vocabulary)
+        for spec in arch.recurrent(layers):
+            if isinstance(spec, arch.LSTM):  # dropout: no multiplies
+                per_token += arch.LSTM_GATES * spec.units * (width + spec.units)
+                width = spec.units
+        # the output: a score per word at every position, or one sigmoid unit on the last
+        output = width if arch.classifies(layers) else seq_len * width * vocabulary
+        self.macs = self.fewest = seq_len * per_token + output
         self.first = 0
 
 

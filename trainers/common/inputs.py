@@ -23,7 +23,7 @@ import collections
 
 from trainers.common.architectures import CIFAR_SIZE, FULLY_CONNECTED
 from trainers.common.errors import InvalidArgument, Unsupported
-from trainers.common.token_nets import GPT2_CONTEXT, SEQUENCE, TRANSFORMER, transformer
+from trainers.common.token_nets import GPT2_CONTEXT, OWN_SEQ_LEN, READS, SEQUENCE, TRANSFORMER, transformer
 
 DatasetSpec = collections.namedtuple("DatasetSpec", "shape classes")
 
@@ -41,15 +41,19 @@ DATASETS = collections.OrderedDict([
     # DLBench's FCN-S data (Shi et al. 2016): 26,752 random features, 26,752 classes; random
     # data only (`--dataset synthetic --like dlbench_fcn`), no files
     ("dlbench_fcn", DatasetSpec((1, 1, 26752), 26752)),
-    # Penn Treebank's shape as DLBench's LSTM reads it: sequences of word ids of its 10,000-word
+    # Penn Treebank as the language models read it: sequences of word ids of its 10,000-word
     # vocabulary, each position's label the next word; (seq_len,) long, the setting's default
-    # here. Random ids only (`--dataset synthetic --like ptb`), no files yet
+    # here. Mikolov's ptb.*.txt files (trainers/common/text_data.py) or random ids
     ("ptb", DatasetSpec((32,), 10000)),
+    # IMDB reviews as Elshawi et al.'s LSTM reads them: word ids of a 5,000-word vocabulary,
+    # padded or truncated to 500, one label per review (2 classes: one sigmoid unit, token_nets).
+    # Keras's imdb.npz (trainers/common/text_data.py) or random ids
+    ("imdb", DatasetSpec((500,), 2)),
 ])
 #: shapes `synthetic` takes that no reader has files for
-SYNTHETIC_ONLY = ("dlbench_fcn", "ptb")
+SYNTHETIC_ONLY = ("dlbench_fcn",)
 #: the shapes that are token sequences, not images: only the sequence networks take them
-TEXT = ("ptb",)
+TEXT = ("ptb", "imdb")
 
 # None: the dataset's native size; a number: the square input the network is published for.
 MODEL_INPUT_SIZE = collections.OrderedDict([
@@ -68,6 +72,8 @@ MODEL_INPUT_SIZE = collections.OrderedDict([
     ("googlenet_cifar", None),
     # a sequence network takes seq_len token ids (architectures.SEQUENCE)
     ("lstm", None),
+    ("lstm_imdb", None),
+    ("lstm_ptb", None),
     # a Transformer takes seq_len token ids, its context (architectures.TRANSFORMER)
     ("gpt", None),
 ])
@@ -77,6 +83,9 @@ TOKEN_NETWORKS = tuple(sorted(SEQUENCE)) + tuple(sorted(TRANSFORMER))
 CIFAR_NETWORKS = ("resnet56", "alexnet_r", "vgg16_cifar", "googlenet_cifar")
 
 MODELS = tuple(MODEL_INPUT_SIZE)
+#: what each text shape is, for a refusal
+_TEXT_WHAT = {"ptb": "a word stream, each position's label the next word",
+              "imdb": "reviews, one label each"}
 
 #: A family of networks: its networks, and what one of its samples is (images_per_sec counts
 #: `unit`'s samples: a sequence network's are sequences), and whether it also counts tokens/s.
@@ -108,8 +117,9 @@ def input_shape(model, like, seq_len=None):
                           "does not take; leave --seq-len out" % (", ".join(TEXT), model))
     if seq_len is not None and seq_len < 1:
         raise InvalidArgument("--seq-len must be at least 1, got %d" % seq_len)
-    if like in TEXT:  # a Transformer's own context is GPT-2's, an LSTM's the data shape's
-        return (seq_len or (GPT2_CONTEXT if model in TRANSFORMER else DATASETS[like].shape[0]),)
+    if like in TEXT:  # a Transformer's own context is GPT-2's, an LSTM's its own or the data shape's
+        own = GPT2_CONTEXT if model in TRANSFORMER else OWN_SEQ_LEN.get(model, DATASETS[like].shape[0])
+        return (seq_len or own,)
     channels, height, width = DATASETS[like].shape
     size = MODEL_INPUT_SIZE[model]
     if size is None:
@@ -141,7 +151,11 @@ def shape_problem(model, like):
                     like, "token ids" if like in TEXT else "images" if len(DATASETS[like].shape) == 3 else "features", model,
                     "a sequence network" if model in TOKEN_NETWORKS else "an image network",
                     ", ".join(TOKEN_NETWORKS), ", ".join(TEXT)))
-    if like in SYNTHETIC_ONLY and like not in TEXT and model not in FULLY_CONNECTED:
+    if like in TEXT and text_of(model) != like:
+        return ("%s reads %s-shaped data (%s), and %s-shaped data (%s) is read by %s" % (
+            model, text_of(model), _TEXT_WHAT[text_of(model)], like, _TEXT_WHAT[like],
+            ", ".join(n for n in TOKEN_NETWORKS if text_of(n) == like)))
+    if like in SYNTHETIC_ONLY and model not in FULLY_CONNECTED:
         return ("%s-shaped data is %s features, not an image: only the fully connected networks "
                 "(%s) take it, not %s" % (like, "x".join(str(n) for n in DATASETS[like].shape),
                                          ", ".join(sorted(FULLY_CONNECTED)), model))
@@ -150,6 +164,11 @@ def shape_problem(model, like):
                 "cifar10-shaped data only" % (model, CIFAR_SIZE, CIFAR_SIZE, like,
                                               "x".join(str(n) for n in DATASETS[like].shape)))
     return None
+
+
+def text_of(model):
+    """The text shape a token network reads: lstm_imdb IMDB's reviews, the language models ptb's stream."""
+    return READS.get(model, "ptb")
 
 
 def to_float(images):

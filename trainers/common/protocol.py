@@ -257,10 +257,10 @@ def _train(obj, cfg, events, set_up):
         return _train_imagenet(obj, cfg, events, set_up, steps, n_batches)
     if cfg.dataset == SYNTHETIC:
         dataset = datasets.synthetic(cfg.like, n_batches * cfg.per_device_batch, seed=[cfg.seed, cfg.rank],
-                                     seq_len=cfg.input_shape[0] if len(cfg.input_shape) == 1 else None)
+                                     seq_len=_seq_len(cfg))
         shard = (0, 1)  # already this rank's own
     else:
-        dataset = datasets.load(cfg.dataset, cfg.data_dir)
+        dataset = datasets.load(cfg.dataset, cfg.data_dir, seq_len=_seq_len(cfg))
         shard = (cfg.rank, cfg.world_size)
 
     info, to_batch = _set_up(obj, cfg, set_up)
@@ -272,6 +272,11 @@ def _train(obj, cfg, events, set_up):
     if infer:
         return inference.run(obj, cfg, events, pool)
     _steps(obj, cfg, events, steps, lambda i: obj.step(pool[i % len(pool)]))
+
+
+def _seq_len(cfg):
+    """A sequence network's tokens per sequence, None for an image network."""
+    return cfg.input_shape[0] if len(cfg.input_shape) == 1 else None
 
 
 def _train_imagenet(obj, cfg, events, set_up, steps, n_batches):
@@ -325,8 +330,8 @@ def _steps(obj, cfg, events, steps, step):
 
 
 def _train_accuracy(obj, cfg, events, set_up):
-    train_set = datasets.load(cfg.dataset, cfg.data_dir, "train")
-    test_set = datasets.load(cfg.dataset, cfg.data_dir, "test")
+    train_set = datasets.load(cfg.dataset, cfg.data_dir, "train", _seq_len(cfg))
+    test_set = datasets.load(cfg.dataset, cfg.data_dir, "test", _seq_len(cfg))
     if cfg.dataset == "imagenet":  # decoded per batch: the training crops drawn from the run's seed
         train_set.seed = cfg.seed
     accuracy.check_trainer(obj)

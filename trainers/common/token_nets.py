@@ -24,9 +24,29 @@ Where each comes from:
   the same less the 786,432 position embeddings). Depth, width and heads are settings (layers,
   width, heads), the context is seq_len, the vocabulary the data's class count.
 
-A sequence network's table (`SEQUENCE`) is its layers in order: `Embedding(width)` (token id to
-a vector; the vocabulary is the data's class count), `LSTM(units)` (one layer, over the whole
-sequence), then the fully connected layer to the vocabulary at every position.
+- LSTM_IMDB: Elshawi et al. 2021 ("DLBench: a comprehensive experimental evaluation of deep
+  learning frameworks", its IMDB case, the sizes of the Keras model in Brownlee's "Sequence
+  classification with LSTM recurrent neural networks"): IMDB reviews as word ids of a
+  5,000-word vocabulary padded to 500, an embedding of 32, one LSTM of 100, one sigmoid unit on
+  the last position's state, binary cross-entropy; Adam 1e-3 and batch 64 there (here the
+  shared recipe's optimizer, trainers/common/recipe.py). 5,000 x 32 + 4 x 100 x (32 + 100 + 1)
+  + 100 + 1 = 213,301 parameters, what Keras's summary of Brownlee's model prints.
+- LSTM_PTB: Elshawi et al.'s Penn Treebank language model: an embedding of 128, two LSTMs of
+  1,024, dropout 0.5 (the paper states no placement: here after each LSTM, on the non-recurrent
+  path only, as Zaremba et al. 2014 keep it off the recurrence), a softmax over the 10,000-word vocabulary at every position; batch 20. The paper names
+  no sequence length: 35, the TensorFlow PTB tutorial's (Zaremba et al.'s) num_steps.
+  10,000 x 128 + 4 x 1,024 x (128 + 1,024 + 1) + 4 x 1,024 x (1,024 + 1,024 + 1) + 1,024 x
+  10,000 + 10,000 = 24,645,392 parameters.
+
+A sequence network's table (`SEQUENCE`) is its layers in order: `Embedding(width, words)` (token
+id to a vector; `words` the vocabulary, None: the data's class count), `LSTM(units)` (one layer,
+over the whole sequence), `Dropout(rate)` (training only, no parameters), then the output: the
+fully connected layer to the vocabulary at every position, or, ending in `SigmoidUnit()`, one
+unit on the last position's state. One sigmoid unit under binary cross-entropy is a two-class
+softmax whose first score is held at zero (softmax([0, z])[1] = sigmoid(z)), so every trainer
+keeps its one loss (softmax cross-entropy over the data's 2 classes) and its argmax: the builders
+put a constant zero beside the unit, which trains the 101 parameters of the
+sigmoid unit and no more.
 
 Plain data and arithmetic: this module imports no framework (nor numpy) and parses as
 Python 3.6, like the rest of trainers/common.
@@ -38,12 +58,23 @@ from trainers.common.settings import TRANSFORMER_SHAPE
 
 # ----------------------------------------------------------------------- sequences
 
-Embedding = collections.namedtuple("Embedding", "width")
+Embedding = collections.namedtuple("Embedding", "width words")
+Embedding.__new__.__defaults__ = (None,)  # words: None, the data's class count
 LSTM = collections.namedtuple("LSTM", "units")
-#: The sequence networks: token ids in, a score per vocabulary word out at every position.
+Dropout = collections.namedtuple("Dropout", "rate")
+#: one sigmoid unit on the last position's state (a binary classifier's output; module docstring)
+SigmoidUnit = collections.namedtuple("SigmoidUnit", "")
+#: The sequence networks: token ids in, a score per vocabulary word out at every position (or,
+#: ending in SigmoidUnit, a class per sequence).
 SEQUENCE = {
     "lstm": (Embedding(256), LSTM(256), LSTM(256)),
+    "lstm_imdb": (Embedding(32, 5000), LSTM(100), SigmoidUnit()),
+    "lstm_ptb": (Embedding(128), LSTM(1024), Dropout(0.5), LSTM(1024), Dropout(0.5)),
 }
+#: the text shape each sequence network reads where it is not ptb's (the others' language model)
+READS = {"lstm_imdb": "imdb"}
+#: the sequence length a network takes where the data shape's own is not its (TRANSFORMER's: GPT2_CONTEXT)
+OWN_SEQ_LEN = {"lstm_ptb": 35}
 #: a gate set's weights per LSTM layer: input, forget, cell, output
 LSTM_GATES = 4
 #: every weight of a sequence network drawn uniformly from [-LSTM_INIT, LSTM_INIT] (DLBench's
@@ -57,16 +88,41 @@ def lstm_parameters(inputs, units):
     return LSTM_GATES * units * (inputs + units + 1)
 
 
+def words(layers, classes):
+    """The vocabulary a sequence network's embedding reads: its own, else the data's classes."""
+    return layers[0].words or classes
+
+
+def recurrent(layers):
+    """The LSTM and Dropout layers between the embedding and the output, in order."""
+    return tuple(spec for spec in layers[1:] if isinstance(spec, (LSTM, Dropout)))
+
+
+def classifies(layers):
+    """Whether the network ends in one sigmoid unit (a class per sequence), not a score per word
+    at every position."""
+    return isinstance(layers[-1], SigmoidUnit)
+
+
+def labels_per_sample(model, input_shape):
+    """How many labels a sample of `input_shape` has, over which a step's mean loss is taken: a
+    language model's one per position, a classifier's (lstm_imdb, an image network) one."""
+    if model in TRANSFORMER or (model in SEQUENCE and not classifies(SEQUENCE[model])):
+        return input_shape[0]
+    return 1
+
+
 def sequence_parameters(layers, vocabulary):
-    """A sequence network's parameter count: embedding, LSTMs, the output layer (with bias)."""
-    total, width = 0, None
-    for spec in layers:
-        if isinstance(spec, Embedding):
-            total += vocabulary * spec.width
-        else:
+    """A sequence network's parameter count: embedding, LSTMs, the output layer (with bias):
+    one sigmoid unit, or a score per word of `vocabulary` (the data's classes)."""
+    width = layers[0].width
+    total = words(layers, vocabulary) * width
+    for spec in recurrent(layers):
+        if isinstance(spec, LSTM):
             total += lstm_parameters(width, spec.units)
-        width = spec.width if isinstance(spec, Embedding) else spec.units
-    return total + width * vocabulary + vocabulary
+            width = spec.units
+    outputs = 1 if classifies(layers) else vocabulary
+    return total + width * outputs + outputs
 
 
 # ----------------------------------------------------------------------- Transformer

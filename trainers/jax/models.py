@@ -303,9 +303,10 @@ class FullyConnected(nn.Module):
 
 
 class SequenceNet(nn.Module):
-    """A sequence network of architectures.SEQUENCE (DLBench's LSTM): an embedding, LSTM
-    layers, a fully connected layer to the vocabulary at every position, the scores as
-    [batch x positions, vocabulary] (the torch file's layout and initialisation)."""
+    """A sequence network of architectures.SEQUENCE (DLBench's LSTM, lstm_imdb, lstm_ptb): an
+    embedding, LSTM layers (and dropout), a fully connected layer to the vocabulary at every
+    position, the scores as [batch x positions, vocabulary], or one sigmoid unit on the last
+    position's state, the scores [0, z] (the torch file's layout and initialisation)."""
     layers: tuple
     classes: int
     dtype: object = jnp.float32
@@ -313,11 +314,17 @@ class SequenceNet(nn.Module):
     @nn.compact
     def __call__(self, tokens, train=True):
         init, zeros = _uniform(arch.LSTM_INIT), nn.initializers.zeros
-        x = nn.Embed(self.classes, self.layers[0].width, embedding_init=init)(tokens)
-        for spec in self.layers[1:]:
+        x = nn.Embed(arch.words(self.layers, self.classes), self.layers[0].width, embedding_init=init)(tokens)
+        for spec in arch.recurrent(self.layers):
+            if isinstance(spec, arch.Dropout):
+                x = nn.Dropout(spec.rate, deterministic=not train)(x)
+                continue
             cell = nn.OptimizedLSTMCell(spec.units, kernel_init=init, recurrent_kernel_init=init,
                                         bias_init=zeros, dtype=self.dtype)
             x = nn.RNN(cell)(x.astype(self.dtype))
+        if arch.classifies(self.layers):  # [0, z]: softmax's second score is sigmoid(z)
+            z = nn.Dense(1, kernel_init=init, bias_init=zeros, dtype=self.dtype)(x[:, -1])
+            return jnp.concatenate([jnp.zeros_like(z), z], axis=1)
         x = nn.Dense(self.classes, kernel_init=init, bias_init=zeros, dtype=self.dtype)(x)
         return x.reshape(-1, self.classes)
 

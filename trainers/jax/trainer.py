@@ -63,6 +63,7 @@ from trainers.common.errors import Unsupported
 from trainers.common.host import cpu_name
 from trainers.common.recipe import LEARNING_RATE, MOMENTUM, WEIGHT_DECAY
 from trainers.common.trainer import Trainer, params_sha256
+from trainers.common.token_nets import labels_per_sample
 from trainers.jax import SUPPORT
 from trainers.jax.models import build, count_params, init_variables
 
@@ -258,10 +259,12 @@ class JaxTrainer(Trainer):
 
 def _batch_shapes(cfg):
     """The global batch's inputs and labels the step is compiled for: float32 images and a label
-    each, or a sequence network's int32 token ids and a label (the next token) per position."""
+    each, or a sequence network's int32 token ids and a language model's label (the next token) per
+    position, a classifier's (lstm_imdb's) one per sequence."""
     batch = (cfg.global_batch,) + tuple(cfg.input_shape)
     if len(cfg.input_shape) == 1:
-        return jax.ShapeDtypeStruct(batch, jnp.int32), jax.ShapeDtypeStruct(batch, jnp.int32)
+        labels = batch if labels_per_sample(cfg.model, cfg.input_shape) > 1 else batch[:1]
+        return jax.ShapeDtypeStruct(batch, jnp.int32), jax.ShapeDtypeStruct(labels, jnp.int32)
     return jax.ShapeDtypeStruct(batch, jnp.float32), jax.ShapeDtypeStruct(batch[:1], jnp.int32)
 
 

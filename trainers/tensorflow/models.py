@@ -263,12 +263,19 @@ def _fully_connected(head):
 def _sequence(layers_):
     def build_(inputs, classes):
         """A network of architectures.SEQUENCE: an embedding, LSTM layers (Keras's has one bias
-        per gate set; unit_forget_bias off, so it starts at zero as in the other frameworks), the
-        vocabulary's scores at every position, [batch, positions, vocabulary]."""
-        x = layers.Embedding(classes, layers_[0].width, embeddings_initializer=LSTM_INIT)(inputs)
-        for spec in layers_[1:]:
+        per gate set; unit_forget_bias off, so it starts at zero as in the other frameworks) and
+        dropout, the vocabulary's scores at every position, [batch, positions, vocabulary], or one
+        sigmoid unit on the last position's state as the two scores [0, z] (architectures)."""
+        x = layers.Embedding(arch.words(layers_, classes), layers_[0].width, embeddings_initializer=LSTM_INIT)(inputs)
+        for spec in arch.recurrent(layers_):  # Dropout made here draws its seed from the run's
+            if isinstance(spec, arch.Dropout):
+                x = layers.Dropout(spec.rate)(x)
+                continue
             x = layers.LSTM(spec.units, return_sequences=True, kernel_initializer=LSTM_INIT,
                             recurrent_initializer=LSTM_INIT, unit_forget_bias=False)(x)
+        if arch.classifies(layers_):  # the last position's state
+            z = layers.Dense(1, kernel_initializer=LSTM_INIT)(x[:, -1])
+            return layers.Concatenate()([layers.Lambda(tf.zeros_like)(z), z])
         return layers.Dense(classes, kernel_initializer=LSTM_INIT)(x)
     return build_
 

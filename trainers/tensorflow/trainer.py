@@ -31,6 +31,7 @@ from trainers.common.host import cpu_name
 from trainers.common.recipe import LEARNING_RATE, MOMENTUM
 from trainers.common.support import refusal
 from trainers.common.trainer import Trainer, params_sha256
+from trainers.common.token_nets import labels_per_sample
 from trainers.tensorflow import SUPPORT
 from trainers.tensorflow.models import build, count_params, keras
 
@@ -129,8 +130,8 @@ class TensorFlowTrainer(Trainer):
                 optimizer = _loss_scale_optimizer(optimizer)
             optimizer.build(model.trainable_variables)  # slots now, not inside the graph
         self.model, self.optimizer = model, optimizer
-        # the loss is the mean over every label: a sequence network's are one per position
-        labels = cfg.global_batch * (cfg.input_shape[0] if len(cfg.input_shape) == 1 else 1)
+        # the loss is the mean over every label: a language model's are one per position
+        labels = cfg.global_batch * labels_per_sample(cfg.model, cfg.input_shape)
         self.train_step = self._make_step(labels, cfg.precision == "fp16")
         return {"params": count_params(model), "devices": devices, "version": tf.__version__,
                 "build": build_info(self.strategy, self.xla, self.eager)}
@@ -158,7 +159,7 @@ class TensorFlowTrainer(Trainer):
         self.optimizer.learning_rate.assign(lr)
 
     def predict(self, images):
-        return self.infer((tf.constant(images.transpose(0, 2, 3, 1)),))
+        return self.infer((tf.constant(images.transpose(0, 2, 3, 1) if images.ndim == 4 else images),))
 
     def infer(self, batch):
         # model(x, training=False): BatchNorm's running statistics, no dropout; numpy() waits

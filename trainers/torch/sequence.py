@@ -2,6 +2,7 @@
 LSTM here, the Transformer in transformer.py), kept apart from models.py's image networks: its
 build hands them here.
 """
+import torch
 from torch import nn
 
 from trainers.common import architectures as arch
@@ -9,33 +10,43 @@ from trainers.torch.transformer import GPT
 
 
 class SequenceNet(nn.Module):
-    """A sequence network of architectures.SEQUENCE (DLBench's LSTM): an embedding, LSTM
-    layers, a fully connected layer to the vocabulary at every position; the scores come out
-    as [batch x positions, vocabulary]. nn.LSTM adds two bias vectors per gate set (bias_ih
-    and bias_hh), whose sum is one bias: bias_hh stays zero and frozen, so the network trains
-    the parameters every framework's does."""
+    """A sequence network of architectures.SEQUENCE (DLBench's LSTM, lstm_imdb, lstm_ptb): an
+    embedding, LSTM layers (and dropout), then a fully connected layer to the vocabulary at every
+    position, the scores as [batch x positions, vocabulary], or one sigmoid unit on the last
+    position, the scores as [batch, 2] with a zero first (architectures: a two-class softmax is
+    the sigmoid). nn.LSTM adds two bias vectors per gate set (bias_ih and bias_hh), whose sum is
+    one bias: bias_hh stays zero and frozen, so the network trains the parameters every
+    framework's does."""
 
     def __init__(self, layers, vocabulary):
         super(SequenceNet, self).__init__()
-        embedding, lstms = layers[0], layers[1:]
-        self.embedding = nn.Embedding(vocabulary, embedding.width)
-        width, self.lstms = embedding.width, nn.ModuleList()
-        for spec in lstms:
-            self.lstms.append(nn.LSTM(width, spec.units, batch_first=True))
-            width = spec.units
-        self.fc = nn.Linear(width, vocabulary)
+        self.classifies = arch.classifies(layers)
+        width = layers[0].width
+        self.embedding = nn.Embedding(arch.words(layers, vocabulary), width)
+        self.lstms = nn.ModuleList()
+        for spec in arch.recurrent(layers):
+            if isinstance(spec, arch.Dropout):
+                self.lstms.append(nn.Dropout(spec.rate))
+            else:
+                self.lstms.append(nn.LSTM(width, spec.units, batch_first=True))
+                width = spec.units
+        self.fc = nn.Linear(width, 1 if self.classifies else vocabulary)
         for name, p in self.named_parameters():
             if "bias" in name:
                 nn.init.zeros_(p)
             else:
                 nn.init.uniform_(p, -arch.LSTM_INIT, arch.LSTM_INIT)
         for lstm in self.lstms:
-            lstm.bias_hh_l0.requires_grad_(False)
+            if isinstance(lstm, nn.LSTM):
+                lstm.bias_hh_l0.requires_grad_(False)
 
     def forward(self, tokens):
         x = self.embedding(tokens)
-        for lstm in self.lstms:
-            x, _ = lstm(x)
+        for layer in self.lstms:
+            x = layer(x)[0] if isinstance(layer, nn.LSTM) else layer(x)
+        if self.classifies:  # [0, z]: softmax's second score is sigmoid(z)
+            z = self.fc(x[:, -1])
+            return torch.cat([torch.zeros_like(z), z], dim=1)
         return self.fc(x).reshape(-1, self.fc.out_features)
 
 
