@@ -59,8 +59,13 @@ def by_hardware(out):
 
 
 def listed_cells(out):
-    """The dry run's listed cells (its plain lines, a long grid's), each as {column: value}."""
+    """The dry run's listed cells, each as {column: value}: a long grid's plain lines, or a short one's
+    table (its columns between box-drawing bars)."""
     lines = out.splitlines()
+    boxed = [line.strip("┃│ ").split() for line in lines if line.startswith(("┃ cell ", "│ "))]
+    if boxed:
+        header = [word for word in boxed[0] if word != "┃"]
+        return [dict(zip(header, [word for word in row if word != "│"])) for row in boxed[1:]]
     header = next(line for line in lines if line.startswith("cell ")).split()
     return [dict(zip(header, line.split())) for line in lines if CELL.match(line)]
 
