@@ -20,9 +20,13 @@ from typing import Any, Sequence
 
 from orchestrator.report.drawing import Written, case_title, key_legend, log_axis, panels, save, spans, styles
 from orchestrator.report.query import Point
+from orchestrator.report.tables import ROW_SHOWN
+from orchestrator.setting_registry import NAMES as SETTING_NAMES
 
-#: What tells a panel's series apart, beside the framework, where the panel's points differ in it.
-SERIES = ("compile", "hardware", "gpus", "threads", "precision")
+#: What tells a panel's series apart, beside the framework, where the panel's points differ in it: every
+#: setting but the panel's own (dataset, model), the framework (each label's first word: tables.ROW_SHOWN)
+#: and the batch (each point's own; an auto search's points are marked `auto`).
+SERIES = tuple(name for name in SETTING_NAMES if name not in ROW_SHOWN and name not in ("batch_size", "batch_search"))
 #: The table's columns: (metric, header, scale to the shown unit).
 COLUMNS = (("images_per_sec", "samples/s", 1.0), ("latency_p50_s", "p50 ms", 1e3), ("latency_p99_s", "p99 ms", 1e3),
            ("first_batch_s", "first batch ms", 1e3), ("energy_per_image_j", "GPU J/sample", 1.0),
