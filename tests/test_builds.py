@@ -68,6 +68,13 @@ def test_a_build_is_its_own_environment_keyed_by_its_variant(tmp_path):
     ("evil: {post_install_cmd: 'rm -rf /'}\n", "a build sets only"),
     ("odd: {blas: mkl-from-nowhere}\n", "which containers/blas.yaml does not declare"),
     ("- a list\n", "not a mapping"),
+    ("odd: [[1]]\n", "a build sets only"),
+    # a pin is a requirements line and post_install a script run by bash: neither may leave the recipe
+    ("evil: {pins: {'-e /tmp/pkg': ''}}\n", "is not a package and a version specifier"),
+    ("evil: {pins: {'-r /etc/passwd': null}}\n", "is not a package and a version specifier"),
+    ("evil: {pins: {torch: '==2.5 --index-url http://example.invalid'}}\n", "is not a package and a version"),
+    ("evil: {post_install: [../../../tmp/x.sh]}\n", "is not a list of script names in the recipe's folder"),
+    ("evil: {post_install: [/tmp/x.sh]}\n", "is not a list of script names in the recipe's folder"),
 ])
 def test_a_wrong_declaration_is_one_line_naming_the_file(tmp_path, text, problem):
     (tmp_path / "fw").mkdir()
@@ -76,6 +83,11 @@ def test_a_wrong_declaration_is_one_line_naming_the_file(tmp_path, text, problem
     with pytest.raises(builds.BuildError, match=problem) as wrong:
         builds.declared("fw", tmp_path)
     assert str(tmp_path / "fw" / "builds.yaml") in str(wrong.value)
+
+
+def test_the_declared_builds_pass_their_own_checks():
+    for recipe in ("numpy", "torch", "caffe"):
+        assert builds.declared(recipe) and builds.names(recipe)[0] == "default"
 
 
 def test_pins_replace_or_drop_a_requirements_line():

@@ -62,13 +62,40 @@ def declared(recipe: str, containers: Path = _CONTAINERS) -> Mapping[str, Mappin
         if not isinstance(name, str) or not _NAME.match(name) or name == DEFAULT:
             raise BuildError(f"{path}: build {name!r} is not a plain name (letters, digits, . _ -; not "
                              f"{DEFAULT!r}); rename it")
-        unknown = sorted(set(variant or {}) - set(KEYS))
-        if not isinstance(variant, dict) or unknown:
+        unknown = sorted(map(str, set(variant) - set(KEYS))) if isinstance(variant, dict) else None
+        if variant is not None and (not isinstance(variant, dict) or unknown):
             raise BuildError(f"{path}: build {name!r} sets {unknown or variant!r}; a build sets only {', '.join(KEYS)}")
+        problem = _value_problem(variant or {})
+        if problem:
+            raise BuildError(f"{path}: build {name!r}: {problem}")
         if variant.get("blas") is not None and variant["blas"] not in blas_libraries(containers):
             raise BuildError(f"{path}: build {name!r} has blas={variant['blas']!r}, which containers/blas.yaml does "
                              f"not declare ({', '.join(blas_libraries(containers))})")
     return found
+
+
+#: A package name as PEP 508 writes one, and a version specifier list (`==2.14.1`, `>=1,<2`): a pin is
+#: a requirements line, so neither may be a pip option (`-e`, `-r`, `--index-url`) or hold a space.
+_PACKAGE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?$")
+_SPECIFIER = re.compile(r"^(===?|!=|<=?|>=?|~=)[A-Za-z0-9.*+!_-]+(,(===?|!=|<=?|>=?|~=)[A-Za-z0-9.*+!_-]+)*$")
+
+
+def _value_problem(variant: Mapping[str, Any]) -> Optional[str]:
+    """What is wrong with a variant's values (one line with the way out), or None: pins that are not a
+    package and a version specifier, post_install scripts that are not file names in the recipe's folder."""
+    pins = variant.get("pins") or {}
+    if not isinstance(pins, dict):
+        return f"pins is {pins!r}, not a mapping of packages to version specifiers; write pins: {{torch: \"==2.14.1\"}}"
+    for package, spec in pins.items():
+        if not isinstance(package, str) or not _PACKAGE.match(package) or \
+                (spec is not None and (not isinstance(spec, str) or not _SPECIFIER.match(spec))):
+            return (f"pin {package!r}: {spec!r} is not a package and a version specifier (e.g. torch: \"==2.14.1\", "
+                    f"or null to leave the package out); fix the pin")
+    scripts = variant.get("post_install") or []
+    if not isinstance(scripts, list) or not all(isinstance(s, str) and _NAME.match(s) for s in scripts):
+        return (f"post_install {scripts!r} is not a list of script names in the recipe's folder (no / or ..); "
+                f"put the script beside env.yaml and name it")
+    return None
 
 
 @functools.lru_cache(maxsize=None)
