@@ -126,3 +126,33 @@ def test_a_sweep_over_two_modules_lands_a_run_of_each_on_the_test_cluster(module
         env_dir = modules[build[len("module:"):]]
         paths = {blas["path"] for blas in json.loads(provenance)["framework"]["blas"]}
         assert paths and all(path.startswith(env_dir + "/") for path in paths), (build, paths)
+
+
+def test_rewriting_the_test_tree_never_leaves_it_missing_for_a_reader(tmp_path, module_tree):
+    """scripts/modules.sh run again (a second CI run, another shell) while a job reads the tree: the tree
+    is never absent, whether the new tree is the same (left as it is) or differs (a link renamed over)."""
+    import threading
+
+    env = {**os.environ, "MODULES_TEST_DIR": str(tmp_path / "mods")}
+    script = ["bash", str(REPO / "scripts" / "modules.sh")]
+    tree = Path(subprocess.run(script, env=env, capture_output=True, text=True, check=True).stdout.strip())
+    lua = sorted(tree.glob("*/*.lua"))[0].relative_to(tree)
+    misses, done = [], threading.Event()
+
+    def read():
+        while not done.is_set():
+            if not (tree / lua).is_file():
+                misses.append(1)
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    try:
+        for i in range(3):
+            (tree / f"stray{i}").write_text("")  # a tree that differs from what the script writes
+            runs = [subprocess.Popen(script, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                    for _ in range(2)]
+            assert [p.wait(timeout=120) for p in runs] == [0, 0]
+    finally:
+        done.set()
+        reader.join()
+    assert not misses and (tree / lua).is_file() and not list(tree.glob("stray*"))
