@@ -7,6 +7,7 @@ in a step of the test Slurm cluster. Hostile module names and trees are refused 
 import json
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -156,3 +157,22 @@ def test_rewriting_the_test_tree_never_leaves_it_missing_for_a_reader(tmp_path, 
         done.set()
         reader.join()
     assert not misses and (tree / lua).is_file() and not list(tree.glob("stray*"))
+
+
+def test_a_module_that_puts_no_python_first_is_refused_not_run_in_the_jobs_own_python(tmp_path, module_tree):
+    """A modulefile that sets no interpreter would leave `python` the job's own (the orchestrator's venv):
+    the run would be recorded as the module's while measuring another environment. It stops, saying so;
+    a module of the test tree still runs its own interpreter."""
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "empty" / "1.lua").write_text('whatis("sets nothing")\n')
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}"}
+    runtime = ModuleRuntime("numpy", "empty/1", {"path": [str(tmp_path)]})
+    assert runtime.ensure(log=lambda line: None) == "empty/1"
+    argv, extra = runtime.command(["--help"])
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=120, env={**env, **extra}, cwd=str(REPO))
+    assert done.returncode == 2 and "module empty/1 puts no python of its own first on PATH" in done.stderr, done
+    name, env_dir = modules_of(module_tree)[0]
+    argv, extra = ModuleRuntime(name.split("-")[0], name, {"path": [module_tree]}).command([])
+    argv[-1] = "site"  # the trainer's module: Python's own report of its paths instead
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=120, env={**env, **extra}, cwd=str(REPO))
+    assert done.returncode == 0 and f"{env_dir}/lib/python" in done.stdout, done
