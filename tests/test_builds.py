@@ -146,3 +146,15 @@ def test_each_blas_folder_loads_whole_and_is_the_library_it_names(tmp_path, blas
     out = subprocess.run([sys.executable, "-c", script], env={"LD_LIBRARY_PATH": str(tmp_path), "PYTHONPATH": str(REPO)},
                          stdout=subprocess.PIPE, universal_newlines=True, check=True).stdout
     assert {b["library"] for b in json.loads(out)} == {NAMED[blas]}
+
+
+def test_a_blas_build_keeps_the_recipes_own_library_path_after_its_folder(tmp_path):
+    """A recipe that sets LD_LIBRARY_PATH (CNTK's {env_dir}/mpi-compat) keeps it under a BLAS build: the
+    build's folder goes first, the recipe's after it, not the job's in its place."""
+    recipes = tmp_path / "containers"
+    shutil.copytree(builds._CONTAINERS / "numpy", recipes / "numpy")
+    shutil.copy(builds._CONTAINERS / "blas.yaml", recipes / "blas.yaml")
+    env_yaml = recipes / "numpy" / "env.yaml"
+    env_yaml.write_text(env_yaml.read_text() + "\nenv:\n  LD_LIBRARY_PATH: \"{env_dir}/own-libs\"\n")
+    runtime = VenvRuntime("numpy", tmp_path, recipe_dir=recipes / "numpy", build="reference")
+    assert runtime.trainer_env()["LD_LIBRARY_PATH"] == f"{runtime.env_dir}/blas:{runtime.env_dir}/own-libs"
