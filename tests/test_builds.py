@@ -158,3 +158,24 @@ def test_a_blas_build_keeps_the_recipes_own_library_path_after_its_folder(tmp_pa
     env_yaml.write_text(env_yaml.read_text() + "\nenv:\n  LD_LIBRARY_PATH: \"{env_dir}/own-libs\"\n")
     runtime = VenvRuntime("numpy", tmp_path, recipe_dir=recipes / "numpy", build="reference")
     assert runtime.trainer_env()["LD_LIBRARY_PATH"] == f"{runtime.env_dir}/blas:{runtime.env_dir}/own-libs"
+
+
+@pytest.mark.parametrize("entry, problem", [
+    ("evil: {package: '--allow-unauthenticated x', blas: /usr/lib/a.so, lapack: /usr/lib/a.so}", "is not a Debian package"),
+    ("evil: {package: null, blas: /tmp/evil/libblas.so.3, lapack: /usr/lib/a.so}", "blas '/tmp/evil/libblas.so.3' is not a library"),
+    ("evil: {package: null, blas: /usr/lib/a.so, lapack: '{env_dir}/../../tmp/x.so'}", "lapack '{env_dir}/../../tmp/x.so' is not"),
+    ("evil: {package: null, blas: /usr/lib/a.so, lapack: /usr/lib/a.so, beside: '/etc/*'}", "beside '/etc/\\*' is not"),
+    ("evil: {package: null, blas: /usr/lib/../../etc/passwd, lapack: /usr/lib/a.so}", "blas '/usr/lib/../../etc/passwd' is not"),
+])
+def test_a_blas_entry_that_is_not_a_package_and_library_files_is_refused(tmp_path, entry, problem):
+    """containers/blas.yaml's package reaches apt-get (scripts/frameworks.sh) and its files become a
+    build's links: neither may be an option or a file outside the system's libraries or the build's venv."""
+    (tmp_path / "fw").mkdir()
+    (tmp_path / "blas.yaml").write_text(entry + "\n")
+    (tmp_path / "fw" / "builds.yaml").write_text("e: {blas: evil}\n")
+    with pytest.raises(builds.BuildError, match=problem):
+        builds.declared("fw", tmp_path)
+
+
+def test_the_projects_blas_yaml_passes_its_checks():
+    assert set(builds.blas_libraries()) == {"openblas", "blis", "atlas", "reference", "mkl"}

@@ -98,10 +98,36 @@ def _value_problem(variant: Mapping[str, Any]) -> Optional[str]:
     return None
 
 
+#: Where a BLAS build's links may point: the system's library folders, or the build's own venv.
+LIBRARY_ROOTS = ("/usr/lib/", "/lib/", "{env_dir}/")
+#: A Debian package name (Debian Policy 5.6.1): what scripts/frameworks.sh hands apt-get.
+_DEBIAN_PACKAGE = re.compile(r"^[a-z0-9][a-z0-9+.-]+$")
+
+
 @functools.lru_cache(maxsize=None)
 def blas_libraries(containers: Path = _CONTAINERS) -> Mapping[str, Mapping[str, str]]:
-    """The BLAS libraries a build may name: containers/blas.yaml (Debian's packages and their files)."""
-    return yaml.safe_load((containers / "blas.yaml").read_text()) or {}
+    """The BLAS libraries a build may name: containers/blas.yaml (Debian's packages and their files),
+    checked: each `package` a Debian package name (it reaches apt-get), each file an absolute path in
+    the system's library folders or the build's venv (LIBRARY_ROOTS), without `..` (it becomes a link)."""
+    path = containers / "blas.yaml"
+    found = yaml.safe_load(path.read_text()) or {}
+    if not isinstance(found, dict):
+        raise BuildError(f"{path}: not a mapping of BLAS names to their package and files; fix the file")
+    for name, files in found.items():
+        if not isinstance(name, str) or not _NAME.match(name) or not isinstance(files, dict):
+            raise BuildError(f"{path}: {name!r} is not a plain name with its package and files; fix the file")
+        package = files.get("package")
+        if package is not None and (not isinstance(package, str) or not _DEBIAN_PACKAGE.match(package)):
+            raise BuildError(f"{path}: {name}: package {package!r} is not a Debian package name; name the package")
+        for part in ("blas", "lapack", "beside"):
+            target = files.get(part)
+            if part == "beside" and target is None:
+                continue
+            if not isinstance(target, str) or not target.startswith(LIBRARY_ROOTS) or ".." in target.split("/") \
+                    or any(c in target for c in "\n\0"):
+                raise BuildError(f"{path}: {name}: {part} {target!r} is not a library file under "
+                                 f"{', '.join(LIBRARY_ROOTS)} (no ..); point it at the installed library")
+    return found
 
 
 def module_of(build: Any) -> Optional[str]:
