@@ -91,7 +91,7 @@ def test_each_module_of_the_tree_runs_its_own_interpreter_in_a_step_of_the_test_
 @pytest.fixture(scope="module")
 def module_cell():
     """numpy's LeNet composed once with runtime=module (Hydra's compose); each test copies it."""
-    return composed(["framework=numpy", "model=lenet", "runtime=module"])
+    return composed(["framework=numpy", "model=lenet", "runtime=module", "+cluster.modules={path:[/tmp]}"])
 
 
 @pytest.mark.parametrize("build,refused", [
@@ -176,3 +176,12 @@ def test_a_module_that_puts_no_python_first_is_refused_not_run_in_the_jobs_own_p
     argv[-1] = "site"  # the trainer's module: Python's own report of its paths instead
     done = subprocess.run(argv, capture_output=True, text=True, timeout=120, env={**env, **extra}, cwd=str(REPO))
     assert done.returncode == 0 and f"{env_dir}/lib/python" in done.stdout, done
+
+
+def test_runtime_module_without_the_clusters_module_tree_is_refused_at_expansion_not_in_the_job(module_cell):
+    """A cluster YAML without `modules.path` would let the job wait in the queue and then fail at
+    `module load`: the cell is refused before it is submitted, with the way out."""
+    bare = {**module_cell, "cluster": {k: v for k, v in module_cell["cluster"].items() if k != "modules"},
+            "build": "module:numpy-env/2"}
+    with pytest.raises(CellError, match=r"runtime=module needs the site's module tree: add `modules: \{path: "):
+        resolve_settings(bare)
