@@ -62,9 +62,22 @@ prepend_path("PATH", "$env_dir/bin")
 setenv("VIRTUAL_ENV", "$env_dir")
 EOF
 done
-rm -rf "$TREE.old"
-[ ! -d "$TREE" ] || mv "$TREE" "$TREE.old"
-mv "$staged" "$TREE"
-rm -rf "$TREE.old"
+# Put the tree in place without a moment where $TREE is missing: another shell (a second CI run, a
+# job reading it through MODULEPATH) may be using it now. The same tree as before is left as it is;
+# a new one replaces it by renaming a link over the old (rename is atomic; a directory cannot be
+# renamed over a non-empty one), and the old tree it pointed at is removed after.
+chmod 755 "$staged"
+if [ -d "$TREE" ] && diff -rq "$staged" "$TREE" >/dev/null 2>&1; then
+  rm -rf "$staged"
+else
+  old="$(readlink "$TREE" || true)"
+  if [ -d "$TREE" ] && [ ! -L "$TREE" ]; then  # a tree an earlier version of this script wrote in place
+    mv "$TREE" "$DIR/tree.was.$$"
+    old="tree.was.$$"
+  fi
+  ln -s "$(basename "$staged")" "$DIR/tree.link.$$"
+  mv -T "$DIR/tree.link.$$" "$TREE"
+  case "$old" in tree.*) rm -rf "${DIR:?}/$old" ;; esac
+fi
 echo "[modules] the test module tree: $(cd "$TREE" && find . -name '*.lua' | sort | tr '\n' ' ')" >&2
 echo "$TREE"

@@ -68,6 +68,13 @@ def test_a_build_is_its_own_environment_keyed_by_its_variant(tmp_path):
     ("evil: {post_install_cmd: 'rm -rf /'}\n", "a build sets only"),
     ("odd: {blas: mkl-from-nowhere}\n", "which containers/blas.yaml does not declare"),
     ("- a list\n", "not a mapping"),
+    ("odd: [[1]]\n", "a build sets only"),
+    # a pin is a requirements line and post_install a script run by bash: neither may leave the recipe
+    ("evil: {pins: {'-e /tmp/pkg': ''}}\n", "is not a package and a version specifier"),
+    ("evil: {pins: {'-r /etc/passwd': null}}\n", "is not a package and a version specifier"),
+    ("evil: {pins: {torch: '==2.5 --index-url http://example.invalid'}}\n", "is not a package and a version"),
+    ("evil: {post_install: [../../../tmp/x.sh]}\n", "is not a list of script names in the recipe's folder"),
+    ("evil: {post_install: [/tmp/x.sh]}\n", "is not a list of script names in the recipe's folder"),
 ])
 def test_a_wrong_declaration_is_one_line_naming_the_file(tmp_path, text, problem):
     (tmp_path / "fw").mkdir()
@@ -76,6 +83,11 @@ def test_a_wrong_declaration_is_one_line_naming_the_file(tmp_path, text, problem
     with pytest.raises(builds.BuildError, match=problem) as wrong:
         builds.declared("fw", tmp_path)
     assert str(tmp_path / "fw" / "builds.yaml") in str(wrong.value)
+
+
+def test_the_declared_builds_pass_their_own_checks():
+    for recipe in ("numpy", "torch", "caffe"):
+        assert builds.declared(recipe) and builds.names(recipe)[0] == "default"
 
 
 def test_pins_replace_or_drop_a_requirements_line():
@@ -134,3 +146,36 @@ def test_each_blas_folder_loads_whole_and_is_the_library_it_names(tmp_path, blas
     out = subprocess.run([sys.executable, "-c", script], env={"LD_LIBRARY_PATH": str(tmp_path), "PYTHONPATH": str(REPO)},
                          stdout=subprocess.PIPE, universal_newlines=True, check=True).stdout
     assert {b["library"] for b in json.loads(out)} == {NAMED[blas]}
+
+
+def test_a_blas_build_keeps_the_recipes_own_library_path_after_its_folder(tmp_path):
+    """A recipe that sets LD_LIBRARY_PATH (CNTK's {env_dir}/mpi-compat) keeps it under a BLAS build: the
+    build's folder goes first, the recipe's after it, not the job's in its place."""
+    recipes = tmp_path / "containers"
+    shutil.copytree(builds._CONTAINERS / "numpy", recipes / "numpy")
+    shutil.copy(builds._CONTAINERS / "blas.yaml", recipes / "blas.yaml")
+    env_yaml = recipes / "numpy" / "env.yaml"
+    env_yaml.write_text(env_yaml.read_text() + "\nenv:\n  LD_LIBRARY_PATH: \"{env_dir}/own-libs\"\n")
+    runtime = VenvRuntime("numpy", tmp_path, recipe_dir=recipes / "numpy", build="reference")
+    assert runtime.trainer_env()["LD_LIBRARY_PATH"] == f"{runtime.env_dir}/blas:{runtime.env_dir}/own-libs"
+
+
+@pytest.mark.parametrize("entry, problem", [
+    ("evil: {package: '--allow-unauthenticated x', blas: /usr/lib/a.so, lapack: /usr/lib/a.so}", "is not a Debian package"),
+    ("evil: {package: null, blas: /tmp/evil/libblas.so.3, lapack: /usr/lib/a.so}", "blas '/tmp/evil/libblas.so.3' is not a library"),
+    ("evil: {package: null, blas: /usr/lib/a.so, lapack: '{env_dir}/../../tmp/x.so'}", "lapack '{env_dir}/../../tmp/x.so' is not"),
+    ("evil: {package: null, blas: /usr/lib/a.so, lapack: /usr/lib/a.so, beside: '/etc/*'}", "beside '/etc/\\*' is not"),
+    ("evil: {package: null, blas: /usr/lib/../../etc/passwd, lapack: /usr/lib/a.so}", "blas '/usr/lib/../../etc/passwd' is not"),
+])
+def test_a_blas_entry_that_is_not_a_package_and_library_files_is_refused(tmp_path, entry, problem):
+    """containers/blas.yaml's package reaches apt-get (scripts/frameworks.sh) and its files become a
+    build's links: neither may be an option or a file outside the system's libraries or the build's venv."""
+    (tmp_path / "fw").mkdir()
+    (tmp_path / "blas.yaml").write_text(entry + "\n")
+    (tmp_path / "fw" / "builds.yaml").write_text("e: {blas: evil}\n")
+    with pytest.raises(builds.BuildError, match=problem):
+        builds.declared("fw", tmp_path)
+
+
+def test_the_projects_blas_yaml_passes_its_checks():
+    assert set(builds.blas_libraries()) == {"openblas", "blis", "atlas", "reference", "mkl"}

@@ -7,6 +7,7 @@ in a step of the test Slurm cluster. Hostile module names and trees are refused 
 import json
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -90,7 +91,7 @@ def test_each_module_of_the_tree_runs_its_own_interpreter_in_a_step_of_the_test_
 @pytest.fixture(scope="module")
 def module_cell():
     """numpy's LeNet composed once with runtime=module (Hydra's compose); each test copies it."""
-    return composed(["framework=numpy", "model=lenet", "runtime=module"])
+    return composed(["framework=numpy", "model=lenet", "runtime=module", "+cluster.modules={path:[/tmp]}"])
 
 
 @pytest.mark.parametrize("build,refused", [
@@ -126,3 +127,61 @@ def test_a_sweep_over_two_modules_lands_a_run_of_each_on_the_test_cluster(module
         env_dir = modules[build[len("module:"):]]
         paths = {blas["path"] for blas in json.loads(provenance)["framework"]["blas"]}
         assert paths and all(path.startswith(env_dir + "/") for path in paths), (build, paths)
+
+
+def test_rewriting_the_test_tree_never_leaves_it_missing_for_a_reader(tmp_path, module_tree):
+    """scripts/modules.sh run again (a second CI run, another shell) while a job reads the tree: the tree
+    is never absent, whether the new tree is the same (left as it is) or differs (a link renamed over)."""
+    import threading
+
+    env = {**os.environ, "MODULES_TEST_DIR": str(tmp_path / "mods")}
+    script = ["bash", str(REPO / "scripts" / "modules.sh")]
+    tree = Path(subprocess.run(script, env=env, capture_output=True, text=True, check=True).stdout.strip())
+    lua = sorted(tree.glob("*/*.lua"))[0].relative_to(tree)
+    misses, done = [], threading.Event()
+
+    def read():
+        while not done.is_set():
+            if not (tree / lua).is_file():
+                misses.append(1)
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    try:
+        for i in range(3):
+            (tree / f"stray{i}").write_text("")  # a tree that differs from what the script writes
+            runs = [subprocess.Popen(script, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                    for _ in range(2)]
+            assert [p.wait(timeout=120) for p in runs] == [0, 0]
+    finally:
+        done.set()
+        reader.join()
+    assert not misses and (tree / lua).is_file() and not list(tree.glob("stray*"))
+
+
+def test_a_module_that_puts_no_python_first_is_refused_not_run_in_the_jobs_own_python(tmp_path, module_tree):
+    """A modulefile that sets no interpreter would leave `python` the job's own (the orchestrator's venv):
+    the run would be recorded as the module's while measuring another environment. It stops, saying so;
+    a module of the test tree still runs its own interpreter."""
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "empty" / "1.lua").write_text('whatis("sets nothing")\n')
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}"}
+    runtime = ModuleRuntime("numpy", "empty/1", {"path": [str(tmp_path)]})
+    assert runtime.ensure(log=lambda line: None) == "empty/1"
+    argv, extra = runtime.command(["--help"])
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=120, env={**env, **extra}, cwd=str(REPO))
+    assert done.returncode == 2 and "module empty/1 puts no python of its own first on PATH" in done.stderr, done
+    name, env_dir = modules_of(module_tree)[0]
+    argv, extra = ModuleRuntime(name.split("-")[0], name, {"path": [module_tree]}).command([])
+    argv[-1] = "site"  # the trainer's module: Python's own report of its paths instead
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=120, env={**env, **extra}, cwd=str(REPO))
+    assert done.returncode == 0 and f"{env_dir}/lib/python" in done.stdout, done
+
+
+def test_runtime_module_without_the_clusters_module_tree_is_refused_at_expansion_not_in_the_job(module_cell):
+    """A cluster YAML without `modules.path` would let the job wait in the queue and then fail at
+    `module load`: the cell is refused before it is submitted, with the way out."""
+    bare = {**module_cell, "cluster": {k: v for k, v in module_cell["cluster"].items() if k != "modules"},
+            "build": "module:numpy-env/2"}
+    with pytest.raises(CellError, match=r"runtime=module needs the site's module tree: add `modules: \{path: "):
+        resolve_settings(bare)

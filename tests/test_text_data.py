@@ -138,3 +138,36 @@ def test_orchestrator_data_generate_writes_both_in_their_formats_marked_generate
     assert all(isinstance(r, list) and min(r) >= 1 for r in arrays["x_train"])
     for name in ("ptb", "imdb"):
         assert "random words" in data.generated_note(str(tmp_path / name))
+
+
+class _BadDtype(object):
+    def __reduce__(self):  # only numpy's own globals, called with arguments they reject
+        return (np.dtype, ("not-a-type",))
+
+
+def test_a_tampered_or_out_of_range_imdb_file_is_one_data_error_not_a_traceback(tmp_path):
+    """numpy's constructors raise TypeError on a tampered pickle, int64 OverflowError on a huge rank
+    and ValueError on text labels: each must reach the user as a DataError naming the file."""
+    import io
+    import pickle
+    import zipfile
+
+    head = io.BytesIO()
+    np.lib.format.write_array_header_1_0(head, {"descr": "|O", "fortran_order": False, "shape": (1,)})
+    with zipfile.ZipFile(str(tmp_path / "imdb.npz"), "w") as archive:
+        archive.writestr("x_train.npy", head.getvalue() + pickle.dumps(_BadDtype(), protocol=2))
+        for name, value in (("y_train", [0]), ("x_test", [0]), ("y_test", [0])):
+            out = io.BytesIO()
+            np.save(out, np.array(value))
+            archive.writestr(name + ".npy", out.getvalue())
+    with pytest.raises(DataError, match=r"cannot read .*imdb\.npz as Keras's imdb\.npz"):
+        data.load("imdb", str(tmp_path))
+    _imdb(tmp_path / "imdb.npz", [[2 ** 70], [3]], [0, 1], [[1]], [0])
+    with pytest.raises(DataError, match=r"imdb\.npz: x_train's review \d is not a list of word ranks"):
+        data.load("imdb", str(tmp_path))
+    ragged = np.empty(2, dtype=object)
+    ragged[:] = [[1], [2]]
+    np.savez(str(tmp_path / "imdb.npz"), x_train=ragged, y_train=np.array(["pos", "neg"]), x_test=ragged[:1],
+             y_test=np.array([0]))
+    with pytest.raises(DataError, match=r"imdb\.npz: y_train is not an array of 0/1 labels"):
+        data.load("imdb", str(tmp_path))

@@ -62,19 +62,72 @@ def declared(recipe: str, containers: Path = _CONTAINERS) -> Mapping[str, Mappin
         if not isinstance(name, str) or not _NAME.match(name) or name == DEFAULT:
             raise BuildError(f"{path}: build {name!r} is not a plain name (letters, digits, . _ -; not "
                              f"{DEFAULT!r}); rename it")
-        unknown = sorted(set(variant or {}) - set(KEYS))
-        if not isinstance(variant, dict) or unknown:
+        unknown = sorted(map(str, set(variant) - set(KEYS))) if isinstance(variant, dict) else None
+        if variant is not None and (not isinstance(variant, dict) or unknown):
             raise BuildError(f"{path}: build {name!r} sets {unknown or variant!r}; a build sets only {', '.join(KEYS)}")
+        problem = _value_problem(variant or {})
+        if problem:
+            raise BuildError(f"{path}: build {name!r}: {problem}")
         if variant.get("blas") is not None and variant["blas"] not in blas_libraries(containers):
             raise BuildError(f"{path}: build {name!r} has blas={variant['blas']!r}, which containers/blas.yaml does "
                              f"not declare ({', '.join(blas_libraries(containers))})")
     return found
 
 
+#: A package name as PEP 508 writes one, and a version specifier list (`==2.14.1`, `>=1,<2`): a pin is
+#: a requirements line, so neither may be a pip option (`-e`, `-r`, `--index-url`) or hold a space.
+_PACKAGE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?$")
+_SPECIFIER = re.compile(r"^(===?|!=|<=?|>=?|~=)[A-Za-z0-9.*+!_-]+(,(===?|!=|<=?|>=?|~=)[A-Za-z0-9.*+!_-]+)*$")
+
+
+def _value_problem(variant: Mapping[str, Any]) -> Optional[str]:
+    """What is wrong with a variant's values (one line with the way out), or None: pins that are not a
+    package and a version specifier, post_install scripts that are not file names in the recipe's folder."""
+    pins = variant.get("pins") or {}
+    if not isinstance(pins, dict):
+        return f"pins is {pins!r}, not a mapping of packages to version specifiers; write pins: {{torch: \"==2.14.1\"}}"
+    for package, spec in pins.items():
+        if not isinstance(package, str) or not _PACKAGE.match(package) or \
+                (spec is not None and (not isinstance(spec, str) or not _SPECIFIER.match(spec))):
+            return (f"pin {package!r}: {spec!r} is not a package and a version specifier (e.g. torch: \"==2.14.1\", "
+                    f"or null to leave the package out); fix the pin")
+    scripts = variant.get("post_install") or []
+    if not isinstance(scripts, list) or not all(isinstance(s, str) and _NAME.match(s) for s in scripts):
+        return (f"post_install {scripts!r} is not a list of script names in the recipe's folder (no / or ..); "
+                f"put the script beside env.yaml and name it")
+    return None
+
+
+#: Where a BLAS build's links may point: the system's library folders, or the build's own venv.
+LIBRARY_ROOTS = ("/usr/lib/", "/lib/", "{env_dir}/")
+#: A Debian package name (Debian Policy 5.6.1): what scripts/frameworks.sh hands apt-get.
+_DEBIAN_PACKAGE = re.compile(r"^[a-z0-9][a-z0-9+.-]+$")
+
+
 @functools.lru_cache(maxsize=None)
 def blas_libraries(containers: Path = _CONTAINERS) -> Mapping[str, Mapping[str, str]]:
-    """The BLAS libraries a build may name: containers/blas.yaml (Debian's packages and their files)."""
-    return yaml.safe_load((containers / "blas.yaml").read_text()) or {}
+    """The BLAS libraries a build may name: containers/blas.yaml (Debian's packages and their files),
+    checked: each `package` a Debian package name (it reaches apt-get), each file an absolute path in
+    the system's library folders or the build's venv (LIBRARY_ROOTS), without `..` (it becomes a link)."""
+    path = containers / "blas.yaml"
+    found = yaml.safe_load(path.read_text()) or {}
+    if not isinstance(found, dict):
+        raise BuildError(f"{path}: not a mapping of BLAS names to their package and files; fix the file")
+    for name, files in found.items():
+        if not isinstance(name, str) or not _NAME.match(name) or not isinstance(files, dict):
+            raise BuildError(f"{path}: {name!r} is not a plain name with its package and files; fix the file")
+        package = files.get("package")
+        if package is not None and (not isinstance(package, str) or not _DEBIAN_PACKAGE.match(package)):
+            raise BuildError(f"{path}: {name}: package {package!r} is not a Debian package name; name the package")
+        for part in ("blas", "lapack", "beside"):
+            target = files.get(part)
+            if part == "beside" and target is None:
+                continue
+            if not isinstance(target, str) or not target.startswith(LIBRARY_ROOTS) or ".." in target.split("/") \
+                    or any(c in target for c in "\n\0"):
+                raise BuildError(f"{path}: {name}: {part} {target!r} is not a library file under "
+                                 f"{', '.join(LIBRARY_ROOTS)} (no ..); point it at the installed library")
+    return found
 
 
 def module_of(build: Any) -> Optional[str]:

@@ -33,8 +33,13 @@ from orchestrator.envs.venv_runtime import REPO, EnvironmentNotReady, _trainer_e
 INITS = ("/usr/share/lmod/lmod/init/bash", "/usr/share/modules/init/bash")
 #: The shell that loads the module and runs the trainer: $1 the init script, $2 MODULEPATH, $3 the
 #: module, $4 the trainer's module; the trainer's arguments follow. No value is part of this text.
+#: A module that puts no `python` of its own first on PATH would run the trainer in whichever python the
+#: job had (the orchestrator's own venv) under the module's name: refused, naming the python it found.
 LOAD_AND_RUN = ('set -e; init=$1 path=$2 module=$3 trainer=$4; shift 4; . "$init"; export MODULEPATH="$path"; '
-                'module load "$module"; exec python -m "$trainer" "$@"')
+                'before=$(command -v python || true); module load "$module"; after=$(command -v python || true); '
+                'if [ -z "$after" ] || [ "$after" = "$before" ]; then echo "module $module puts no python of its own '
+                'first on PATH (python: ${after:-none}); load a module whose modulefile prepends its interpreter\'s '
+                'bin, or use runtime=venv" >&2; exit 2; fi; exec python -m "$trainer" "$@"')
 #: The same shell's check that the module exists, before a job counts on it.
 IS_AVAILABLE = 'init=$1 path=$2 module=$3; . "$init"; export MODULEPATH="$path"; module is-avail "$module"'
 

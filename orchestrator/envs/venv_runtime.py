@@ -128,8 +128,10 @@ class VenvRuntime:
         (this venv's, or `env_dir`: where an image holds the same environment)."""
         where = env_dir if env_dir is not None else str(self.env_dir)
         env = {key: str(value).replace("{env_dir}", where) for key, value in (self.recipe.get("env") or {}).items()}
-        if builds.blas_links(self.variant):  # the build's own BLAS folder first (_link_blas)
-            env["LD_LIBRARY_PATH"] = os.pathsep.join(p for p in (f"{where}/{BLAS_DIR}", os.environ.get("LD_LIBRARY_PATH")) if p)
+        if builds.blas_links(self.variant):  # the build's own BLAS folder first (_link_blas), before the
+            # recipe's own library path where it sets one (which replaces the job's, as without a build)
+            rest = env.get("LD_LIBRARY_PATH") or os.environ.get("LD_LIBRARY_PATH")
+            env["LD_LIBRARY_PATH"] = os.pathsep.join(p for p in (f"{where}/{BLAS_DIR}", rest) if p)
         return env
 
     @property

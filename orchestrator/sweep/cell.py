@@ -203,6 +203,10 @@ def _check_build(where: str, cfg: dict[str, Any], build: Any) -> None:
     problem = builds.refusal(cfg["framework"].get("env") or cfg["framework"]["name"], build, cfg.get("runtime", "venv"))
     if problem:
         raise CellError(f"{where}: {problem}")
+    if cfg.get("runtime") == "module" and not ((cfg.get("cluster") or {}).get("modules") or {}).get("path"):
+        # the job would fail at `module load` after its wait in the queue: refused before it is submitted
+        raise CellError(f"{where}: runtime=module needs the site's module tree: add `modules: {{path: "
+                        f"[/apps/modulefiles]}}` to the cluster's YAML (conf/cluster/<site>.yaml)")
 
 
 def _passed(checked: dict[tuple[int, ...], tuple[Any, ...]] | None, parts: tuple[Any, ...]) -> bool:

@@ -205,7 +205,8 @@ def imdb_arrays(path):
     try:
         with zipfile.ZipFile(path) as archive:
             arrays = dict((name, _npy(archive.read(name + ".npy"))) for name in IMDB_ARRAYS)
-    except (OSError, KeyError, ValueError, zipfile.BadZipfile, pickle.UnpicklingError, EOFError) as exc:
+    except (OSError, KeyError, ValueError, TypeError, AttributeError, IndexError, zipfile.BadZipfile,
+            pickle.UnpicklingError, EOFError) as exc:  # a tampered pickle fails inside numpy's own constructors
         raise DataError("cannot read %s as Keras's imdb.npz (arrays %s): %s" % (path, ", ".join(IMDB_ARRAYS), exc))
     for name, array in arrays.items():  # a pickle may hold other things than the arrays it should
         if not isinstance(array, np.ndarray) or array.ndim != 1:
@@ -224,7 +225,7 @@ def imdb_ids(reviews, num_words=IMDB_NUM_WORDS, maxlen=IMDB_MAXLEN):
     for i, ranks in enumerate(reviews):
         try:
             ranks = np.asarray(ranks, dtype=np.int64).reshape(-1)
-        except (TypeError, ValueError) as exc:
+        except (TypeError, ValueError, OverflowError) as exc:
             raise DataError("review %d is not a list of word ranks: %s" % (i, exc))
         if len(ranks) and ranks.min() < 0:
             raise DataError("review %d holds a negative word rank (%d); ranks start at 1" % (i, ranks.min()))
@@ -249,7 +250,10 @@ def read_imdb(data_dir, split, seq_len=IMDB_MAXLEN, classes=2):
     if split == "test":  # Keras draws the train split's order first, from the same generator
         rng.shuffle(np.arange(len(arrays["x_train"])))
     rng.shuffle(order)
-    labels = np.asarray(arrays["y_" + split], dtype=np.int64)[order]
+    try:
+        labels = np.asarray(arrays["y_" + split], dtype=np.int64)[order]
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise DataError("%s: y_%s is not an array of 0/1 labels (%s)" % (path, split, exc))
     if len(labels) and not set(np.unique(labels)) <= set([0, 1]):
         raise DataError("%s: y_%s holds labels other than 0 and 1" % (path, split))
     try:
