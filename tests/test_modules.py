@@ -185,3 +185,18 @@ def test_runtime_module_without_the_clusters_module_tree_is_refused_at_expansion
             "build": "module:numpy-env/2"}
     with pytest.raises(CellError, match=r"runtime=module needs the site's module tree: add `modules: \{path: "):
         resolve_settings(bare)
+
+
+def test_a_module_already_loaded_where_the_job_was_submitted_still_runs_as_that_module(module_tree):
+    """sbatch carries the submitting shell's environment: a user who had loaded the module there gives the
+    job a PATH whose python is already the module's. The job purges the modules first, so loading it again
+    puts its python first anew (not the refusal of a module that brings no python of its own)."""
+    name, env_dir = modules_of(module_tree)[0]
+    runtime = make_runtime("module", "numpy", build="module:" + name, modules={"path": [module_tree]})
+    argv, env = runtime.command([])
+    argv[argv.index(runtime.trainer)] = "site"
+    preloaded = ['bash', '--noprofile', '--norc', '-c', '. "$1"; export MODULEPATH="$2"; module load "$3"; shift 3; '
+                 'exec "$@"', "preload", module_runtime.init_script(), module_tree, name, *argv]
+    done = subprocess.run(preloaded, capture_output=True, text=True, timeout=120, env={**os.environ, **env})
+    assert done.returncode == 0, done.stderr
+    assert f"'{env_dir}/lib/python" in done.stdout, done.stdout

@@ -35,7 +35,10 @@ INITS = ("/usr/share/lmod/lmod/init/bash", "/usr/share/modules/init/bash")
 #: module, $4 the trainer's module; the trainer's arguments follow. No value is part of this text.
 #: A module that puts no `python` of its own first on PATH would run the trainer in whichever python the
 #: job had (the orchestrator's own venv) under the module's name: refused, naming the python it found.
+#: The modules the job's environment carries from the submitting shell are purged first, so that a
+#: module loaded there too is loaded anew (and a job runs the same modules wherever it was submitted).
 LOAD_AND_RUN = ('set -e; init=$1 path=$2 module=$3 trainer=$4; shift 4; . "$init"; export MODULEPATH="$path"; '
+                'module purge >/dev/null 2>&1 || true; '
                 'before=$(command -v python || true); module load "$module"; after=$(command -v python || true); '
                 'if [ -z "$after" ] || [ "$after" = "$before" ]; then echo "module $module puts no python of its own '
                 'first on PATH (python: ${after:-none}); load a module whose modulefile prepends its interpreter\'s '
