@@ -6,8 +6,10 @@ start, data and model build again. Here one process builds the model once and me
 inference.py: the first batch apart, the warm-up, the validity rule), until either
     - a point runs out of memory (the framework's way of saying so: errors.classify, which asks
       Trainer.is_out_of_memory; MemoryError on the host), that point then recorded as the limit, or
-    - throughput stops rising: a point's samples/s is under (1 + GAIN) x the previous point's
-      (`stop`, a pure function), or the batch reaches MAX_BATCH.
+    - throughput stops rising: PATIENCE points in a row each under (1 + GAIN) x the best point
+      before them (`stop`, a pure function), or the batch reaches MAX_BATCH. Against the best,
+      not the previous point, and twice in a row: one noisy point (a neighbour's burst on a shared
+      node) neither ends the curve early nor, by being slow, lets a flat one go on.
 
 The events: `point` {batch} before each point's own first_batch ... run_end; `point_oom` {batch,
 message} for the point the device could not hold; `search_end` {points, stopped} last. A first
@@ -23,8 +25,10 @@ from trainers.common.errors import OUT_OF_MEMORY, InvalidArgument, classify
 from trainers.common.pool import build_pool, pool_batches
 
 AUTO = "auto"
-#: throughput must rise by at least this fraction from one point to the next, or the search stops
+#: a point gains where its samples/s is at least (1 + GAIN) x the best point's before it
 GAIN = 0.05
+#: the search stops after this many points in a row that did not gain
+PATIENCE = 2
 #: the largest batch tried: 2**16, beyond any network's served batch (a stop on unbounded memory)
 MAX_BATCH = 1 << 16
 
@@ -52,16 +56,19 @@ def check_args(args):
                               "use --dataset synthetic --like %s" % args.dataset)
 
 
-def stop(rates, gain=GAIN, batches=None):
-    """Why the search stops after these samples/s (of batch 1, 2, 4, ... unless `batches`
-    says), or None to double again: the last point under (1 + gain) x the one before."""
-    if len(rates) < 2:
-        return None
+def stop(rates, gain=GAIN, batches=None, patience=PATIENCE):
+    """Why the search stops after these samples/s (of batch 1, 2, 4, ... unless `batches` says),
+    or None to double again: the last `patience` points each under (1 + gain) x the best before them."""
     batches = batches or [1 << i for i in range(len(rates))]
-    rise = rates[-1] / rates[-2] - 1 if rates[-2] > 0 else float("inf")
-    if rise < gain:
-        return ("throughput rose %+.1f%% from batch %d to %d, under the %g%% the search needs"
-                % (100 * rise, batches[-2], batches[-1], 100 * gain))
+    best, since = 0, 0  # the best point's index; the points since it that did not gain on it
+    for i in range(1, len(rates)):
+        if rates[i] >= (1 + gain) * rates[best] if rates[best] > 0 else rates[i] > 0:
+            best, since = i, 0
+        else:
+            since += 1
+    if since >= patience:
+        return ("throughput gained under %g%% on batch %d's %.4g samples/s at the %d points after it (batch %s)"
+                % (100 * gain, batches[best], rates[best], since, ", ".join(str(b) for b in batches[best + 1:])))
     if batches[-1] >= MAX_BATCH:
         return "batch %d is the largest the search tries" % batches[-1]
     return None
