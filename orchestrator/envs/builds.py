@@ -13,6 +13,10 @@ change:
 - `blas`: a name of containers/blas.yaml: the environment gets its own folder of links to that
   BLAS (and LAPACK), put first on the trainer's LD_LIBRARY_PATH. The machine's alternatives are
   never touched, so one build never changes another's library.
+- `gpu`: a base of containers/<framework>/gpu.yaml (`orchestrator images def <fw> --base <it>`): the
+  build's GPU image, and the compute capabilities that entry's `capability` declares are the ones the
+  build runs on (expansion refuses a GPU outside them). A build without `gpu` runs on the framework's
+  own range (trainers/<fw>/__init__.py gpu_build). Kepler (K20m, 3.5) builds are declared this way.
 
 A build's name is only ever looked up in that declared list: it never becomes a path or reaches a
 shell. The environment's folder is named by the variant's hash (VenvRuntime.env_dir).
@@ -36,7 +40,7 @@ MODULE_PREFIX = "module:"
 #: `-`, so no `..` and no option), joined by `/` (name/version, or a deeper hierarchy).
 MODULE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+-]*(/[A-Za-z0-9_][A-Za-z0-9_.+-]*)*")
 #: The keys a variant may set (the docstring says what each does).
-KEYS = ("python", "post_install", "env", "pins", "system_site_packages", "blas")
+KEYS = ("python", "post_install", "env", "pins", "system_site_packages", "blas", "gpu")
 #: The shared libraries a BLAS build links in its folder: the names numpy (Debian's, through libblas.so.3
 #: and liblapack.so.3) and Caffe (libopenblas.so.0, build_caffe.sh's -DBLAS=Open) load their BLAS by.
 LINK_NAMES = {"libblas.so.3": "blas", "liblapack.so.3": "lapack", "libopenblas.so.0": "blas"}
@@ -68,7 +72,44 @@ def declared(recipe: str, containers: Path = _CONTAINERS) -> Mapping[str, Mappin
         if variant.get("blas") is not None and variant["blas"] not in blas_libraries(containers):
             raise BuildError(f"{path}: build {name!r} has blas={variant['blas']!r}, which containers/blas.yaml does "
                              f"not declare ({', '.join(blas_libraries(containers))})")
+        if variant.get("gpu") is not None and variant["gpu"] not in gpu_bases(recipe, containers):
+            raise BuildError(f"{path}: build {name!r} has gpu={variant['gpu']!r}, which {recipe}'s gpu.yaml does not "
+                             f"declare ({', '.join(gpu_bases(recipe, containers)) or 'no GPU bases'})")
     return found
+
+
+@functools.lru_cache(maxsize=None)
+def gpu_bases(recipe: str, containers: Path = _CONTAINERS) -> Mapping[str, tuple[Optional[float], Optional[float]]]:
+    """{GPU base: (lowest, highest) compute capability} that containers/<recipe>/gpu.yaml declares: the
+    bases a build's `gpu` may name, read by the reader `images def` uses (apptainer.gpu_builds)."""
+    # lazy: apptainer imports venv_runtime, which imports this module
+    from orchestrator.envs.apptainer import gpu_builds
+    from orchestrator.envs.image_recipe import Recipe
+
+    if not (containers / recipe / "env.yaml").is_file():
+        return {}
+    return {base: build.capability for base, build in gpu_builds(Recipe(recipe, containers / recipe)).items()}
+
+
+def gpu_range(recipe: str, build: Any) -> Optional[tuple[Optional[float], Optional[float]]]:
+    """The compute capabilities `build` runs on: its `gpu` base's, or None where the build names no GPU
+    base (the framework's own gpu_build holds: the default build, a BLAS or version variant, a module)."""
+    if build == DEFAULT or module_of(build) is not None or build not in names(recipe):
+        return None
+    base = (declared(recipe)[build] or {}).get("gpu")
+    return gpu_bases(recipe)[base] if base else None
+
+
+def covering(recipe: str, capability: float) -> list[str]:
+    """The declared builds of `recipe` whose GPU base runs compute capability `capability`: the way out
+    named when a cell's build cannot run its GPU."""
+    return [name for name in names(recipe)
+            if gpu_range(recipe, name) is not None and in_range(gpu_range(recipe, name), capability)]
+
+
+def in_range(bounds: tuple[Optional[float], Optional[float]], capability: float) -> bool:
+    low, high = bounds
+    return (low is None or capability >= low) and (high is None or capability <= high)
 
 
 @functools.lru_cache(maxsize=None)
@@ -187,3 +228,19 @@ def debian_packages(recipe: str, containers: Path = _CONTAINERS) -> list[str]:
     libraries = blas_libraries(containers)
     return sorted({libraries[v["blas"]]["package"] for v in declared(recipe, containers).values()
                    if (v or {}).get("blas") and libraries[v["blas"]].get("package")})
+
+
+def way_out(recipe: str, build: str, capability: Any, default_range: tuple[Any, Any]) -> str:
+    """'; build=<name> runs it (...)' where `build` cannot run a GPU of `capability` and a declared
+    build can ('' otherwise): appended to expansion's refusal of that cell. `default_range` is the
+    framework's own (Support.gpu_build, (major, minor) pairs) for a build that names no GPU base."""
+    if capability is None:
+        return ""
+    bounds = gpu_range(recipe, build) or tuple(None if c is None else c[0] + c[1] / 10 for c in default_range)
+    if in_range(bounds, float(capability)):
+        return ""
+    others = [name for name in covering(recipe, float(capability)) if name != build]
+    if not others:
+        return f"; no build of {recipe} declares a GPU base that runs compute capability {float(capability):.1f}"
+    return (f"; build={others[0]} runs it (its GPU base {declared(recipe)[others[0]]['gpu']}: `orchestrator images def "
+            f"{recipe} --base {declared(recipe)[others[0]]['gpu']}`; containers/{recipe}/builds.yaml)")

@@ -1,0 +1,59 @@
+"""The study's Kepler builds (issue 39, item 6): a build whose `gpu` base (containers/<fw>/gpu.yaml) runs
+a K20m (3.5) makes the reference study's K20m cells of TensorFlow, PyTorch and MXNet submittable; at the
+default build they are refused, naming that build as the way out. No GPU and no CUDA wheel here: the
+builds are declared, expanded and their Apptainer definitions generated, never built. The study's dry
+run before and after: tests/test_report.py::test_the_study_preset_expands_to_270_cells_by_hardware."""
+import pytest
+from helpers import composed
+
+from orchestrator.envs import builds
+from orchestrator.envs.apptainer import generate
+from orchestrator.sweep.cell import CellError, resolve_settings
+
+KEPLER = ("tensorflow", "torch", "mxnet")
+
+
+@pytest.fixture(scope="module")
+def k20m_torch():
+    return composed(["framework=torch", "model=lenet", "dataset=synthetic", "hardware=k20m", "gpus=1"])
+
+
+def test_a_k20m_cell_at_the_default_build_is_refused_naming_the_kepler_build(k20m_torch):
+    with pytest.raises(CellError) as refused:
+        resolve_settings(k20m_torch)
+    line = str(refused.value)
+    assert "\n" not in line.strip() and "compute capability >= 6.0 in its GPU build" in line
+    assert "build=kepler runs it (its GPU base cuda11: `orchestrator images def torch --base cuda11`" in line
+    settings = resolve_settings({**k20m_torch, "build": "kepler"})
+    assert settings["build"] == "kepler"
+
+
+def test_a_framework_without_a_kepler_build_says_none_covers_it():
+    cfg = composed(["framework=jax", "model=lenet", "dataset=synthetic", "hardware=k20m", "gpus=1"])
+    with pytest.raises(CellError, match=r"no build of jax declares a GPU base that runs compute capability 3\.5"):
+        resolve_settings(cfg)
+    with pytest.raises(CellError, match=r"build='kepler' is not a build of jax; jax has default"):
+        resolve_settings({**cfg, "build": "kepler"})
+
+
+@pytest.mark.parametrize("framework", KEPLER)
+def test_each_kepler_build_covers_3_5_and_its_definition_generates(framework):
+    base = builds.declared(framework)["kepler"]["gpu"]
+    assert builds.in_range(builds.gpu_range(framework, "kepler"), 3.5)
+    assert builds.gpu_range(framework, builds.DEFAULT) is None  # the framework's own gpu_build holds
+    text = generate(framework, base)
+    assert "org.orchestrator.gpu_capability compute capability" in text
+    wheel = {"tensorflow": "tensorflow==2.11.1", "torch": "torch==1.12.1", "mxnet": "mxnet-cu102==1.9.1"}[framework]
+    assert f"\n{wheel}\n" in text and f"org.orchestrator.base {base}" in text
+
+
+def test_a_build_naming_an_undeclared_gpu_base_is_one_line_naming_the_file(tmp_path):
+    (tmp_path / "blas.yaml").write_bytes((builds._CONTAINERS / "blas.yaml").read_bytes())
+    recipe = tmp_path / "torch"
+    recipe.mkdir()
+    for part in ("env.yaml", "requirements.txt", "gpu.yaml"):
+        (recipe / part).write_bytes((builds._CONTAINERS / "torch" / part).read_bytes())
+    (recipe / "builds.yaml").write_text("kepler: {gpu: cuda10}\n")
+    with pytest.raises(builds.BuildError, match=r"builds.yaml: build 'kepler' has gpu='cuda10', which torch's "
+                                                 r"gpu.yaml does not declare \(cuda12, cuda11\)"):
+        builds.declared("torch", tmp_path)
