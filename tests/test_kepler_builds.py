@@ -8,7 +8,10 @@ from helpers import composed
 
 from orchestrator.envs import builds
 from orchestrator.envs.apptainer import generate
+from orchestrator.envs.runtime import make_runtime
+from orchestrator.frameworks import support
 from orchestrator.sweep.cell import CellError, resolve_settings
+from trainers.common.support import gpu_build_from
 
 KEPLER = ("tensorflow", "torch", "mxnet")
 
@@ -57,3 +60,23 @@ def test_a_build_naming_an_undeclared_gpu_base_is_one_line_naming_the_file(tmp_p
     with pytest.raises(builds.BuildError, match=r"builds.yaml: build 'kepler' has gpu='cuda10', which torch's "
                                                  r"gpu.yaml does not declare \(cuda12, cuda11\)"):
         builds.declared("torch", tmp_path)
+
+
+def test_a_kepler_build_runs_from_its_bases_image_whose_trainer_takes_the_k20m(k20m_torch, tmp_path):
+    """runtime=apptainer runs build=kepler from <fw>-<base>.sif (what its definition says to build); the
+    image tells the trainer its build's range (TRAINER_GPU_BUILD), so the trainer's own check at run
+    time passes the K20m that the framework's default build refuses."""
+    settings = resolve_settings({**k20m_torch, "build": "kepler", "runtime": "apptainer"})
+    assert settings["build"] == "kepler"
+    with pytest.raises(CellError, match=r"build=kepler runs in runtime=venv, or in runtime=apptainer where"):
+        resolve_settings({**k20m_torch, "build": "kepler", "runtime": "container"})
+    runtime = make_runtime("apptainer", "torch", images=tmp_path, build="kepler")
+    assert runtime.image == tmp_path / "torch-cuda11.sif"
+    assert make_runtime("apptainer", "torch", images=tmp_path).image == tmp_path / "torch.sif"
+    text = generate("torch", "cuda11")
+    assert "export TRAINER_GPU_BUILD=3.5,\n" in text and "apptainer build torch-cuda11.sif" in text
+    declared, k20m = support({"name": "torch"}), [("Tesla K20m", (3, 5))]
+    assert "compute capability >= 6.0 in its GPU build" in declared.capability_problem(k20m, "fp32")
+    assert declared.capability_problem(k20m, "fp32", gpu_build_from({"TRAINER_GPU_BUILD": "3.5,"})) is None
+    assert "compute capability 3.0 to 7.5" in declared.capability_problem(
+        [("A100", (8, 0))], "fp32", gpu_build_from({"TRAINER_GPU_BUILD": "3.0,7.5"}))

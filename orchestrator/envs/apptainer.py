@@ -33,6 +33,7 @@ import yaml
 
 from orchestrator.envs.image_recipe import BASE_PACKAGES, ENV_DIR, MOUNT_POINTS, Recipe
 from orchestrator.envs.venv_runtime import REPO, EnvironmentNotReady
+from trainers.common.support import GPU_BUILD_ENV
 
 #: Where the recipe's files land in the image (%files), as RECIPE_DIR for its scripts.
 RECIPE_IN_IMAGE = "/opt/recipe"
@@ -259,6 +260,8 @@ class Definition:
     def env(self) -> dict[str, str]:
         env = {"PYTHONPATH": TRAINERS_MOUNT, "PYTHONUNBUFFERED": "1", "PYTHONNOUSERSITE": "1",
                **self.recipe.trainer_env(), **(self.gpu.env if self.gpu else {})}
+        if self.gpu:  # the trainer checks its GPUs against this build's range, not its framework's default
+            env[GPU_BUILD_ENV] = ",".join("" if c is None else f"{c:.1f}" for c in self.gpu.capability)
         bad = [k for k in env if not _ENV_NAME.match(k)]
         if bad:
             raise DefinitionError(f"{self.fw}: {bad} are not variable names; fix the recipe's `env:`")

@@ -144,9 +144,6 @@ def refusal(recipe: str, build: str, runtime: str = "venv") -> Optional[str]:
         return module_problem(module)
     if build == DEFAULT:
         return None
-    if runtime != "venv":
-        return (f"build={build} runs in runtime=venv only, not yet in runtime={runtime} (an image per build is "
-                f"issue 39's next step); use runtime=venv")
     try:
         builds = declared(recipe)
     except BuildError as exc:
@@ -154,7 +151,17 @@ def refusal(recipe: str, build: str, runtime: str = "venv") -> Optional[str]:
     if build not in builds:
         return (f"build={build!r} is not a build of {recipe}; {recipe} has {', '.join(names(recipe))} "
                 f"(containers/{recipe}/builds.yaml)")
+    if runtime != "venv" and not (runtime == "apptainer" and image_name(recipe, build)):
+        return (f"build={build} runs in runtime=venv, or in runtime=apptainer where it names a GPU base (`gpu:` in "
+                f"containers/{recipe}/builds.yaml), not in runtime={runtime}; use runtime=venv")
     return None
+
+
+def image_name(recipe: str, build: str) -> Optional[str]:
+    """The SIF runtime=apptainer runs a build with a GPU base from: `<recipe>-<base>.sif`, the name the
+    generated definition's own comment builds (`apptainer build <fw>-<base>.sif <def>`); None otherwise."""
+    base = (declared(recipe).get(build) or {}).get("gpu") if build in names(recipe) else None
+    return f"{recipe}-{base}.sif" if base else None
 
 
 def names(recipe: str) -> tuple[str, ...]:

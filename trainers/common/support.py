@@ -64,6 +64,22 @@ def show_capability(value):
     return "%d.%d" % capability(value)
 
 
+#: The (lowest, highest) compute capability of the build the trainer runs in, where that is not the
+#: framework's own GPU build: "3.5," (no upper bound) or "3.0,7.5". Set by the image of a build's GPU
+#: base (orchestrator/envs/apptainer.py, from containers/<fw>/gpu.yaml's `capability`), so a Kepler
+#: build's trainer runs on the K20m the framework's default build refuses.
+GPU_BUILD_ENV = "TRAINER_GPU_BUILD"
+
+
+def gpu_build_from(environ):
+    """GPU_BUILD_ENV's (lowest, highest), or None where it is not set (the framework's own holds)."""
+    text = str(environ.get(GPU_BUILD_ENV, "")).strip()
+    if not text:
+        return None
+    low, _, high = text.partition(",")
+    return (low.strip() or None, high.strip() or None)
+
+
 def cpu_replicas_requested(environ):
     return str(environ.get(CPU_REPLICAS_ENV, "")).strip().lower() in ("1", "true", "yes", "on")
 
