@@ -80,3 +80,16 @@ def test_a_kepler_build_runs_from_its_bases_image_whose_trainer_takes_the_k20m(k
     assert declared.capability_problem(k20m, "fp32", gpu_build_from({"TRAINER_GPU_BUILD": "3.5,"})) is None
     assert "compute capability 3.0 to 7.5" in declared.capability_problem(
         [("A100", (8, 0))], "fp32", gpu_build_from({"TRAINER_GPU_BUILD": "3.0,7.5"}))
+
+
+@pytest.mark.parametrize("framework, wheel, bounds", [("torch", "torch==1.12.1", "3.5,"), ("mxnet", "mxnet-cu102==1.9.1", "3.0,7.5")])
+def test_a_kepler_venv_installs_its_bases_wheels_in_its_own_environment(framework, wheel, bounds, tmp_path):
+    """runtime=venv: the build's environment is the recipe's requirements with its GPU base's wheels (the
+    image's list, not a second one), in its own folder; the trainer is told the build's range. Nothing is
+    installed here (no CUDA wheels reachable)."""
+    from orchestrator.envs.venv_runtime import VenvRuntime
+
+    kepler, default = VenvRuntime(framework, tmp_path, build="kepler"), VenvRuntime(framework, tmp_path)
+    assert wheel in kepler.requirements_text.splitlines() and wheel not in default.requirements_text
+    assert kepler.env_dir.name.startswith(f"{framework}-kepler-") and kepler.env_dir != default.env_dir
+    assert kepler.trainer_env()["TRAINER_GPU_BUILD"] == bounds and "TRAINER_GPU_BUILD" not in default.trainer_env()

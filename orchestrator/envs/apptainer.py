@@ -31,6 +31,7 @@ from typing import Sequence
 
 import yaml
 
+from orchestrator.envs import builds
 from orchestrator.envs.image_recipe import BASE_PACKAGES, ENV_DIR, MOUNT_POINTS, Recipe
 from orchestrator.envs.venv_runtime import REPO, EnvironmentNotReady
 from trainers.common.support import GPU_BUILD_ENV
@@ -261,7 +262,7 @@ class Definition:
         env = {"PYTHONPATH": TRAINERS_MOUNT, "PYTHONUNBUFFERED": "1", "PYTHONNOUSERSITE": "1",
                **self.recipe.trainer_env(), **(self.gpu.env if self.gpu else {})}
         if self.gpu:  # the trainer checks its GPUs against this build's range, not its framework's default
-            env[GPU_BUILD_ENV] = ",".join("" if c is None else f"{c:.1f}" for c in self.gpu.capability)
+            env[GPU_BUILD_ENV] = builds.gpu_build_value(self.gpu.capability)
         bad = [k for k in env if not _ENV_NAME.match(k)]
         if bad:
             raise DefinitionError(f"{self.fw}: {bad} are not variable names; fix the recipe's `env:`")

@@ -100,6 +100,11 @@ def gpu_range(recipe: str, build: Any) -> Optional[tuple[Optional[float], Option
     return gpu_bases(recipe)[base] if base else None
 
 
+def gpu_build_value(bounds: tuple[Optional[float], Optional[float]]) -> str:
+    """A GPU base's range as the trainer reads it (trainers.common.support.GPU_BUILD_ENV): "3.5," or "3.0,7.5"."""
+    return ",".join("" if c is None else f"{c:.1f}" for c in bounds)
+
+
 def covering(recipe: str, capability: float) -> list[str]:
     """The declared builds of `recipe` whose GPU base runs compute capability `capability`: the way out
     named when a cell's build cannot run its GPU."""
