@@ -27,6 +27,6 @@ SUPPORT = Support(
         "bf16": "bf16 on GPUs needs Ampere (8.0) or newer",
         "gpus": "a CPU-only build, or no GPU on this node; the CUDA build: orchestrator "
                 "images def torch --base cuda12",
-        "gpu_build": "PyTorch's builds after 1.12 carry no sm_35; a Kepler K20m takes "
-                     "build=kepler (torch 1.12.1's CUDA 10.2 wheel, containers/torch/builds.yaml)",
+        "gpu_build": "PyTorch's builds after 1.12 carry no sm_35 (Kepler): a K20m needs "
+                     "torch 1.12's CUDA 10.2 build",
     })
