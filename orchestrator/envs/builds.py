@@ -31,6 +31,7 @@ from typing import Any, Mapping, Optional
 import yaml
 
 from orchestrator import setting_registry
+from orchestrator.envs import recipe_files
 
 DEFAULT = setting_registry.DEFAULT_BUILD
 #: A build a site's module tree provides: `build=module:<name>/<version>`, run by runtime=module
@@ -81,14 +82,11 @@ def declared(recipe: str, containers: Path = _CONTAINERS) -> Mapping[str, Mappin
 @functools.lru_cache(maxsize=None)
 def gpu_bases(recipe: str, containers: Path = _CONTAINERS) -> Mapping[str, tuple[Optional[float], Optional[float]]]:
     """{GPU base: (lowest, highest) compute capability} that containers/<recipe>/gpu.yaml declares: the
-    bases a build's `gpu` may name, read by the reader `images def` uses (apptainer.gpu_builds)."""
-    # lazy: apptainer imports venv_runtime, which imports this module
-    from orchestrator.envs.apptainer import gpu_builds
-    from orchestrator.envs.image_recipe import Recipe
-
-    if not (containers / recipe / "env.yaml").is_file():
-        return {}
-    return {base: build.capability for base, build in gpu_builds(Recipe(recipe, containers / recipe)).items()}
+    bases a build's `gpu` may name, read as `images def` reads them (recipe_files.gpu_builds)."""
+    try:
+        return {base: build.capability for base, build in recipe_files.gpu_builds(containers / recipe).items()}
+    except recipe_files.RecipeFileError as exc:
+        raise BuildError(str(exc)) from None
 
 
 def gpu_range(recipe: str, build: Any) -> Optional[tuple[Optional[float], Optional[float]]]:

@@ -21,7 +21,7 @@ from typing import Callable, Sequence
 
 import yaml
 
-from orchestrator.envs import builds
+from orchestrator.envs import builds, recipe_files
 from trainers.common import failure_classes
 from trainers.common.support import GPU_BUILD_ENV
 
@@ -87,12 +87,10 @@ class VenvRuntime:
         """The requirements this build installs: the recipe's, with the build's pins; for a build with a
         GPU base, that base's wheels (gpu.yaml), as its image installs them (one list, not a second)."""
         text = self.requirements.read_text()
-        if self.variant.get("gpu"):
-            # lazy: apptainer imports this module; its Definition swaps the recipe's wheels for the base's
-            from orchestrator.envs.apptainer import Definition
-            from orchestrator.envs.image_recipe import Recipe
-
-            text = "\n".join(Definition(Recipe(self.framework, self.recipe_dir), self.variant["gpu"]).requirement_lines()) + "\n"
+        if self.variant.get("gpu"):  # the base's wheels for the recipe's, as the image's definition swaps them
+            gpu = recipe_files.gpu_builds(self.recipe_dir)[self.variant["gpu"]]
+            text = "\n".join(recipe_files.swapped(recipe_files.listed(self.requirements), gpu, self.recipe_dir,
+                                                  self.requirements)) + "\n"
         return builds.requirements_with(text, self.variant["pins"]) if self.variant.get("pins") else text
 
     @classmethod
