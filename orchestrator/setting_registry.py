@@ -117,6 +117,17 @@ def _ran_at(model: str, like: str) -> str:
     return inputs.ran_at(model, like) or ""
 
 
+def _build(get: Lookup, so_far: Mapping[str, Any]) -> Any:
+    """`build=`; where that is the default, the build the preset names for the cell's hardware and
+    framework (`preset.builds.<hardware>.<framework>`: +preset=study's Kepler builds for its K20m cells).
+    A lookup, not a `${...}` in conf/preset/on/: an interpolation reading two group choices would defeat
+    the sweep's factorized composition (orchestrator/sweep/expand.py)."""
+    chosen = _first(get("build"), DEFAULT_BUILD)
+    if chosen != DEFAULT_BUILD:
+        return chosen
+    return _first(get(f"preset.builds.{so_far['hardware']}.{so_far['framework']}"), DEFAULT_BUILD)
+
+
 #: batch_size=auto: an inference search from batch 1 (trainers/common/batch_search.py), stored as
 #: batch_size 1 (where it starts) and batch_search=auto (its own cell id)
 AUTO = "auto"
@@ -218,7 +229,7 @@ SETTINGS: tuple[SettingDef, ...] = (
     # containers/<framework>/builds.yaml (orchestrator/envs/builds.py), checked per framework at expansion
     # (cell.resolve_settings). A cell at `default` (the recipe itself) stores None: every id is unchanged.
     # The job picks the environment; the trainer is not told it (its provenance reads what it loaded).
-    SettingDef("build", str, _key("build", DEFAULT_BUILD), hashed=UNLESS_DEFAULT, default=DEFAULT_BUILD, trainer_flag=False,
+    SettingDef("build", str, _build, hashed=UNLESS_DEFAULT, default=DEFAULT_BUILD, trainer_flag=False,
        headline=True, names_a_number=True),
     # inference's validity rule: timed batches until both are reached (None in train, which counts iterations)
     SettingDef("min_batches", int, _only(IN_INFERENCE, "min_batches", _D["min_batches"]), hashed=IN_INFERENCE,

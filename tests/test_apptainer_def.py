@@ -182,7 +182,7 @@ def test_a_bad_base_is_refused_with_the_choices():
     assert message.startswith("no base 'cuda9'; use --base with one of:")
     for name in BASES:
         assert name in message
-    with pytest.raises(DefinitionError, match=r"torch has no cuda10 build \(its GPU bases: cuda12\); use --base cuda12"):
+    with pytest.raises(DefinitionError, match=r"torch has no cuda10 build \(its GPU bases: cuda12, cuda11\); use --base cuda12"):
         generate("torch", "cuda10")
     with pytest.raises(DefinitionError, match=r"none of the recipe's interpreters .*; use another --base, or build "
                                               r"the image directory"):

@@ -5,6 +5,7 @@ Most tests build a results database directly, as the launcher and the collector 
 (GPU cells cannot run here), on SQLite and on PostgreSQL (`db_url`); one runs a real sweep on this machine and opens its report in
 headless Chromium; the study preset is expanded as a user types it."""
 import csv
+import hashlib
 import re
 import shutil
 import subprocess
@@ -556,20 +557,28 @@ def test_a_sweep_over_nodes_on_the_test_cluster_reports_node_scaling_with_the_em
 # --- presets -------------------------------------------------------------------------------------
 
 def test_the_study_preset_expands_to_270_cells_by_hardware(tmp_path):
+    """Before the Kepler builds (issue 39 item 6): 216 to run, 54 refused (18 each of tensorflow, torch and
+    mxnet on k20m ×1/×2: their GPU builds start at 6.0, 6.0 and 5.0). Now all 270 run: those 54 at
+    build=kepler (preset.builds.k20m), Caffe's and CNTK's K20m cells at their default build (their CUDA 10
+    images cover 3.5), and every cell listed before keeps its id."""
     done = orchestrator(["-m", "+preset=study", "cluster=slurm", "dry_run=true"], user_dir(tmp_path))
     assert done.returncode == 0, done.stderr[-3000:]
     out = done.stdout
-    assert "270 cells by hardware: 216 to run, 54 cannot be placed" in out
-    counts = {line.split()[0] + (" " + line.split()[1] if line.split()[1].startswith("×") else ""): line.split()[-3:]
+    assert "270 cells by hardware: 270 to run" in out
+    counts = {line.split()[0] + (" " + line.split()[1] if line.split()[1].startswith("×") else ""): line.split()[-2:]
               for line in out.splitlines() if line.strip().startswith(("cpu", "k20m", "p100", "all"))}
-    assert counts["cpu12"][-2:] == ["45", "45"] and counts["p100 ×2"][-2:] == ["45", "45"]
-    assert counts["k20m ×1"] == ["45", "18", "27"] and counts["k20m ×2"] == ["45", "18", "27"]
-    assert counts["all"] == ["270", "216", "54"]
-    # 54 refusals, one line each of the three reasons (a framework that cannot use a K20m)
-    refused = [line for line in out.splitlines() if line.startswith("refused ")]
-    assert [line.split(":")[0] for line in refused] == ["refused 18 cells"] * 3, refused
-    assert {line.split()[3] for line in refused} == {"torch", "tensorflow", "mxnet"}
-    assert "k20m_x1" in out and "and 16 more" in out
+    assert counts["cpu12"] == ["45", "45"] and counts["p100 ×2"] == ["45", "45"]
+    assert counts["k20m ×1"] == ["45", "45"] and counts["k20m ×2"] == ["45", "45"] and counts["all"] == ["270", "270"]
+    assert not [line for line in out.splitlines() if line.startswith("refused ")]
+    header = next(line.split() for line in out.splitlines() if line.startswith("cell "))
+    cells = [line.split() for line in out.splitlines() if re.match(r"^[0-9a-f]{12} ", line)]
+    fw, hw, build = (header.index(name) for name in ("framework", "hardware", "build"))
+    kepler = [c for c in cells if c[hw] == "k20m" and c[fw] in ("tensorflow", "torch", "mxnet")]
+    assert len(kepler) == 54 and {c[build] for c in kepler} == {"kepler"}
+    others = sorted(c[0] for c in cells if c not in kepler)
+    assert {c[build] for c in cells if c not in kepler} == {"default"}
+    # sha256 of the sorted ids of the 216 cells the dry run listed before the Kepler builds (cand47)
+    assert hashlib.sha256(" ".join(others).encode()).hexdigest()[:16] == "1c2c091887ef70ac"
     # its CIFAR-10 VGG16 and GoogLeNet are the networks adapted for 32x32, the ImageNet ones only on ImageNet
     cases = {tuple(line.split()[2:4]) for line in out.splitlines() if re.match(r"^[0-9a-f]{12} ", line)}
     assert {("vgg16_cifar", "cifar10"), ("googlenet_cifar", "cifar10"), ("vgg16", "imagenet")} <= cases

@@ -25,14 +25,14 @@ from __future__ import annotations
 import os
 import re
 import shlex
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
 
-import yaml
-
+from orchestrator.envs import builds, recipe_files
 from orchestrator.envs.image_recipe import BASE_PACKAGES, ENV_DIR, MOUNT_POINTS, Recipe
+# BASES and requirement_name are read from here too (orchestrator images, the tests)
+from orchestrator.envs.recipe_files import BASES, Base, GpuBuild, RecipeFileError, requirement_name, show_range, swapped
 from orchestrator.envs.venv_runtime import REPO, EnvironmentNotReady
+from trainers.common.support import GPU_BUILD_ENV
 
 #: Where the recipe's files land in the image (%files), as RECIPE_DIR for its scripts.
 RECIPE_IN_IMAGE = "/opt/recipe"
@@ -41,134 +41,23 @@ TRAINERS_MOUNT = "/opt/orchestrator"
 _DEBIAN_NAME = re.compile(r"^[a-z0-9][a-z0-9+.-]+$")
 _SCRIPT_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_REQUIREMENT_NAME = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)")
 
 
 class DefinitionError(EnvironmentNotReady):
     """A definition that cannot be generated; the message says what is wrong and the way out."""
 
 
-@dataclass(frozen=True)
-class Base:
-    """A base image a definition starts from."""
-
-    name: str
-    header: tuple[tuple[str, str], ...]  # the definition's header lines (Bootstrap, From, ...)
-    system: str                          # what the base is, in words
-    python: str                          # the interpreter its `python3` package gives
-    capability: tuple[float | None, float | None] | None  # compute capabilities its CUDA serves
-    setup: tuple[str, ...] = ()          # %post lines before apt-get (fixed here, not from config)
-    pip: str = ""                        # a pip to upgrade the venv's to ("" keeps the venv's own)
-
-    @property
-    def image(self) -> str:
-        return dict(self.header).get("From") or dict(self.header).get("OSVersion", "")
-
-    def serves(self) -> str:
-        if self.capability is None:
-            return "no GPUs"
-        return _show_range(self.capability)
-
-
-#: The base-image switch. CUDA 12 dropped Kepler (3.x); CUDA 11 still compiles and runs sm_35
-#: (the K20m; 11.x wheels built for 11.2 run on its 11.8 libraries); BVLC Caffe and CNTK 2.7 need cuDNN 7, hence CUDA 10.
-BASES = {
-    "cpu": Base("cpu", (("Bootstrap", "debootstrap"), ("OSVersion", "bookworm"),
-                        ("MirrorURL", "http://deb.debian.org/debian")),
-                "Debian bookworm (debootstrap), the image build's own base", "python3.11", None),
-    "cuda12": Base("cuda12", (("Bootstrap", "docker"), ("From", "nvidia/cuda:12.6.3-cudnn-runtime-ubuntu24.04")),
-                   "CUDA 12.6 + cuDNN 9 runtime on Ubuntu 24.04 (P100 and newer)", "python3.12", (5.0, None)),
-    "cuda11": Base("cuda11", (("Bootstrap", "docker"), ("From", "nvidia/cuda:11.8.0-cudnn8-runtime-ubuntu22.04")),
-                   "CUDA 11.8 + cuDNN 8 runtime on Ubuntu 22.04 (Kepler K20m and newer)", "python3.10", (3.5, None)),
-    "cuda10": Base("cuda10", (("Bootstrap", "docker"), ("From", "nvidia/cuda:10.0-cudnn7-devel-ubuntu18.04")),
-                   "CUDA 10.0 + cuDNN 7 with nvcc on Ubuntu 18.04 (Kepler to Turing; Caffe, CNTK)",
-                   "python3.6", (3.0, 7.5),
-                   # the NVIDIA apt key of these old images was rotated in 2022
-                   setup=("apt-key del 7fa2af80 || true",
-                          "apt-key adv --fetch-keys https://developer.download.nvidia.com/compute/cuda/repos/"
-                          "ubuntu1804/x86_64/3bf863cc.pub"),
-                   pip="pip<22"),  # 18.04's venv pip 9 is older than manylinux2010
-}
-
-
-def _show_range(bounds: Sequence[float | None]) -> str:
-    low, high = bounds
-    if low is None and high is None:
-        return "any compute capability"
-    if low is not None and high is not None:
-        return f"compute capability {low:.1f} to {high:.1f}"
-    return f"compute capability >= {low:.1f}" if low is not None else f"compute capability <= {high:.1f}"
-
-
-@dataclass
-class GpuBuild:
-    """What one GPU base changes in a recipe: `containers/<fw>/gpu.yaml`, one entry per base.
-
-    capability: [lowest, highest]  compute capabilities this build runs on (null: no bound)
-    requirements: {name: line}     a requirement of requirements.txt, by name, replaced by this
-                                   line (null drops it; a name the file lacks is an error)
-    packages: {name: name}         a Debian package the base names otherwise (null drops it)
-    more_packages: [name]          packages only this build needs
-    python: [interpreter]          replaces the recipe's `python:` list for this base
-    post_install: [script]         replaces the recipe's post_install (files in the recipe)
-    env: {NAME: value}             added to the recipe's `env`
-    """
-
-    base: str
-    capability: tuple[float | None, float | None] = (None, None)
-    requirements: dict[str, str | None] = field(default_factory=dict)
-    packages: dict[str, str | None] = field(default_factory=dict)
-    more_packages: list[str] = field(default_factory=list)
-    python: list[str] | None = None
-    post_install: list[str] | None = None
-    env: dict[str, str] = field(default_factory=dict)
-
-
 def gpu_file(recipe: Recipe) -> Path:
-    return recipe.dir / "gpu.yaml"
+    return recipe_files.gpu_file(recipe.dir)
 
 
 def gpu_builds(recipe: Recipe) -> dict[str, GpuBuild]:
     """The recipe's GPU builds by base, in the order `gpu.yaml` lists them (the first is the
-    framework's GPU build). Kept apart from env.yaml: they change no venv and no CPU image."""
-    path = gpu_file(recipe)
-    if not path.is_file():
-        return {}
-    data = yaml.safe_load(path.read_text()) or {}
-    if not isinstance(data, dict):
-        raise DefinitionError(f"{path} is not a mapping of base to build; write `cuda12:` entries (containers/README.md)")
-    known = set(GpuBuild.__dataclass_fields__) - {"base"}
-    builds = {}
-    for base, entry in data.items():
-        if base not in BASES or base == "cpu":
-            raise DefinitionError(f"{path} names base {base!r}, which is not a GPU base; use one of "
-                                  f"{', '.join(b for b in BASES if b != 'cpu')}")
-        entry = entry or {}
-        unknown = sorted(set(entry) - known)
-        if unknown:
-            raise DefinitionError(f"{path}: {base} has unknown keys {', '.join(unknown)}; the keys are "
-                                  f"{', '.join(sorted(known))}")
-        try:
-            low, high = (None if c is None else float(c) for c in (list(entry.get("capability") or []) + [None, None])[:2])
-        except (TypeError, ValueError):
-            raise DefinitionError(f"{path}: {base}'s capability {entry.get('capability')!r} is not [low, high]; "
-                                  f"write e.g. `capability: [6.0, null]`") from None
-        builds[base] = GpuBuild(base, (low, high),
-                                dict(entry.get("requirements") or {}), dict(entry.get("packages") or {}),
-                                list(entry.get("more_packages") or []), entry.get("python"),
-                                entry.get("post_install"), {k: str(v) for k, v in (entry.get("env") or {}).items()})
-    return builds
-
-
-def canonical(name: str) -> str:
-    """A project name normalised as pip does (PEP 503): `Tensorflow_CPU` is `tensorflow-cpu`."""
-    return re.sub(r"[-_.]+", "-", name).lower()
-
-
-def requirement_name(line: str) -> str | None:
-    """A requirement line's project name, normalised as pip does (None for an option line)."""
-    found = _REQUIREMENT_NAME.match(line)
-    return canonical(found.group(1)) if found and not line.lstrip().startswith("-") else None
+    framework's GPU build): recipe_files.gpu_builds, its refusal a DefinitionError."""
+    try:
+        return recipe_files.gpu_builds(recipe.dir)
+    except RecipeFileError as exc:
+        raise DefinitionError(str(exc)) from None
 
 
 class Definition:
@@ -192,7 +81,7 @@ class Definition:
             if (low is not None and low < _lowest(self.base)) or (high is not None and _highest(self.base) is not None
                                                                 and high > _highest(self.base)):
                 raise DefinitionError(
-                    f"{gpu_file(recipe)}: the {base} build declares {_show_range(self.gpu.capability)}, "
+                    f"{gpu_file(recipe)}: the {base} build declares {show_range(self.gpu.capability)}, "
                     f"beyond what its base serves ({self.base.serves()}); fix its `capability:`")
         self.where = f"containers/{self.fw}/"
 
@@ -227,20 +116,10 @@ class Definition:
 
     def requirement_lines(self) -> list[str]:
         """requirements.txt's entries, with this base's replacements (the GPU wheels)."""
-        lines = self.recipe.requirements_listed()
-        swaps = {canonical(k): v for k, v in (self.gpu.requirements if self.gpu else {}).items()}
-        names = {requirement_name(line) for line in lines}
-        unknown = sorted(set(swaps) - names)
-        if unknown:
-            raise DefinitionError(f"{gpu_file(self.recipe)}: {self.base.name} replaces requirements "
-                                  f"{', '.join(unknown)}, which {self.recipe.requirements} does not have; "
-                                  f"fix the `requirements:` names")
-        out = []
-        for line in lines:
-            name = requirement_name(line)
-            replaced = swaps.get(name, line)
-            if replaced:
-                out.append(str(replaced))
+        try:
+            out = swapped(self.recipe.requirements_listed(), self.gpu, self.recipe.dir, self.recipe.requirements)
+        except RecipeFileError as exc:
+            raise DefinitionError(str(exc)) from None
         for line in out:
             if "\n" in line or line.strip() == "REQUIREMENTS":
                 raise DefinitionError(f"{self.fw}: requirement {line!r} is not one line; fix it")
@@ -259,6 +138,8 @@ class Definition:
     def env(self) -> dict[str, str]:
         env = {"PYTHONPATH": TRAINERS_MOUNT, "PYTHONUNBUFFERED": "1", "PYTHONNOUSERSITE": "1",
                **self.recipe.trainer_env(), **(self.gpu.env if self.gpu else {})}
+        if self.gpu:  # the trainer checks its GPUs against this build's range, not its framework's default
+            env[GPU_BUILD_ENV] = builds.gpu_build_value(self.gpu.capability)
         bad = [k for k in env if not _ENV_NAME.match(k)]
         if bad:
             raise DefinitionError(f"{self.fw}: {bad} are not variable names; fix the recipe's `env:`")
@@ -316,7 +197,7 @@ class Definition:
                   "org.orchestrator.recipe_sha256": digest, "org.orchestrator.base": b.name,
                   "org.orchestrator.base_image": b.image}
         if capability is not None:
-            labels["org.orchestrator.gpu_capability"] = _show_range(capability)
+            labels["org.orchestrator.gpu_capability"] = show_range(capability)
         out += ["%labels"] + [f"    {key} {value}" for key, value in labels.items()] + [""]
         out += ["%help", f"    The {fw} trainer's environment from {self.where} on {b.system}.",
                 f"    Run by the orchestrator's runtime=apptainer: apptainer exec{' --nv' if self.gpu else ''} "

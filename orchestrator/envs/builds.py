@@ -13,6 +13,10 @@ change:
 - `blas`: a name of containers/blas.yaml: the environment gets its own folder of links to that
   BLAS (and LAPACK), put first on the trainer's LD_LIBRARY_PATH. The machine's alternatives are
   never touched, so one build never changes another's library.
+- `gpu`: a base of containers/<framework>/gpu.yaml (`orchestrator images def <fw> --base <it>`): the
+  build's GPU image, and the compute capabilities that entry's `capability` declares are the ones the
+  build runs on (expansion refuses a GPU outside them). A build without `gpu` runs on the framework's
+  own range (trainers/<fw>/__init__.py gpu_build). Kepler (K20m, 3.5) builds are declared this way.
 
 A build's name is only ever looked up in that declared list: it never becomes a path or reaches a
 shell. The environment's folder is named by the variant's hash (VenvRuntime.env_dir).
@@ -27,6 +31,7 @@ from typing import Any, Mapping, Optional
 import yaml
 
 from orchestrator import setting_registry
+from orchestrator.envs import recipe_files
 
 DEFAULT = setting_registry.DEFAULT_BUILD
 #: A build a site's module tree provides: `build=module:<name>/<version>`, run by runtime=module
@@ -36,7 +41,7 @@ MODULE_PREFIX = "module:"
 #: `-`, so no `..` and no option), joined by `/` (name/version, or a deeper hierarchy).
 MODULE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+-]*(/[A-Za-z0-9_][A-Za-z0-9_.+-]*)*")
 #: The keys a variant may set (the docstring says what each does).
-KEYS = ("python", "post_install", "env", "pins", "system_site_packages", "blas")
+KEYS = ("python", "post_install", "env", "pins", "system_site_packages", "blas", "gpu")
 #: The shared libraries a BLAS build links in its folder: the names numpy (Debian's, through libblas.so.3
 #: and liblapack.so.3) and Caffe (libopenblas.so.0, build_caffe.sh's -DBLAS=Open) load their BLAS by.
 LINK_NAMES = {"libblas.so.3": "blas", "liblapack.so.3": "lapack", "libopenblas.so.0": "blas"}
@@ -71,6 +76,9 @@ def declared(recipe: str, containers: Path = _CONTAINERS) -> Mapping[str, Mappin
         if variant.get("blas") is not None and variant["blas"] not in blas_libraries(containers):
             raise BuildError(f"{path}: build {name!r} has blas={variant['blas']!r}, which containers/blas.yaml does "
                              f"not declare ({', '.join(blas_libraries(containers))})")
+        if variant.get("gpu") is not None and variant["gpu"] not in gpu_bases(recipe, containers):
+            raise BuildError(f"{path}: build {name!r} has gpu={variant['gpu']!r}, which {recipe}'s gpu.yaml does not "
+                             f"declare ({', '.join(gpu_bases(recipe, containers)) or 'no GPU bases'})")
     return found
 
 
@@ -102,6 +110,42 @@ def _value_problem(variant: Mapping[str, Any]) -> Optional[str]:
 LIBRARY_ROOTS = ("/usr/lib/", "/lib/", "{env_dir}/")
 #: A Debian package name (Debian Policy 5.6.1): what scripts/frameworks.sh hands apt-get.
 _DEBIAN_PACKAGE = re.compile(r"^[a-z0-9][a-z0-9+.-]+$")
+
+
+@functools.lru_cache(maxsize=None)
+def gpu_bases(recipe: str, containers: Path = _CONTAINERS) -> Mapping[str, tuple[Optional[float], Optional[float]]]:
+    """{GPU base: (lowest, highest) compute capability} that containers/<recipe>/gpu.yaml declares: the
+    bases a build's `gpu` may name, read as `images def` reads them (recipe_files.gpu_builds)."""
+    try:
+        return {base: build.capability for base, build in recipe_files.gpu_builds(containers / recipe).items()}
+    except recipe_files.RecipeFileError as exc:
+        raise BuildError(str(exc)) from None
+
+
+def gpu_range(recipe: str, build: Any) -> Optional[tuple[Optional[float], Optional[float]]]:
+    """The compute capabilities `build` runs on: its `gpu` base's, or None where the build names no GPU
+    base (the framework's own gpu_build holds: the default build, a BLAS or version variant, a module)."""
+    if build == DEFAULT or module_of(build) is not None or build not in names(recipe):
+        return None
+    base = (declared(recipe)[build] or {}).get("gpu")
+    return gpu_bases(recipe)[base] if base else None
+
+
+def gpu_build_value(bounds: tuple[Optional[float], Optional[float]]) -> str:
+    """A GPU base's range as the trainer reads it (trainers.common.support.GPU_BUILD_ENV): "3.5," or "3.0,7.5"."""
+    return ",".join("" if c is None else f"{c:.1f}" for c in bounds)
+
+
+def covering(recipe: str, capability: float) -> list[str]:
+    """The declared builds of `recipe` whose GPU base runs compute capability `capability`: the way out
+    named when a cell's build cannot run its GPU."""
+    return [name for name in names(recipe)
+            if gpu_range(recipe, name) is not None and in_range(gpu_range(recipe, name), capability)]
+
+
+def in_range(bounds: tuple[Optional[float], Optional[float]], capability: float) -> bool:
+    low, high = bounds
+    return (low is None or capability >= low) and (high is None or capability <= high)
 
 
 @functools.lru_cache(maxsize=None)
@@ -156,9 +200,6 @@ def refusal(recipe: str, build: str, runtime: str = "venv") -> Optional[str]:
         return module_problem(module)
     if build == DEFAULT:
         return None
-    if runtime != "venv":
-        return (f"build={build} runs in runtime=venv only, not yet in runtime={runtime} (an image per build is "
-                f"issue 39's next step); use runtime=venv")
     try:
         builds = declared(recipe)
     except BuildError as exc:
@@ -166,7 +207,17 @@ def refusal(recipe: str, build: str, runtime: str = "venv") -> Optional[str]:
     if build not in builds:
         return (f"build={build!r} is not a build of {recipe}; {recipe} has {', '.join(names(recipe))} "
                 f"(containers/{recipe}/builds.yaml)")
+    if runtime != "venv" and not (runtime == "apptainer" and image_name(recipe, build)):
+        return (f"build={build} runs in runtime=venv, or in runtime=apptainer where it names a GPU base (`gpu:` in "
+                f"containers/{recipe}/builds.yaml), not in runtime={runtime}; use runtime=venv")
     return None
+
+
+def image_name(recipe: str, build: str) -> Optional[str]:
+    """The SIF runtime=apptainer runs a build with a GPU base from: `<recipe>-<base>.sif`, the name the
+    generated definition's own comment builds (`apptainer build <fw>-<base>.sif <def>`); None otherwise."""
+    base = (declared(recipe).get(build) or {}).get("gpu") if build in names(recipe) else None
+    return f"{recipe}-{base}.sif" if base else None
 
 
 def names(recipe: str) -> tuple[str, ...]:
@@ -240,3 +291,19 @@ def debian_packages(recipe: str, containers: Path = _CONTAINERS) -> list[str]:
     libraries = blas_libraries(containers)
     return sorted({libraries[v["blas"]]["package"] for v in declared(recipe, containers).values()
                    if (v or {}).get("blas") and libraries[v["blas"]].get("package")})
+
+
+def way_out(recipe: str, build: str, capability: Any, default_range: tuple[Any, Any]) -> str:
+    """'; build=<name> runs it (...)' where `build` cannot run a GPU of `capability` and a declared
+    build can ('' otherwise): appended to expansion's refusal of that cell. `default_range` is the
+    framework's own (Support.gpu_build, (major, minor) pairs) for a build that names no GPU base."""
+    if capability is None:
+        return ""
+    bounds = gpu_range(recipe, build) or tuple(None if c is None else c[0] + c[1] / 10 for c in default_range)
+    if in_range(bounds, float(capability)):
+        return ""
+    others = [name for name in covering(recipe, float(capability)) if name != build]
+    if not others:
+        return f"; no build of {recipe} declares a GPU base that runs compute capability {float(capability):.1f}"
+    return (f"; build={others[0]} runs it (its GPU base {declared(recipe)[others[0]]['gpu']}: `orchestrator images def "
+            f"{recipe} --base {declared(recipe)[others[0]]['gpu']}`; containers/{recipe}/builds.yaml)")

@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 from typing import Sequence
 
+from orchestrator.envs.recipe_files import listed as _listed
 from orchestrator.envs.venv_runtime import CONTAINERS, VenvRuntime
 
 #: Bump when the build steps change what an image holds: every image is rebuilt.
@@ -69,11 +70,6 @@ class Recipe:
         for path in self.files() if files is None else files:
             h.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
         return h.hexdigest()
-
-
-def _listed(path: Path) -> list[str]:
-    """A recipe list file's entries: a line each, `#` comments and blank lines left out."""
-    return [entry for entry in (line.split("#")[0].strip() for line in path.read_text().splitlines()) if entry]
 
 
 def base_hash() -> str:

@@ -41,15 +41,17 @@ class ApptainerRuntime:
     kind = "apptainer"
     mount = "/opt/orchestrator"
 
-    def __init__(self, framework: str, images: Path, binary: str = "apptainer", trainer: str | None = None):
+    def __init__(self, framework: str, images: Path, binary: str = "apptainer", trainer: str | None = None,
+                 sif: str | None = None):
         self.framework = framework
         self.trainer = trainer or f"trainers.{framework}"
         self.images = Path(images)
         self.binary = binary
+        self.sif = sif or f"{framework}.sif"  # a build with a GPU base: builds.image_name
 
     @property
     def image(self) -> Path:
-        return self.images / f"{self.framework}.sif"
+        return self.images / self.sif
 
     def builds_in_job(self) -> bool:
         """Never: a missing image is refused by `ensure`, not built (what a time limit holds)."""
@@ -213,10 +215,11 @@ def make_runtime(kind: str, framework: str, cache: Path | None = None, images: P
         return ModuleRuntime(framework, module, modules, trainer=trainer)
     if kind == "venv":
         return VenvRuntime(framework, cache, trainer=trainer, build=build)
-    if build != builds.DEFAULT:  # refused at expansion already (cell.resolve_settings); a record made otherwise
+    if build != builds.DEFAULT and builds.refusal(framework, build, kind):  # refused at expansion already
         raise EnvironmentNotReady(builds.refusal(framework, build, kind) or f"build={build}: runtime={kind}")
     if kind == "apptainer":
-        return ApptainerRuntime(framework, images or default_cache() / "images", binary, trainer=trainer)
+        return ApptainerRuntime(framework, images or default_cache() / "images", binary, trainer=trainer,
+                                sif=None if build == builds.DEFAULT else builds.image_name(framework, build))
     if kind == "container":
         return ContainerRuntime(framework, cache, trainer=trainer)
     raise EnvironmentNotReady(f"runtime={kind!r} is not one of venv, apptainer, container, module")

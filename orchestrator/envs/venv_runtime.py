@@ -21,8 +21,9 @@ from typing import Callable, Sequence
 
 import yaml
 
-from orchestrator.envs import builds
+from orchestrator.envs import builds, recipe_files
 from trainers.common import failure_classes
+from trainers.common.support import GPU_BUILD_ENV
 
 REPO = Path(__file__).resolve().parents[2]  # orchestrator/envs/ -> the repository
 CONTAINERS = REPO / "containers"
@@ -83,8 +84,13 @@ class VenvRuntime:
 
     @property
     def requirements_text(self) -> str:
-        """The requirements this build installs: the recipe's, with the build's pins."""
+        """The requirements this build installs: the recipe's, with the build's pins; for a build with a
+        GPU base, that base's wheels (gpu.yaml), as its image installs them (one list, not a second)."""
         text = self.requirements.read_text()
+        if self.variant.get("gpu"):  # the base's wheels for the recipe's, as the image's definition swaps them
+            gpu = recipe_files.gpu_builds(self.recipe_dir)[self.variant["gpu"]]
+            text = "\n".join(recipe_files.swapped(recipe_files.listed(self.requirements), gpu, self.recipe_dir,
+                                                  self.requirements)) + "\n"
         return builds.requirements_with(text, self.variant["pins"]) if self.variant.get("pins") else text
 
     @classmethod
@@ -128,6 +134,9 @@ class VenvRuntime:
         (this venv's, or `env_dir`: where an image holds the same environment)."""
         where = env_dir if env_dir is not None else str(self.env_dir)
         env = {key: str(value).replace("{env_dir}", where) for key, value in (self.recipe.get("env") or {}).items()}
+        if self.variant.get("gpu"):  # the trainer checks its GPUs against this build's range (support.GPU_BUILD_ENV)
+            bounds = builds.gpu_bases(self.recipe_dir.name, self.recipe_dir.parent)[self.variant["gpu"]]
+            env[GPU_BUILD_ENV] = builds.gpu_build_value(bounds)
         if builds.blas_links(self.variant):  # the build's own BLAS folder first (_link_blas), before the
             # recipe's own library path where it sets one (which replaces the job's, as without a build)
             rest = env.get("LD_LIBRARY_PATH") or os.environ.get("LD_LIBRARY_PATH")

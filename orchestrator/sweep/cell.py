@@ -194,7 +194,7 @@ def resolve_settings(cfg: dict[str, Any], checked: dict[tuple[int, ...], tuple[A
         raise CellError(f"{where}: nodes={nodes} needs a cluster of nodes, but cluster="
                         f"{(cfg.get('cluster') or {}).get('name', 'local')} runs one; use cluster=slurm, or nodes=1")
     _check_placement(where, settings["gpus"], cfg["hardware"], cfg["framework"], settings["precision"],
-                     settings["model"], nodes, settings["phase"], settings["compile"])
+                     settings["model"], nodes, settings["phase"], settings["compile"], settings["build"])
     return settings
 
 
@@ -304,7 +304,7 @@ def _check_phase(where: str, settings: dict[str, Any]) -> None:
 
 def _check_placement(where: str, gpus: int, hardware: dict[str, Any], framework: dict[str, Any],
                      precision: str = "fp32", model: str | None = None, nodes: int = 1,
-                     phase: str = "train", compile: str = "native") -> None:
+                     phase: str = "train", compile: str = "native", build: str = builds.DEFAULT) -> None:
     """Refuses a cell its hardware cannot hold, or its framework cannot run, before anything is submitted."""
     per_node = hardware.get("gpus_per_node")
     if gpus and per_node is not None:
@@ -324,11 +324,11 @@ def _check_placement(where: str, gpus: int, hardware: dict[str, Any], framework:
         declared = support(framework)
     except ValueError as exc:
         raise CellError(f"{where}: {exc}") from exc
-    problem = declared.problem(precision, gpus, model, gpu_capability=hardware.get("gpu_capability"),
-                               gpu_name=f"hardware={hardware['name']}", nodes=nodes, phase=phase,
-                               compile=compile)
-    if problem:
-        raise CellError(f"{where}: {problem}")
+    recipe, capability = framework.get("env") or framework["name"], hardware.get("gpu_capability")
+    problem = declared.problem(precision, gpus, model, gpu_capability=capability, gpu_name=f"hardware={hardware['name']}",
+                               nodes=nodes, phase=phase, compile=compile, gpu_build=builds.gpu_range(recipe, build))
+    if problem:  # where the build's range leaves the GPU out, the builds that hold it are the way out
+        raise CellError(f"{where}: {problem}{builds.way_out(recipe, build, capability, declared.gpu_build) if gpus else ''}")
 
 
 def _check_groups(cfg: dict[str, Any]) -> None:

@@ -28,7 +28,7 @@ from trainers.common.inputs import DATASETS, MODELS, input_shape, network_shape,
 from trainers.common.launch import launch, main_module, node_from_env, rank_from_env
 from trainers.common.pool import build_pool, pool_batches
 from trainers.common.scaling import split_batch
-from trainers.common.support import cpu_replicas_requested, declared
+from trainers.common.support import cpu_replicas_requested, declared, gpu_build_from
 from trainers.common.timing import timed
 
 SYNTHETIC = "synthetic"
@@ -203,7 +203,7 @@ def run(trainer, argv=None, module=None):
             _refuse(support.gpus_problem(cfg.gpus, visible, build))
             capabilities = obj.gpu_capabilities(cfg)
             if capabilities:
-                _refuse(support.capability_problem(capabilities, cfg.precision))
+                _refuse(support.capability_problem(capabilities, cfg.precision, gpu_build_from(os.environ)))
         obj.preflight(cfg)
         processes = support.processes(cfg.devices)
         if rank_from_env(os.environ) is None and (processes > 1 or obj.isolate or cfg.node):

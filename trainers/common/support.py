@@ -64,6 +64,22 @@ def show_capability(value):
     return "%d.%d" % capability(value)
 
 
+#: The (lowest, highest) compute capability of the build the trainer runs in, where that is not the
+#: framework's own GPU build: "3.5," (no upper bound) or "3.0,7.5". Set by the image of a build's GPU
+#: base (orchestrator/envs/apptainer.py, from containers/<fw>/gpu.yaml's `capability`), so a Kepler
+#: build's trainer runs on the K20m the framework's default build refuses.
+GPU_BUILD_ENV = "TRAINER_GPU_BUILD"
+
+
+def gpu_build_from(environ):
+    """GPU_BUILD_ENV's (lowest, highest), or None where it is not set (the framework's own holds)."""
+    text = str(environ.get(GPU_BUILD_ENV, "")).strip()
+    if not text:
+        return None
+    low, _, high = text.partition(",")
+    return (low.strip() or None, high.strip() or None)
+
+
 def cpu_replicas_requested(environ):
     return str(environ.get(CPU_REPLICAS_ENV, "")).strip().lower() in ("1", "true", "yes", "on")
 
@@ -133,12 +149,14 @@ class Support(object):
         return refusal(self.framework, asked, offered, self.notes.get(why_key))
 
     def problem(self, precision, gpus, model=None, gpu_capability=None, gpu_name="these GPUs",
-                cpu_replicas=False, nodes=1, phase="train", compile=COMPILES[0]):
+                cpu_replicas=False, nodes=1, phase="train", compile=COMPILES[0], gpu_build=None):
         """Why this framework cannot run the request, in `refusal`'s words; None if it can.
 
         Needs no framework: the orchestrator asks it for every cell of a sweep (with the
         hardware's compute capability where known), the trainer before it imports its
-        framework. `gpus` > 0 with `cpu_replicas` asks for that many CPU replicas.
+        framework. `gpus` > 0 with `cpu_replicas` asks for that many CPU replicas. `gpu_build`:
+        the (lowest, highest) compute capability of the build the run takes where it is not the
+        framework's own GPU build (a build's `gpu` base, orchestrator/envs/builds.py).
         """
         if self.models is not None and model is not None and model not in self.models:
             return self.refuse("--model %s" % model, ", ".join(self.models), "models")
@@ -168,13 +186,14 @@ class Support(object):
         if nodes > 1 and not self.multi_node:
             return self.refuse("--nodes %d" % nodes, "one node", "multi_node")
         if on_gpu and gpu_capability is not None:
-            return self.capability_problem([(gpu_name, gpu_capability)], precision)
+            return self.capability_problem([(gpu_name, gpu_capability)], precision, gpu_build)
         return None
 
-    def capability_problem(self, gpus, precision):
-        """Why GPUs [(name, compute capability)] cannot run this framework's GPU build, or
-        `precision` on them; None when they can."""
-        lowest, highest = self.gpu_build
+    def capability_problem(self, gpus, precision, gpu_build=None):
+        """Why GPUs [(name, compute capability)] cannot run this framework's GPU build (or the
+        build `gpu_build` bounds), or `precision` on them; None when they can."""
+        lowest, highest = self.gpu_build if gpu_build is None else (
+            capability(gpu_build[0]), capability(gpu_build[1]))
         need = self.gpu_precision_capability.get(precision)
         for name, cap in gpus:
             cap = capability(cap)

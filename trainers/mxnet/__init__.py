@@ -25,6 +25,5 @@ SUPPORT = Support(
                 "not use",
         "gpus": "a CPU-only build, or no GPU on this node; install mxnet-cu112 or use the "
                 "CUDA image",
-        "gpu_build": "a Kepler K20m (3.5) needs a CUDA <= 10.2 build (mxnet-cu102), with "
-                     "gpu_build lowered in trainers/mxnet/__init__.py",
+        "gpu_build": "a Kepler K20m (3.5) needs a CUDA <= 10.2 build (mxnet-cu102)",
     })

@@ -30,7 +30,5 @@ SUPPORT = Support(
         "bf16": "bf16 on GPUs needs Ampere (8.0) or newer",
         "gpus": "tensorflow-cpu, or no GPU on this node; install tensorflow[and-cuda] or use "
                 "the CUDA image",
-        "gpu_build": "Kepler GPUs need a CUDA <= 11 image of TensorFlow <= 2.11: build one "
-                     "with `orchestrator images def tensorflow --base cuda11` and lower "
-                     "gpu_build in trainers/tensorflow/__init__.py",
+        "gpu_build": "Kepler GPUs need a CUDA <= 11 image of TensorFlow <= 2.11",
     })

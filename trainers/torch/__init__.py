@@ -27,7 +27,6 @@ SUPPORT = Support(
         "bf16": "bf16 on GPUs needs Ampere (8.0) or newer",
         "gpus": "a CPU-only build, or no GPU on this node; the CUDA build: orchestrator "
                 "images def torch --base cuda12",
-        "gpu_build": "Kepler GPUs need a CUDA <= 11 build, and PyTorch's CUDA 11 wheels "
-                     "carry no sm_35: build PyTorch from source, add a cuda11 entry to "
-                     "containers/torch/gpu.yaml and lower gpu_build here",
+        "gpu_build": "PyTorch's builds after 1.12 carry no sm_35 (Kepler): a K20m needs "
+                     "torch 1.12's CUDA 10.2 build",
     })
