@@ -26,6 +26,10 @@ BLAS = {
                   "threads": None},
 }
 
+#: a BLAS every build's process loads besides its own (numpy's wheel's, imported with the trainer)
+NUMPYS = {"library": "OpenBLAS", "version": "OpenBLAS 0.3.30  USE64BITINT DYNAMIC_ARCH", "threads": 2,
+          "path": "/envs/caffe/lib/python3.11/site-packages/numpy.libs/libscipy_openblas64_-56d6093b.so"}
+
 
 def landed(tmp_path, url, cells):
     """`cells`: (settings, build, [images/s per repeat], framework provenance changes); their result
@@ -36,7 +40,7 @@ def landed(tmp_path, url, cells):
             result = make_result(sweep="s1", repeat=repeat, metrics={"images_per_sec": value}, build=build, **settings)
             record = result["provenance"]
             record["framework"] = {**record["framework"], "version": "1.24.2", "compiler": "GCC 12.2.0",
-                                   "blas": [BLAS[build if build in BLAS else "openblas"]], **framework}
+                                   "blas": [NUMPYS, BLAS[build if build in BLAS else "openblas"]], **framework}
             record["build"] = {"name": build or "default", "environment_dir": f"/envs/caffe-{build}-0123"}
             write_result(runs, result)
     factory = db.open_db(url)  # (again, where a test lands more)
@@ -75,7 +79,8 @@ def test_cells_that_differ_only_in_build_get_a_builds_section(tmp_path, db_url):
     assert slow["difference"] == ("caffe: 1.24.2 → 1.25.0; BLAS: OpenBLAS 0.3.21 (4 threads) → reference 3.11.0; "
                                   "compiler: GCC 12.2.0 → GCC 13.2.0")
     assert got["caffe/lenet/mnist", "default"]["recorded"] == (
-        "caffe: 1.24.2; BLAS: OpenBLAS 0.3.21 (4 threads); compiler: GCC 12.2.0; CUDA: 12.1")
+        "caffe: 1.24.2; BLAS: OpenBLAS 0.3.30 (2 threads) + OpenBLAS 0.3.21 (4 threads); compiler: GCC 12.2.0; "
+        "CUDA: 12.1")
     # the verdict is compare's own: what `compare --base build=default --new build=blis` gives this pair
     with factory() as session:
         (speed,) = tables.from_db(session, ["s1"], 0.05, [tables.SPEC_BY_NAME["images_per_sec"]])

@@ -30,14 +30,15 @@ from orchestrator.setting_registry import DEFAULT_BUILD
 
 SPEED = BY_NAME["images_per_sec"]
 #: The parts of a run's provenance record (orchestrator/job/provenance.py) a difference names:
-#: (label, the keys that lead to it). The version's label is the framework's name ("torch 2.13.0").
+#: (label, the keys that lead to it, how its values join: + for libraries a process loaded together,
+#: / for values that differ between a cell's runs). The version's label is the framework's name.
 ASPECTS = (
-    (None, ("framework", "version")),
-    ("BLAS", ("framework", "blas")),
-    ("compiler", ("framework", "compiler")),
-    ("CUDA", ("framework", "build", "cuda")),
-    ("cuDNN", ("framework", "build", "cudnn")),
-    ("Python's compiler", ("framework", "python_compiler")),
+    (None, ("framework", "version"), " / "),
+    ("BLAS", ("framework", "blas"), " + "),
+    ("compiler", ("framework", "compiler"), " / "),
+    ("CUDA", ("framework", "build", "cuda"), " / "),
+    ("cuDNN", ("framework", "build", "cudnn"), " / "),
+    ("Python's compiler", ("framework", "python_compiler"), " / "),
 )
 #: The CSV's columns (tables/builds.csv).
 COLUMNS = ("case", "build", "median", "n", "cv", "min", "max", "status", "reason", "base", "gain", "ci_low",
@@ -119,15 +120,16 @@ def _ordered(group: Sequence[Entry]) -> list[Entry]:
 
 # --- provenance ----------------------------------------------------------------------------------
 
-def described(records: Sequence[Mapping[str, Any]]) -> dict[int, str]:
-    """ASPECTS index -> what the runs recorded of it as text (distinct values joined by ' / ');
-    an aspect none of them recorded is absent."""
+def described(records: Sequence[Mapping[str, Any]]) -> dict[int, tuple[str, ...]]:
+    """ASPECTS index -> the distinct values the runs recorded of it, as text (a BLAS list gives one
+    per library); an aspect none of them recorded is absent."""
     out = {}
-    for i, (_, keys) in enumerate(ASPECTS):
-        texts = [_text(_at(r, keys)) for r in records]
-        distinct = list(dict.fromkeys(t for t in texts if t))
-        if distinct:
-            out[i] = " / ".join(distinct)
+    for i, (_, keys, _) in enumerate(ASPECTS):
+        values = [_at(r, keys) for r in records]
+        texts = [_blas(b) for v in values if isinstance(v, list) for b in v if isinstance(b, Mapping)]
+        texts += [str(v) for v in values if v is not None and not isinstance(v, (bool, list, dict))]
+        if texts:
+            out[i] = tuple(dict.fromkeys(texts))
     return out
 
 
@@ -135,15 +137,6 @@ def _at(record: Any, keys: Sequence[str]) -> Any:
     for key in keys:
         record = record.get(key) if isinstance(record, Mapping) else None
     return record
-
-
-def _text(value: Any) -> str:
-    """A recorded value as text: a BLAS list as `library version (n threads)` each; a flag or nothing as ''."""
-    if value is None or isinstance(value, bool):
-        return ""
-    if isinstance(value, list):
-        return " + ".join(_blas(b) for b in value if isinstance(b, Mapping))
-    return str(value)
 
 
 def _blas(entry: Mapping[str, Any]) -> str:
@@ -161,15 +154,28 @@ def _label(i: int, framework: str) -> str:
     return ASPECTS[i][0] or framework
 
 
-def _line(shown: Mapping[int, str], framework: str) -> str:
-    return "; ".join(f"{_label(i, framework)}: {text}" for i, text in shown.items()) or "no provenance recorded"
+def _joined(i: int, texts: Sequence[str]) -> str:
+    """An aspect's values as one text: libraries loaded together joined by +, values that differ between runs by /."""
+    return ASPECTS[i][2].join(texts)
 
 
-def difference(base: Mapping[int, str], new: Mapping[int, str], framework: str) -> str:
-    """Each aspect whose recorded text differs, as `label: base → new` ('not recorded' on a side
-    without it), joined by '; '; where none differs, says so."""
-    parts = [f"{_label(i, framework)}: {base.get(i, 'not recorded')} → {new.get(i, 'not recorded')}"
-             for i in range(len(ASPECTS)) if base.get(i) != new.get(i)]
+def _line(shown: Mapping[int, Sequence[str]], framework: str) -> str:
+    return "; ".join(f"{_label(i, framework)}: {_joined(i, texts)}" for i, texts in shown.items()) or \
+        "no provenance recorded"
+
+
+def difference(base: Mapping[int, Sequence[str]], new: Mapping[int, Sequence[str]], framework: str) -> str:
+    """Each aspect whose recorded values differ, as `label: base → new` ('not recorded' on a side
+    without it), the values both sides share left out where each keeps one of its own (a library
+    every build's process loads, as numpy's own OpenBLAS beside Caffe's BLAS); joined by '; '."""
+    parts = []
+    for i in range(len(ASPECTS)):
+        b, n = base.get(i, ()), new.get(i, ())
+        if set(b) == set(n):
+            continue
+        own_b, own_n = [t for t in b if t not in n], [t for t in n if t not in b]
+        b, n = (own_b, own_n) if own_b and own_n else (b, n)
+        parts.append(f"{_label(i, framework)}: {_joined(i, b) or 'not recorded'} → {_joined(i, n) or 'not recorded'}")
     return "; ".join(parts) or "no difference in the recorded provenance"
 
 
