@@ -10,7 +10,7 @@ import re
 from result_factory import make_result, write_result
 
 from orchestrator.metric_registry import MIN_EFFECT_PCT
-from orchestrator.report import compare, query, tables
+from orchestrator.report import builds, compare, query, tables
 from orchestrator.report.build import write_report
 from orchestrator.results.collector import collect
 from orchestrator.store import db
@@ -100,6 +100,8 @@ def test_cells_that_differ_only_in_build_get_a_builds_section(tmp_path, db_url):
     assert {p.name for p in report.figures} >= {"builds.svg", "builds.png"}
     svg = (report.out / "figures" / "builds.svg").read_text()
     assert all(b in svg for b in ("default", "blis", "reference", "openblas")) and "slower" in svg
+    # a case's long name wrapped within its panel (3 builds: 3.8 inches), not run into its neighbour's
+    assert max(len(line) for line in re.findall(r"<text[^>]*>([^<]*)</text>", svg)) <= 3.8 * builds.TITLE_CHARS
 
 
 def test_a_report_without_cells_differing_only_in_build_has_no_builds_section(tmp_path, db_url):

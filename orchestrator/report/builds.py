@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import csv
 import html
+import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence
@@ -43,6 +44,9 @@ ASPECTS = (
 #: The CSV's columns (tables/builds.csv).
 COLUMNS = ("case", "build", "median", "n", "cv", "min", "max", "status", "reason", "base", "gain", "ci_low",
            "ci_high", "p", "p_adjusted", "verdict", "difference", "recorded", "cell")
+#: Characters of a 9-point title per inch of its panel (drawing.fit_titles wraps only at the figure's
+#: edge, and a case's name is long: a title wrapped to its panel runs into no neighbour's).
+TITLE_CHARS = 11
 NOT_DRAWN = "images/s per build: no cell that ran in several builds has a number"
 
 
@@ -256,17 +260,17 @@ def figure(found: Sequence[Sequence[Row]], out: Path) -> Written | str:
     drawn = [rows for rows in found if any(r.entry.stats for r in rows)]
     if not drawn:
         return NOT_DRAWN
-    widest = max(len(rows) for rows in drawn)
-    fig, cells, _ = panels(len(drawn), (max(3.2, 0.8 * widest + 1.4), 3.2))
+    width = max(3.2, 0.8 * max(len(rows) for rows in drawn) + 1.4)
+    fig, cells, _ = panels(len(drawn), (width, 3.4))
     colour_of = styles([r.build for rows in drawn for r in rows], "colour")
     for rows, (ax,) in zip(drawn, cells):
-        _panel(ax, rows, colour_of)
+        _panel(ax, rows, colour_of, int(width * TITLE_CHARS))
     return save(fig, out, "builds", "images/s per build of each cell that ran in several builds: the bar the median "
                                     "over the repeats, each dot a repeat, the whisker smallest to largest; above a "
                                     "bar its change against the case's base build and compare's verdict")
 
 
-def _panel(ax: Any, rows: Sequence[Row], colour_of: Mapping[str, Any]) -> None:
+def _panel(ax: Any, rows: Sequence[Row], colour_of: Mapping[str, Any], chars: int) -> None:
     """One case: a bar per build, its repeats as dots, its verdict above it; n/a marked on the axis."""
     tops = []
     for x, r in enumerate(rows):
@@ -285,6 +289,6 @@ def _panel(ax: Any, rows: Sequence[Row], colour_of: Mapping[str, Any]) -> None:
         log_axis(ax)
     ax.set_ylim(top=max(tops) * 1.25)
     ax.set_xticks(range(len(rows)), [r.build for r in rows], fontsize=8)
-    ax.set_title(rows[0].case, fontsize=9, loc="left")
+    ax.set_title(textwrap.fill(rows[0].case, chars), fontsize=9, loc="left")  # within its panel, not its neighbour's
     ax.set_ylabel("images/s")
     ax.grid(axis="y", alpha=0.3)
