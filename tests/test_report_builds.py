@@ -138,3 +138,14 @@ def test_recorded_values_are_escaped_and_a_side_without_a_number_gets_no_verdict
     assert "no verdict: no number" in section and "failed: out_of_memory" in section
     (blis,) = [r for r in csv.DictReader((report.out / "tables" / "builds.csv").open()) if r["build"] == "blis"]
     assert (blis["status"], blis["verdict"], blis["median"]) == ("failed", "no verdict", "")
+
+
+def test_cases_that_share_a_name_are_told_apart_by_the_settings_they_differ_in(tmp_path):
+    lenet = {"framework": "caffe", "model": "lenet"}
+    factory = landed(tmp_path, f"sqlite:///{tmp_path / 'results.db'}", [
+        ({**lenet, "iterations": iterations}, build, [v, v * 1.01, v * 0.99], {})
+        for iterations in (20, 40) for build, v in ((None, 100.0), ("blis", 90.0))])
+    report = report_of(factory, tmp_path / "report")
+    named = {(r["case"], r["build"]) for r in csv.DictReader((report.out / "tables" / "builds.csv").open())}
+    assert named == {(f"caffe/lenet/mnist on local (threads=2, batch_size=64, precision=fp32), iterations={i}", b)
+                     for i in (20, 40) for b in ("default", "blis")}

@@ -97,10 +97,15 @@ def case_cells(entries: Sequence[Entry]) -> list[str]:
 
 
 def _case_labels(bases: Sequence[Entry]) -> dict[int, str]:
-    """id(base entry) -> its case's name: compare.label, and each setting it leaves out that tells cases apart."""
-    differ = sorted({k for e in bases for k in e.settings if k not in ("build", *compare.LABELLED)
-                     and len({repr(b.settings.get(k)) for b in bases}) > 1})
-    return {id(e): compare.label(e) + "".join(f", {k}={e.settings.get(k)}" for k in differ) for e in bases}
+    """id(base entry) -> its case's name: compare.label, and where cases share one, the settings
+    that tell those cases apart."""
+    named = {id(e): compare.label(e) for e in bases}
+    for text in {t for t in named.values() if list(named.values()).count(t) > 1}:
+        same = [e for e in bases if named[id(e)] == text]
+        differ = sorted({k for e in same for k in e.settings if k != "build"
+                         and len({repr(b.settings.get(k)) for b in same}) > 1})
+        named.update({id(e): text + "".join(f", {k}={e.settings.get(k)}" for k in differ) for e in same})
+    return named
 
 
 def _build(e: Entry) -> str:

@@ -32,10 +32,6 @@ from orchestrator.report.tables import OK, PARAMS, Entry
 from orchestrator.report.table_files import CsvError, read_csv
 
 NO_CHANGE, TOO_FEW = "no change", "too few repeats"
-#: The settings a cell's label() names beyond its framework, network, dataset and hardware configuration.
-EXTRA = ("threads", "batch_size", "precision")
-#: Every setting a cell's label() names.
-LABELLED = ("framework", "model", "dataset", "hardware", "gpus", *EXTRA)
 #: the settings an empty value gives their default to
 DEFAULTS = {s.name: s.default for s in setting_registry.SETTINGS if s.default is not None}
 
@@ -84,7 +80,7 @@ def label(entry: Entry) -> str:
     s = entry.settings
     text = f"{s.get('framework') or '?'}/{s.get('model') or '?'}/{s.get('dataset') or '?'} on " \
            f"{hardware_label(s.get('hardware'), s.get('gpus'))}"
-    extra = [f"{k}={s[k]}" for k in EXTRA if s.get(k) is not None]
+    extra = [f"{k}={s[k]}" for k in ("threads", "batch_size", "precision") if s.get(k) is not None]
     return text + (f" ({', '.join(extra)})" if extra else "")
 
 
