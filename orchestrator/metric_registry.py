@@ -21,6 +21,10 @@ from typing import Optional
 MB = 1048576.0
 
 
+#: The minimum effect, in percent: a change of a metric smaller than this is no change, however sure
+#: the test (`compare --threshold`'s default, and the report's builds section).
+MIN_EFFECT_PCT = 5.0
+
 #: How a cell across nodes combines its nodes' values of a metric. Every node's is computed over
 #: node 0's measured window (its trainer leads the run).
 LEAD = "lead"    # the run's own, from node 0's trainer: throughput, accuracy

@@ -1,12 +1,15 @@
 """build= (issue 39): a framework's builds declared beside its recipe, each its own environment;
 an undeclared or hostile build refused at expansion with the framework's builds named; and two real
-runs of numpy on two BLAS builds that record the BLAS each loaded, compared per cell."""
+runs of numpy on two BLAS builds that record the BLAS each loaded, compared per cell, and their
+report's builds section opened in Chromium."""
 import json
+import re
 import shutil
 
 import pytest
 
 from helpers import FAST, orchestrator, rows, user_dir, wait_until_final, composed
+from test_report import assert_figures_fit, chromium
 from orchestrator.envs import builds
 from orchestrator.envs.venv_runtime import EnvironmentNotReady, VenvRuntime
 from orchestrator.sweep.cell import CellError, cell_id, resolve_settings
@@ -97,7 +100,7 @@ def test_pins_replace_or_drop_a_requirements_line():
         "# a comment\ntorch==2.14.1\npsutil\nextra-pkg>=1\n"
 
 
-def test_two_blas_builds_run_record_the_blas_they_loaded_and_compare_per_cell(tmp_path):
+def test_two_blas_builds_run_record_the_blas_they_loaded_and_compare_per_cell_and_report_side_by_side(tmp_path):
     """numpy at its default build (PyPI's wheel: its bundled OpenBLAS) and at `reference` (Debian's
     numpy on netlib's BLAS, the build CI makes): each run's provenance names the library it loaded,
     read from the process (its real file), and compare prints the per-cell verdict with its correction."""
@@ -122,6 +125,28 @@ def test_two_blas_builds_run_record_the_blas_they_loaded_and_compare_per_cell(tm
     assert compared.returncode in (0, 1), compared.stderr
     assert "where build=reference" in compared.stdout and "Benjamini-Hochberg" in compared.stdout
     assert "numpy/lenet/synthetic" in compared.stdout and "too few repeats" not in compared.stdout
+    assert_builds_page(workdir, tmp_path)
+
+
+def assert_builds_page(workdir, tmp_path):
+    """The report's builds section in Chromium: both builds side by side, every figure decoded (the
+    builds figure among them, none cut), compare's verdict with its correction named, and the BLAS
+    each build's runs loaded, named in the difference."""
+    out = tmp_path / "report"
+    made = orchestrator(["report", "--sweep", "latest", "--out", str(out)], workdir, timeout=300)
+    assert made.returncode == 0, made.stderr
+    dom = chromium(["--virtual-time-budget=10000", "--dump-dom", (out / "index.html").resolve().as_uri()]).stdout
+    figures = len(list((out / "figures").glob("*.svg")))
+    assert f'data-figures="{figures}"' in dom and f'data-figures-loaded="{figures}"' in dom, dom[:500]
+    section = dom[dom.index('<h2 id="builds">Builds</h2>'):dom.index("<h2>Tables</h2>")]
+    assert 'id="fig-builds"' in section and "Benjamini–Hochberg over the 1 comparison tested on this page" in section
+    for build in ("default", "reference"):
+        assert re.search(f'<tr data-build="{build}"><th>{build}</th><td class="num"><span class="v">[0-9,.]+</span>'
+                         f'</td><td class="num">3</td>', section), section
+    assert re.search(r'<td>default</td><td class="verdict (faster|slower|no-change)">[+-]\d+\.\d% ', section)
+    assert re.search(r"numpy: 2\.[\d.]+ → 1\.24\.2; BLAS: OpenBLAS 0\.3\.\d+ \(\d threads?\) → reference 3\.11\.0",
+                     section), section
+    assert_figures_fit([out / "figures" / "builds.svg", out / "figures" / "builds.png"], tmp_path)
 
 
 #: what each BLAS of containers/blas.yaml says it is, by its own symbols (trainers/common/host.py)

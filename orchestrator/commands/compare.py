@@ -8,6 +8,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from orchestrator.commands.common import CliError, pick_sweeps
+from orchestrator.metric_registry import MIN_EFFECT_PCT
 from orchestrator.store.sql_adapters import Rows
 
 if TYPE_CHECKING:
@@ -26,8 +27,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--new", required=True, metavar="SWEEP|CSV|KEY=VALUE", help="the same kinds as --base")
     p.add_argument("--sweep", default="latest", metavar="SWEEP",
                    help="the sweep a key=value side picks its cells from (default latest)")
-    p.add_argument("--threshold", type=float, default=5.0, metavar="PCT",
-                   help="the minimum effect: a cell changed by less (percent) is no change (default 5)")
+    p.add_argument("--threshold", type=float, default=MIN_EFFECT_PCT, metavar="PCT",
+                   help=f"the minimum effect: a cell changed by less (percent) is no change (default {MIN_EFFECT_PCT:g})")
     p.add_argument("--metric", default=None, metavar="NAME",
                    help="the metric compared (default: images_per_sec, or the CSV's)")
 

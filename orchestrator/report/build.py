@@ -4,6 +4,7 @@
     <out>/tables/<metric>.csv, .md   one table per metric (tables.SPECS)
     <out>/tables/scaling_nodes.*     images/s and efficiency against nodes (where a sweep asked for nodes)
     <out>/tables/time_limits.*       each cell's requested time limit and the time its job used
+    <out>/tables/builds.csv          each build of the cells that ran in several (builds.py), against the base build
     <out>/figures/<name>.svg, .png   each figure (figures.py)
 """
 from __future__ import annotations
@@ -12,9 +13,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
+from orchestrator.metric_registry import MIN_EFFECT_PCT
 from orchestrator.store import run_history
-from orchestrator.report import (drawing, figures, inference, page, query, scaling_table, speedup, table_files, tables,
-                                 time_table)
+from orchestrator.report import (builds, drawing, figures, inference, page, query, scaling_table, speedup, table_files,
+                                 tables, time_table)
 
 
 @dataclass
@@ -48,6 +50,10 @@ def write_report(session: Any, sweep_ids: Sequence[str], out: Path, noisy_cv: fl
     about = (query.sweeps(session, sweep_ids), run_history.span(session, sweep_ids))
     provenance = run_history.provenance(session, sweep_ids)
     points = query.inference_points(session, sweep_ids)
+    in_cases = builds.case_cells(speed.entries)
+    repeats = query.values(session, sweep_ids, builds.SPEED) if in_cases else {}
+    records = query.provenance_records(session, in_cases) if in_cases else {}
+    found = builds.cases(speed.entries, repeats, records, MIN_EFFECT_PCT)
     session.commit()  # read: nothing below touches the database
     (out / "tables").mkdir(parents=True, exist_ok=True)
     for table in all_tables:
@@ -66,9 +72,23 @@ def write_report(session: Any, sweep_ids: Sequence[str], out: Path, noisy_cv: fl
         drawn, report.skipped = (drawn + [curve], report.skipped) if not isinstance(curve, str) else (
             drawn, report.skipped + [curve])
         report.tables.append(inference.write_csv(points, out / "tables" / "inference_by_batch.csv"))
-    report.figures = [p for f in drawn for p in (f.svg, f.png)]
+    builds_html = _builds(report, found, out)
+    report.figures += [p for f in drawn for p in (f.svg, f.png)]
     report.cells = len(by_name["images_per_sec"].entries)
     html = page.render(*about, all_tables, drawn, report.skipped, provenance, noisy_cv, nodes, times,
-                       inference.table_html(points))
+                       inference.table_html(points), builds_html)
     report.index.write_text(html, encoding="utf-8")
     return report
+
+
+def _builds(report: Report, found: list[list[builds.Row]], out: Path) -> str:
+    """The builds section's table and figure written (where cells differ only in their build); its HTML."""
+    if not found:
+        return ""
+    report.tables.append(builds.write_csv(found, out / "tables" / "builds.csv"))
+    drawn = drawing.draw_one(builds.figure, found, out / "figures")
+    if isinstance(drawn, str):
+        report.skipped.append(drawn)
+        return builds.section_html(found, MIN_EFFECT_PCT, "")
+    report.figures += [drawn.svg, drawn.png]
+    return builds.section_html(found, MIN_EFFECT_PCT, page.figure_html(drawn))

@@ -41,6 +41,7 @@ pre { background: #f6f8fa; padding: 0.5em 0.8em; white-space: pre-wrap; word-bre
 figure { margin: 1.2em 0; } figure img { max-width: 100%; height: auto; border: 1px solid #eee; }
 figcaption { color: #555; font-size: 12px; } #broken { display: none; background: #b00; color: white; padding: 0.5em 1em; }
 .caveat { background: #fff4e0; border-left: 4px solid #b00; padding: 0.4em 0.8em; }
+th.case { background: #e8eef7; } td.verdict.faster { color: #0a6b1f; } td.verdict.slower { color: #a00; font-weight: 600; }
 .counts td { text-align: right; } dl.prov dt { font-weight: 600; margin-top: 0.6em; } dl.prov dd { margin-left: 1.2em; }
 """
 
@@ -70,7 +71,8 @@ def _when(t: Optional[float]) -> str:
     return time.strftime("%Y-%m-%d %H:%M", time.localtime(t)) if t else "?"
 
 
-def _figure(figure: Written) -> str:
+def figure_html(figure: Written) -> str:
+    """A figure embedded (its SVG as a data: URI) with its caption and its files."""
     data = base64.b64encode(figure.svg.read_bytes()).decode("ascii")
     return (f'<figure id="fig-{_e(figure.name)}"><img alt="{_e(figure.caption)}" src="data:image/svg+xml;base64,{data}">'
             f'<figcaption>{_e(figure.caption)} (files: figures/{_e(figure.svg.name)}, figures/{_e(figure.png.name)})'
@@ -181,10 +183,12 @@ def _shown_value(title: str, value: Any) -> str:
 def render(sweeps: Sequence[query.SweepInfo], span: tuple[Optional[float], Optional[float]],
            tables: Sequence[Table], figures: Sequence[Written], skipped: Sequence[str],
            prov: dict[str, list[tuple[tuple[Any, ...], int]]], noisy_cv: float,
-           nodes: Optional[Sequence[Series]] = None, times: Sequence[time_table.Row] = (), inference: str = "") -> str:
+           nodes: Optional[Sequence[Series]] = None, times: Sequence[time_table.Row] = (), inference: str = "",
+           builds: str = "") -> str:
     """The whole page; `nodes`: the node scaling series, None where no sweep asked for nodes;
     `times`: each cell's time limit and the time used (time_table); `inference`: the per-batch table's
-    HTML (report/inference.py), empty where no inference cell was measured."""
+    HTML (report/inference.py), empty where no inference cell was measured; `builds`: the builds
+    section's (report/builds.py), empty where no cells differ only in their build."""
     title = "Benchmark report: " + (sweeps[0].id if len(sweeps) == 1 else f"{len(sweeps)} sweeps")
     commands = "".join(f"<tr><td><code>{_e(s.id)}</code></td><td>{_e(_when(s.created_at))}</td>"
                        f"<td>{_e(s.by or 'not recorded')}</td><td><pre>{_e(s.command)}</pre></td></tr>"
@@ -210,6 +214,7 @@ coefficient of variation exceeds {noisy_cv * 100:g}%. A cell without a number sa
 {f'<h3>Not drawn</h3><ul class="not-drawn">{skipped_html}</ul>' if skipped_html else ""}
 {nodes_html(nodes)}
 {inference}
+{builds}
 <h2>Tables</h2>
 {toc}
 {tables_html}
@@ -250,5 +255,5 @@ def figures_by_family(figures: Sequence[Written], speed: Optional[Table]) -> str
         if group in groups:
             name, title = (group.name, group.title) if group else ("across", "Across networks")
             html.append(f'<h3 class="family" id="figures-{_e(name)}">{_e(title)}</h3>'
-                        + "".join(_figure(f) for f in groups[group]))
+                        + "".join(figure_html(f) for f in groups[group]))
     return "".join(html)

@@ -110,6 +110,15 @@ def attempts(session: Session, sweep_ids: Sequence[str]) -> dict[str, list[Attem
     return out
 
 
+def provenance_records(session: Session, cell_ids: Iterable[str]) -> dict[str, list[dict[str, Any]]]:
+    """cell id -> the provenance records of its latest attempts that ran (run_history.provenance_records):
+    what a build's runs loaded, for the report's builds section."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    for cell, record in run_history.provenance_records(session, list(cell_ids)):
+        out.setdefault(cell, []).append(record)
+    return out
+
+
 @dataclass(frozen=True)
 class JobTime:
     """One job that ran latest attempts of a cell: its sweep, its runs, and its wall time (its

@@ -78,6 +78,16 @@ def provenance(session: Session, sweep_ids: Sequence[str]) -> dict[str, list[tup
     return out
 
 
+def provenance_records(session: Session, cell_ids: Sequence[str]) -> list[tuple[str, dict[str, Any]]]:
+    """(cell id, provenance record) of each run that ran (a node recorded) among the latest attempts
+    of these cells: the whole record (result.json `provenance`), for what no column holds (the BLAS
+    a build loaded, its compiler: the report's builds page)."""
+    latest = latest_runs()
+    found = session.execute(select(latest.c.cell_id, latest.c.provenance)
+                            .where(latest.c.cell_id.in_(list(cell_ids)), latest.c.node.is_not(None)))
+    return [(cell, record) for cell, record in found if isinstance(record, dict)]
+
+
 def span(session: Session, sweep_ids: Sequence[str]) -> tuple[Optional[float], Optional[float]]:
     """When the first of the latest attempts started and the last ended."""
     latest = latest_runs()

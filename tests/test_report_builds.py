@@ -1,0 +1,151 @@
+"""The report's builds section (issue 39 item 5) on real results databases (`db_url`: SQLite and
+PostgreSQL): result files of cells that differ only in `build`, landed by the collector's real path,
+then `write_report`. Each build's figure side by side, the verdict of `compare`'s own code with its
+correction named, and the provenance difference read from what the runs recorded. (A real numpy
+sweep over two BLAS builds, its report opened in Chromium: tests/test_builds.py.)"""
+import csv
+import html
+import re
+
+from result_factory import make_result, write_result
+
+from orchestrator.metric_registry import MIN_EFFECT_PCT
+from orchestrator.report import builds, compare, query, tables
+from orchestrator.report.build import write_report
+from orchestrator.results.collector import collect
+from orchestrator.store import db
+
+SPEED = tables.SPEC_BY_NAME["images_per_sec"].metric
+#: what each build's runs loaded, as trainers/common/host.py records it
+BLAS = {
+    "openblas": {"library": "OpenBLAS", "version": "OpenBLAS 0.3.21  DYNAMIC_ARCH NO_AFFINITY Haswell MAX_THREADS=64",
+                 "path": "/usr/lib/x86_64-linux-gnu/openblas-pthread/libblas.so.3", "threads": 4},
+    "blis": {"library": "BLIS", "version": "0.9.0", "path": "/usr/lib/x86_64-linux-gnu/blis-openmp/libblas.so.3",
+             "threads": None},
+    "reference": {"library": "reference", "version": "3.11.0", "path": "/usr/lib/x86_64-linux-gnu/blas/libblas.so.3.11.0",
+                  "threads": None},
+}
+
+#: a BLAS every build's process loads besides its own (numpy's wheel's, imported with the trainer)
+NUMPYS = {"library": "OpenBLAS", "version": "OpenBLAS 0.3.30  USE64BITINT DYNAMIC_ARCH", "threads": 2,
+          "path": "/envs/caffe/lib/python3.11/site-packages/numpy.libs/libscipy_openblas64_-56d6093b.so"}
+
+
+def landed(tmp_path, url, cells):
+    """`cells`: (settings, build, [images/s per repeat], framework provenance changes); their result
+    files written as jobs leave them and collected into the database at `url`."""
+    runs = tmp_path / "runs"
+    for settings, build, values, framework in cells:
+        for repeat, value in enumerate(values):
+            result = make_result(sweep="s1", repeat=repeat, metrics={"images_per_sec": value}, build=build, **settings)
+            record = result["provenance"]
+            record["framework"] = {**record["framework"], "version": "1.24.2", "compiler": "GCC 12.2.0",
+                                   "blas": [NUMPYS, BLAS[build if build in BLAS else "openblas"]], **framework}
+            record["build"] = {"name": build or "default", "environment_dir": f"/envs/caffe-{build}-0123"}
+            write_result(runs, result)
+    factory = db.open_db(url)  # (again, where a test lands more)
+    assert collect(factory, runs).added == sum(len(c[2]) for c in cells)
+    return factory
+
+
+def report_of(factory, out):
+    with factory() as session:
+        return write_report(session, ["s1"], out, 0.05)
+
+
+def test_cells_that_differ_only_in_build_get_a_builds_section(tmp_path, db_url):
+    lenet, alexnet = {"framework": "caffe", "model": "lenet"}, {"framework": "caffe", "model": "alexnet"}
+    factory = landed(tmp_path, db_url, [
+        (lenet, None, [100.0, 102.0, 98.0, 101.0], {}),
+        (lenet, "blis", [150.0, 153.0, 148.0, 151.0], {}),
+        (lenet, "reference", [101.0, 99.5, 100.5, 100.0], {}),
+        (alexnet, "openblas", [20.0, 21.0, 19.5], {}),  # no default: the first build by name is the base
+        (alexnet, "reference", [8.0, 8.2, 7.9], {"compiler": "GCC 13.2.0", "version": "1.25.0"}),
+        ({"framework": "caffe", "model": "vgg16"}, None, [5.0, 5.1, 4.9], {}),  # one build only: no case
+    ])
+    report = report_of(factory, tmp_path / "report")
+    rows = list(csv.DictReader((report.out / "tables" / "builds.csv").open()))
+    got = {(r["case"].split(" ")[0], r["build"]): r for r in rows}
+    assert sorted(got) == [("caffe/alexnet/mnist", "openblas"), ("caffe/alexnet/mnist", "reference"),
+                           ("caffe/lenet/mnist", "blis"), ("caffe/lenet/mnist", "default"),
+                           ("caffe/lenet/mnist", "reference")]
+    assert [r["build"] for r in rows if "lenet" in r["case"]] == ["default", "blis", "reference"]  # base first
+    blis, ref, slow = got["caffe/lenet/mnist", "blis"], got["caffe/lenet/mnist", "reference"], \
+        got["caffe/alexnet/mnist", "reference"]
+    assert (blis["base"], blis["verdict"], float(blis["median"]), blis["n"]) == ("default", "faster", 150.5, "4")
+    assert (ref["verdict"], slow["base"], slow["verdict"]) == ("no change", "openblas", "slower")
+    assert blis["difference"] == "BLAS: OpenBLAS 0.3.21 (4 threads) → BLIS 0.9.0"
+    assert ref["difference"] == "BLAS: OpenBLAS 0.3.21 (4 threads) → reference 3.11.0"
+    assert slow["difference"] == ("caffe: 1.24.2 → 1.25.0; BLAS: OpenBLAS 0.3.21 (4 threads) → reference 3.11.0; "
+                                  "compiler: GCC 12.2.0 → GCC 13.2.0")
+    assert got["caffe/lenet/mnist", "default"]["recorded"] == (
+        "caffe: 1.24.2; BLAS: OpenBLAS 0.3.30 (2 threads) + OpenBLAS 0.3.21 (4 threads); compiler: GCC 12.2.0; "
+        "CUDA: 12.1")
+    # the verdict is compare's own: what `compare --base build=default --new build=blis` gives this pair
+    with factory() as session:
+        (speed,) = tables.from_db(session, ["s1"], 0.05, [tables.SPEC_BY_NAME["images_per_sec"]])
+        repeats = query.values(session, ["s1"], SPEED)
+    (alone,) = compare.compare(compare.with_settings(speed.entries, {"build": "default", "model": "lenet"}),
+                               compare.with_settings(speed.entries, {"build": "blis", "model": "lenet"}),
+                               SPEED, MIN_EFFECT_PCT, (repeats, repeats)).matched
+    assert alone.verdict == "faster" and abs(alone.gain - float(blis["gain"])) < 1e-12
+    page = report.index.read_text()
+    section = page[page.index('<h2 id="builds">Builds</h2>'):page.index("<h2>Tables</h2>")]
+    assert "Benjamini–Hochberg over the 3 comparisons tested on this page" in section
+    assert f"minimum effect {MIN_EFFECT_PCT:g}%" in section and "moderated t-test" in section
+    assert re.search(r'data-build="blis"><th>blis</th><td class="num"><span class="v">150\.5</span>', section)
+    assert html.escape("BLAS: OpenBLAS 0.3.21 (4 threads) → BLIS 0.9.0") in section
+    assert re.search(r"\+50\.\d% faster \(95% CI \+4\d\.\d% to \+5\d\.\d%, adj\. p ", section)
+    assert 'id="fig-builds"' in section and "vgg16" not in section
+    assert {p.name for p in report.figures} >= {"builds.svg", "builds.png"}
+    svg = (report.out / "figures" / "builds.svg").read_text()
+    assert all(b in svg for b in ("default", "blis", "reference", "openblas")) and "slower" in svg
+    # a case's long name wrapped within its panel (3 builds: 3.8 inches), not run into its neighbour's
+    assert max(len(line) for line in re.findall(r"<text[^>]*>([^<]*)</text>", svg)) <= 3.8 * builds.TITLE_CHARS
+
+
+def test_a_report_without_cells_differing_only_in_build_has_no_builds_section(tmp_path, db_url):
+    """No empty heading: cells that differ in build and in threads are no case; once a cell that
+    differs from one of them in build alone lands, the section appears with that case only."""
+    lenet = {"framework": "caffe", "model": "lenet"}
+    cells = [({**lenet, "threads": 2}, None, [100.0, 101.0, 99.0], {}),
+             ({**lenet, "threads": 1}, "blis", [60.0, 61.0, 59.0], {})]  # threads differ too
+    factory = landed(tmp_path / "a", db_url, cells)
+    report = report_of(factory, tmp_path / "report")
+    page = report.index.read_text()
+    assert "Builds" not in page and 'id="builds"' not in page
+    assert not (report.out / "tables" / "builds.csv").exists() and not (report.out / "figures" / "builds.svg").exists()
+    landed(tmp_path / "b", db_url, [({**lenet, "threads": 1}, None, [50.0, 51.0, 49.0], {})])
+    again = report_of(factory, tmp_path / "again")
+    cases = {(r["case"], r["build"]) for r in csv.DictReader((again.out / "tables" / "builds.csv").open())}
+    assert cases == {("caffe/lenet/mnist on local (threads=1, batch_size=64, precision=fp32)", b) for b in
+                     ("default", "blis")}
+    assert again.index.read_text().count('<h2 id="builds">Builds</h2>') == 1
+
+
+def test_recorded_values_are_escaped_and_a_side_without_a_number_gets_no_verdict(tmp_path):
+    hostile = '<img src=x onerror="alert(1)">'
+    cells = [({"framework": "caffe", "model": "lenet"}, None, [100.0, 101.0, 99.0], {"version": hostile}),
+             ({"framework": "caffe", "model": "lenet"}, "blis", [], {})]
+    factory = landed(tmp_path, f"sqlite:///{tmp_path / 'results.db'}", cells)
+    runs = tmp_path / "runs"
+    write_result(runs, make_result(sweep="s1", state="failed", build="blis", framework="caffe", model="lenet"))
+    assert collect(factory, runs).added == 1
+    report = report_of(factory, tmp_path / "report")
+    page = report.index.read_text()
+    section = page[page.index('<h2 id="builds">'):page.index("<h2>Tables</h2>")]
+    assert hostile not in page and html.escape(hostile) in section
+    assert "no verdict: no number" in section and "failed: out_of_memory" in section
+    (blis,) = [r for r in csv.DictReader((report.out / "tables" / "builds.csv").open()) if r["build"] == "blis"]
+    assert (blis["status"], blis["verdict"], blis["median"]) == ("failed", "no verdict", "")
+
+
+def test_cases_that_share_a_name_are_told_apart_by_the_settings_they_differ_in(tmp_path):
+    lenet = {"framework": "caffe", "model": "lenet"}
+    factory = landed(tmp_path, f"sqlite:///{tmp_path / 'results.db'}", [
+        ({**lenet, "iterations": iterations}, build, [v, v * 1.01, v * 0.99], {})
+        for iterations in (20, 40) for build, v in ((None, 100.0), ("blis", 90.0))])
+    report = report_of(factory, tmp_path / "report")
+    named = {(r["case"], r["build"]) for r in csv.DictReader((report.out / "tables" / "builds.csv").open())}
+    assert named == {(f"caffe/lenet/mnist on local (threads=2, batch_size=64, precision=fp32), iterations={i}", b)
+                     for i in (20, 40) for b in ("default", "blis")}
