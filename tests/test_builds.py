@@ -174,6 +174,29 @@ def test_each_blas_folder_loads_whole_and_is_the_library_it_names(tmp_path, blas
     assert {b["library"] for b in json.loads(out)} == {NAMED[blas]}
 
 
+@pytest.mark.parametrize("blas,threads", [("openblas", 1), ("blis", None), ("atlas", None), ("reference", None)])
+def test_a_builds_blas_starts_at_the_cells_threads_and_says_so(tmp_path, blas, threads):
+    """The job's thread variables for a named build (builds.thread_env) as the trainer's process gets
+    them: a BLAS the trainer cannot resize once loaded starts at the cell's threads (OpenBLAS: 1, not a
+    thread per CPU), and its own getter reports them in the provenance where it has one: Debian's BLIS
+    BLAS library exports no bli_thread_get_num_threads, ATLAS's Debian build is serial, netlib's has no pool."""
+    import subprocess
+    import sys
+
+    from helpers import REPO
+
+    assert builds.thread_env("default", 3) == {} and builds.thread_env(None, 3) == {}
+    assert builds.thread_env(blas, 3) == {name: "3" for name in builds.THREAD_VARIABLES}
+    env = builds.thread_env(blas, 1)
+    for name, target in builds.blas_links({"blas": blas}, str(tmp_path)).items():
+        (tmp_path / name).symlink_to(target)
+    script = ("import ctypes, json, os\nctypes.CDLL('libblas.so.3', mode=os.RTLD_NOW)\n"
+              "from trainers.common.host import blas_libraries\nprint(json.dumps(blas_libraries()))")
+    out = subprocess.run([sys.executable, "-c", script], stdout=subprocess.PIPE, universal_newlines=True, check=True,
+                         env={**env, "LD_LIBRARY_PATH": str(tmp_path), "PYTHONPATH": str(REPO)}).stdout
+    assert [(b["library"], b["threads"]) for b in json.loads(out)] == [(NAMED[blas], threads)], out
+
+
 def test_a_blas_build_keeps_the_recipes_own_library_path_after_its_folder(tmp_path):
     """A recipe that sets LD_LIBRARY_PATH (CNTK's {env_dir}/mpi-compat) keeps it under a BLAS build: the
     build's folder goes first, the recipe's after it, not the job's in its place."""

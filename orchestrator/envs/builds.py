@@ -174,6 +174,20 @@ def blas_libraries(containers: Path = _CONTAINERS) -> Mapping[str, Mapping[str, 
     return found
 
 
+#: The thread counts a build's libraries read once, when they load (OpenMP's, OpenBLAS's, MKL's, BLIS's):
+#: a job sets each to the cell's threads for a named build (thread_env), since the trainer cannot resize
+#: a BLAS once loaded (numpy's comes in with trainers.common), and two builds compared must run on the
+#: same number of threads. A default build's trainer sizes its own pools, as before builds existed.
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "BLIS_NUM_THREADS")
+
+
+def thread_env(build: Any, threads: Any) -> dict[str, str]:
+    """The trainer's THREAD_VARIABLES for a cell at `build` with `threads` (none for the default build)."""
+    if build in (None, DEFAULT) or not isinstance(threads, int) or threads < 1:
+        return {}
+    return {name: str(threads) for name in THREAD_VARIABLES}
+
+
 def module_of(build: Any) -> Optional[str]:
     """The site module a build names (`module:<name>/<version>` -> `<name>/<version>`), or None for a
     build of the project's own recipes."""

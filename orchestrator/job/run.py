@@ -34,6 +34,7 @@ from orchestrator import private_files, runstate, setting_registry
 from orchestrator.job.job_result import TrainerRun
 from orchestrator.job.monitor import Monitor, default_samplers
 from orchestrator.results.resultfile import RESULT_NAME, RESULT_SCHEMA
+from orchestrator.envs import builds
 from orchestrator.envs.runtime import make_runtime
 from orchestrator.envs.venv_runtime import REPO, EnvironmentNotReady
 from trainers.common import failure_classes as fc
@@ -195,7 +196,8 @@ def _run_trainer(spec: JobSpec, run: RunSpec, paths: dict[str, str], deadline: f
         runtime.ensure(log)
     argv, env = runtime.command(trainer_args(spec.settings, spec.data_dir, spec.config), gpus=spec.settings["gpus"],
                                 binds=[spec.data_dir] if spec.data_dir else [], run_dir=paths["run_dir"])
-    env = {**os.environ, **env, **(place.trainer_env(run.repeat) if place else {})}
+    env = {**os.environ, **builds.thread_env(spec.settings.get("build"), spec.settings.get("threads")), **env,
+           **(place.trainer_env(run.repeat) if place else {})}
     gpus = int(spec.settings["gpus"])
     idle_s = _idle_seconds(spec, gpus)
     monitor = Monitor(default_samplers(gpus, env), spec.monitor_period_s, Path(paths["samples"]))

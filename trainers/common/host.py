@@ -16,6 +16,10 @@ OPENBLAS_SETTERS = ("openblas_set_num_threads", "openblas_set_num_threads64_",
 OPENBLAS_GETTERS = ("openblas_get_num_threads", "openblas_get_num_threads64_",
                     "scipy_openblas_get_num_threads64_", "scipy_openblas_get_num_threads")
 
+#: each BLAS's pool-size getter, where it has one (ATLAS's and netlib's are fixed: serial builds)
+THREAD_GETTERS = {"OpenBLAS": OPENBLAS_GETTERS, "BLIS": ("bli_thread_get_num_threads",),
+                  "MKL": ("MKL_Get_Max_Threads", "mkl_get_max_threads")}
+
 #: How a loaded library shows which BLAS it is: (name, symbols only that BLAS exports, its version
 #: getter or None), asked in this order (OpenBLAS and MKL export BLIS's cgemm3m too). Debian's BLIS
 #: exports no version getter, only its extensions; ATLAS its Fortran wrappers. A BLAS with none of
@@ -148,5 +152,5 @@ def _blas_entry(path, lib):
     suffix = real.partition(".so.")[2]
     if version is None and "." in suffix:  # a file name with its release (libblas.so.3.11.0), not a soname's 3
         version = suffix
-    getter = _symbol(lib, OPENBLAS_GETTERS) if name == "OpenBLAS" else None
+    getter = _symbol(lib, THREAD_GETTERS[name]) if name in THREAD_GETTERS else None
     return {"library": name, "version": version, "path": real, "threads": int(getter()) if getter else None}
