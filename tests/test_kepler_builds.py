@@ -93,3 +93,15 @@ def test_a_kepler_venv_installs_its_bases_wheels_in_its_own_environment(framewor
     assert wheel in kepler.requirements_text.splitlines() and wheel not in default.requirements_text
     assert kepler.env_dir.name.startswith(f"{framework}-kepler-") and kepler.env_dir != default.env_dir
     assert kepler.trainer_env()["TRAINER_GPU_BUILD"] == bounds and "TRAINER_GPU_BUILD" not in default.trainer_env()
+
+
+def test_build_default_typed_after_the_study_preset_runs_the_default_build_and_a_cpu_cell_keeps_it():
+    """`+preset=study build=default`: the user's build, not the preset's Kepler build (the default typed is
+    a choice, as any other key typed after the preset); and the preset's build is a GPU build: a K20m
+    node's CPU cell (gpus=0) keeps the framework's default build and its id."""
+    study = ["+preset=study", "+preset/net=lenet_mnist", "framework=torch", "+preset/on=k20m_x1"]
+    assert resolve_settings(composed(study))["build"] == "kepler"
+    with pytest.raises(CellError, match=r"compute capability >= 6\.0 in its GPU build.*build=kepler runs it"):
+        resolve_settings(composed(study + ["build=default"]))
+    assert resolve_settings(composed(study + ["gpus=0"]))["build"] == "default"
+    assert resolve_settings(composed(study + ["build=torch-2.14", "gpus=0"]))["build"] == "torch-2.14"
