@@ -105,3 +105,18 @@ def test_build_default_typed_after_the_study_preset_runs_the_default_build_and_a
         resolve_settings(composed(study + ["build=default"]))
     assert resolve_settings(composed(study + ["gpus=0"]))["build"] == "default"
     assert resolve_settings(composed(study + ["build=torch-2.14", "gpus=0"]))["build"] == "torch-2.14"
+
+
+@pytest.mark.parametrize("value", ["[cuda11]", "{cuda11: 1}"])
+def test_a_build_whose_gpu_or_blas_is_not_a_name_is_one_line_naming_the_file(tmp_path, value):
+    (tmp_path / "blas.yaml").write_bytes((builds._CONTAINERS / "blas.yaml").read_bytes())
+    recipe = tmp_path / "torch"
+    recipe.mkdir()
+    for part in ("env.yaml", "requirements.txt", "gpu.yaml"):
+        (recipe / part).write_bytes((builds._CONTAINERS / "torch" / part).read_bytes())
+    for key in ("gpu", "blas"):
+        (recipe / "builds.yaml").write_text(f"kepler: {{{key}: {value}}}\n")
+        builds.declared.cache_clear()
+        with pytest.raises(builds.BuildError, match=rf"builds.yaml: build 'kepler' has {key}=.*which .* does not declare"):
+            builds.declared("torch", tmp_path)
+    builds.declared.cache_clear()

@@ -73,10 +73,12 @@ def declared(recipe: str, containers: Path = _CONTAINERS) -> Mapping[str, Mappin
         problem = _value_problem(variant or {})
         if problem:
             raise BuildError(f"{path}: build {name!r}: {problem}")
-        if variant.get("blas") is not None and variant["blas"] not in blas_libraries(containers):
+        if variant.get("blas") is not None and (not isinstance(variant["blas"], str)
+                                                or variant["blas"] not in blas_libraries(containers)):
             raise BuildError(f"{path}: build {name!r} has blas={variant['blas']!r}, which containers/blas.yaml does "
                              f"not declare ({', '.join(blas_libraries(containers))})")
-        if variant.get("gpu") is not None and variant["gpu"] not in gpu_bases(recipe, containers):
+        if variant.get("gpu") is not None and (not isinstance(variant["gpu"], str)
+                                               or variant["gpu"] not in gpu_bases(recipe, containers)):
             raise BuildError(f"{path}: build {name!r} has gpu={variant['gpu']!r}, which {recipe}'s gpu.yaml does not "
                              f"declare ({', '.join(gpu_bases(recipe, containers)) or 'no GPU bases'})")
     return found
