@@ -120,3 +120,6 @@ def test_a_build_whose_gpu_or_blas_is_not_a_name_is_one_line_naming_the_file(tmp
         with pytest.raises(builds.BuildError, match=rf"builds.yaml: build 'kepler' has {key}=.*which .* does not declare"):
             builds.declared("torch", tmp_path)
     builds.declared.cache_clear()
+    (recipe / "builds.yaml").write_text("plain:\n")  # a build that changes nothing: declared, no traceback
+    assert builds.declared("torch", tmp_path) == {"plain": None}
+    builds.declared.cache_clear()

@@ -70,7 +70,8 @@ def declared(recipe: str, containers: Path = _CONTAINERS) -> Mapping[str, Mappin
         unknown = sorted(map(str, set(variant) - set(KEYS))) if isinstance(variant, dict) else None
         if variant is not None and (not isinstance(variant, dict) or unknown):
             raise BuildError(f"{path}: build {name!r} sets {unknown or variant!r}; a build sets only {', '.join(KEYS)}")
-        problem = _value_problem(variant or {})
+        variant = variant or {}  # `name:` alone: the recipe as it is, under its own name
+        problem = _value_problem(variant)
         if problem:
             raise BuildError(f"{path}: build {name!r}: {problem}")
         if variant.get("blas") is not None and (not isinstance(variant["blas"], str)
