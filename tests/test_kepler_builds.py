@@ -8,7 +8,7 @@ from helpers import composed
 
 from orchestrator.envs import builds
 from orchestrator.envs.apptainer import generate
-from orchestrator.envs.runtime import make_runtime
+from orchestrator.envs.runtime import EnvironmentNotReady, make_runtime
 from orchestrator.frameworks import support
 from orchestrator.sweep.cell import CellError, resolve_settings
 from trainers.common.support import gpu_build_from
@@ -123,3 +123,14 @@ def test_a_build_whose_gpu_or_blas_is_not_a_name_is_one_line_naming_the_file(tmp
     (recipe / "builds.yaml").write_text("plain:\n")  # a build that changes nothing: declared, no traceback
     assert builds.declared("torch", tmp_path) == {"plain": None}
     builds.declared.cache_clear()
+
+
+def test_a_missing_kepler_image_names_its_bases_definition_not_the_cpu_image(tmp_path):
+    """The CPU image directory built as torch-cuda11.sif would run the Kepler cells on a CPU-only torch."""
+    runtime = make_runtime("apptainer", "torch", images=tmp_path, binary="true", build="kepler")
+    with pytest.raises(EnvironmentNotReady) as missing:
+        runtime.ensure()
+    line = str(missing.value)
+    assert "orchestrator images def torch --base cuda11 -o torch-cuda11.def" in line
+    assert f"apptainer build {tmp_path / 'torch-cuda11.sif'} torch-cuda11.def" in line
+    assert "images build torch" not in line and "\n" not in line

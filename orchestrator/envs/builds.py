@@ -216,10 +216,15 @@ def refusal(recipe: str, build: str, runtime: str = "venv") -> Optional[str]:
     return None
 
 
+def gpu_base(recipe: str, build: str) -> Optional[str]:
+    """The GPU base a declared build names (`gpu:`), or None."""
+    return (declared(recipe).get(build) or {}).get("gpu") if build in names(recipe) else None
+
+
 def image_name(recipe: str, build: str) -> Optional[str]:
     """The SIF runtime=apptainer runs a build with a GPU base from: `<recipe>-<base>.sif`, the name the
     generated definition's own comment builds (`apptainer build <fw>-<base>.sif <def>`); None otherwise."""
-    base = (declared(recipe).get(build) or {}).get("gpu") if build in names(recipe) else None
+    base = gpu_base(recipe, build)
     return f"{recipe}-{base}.sif" if base else None
 
 
