@@ -134,3 +134,15 @@ def test_a_missing_kepler_image_names_its_bases_definition_not_the_cpu_image(tmp
     assert "orchestrator images def torch --base cuda11 -o torch-cuda11.def" in line
     assert f"apptainer build {tmp_path / 'torch-cuda11.sif'} torch-cuda11.def" in line
     assert "images build torch" not in line and "\n" not in line
+
+
+def test_a_kepler_build_on_a_gpu_newer_than_its_base_names_the_default_build_as_the_way_out():
+    """mxnet's kepler build (cuda10: 3.0 to 7.5) on an H100: its default build (>= 5.0) runs it; the refusal
+    must not say that no build does."""
+    cfg = composed(["framework=mxnet", "model=lenet", "dataset=synthetic", "hardware=h100", "gpus=1"])
+    assert resolve_settings(cfg)["build"] == "default"
+    with pytest.raises(CellError) as refused:
+        resolve_settings({**cfg, "build": "kepler"})
+    line = str(refused.value)
+    assert "compute capability 3.0 to 7.5 in its GPU build" in line and "no build of mxnet" not in line
+    assert line.endswith("; build=default runs it (the framework's own GPU build)")

@@ -307,9 +307,12 @@ def way_out(recipe: str, build: str, capability: Any, default_range: tuple[Any, 
     framework's own (Support.gpu_build, (major, minor) pairs) for a build that names no GPU base."""
     if capability is None:
         return ""
-    bounds = gpu_range(recipe, build) or tuple(None if c is None else c[0] + c[1] / 10 for c in default_range)
+    own = tuple(None if c is None else c[0] + c[1] / 10 for c in default_range)
+    bounds = gpu_range(recipe, build) or own
     if in_range(bounds, float(capability)):
         return ""
+    if gpu_range(recipe, build) is not None and in_range(own, float(capability)):  # a GPU base's build on a newer GPU
+        return f"; build={DEFAULT} runs it (the framework's own GPU build)"
     others = [name for name in covering(recipe, float(capability)) if name != build]
     if not others:
         return f"; no build of {recipe} declares a GPU base that runs compute capability {float(capability):.1f}"
