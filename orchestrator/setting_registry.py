@@ -118,13 +118,17 @@ def _ran_at(model: str, like: str) -> str:
 
 
 def _build(get: Lookup, so_far: Mapping[str, Any]) -> Any:
-    """`build=`; where that is the default, the build the preset names for the cell's hardware and
-    framework (`preset.builds.<hardware>.<framework>`: +preset=study's Kepler builds for its K20m cells).
+    """`build=`; where none is given (conf/config.yaml's `build: null`), the build the preset names for
+    the cell's hardware and framework (`preset.builds.<hardware>.<framework>`: +preset=study's Kepler
+    builds for its K20m cells) where the cell runs on GPUs (a GPU build: a CPU cell keeps the default),
+    else the default. A `build=default` typed is the user's choice, as any other build typed.
     A lookup, not a `${...}` in conf/preset/on/: an interpolation reading two group choices would defeat
     the sweep's factorized composition (orchestrator/sweep/expand.py)."""
-    chosen = _first(get("build"), DEFAULT_BUILD)
-    if chosen != DEFAULT_BUILD:
+    chosen = get("build")
+    if chosen is not None:
         return chosen
+    if not so_far.get("gpus"):
+        return DEFAULT_BUILD
     return _first(get(f"preset.builds.{so_far['hardware']}.{so_far['framework']}"), DEFAULT_BUILD)
 
 

@@ -8,7 +8,7 @@ from helpers import composed
 
 from orchestrator.envs import builds
 from orchestrator.envs.apptainer import generate
-from orchestrator.envs.runtime import make_runtime
+from orchestrator.envs.runtime import EnvironmentNotReady, make_runtime
 from orchestrator.frameworks import support
 from orchestrator.sweep.cell import CellError, resolve_settings
 from trainers.common.support import gpu_build_from
@@ -93,3 +93,56 @@ def test_a_kepler_venv_installs_its_bases_wheels_in_its_own_environment(framewor
     assert wheel in kepler.requirements_text.splitlines() and wheel not in default.requirements_text
     assert kepler.env_dir.name.startswith(f"{framework}-kepler-") and kepler.env_dir != default.env_dir
     assert kepler.trainer_env()["TRAINER_GPU_BUILD"] == bounds and "TRAINER_GPU_BUILD" not in default.trainer_env()
+
+
+def test_build_default_typed_after_the_study_preset_runs_the_default_build_and_a_cpu_cell_keeps_it():
+    """`+preset=study build=default`: the user's build, not the preset's Kepler build (the default typed is
+    a choice, as any other key typed after the preset); and the preset's build is a GPU build: a K20m
+    node's CPU cell (gpus=0) keeps the framework's default build and its id."""
+    study = ["+preset=study", "+preset/net=lenet_mnist", "framework=torch", "+preset/on=k20m_x1"]
+    assert resolve_settings(composed(study))["build"] == "kepler"
+    with pytest.raises(CellError, match=r"compute capability >= 6\.0 in its GPU build.*build=kepler runs it"):
+        resolve_settings(composed(study + ["build=default"]))
+    assert resolve_settings(composed(study + ["gpus=0"]))["build"] == "default"
+    assert resolve_settings(composed(study + ["build=torch-2.14", "gpus=0"]))["build"] == "torch-2.14"
+
+
+@pytest.mark.parametrize("value", ["[cuda11]", "{cuda11: 1}"])
+def test_a_build_whose_gpu_or_blas_is_not_a_name_is_one_line_naming_the_file(tmp_path, value):
+    (tmp_path / "blas.yaml").write_bytes((builds._CONTAINERS / "blas.yaml").read_bytes())
+    recipe = tmp_path / "torch"
+    recipe.mkdir()
+    for part in ("env.yaml", "requirements.txt", "gpu.yaml"):
+        (recipe / part).write_bytes((builds._CONTAINERS / "torch" / part).read_bytes())
+    for key in ("gpu", "blas"):
+        (recipe / "builds.yaml").write_text(f"kepler: {{{key}: {value}}}\n")
+        builds.declared.cache_clear()
+        with pytest.raises(builds.BuildError, match=rf"builds.yaml: build 'kepler' has {key}=.*which .* does not declare"):
+            builds.declared("torch", tmp_path)
+    builds.declared.cache_clear()
+    (recipe / "builds.yaml").write_text("plain:\n")  # a build that changes nothing: declared, no traceback
+    assert builds.declared("torch", tmp_path) == {"plain": None}
+    builds.declared.cache_clear()
+
+
+def test_a_missing_kepler_image_names_its_bases_definition_not_the_cpu_image(tmp_path):
+    """The CPU image directory built as torch-cuda11.sif would run the Kepler cells on a CPU-only torch."""
+    runtime = make_runtime("apptainer", "torch", images=tmp_path, binary="true", build="kepler")
+    with pytest.raises(EnvironmentNotReady) as missing:
+        runtime.ensure()
+    line = str(missing.value)
+    assert "orchestrator images def torch --base cuda11 -o torch-cuda11.def" in line
+    assert f"apptainer build {tmp_path / 'torch-cuda11.sif'} torch-cuda11.def" in line
+    assert "images build torch" not in line and "\n" not in line
+
+
+def test_a_kepler_build_on_a_gpu_newer_than_its_base_names_the_default_build_as_the_way_out():
+    """mxnet's kepler build (cuda10: 3.0 to 7.5) on an H100: its default build (>= 5.0) runs it; the refusal
+    must not say that no build does."""
+    cfg = composed(["framework=mxnet", "model=lenet", "dataset=synthetic", "hardware=h100", "gpus=1"])
+    assert resolve_settings(cfg)["build"] == "default"
+    with pytest.raises(CellError) as refused:
+        resolve_settings({**cfg, "build": "kepler"})
+    line = str(refused.value)
+    assert "compute capability 3.0 to 7.5 in its GPU build" in line and "no build of mxnet" not in line
+    assert line.endswith("; build=default runs it (the framework's own GPU build)")

@@ -70,13 +70,16 @@ def declared(recipe: str, containers: Path = _CONTAINERS) -> Mapping[str, Mappin
         unknown = sorted(map(str, set(variant) - set(KEYS))) if isinstance(variant, dict) else None
         if variant is not None and (not isinstance(variant, dict) or unknown):
             raise BuildError(f"{path}: build {name!r} sets {unknown or variant!r}; a build sets only {', '.join(KEYS)}")
-        problem = _value_problem(variant or {})
+        variant = variant or {}  # `name:` alone: the recipe as it is, under its own name
+        problem = _value_problem(variant)
         if problem:
             raise BuildError(f"{path}: build {name!r}: {problem}")
-        if variant.get("blas") is not None and variant["blas"] not in blas_libraries(containers):
+        if variant.get("blas") is not None and (not isinstance(variant["blas"], str)
+                                                or variant["blas"] not in blas_libraries(containers)):
             raise BuildError(f"{path}: build {name!r} has blas={variant['blas']!r}, which containers/blas.yaml does "
                              f"not declare ({', '.join(blas_libraries(containers))})")
-        if variant.get("gpu") is not None and variant["gpu"] not in gpu_bases(recipe, containers):
+        if variant.get("gpu") is not None and (not isinstance(variant["gpu"], str)
+                                               or variant["gpu"] not in gpu_bases(recipe, containers)):
             raise BuildError(f"{path}: build {name!r} has gpu={variant['gpu']!r}, which {recipe}'s gpu.yaml does not "
                              f"declare ({', '.join(gpu_bases(recipe, containers)) or 'no GPU bases'})")
     return found
@@ -227,10 +230,15 @@ def refusal(recipe: str, build: str, runtime: str = "venv") -> Optional[str]:
     return None
 
 
+def gpu_base(recipe: str, build: str) -> Optional[str]:
+    """The GPU base a declared build names (`gpu:`), or None."""
+    return (declared(recipe).get(build) or {}).get("gpu") if build in names(recipe) else None
+
+
 def image_name(recipe: str, build: str) -> Optional[str]:
     """The SIF runtime=apptainer runs a build with a GPU base from: `<recipe>-<base>.sif`, the name the
     generated definition's own comment builds (`apptainer build <fw>-<base>.sif <def>`); None otherwise."""
-    base = (declared(recipe).get(build) or {}).get("gpu") if build in names(recipe) else None
+    base = gpu_base(recipe, build)
     return f"{recipe}-{base}.sif" if base else None
 
 
@@ -313,9 +321,12 @@ def way_out(recipe: str, build: str, capability: Any, default_range: tuple[Any, 
     framework's own (Support.gpu_build, (major, minor) pairs) for a build that names no GPU base."""
     if capability is None:
         return ""
-    bounds = gpu_range(recipe, build) or tuple(None if c is None else c[0] + c[1] / 10 for c in default_range)
+    own = tuple(None if c is None else c[0] + c[1] / 10 for c in default_range)
+    bounds = gpu_range(recipe, build) or own
     if in_range(bounds, float(capability)):
         return ""
+    if gpu_range(recipe, build) is not None and in_range(own, float(capability)):  # a GPU base's build on a newer GPU
+        return f"; build={DEFAULT} runs it (the framework's own GPU build)"
     others = [name for name in covering(recipe, float(capability)) if name != build]
     if not others:
         return f"; no build of {recipe} declares a GPU base that runs compute capability {float(capability):.1f}"

@@ -42,12 +42,13 @@ class ApptainerRuntime:
     mount = "/opt/orchestrator"
 
     def __init__(self, framework: str, images: Path, binary: str = "apptainer", trainer: str | None = None,
-                 sif: str | None = None):
+                 sif: str | None = None, base: str | None = None):
         self.framework = framework
         self.trainer = trainer or f"trainers.{framework}"
         self.images = Path(images)
         self.binary = binary
         self.sif = sif or f"{framework}.sif"  # a build with a GPU base: builds.image_name
+        self.base = base  # that build's GPU base: its image is only ever that base's definition
 
     @property
     def image(self) -> Path:
@@ -62,6 +63,12 @@ class ApptainerRuntime:
             raise EnvironmentNotReady(
                 f"runtime=apptainer but `{self.binary}` is not on this node's PATH; "
                 f"load its module (e.g. `module load apptainer`) or use runtime=venv")
+        if not self.image.is_file() and self.base:  # a build's GPU image: its base's definition, not the CPU image
+            definition = f"{self.framework}-{self.base}.def"
+            raise EnvironmentNotReady(
+                f"no image {self.image}; it is this build's GPU image: `orchestrator images def {self.framework} "
+                f"--base {self.base} -o {definition}`, then `apptainer build {self.image} {definition}`; "
+                f"or set apptainer.images")
         if not self.image.is_file():
             raise EnvironmentNotReady(
                 f"no image {self.image}; build the image directory from the recipe with `orchestrator "
@@ -219,7 +226,8 @@ def make_runtime(kind: str, framework: str, cache: Path | None = None, images: P
         raise EnvironmentNotReady(builds.refusal(framework, build, kind) or f"build={build}: runtime={kind}")
     if kind == "apptainer":
         return ApptainerRuntime(framework, images or default_cache() / "images", binary, trainer=trainer,
-                                sif=None if build == builds.DEFAULT else builds.image_name(framework, build))
+                                sif=None if build == builds.DEFAULT else builds.image_name(framework, build),
+                                base=None if build == builds.DEFAULT else builds.gpu_base(framework, build))
     if kind == "container":
         return ContainerRuntime(framework, cache, trainer=trainer)
     raise EnvironmentNotReady(f"runtime={kind!r} is not one of venv, apptainer, container, module")
