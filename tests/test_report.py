@@ -657,3 +657,18 @@ def test_an_inference_cell_below_the_validity_rule_is_reported_so(tmp_path, db_u
     assert entry(shown["latency_p50_s"], framework="jax", phase="inference", min_batches=64,
                  min_seconds=10.0).detail == ""
     assert entry(shown["latency_p99_s"], framework="torch", **rule).status != tables.OK
+
+
+def test_a_dollar_in_a_name_from_the_database_is_drawn_as_text_not_tex(tmp_path):
+    """A name a figure shows comes from the database (a model, a build, a framework a site added): an
+    unbalanced `$` there is a dollar sign, where matplotlib's TeX parser raised and the report failed."""
+    from matplotlib import pyplot, rc_context
+
+    from orchestrator.report import drawing
+
+    with rc_context(drawing.STYLE):
+        fig, ax = pyplot.subplots()
+        ax.set_title("model $\\frac{ on build=$(id)")
+        ax.bar(["a $\\frac{1"], [1.0])
+        written = drawing.save(fig, tmp_path, "dollars", "names with dollars")
+    assert "model $\\frac{ on build=$(id)" in written.svg.read_text()

@@ -15,9 +15,10 @@ from typing import Any, Sequence
 
 #: Values spanning more than this factor get a log axis.
 LOG_SPAN = 30.0
-#: matplotlib's defaults for every figure: text stays text in the SVG (small, searchable).
+#: matplotlib's defaults for every figure: text stays text in the SVG (small, searchable), and a `$`
+#: in a name from the database is a dollar, not TeX (an unbalanced one made the whole report fail).
 STYLE = {"svg.fonttype": "none", "font.size": 9, "axes.spines.top": False, "axes.spines.right": False,
-         "figure.dpi": 100}
+         "figure.dpi": 100, "text.parse_math": False}
 #: Markers for the second property a scatter or line tells apart (hardware, or framework).
 MARKERS = "osD^vPX*h<>p"
 #: A title ends at least this far (inches) from the figure's right edge (fonts differ a little
