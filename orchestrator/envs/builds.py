@@ -40,8 +40,12 @@ MODULE_PREFIX = "module:"
 #: A module as `module load` takes it: words of letters, digits, `_.+-` (none starting with `.` or
 #: `-`, so no `..` and no option), joined by `/` (name/version, or a deeper hierarchy).
 MODULE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+-]*(/[A-Za-z0-9_][A-Za-z0-9_.+-]*)*")
-#: The keys a variant may set (the docstring says what each does).
-KEYS = ("python", "post_install", "env", "pins", "system_site_packages", "blas", "gpu")
+#: The keys a variant may set, and what each does.
+KEYS = {"python": "the interpreters it is made with, in order", "post_install": "the scripts run after pip",
+        "env": "variables for the trainer", "pins": "requirement lines replaced (null: left out)",
+        "system_site_packages": "whether the venv sees the interpreter's own packages",
+        "blas": "a BLAS of containers/blas.yaml, linked in the venv's blas/ folder",
+        "gpu": "the GPU base (containers/<fw>/gpu.yaml) its GPU build takes"}
 #: The shared libraries a BLAS build links in its folder: the names numpy (Debian's, through libblas.so.3
 #: and liblapack.so.3) and Caffe (libopenblas.so.0, build_caffe.sh's -DBLAS=Open) load their BLAS by.
 LINK_NAMES = {"libblas.so.3": "blas", "liblapack.so.3": "lapack", "libopenblas.so.0": "blas"}
