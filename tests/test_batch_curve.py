@@ -33,15 +33,17 @@ def test_expansion_refuses_auto_where_it_does_not_apply(overrides, why):
         _cell("batch_size=auto", *overrides)
 
 
-def _point(batch, dt, t0, n=4):
+def _point(batch, dt, t0, n=4, stalls=()):
+    """A point's events: n batches of dt seconds each, except those `stalls` sets ({index: seconds})."""
     out = [{"event": "point", "t": t0, "batch": batch},
            {"event": "first_batch", "t": t0 + 0.5, "dt": 0.5, "cold": True, "images": batch},
            {"event": "warmup_end", "t": t0 + 1.0, "step": 0}]
     t = t0 + 1.0
     for i in range(n):
-        t += dt
-        out.append({"event": "step", "t": t, "step": i, "dt": dt, "images": batch})
-    return out + [{"event": "run_end", "t": t, "steps": n, "images": n * batch, "measured_s": n * dt}]
+        took = dict(stalls).get(i, dt)
+        t += took
+        out.append({"event": "step", "t": t, "step": i, "dt": took, "images": batch})
+    return out + [{"event": "run_end", "t": t, "steps": n, "images": n * batch, "measured_s": t - t0 - 1.0}]
 
 
 def test_a_search_lands_as_one_run_its_fastest_point_first_and_every_point_by_batch():
@@ -59,6 +61,22 @@ def test_a_search_lands_as_one_run_its_fastest_point_first_and_every_point_by_ba
     assert [p["batch"] for p in curve] == [1, 2, 4]
     assert [round(p["images_per_sec"]) for p in curve] == [100, 160, 200]
     assert all(p["below_rule"] == 1 for p in curve)  # 4 batches: below the default rule's 64
+
+
+def test_the_fastest_point_is_read_from_its_median_batch_not_from_batches_a_neighbour_stalled():
+    """Canned, as measured on this 2-core VM with a neighbour's burst: batch 2's ten batches of 0.1 s
+    hold one of 2 s (summed-time samples/s 7.1, median 20/s), batch 4's run steadily at 0.25 s (16/s).
+    The run's point is batch 2, the one the trainer's stop rule also calls best (decision_rate)."""
+    from trainers.common import batch_search
+    events = [{"event": "run_start", "t": 0.0, "phase": "inference", "model": "resnet50"}]
+    events += _point(2, 0.1, 1.0, n=10, stalls={3: 2.0}) + _point(4, 0.25, 20.0, n=10)
+    events += [{"event": "search_end", "t": 30.0, "points": 2, "stopped": "canned"}]
+    got = metrics.compute(events)
+    assert got["auto.b00002.images_per_sec"] == pytest.approx(20 / 2.9)
+    assert got["auto_batch"] == 2 and got["images_per_sec"] == pytest.approx(20 / 2.9)
+    assert batch_search.decision_rate(2, [0.1] * 3 + [2.0] + [0.1] * 6) == pytest.approx(20.0)
+    assert batch_search.decision_rate(4, [0.25] * 10) == pytest.approx(16.0)
+    assert batch_search.decision_rate(4, []) == 0.0
 
 
 def test_a_search_without_a_measured_point_says_so():

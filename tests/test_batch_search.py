@@ -19,7 +19,8 @@ def test_the_search_doubles_until_two_points_in_a_row_gain_under_5_percent_on_th
     assert batch_search.stop([100.0, 105.0, 110.25]) is None  # exactly 5 % each time: still gaining
     assert batch_search.stop([100.0, 190.0, 350.0, 360.0]) is None  # one flat point: not yet
     why = batch_search.stop([100.0, 190.0, 350.0, 360.0, 340.0])
-    assert why == "throughput gained under 5% on batch 4's 350 samples/s at the 2 points after it (batch 8, 16)"
+    assert why == ("throughput (batch / median latency) gained under 5% on batch 4's 350 samples/s at "
+                   "the 2 points after it (batch 8, 16)")
     # one noisy slow point does not end the curve: the next beats the best by 5 %
     assert batch_search.stop([100.0, 60.0, 300.0, 600.0]) is None
     # a point slower than the best, then one barely above it: both count against the best, not the previous

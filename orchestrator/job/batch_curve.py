@@ -4,7 +4,8 @@ The trainer (trainers/common/batch_search.py) measures batch 1, 2, 4, ... in one
 a fixed-batch inference run of its own (`point` {batch}, then first_batch ... run_end). Here each
 point's events are measured as a fixed run's are (metrics.compute, handed in: this module imports no
 other stage's code) and the run keeps them all as ONE run:
-    - the run's own metrics (the `results` view's columns) are its fastest point's, with `auto_batch`
+    - the run's own metrics (the `results` view's columns) are its fastest point's (by batch ÷ p50
+      latency, `steady_rate`: what the trainer's stop rule compares), with `auto_batch`
       naming that batch, `auto_points` the points measured and `auto_oom_batch` the batch the device
       could not hold (absent where throughput stopped the search);
     - every point's figures as `auto.b<batch, 5 digits>.<metric>` (images_per_sec, latency_p50_s,
@@ -44,6 +45,14 @@ def segments(events: list[dict[str, Any]]) -> list[tuple[int, list[dict[str, Any
     return found
 
 
+def steady_rate(batch: int, got: Any) -> float:
+    """A point's samples/s as the search compares them (batch_search.decision_rate): batch ÷ its
+    median batch latency, which a few batches stalled by a neighbour do not move; its summed-time
+    samples/s where no median was stated."""
+    p50 = got.get("latency_p50_s")
+    return batch / p50 if p50 else got["images_per_sec"]
+
+
 def compute(events: list[dict[str, Any]], measure: Callable[..., Any], metrics_type: type, **kw: Any) -> Any:
     """The run's metrics (`metrics_type`, as `measure` gives them) from a batch search's events."""
     points = [(batch, measure(part, **kw)) for batch, part in segments(events)]
@@ -52,7 +61,7 @@ def compute(events: list[dict[str, Any]], measure: Callable[..., Any], metrics_t
     oom = next((e for e in events if e.get("event") == "point_oom"), None)
     if not points:
         return metrics_type({}, None, "no measured point in the batch search")
-    best_batch, best = max(points, key=lambda p: p[1]["images_per_sec"])
+    best_batch, best = max(points, key=lambda p: steady_rate(*p))
     values = dict(best, auto_batch=float(best_batch), auto_points=float(len(points)))
     if oom is not None:
         values["auto_oom_batch"] = float(oom["batch"])

@@ -10,6 +10,11 @@ inference.py: the first batch apart, the warm-up, the validity rule), until eith
       before them (`stop`, a pure function), or the batch reaches MAX_BATCH. Against the best,
       not the previous point, and twice in a row: one noisy point (a neighbour's burst on a shared
       node) neither ends the curve early nor, by being slow, lets a flat one go on.
+      The rate the rule compares is batch / the point's MEDIAN batch latency (`decision_rate`), not
+      its recorded samples/s (batches / summed seconds): on a shared node a few batches stalled by a
+      neighbour (an OpenMP pool descheduled waits at every barrier: 2 s batches among 0.12 s ones,
+      measured on this project's 2-core VM) drag the sum by 5x and decided the curve by noise. The
+      median reads the device; every point still records its own samples/s and percentiles.
 
 The events: `point` {batch} before each point's own first_batch ... run_end; `point_oom` {batch,
 message} for the point the device could not hold; `search_end` {points, stopped} last. A first
@@ -18,6 +23,7 @@ point that runs out of memory ends the run as out_of_memory (there is no curve t
 Trainers run in Python 3.6 containers: this module stays 3.6-compatible.
 """
 import argparse
+import statistics
 
 from trainers.common import data as datasets
 from trainers.common import inference
@@ -67,11 +73,19 @@ def stop(rates, gain=GAIN, batches=None, patience=PATIENCE):
         else:
             since += 1
     if since >= patience:
-        return ("throughput gained under %g%% on batch %d's %.4g samples/s at the %d points after it (batch %s)"
+        return ("throughput (batch / median latency) gained under %g%% on batch %d's %.4g samples/s at the "
+                "%d points after it (batch %s)"
                 % (100 * gain, batches[best], rates[best], since, ", ".join(str(b) for b in batches[best + 1:])))
     if batches[-1] >= MAX_BATCH:
         return "batch %d is the largest the search tries" % batches[-1]
     return None
+
+
+def decision_rate(batch, times):
+    """The samples/s the stop rule compares: `batch` over the median of the point's batch seconds
+    (0 where none was timed)."""
+    median = statistics.median(times) if times else 0.0
+    return batch / median if median > 0 else 0.0
 
 
 def at_batch(cfg, batch):
@@ -89,13 +103,15 @@ def synthetic_pool(cfg, to_batch):
 
 def run(obj, cfg, events, make_pool, gain=GAIN):
     """Measure batch 1, 2, 4, ... of `obj.infer` until `stop` (at `gain`) or out of memory;
-    make_pool(cfg) gives a point's batches. Returns the points [(batch, samples/s)]."""
+    make_pool(cfg) gives a point's batches. Returns the points [(batch, samples/s the rule compared:
+    decision_rate)]."""
     points, batch, why = [], 1, None
     while why is None:
         point = at_batch(cfg, batch)
         events.emit("point", batch=batch)
+        times = []
         try:
-            measured, seconds = inference.run(obj, point, events, make_pool(point))
+            inference.run(obj, point, events, make_pool(point), times)
         except Exception as exc:
             if not points or classify(exc, obj)[0] != OUT_OF_MEMORY:
                 raise
@@ -103,7 +119,7 @@ def run(obj, cfg, events, make_pool, gain=GAIN):
             events.emit("point_oom", batch=batch, message=message)
             why = "batch %d ran out of memory" % batch
             break
-        points.append((batch, measured * batch / seconds if seconds > 0 else 0.0))
+        points.append((batch, decision_rate(batch, times)))
         why = stop([rate for _, rate in points], gain, [b for b, _ in points])
         batch *= 2
     events.emit("search_end", points=len(points), stopped=why)

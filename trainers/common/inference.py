@@ -69,9 +69,10 @@ def outputs_sha256(outputs):
     return hashlib.sha256(array.tobytes()).hexdigest()
 
 
-def run(obj, cfg, events, pool):
+def run(obj, cfg, events, pool, times=None):
     """The first batch, the warm-up and the measured batches of `obj.infer` over `pool`; returns
-    (measured batches, their summed seconds)."""
+    (measured batches, their summed seconds). Each measured batch's seconds are appended to `times`
+    where given (batch_search decides on their median)."""
     check_trainer(obj)
     batch = cfg.global_batch
     cold = cold_start(obj.compile_cache())
@@ -85,6 +86,8 @@ def run(obj, cfg, events, pool):
     while measured < cfg.min_batches or seconds < cfg.min_seconds:
         _, dt = timed(obj.infer, pool[(1 + cfg.warmup + measured) % len(pool)])
         events.emit("step", step=cfg.warmup + measured, dt=dt, images=batch)
+        if times is not None:
+            times.append(dt)
         measured += 1
         seconds += dt
     events.emit("run_end", steps=measured, images=measured * batch, measured_s=seconds)
