@@ -170,6 +170,13 @@ def test_a_gpu_swap_of_a_requirement_the_recipe_lacks_is_refused(tmp_path):
     (recipe_dir / "gpu.yaml").write_text("cuda12:\n  post_install: [../../etc/passwd]\n")
     with pytest.raises(DefinitionError, match=r"are not files of .*; name scripts in the recipe's directory"):
         generate("torch", "cuda12", recipe_dir)
+    # a trailing newline would end the definition's apt-get line: what follows it would run as a command
+    (recipe_dir / "gpu.yaml").write_text('cuda12:\n  more_packages: ["libfoo\\n", "touch"]\n')
+    with pytest.raises(DefinitionError, match=r"not Debian package names; fix"):
+        generate("torch", "cuda12", recipe_dir)
+    (recipe_dir / "gpu.yaml").write_text('cuda12:\n  env: {"PATH\\n": x}\n')
+    with pytest.raises(DefinitionError, match=r"are not variable names; fix"):
+        generate("torch", "cuda12", recipe_dir)
     (recipe_dir / "debian-packages.txt").write_text("bad;rm -rf /\n")
     with pytest.raises(DefinitionError, match=r"not Debian package names; fix"):
         generate("torch", "cpu", recipe_dir)
