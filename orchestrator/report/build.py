@@ -109,7 +109,9 @@ def _tidy(report: Report) -> None:
         stale = report.out / folder / name
         if name.endswith(WRITTEN.get(folder, ())) and "/" not in name and "\0" not in name and stale.is_file():
             stale.unlink()
-    manifest.write_text("".join(f"{entry}\n" for entry in sorted(written)), encoding="utf-8")
+    listing = manifest.with_name(MANIFEST + ".new")  # renamed over the list: never half a list
+    listing.write_text("".join(f"{entry}\n" for entry in sorted(written)), encoding="utf-8")
+    listing.replace(manifest)
 
 
 def _builds(report: Report, found: list[list[builds.Row]], out: Path) -> str:
