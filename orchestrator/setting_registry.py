@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Optional
 
@@ -162,6 +163,12 @@ def _applies(s: SettingDef, settings: Mapping[str, Any]) -> bool:
     setting, value = ONLY_WHERE.get(s.hashed, (None, None))
     return setting is None or settings.get(setting) == value
 
+
+#: A plain name: a config choice, a `name:` field, a recipe, a partition or GPU type, a word of a site
+#: module's name (envs/builds.MODULE_NAME). Letters, digits and `_ . + -`, not starting with `.`, `+` or
+#: `-`: no slash and no `..`, so it joins a path only as one component, and is never an option. Checked
+#: with fullmatch (sweep/config_checks.name, choice).
+NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+-]*")
 
 #: The build a cell runs unless it names another: its framework's recipe itself (orchestrator/envs/builds.py)
 DEFAULT_BUILD = "default"

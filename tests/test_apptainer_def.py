@@ -154,22 +154,27 @@ def test_a_changed_recipe_changes_the_definition(tmp_path, fw, base, name, chang
         assert change.strip() in after
 
 
+#: gpu.yaml texts a definition refuses, and the words of each refusal
+WRONG_GPU_YAML = [
+    ("cuda12:\n  capability: [6.0, null]\n  requirements: {tensorflow-cpu: x}\n",
+     r"tensorflow-cpu, which .*requirements.txt does not have; fix"),
+    ("cuda12:\n  capability: [3.0, null]\n", r"beyond what its base serves .*; fix its `capability:`"),
+    ("cuda12:\n  capability: [six]\n", r"is not \[low, high\]; write e.g."),
+    ("cuda12:\n  post_install: [../../etc/passwd]\n", r"are not files of .*; name scripts in the recipe's directory"),
+    # a trailing newline would end the definition's apt-get line: what follows it would run as a command
+    ('cuda12:\n  more_packages: ["libfoo\\n", "touch"]\n', r"not Debian package names; fix"),
+    ('cuda12:\n  env: {"PATH\\n": x}\n', r"are not variable names; fix"),
+]
+
+
 def test_a_gpu_swap_of_a_requirement_the_recipe_lacks_is_refused(tmp_path):
     recipe_dir = copy_recipe(tmp_path, "torch")
-    (recipe_dir / "gpu.yaml").write_text("cuda12:\n  capability: [6.0, null]\n  requirements: {tensorflow-cpu: x}\n")
-    with pytest.raises(DefinitionError, match=r"tensorflow-cpu, which .*requirements.txt does not have; fix"):
-        generate("torch", "cuda12", recipe_dir)
-    (recipe_dir / "gpu.yaml").write_text("cuda12:\n  capability: [3.0, null]\n")
-    with pytest.raises(DefinitionError, match=r"beyond what its base serves .*; fix its `capability:`"):
-        generate("torch", "cuda12", recipe_dir)
-    (recipe_dir / "gpu.yaml").write_text("cuda12:\n  capability: [six]\n")
-    with pytest.raises(DefinitionError, match=r"is not \[low, high\]; write e.g."):
-        generate("torch", "cuda12", recipe_dir)
+    for text, refusal in WRONG_GPU_YAML:
+        (recipe_dir / "gpu.yaml").write_text(text)
+        with pytest.raises(DefinitionError, match=refusal):
+            generate("torch", "cuda12", recipe_dir)
     (recipe_dir / "gpu.yaml").write_text("cuda12: {}\n")
     assert "org.orchestrator.gpu_capability any compute capability" in generate("torch", "cuda12", recipe_dir)
-    (recipe_dir / "gpu.yaml").write_text("cuda12:\n  post_install: [../../etc/passwd]\n")
-    with pytest.raises(DefinitionError, match=r"are not files of .*; name scripts in the recipe's directory"):
-        generate("torch", "cuda12", recipe_dir)
     (recipe_dir / "debian-packages.txt").write_text("bad;rm -rf /\n")
     with pytest.raises(DefinitionError, match=r"not Debian package names; fix"):
         generate("torch", "cpu", recipe_dir)

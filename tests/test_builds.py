@@ -79,6 +79,11 @@ def test_a_build_is_its_own_environment_keyed_by_its_variant(tmp_path):
     ("evil: {pins: {torch: '==2.5 --index-url http://example.invalid'}}\n", "is not a package and a version"),
     ("evil: {post_install: [../../../tmp/x.sh]}\n", "is not a list of script names in the recipe's folder"),
     ("evil: {post_install: [/tmp/x.sh]}\n", "is not a list of script names in the recipe's folder"),
+    # a name with a trailing newline (a `$` anchor lets one through) would end a line of bash or pip's input
+    ('evil: {post_install: ["x.sh\\n"]}\n', "is not a list of script names in the recipe's folder"),
+    ('"evil\\n": {blas: blis}\n', "is not a plain name"),
+    ('evil: {pins: {torch: "==2.5\\n"}}\n', "is not a package and a version specifier"),
+    ('evil: {pins: {"torch\\n": "==2.5"}}\n', "is not a package and a version specifier"),
 ])
 def test_a_wrong_declaration_is_one_line_naming_the_file(tmp_path, text, problem):
     (tmp_path / "fw").mkdir()
@@ -215,6 +220,7 @@ def test_a_blas_build_keeps_the_recipes_own_library_path_after_its_folder(tmp_pa
     ("evil: {package: null, blas: /usr/lib/a.so, lapack: '{env_dir}/../../tmp/x.so'}", "lapack '{env_dir}/../../tmp/x.so' is not"),
     ("evil: {package: null, blas: /usr/lib/a.so, lapack: /usr/lib/a.so, beside: '/etc/*'}", "beside '/etc/\\*' is not"),
     ("evil: {package: null, blas: /usr/lib/../../etc/passwd, lapack: /usr/lib/a.so}", "blas '/usr/lib/../../etc/passwd' is not"),
+    ('evil: {package: "libblas3\\n", blas: /usr/lib/a.so, lapack: /usr/lib/a.so}', "is not a Debian package"),
 ])
 def test_a_blas_entry_that_is_not_a_package_and_library_files_is_refused(tmp_path, entry, problem):
     """containers/blas.yaml's package reaches apt-get (scripts/frameworks.sh) and its files become a

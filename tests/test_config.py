@@ -183,7 +183,7 @@ def test_the_gpt_is_gpt2_small_unless_its_shape_is_set_and_no_other_cell_id_chan
     (("hardware=k20m", "gpus=3"), "nodes hold 2"),
     (("hardware=k20m", "gpus=1"), r"hardware=k20m \(compute capability 3.5\); it supports compute capability "
                                   r">= 6.0"),  # torch on Kepler
-    (("hardware=k20m", "gpus=1", "framework=tf"), "CUDA <= 11 image"),
+    (("hardware=k20m", "gpus=1", "framework=tf"), "CUDA 11 build of TensorFlow"),
     (("batch_size=0",), "batch_size=0"),
     (("scaling=diagonal",), "scaling"),
     (("precision=fp8",), "precision"),

@@ -146,3 +146,19 @@ def test_a_kepler_build_on_a_gpu_newer_than_its_base_names_the_default_build_as_
     line = str(refused.value)
     assert "compute capability 3.0 to 7.5 in its GPU build" in line and "no build of mxnet" not in line
     assert line.endswith("; build=default runs it (the framework's own GPU build)")
+    assert support({"name": "mxnet"}).notes["gpu_build"] not in line  # mxnet's own note: a K20m needs mxnet-cu102
+
+
+def test_a_gpu_build_note_is_shown_only_on_the_side_of_the_frameworks_own_range_it_is_about():
+    """A note on a framework's own GPU build is about GPUs older than it (mxnet's: a K20m needs mxnet-cu102)
+    or newer (CNTK's: it predates Ampere): neither on the other side, nor for a build with its own range."""
+    mxnet, cntk = support({"name": "mxnet"}), support({"name": "cntk"})
+    assert mxnet.capability_problem([("K20m", (3, 5))], "fp32").endswith(" (%s)" % mxnet.notes["gpu_build"])
+    kepler_on_h100 = mxnet.capability_problem([("H100", (9, 0))], "fp32", gpu_build=(3.0, 7.5))
+    kepler_on_fermi = mxnet.capability_problem([("C2050", (2, 0))], "fp32", gpu_build=(3.0, 7.5))
+    assert "in its GPU build" in kepler_on_h100 and "in its GPU build" in kepler_on_fermi
+    assert all(mxnet.notes["gpu_build"] not in line for line in (kepler_on_h100, kepler_on_fermi))
+    ampere = cntk.notes["gpu_build_newer"]
+    assert cntk.capability_problem([("A100", (8, 0))], "fp32").endswith(" (%s)" % ampere)
+    fermi = cntk.capability_problem([("C2050", (2, 0))], "fp32")
+    assert "compute capability 3.0 to 7.5 in its GPU build" in fermi and ampere not in fermi

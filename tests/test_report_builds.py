@@ -11,7 +11,7 @@ from result_factory import make_result, write_result
 
 from orchestrator.metric_registry import MIN_EFFECT_PCT
 from orchestrator.report import builds, compare, query, tables
-from orchestrator.report.build import write_report
+from orchestrator.report.build import MANIFEST, write_report
 from orchestrator.results.collector import collect
 from orchestrator.store import db
 
@@ -121,6 +121,30 @@ def test_a_report_without_cells_differing_only_in_build_has_no_builds_section(tm
     assert cases == {("caffe/lenet/mnist on local (threads=1, batch_size=64, precision=fp32)", b) for b in
                      ("default", "blis")}
     assert again.index.read_text().count('<h2 id="builds">Builds</h2>') == 1
+
+
+def test_a_report_written_over_an_earlier_one_removes_only_the_files_the_earlier_one_wrote(tmp_path):
+    """The builds table and figure of a report whose data had two builds are gone once a report of data
+    with one build is written in their place; a user's own files there, and whatever a hand-edited list
+    names outside the report's folders, stay. (SQLite only: the files, not the database, are under test.)"""
+    lenet = {"framework": "caffe", "model": "lenet"}
+    out = tmp_path / "report"
+    two = landed(tmp_path / "a", f"sqlite:///{tmp_path / 'two.db'}",
+                 [(lenet, None, [100.0, 101.0, 99.0], {}), (lenet, "blis", [150.0, 151.0, 149.0], {})])
+    first = report_of(two, out)
+    stale = {out / "tables" / "builds.csv", out / "figures" / "builds.svg", out / "figures" / "builds.png"}
+    assert all(p.is_file() for p in stale) and set(first.tables + first.figures) >= stale
+    mine = [out / "tables" / "published.csv", out / "figures" / "mine.png", tmp_path / "outside.csv"]
+    for path in mine:
+        path.write_text("a user's own file\n")
+    with (out / MANIFEST).open("a") as listed:
+        listed.write("tables/../../outside.csv\n../outside.csv\n/etc/hostname\ntables/mine\n")
+    one = landed(tmp_path / "b", f"sqlite:///{tmp_path / 'one.db'}", [(lenet, None, [100.0, 101.0, 99.0], {})])
+    second = report_of(one, out)
+    assert not any(p.exists() for p in stale) and all(p.read_text() == "a user's own file\n" for p in mine)
+    kept = {p.relative_to(out).as_posix() for p in second.tables + second.figures}
+    assert all((out / name).is_file() for name in kept) and "tables/images_per_sec.csv" in kept
+    assert (out / MANIFEST).read_text().splitlines() == sorted(kept)
 
 
 def test_recorded_values_are_escaped_and_a_side_without_a_number_gets_no_verdict(tmp_path):

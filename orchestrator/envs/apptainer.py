@@ -38,9 +38,7 @@ from trainers.common.support import GPU_BUILD_ENV
 RECIPE_IN_IMAGE = "/opt/recipe"
 #: The trainers' mount point (ApptainerRuntime binds the repository's trainers/ below it).
 TRAINERS_MOUNT = "/opt/orchestrator"
-_DEBIAN_NAME = re.compile(r"^[a-z0-9][a-z0-9+.-]+$")
-_SCRIPT_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 class DefinitionError(EnvironmentNotReady):
@@ -108,7 +106,7 @@ class Definition:
                                   f"`packages:` names")
         listed = [swaps.get(p, p) for p in self.recipe.debian_packages()]
         wanted = [*BASE_PACKAGES, *(p for p in listed if p), *(self.gpu.more_packages if self.gpu else [])]
-        bad = [p for p in wanted if not _DEBIAN_NAME.match(str(p))]
+        bad = [p for p in wanted if not recipe_files.DEBIAN_PACKAGE.fullmatch(str(p))]
         if bad:
             raise DefinitionError(f"{self.fw}: {bad} are not Debian package names; fix "
                                   f"{self.recipe.debian} or {gpu_file(self.recipe)}")
@@ -128,7 +126,7 @@ class Definition:
     def scripts(self) -> list[Path]:
         if self.gpu and self.gpu.post_install is not None:
             names = [str(n) for n in self.gpu.post_install]
-            bad = [n for n in names if not _SCRIPT_NAME.match(n) or not (self.recipe.dir / n).is_file()]
+            bad = [n for n in names if not recipe_files.PLAIN_NAME.fullmatch(n) or not (self.recipe.dir / n).is_file()]
             if bad:
                 raise DefinitionError(f"{gpu_file(self.recipe)}: post_install {bad} are not files of "
                                       f"{self.recipe.dir}; name scripts in the recipe's directory")
@@ -140,7 +138,7 @@ class Definition:
                **self.recipe.trainer_env(), **(self.gpu.env if self.gpu else {})}
         if self.gpu:  # the trainer checks its GPUs against this build's range, not its framework's default
             env[GPU_BUILD_ENV] = builds.gpu_build_value(self.gpu.capability)
-        bad = [k for k in env if not _ENV_NAME.match(k)]
+        bad = [k for k in env if not _ENV_NAME.fullmatch(k)]
         if bad:
             raise DefinitionError(f"{self.fw}: {bad} are not variable names; fix the recipe's `env:`")
         return env

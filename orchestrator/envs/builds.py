@@ -37,9 +37,9 @@ DEFAULT = setting_registry.DEFAULT_BUILD
 #: A build a site's module tree provides: `build=module:<name>/<version>`, run by runtime=module
 #: (module_runtime.py) after `module load <name>/<version>`.
 MODULE_PREFIX = "module:"
-#: A module as `module load` takes it: words of letters, digits, `_.+-` (none starting with `.` or
-#: `-`, so no `..` and no option), joined by `/` (name/version, or a deeper hierarchy).
-MODULE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+-]*(/[A-Za-z0-9_][A-Za-z0-9_.+-]*)*")
+#: A module as `module load` takes it: plain names (setting_registry.NAME: none starting with `.` or
+#: `-`, so no `..` and no option) joined by `/` (name/version, or a deeper hierarchy).
+MODULE_NAME = re.compile(rf"{setting_registry.NAME.pattern}(/{setting_registry.NAME.pattern})*")
 #: The keys a variant may set, and what each does.
 KEYS = {"python": "the interpreters it is made with, in order", "post_install": "the scripts run after pip",
         "env": "variables for the trainer", "pins": "requirement lines replaced (null: left out)",
@@ -51,7 +51,6 @@ KEYS = {"python": "the interpreters it is made with, in order", "post_install": 
 LINK_NAMES = {"libblas.so.3": "blas", "liblapack.so.3": "lapack", "libopenblas.so.0": "blas"}
 
 _CONTAINERS = Path(__file__).resolve().parents[2] / "containers"
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 
 
 class BuildError(ValueError):
@@ -68,7 +67,7 @@ def declared(recipe: str, containers: Path = _CONTAINERS) -> Mapping[str, Mappin
     if not isinstance(found, dict):
         raise BuildError(f"{path}: not a mapping of build names to variants; fix the file")
     for name, variant in found.items():
-        if not isinstance(name, str) or not _NAME.match(name) or name == DEFAULT:
+        if not isinstance(name, str) or not recipe_files.PLAIN_NAME.fullmatch(name) or name == DEFAULT:
             raise BuildError(f"{path}: build {name!r} is not a plain name (letters, digits, . _ -; not "
                              f"{DEFAULT!r}); rename it")
         unknown = sorted(map(str, set(variant) - set(KEYS))) if isinstance(variant, dict) else None
@@ -91,8 +90,8 @@ def declared(recipe: str, containers: Path = _CONTAINERS) -> Mapping[str, Mappin
 
 #: A package name as PEP 508 writes one, and a version specifier list (`==2.14.1`, `>=1,<2`): a pin is
 #: a requirements line, so neither may be a pip option (`-e`, `-r`, `--index-url`) or hold a space.
-_PACKAGE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?$")
-_SPECIFIER = re.compile(r"^(===?|!=|<=?|>=?|~=)[A-Za-z0-9.*+!_-]+(,(===?|!=|<=?|>=?|~=)[A-Za-z0-9.*+!_-]+)*$")
+_PACKAGE = re.compile(r"[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?")
+_SPECIFIER = re.compile(r"(===?|!=|<=?|>=?|~=)[A-Za-z0-9.*+!_-]+(,(===?|!=|<=?|>=?|~=)[A-Za-z0-9.*+!_-]+)*")
 
 
 def _value_problem(variant: Mapping[str, Any]) -> Optional[str]:
@@ -102,12 +101,13 @@ def _value_problem(variant: Mapping[str, Any]) -> Optional[str]:
     if not isinstance(pins, dict):
         return f"pins is {pins!r}, not a mapping of packages to version specifiers; write pins: {{torch: \"==2.14.1\"}}"
     for package, spec in pins.items():
-        if not isinstance(package, str) or not _PACKAGE.match(package) or \
-                (spec is not None and (not isinstance(spec, str) or not _SPECIFIER.match(spec))):
+        if not isinstance(package, str) or not _PACKAGE.fullmatch(package) or \
+                (spec is not None and (not isinstance(spec, str) or not _SPECIFIER.fullmatch(spec))):
             return (f"pin {package!r}: {spec!r} is not a package and a version specifier (e.g. torch: \"==2.14.1\", "
                     f"or null to leave the package out); fix the pin")
     scripts = variant.get("post_install") or []
-    if not isinstance(scripts, list) or not all(isinstance(s, str) and _NAME.match(s) for s in scripts):
+    if not isinstance(scripts, list) or \
+            not all(isinstance(s, str) and recipe_files.PLAIN_NAME.fullmatch(s) for s in scripts):
         return (f"post_install {scripts!r} is not a list of script names in the recipe's folder (no / or ..); "
                 f"put the script beside env.yaml and name it")
     return None
@@ -115,8 +115,6 @@ def _value_problem(variant: Mapping[str, Any]) -> Optional[str]:
 
 #: Where a BLAS build's links may point: the system's library folders, or the build's own venv.
 LIBRARY_ROOTS = ("/usr/lib/", "/lib/", "{env_dir}/")
-#: A Debian package name (Debian Policy 5.6.1): what scripts/frameworks.sh hands apt-get.
-_DEBIAN_PACKAGE = re.compile(r"^[a-z0-9][a-z0-9+.-]+$")
 
 
 @functools.lru_cache(maxsize=None)
@@ -165,10 +163,10 @@ def blas_libraries(containers: Path = _CONTAINERS) -> Mapping[str, Mapping[str, 
     if not isinstance(found, dict):
         raise BuildError(f"{path}: not a mapping of BLAS names to their package and files; fix the file")
     for name, files in found.items():
-        if not isinstance(name, str) or not _NAME.match(name) or not isinstance(files, dict):
+        if not isinstance(name, str) or not recipe_files.PLAIN_NAME.fullmatch(name) or not isinstance(files, dict):
             raise BuildError(f"{path}: {name!r} is not a plain name with its package and files; fix the file")
         package = files.get("package")
-        if package is not None and (not isinstance(package, str) or not _DEBIAN_PACKAGE.match(package)):
+        if package is not None and (not isinstance(package, str) or not recipe_files.DEBIAN_PACKAGE.fullmatch(package)):
             raise BuildError(f"{path}: {name}: package {package!r} is not a Debian package name; name the package")
         for part in ("blas", "lapack", "beside"):
             target = files.get(part)

@@ -15,6 +15,12 @@ from typing import Sequence
 import yaml
 
 _REQUIREMENT_NAME = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)")
+#: The names a recipe's files give, each checked with fullmatch (so no trailing newline slips through):
+#: a Debian package (Debian Policy 5.6.1: what apt-get and an image's %post are handed), and a plain name
+#: (a post_install script beside the recipe, a build, a BLAS of blas.yaml): one path component, no `/`,
+#: no leading `.` or `-` (so no `..` and no option).
+DEBIAN_PACKAGE = re.compile(r"[a-z0-9][a-z0-9+.-]+")
+PLAIN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 
 
 class RecipeFileError(ValueError):

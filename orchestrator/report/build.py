@@ -6,6 +6,12 @@
     <out>/tables/time_limits.*       each cell's requested time limit and the time its job used
     <out>/tables/builds.csv          each build of the cells that ran in several (builds.py), against the base build
     <out>/figures/<name>.svg, .png   each figure (figures.py)
+    <out>/.report-files              the files above that this report wrote, one a line (MANIFEST)
+
+A report written over an earlier one removes the tables and figures the earlier one listed in its
+MANIFEST and this one did not write (a section now empty, a figure no longer drawn), so the
+directory never ships files that no longer describe the data; a file the report did not write (a
+user's own, or one of a report from before the list existed) is never touched.
 """
 from __future__ import annotations
 
@@ -78,7 +84,34 @@ def write_report(session: Any, sweep_ids: Sequence[str], out: Path, noisy_cv: fl
     html = page.render(*about, all_tables, drawn, report.skipped, provenance, noisy_cv, nodes, times,
                        inference.table_html(points), builds_html)
     report.index.write_text(html, encoding="utf-8")
+    _tidy(report)
     return report
+
+
+#: The list of the files a report wrote, in its directory: the only files a later report there removes.
+MANIFEST = ".report-files"
+#: The folders a report writes files into, and their suffixes: a MANIFEST entry outside them is left alone.
+WRITTEN = {"tables": (".csv", ".md"), "figures": (".svg", ".png")}
+
+
+def _tidy(report: Report) -> None:
+    """Removes the files the earlier report in `report.out` listed (MANIFEST) and this one did not
+    write, then lists this one's. An entry that is not `<folder of WRITTEN>/<file of its suffixes>`
+    (no `..`, no deeper path: a list edited by hand) is not removed."""
+    manifest = report.out / MANIFEST
+    written = {p.relative_to(report.out).as_posix() for p in [*report.tables, *report.figures]}
+    try:
+        earlier = set(manifest.read_text(encoding="utf-8").splitlines())
+    except (OSError, UnicodeDecodeError):  # none yet (a new directory, or an older report's)
+        earlier = set()
+    for entry in sorted(earlier - written):
+        folder, _, name = entry.partition("/")
+        stale = report.out / folder / name
+        if name.endswith(WRITTEN.get(folder, ())) and "/" not in name and "\0" not in name and stale.is_file():
+            stale.unlink()
+    listing = manifest.with_name(MANIFEST + ".new")  # renamed over the list: never half a list
+    listing.write_text("".join(f"{entry}\n" for entry in sorted(written)), encoding="utf-8")
+    listing.replace(manifest)
 
 
 def _builds(report: Report, found: list[list[builds.Row]], out: Path) -> str:

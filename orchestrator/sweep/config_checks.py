@@ -27,6 +27,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Optional
 
+from orchestrator.setting_registry import NAME  # a plain name: a config choice, a `name:` field, a recipe...
+
 CONF = Path(__file__).resolve().parents[2] / "conf"  # orchestrator/sweep/ -> the repository
 
 #: The config groups whose choice names a file conf/<group>/<choice>.yaml.
@@ -39,8 +41,6 @@ MAX_REPEATS = 1000
 #: The runtimes a job runs its trainer in (conf/config.yaml's `runtime`): a closed choice.
 RUNTIMES = ("venv", "apptainer", "container", "module")
 
-#: A plain name: a config choice, a `name:` field, a recipe, a partition or GPU type.
-NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+-]*")
 #: A dotted Python module name (a framework's `trainer:`).
 MODULE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
 

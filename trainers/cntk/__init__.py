@@ -31,5 +31,5 @@ SUPPORT = Support(
         "bf16": "CNTK has no bfloat16",
         "gpus": "the venv's CNTK is CPU-only; CNTK's GPU build is cntk-gpu, CUDA 10.0: "
                 "orchestrator images def cntk --base cuda10",
-        "gpu_build": "CNTK 2.7 is the last release: its CUDA 10.0 build predates Ampere",
+        "gpu_build_newer": "CNTK 2.7 is the last release: its CUDA 10.0 build predates Ampere",
     })

@@ -28,12 +28,8 @@ import zlib
 
 import numpy as np
 
-try:  # numpy's pickling helper, read under either name numpy gives it (2.x writes numpy._core)
-    from numpy._core.multiarray import _reconstruct
-except ImportError:  # numpy 1.x (Python 3.6's 1.19)
-    from numpy.core.multiarray import _reconstruct
-
 from trainers.common import matfile
+from trainers.common.array_pickle import ArraysOnly
 from trainers.common.errors import DataError
 from trainers.common.generated import GENERATED_NOTE, mark_generated
 
@@ -49,21 +45,6 @@ _WAY_OUT = ("put the real files there (%s), write generated ones with `orchestra
             "--dir <data>` (throughput only), or run with --dataset synthetic --like %s")
 
 
-class _Unpickler(pickle.Unpickler):
-    """Builds what CIFAR's pickles hold and nothing else: numpy arrays (whichever numpy wrote
-    them, numpy.core or numpy._core), and bytes written by Python 3 (_codecs.encode)."""
-
-    def find_class(self, module, name):
-        allowed = {("numpy", "ndarray"): np.ndarray, ("numpy", "dtype"): np.dtype,
-                   ("numpy.core.multiarray", "_reconstruct"): _reconstruct,
-                   ("numpy._core.multiarray", "_reconstruct"): _reconstruct,
-                   ("_codecs", "encode"): _latin1}
-        if (module, name) not in allowed:
-            raise DataError("%s.%s is in the pickle, and CIFAR-100's files hold only arrays, lists "
-                            "and strings: not reading it" % (module, name))
-        return allowed[(module, name)]
-
-
 def _latin1(text, encoding="latin1"):
     """_codecs.encode as Python 3 pickles bytes at protocol 2 (latin-1 only)."""
     if encoding != "latin1":
@@ -71,10 +52,15 @@ def _latin1(text, encoding="latin1"):
     return text.encode("latin1")
 
 
+#: What CIFAR's pickles may name besides numpy's arrays: bytes as Python 3 pickles them (protocol 2)
+_CIFAR_GLOBALS = {("_codecs", "encode"): _latin1}
+_CIFAR_REFUSAL = "%s is in the pickle, and CIFAR-100's files hold only arrays, lists and strings: not reading it"
+
+
 def _unpickle(path):
     try:
         with open(path, "rb") as f:
-            content = _Unpickler(f, encoding="bytes").load()
+            content = ArraysOnly(f, _CIFAR_REFUSAL, _CIFAR_GLOBALS, encoding="bytes").load()
     except DataError as exc:
         raise DataError("%s: %s" % (path, exc))
     except (OSError, EOFError, pickle.UnpicklingError, ValueError, TypeError, AttributeError, KeyError,

@@ -100,8 +100,8 @@ class Support(object):
     `inference`: whether its trainer runs --phase inference (Trainer.infer) for those networks.
     `compiles`: the --compile forms it runs besides `native`, its usual one (settings.COMPILES).
     `notes`: {a precision, "models", "gpus", "multi_gpu", "multi_node", "cpu_replicas",
-    "inference", "compile" or "gpu_build": why},
-    appended to that refusal.
+    "inference", "compile", "gpu_build" (a GPU older than its GPU build) or "gpu_build_newer"
+    (one newer): why}, appended to that refusal (RANGE_NOTES).
     """
 
     def __init__(self, framework, cpu, gpu=(), multi_gpu=None, cpu_replicas=False,
@@ -204,7 +204,8 @@ class Support(object):
                           if lowest and highest else
                           "compute capability >= %s" % show_capability(lowest) if lowest else
                           "compute capability <= %s" % show_capability(highest))
-                return self.refuse(shown, "%s in its GPU build" % bounds, "gpu_build")
+                return self.refuse(shown, "%s in its GPU build" % bounds,
+                                   _range_note(gpu_build, lowest and cap < lowest))
             if need and cap < need:
                 return self.refuse("--precision %s on %s" % (precision, shown),
                                    "it on compute capability >= %s" % show_capability(need),
@@ -224,6 +225,17 @@ class Support(object):
         if devices > 1 and self.multi_gpu in (PROCESS_PER_DEVICE, MPI_RANKS):
             return devices
         return 1
+
+
+#: The notes a GPU outside the framework's own GPU build gets: one older than its lowest compute
+#: capability, one newer than its highest. A build with its own range (a GPU base's, gpu_build_from)
+#: gets neither: the notes describe the framework's own build and its way out, which such a build is.
+RANGE_NOTES = {True: "gpu_build", False: "gpu_build_newer"}
+
+
+def _range_note(gpu_build, older):
+    """The key of the note a GPU outside the range gets (None for a build's own range)."""
+    return RANGE_NOTES[bool(older)] if gpu_build is None else None
 
 
 def _where(kind):

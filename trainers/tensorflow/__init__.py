@@ -30,5 +30,5 @@ SUPPORT = Support(
         "bf16": "bf16 on GPUs needs Ampere (8.0) or newer",
         "gpus": "tensorflow-cpu, or no GPU on this node; install tensorflow[and-cuda] or use "
                 "the CUDA image",
-        "gpu_build": "Kepler GPUs need a CUDA <= 11 image of TensorFlow <= 2.11",
+        "gpu_build": "Kepler GPUs need a CUDA 11 build of TensorFlow, as build=kepler (2.11.1) is",
     })
