@@ -13,7 +13,8 @@ trainer never runs in the orchestrator's own interpreter. Three runtimes build t
   comes from the same recipe: the image directory (`apptainer build <fw>.sif <dir>`) or, for a
   GPU build, the definition `orchestrator images def <fw> --base ...` generates (apptainer.py).
 - `ContainerRuntime` (`runtime=container`): `ch-run` (Charliecloud) in the image built from the
-  same recipe (`orchestrator/envs/images.py`; built on first use, cached by recipe hash), with
+  same recipe (`orchestrator/envs/images.py`; built on first use, cached by recipe hash; a named
+  build in its own image, `<fw>-<build>-<hash>`, keyed by its variant as its venv is), with
   `trainers/` (read-only) and the run directory bound in and the trainer's environment given
   explicitly (`--unset-env=*`, nothing of the host's but `PASS_THROUGH`).
 
@@ -124,12 +125,12 @@ class ContainerRuntime:
     mount = "/opt/orchestrator"
 
     def __init__(self, framework: str, cache: Path | None = None, binary: str = "ch-run",
-                 trainer: str | None = None, recipe_dir: Path | None = None):
+                 trainer: str | None = None, recipe_dir: Path | None = None, build: str = builds.DEFAULT):
         self.framework = framework
         self.trainer = trainer or f"trainers.{framework}"
         self.cache = Path(cache) if cache else default_cache()
         self.binary = binary
-        self.recipe = Recipe(framework, recipe_dir)
+        self.recipe = Recipe(framework, recipe_dir, build)  # a named build: its own image (images.py)
         self.store = ImageStore(self.cache, binary)
         self._manifest: dict | None = None
 
@@ -138,8 +139,9 @@ class ContainerRuntime:
         if self._manifest is None:
             self._manifest = self.store.manifest(self.recipe)
         if self._manifest is None:
-            raise EnvironmentNotReady(f"no {self.framework} image for the current recipe; "
-                                      f"run `orchestrator images build {self.framework}`")
+            build = "" if self.recipe.build == builds.DEFAULT else f" --build {self.recipe.build}"
+            raise EnvironmentNotReady(f"no {self.recipe.name} image for the current recipe; "
+                                      f"run `orchestrator images build {self.framework}{build}`")
         return self._manifest
 
     @property
@@ -229,5 +231,5 @@ def make_runtime(kind: str, framework: str, cache: Path | None = None, images: P
                                 sif=None if build == builds.DEFAULT else builds.image_name(framework, build),
                                 base=None if build == builds.DEFAULT else builds.gpu_base(framework, build))
     if kind == "container":
-        return ContainerRuntime(framework, cache, trainer=trainer)
+        return ContainerRuntime(framework, cache, trainer=trainer, build=build)
     raise EnvironmentNotReady(f"runtime={kind!r} is not one of venv, apptainer, container, module")

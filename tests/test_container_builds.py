@@ -1,0 +1,77 @@
+"""A named build in its own image (issue 39): the image recipe takes the build's variant as its venv takes
+it (the BLAS package, the interpreter and its site packages, the pins, the env, the blas/ folder of links),
+keyed by that variant while the default's key stays what it was; and numpy's `reference` build, whose
+image scripts/images.sh builds (builds.CI_BUILDS), run as a real cell with runtime=container, recording the
+reference BLAS it loaded inside its image."""
+import hashlib
+import json
+import shutil
+
+import pytest
+
+from helpers import FAST, orchestrator, rows, user_dir
+from orchestrator.envs import builds
+from orchestrator.envs.image_recipe import BASE_PACKAGES, BUILDER_VERSION, Recipe, base_hash
+from orchestrator.envs.images import ImageStore
+from orchestrator.envs.venv_runtime import EnvironmentNotReady
+
+
+def test_a_builds_image_recipe_is_its_variant_and_the_defaults_key_is_unchanged(tmp_path, monkeypatch):
+    monkeypatch.setenv("LD_LIBRARY_PATH", "/host/only")  # an image inherits no library path from the host
+    store, default, reference = ImageStore(tmp_path), Recipe("numpy"), Recipe("numpy", build="reference")
+    files = hashlib.sha256()  # the default's key as it was before builds existed: its recipe files only
+    for path in (default.dir / "env.yaml", default.dir / "requirements.txt", default.dir / "debian-packages.txt"):
+        files.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+    expected = hashlib.sha256(f"{files.hexdigest()}\0{base_hash()}\0{BUILDER_VERSION}".encode()).hexdigest()[:12]
+    assert store.key(default) == f"numpy-{expected}" and "python3" in BASE_PACKAGES
+    assert store.key(reference).startswith("numpy-reference-") and store.key(reference) != store.key(default)
+    assert reference.debian_packages() == ["python3-numpy", "libblas3"] and default.debian_packages() == ["python3-numpy"]
+    assert reference.interpreters() == ["/usr/bin/python3.11"] and reference.variant["system_site_packages"] is True
+    assert "numpy" not in reference.requirements_text and "pillow==" in reference.requirements_text
+    assert reference.trainer_env() == {"LD_LIBRARY_PATH": "/opt/env/blas"} and default.trainer_env() == {}
+    recipes = tmp_path / "containers"  # another BLAS for the same build name: another image
+    shutil.copytree(default.dir, recipes / "numpy")
+    shutil.copy(default.dir.parent / "blas.yaml", recipes / "blas.yaml")
+    (recipes / "numpy" / "builds.yaml").write_text(
+        (default.dir / "builds.yaml").read_text().replace("blas: reference", "blas: atlas", 1))
+    moved = Recipe("numpy", recipes / "numpy", build="reference")
+    assert moved.debian_packages() == ["python3-numpy", "libatlas3-base"] and store.key(moved) != store.key(reference)
+    assert builds.refusal("numpy", "reference", "container") is None
+    assert "runtime=container's CPU image" in builds.refusal("torch", "kepler", "container")
+    with pytest.raises(EnvironmentNotReady, match="is not a build of numpy"):
+        Recipe("numpy", build="../x")
+
+
+def test_images_build_refuses_a_build_the_framework_does_not_declare(tmp_path):
+    done = orchestrator(["images", "build", "numpy", "--build", "$(id)"], user_dir(tmp_path))
+    assert done.returncode == 2 and "is not a build of numpy" in done.stderr
+    listed = orchestrator(["images", "list"], user_dir(tmp_path))
+    assert listed.returncode == 0 and "numpy-reference " in listed.stdout
+    assert "orchestrator images build numpy --build blis" in listed.stdout or "numpy-blis       image:" in listed.stdout
+
+
+@pytest.fixture(scope="module")
+def reference_image():
+    """numpy's `reference` image as scripts/images.sh built it (built here where it has not)."""
+    if shutil.which("ch-run") is None:
+        pytest.skip("CONTAINER TESTS SKIPPED: no ch-run (Debian's charliecloud; scripts/images.sh builds the images)")
+    recipe = Recipe("numpy", build="reference")
+    manifest = ImageStore().manifest(recipe)
+    if manifest is None:
+        manifest = ImageStore().ensure(recipe, log=lambda line: None)
+    return manifest
+
+
+def test_numpys_reference_build_runs_in_its_own_image_on_the_reference_blas(reference_image, tmp_path):
+    workdir = user_dir(tmp_path)
+    done = orchestrator(["-m", "runtime=container", "framework=numpy", "build=reference", "model=lenet",
+                         "batch_size=16", *FAST, "wait=true"], workdir, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert rows(workdir, "select framework, build, state from results") == [("numpy", "reference", "done")]
+    result = json.loads(next((tmp_path / "runs").rglob("result.json")).read_text())
+    assert result["runtime"]["kind"] == "container" and result["provenance"]["build"]["name"] == "reference"
+    assert result["environment"] == "image:" + reference_image["digest"][:23]
+    assert reference_image["key"].startswith("numpy-reference-") and reference_image["build"] == "reference"
+    loaded = {(b["library"], b["path"]) for b in result["provenance"]["framework"]["blas"]}
+    assert loaded == {("reference", "/usr/lib/x86_64-linux-gnu/blas/libblas.so.3.11.0")}, loaded
+    assert result["trainer"]["python"].startswith("3.11")
