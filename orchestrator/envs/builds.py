@@ -330,9 +330,10 @@ def library_path(chosen: Mapping[str, Any], env_dir: str, rest: Optional[str]) -
     return ":".join(p for p in (f"{env_dir}/{BLAS_DIR}", rest) if p)
 
 
-#: The builds CI makes beside each default environment (scripts/frameworks.sh): one, the cheapest that
-#: tests a build end to end (Debian's numpy on the reference BLAS: a venv over the system's packages,
-#: seconds). Every other build is made on first use, or by benchmarks/blas_builds.py.
+#: The builds CI makes beside each default environment (scripts/frameworks.sh its venv, scripts/images.sh its
+#: image): one, the cheapest that tests a build end to end (Debian's numpy on the reference BLAS: a venv over
+#: the system's packages, seconds; its image ~25 s). Every other build is made on first use, or by
+#: benchmarks/blas_builds.py.
 CI_BUILDS = {"numpy": ("reference",)}
 
 
