@@ -2,17 +2,21 @@
 it (the BLAS package, the interpreter and its site packages, the pins, the env, the blas/ folder of links),
 keyed by that variant while the default's key stays what it was; and numpy's `reference` build, whose
 image scripts/images.sh builds (builds.CI_BUILDS), run as a real cell with runtime=container, recording the
-reference BLAS it loaded inside its image."""
+reference BLAS it loaded inside its image; and the build's Apptainer definition, from the same data."""
 import hashlib
 import json
+import os
 import shutil
+from pathlib import Path
 
 import pytest
 
 from helpers import FAST, orchestrator, rows, user_dir
 from orchestrator.envs import builds
+from orchestrator.envs.apptainer import DefinitionError, generate
 from orchestrator.envs.image_recipe import BASE_PACKAGES, BUILDER_VERSION, Recipe, base_hash
 from orchestrator.envs.images import ImageStore
+from orchestrator.envs.runtime import make_runtime
 from orchestrator.envs.venv_runtime import EnvironmentNotReady
 
 
@@ -75,3 +79,27 @@ def test_numpys_reference_build_runs_in_its_own_image_on_the_reference_blas(refe
     loaded = {(b["library"], b["path"]) for b in result["provenance"]["framework"]["blas"]}
     assert loaded == {("reference", "/usr/lib/x86_64-linux-gnu/blas/libblas.so.3.11.0")}, loaded
     assert result["trainer"]["python"].startswith("3.11")
+
+
+def test_a_builds_apptainer_definition_is_its_image_recipe_and_names_the_sif_the_runtime_runs(reference_image, tmp_path):
+    """`images def numpy --build reference`: the build's packages, interpreter with the system's site packages,
+    pins and env, and the same blas/ links as its image (read from the image scripts/images.sh built); the SIF
+    its comment builds is the one runtime=apptainer runs the build from, refused naming that command when absent."""
+    text = generate("numpy", build="reference")
+    assert "apt-get install -y --no-install-recommends python3 python3-venv python3-numpy libblas3\n" in text
+    assert "/usr/bin/python3.11 -m venv --system-site-packages /opt/env\n" in text
+    pinned = text.split("<<'REQUIREMENTS'\n")[1].split("REQUIREMENTS")[0]
+    assert "pillow==" in pinned and "numpy" not in pinned
+    image = Path(reference_image["dir"]) / "opt" / "env" / "blas"
+    links = sorted(line.split()[2:] for line in text.splitlines() if line.startswith("    ln -s "))
+    assert links and links == sorted([os.readlink(path), f"/opt/env/blas/{path.name}"] for path in image.iterdir())
+    assert "    export LD_LIBRARY_PATH=/opt/env/blas\n" in text and "    org.orchestrator.build reference\n" in text
+    assert "#   apptainer build numpy-reference.sif <this file>\n" in text
+    assert generate("torch", build="kepler") == generate("torch", "cuda11")  # a GPU base's build: that base's
+    with pytest.raises(DefinitionError, match="build=reference is made on the cpu base, not cuda12; leave out --base"):
+        generate("numpy", "cuda12", build="reference")
+    runtime = make_runtime("apptainer", "numpy", images=tmp_path, binary="true", build="reference")
+    assert runtime.image == tmp_path / "numpy-reference.sif" and builds.refusal("numpy", "reference", "apptainer") is None
+    with pytest.raises(EnvironmentNotReady, match=r"`orchestrator images def numpy --build reference -o "
+                                                  r"numpy-reference.def`, then `apptainer build "):
+        runtime.ensure()

@@ -12,7 +12,7 @@ HELP = "container images of the framework recipes (build, list, def): images --h
 
 def main(argv: Sequence[str]) -> int:
     """`orchestrator images build FW[,FW...]|all [--build B] [--force]` / `orchestrator images list` /
-    `orchestrator images def FW [--base cpu|cuda12|cuda11|cuda10] [-o FILE]`."""
+    `orchestrator images def FW [--base cpu|cuda12|cuda11|cuda10 | --build B] [-o FILE]`."""
     try:
         args = _parser().parse_args(list(argv))
     except SystemExit as exc:
@@ -47,8 +47,10 @@ def _parser() -> argparse.ArgumentParser:
                                    "(orchestrator/envs/apptainer.py); the CPU image needs none: apptainer build "
                                    "<fw>.sif <image dir>")
     p.add_argument("framework")
-    p.add_argument("--base", default="cpu", help="the base image: " + "; ".join(
+    p.add_argument("--base", help="the base image: " + "; ".join(
         f"{b.name}: {b.system}, {b.serves()}" for b in BASES.values()) + " (default cpu)")
+    p.add_argument("--build", default="default", help="a build of containers/<fw>/builds.yaml: its definition, "
+                                                      "on its GPU base or cpu (its SIF: <fw>-<build>.sif)")
     p.add_argument("-o", "--output", help="write the definition to this file instead of printing it")
     return parser
 
@@ -101,19 +103,21 @@ def _build(args: argparse.Namespace, names: Sequence[str]) -> int:
 def _definition(args: argparse.Namespace, names: Sequence[str]) -> int:
     """`images def`: the recipe's Apptainer definition on a base, printed or written to -o."""
     # lazy: the image and environment machinery only for `orchestrator images`
-    from orchestrator.envs.apptainer import DefinitionError, generate
+    from orchestrator.envs.apptainer import generate
+    from orchestrator.envs.venv_runtime import EnvironmentNotReady
 
     if args.framework not in names:
         print(f"no recipe for {args.framework}; containers/ has: {', '.join(names)}", file=sys.stderr)
         return 2
     try:
-        text = generate(args.framework, args.base)
-    except DefinitionError as exc:
+        text = generate(args.framework, args.base, build=args.build)
+    except EnvironmentNotReady as exc:  # a DefinitionError, or a build the framework does not declare
         print(f"[images] {exc}", file=sys.stderr)
         return 2
     if args.output:
         Path(args.output).write_text(text)
-        print(f"[images] {args.framework}: {args.base} definition written to {args.output}", file=sys.stderr)
+        what = (args.base or "cpu") if args.build == "default" else f"build {args.build}"
+        print(f"[images] {args.framework}: {what} definition written to {args.output}", file=sys.stderr)
     else:
         sys.stdout.write(text)
     return 0

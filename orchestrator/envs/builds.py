@@ -233,10 +233,8 @@ def refusal(recipe: str, build: str, runtime: str = "venv") -> Optional[str]:
     if runtime == "container" and gpu_base(recipe, build):
         return (f"build={build} names a GPU base (`gpu:` in containers/{recipe}/builds.yaml): it runs in runtime=venv "
                 f"or runtime=apptainer (its GPU definition), not in runtime=container's CPU image; use one of those")
-    if runtime not in ("venv", "container") and not (runtime == "apptainer" and image_name(recipe, build)):
-        return (f"build={build} runs in runtime=venv or runtime=container (its own image), or in runtime=apptainer "
-                f"where it names a GPU base (`gpu:` in containers/{recipe}/builds.yaml), not in runtime={runtime}; "
-                f"use runtime=venv or runtime=container")
+    if runtime not in ("venv", "container", "apptainer"):
+        return f"build={build} runs in runtime=venv, container or apptainer, not in runtime={runtime}; use one of those"
     return None
 
 
@@ -246,10 +244,13 @@ def gpu_base(recipe: str, build: str) -> Optional[str]:
 
 
 def image_name(recipe: str, build: str) -> Optional[str]:
-    """The SIF runtime=apptainer runs a build with a GPU base from: `<recipe>-<base>.sif`, the name the
-    generated definition's own comment builds (`apptainer build <fw>-<base>.sif <def>`); None otherwise."""
+    """The SIF runtime=apptainer runs a declared build from, the name the generated definition's own comment
+    builds: `<recipe>-<base>.sif` for a build with a GPU base (`images def <fw> --base <base>`), else
+    `<recipe>-<build>.sif` (`images def <fw> --build <build>`); None for the default or an undeclared name."""
+    if build == DEFAULT or build not in names(recipe):
+        return None
     base = gpu_base(recipe, build)
-    return f"{recipe}-{base}.sif" if base else None
+    return f"{recipe}-{base}.sif" if base else f"{recipe}-{build}.sif"
 
 
 def names(recipe: str) -> tuple[str, ...]:
@@ -299,16 +300,17 @@ def _canonical(name: str) -> str:
 
 
 def blas_links(chosen: Mapping[str, Any], env_dir: str = "{env_dir}", containers: Path = _CONTAINERS,
-               root: str = "/") -> dict[str, str]:
+               root: Optional[str] = "/") -> dict[str, str]:
     """{link name: the library it points at} for a build's BLAS folder ({} for a build without `blas`):
     LINK_NAMES, and each file its `beside` pattern finds (a library that opens others from its folder:
     MKL's), `{env_dir}` the build's venv. `root`: where that pattern is looked for (an image's tree, whose
-    links name its own paths); the venv and the image make their folders by this one function."""
+    links name its own paths; None: not looked for, as an Apptainer definition's shell finds them); the
+    venv, the image and the definition make their folders by this one function."""
     if chosen.get("blas") is None:
         return {}
     files = blas_libraries(containers)[chosen["blas"]]
     links = {link: files[part].replace("{env_dir}", env_dir) for link, part in LINK_NAMES.items()}
-    if files.get("beside") and env_dir != "{env_dir}":
+    if files.get("beside") and env_dir != "{env_dir}" and root is not None:
         pattern = Path(files["beside"].replace("{env_dir}", env_dir))
         inside = Path(root) / pattern.parent.relative_to("/")
         links.update({found.name: str(pattern.parent / found.name) for found in sorted(inside.glob(pattern.name))})

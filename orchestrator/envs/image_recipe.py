@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Sequence
 
 from orchestrator.envs import builds
-from orchestrator.envs.recipe_files import listed as _listed
+from orchestrator.envs.recipe_files import entries as _entries, listed as _listed
 from orchestrator.envs.venv_runtime import CONTAINERS, VenvRuntime
 
 #: Bump when the build steps change what an image holds: every image is rebuilt.
@@ -62,8 +62,8 @@ class Recipe:
         return _listed(self.downloads_file)
 
     def requirements_listed(self) -> list[str]:
-        """requirements.txt's entries, as every list file of the recipe is read (`_listed`)."""
-        return _listed(self.requirements)
+        """requirements.txt's entries (with a build's pins), as every list file of the recipe is read."""
+        return _entries(self.requirements_text)
 
     def debian_packages(self) -> list[str]:
         """debian-packages.txt's, and the build's BLAS package (containers/blas.yaml) where it names one."""

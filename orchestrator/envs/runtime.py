@@ -43,13 +43,14 @@ class ApptainerRuntime:
     mount = "/opt/orchestrator"
 
     def __init__(self, framework: str, images: Path, binary: str = "apptainer", trainer: str | None = None,
-                 sif: str | None = None, base: str | None = None):
+                 sif: str | None = None, base: str | None = None, build: str = builds.DEFAULT):
         self.framework = framework
         self.trainer = trainer or f"trainers.{framework}"
         self.images = Path(images)
         self.binary = binary
         self.sif = sif or f"{framework}.sif"  # a build with a GPU base: builds.image_name
         self.base = base  # that build's GPU base: its image is only ever that base's definition
+        self.build = build  # a build without one: its own definition (`images def <fw> --build <it>`)
 
     @property
     def image(self) -> Path:
@@ -70,6 +71,12 @@ class ApptainerRuntime:
                 f"no image {self.image}; it is this build's GPU image: `orchestrator images def {self.framework} "
                 f"--base {self.base} -o {definition}`, then `apptainer build {self.image} {definition}`; "
                 f"or set apptainer.images")
+        if not self.image.is_file() and self.build != builds.DEFAULT:
+            definition = f"{self.framework}-{self.build}.def"
+            raise EnvironmentNotReady(
+                f"no image {self.image}; it is build {self.build}'s image: `orchestrator images def {self.framework} "
+                f"--build {self.build} -o {definition}`, then `apptainer build {self.image} {definition}`; or set "
+                f"apptainer.images")
         if not self.image.is_file():
             raise EnvironmentNotReady(
                 f"no image {self.image}; build the image directory from the recipe with `orchestrator "
@@ -229,7 +236,8 @@ def make_runtime(kind: str, framework: str, cache: Path | None = None, images: P
     if kind == "apptainer":
         return ApptainerRuntime(framework, images or default_cache() / "images", binary, trainer=trainer,
                                 sif=None if build == builds.DEFAULT else builds.image_name(framework, build),
-                                base=None if build == builds.DEFAULT else builds.gpu_base(framework, build))
+                                base=None if build == builds.DEFAULT else builds.gpu_base(framework, build),
+                                build=build)
     if kind == "container":
         return ContainerRuntime(framework, cache, trainer=trainer, build=build)
     raise EnvironmentNotReady(f"runtime={kind!r} is not one of venv, apptainer, container, module")
