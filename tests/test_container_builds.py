@@ -79,6 +79,8 @@ def test_numpys_reference_build_runs_in_its_own_image_on_the_reference_blas(refe
     loaded = {(b["library"], b["path"]) for b in result["provenance"]["framework"]["blas"]}
     assert loaded == {("reference", "/usr/lib/x86_64-linux-gnu/blas/libblas.so.3.11.0")}, loaded
     assert result["trainer"]["python"].startswith("3.11")
+    threads = result["cell"]["threads"]  # the build's BLAS threads reach the image, whose trainer sees no job variable
+    assert {f"--set-env={name}={threads}" for name in builds.THREAD_VARIABLES} <= set(result["argv"]), result["argv"]
 
 
 def test_a_builds_apptainer_definition_is_its_image_recipe_and_names_the_sif_the_runtime_runs(reference_image, tmp_path):

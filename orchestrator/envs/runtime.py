@@ -132,8 +132,12 @@ class ContainerRuntime:
     mount = "/opt/orchestrator"
 
     def __init__(self, framework: str, cache: Path | None = None, binary: str = "ch-run",
-                 trainer: str | None = None, recipe_dir: Path | None = None, build: str = builds.DEFAULT):
+                 trainer: str | None = None, recipe_dir: Path | None = None, build: str = builds.DEFAULT,
+                 threads: Any = None):
         self.framework = framework
+        #: a named build's BLAS thread counts (builds.thread_env): the job sets them for the trainer, and the
+        #: image sees nothing of the job's environment but what is set here
+        self.threads = builds.thread_env(build, threads)
         self.trainer = trainer or f"trainers.{framework}"
         self.cache = Path(cache) if cache else default_cache()
         self.binary = binary
@@ -177,7 +181,8 @@ class ContainerRuntime:
     def trainer_env(self) -> dict[str, str]:
         env = {**_trainer_env(self.mount), **self.recipe.trainer_env(),
                "PATH": f"{self.manifest['env_dir']}/bin:/usr/local/bin:/usr/bin:/bin", "HOME": "/tmp",
-               "LANG": "C.UTF-8", "USER": "nobody" if os.geteuid() == 0 else os.environ.get("USER", "user")}
+               "LANG": "C.UTF-8", "USER": "nobody" if os.geteuid() == 0 else os.environ.get("USER", "user"),
+               **self.threads}
         env.update({key: os.environ[key] for key in PASS_THROUGH if key in os.environ})
         return env
 
@@ -219,11 +224,12 @@ class ContainerRuntime:
 
 def make_runtime(kind: str, framework: str, cache: Path | None = None, images: Path | None = None,
                  binary: str = "apptainer", trainer: str | None = None, build: str = builds.DEFAULT,
-                 modules: Mapping[str, Any] | None = None):
+                 modules: Mapping[str, Any] | None = None, threads: Any = None):
     """The runtime named by config `runtime=`: `framework` names its recipe or image, `trainer`
     the module it runs (default `trainers.<framework>`), `build` the recipe's variant (builds.py),
     or for runtime=module the site module to load (`module:<name>/<version>`) from the tree
-    `modules` declares (the cluster YAML's `modules`)."""
+    `modules` declares (the cluster YAML's `modules`); `threads` the cell's, which a container's build is
+    told explicitly (the other runtimes' trainers inherit the job's builds.thread_env)."""
     if kind == "module":
         module = builds.module_of(build)
         if not module:
@@ -239,5 +245,5 @@ def make_runtime(kind: str, framework: str, cache: Path | None = None, images: P
                                 base=None if build == builds.DEFAULT else builds.gpu_base(framework, build),
                                 build=build)
     if kind == "container":
-        return ContainerRuntime(framework, cache, trainer=trainer, build=build)
+        return ContainerRuntime(framework, cache, trainer=trainer, build=build, threads=threads)
     raise EnvironmentNotReady(f"runtime={kind!r} is not one of venv, apptainer, container, module")
