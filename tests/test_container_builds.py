@@ -105,3 +105,22 @@ def test_a_builds_apptainer_definition_is_its_image_recipe_and_names_the_sif_the
     with pytest.raises(EnvironmentNotReady, match=r"`orchestrator images def numpy --build reference -o "
                                                   r"numpy-reference.def`, then `apptainer build "):
         runtime.ensure()
+
+
+def test_pruning_a_builds_images_keeps_every_other_image(tmp_path):
+    """`images build torch --build torch-2.14` prunes that build's earlier images (a dotted name) and nothing
+    of the default's or another build's; the default's prune leaves the builds' images alone."""
+    store = ImageStore(tmp_path)
+    build, default = Recipe("torch", build="torch-2.14"), Recipe("torch")
+    names = [store.key(build), "torch-torch-2.14-000000000000", store.key(default), "torch-111111111111",
+             "torch-kepler-222222222222", "numpy-reference-333333333333"]
+    for name in names:
+        (store.root / name).mkdir(parents=True)
+        (store.root / f"{name}.json").write_text("{}")
+    store.prune(build)
+    assert sorted(p.name for p in store.root.iterdir()) == sorted(
+        n + suffix for n in names if n != "torch-torch-2.14-000000000000" for suffix in ("", ".json"))
+    store.prune(default)
+    assert sorted(p.name for p in store.root.iterdir()) == sorted(
+        n + suffix for n in (store.key(build), store.key(default), "torch-kepler-222222222222",
+                             "numpy-reference-333333333333") for suffix in ("", ".json"))

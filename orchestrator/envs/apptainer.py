@@ -69,6 +69,9 @@ class Definition:
         if base not in BASES:
             raise DefinitionError(f"no base {base!r}; use --base with one of: "
                                   + "; ".join(f"{b.name} ({b.system}; {b.serves()})" for b in BASES.values()))
+        if recipe.variant.get("gpu"):  # its wheels are its base's: that base's definition of the recipe (generate)
+            raise DefinitionError(f"build={recipe.build} is its GPU base's definition: `orchestrator images def "
+                                  f"{recipe.framework} --base {recipe.variant['gpu']}`")
         self.recipe, self.base = recipe, BASES[base]
         self.fw = recipe.framework
         builds = gpu_builds(recipe)

@@ -35,6 +35,7 @@ import fcntl
 import hashlib
 import json
 import os
+import re
 import shlex
 import shutil
 import stat
@@ -54,6 +55,10 @@ BUILD_ENV = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/b
              "DEBIAN_FRONTEND": "noninteractive",
              # ch-run maps one uid: GNU tar as root would chown unpacked files to the archive's owners
              "TAR_OPTIONS": "--no-same-owner"}
+
+
+#: What follows an image's key in the names of its files: its manifest, lock and the build's temporary folder.
+_STATE_SUFFIX = re.compile(r"(\.json|\.lock|\.tmp)+$")
 
 
 class ImageBuildError(EnvironmentNotReady):
@@ -119,7 +124,7 @@ class ImageStore:
         """Removes this framework's (or build's) images of earlier recipes, and bases other than today's."""
         keep = self.key(recipe)
         for path in self.root.glob(f"{recipe.name}-*"):
-            stem = path.name.split(".")[0]
+            stem = _STATE_SUFFIX.sub("", path.name)  # a build's name may hold dots (`torch-2.14`)
             if stem != keep and stem.rpartition("-")[0] == recipe.name:
                 shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink(missing_ok=True)
         for path in self.root.glob("base-*"):
