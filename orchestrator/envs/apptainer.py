@@ -176,7 +176,8 @@ class Definition:
             out.append(f"    {ENV_DIR}/bin/python -m pip install --no-cache-dir --upgrade {shlex.quote(b.pip)}")
         if self.gpu or self.recipe.build != builds.DEFAULT:  # the recipe's file with this base's wheels
             # (gpu.yaml), or the build's pins
-            requirements = f"{RECIPE_IN_IMAGE}/requirements.{self.recipe.build if self.recipe.build != builds.DEFAULT else b.name}.txt"
+            which = b.name if self.recipe.build == builds.DEFAULT else self.recipe.build
+            requirements = f"{RECIPE_IN_IMAGE}/requirements.{which}.txt"
             out += [f"    cat > {requirements} <<'REQUIREMENTS'", *self.requirement_lines(), "REQUIREMENTS"]
         out.append(f"    {ENV_DIR}/bin/python -m pip install --no-cache-dir --progress-bar off -r {requirements}")
         for script in self.scripts():
