@@ -68,7 +68,8 @@ def test_a_kepler_build_runs_from_its_bases_image_whose_trainer_takes_the_k20m(k
     time passes the K20m that the framework's default build refuses."""
     settings = resolve_settings({**k20m_torch, "build": "kepler", "runtime": "apptainer"})
     assert settings["build"] == "kepler"
-    with pytest.raises(CellError, match=r"build=kepler runs in runtime=venv, or in runtime=apptainer where"):
+    with pytest.raises(CellError, match=r"build=kepler names a GPU base .*: it runs in runtime=venv or runtime=apptainer "
+                                       r"\(its GPU definition\), not in runtime=container's CPU image"):
         resolve_settings({**k20m_torch, "build": "kepler", "runtime": "container"})
     runtime = make_runtime("apptainer", "torch", images=tmp_path, build="kepler")
     assert runtime.image == tmp_path / "torch-cuda11.sif"

@@ -11,8 +11,8 @@ HELP = "container images of the framework recipes (build, list, def): images --h
 
 
 def main(argv: Sequence[str]) -> int:
-    """`orchestrator images build FW[,FW...]|all [--force]` / `orchestrator images list` /
-    `orchestrator images def FW [--base cpu|cuda12|cuda11|cuda10] [-o FILE]`."""
+    """`orchestrator images build FW[,FW...]|all [--build B] [--force]` / `orchestrator images list` /
+    `orchestrator images def FW [--base cpu|cuda12|cuda11|cuda10 | --build B] [-o FILE]`."""
     try:
         args = _parser().parse_args(list(argv))
     except SystemExit as exc:
@@ -40,28 +40,37 @@ def _parser() -> argparse.ArgumentParser:
     p = sub.add_parser("build", help="build (or reuse) the images of these frameworks")
     p.add_argument("frameworks", help="comma-separated frameworks, or all")
     p.add_argument("--force", action="store_true", help="build again even if an image of this recipe exists")
-    sub.add_parser("list", help="the images of the current recipes: digest, size, build time")
+    p.add_argument("--build", default="default", help="a build of containers/<fw>/builds.yaml: its own image "
+                                                      "(default: the recipe itself)")
+    sub.add_parser("list", help="the images of the current recipes and their builds: digest, size, build time")
     p = sub.add_parser("def", help="print (or write) the Apptainer definition of a framework's recipe on a base "
                                    "(orchestrator/envs/apptainer.py); the CPU image needs none: apptainer build "
                                    "<fw>.sif <image dir>")
     p.add_argument("framework")
-    p.add_argument("--base", default="cpu", help="the base image: " + "; ".join(
+    p.add_argument("--base", help="the base image: " + "; ".join(
         f"{b.name}: {b.system}, {b.serves()}" for b in BASES.values()) + " (default cpu)")
+    p.add_argument("--build", default="default", help="a build of containers/<fw>/builds.yaml: its definition, "
+                                                      "on its GPU base or cpu (its SIF: <fw>-<build>.sif)")
     p.add_argument("-o", "--output", help="write the definition to this file instead of printing it")
     return parser
 
 
 def _list(names: Sequence[str]) -> int:
-    """`images list`: each recipe's image (digest, size, build time, folder), or how to build it."""
+    """`images list`: each recipe's image (digest, size, build time, folder), or how to build it; then
+    each build's (builds.yaml) that a runtime=container can run, built or not."""
     # lazy: the image and environment machinery only for `orchestrator images`
-    from orchestrator.envs import image_recipe, images
+    from orchestrator.envs import builds, image_recipe, images
 
     store = images.ImageStore()
     for fw in names:
-        m = store.manifest(image_recipe.Recipe(fw))
-        print(f"{fw:12s} " + (f"image:{m['digest'][:23]}  {m['size_bytes'] / 1e6:6.0f} MB  built in "
-                              f"{m['build_s']:.0f} s  {m['dir']}" if m else "not built (orchestrator images build "
-                                                                           f"{fw})"))
+        for build in builds.names(fw):
+            if builds.refusal(fw, build, "container"):  # a GPU base's build: an Apptainer definition, no image
+                continue
+            recipe = image_recipe.Recipe(fw, build=build)
+            m, how = store.manifest(recipe), fw if build == builds.DEFAULT else f"{fw} --build {build}"
+            print(f"{recipe.name:16s} " + (f"image:{m['digest'][:23]}  {m['size_bytes'] / 1e6:6.0f} MB  built in "
+                                           f"{m['build_s']:.0f} s  {m['dir']}" if m
+                                           else f"not built (orchestrator images build {how})"))
     return 0
 
 
@@ -69,18 +78,22 @@ def _build(args: argparse.Namespace, names: Sequence[str]) -> int:
     """`images build`: each named framework's image built (or reused) and its older ones pruned;
     a failed build is said and the others still built (exit 1)."""
     # lazy: the image and environment machinery only for `orchestrator images`
-    from orchestrator.envs import image_recipe, images, venv_runtime
+    from orchestrator.envs import builds, image_recipe, images, venv_runtime
 
     wanted = names if args.frameworks == "all" else [f.strip() for f in args.frameworks.split(",") if f.strip()]
     unknown = [f for f in wanted if f not in names]
     if unknown:
         print(f"no recipe for {', '.join(unknown)} (containers/ has: {', '.join(names)})", file=sys.stderr)
         return 2
+    refused = [why for fw in wanted if (why := builds.refusal(fw, args.build, "container"))]
+    if refused:
+        print(f"[images] {refused[0]}", file=sys.stderr)
+        return 2
     store, status = images.ImageStore(), 0
     for fw in wanted:
         try:
-            store.ensure(image_recipe.Recipe(fw), force=args.force)
-            store.prune(image_recipe.Recipe(fw))
+            store.ensure(image_recipe.Recipe(fw, build=args.build), force=args.force)
+            store.prune(image_recipe.Recipe(fw, build=args.build))
         except venv_runtime.EnvironmentNotReady as exc:
             print(f"[images] {fw}: FAILED ({exc.error_class}): {exc}", file=sys.stderr)
             status = 1
@@ -90,19 +103,21 @@ def _build(args: argparse.Namespace, names: Sequence[str]) -> int:
 def _definition(args: argparse.Namespace, names: Sequence[str]) -> int:
     """`images def`: the recipe's Apptainer definition on a base, printed or written to -o."""
     # lazy: the image and environment machinery only for `orchestrator images`
-    from orchestrator.envs.apptainer import DefinitionError, generate
+    from orchestrator.envs.apptainer import generate
+    from orchestrator.envs.venv_runtime import EnvironmentNotReady
 
     if args.framework not in names:
         print(f"no recipe for {args.framework}; containers/ has: {', '.join(names)}", file=sys.stderr)
         return 2
     try:
-        text = generate(args.framework, args.base)
-    except DefinitionError as exc:
+        text = generate(args.framework, args.base, build=args.build)
+    except EnvironmentNotReady as exc:  # a DefinitionError, or a build the framework does not declare
         print(f"[images] {exc}", file=sys.stderr)
         return 2
     if args.output:
         Path(args.output).write_text(text)
-        print(f"[images] {args.framework}: {args.base} definition written to {args.output}", file=sys.stderr)
+        what = (args.base or "cpu") if args.build == "default" else f"build {args.build}"
+        print(f"[images] {args.framework}: {what} definition written to {args.output}", file=sys.stderr)
     else:
         sys.stdout.write(text)
     return 0

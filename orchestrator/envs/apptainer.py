@@ -39,6 +39,8 @@ RECIPE_IN_IMAGE = "/opt/recipe"
 #: The trainers' mount point (ApptainerRuntime binds the repository's trainers/ below it).
 TRAINERS_MOUNT = "/opt/orchestrator"
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+#: A `beside` pattern as the definition's shell loop takes it unquoted: a path and a `*`, nothing a shell reads.
+_GLOB = re.compile(r"/[A-Za-z0-9._+/*-]+")
 
 
 class DefinitionError(EnvironmentNotReady):
@@ -65,6 +67,9 @@ class Definition:
         if base not in BASES:
             raise DefinitionError(f"no base {base!r}; use --base with one of: "
                                   + "; ".join(f"{b.name} ({b.system}; {b.serves()})" for b in BASES.values()))
+        if recipe.variant.get("gpu"):  # its wheels are its base's: that base's definition of the recipe (generate)
+            raise DefinitionError(f"build={recipe.build} is its GPU base's definition: `orchestrator images def "
+                                  f"{recipe.framework} --base {recipe.variant['gpu']}`")
         self.recipe, self.base = recipe, BASES[base]
         self.fw = recipe.framework
         builds = gpu_builds(recipe)
@@ -155,47 +160,80 @@ class Definition:
         return self.recipe.digest(self.files())
 
     # --- the text -------------------------------------------------------------------------
+    def post(self) -> list[str]:
+        """%post: the image build's steps (images.py), the build's variant applied as there."""
+        b, requirements = self.base, f"{RECIPE_IN_IMAGE}/{self.recipe.requirements.name}"
+        shared = " --system-site-packages" if self.recipe.variant.get("system_site_packages") else ""
+        out = ["%post", "    set -eu", "    export DEBIAN_FRONTEND=noninteractive LANG=C.UTF-8"]
+        out += [f"    {line}" for line in b.setup]
+        out += ["    apt-get update",
+                "    apt-get install -y --no-install-recommends " + " ".join(self.packages()),
+                "    apt-get clean && rm -rf /var/lib/apt/lists/*",
+                f"    {self.interpreter()} -m venv{shared} {ENV_DIR}"]
+        if b.pip:
+            out.append(f"    {ENV_DIR}/bin/python -m pip install --no-cache-dir --upgrade {shlex.quote(b.pip)}")
+        if self.gpu or self.recipe.build != builds.DEFAULT:  # the recipe's file with this base's wheels
+            # (gpu.yaml), or the build's pins
+            which = b.name if self.recipe.build == builds.DEFAULT else self.recipe.build
+            requirements = f"{RECIPE_IN_IMAGE}/requirements.{which}.txt"
+            out += [f"    cat > {requirements} <<'REQUIREMENTS'", *self.requirement_lines(), "REQUIREMENTS"]
+        out.append(f"    {ENV_DIR}/bin/python -m pip install --no-cache-dir --progress-bar off -r {requirements}")
+        for script in self.scripts():
+            out.append(f"    ENV_DIR={ENV_DIR} PYTHON={ENV_DIR}/bin/python RECIPE_DIR={RECIPE_IN_IMAGE} "
+                       f"bash {RECIPE_IN_IMAGE}/{script.name}")
+        out += self.blas_lines()
+        return out + [f"    {ENV_DIR}/bin/python -m pip freeze > {ENV_DIR}/requirements.lock",
+                      "    mkdir -p " + " ".join("/" + m for m in MOUNT_POINTS), ""]
+
+    def blas_lines(self) -> list[str]:
+        """The build's blas/ folder of links (builds.blas_links, as the venv's and the image's), made after pip;
+        a `beside` pattern (MKL's libraries, found only once pip has installed them) as a shell loop."""
+        variant = self.recipe.variant
+        if not variant.get("blas"):
+            return []
+        folder = f"{ENV_DIR}/{builds.BLAS_DIR}"
+        out = [f"    mkdir -p {folder}"] + [f"    ln -s {shlex.quote(target)} {folder}/{name}"
+                                            for name, target in builds.blas_links(variant, ENV_DIR, root=None).items()]
+        beside = builds.blas_libraries(self.recipe.dir.parent)[variant["blas"]].get("beside")
+        if beside:
+            pattern = beside.replace("{env_dir}", ENV_DIR)
+            if not _GLOB.fullmatch(pattern):
+                raise DefinitionError(f"containers/blas.yaml: {variant['blas']}'s beside {beside!r} is not a plain "
+                                      f"path pattern (letters, digits, ._-+/ and *); fix it")
+            out.append(f'    for f in {pattern}; do ln -s "$f" {folder}/; done')
+        return out
+
+    def sif(self) -> str:
+        """The SIF its comment builds, the name runtime=apptainer runs it from (builds.image_name)."""
+        if self.recipe.build != builds.DEFAULT:
+            return f"{self.recipe.name}.sif"
+        return f"{self.fw}{'' if self.base.name == 'cpu' else '-' + self.base.name}.sif"
+
     def text(self) -> str:
-        b, fw = self.base, self.fw
-        packages, python, lines = self.packages(), self.interpreter(), self.requirement_lines()
-        scripts, env, digest = self.scripts(), self.env(), self.recipe_hash()
+        b, fw, digest = self.base, self.fw, self.recipe_hash()
         capability = self.gpu.capability if self.gpu else None
+        how = f"--build {self.recipe.build}" if self.recipe.build != builds.DEFAULT else f"--base {b.name}"
         out = [f"{key}: {value}" for key, value in b.header]
         out += ["",
-                f"# Generated by `orchestrator images def {fw} --base {b.name}` from {self.where} (recipe",
+                f"# Generated by `orchestrator images def {fw} {how}` from {self.where} (recipe",
                 f"# sha256 {digest[:12]}): do not edit; change the recipe and generate it again.",
                 f"# Base: {b.system}.",
                 "# Build from the repository's root (the %files paths are relative to it):",
-                f"#   apptainer build {fw}{'' if b.name == 'cpu' else '-' + b.name}.sif <this file>",
+                f"#   apptainer build {self.sif()} <this file>",
                 ""]
         # Apptainer copies a %files source relative to the build's working directory and makes the
         # destination's parents (internal/pkg/build/files/copy.go, CopyFromHost)
         out += ["%files"] + [f"    {_rel(path)} {RECIPE_IN_IMAGE}/{path.name}" for path in self.files()] + [""]
-        out += ["%post", "    set -eu", "    export DEBIAN_FRONTEND=noninteractive LANG=C.UTF-8"]
-        out += [f"    {line}" for line in b.setup]
-        out += ["    apt-get update",
-                "    apt-get install -y --no-install-recommends " + " ".join(packages),
-                "    apt-get clean && rm -rf /var/lib/apt/lists/*",
-                f"    {python} -m venv {ENV_DIR}"]
-        if b.pip:
-            out.append(f"    {ENV_DIR}/bin/python -m pip install --no-cache-dir --upgrade {shlex.quote(b.pip)}")
-        requirements = f"{RECIPE_IN_IMAGE}/{self.recipe.requirements.name}"
-        if self.gpu:  # the recipe's file, its CPU wheels swapped for this base's (gpu.yaml)
-            requirements = f"{RECIPE_IN_IMAGE}/requirements.{b.name}.txt"
-            out += [f"    cat > {requirements} <<'REQUIREMENTS'", *lines, "REQUIREMENTS"]
-        out.append(f"    {ENV_DIR}/bin/python -m pip install --no-cache-dir --progress-bar off -r {requirements}")
-        for script in scripts:
-            out.append(f"    ENV_DIR={ENV_DIR} PYTHON={ENV_DIR}/bin/python RECIPE_DIR={RECIPE_IN_IMAGE} "
-                       f"bash {RECIPE_IN_IMAGE}/{script.name}")
-        out += [f"    {ENV_DIR}/bin/python -m pip freeze > {ENV_DIR}/requirements.lock",
-                "    mkdir -p " + " ".join("/" + m for m in MOUNT_POINTS), ""]
+        out += self.post()
         out += ["%environment", f'    export PATH="{ENV_DIR}/bin:$PATH"']
-        out += [f"    export {key}={shlex.quote(value)}" for key, value in env.items()] + [""]
+        out += [f"    export {key}={shlex.quote(value)}" for key, value in self.env().items()] + [""]
         labels = {"org.orchestrator.framework": fw, "org.orchestrator.recipe": f"{fw}-{digest[:12]}",
                   "org.orchestrator.recipe_sha256": digest, "org.orchestrator.base": b.name,
                   "org.orchestrator.base_image": b.image}
         if capability is not None:
             labels["org.orchestrator.gpu_capability"] = show_range(capability)
+        if self.recipe.build != builds.DEFAULT:
+            labels["org.orchestrator.build"] = self.recipe.build
         out += ["%labels"] + [f"    {key} {value}" for key, value in labels.items()] + [""]
         out += ["%help", f"    The {fw} trainer's environment from {self.where} on {b.system}.",
                 f"    Run by the orchestrator's runtime=apptainer: apptainer exec{' --nv' if self.gpu else ''} "
@@ -216,5 +254,14 @@ def _rel(path: Path) -> str:
     return str(path.relative_to(REPO)) if path.is_relative_to(REPO) else str(path)
 
 
-def generate(framework: str, base: str = "cpu", recipe_dir: Path | None = None) -> str:
-    return Definition(Recipe(framework, recipe_dir), base).text()
+def generate(framework: str, base: str | None = None, recipe_dir: Path | None = None,
+             build: str = builds.DEFAULT) -> str:
+    """The definition of `framework` on `base` (default cpu), or of one of its builds: a build with a GPU base
+    is that base's definition (the SIF builds.image_name names), any other is made on the cpu base."""
+    recipe = Recipe(framework, recipe_dir, build)  # EnvironmentNotReady naming the builds, for an undeclared one
+    own = recipe.variant.get("gpu") or "cpu"
+    if build != builds.DEFAULT and base not in (None, own):
+        raise DefinitionError(f"build={build} is made on the {own} base, not {base}; leave out --base")
+    if recipe.variant.get("gpu"):  # its GPU base's definition, as `--base <it>` gives it
+        recipe = Recipe(framework, recipe_dir)
+    return Definition(recipe, base or own).text()

@@ -49,6 +49,8 @@ KEYS = {"python": "the interpreters it is made with, in order", "post_install": 
 #: The shared libraries a BLAS build links in its folder: the names numpy (Debian's, through libblas.so.3
 #: and liblapack.so.3) and Caffe (libopenblas.so.0, build_caffe.sh's -DBLAS=Open) load their BLAS by.
 LINK_NAMES = {"libblas.so.3": "blas", "liblapack.so.3": "lapack", "libopenblas.so.0": "blas"}
+#: A BLAS build's folder of links inside its environment (the venv's or the image's /opt/env)
+BLAS_DIR = "blas"
 
 _CONTAINERS = Path(__file__).resolve().parents[2] / "containers"
 
@@ -226,9 +228,11 @@ def refusal(recipe: str, build: str, runtime: str = "venv") -> Optional[str]:
     if build not in builds:
         return (f"build={build!r} is not a build of {recipe}; {recipe} has {', '.join(names(recipe))} "
                 f"(containers/{recipe}/builds.yaml)")
-    if runtime != "venv" and not (runtime == "apptainer" and image_name(recipe, build)):
-        return (f"build={build} runs in runtime=venv, or in runtime=apptainer where it names a GPU base (`gpu:` in "
-                f"containers/{recipe}/builds.yaml), not in runtime={runtime}; use runtime=venv")
+    if runtime == "container" and gpu_base(recipe, build):
+        return (f"build={build} names a GPU base (`gpu:` in containers/{recipe}/builds.yaml): it runs in runtime=venv "
+                f"or runtime=apptainer (its GPU definition), not in runtime=container's CPU image; use one of those")
+    if runtime not in ("venv", "container", "apptainer"):
+        return f"build={build} runs in runtime=venv, container or apptainer, not in runtime={runtime}; use one of those"
     return None
 
 
@@ -238,10 +242,13 @@ def gpu_base(recipe: str, build: str) -> Optional[str]:
 
 
 def image_name(recipe: str, build: str) -> Optional[str]:
-    """The SIF runtime=apptainer runs a build with a GPU base from: `<recipe>-<base>.sif`, the name the
-    generated definition's own comment builds (`apptainer build <fw>-<base>.sif <def>`); None otherwise."""
+    """The SIF runtime=apptainer runs a declared build from, the name the generated definition's own comment
+    builds: `<recipe>-<base>.sif` for a build with a GPU base (`images def <fw> --base <base>`), else
+    `<recipe>-<build>.sif` (`images def <fw> --build <build>`); None for the default or an undeclared name."""
+    if build == DEFAULT or build not in names(recipe):
+        return None
     base = gpu_base(recipe, build)
-    return f"{recipe}-{base}.sif" if base else None
+    return f"{recipe}-{base}.sif" if base else f"{recipe}-{build}.sif"
 
 
 def names(recipe: str) -> tuple[str, ...]:
@@ -290,31 +297,49 @@ def _canonical(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
-def blas_links(chosen: Mapping[str, Any], env_dir: str = "{env_dir}", containers: Path = _CONTAINERS) -> dict[str, str]:
+def blas_links(chosen: Mapping[str, Any], env_dir: str = "{env_dir}", containers: Path = _CONTAINERS,
+               root: Optional[str] = "/") -> dict[str, str]:
     """{link name: the library it points at} for a build's BLAS folder ({} for a build without `blas`):
     LINK_NAMES, and each file its `beside` pattern finds (a library that opens others from its folder:
-    MKL's), `{env_dir}` the build's venv."""
+    MKL's), `{env_dir}` the build's venv. `root`: where that pattern is looked for (an image's tree, whose
+    links name its own paths; None: not looked for, as an Apptainer definition's shell finds them); the
+    venv, the image and the definition make their folders by this one function."""
     if chosen.get("blas") is None:
         return {}
     files = blas_libraries(containers)[chosen["blas"]]
     links = {link: files[part].replace("{env_dir}", env_dir) for link, part in LINK_NAMES.items()}
-    if files.get("beside") and env_dir != "{env_dir}":
+    if files.get("beside") and env_dir != "{env_dir}" and root is not None:
         pattern = Path(files["beside"].replace("{env_dir}", env_dir))
-        links.update({found.name: str(found) for found in sorted(pattern.parent.glob(pattern.name))})
+        inside = Path(root) / pattern.parent.relative_to("/")
+        links.update({found.name: str(pattern.parent / found.name) for found in sorted(inside.glob(pattern.name))})
     return links
 
 
-#: The builds CI makes beside each default environment (scripts/frameworks.sh): one, the cheapest that
-#: tests a build end to end (Debian's numpy on the reference BLAS: a venv over the system's packages,
-#: seconds). Every other build is made on first use, or by benchmarks/blas_builds.py.
+def blas_package(chosen: Mapping[str, Any], containers: Path = _CONTAINERS) -> Optional[str]:
+    """The Debian package of a build's BLAS (containers/blas.yaml's `package`), or None: what the host
+    (scripts/frameworks.sh) and the build's image (images.py) install for it."""
+    return blas_libraries(containers)[chosen["blas"]].get("package") if (chosen or {}).get("blas") else None
+
+
+def library_path(chosen: Mapping[str, Any], env_dir: str, rest: Optional[str]) -> Optional[str]:
+    """The trainer's LD_LIBRARY_PATH for a build: its BLAS folder (`<env_dir>/blas`) first, then `rest` (the
+    recipe's own, or what the trainer would inherit); None where the build links no BLAS. The venv's
+    environment and the image's both take it from here."""
+    if not blas_links(chosen):
+        return None
+    return ":".join(p for p in (f"{env_dir}/{BLAS_DIR}", rest) if p)
+
+
+#: The builds CI makes beside each default environment (scripts/frameworks.sh its venv, scripts/images.sh its
+#: image): one, the cheapest that tests a build end to end (Debian's numpy on the reference BLAS: a venv over
+#: the system's packages, seconds; its image ~25 s). Every other build is made on first use, or by
+#: benchmarks/blas_builds.py.
 CI_BUILDS = {"numpy": ("reference",)}
 
 
 def debian_packages(recipe: str, containers: Path = _CONTAINERS) -> list[str]:
     """The Debian packages of the BLAS libraries a recipe's builds name (containers/blas.yaml's `package`)."""
-    libraries = blas_libraries(containers)
-    return sorted({libraries[v["blas"]]["package"] for v in declared(recipe, containers).values()
-                   if (v or {}).get("blas") and libraries[v["blas"]].get("package")})
+    return sorted({blas_package(v, containers) for v in declared(recipe, containers).values()} - {None})
 
 
 def way_out(recipe: str, build: str, capability: Any, default_range: tuple[Any, Any]) -> str:

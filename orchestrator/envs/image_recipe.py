@@ -10,7 +10,8 @@ import json
 from pathlib import Path
 from typing import Sequence
 
-from orchestrator.envs.recipe_files import listed as _listed
+from orchestrator.envs import builds
+from orchestrator.envs.recipe_files import entries as _entries, listed as _listed
 from orchestrator.envs.venv_runtime import CONTAINERS, VenvRuntime
 
 #: Bump when the build steps change what an image holds: every image is rebuilt.
@@ -25,19 +26,31 @@ MOUNT_POINTS = ("opt/orchestrator/trainers", "mnt/run", "mnt/data", "mnt/recipe"
 
 
 class Recipe:
-    """A framework's recipe directory, read as the venv runtime reads it."""
+    """A framework's recipe directory at one of its builds (builds.py), read as the venv runtime reads it:
+    the build's interpreter, pins, env and BLAS come from that same VenvRuntime, not a second reading."""
 
-    def __init__(self, framework: str, recipe_dir: Path | None = None):
-        self.framework = framework
+    def __init__(self, framework: str, recipe_dir: Path | None = None, build: str = builds.DEFAULT):
+        self.framework, self.build = framework, build
         self.dir = Path(recipe_dir) if recipe_dir else CONTAINERS / framework
-        venv = VenvRuntime(framework, recipe_dir=self.dir)  # raises for a missing recipe
+        venv = VenvRuntime(framework, recipe_dir=self.dir, build=build)  # raises for a missing recipe or build
         self.venv = venv
+        self.variant = venv.variant
         self.spec = venv.recipe
         self.requirements = venv.requirements
         self.post_install = venv.post_install
         self.debian = self.dir / "debian-packages.txt"
         #: sources a post_install script fetches with `pip download` (Caffe's sdist), fetched on the host
         self.downloads_file = self.dir / "downloads.txt"
+
+    @property
+    def name(self) -> str:
+        """What its image is named by: the framework, and a named build's name (`numpy-reference`)."""
+        return self.framework if self.build == builds.DEFAULT else f"{self.framework}-{self.build}"
+
+    @property
+    def requirements_text(self) -> str:
+        """What the image's venv installs: the recipe's requirements with the build's pins (VenvRuntime's)."""
+        return self.venv.requirements_text
 
     def files(self) -> list[Path]:
         files = [self.dir / "env.yaml", self.requirements, *self.post_install]
@@ -49,13 +62,14 @@ class Recipe:
         return _listed(self.downloads_file)
 
     def requirements_listed(self) -> list[str]:
-        """requirements.txt's entries, as every list file of the recipe is read (`_listed`)."""
-        return _listed(self.requirements)
+        """requirements.txt's entries (with a build's pins), as every list file of the recipe is read."""
+        return _entries(self.requirements_text)
 
     def debian_packages(self) -> list[str]:
-        if not self.debian.is_file():
-            return []
-        return _listed(self.debian)
+        """debian-packages.txt's, and the build's BLAS package (containers/blas.yaml) where it names one."""
+        listed = _listed(self.debian) if self.debian.is_file() else []
+        blas = builds.blas_package(self.variant, self.dir.parent)
+        return listed + [blas] if blas and blas not in listed else listed
 
     def interpreters(self) -> list[str]:
         candidates = self.spec.get("python") or ["python3"]
@@ -69,6 +83,8 @@ class Recipe:
         h = hashlib.sha256()
         for path in self.files() if files is None else files:
             h.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+        if self.build != builds.DEFAULT:  # the default's hash stays what it was before builds existed
+            h.update(b"build\0" + self.venv.variant_key() + str(self.debian_packages()).encode())
         return h.hexdigest()
 
 

@@ -35,6 +35,7 @@ import fcntl
 import hashlib
 import json
 import os
+import re
 import shlex
 import shutil
 import stat
@@ -45,7 +46,8 @@ from typing import Callable, Sequence
 
 from orchestrator.envs.image_recipe import (BASE_PACKAGES, BASE_SUITE, BUILDER_VERSION, ENV_DIR, MOUNT_POINTS, Recipe,
                                        base_hash)
-from orchestrator.envs.venv_runtime import EnvironmentNotReady, default_cache, output_tail
+from orchestrator.envs import builds
+from orchestrator.envs.venv_runtime import EnvironmentNotReady, default_cache, link_blas, output_tail
 
 #: What the build steps run with inside the image: nothing of the host's environment.
 BUILD_ENV = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME": "/root",
@@ -53,6 +55,10 @@ BUILD_ENV = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/b
              "DEBIAN_FRONTEND": "noninteractive",
              # ch-run maps one uid: GNU tar as root would chown unpacked files to the archive's owners
              "TAR_OPTIONS": "--no-same-owner"}
+
+
+#: What follows an image's key in the names of its files: its manifest, lock and the build's temporary folder.
+_STATE_SUFFIX = re.compile(r"(\.json|\.lock|\.tmp)+$")
 
 
 class ImageBuildError(EnvironmentNotReady):
@@ -100,7 +106,7 @@ class ImageStore:
 
     def key(self, recipe: Recipe) -> str:
         h = hashlib.sha256(f"{recipe.digest()}\0{base_hash()}\0{BUILDER_VERSION}".encode())
-        return f"{recipe.framework}-{h.hexdigest()[:12]}"
+        return f"{recipe.name}-{h.hexdigest()[:12]}"
 
     def image_dir(self, recipe: Recipe) -> Path:
         return self.root / self.key(recipe)
@@ -115,11 +121,11 @@ class ImageStore:
         return None
 
     def prune(self, recipe: Recipe) -> None:
-        """Removes this framework's images of earlier recipes and bases other than today's."""
+        """Removes this framework's (or build's) images of earlier recipes, and bases other than today's."""
         keep = self.key(recipe)
-        for path in self.root.glob(f"{recipe.framework}-*"):
-            stem = path.name.split(".")[0]
-            if stem != keep and stem.rpartition("-")[0] == recipe.framework:
+        for path in self.root.glob(f"{recipe.name}-*"):
+            stem = _STATE_SUFFIX.sub("", path.name)  # a build's name may hold dots (`torch-2.14`)
+            if stem != keep and stem.rpartition("-")[0] == recipe.name:
                 shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink(missing_ok=True)
         for path in self.root.glob("base-*"):
             if path.name.split(".")[0] != self.base_dir.name:
@@ -185,7 +191,7 @@ class _Build:
 
     def __init__(self, store: ImageStore, recipe: Recipe, log: Callable[[str], None]):
         self.store, self.recipe, self.log = store, recipe, log
-        self.fw = recipe.framework
+        self.fw = recipe.name  # what its log lines and errors name: the framework, and its build
         self.final = store.image_dir(recipe)
         self.tmp = self.final.with_name(self.final.name + ".tmp")
         self.steps: list[dict] = []
@@ -213,37 +219,20 @@ class _Build:
         if shutil.which(self.store.binary) is None:
             raise ImageBuildError(f"{self.fw}: building an image needs {self.store.binary} (Debian's package "
                                   f"`charliecloud`: apt-get install charliecloud), which is not on PATH")
-        base, base_s = self.store.ensure_base(self.log)
+        _, base_s = self.store.ensure_base(self.log)
         if base_s:
             self.steps.append({"step": "base", "seconds": round(base_s, 1)})
         shutil.rmtree(self.tmp, ignore_errors=True)
         try:
-            self.timed("copy the base", lambda: _step("copy the base", ["cp", "-a", "--reflink=auto", str(base),
-                                                                         str(self.tmp)], self.fw, self.log))
-            (self.tmp / ".orchestrator-base").unlink(missing_ok=True)
-            packages = self.recipe.debian_packages()
-            if packages:
-                self.timed(f"debian packages ({' '.join(packages)})", lambda: self.apt(packages))
-            interpreter = self.timed("interpreter", self.interpreter)
-            wheels = self.timed("wheels", self.wheels)
-            self.timed("venv", lambda: self.venv(interpreter, wheels))
-            for script in self.recipe.post_install:  # offline: what pip fetches comes from the wheels
-                self.timed(f"post_install {script.name}", lambda s=script: self.ch_run(
-                    f"post_install {s.name}", ["bash", f"/mnt/recipe/{s.name}"],
-                    binds=[(self.recipe.dir, "/mnt/recipe"), (wheels, "/mnt/wheels")],
-                    env={"ENV_DIR": ENV_DIR, "PYTHON": f"{ENV_DIR}/bin/python", "RECIPE_DIR": "/mnt/recipe",
-                         "PIP_NO_INDEX": "1", "PIP_FIND_LINKS": "/mnt/wheels"}))
-            self.timed("apptainer environment", self.apptainer_env)
-            freeze = self.ch_run("pip freeze", [f"{ENV_DIR}/bin/python", "-m", "pip", "freeze"])
-            (self.tmp / ENV_DIR.lstrip("/") / "requirements.lock").write_text(freeze)
+            interpreter = self.fill()
             digest, size = self.timed("digest", lambda: tree_digest(self.tmp))
         except BaseException:
             shutil.rmtree(self.tmp, ignore_errors=True)
             raise
         shutil.rmtree(self.final, ignore_errors=True)
         self.tmp.rename(self.final)
-        manifest = {"framework": self.fw, "key": self.store.key(self.recipe), "dir": str(self.final),
-                    "digest": "sha256:" + digest, "size_bytes": size, "interpreter": interpreter,
+        manifest = {"framework": self.recipe.framework, "build": self.recipe.build, "key": self.store.key(self.recipe),
+                    "dir": str(self.final), "digest": "sha256:" + digest, "size_bytes": size, "interpreter": interpreter,
                     "env_dir": ENV_DIR, "env": self.recipe.trainer_env(), "base": self.store.base_dir.name,
                     "build_s": round(time.monotonic() - start, 1), "steps": self.steps,
                     "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "builder": BUILDER_VERSION}
@@ -253,6 +242,32 @@ class _Build:
         self.log(f"[images] {self.fw}: ready, {size / 1e6:.0f} MB, {manifest['build_s']:.0f} s, "
                  f"image:{manifest['digest'][:23]} ({self.final})")
         return manifest
+
+    def fill(self) -> str:
+        """The steps that make the image in its temporary folder; the interpreter its venv was made with."""
+        self.timed("copy the base", lambda: _step("copy the base", ["cp", "-a", "--reflink=auto",
+                                                                     str(self.store.base_dir), str(self.tmp)],
+                                                  self.fw, self.log))
+        (self.tmp / ".orchestrator-base").unlink(missing_ok=True)
+        packages = self.recipe.debian_packages()
+        if packages:
+            self.timed(f"debian packages ({' '.join(packages)})", lambda: self.apt(packages))
+        interpreter = self.timed("interpreter", self.interpreter)
+        wheels = self.timed("wheels", self.wheels)
+        self.timed("venv", lambda: self.venv(interpreter, wheels))
+        for script in self.recipe.post_install:  # offline: what pip fetches comes from the wheels
+            self.timed(f"post_install {script.name}", lambda s=script: self.ch_run(
+                f"post_install {s.name}", ["bash", f"/mnt/recipe/{s.name}"],
+                binds=[(self.recipe.dir, "/mnt/recipe"), (wheels, "/mnt/wheels")],
+                env={"ENV_DIR": ENV_DIR, "PYTHON": f"{ENV_DIR}/bin/python", "RECIPE_DIR": "/mnt/recipe",
+                     "PIP_NO_INDEX": "1", "PIP_FIND_LINKS": "/mnt/wheels"}))
+        if self.recipe.variant.get("blas"):  # after pip, as the venv's: a library may come with its packages
+            self.timed("blas links", lambda: link_blas(self.recipe.framework, self.recipe.build, self.recipe.variant,
+                                                       ENV_DIR, root=str(self.tmp)))
+        self.timed("apptainer environment", self.apptainer_env)
+        freeze = self.ch_run("pip freeze", [f"{ENV_DIR}/bin/python", "-m", "pip", "freeze"])
+        (self.tmp / ENV_DIR.lstrip("/") / "requirements.lock").write_text(freeze)
+        return interpreter
 
     # --- the steps ----------------------------------------------------------------------
     def apt(self, packages: list[str]) -> None:
@@ -316,7 +331,7 @@ class _Build:
         host = self.recipe.venv.interpreter()
         version = subprocess.run([host, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
                                  capture_output=True, text=True).stdout.strip()
-        key = hashlib.sha256(self.recipe.requirements.read_bytes() + version.encode()
+        key = hashlib.sha256(self.recipe.requirements_text.encode() + version.encode()
                              + "\n".join(self.recipe.downloads()).encode()).hexdigest()[:12]
         wheels = self.store.root / "wheels" / f"{self.fw}-{key}"
         if (wheels / ".done").is_file():
@@ -325,7 +340,7 @@ class _Build:
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
         _step("wheels", [host, "-m", "pip", "download", "--progress-bar", "off", "--disable-pip-version-check",
-                         "-d", str(tmp), "-r", str(self.recipe.requirements)], self.fw, self.log,
+                         "-d", str(tmp), "-r", str(self.requirements()[0])], self.fw, self.log,
               fix=f"Fix {self.recipe.requirements} or the network/proxy, then build again")
         for source in self.recipe.downloads():
             _step("wheels", [host, "-m", "pip", "download", "--progress-bar", "off", "--disable-pip-version-check",
@@ -350,11 +365,24 @@ class _Build:
                   "org.orchestrator.recipe_sha256": self.recipe.digest()}
         (self.tmp / ".singularity.d" / "labels.json").write_text(json.dumps(labels, indent=1))
 
+    def requirements(self) -> tuple[Path, str]:
+        """The requirements file the venv installs, on the host and in the image: the recipe's own, or for a
+        named build its pinned text (VenvRuntime.requirements_text), kept in the image's venv as the venv
+        runtime keeps it in its own."""
+        if self.recipe.build == builds.DEFAULT:
+            return self.recipe.requirements, f"/mnt/recipe/{self.recipe.requirements.name}"
+        kept = self.tmp / ENV_DIR.lstrip("/") / "requirements.build.txt"
+        if not kept.is_file():
+            kept.parent.mkdir(parents=True, exist_ok=True)
+            kept.write_text(self.recipe.requirements_text)
+        return kept, f"{ENV_DIR}/{kept.name}"
+
     def venv(self, interpreter: str, wheels: Path) -> None:
-        self.ch_run("venv", [interpreter, "-m", "venv", ENV_DIR])
+        shared = ["--system-site-packages"] if self.recipe.variant.get("system_site_packages") else []
+        self.ch_run("venv", [interpreter, "-m", "venv", *shared, ENV_DIR])
         self.ch_run("pip install", [f"{ENV_DIR}/bin/python", "-m", "pip", "install", "--no-index", "--no-cache-dir",
                                     "--find-links", "/mnt/wheels", "--progress-bar", "off",
-                                    "-r", f"/mnt/recipe/{self.recipe.requirements.name}"],
+                                    "-r", self.requirements()[1]],
                     binds=[(wheels, "/mnt/wheels"), (self.recipe.dir, "/mnt/recipe")])
 
 

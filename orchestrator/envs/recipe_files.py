@@ -29,7 +29,12 @@ class RecipeFileError(ValueError):
 
 def listed(path: Path) -> list[str]:
     """A recipe list file's entries: a line each, `#` comments and blank lines left out."""
-    return [entry for entry in (line.split("#")[0].strip() for line in path.read_text().splitlines()) if entry]
+    return entries(path.read_text())
+
+
+def entries(text: str) -> list[str]:
+    """A list's entries (`listed`), from its text: a build's requirements are text, not a file."""
+    return [entry for entry in (line.split("#")[0].strip() for line in text.splitlines()) if entry]
 
 
 @dataclass(frozen=True)

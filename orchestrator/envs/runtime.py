@@ -13,7 +13,8 @@ trainer never runs in the orchestrator's own interpreter. Three runtimes build t
   comes from the same recipe: the image directory (`apptainer build <fw>.sif <dir>`) or, for a
   GPU build, the definition `orchestrator images def <fw> --base ...` generates (apptainer.py).
 - `ContainerRuntime` (`runtime=container`): `ch-run` (Charliecloud) in the image built from the
-  same recipe (`orchestrator/envs/images.py`; built on first use, cached by recipe hash), with
+  same recipe (`orchestrator/envs/images.py`; built on first use, cached by recipe hash; a named
+  build in its own image, `<fw>-<build>-<hash>`, keyed by its variant as its venv is), with
   `trainers/` (read-only) and the run directory bound in and the trainer's environment given
   explicitly (`--unset-env=*`, nothing of the host's but `PASS_THROUGH`).
 
@@ -42,13 +43,14 @@ class ApptainerRuntime:
     mount = "/opt/orchestrator"
 
     def __init__(self, framework: str, images: Path, binary: str = "apptainer", trainer: str | None = None,
-                 sif: str | None = None, base: str | None = None):
+                 sif: str | None = None, base: str | None = None, build: str = builds.DEFAULT):
         self.framework = framework
         self.trainer = trainer or f"trainers.{framework}"
         self.images = Path(images)
         self.binary = binary
         self.sif = sif or f"{framework}.sif"  # a build with a GPU base: builds.image_name
         self.base = base  # that build's GPU base: its image is only ever that base's definition
+        self.build = build  # a build without one: its own definition (`images def <fw> --build <it>`)
 
     @property
     def image(self) -> Path:
@@ -69,6 +71,12 @@ class ApptainerRuntime:
                 f"no image {self.image}; it is this build's GPU image: `orchestrator images def {self.framework} "
                 f"--base {self.base} -o {definition}`, then `apptainer build {self.image} {definition}`; "
                 f"or set apptainer.images")
+        if not self.image.is_file() and self.build != builds.DEFAULT:
+            definition = f"{self.framework}-{self.build}.def"
+            raise EnvironmentNotReady(
+                f"no image {self.image}; it is build {self.build}'s image: `orchestrator images def {self.framework} "
+                f"--build {self.build} -o {definition}`, then `apptainer build {self.image} {definition}`; or set "
+                f"apptainer.images")
         if not self.image.is_file():
             raise EnvironmentNotReady(
                 f"no image {self.image}; build the image directory from the recipe with `orchestrator "
@@ -124,12 +132,16 @@ class ContainerRuntime:
     mount = "/opt/orchestrator"
 
     def __init__(self, framework: str, cache: Path | None = None, binary: str = "ch-run",
-                 trainer: str | None = None, recipe_dir: Path | None = None):
+                 trainer: str | None = None, recipe_dir: Path | None = None, build: str = builds.DEFAULT,
+                 threads: Any = None):
         self.framework = framework
+        #: a named build's BLAS thread counts (builds.thread_env): the job sets them for the trainer, and the
+        #: image sees nothing of the job's environment but what is set here
+        self.threads = builds.thread_env(build, threads)
         self.trainer = trainer or f"trainers.{framework}"
         self.cache = Path(cache) if cache else default_cache()
         self.binary = binary
-        self.recipe = Recipe(framework, recipe_dir)
+        self.recipe = Recipe(framework, recipe_dir, build)  # a named build: its own image (images.py)
         self.store = ImageStore(self.cache, binary)
         self._manifest: dict | None = None
 
@@ -138,8 +150,9 @@ class ContainerRuntime:
         if self._manifest is None:
             self._manifest = self.store.manifest(self.recipe)
         if self._manifest is None:
-            raise EnvironmentNotReady(f"no {self.framework} image for the current recipe; "
-                                      f"run `orchestrator images build {self.framework}`")
+            build = "" if self.recipe.build == builds.DEFAULT else f" --build {self.recipe.build}"
+            raise EnvironmentNotReady(f"no {self.recipe.name} image for the current recipe; "
+                                      f"run `orchestrator images build {self.framework}{build}`")
         return self._manifest
 
     @property
@@ -168,7 +181,8 @@ class ContainerRuntime:
     def trainer_env(self) -> dict[str, str]:
         env = {**_trainer_env(self.mount), **self.recipe.trainer_env(),
                "PATH": f"{self.manifest['env_dir']}/bin:/usr/local/bin:/usr/bin:/bin", "HOME": "/tmp",
-               "LANG": "C.UTF-8", "USER": "nobody" if os.geteuid() == 0 else os.environ.get("USER", "user")}
+               "LANG": "C.UTF-8", "USER": "nobody" if os.geteuid() == 0 else os.environ.get("USER", "user"),
+               **self.threads}
         env.update({key: os.environ[key] for key in PASS_THROUGH if key in os.environ})
         return env
 
@@ -210,11 +224,12 @@ class ContainerRuntime:
 
 def make_runtime(kind: str, framework: str, cache: Path | None = None, images: Path | None = None,
                  binary: str = "apptainer", trainer: str | None = None, build: str = builds.DEFAULT,
-                 modules: Mapping[str, Any] | None = None):
+                 modules: Mapping[str, Any] | None = None, threads: Any = None):
     """The runtime named by config `runtime=`: `framework` names its recipe or image, `trainer`
     the module it runs (default `trainers.<framework>`), `build` the recipe's variant (builds.py),
     or for runtime=module the site module to load (`module:<name>/<version>`) from the tree
-    `modules` declares (the cluster YAML's `modules`)."""
+    `modules` declares (the cluster YAML's `modules`); `threads` the cell's, which a container's build is
+    told explicitly (the other runtimes' trainers inherit the job's builds.thread_env)."""
     if kind == "module":
         module = builds.module_of(build)
         if not module:
@@ -227,7 +242,8 @@ def make_runtime(kind: str, framework: str, cache: Path | None = None, images: P
     if kind == "apptainer":
         return ApptainerRuntime(framework, images or default_cache() / "images", binary, trainer=trainer,
                                 sif=None if build == builds.DEFAULT else builds.image_name(framework, build),
-                                base=None if build == builds.DEFAULT else builds.gpu_base(framework, build))
+                                base=None if build == builds.DEFAULT else builds.gpu_base(framework, build),
+                                build=build)
     if kind == "container":
-        return ContainerRuntime(framework, cache, trainer=trainer)
+        return ContainerRuntime(framework, cache, trainer=trainer, build=build, threads=threads)
     raise EnvironmentNotReady(f"runtime={kind!r} is not one of venv, apptainer, container, module")

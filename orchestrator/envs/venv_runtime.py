@@ -17,7 +17,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import yaml
 
@@ -27,8 +27,6 @@ from trainers.common.support import GPU_BUILD_ENV
 
 REPO = Path(__file__).resolve().parents[2]  # orchestrator/envs/ -> the repository
 CONTAINERS = REPO / "containers"
-#: A BLAS build's folder of links inside its environment (builds.blas_links)
-BLAS_DIR = "blas"
 
 
 class EnvironmentNotReady(RuntimeError):
@@ -119,10 +117,14 @@ class VenvRuntime:
             digest.update(script.read_bytes())
         if self.build == builds.DEFAULT:  # the recipe's own environment, named as before builds existed
             return self.cache / "envs" / f"{self.framework}-{digest.hexdigest()[:12]}"
-        digest.update(yaml.safe_dump(dict(self.variant), sort_keys=True).encode())
-        digest.update(self.requirements_text.encode())
-        digest.update(yaml.safe_dump(builds.blas_links(self.variant), sort_keys=True).encode())
+        digest.update(self.variant_key())
         return self.cache / "envs" / f"{self.framework}-{self.build}-{digest.hexdigest()[:12]}"
+
+    def variant_key(self) -> bytes:
+        """What a named build changes, as bytes to hash: its variant, its requirements and its BLAS links.
+        Its venv (env_dir) and its image (image_recipe.Recipe.digest) are both keyed by it."""
+        return (yaml.safe_dump(dict(self.variant), sort_keys=True).encode() + self.requirements_text.encode()
+                + yaml.safe_dump(builds.blas_links(self.variant), sort_keys=True).encode())
 
     @property
     def post_install(self) -> list[Path]:
@@ -131,17 +133,18 @@ class VenvRuntime:
 
     def trainer_env(self, env_dir: str | None = None) -> dict[str, str]:
         """The recipe's `env` for the trainer, `{env_dir}` replaced by the environment's path
-        (this venv's, or `env_dir`: where an image holds the same environment)."""
+        (this venv's, or `env_dir`: where an image holds the same environment, which inherits no
+        library path from the host)."""
         where = env_dir if env_dir is not None else str(self.env_dir)
         env = {key: str(value).replace("{env_dir}", where) for key, value in (self.recipe.get("env") or {}).items()}
         if self.variant.get("gpu"):  # the trainer checks its GPUs against this build's range (support.GPU_BUILD_ENV)
             bounds = builds.gpu_bases(self.recipe_dir.name, self.recipe_dir.parent)[self.variant["gpu"]]
             env[GPU_BUILD_ENV] = builds.gpu_build_value(bounds)
-        if builds.blas_links(self.variant):  # the build's own BLAS folder first (_link_blas), before the
-            # recipe's own library path where it sets one (which replaces the job's, as without a build)
-            rest = env.get("LD_LIBRARY_PATH") or os.environ.get("LD_LIBRARY_PATH")
-            env["LD_LIBRARY_PATH"] = os.pathsep.join(p for p in (f"{where}/{BLAS_DIR}", rest) if p)
-        return env
+        # the build's own BLAS folder first (link_blas), before the recipe's own library path where it sets
+        # one (which replaces the job's, as without a build)
+        inherited = os.environ.get("LD_LIBRARY_PATH") if env_dir is None else None
+        path = builds.library_path(self.variant, where, env.get("LD_LIBRARY_PATH") or inherited)
+        return {**env, "LD_LIBRARY_PATH": path} if path else env
 
     @property
     def python(self) -> Path:
@@ -194,24 +197,12 @@ class VenvRuntime:
                     f"{self.framework}: creating the environment failed at `{' '.join(argv)}` "
                     f"(exit {done.returncode}):\n{tail}\nFix the recipe in {self.recipe_dir} "
                     f"or the network/proxy, then run again; the partial environment is rebuilt.")
-        self._link_blas()  # after pip: a library may come with the build's own packages (MKL)
+        link_blas(self.framework, self.build, self.variant, str(self.env_dir))  # after pip: a library may come
+        # with the build's own packages (MKL)
         freeze = subprocess.run([str(self.python), "-m", "pip", "freeze"], capture_output=True, text=True)
         (self.env_dir / "requirements.lock").write_text(freeze.stdout)
         (self.env_dir / ".ready").write_text(self.identity() + "\n")
         log(f"[runtime] {self.framework} environment ready")
-
-    def _link_blas(self) -> None:
-        """The build's BLAS folder: a link for each name its framework loads a BLAS by, to the chosen library."""
-        links = builds.blas_links(self.variant, str(self.env_dir))
-        if links:
-            folder = self.env_dir / BLAS_DIR
-            folder.mkdir()
-            for name, target in links.items():
-                if not Path(target).is_file():
-                    raise EnvironmentNotReady(
-                        f"{self.framework} build {self.build}: {target} is missing; install the Debian package "
-                        f"containers/blas.yaml names for blas={self.variant['blas']} (scripts/frameworks.sh {self.framework})")
-                (folder / name).symlink_to(target)
 
     def identity(self) -> str:
         """A hash of the installed package list: which environment a measurement ran in."""
@@ -223,6 +214,22 @@ class VenvRuntime:
                 run_dir: str | None = None) -> tuple[list[str], dict[str, str]]:
         argv = [str(self.python), "-m", self.trainer, *args]
         return argv, {**_trainer_env(str(REPO)), **self.trainer_env()}
+
+
+def link_blas(framework: str, build: str, variant: Mapping[str, Any], env_dir: str, root: str = "/") -> None:
+    """A build's BLAS folder (`<env_dir>/blas`): a link for each name its framework loads a BLAS by, to the
+    chosen library (builds.blas_links). `root`: the tree it is made in, the host's for a venv, an image's
+    for its /opt/env (whose links then name the image's own files)."""
+    links = builds.blas_links(variant, env_dir, root=root)
+    if links:
+        folder = Path(root) / env_dir.lstrip("/") / builds.BLAS_DIR
+        folder.mkdir()
+        for name, target in links.items():
+            if not (Path(root) / target.lstrip("/")).is_file():
+                raise EnvironmentNotReady(
+                    f"{framework} build {build}: {target} is missing; install the Debian package containers/blas.yaml "
+                    f"names for blas={variant['blas']} (scripts/frameworks.sh {framework}; an image installs it itself)")
+            (folder / name).symlink_to(target)
 
 
 def available_recipes() -> list[str]:

@@ -186,7 +186,8 @@ def _run_trainer(spec: JobSpec, run: RunSpec, paths: dict[str, str], deadline: f
     runtime = make_runtime(spec.runtime["kind"], framework.get("env") or spec.settings["framework"],
                            cache=spec.runtime.get("cache"), images=spec.runtime.get("images"),
                            binary=spec.runtime.get("binary", "apptainer"), trainer=framework.get("trainer"),
-                           build=spec.settings["build"], modules=(spec.config.get("cluster") or {}).get("modules"))
+                           build=spec.settings["build"], modules=(spec.config.get("cluster") or {}).get("modules"),
+                           threads=spec.settings.get("threads"))
     with open(paths["setup"], "a") as setup_log:
         def log(line: str) -> None:
             setup_log.write(line + "\n")
