@@ -106,3 +106,15 @@ def test_an_auto_cell_lands_its_curve_through_the_slurm_cluster(slurm_workdir):
     shown = orchestrator(["results", "--where", "batch_search=auto"], slurm_workdir)
     assert shown.returncode == 0 and f" auto→{named['auto_batch']:g} " in shown.stdout, shown.stdout
     assert rows(slurm_workdir, "select auto_batch from results") == [(named["auto_batch"],)]
+
+
+@pytest.mark.parametrize("times", [[1.0, 3.0], [0.1, 0.4, 0.2, 0.3], [0.5] * 3 + [0.2, 0.9, 0.7]])
+def test_the_trainer_and_the_run_read_a_points_median_by_one_rule_for_an_even_count_too(times):
+    """The trainer's stop rule (batch_search.decision_rate) and the run's headline point (steady_rate of
+    latency_p50_s) read the same median: LoadGen's rank rule, the upper middle of an even count (64
+    batches, the default rule, is even). With the mean of the two middles the trainer called batch 1
+    ([1 s, 3 s]: 0.5/s) best over batch 2 (4.4 s: 0.45/s) while the run's headline named batch 2."""
+    from orchestrator.job import latency
+    from trainers.common import batch_search
+    assert batch_search.decision_rate(3, times) == batch_curve.steady_rate(3, latency.distribution(times))
+    assert batch_search.decision_rate(1, [1.0, 3.0]) < batch_search.decision_rate(2, [4.4, 4.4])

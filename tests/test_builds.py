@@ -82,6 +82,8 @@ def test_a_build_is_its_own_environment_keyed_by_its_variant(tmp_path):
     ('"evil\\n": {blas: blis}\n', "is not a plain name"),
     ('evil: {pins: {torch: "==2.5\\n"}}\n', "is not a package and a version specifier"),
     ('evil: {pins: {"torch\\n": "==2.5"}}\n', "is not a package and a version specifier"),
+    # a build named as a GPU base that it is not: runtime=apptainer would run it from that base's SIF
+    ("cuda12: {pins: {torch: '==2.13.0'}}\n", "is named as the cuda12 base"),
 ])
 def test_a_wrong_declaration_is_one_line_naming_the_file(tmp_path, text, problem):
     (tmp_path / "fw").mkdir()

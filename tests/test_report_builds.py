@@ -173,3 +173,19 @@ def test_cases_that_share_a_name_are_told_apart_by_the_settings_they_differ_in(t
     named = {(r["case"], r["build"]) for r in csv.DictReader((report.out / "tables" / "builds.csv").open())}
     assert named == {(f"caffe/lenet/mnist on local (threads=2, batch_size=64, precision=fp32), iterations={i}", b)
                      for i in (20, 40) for b in ("default", "blis")}
+
+
+def test_the_file_list_is_never_written_through_a_link_nor_by_a_name_two_reports_share(tmp_path):
+    """The list is written to a new file of its own (O_EXCL, a name no other report holds) and renamed
+    over the old one: a `.report-files.new` already there (a link to a user's file, or another report
+    writing into the same directory at that moment) is neither written through nor taken over."""
+    from orchestrator.report.build import Report, _tidy
+    out, theirs = tmp_path / "report", tmp_path / "theirs.txt"
+    (out / "tables").mkdir(parents=True)
+    (out / "tables" / "a.csv").write_text("x\n")
+    theirs.write_text("a user's own file\n")
+    (out / f"{MANIFEST}.new").symlink_to(theirs)
+    _tidy(Report(out, tables=[out / "tables" / "a.csv"]))
+    assert theirs.read_text() == "a user's own file\n"
+    assert (out / MANIFEST).read_text() == "tables/a.csv\n" and not (out / MANIFEST).is_symlink()
+    assert sorted(p.name for p in out.iterdir()) == sorted([MANIFEST, f"{MANIFEST}.new", "tables"])

@@ -87,6 +87,9 @@ def declared(recipe: str, containers: Path = _CONTAINERS) -> Mapping[str, Mappin
                                                or variant["gpu"] not in gpu_bases(recipe, containers)):
             raise BuildError(f"{path}: build {name!r} has gpu={variant['gpu']!r}, which {recipe}'s gpu.yaml does not "
                              f"declare ({', '.join(gpu_bases(recipe, containers)) or 'no GPU bases'})")
+        if name in recipe_files.BASES and name != "cpu" and variant.get("gpu") != name:  # image_name's SIF
+            raise BuildError(f"{path}: build {name!r} is named as the {name} base, whose definition (`images def "
+                             f"{recipe} --base {name}`) builds {recipe}-{name}.sif too; rename the build")
     return found
 
 

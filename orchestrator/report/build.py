@@ -15,6 +15,8 @@ user's own, or one of a report from before the list existed) is never touched.
 """
 from __future__ import annotations
 
+import os
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
@@ -109,9 +111,17 @@ def _tidy(report: Report) -> None:
         stale = report.out / folder / name
         if name.endswith(WRITTEN.get(folder, ())) and "/" not in name and "\0" not in name and stale.is_file():
             stale.unlink()
-    listing = manifest.with_name(MANIFEST + ".new")  # renamed over the list: never half a list
-    listing.write_text("".join(f"{entry}\n" for entry in sorted(written)), encoding="utf-8")
-    listing.replace(manifest)
+    # a file of its own (O_EXCL: never a link someone left, never another report's at the same moment),
+    # renamed over the list: never half a list
+    fd, listing = tempfile.mkstemp(prefix=MANIFEST + ".", suffix=".new", dir=report.out)
+    try:
+        os.fchmod(fd, 0o644)  # as the report's other files (mkstemp's is 0600)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write("".join(f"{entry}\n" for entry in sorted(written)))
+        os.replace(listing, manifest)
+    except BaseException:
+        Path(listing).unlink(missing_ok=True)
+        raise
 
 
 def _builds(report: Report, found: list[list[builds.Row]], out: Path) -> str:

@@ -23,7 +23,6 @@ point that runs out of memory ends the run as out_of_memory (there is no curve t
 Trainers run in Python 3.6 containers: this module stays 3.6-compatible.
 """
 import argparse
-import statistics
 
 from trainers.common import data as datasets
 from trainers.common import inference
@@ -83,8 +82,10 @@ def stop(rates, gain=GAIN, batches=None, patience=PATIENCE):
 
 def decision_rate(batch, times):
     """The samples/s the stop rule compares: `batch` over the median of the point's batch seconds
-    (0 where none was timed)."""
-    median = statistics.median(times) if times else 0.0
+    (0 where none was timed), by the rank rule the run's latency_p50_s states (orchestrator/job/latency.py,
+    LoadGen's: the value at index n // 2, the upper middle of an even count), so that the point the
+    search calls best is the point the run's headline names (batch_curve.steady_rate)."""
+    median = sorted(times)[len(times) // 2] if times else 0.0
     return batch / median if median > 0 else 0.0
 
 
