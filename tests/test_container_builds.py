@@ -124,3 +124,19 @@ def test_pruning_a_builds_images_keeps_every_other_image(tmp_path):
     assert sorted(p.name for p in store.root.iterdir()) == sorted(
         n + suffix for n in (store.key(build), store.key(default), "torch-kepler-222222222222",
                              "numpy-reference-333333333333") for suffix in ("", ".json"))
+
+
+def test_images_list_says_a_broken_builds_yaml_instead_of_leaving_its_builds_out(monkeypatch, capsys):
+    """A builds.yaml that does not read (here: declared raising as it does on one) is one line on
+    stderr and exit 1; the framework's default image is still listed."""
+    from orchestrator.commands import images as command
+    from orchestrator.envs import builds
+
+    def broken(recipe, *args, **kwargs):
+        raise builds.BuildError(f"containers/{recipe}/builds.yaml: build 'x' has an unknown key 'pinz'")
+    monkeypatch.setattr(builds, "declared", broken)
+    assert command.main(["list"]) == 1
+    out, err = capsys.readouterr()
+    assert "numpy's builds are not listed: containers/numpy/builds.yaml: build 'x' has an unknown key 'pinz'" \
+        in err.splitlines()
+    assert any(line.startswith("numpy ") for line in out.splitlines()) and "--build" not in out

@@ -57,12 +57,18 @@ def _parser() -> argparse.ArgumentParser:
 
 def _list(names: Sequence[str]) -> int:
     """`images list`: each recipe's image (digest, size, build time, folder), or how to build it; then
-    each build's (builds.yaml) that a runtime=container can run, built or not."""
+    each build's (builds.yaml) that a runtime=container can run, built or not. A builds.yaml that does
+    not read is said in one line (exit 1), not left out in silence."""
     # lazy: the image and environment machinery only for `orchestrator images`
     from orchestrator.envs import builds, image_recipe, images
 
-    store = images.ImageStore()
+    store, broken = images.ImageStore(), 0
     for fw in names:
+        try:
+            builds.declared(fw)
+        except builds.BuildError as exc:  # its default image is still listed; its builds are said broken
+            print(f"{fw}'s builds are not listed: {exc}", file=sys.stderr)
+            broken = 1
         for build in builds.names(fw):
             if builds.refusal(fw, build, "container"):  # a GPU base's build: an Apptainer definition, no image
                 continue
@@ -71,7 +77,7 @@ def _list(names: Sequence[str]) -> int:
             print(f"{recipe.name:16s} " + (f"image:{m['digest'][:23]}  {m['size_bytes'] / 1e6:6.0f} MB  built in "
                                            f"{m['build_s']:.0f} s  {m['dir']}" if m
                                            else f"not built (orchestrator images build {how})"))
-    return 0
+    return broken
 
 
 def _build(args: argparse.Namespace, names: Sequence[str]) -> int:
