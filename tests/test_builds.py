@@ -268,3 +268,31 @@ def test_caffes_mkl_build_is_mkl_rt_under_the_name_caffe_loads_and_caffe_needs_o
                                universal_newlines=True, check=True).stdout.split()
     from_blas = {s for s in undefined if re.match(r"(cblas_|openblas_|goto|[sdcz]gemm_)", s)}
     assert "cblas_sgemm" in from_blas and all(s.startswith("cblas_") for s in from_blas), sorted(from_blas)
+
+
+#: what PyPI's mkl 2026.2 wheel's mkl_get_version_string writes (read from it, benchmarks/blas_builds.py)
+MKL_VERSION = ("Intel(R) oneAPI Math Kernel Library Version 2026.2-Product Build 20260915 for Intel(R) 64 "
+               "architecture applications")
+
+
+def test_mkls_version_is_read_from_the_buffer_its_getter_fills_and_the_report_names_its_release():
+    """MKL's version getter fills a buffer it is handed (BLAS_MARKERS: "buffer"), where OpenBLAS's and
+    BLIS's return a string: the provenance records the text it wrote (a C-callable function writing
+    MKL's text stands in for mkl_rt, which CI does not install), and the report's builds page names
+    the release in it, as it does OpenBLAS's in its config line."""
+    import ctypes
+
+    from trainers.common import host
+    from orchestrator.report.builds import _blas
+
+    @ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int)
+    def fills(buffer, size):
+        text = MKL_VERSION.encode() + b" " * 60  # MKL pads it with blanks
+        ctypes.memmove(buffer, text, min(len(text), size - 1))
+
+    assert dict((m[0], m[2]) for m in host.BLAS_MARKERS)["MKL"] == "buffer"
+    assert host._version(fills, "buffer") == MKL_VERSION
+    assert _blas({"library": "MKL", "version": MKL_VERSION, "threads": 1}) == "MKL 2026.2 (1 thread)"
+    assert _blas({"library": "OpenBLAS", "version": "OpenBLAS 0.3.21 NO_LAPACKE DYNAMIC_ARCH Prescott",
+                  "threads": 2}) == "OpenBLAS 0.3.21 (2 threads)"
+    assert _blas({"library": "reference", "version": None, "threads": None}) == "reference"
