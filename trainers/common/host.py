@@ -142,7 +142,7 @@ def _version(getter, version_by):
     """A BLAS's version string from its getter, as BLAS_MARKERS says the getter gives it."""
     if version_by == "buffer":
         buffer = ctypes.create_string_buffer(256)
-        getter(buffer, len(buffer))
+        getter(buffer, len(buffer) - 1)  # its last byte stays the NUL that ends the text
         text = buffer.value
     else:
         getter.restype = ctypes.c_char_p
