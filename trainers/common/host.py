@@ -22,10 +22,10 @@ THREAD_GETTERS = {"OpenBLAS": OPENBLAS_GETTERS, "BLIS": ("bli_thread_get_num_thr
 
 #: How a loaded library shows which BLAS it is: (name, symbols only that BLAS exports, how its first
 #: symbol gives the version: "returns" a string, fills a "buffer" it is handed (MKL's
-#: mkl_get_version_string(buf, len)), or None: it does not), asked in this order (OpenBLAS and MKL export BLIS's cgemm3m too). Debian's BLIS
-#: exports no version getter, only its extensions; ATLAS its Fortran wrappers. A BLAS with none of
-#: these (it exports sgemm_) is netlib's reference BLAS. Read from the libraries the process has
-#: loaded, never from a build's name.
+#: mkl_get_version_string(buf, len)), or None: it gives none), asked in this order (OpenBLAS and
+#: MKL export BLIS's cgemm3m too). Debian's BLIS exports no version getter, only its extensions;
+#: ATLAS its Fortran wrappers. A BLAS with none of these (it exports sgemm_) is netlib's reference
+#: BLAS. Read from the libraries the process has loaded, never from a build's name.
 BLAS_MARKERS = (
     ("OpenBLAS", ("openblas_get_config", "openblas_get_config64_", "scipy_openblas_get_config64_",
                   "scipy_openblas_get_config"), "returns"),
