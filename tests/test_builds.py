@@ -3,6 +3,7 @@ an undeclared or hostile build refused at expansion with the framework's builds 
 runs of numpy on two BLAS builds that record the BLAS each loaded, compared per cell, and their
 report's builds section opened in Chromium."""
 import json
+import os
 import re
 import shutil
 
@@ -234,3 +235,70 @@ def test_a_blas_entry_that_is_not_a_package_and_library_files_is_refused(tmp_pat
 
 def test_the_projects_blas_yaml_passes_its_checks():
     assert set(builds.blas_libraries()) == {"openblas", "blis", "atlas", "reference", "mkl"}
+
+
+def test_caffes_mkl_build_is_mkl_rt_under_the_name_caffe_loads_and_caffe_needs_only_cblas_of_it(
+        tmp_path, framework_env):
+    """Caffe's `mkl` build without its 220 MB wheel (benchmarks/blas_builds.py runs it for real): it is
+    accepted in runtime=venv only; its venv pins PyPI's mkl beside Caffe's own pins; its trainer starts
+    with GNU OpenMP threading, the LP64 interface and its own folder first; that folder links
+    libopenblas.so.0 (the name _caffe.so loads) to the venv's mkl_rt and the MKL libraries mkl_rt opens
+    beside it; and the compiled Caffe takes only CBLAS from that library (no openblas_* extension),
+    which mkl_rt exports, so the link stands in for OpenBLAS whole."""
+    import glob
+    import subprocess
+    from pathlib import Path
+
+    assert builds.refusal("caffe", "mkl") is None and "mkl" in builds.names("caffe")
+    assert "runtime=venv" in builds.refusal("caffe", "mkl", runtime="apptainer")
+    runtime = VenvRuntime("caffe", tmp_path, build="mkl")
+    default = VenvRuntime("caffe", tmp_path)
+    assert runtime.requirements_text.splitlines()[:-1] == default.requirements_text.splitlines()
+    assert runtime.requirements_text.splitlines()[-1] == "mkl==2026.2.0"
+    env = runtime.trainer_env()
+    assert env["MKL_THREADING_LAYER"] == "GNU" and env["MKL_INTERFACE_LAYER"] == "LP64"
+    assert env["LD_LIBRARY_PATH"].split(":")[0] == f"{runtime.env_dir}/blas"
+    assert builds.thread_env("mkl", 1)["MKL_NUM_THREADS"] == "1"
+    wheel = runtime.env_dir / "lib"  # the files the mkl wheel puts there, as names only
+    wheel.mkdir(parents=True)
+    for name in ("libmkl_rt.so.3", "libmkl_core.so.3", "libmkl_gnu_thread.so.3", "libmkl_avx2.so.3", "libiomp5.so"):
+        (wheel / name).write_bytes(b"")
+    runtime._link_blas()
+    linked = {p.name: os.readlink(p) for p in (runtime.env_dir / "blas").iterdir()}
+    assert linked["libopenblas.so.0"] == linked["libblas.so.3"] == str(wheel / "libmkl_rt.so.3")
+    assert {n for n in linked if n.startswith("libmkl_")} == {"libmkl_rt.so.3", "libmkl_core.so.3",
+                                                              "libmkl_gnu_thread.so.3", "libmkl_avx2.so.3"}
+    python, _ = framework_env("caffe")
+    compiled = glob.glob(str(Path(python).parent.parent / "lib" / "python3*" / "site-packages" / "caffe" / "_caffe.so"))
+    undefined = subprocess.run(["nm", "-D", "--undefined-only", compiled[0]], stdout=subprocess.PIPE,
+                               universal_newlines=True, check=True).stdout.split()
+    from_blas = {s for s in undefined if re.match(r"(cblas_|openblas_|goto|[sdcz]gemm_)", s)}
+    assert "cblas_sgemm" in from_blas and all(s.startswith("cblas_") for s in from_blas), sorted(from_blas)
+
+
+#: what PyPI's mkl 2026.2 wheel's mkl_get_version_string writes (read from it, benchmarks/blas_builds.py)
+MKL_VERSION = ("Intel(R) oneAPI Math Kernel Library Version 2026.2-Product Build 20260915 for Intel(R) 64 "
+               "architecture applications")
+
+
+def test_mkls_version_is_read_from_the_buffer_its_getter_fills_and_the_report_names_its_release():
+    """MKL's version getter fills a buffer it is handed (BLAS_MARKERS: "buffer"), where OpenBLAS's and
+    BLIS's return a string: the provenance records the text it wrote (a C-callable function writing
+    MKL's text stands in for mkl_rt, which CI does not install), and the report's builds page names
+    the release in it, as it does OpenBLAS's in its config line."""
+    import ctypes
+
+    from trainers.common import host
+    from orchestrator.report.builds import _blas
+
+    @ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int)
+    def fills(buffer, size):
+        text = MKL_VERSION.encode() + b" " * 60  # MKL pads it with blanks
+        ctypes.memmove(buffer, text, min(len(text), size - 1))
+
+    assert dict((m[0], m[2]) for m in host.BLAS_MARKERS)["MKL"] == "buffer"
+    assert host._version(fills, "buffer") == MKL_VERSION
+    assert _blas({"library": "MKL", "version": MKL_VERSION, "threads": 1}) == "MKL 2026.2 (1 thread)"
+    assert _blas({"library": "OpenBLAS", "version": "OpenBLAS 0.3.21 NO_LAPACKE DYNAMIC_ARCH Prescott",
+                  "threads": 2}) == "OpenBLAS 0.3.21 (2 threads)"
+    assert _blas({"library": "reference", "version": None, "threads": None}) == "reference"

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import csv
 import html
+import re
 import textwrap
 from dataclasses import dataclass
 from pathlib import Path
@@ -148,12 +149,19 @@ def _at(record: Any, keys: Sequence[str]) -> Any:
     return record
 
 
+#: a release in a BLAS's version text: OpenBLAS's is its whole config line ("OpenBLAS 0.3.21 NO_LAPACKE
+#: ..."), MKL's a sentence ("Intel(R) oneAPI Math Kernel Library Version 2026.2-Product Build ...")
+_RELEASE = re.compile(r"\d+(?:\.\d+)+")
+
+
 def _blas(entry: Mapping[str, Any]) -> str:
-    """`OpenBLAS 0.3.21 (2 threads)`: an OpenBLAS version is its whole config line; its release is
-    the word after the library's name."""
+    """`OpenBLAS 0.3.21 (2 threads)`, `MKL 2026.2 (1 thread)`: the library and the first dotted
+    release in its version text (or the text's first word after the library's name)."""
     library, version = str(entry.get("library") or "?"), str(entry.get("version") or "").split()
     if version and version[0] == library:
         version = version[1:]
+    release = _RELEASE.search(" ".join(version))
+    version = [release.group(0)] if release else version
     threads = entry.get("threads")
     return " ".join([library, *version[:1]] + ([f"({threads} thread{'s' if threads != 1 else ''})"]
                                                if isinstance(threads, int) else []))

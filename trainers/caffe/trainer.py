@@ -11,7 +11,9 @@ snapshots, no test net.
 CPU threads: BVLC Caffe's own loops are single-threaded and its convolutions are im2col +
 BLAS GEMM, so `--threads` is OpenBLAS's thread count. OPENBLAS_NUM_THREADS (and
 OMP_NUM_THREADS, for an OpenMP OpenBLAS) are set before `caffe` is imported, and
-openblas_set_num_threads is called on the loaded library as well.
+openblas_set_num_threads is called on the loaded library as well. A build that puts another BLAS
+behind libopenblas.so.0 (containers/caffe/builds.yaml: BLIS, MKL...) starts with the job's
+MKL_NUM_THREADS and BLIS_NUM_THREADS at the cell's threads too (orchestrator/envs/builds.py).
 
 Precision: Caffe trains in fp32 only (declared in __init__.py).
 

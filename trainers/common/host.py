@@ -20,17 +20,18 @@ OPENBLAS_GETTERS = ("openblas_get_num_threads", "openblas_get_num_threads64_",
 THREAD_GETTERS = {"OpenBLAS": OPENBLAS_GETTERS, "BLIS": ("bli_thread_get_num_threads",),
                   "MKL": ("MKL_Get_Max_Threads", "mkl_get_max_threads")}
 
-#: How a loaded library shows which BLAS it is: (name, symbols only that BLAS exports, its version
-#: getter or None), asked in this order (OpenBLAS and MKL export BLIS's cgemm3m too). Debian's BLIS
-#: exports no version getter, only its extensions; ATLAS its Fortran wrappers. A BLAS with none of
-#: these (it exports sgemm_) is netlib's reference BLAS. Read from the libraries the process has
-#: loaded, never from a build's name.
+#: How a loaded library shows which BLAS it is: (name, symbols only that BLAS exports, how its first
+#: symbol gives the version: "returns" a string, fills a "buffer" it is handed (MKL's
+#: mkl_get_version_string(buf, len)), or None: it gives none), asked in this order (OpenBLAS and
+#: MKL export BLIS's cgemm3m too). Debian's BLIS exports no version getter, only its extensions;
+#: ATLAS its Fortran wrappers. A BLAS with none of these (it exports sgemm_) is netlib's reference
+#: BLAS. Read from the libraries the process has loaded, never from a build's name.
 BLAS_MARKERS = (
     ("OpenBLAS", ("openblas_get_config", "openblas_get_config64_", "scipy_openblas_get_config64_",
-                  "scipy_openblas_get_config"), True),
-    ("MKL", ("mkl_get_version_string",), False),
-    ("BLIS", ("bli_info_get_version_str", "cblas_cgemm3m"), True),
-    ("ATLAS", ("ATL_buildinfo", "atl_f77wrap_sgemm_"), False),
+                  "scipy_openblas_get_config"), "returns"),
+    ("MKL", ("mkl_get_version_string",), "buffer"),
+    ("BLIS", ("bli_info_get_version_str", "cblas_cgemm3m"), "returns"),
+    ("ATLAS", ("ATL_buildinfo", "atl_f77wrap_sgemm_"), None),
 )
 #: words in a shared object's file name that make it worth asking (blas_libraries); a LAPACK is
 #: not (it answers for the BLAS it links, which is asked itself)
@@ -137,16 +138,27 @@ def blas_libraries():
     return found
 
 
+def _version(getter, version_by):
+    """A BLAS's version string from its getter, as BLAS_MARKERS says the getter gives it."""
+    if version_by == "buffer":
+        buffer = ctypes.create_string_buffer(256)
+        getter(buffer, len(buffer) - 1)  # its last byte stays the NUL that ends the text
+        text = buffer.value
+    else:
+        getter.restype = ctypes.c_char_p
+        text = getter()
+    return text.decode("ascii", "replace").strip()
+
+
 def _blas_entry(path, lib):
     name, version = "reference", None
-    for library, symbols, has_version in BLAS_MARKERS:
+    for library, symbols, version_by in BLAS_MARKERS:
         marker = _symbol(lib, symbols)
         if marker is not None:
             name = library
             getter = _symbol(lib, symbols if library == "OpenBLAS" else symbols[:1])
-            if has_version and getter is not None:
-                getter.restype = ctypes.c_char_p
-                version = getter().decode("ascii", "replace").strip()
+            if version_by and getter is not None:
+                version = _version(getter, version_by)
             break
     real = os.path.realpath(path)
     suffix = real.partition(".so.")[2]
