@@ -12,7 +12,7 @@ import pytest
 from helpers import FAST, orchestrator, rows, user_dir, wait_until_final, composed
 from test_report import assert_figures_fit, chromium
 from orchestrator.envs import builds
-from orchestrator.envs.venv_runtime import EnvironmentNotReady, VenvRuntime
+from orchestrator.envs.venv_runtime import EnvironmentNotReady, VenvRuntime, link_blas
 from orchestrator.sweep.cell import CellError, cell_id, resolve_settings
 
 HOSTILE = ["nope", "../../etc", "/tmp/x", "x; rm -rf /", "$(id)", "reference\n", "", "default/../blis", 5]
@@ -250,7 +250,8 @@ def test_caffes_mkl_build_is_mkl_rt_under_the_name_caffe_loads_and_caffe_needs_o
     from pathlib import Path
 
     assert builds.refusal("caffe", "mkl") is None and "mkl" in builds.names("caffe")
-    assert "runtime=venv" in builds.refusal("caffe", "mkl", runtime="apptainer")
+    assert builds.refusal("caffe", "mkl", runtime="container") is None  # its own image, as every BLAS build
+    assert "runtime=module" in builds.refusal("caffe", "mkl", runtime="module")
     runtime = VenvRuntime("caffe", tmp_path, build="mkl")
     default = VenvRuntime("caffe", tmp_path)
     assert runtime.requirements_text.splitlines()[:-1] == default.requirements_text.splitlines()
@@ -263,7 +264,7 @@ def test_caffes_mkl_build_is_mkl_rt_under_the_name_caffe_loads_and_caffe_needs_o
     wheel.mkdir(parents=True)
     for name in ("libmkl_rt.so.3", "libmkl_core.so.3", "libmkl_gnu_thread.so.3", "libmkl_avx2.so.3", "libiomp5.so"):
         (wheel / name).write_bytes(b"")
-    runtime._link_blas()
+    link_blas("caffe", "mkl", runtime.variant, str(runtime.env_dir))
     linked = {p.name: os.readlink(p) for p in (runtime.env_dir / "blas").iterdir()}
     assert linked["libopenblas.so.0"] == linked["libblas.so.3"] == str(wheel / "libmkl_rt.so.3")
     assert {n for n in linked if n.startswith("libmkl_")} == {"libmkl_rt.so.3", "libmkl_core.so.3",
