@@ -11,8 +11,8 @@ before the module is imported, so each step's `dt` becomes the CPU seconds all o
 threads spent in it: what the code did, not how long the machine made it wait.
 `benchmarks/trainer_overhead.py --clock process` runs both sides this way. It is a diagnostic
 beside the wall-clock ratio, never a replacement: time spent blocked (I/O, a lock, a device)
-does not show on it, and a spinning thread counts as work. One process only: a trainer's child
-ranks start with the ordinary clock. Parses as Python 3.6 (it runs in every framework's env).
+does not show on it, and a spinning thread counts as work. One process only: a trainer that runs
+in a child process (Caffe's, Trainer.isolate) or in ranks starts them with the ordinary clock. Parses as Python 3.6 (it runs in every framework's env).
 """
 import runpy
 import sys
@@ -20,11 +20,12 @@ import time
 
 #: what it may run: the trainers and the minimal loops, nothing named from outside
 PACKAGES = ("trainers.", "benchmarks.minimal.")
+SELF = "benchmarks.minimal.process_clock"
 
 
 def main(argv=None):
     argv = list(sys.argv[1:] if argv is None else argv)
-    if not argv or not argv[0].startswith(PACKAGES) or argv[0] == __name__:
+    if not argv or not argv[0].startswith(PACKAGES) or argv[0] == SELF:
         sys.stderr.write("process_clock: name a trainer or minimal loop module to run "
                          "(trainers.<framework> or benchmarks.minimal.<framework>_loop), got %r\n"
                          % (argv[0] if argv else None))
