@@ -11,8 +11,10 @@ before the module is imported, so each step's `dt` becomes the CPU seconds all o
 threads spent in it: what the code did, not how long the machine made it wait.
 `benchmarks/trainer_overhead.py --clock process` runs both sides this way. It is a diagnostic
 beside the wall-clock ratio, never a replacement: time spent blocked (I/O, a lock, a device)
-does not show on it, and a spinning thread counts as work. One process only: a trainer that runs
-in a child process (Caffe's, Trainer.isolate) or in ranks starts them with the ordinary clock. Parses as Python 3.6 (it runs in every framework's env).
+does not show on it, a spinning thread counts as work, and a rule stated in seconds (the inference
+trainer's --min-seconds) counts CPU seconds too. One process only: a trainer that runs in a child
+process (Caffe's, Trainer.isolate) or in ranks starts them with the ordinary clock. Parses as
+Python 3.6 (it runs in every framework's environment).
 """
 import runpy
 import sys
