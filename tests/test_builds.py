@@ -83,6 +83,11 @@ def test_a_build_is_its_own_environment_keyed_by_its_variant(tmp_path):
     ('"evil\\n": {blas: blis}\n', "is not a plain name"),
     ('evil: {pins: {torch: "==2.5\\n"}}\n', "is not a package and a version specifier"),
     ('evil: {pins: {"torch\\n": "==2.5"}}\n', "is not a package and a version specifier"),
+    # an env key is the NAME of an image's `export NAME=value` line, which a shell runs
+    ("evil: {env: {'X=1; touch /tmp/pwned; Y': v}}\n", "is not a mapping of variable names"),
+    ('evil: {env: {"X\\n": v}}\n', "is not a mapping of variable names"),
+    ("evil: {env: [X=1]}\n", "is not a mapping of variable names"),
+    ("evil: {env: {X: {a: 1}}}\n", "is not a mapping of variable names"),
     # a build named as a GPU base that it is not: runtime=apptainer would run it from that base's SIF
     ("cuda12: {pins: {torch: '==2.13.0'}}\n", "is named as the cuda12 base"),
 ])

@@ -99,9 +99,15 @@ _PACKAGE = re.compile(r"[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?")
 _SPECIFIER = re.compile(r"(===?|!=|<=?|>=?|~=)[A-Za-z0-9.*+!_-]+(,(===?|!=|<=?|>=?|~=)[A-Za-z0-9.*+!_-]+)*")
 
 
+#: An environment variable's name: a build's `env` keys become `export NAME=...` lines of a shell script in
+#: its image (images.py) and definition (apptainer.py), which take the name unquoted.
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
 def _value_problem(variant: Mapping[str, Any]) -> Optional[str]:
     """What is wrong with a variant's values (one line with the way out), or None: pins that are not a
-    package and a version specifier, post_install scripts that are not file names in the recipe's folder."""
+    package and a version specifier, post_install scripts that are not file names in the recipe's folder, env
+    keys that are not variable names (a shell would run the rest)."""
     pins = variant.get("pins") or {}
     if not isinstance(pins, dict):
         return f"pins is {pins!r}, not a mapping of packages to version specifiers; write pins: {{torch: \"==2.14.1\"}}"
@@ -110,6 +116,11 @@ def _value_problem(variant: Mapping[str, Any]) -> Optional[str]:
                 (spec is not None and (not isinstance(spec, str) or not _SPECIFIER.fullmatch(spec))):
             return (f"pin {package!r}: {spec!r} is not a package and a version specifier (e.g. torch: \"==2.14.1\", "
                     f"or null to leave the package out); fix the pin")
+    env = variant.get("env") or {}
+    if not isinstance(env, dict) or not all(isinstance(k, str) and ENV_NAME.fullmatch(k) for k in env) or \
+            not all(isinstance(v, (str, int, float)) and "\0" not in str(v) for v in env.values()):
+        return (f"env {env!r} is not a mapping of variable names (letters, digits, _) to values; an image's "
+                f"`export NAME=value` line takes the name as it is: fix the name")
     scripts = variant.get("post_install") or []
     if not isinstance(scripts, list) or \
             not all(isinstance(s, str) and recipe_files.PLAIN_NAME.fullmatch(s) for s in scripts):
