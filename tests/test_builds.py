@@ -308,3 +308,26 @@ def test_mkls_version_is_read_from_the_buffer_its_getter_fills_and_the_report_na
     assert _blas({"library": "OpenBLAS", "version": "OpenBLAS 0.3.21 NO_LAPACKE DYNAMIC_ARCH Prescott",
                   "threads": 2}) == "OpenBLAS 0.3.21 (2 threads)"
     assert _blas({"library": "reference", "version": None, "threads": None}) == "reference"
+
+
+def test_blas_builds_pools_and_divides_only_runs_at_the_same_settings(tmp_path):
+    """benchmarks/blas_builds.py --keep may run sweeps at other batch sizes or iterations into one folder:
+    a build's median and its ratio to `reference` take only runs at the same threads, batch, iterations
+    and warm-up (here `reference` at batch 8 would halve its batch-64 median and double the ratio)."""
+    import sqlite3
+    from benchmarks import blas_builds
+
+    con = sqlite3.connect(str(tmp_path / "results.db"))
+    con.execute("create table runs (uid text, provenance text)")
+    con.execute("create table results (run text, state text, framework text, model text, threads int, "
+                "batch_size int, iterations int, warmup int, build text, images_per_sec real)")
+    rows = [("reference", 64, 100.0), ("reference", 64, 100.0), ("reference", 8, 10.0), ("openblas", 64, 300.0)]
+    for i, (build, batch, value) in enumerate(rows):
+        con.execute("insert into runs values (?, '{}')", (str(i),))
+        con.execute("insert into results values (?, 'done', 'caffe', 'lenet', 1, ?, 20, 2, ?, ?)",
+                    (str(i), batch, build, value))
+    con.commit()
+    found = blas_builds.figures(tmp_path)
+    assert found[("caffe", "lenet", (1, 64, 20, 2), "reference")][0] == [100.0, 100.0]
+    assert found[("caffe", "lenet", (1, 8, 20, 2), "reference")][0] == [10.0]
+    assert len(found) == 3
