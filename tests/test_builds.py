@@ -71,6 +71,7 @@ def test_a_build_is_its_own_environment_keyed_by_its_variant(tmp_path):
     ("evil: {post_install_cmd: 'rm -rf /'}\n", "a build sets only"),
     ("odd: {blas: mkl-from-nowhere}\n", "which containers/blas.yaml does not declare"),
     ("- a list\n", "not a mapping"),
+    ("evil: {env: [\n", "not YAML"),
     ("odd: [[1]]\n", "a build sets only"),
     # a pin is a requirements line and post_install a script run by bash: neither may leave the recipe
     ("evil: {pins: {'-e /tmp/pkg': ''}}\n", "is not a package and a version specifier"),

@@ -59,13 +59,22 @@ class BuildError(ValueError):
     """A build that is not declared, or a declaration that is wrong: one line saying which and the way out."""
 
 
+def _load(path: Path) -> Any:
+    """A builds.yaml's or blas.yaml's data; a file that is not YAML is one BuildError line, as every other
+    fault of these files (`images list`, a cell's refusal), not a parser's traceback."""
+    try:
+        return yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise BuildError(f"{path}: not YAML ({' '.join(str(exc).split())}); fix the file") from None
+
+
 @functools.lru_cache(maxsize=None)
 def declared(recipe: str, containers: Path = _CONTAINERS) -> Mapping[str, Mapping[str, Any]]:
     """The builds containers/<recipe>/builds.yaml declares, checked ({} where it has none)."""
     path = containers / recipe / "builds.yaml"
     if not path.is_file():
         return {}
-    found = yaml.safe_load(path.read_text()) or {}
+    found = _load(path)
     if not isinstance(found, dict):
         raise BuildError(f"{path}: not a mapping of build names to variants; fix the file")
     for name, variant in found.items():
@@ -175,7 +184,7 @@ def blas_libraries(containers: Path = _CONTAINERS) -> Mapping[str, Mapping[str, 
     checked: each `package` a Debian package name (it reaches apt-get), each file an absolute path in
     the system's library folders or the build's venv (LIBRARY_ROOTS), without `..` (it becomes a link)."""
     path = containers / "blas.yaml"
-    found = yaml.safe_load(path.read_text()) or {}
+    found = _load(path)
     if not isinstance(found, dict):
         raise BuildError(f"{path}: not a mapping of BLAS names to their package and files; fix the file")
     for name, files in found.items():
