@@ -332,3 +332,13 @@ def test_blas_builds_pools_and_divides_only_runs_at_the_same_settings(tmp_path):
     assert found[("caffe", "lenet", (1, 64, 20, 2), "reference")][0] == [100.0, 100.0]
     assert found[("caffe", "lenet", (1, 8, 20, 2), "reference")][0] == [10.0]
     assert len(found) == 3
+
+
+def test_every_mkl_build_pins_the_lp64_interface_its_framework_calls(tmp_path):
+    """numpy's (Debian's) and Caffe's BLAS calls pass 32-bit ints: a site's MKL_INTERFACE_LAYER=ILP64 made
+    numpy's mkl build segfault in np.linalg.solve, so each build on MKL sets LP64 for its trainer."""
+    on_mkl = [(fw, name) for fw in ("numpy", "caffe") for name, variant in builds.declared(fw).items()
+              if (variant or {}).get("blas") == "mkl"]
+    assert on_mkl == [("numpy", "mkl"), ("caffe", "mkl")]
+    for fw, name in on_mkl:
+        assert VenvRuntime(fw, tmp_path, build=name).trainer_env()["MKL_INTERFACE_LAYER"] == "LP64", fw
