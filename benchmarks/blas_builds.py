@@ -63,14 +63,19 @@ def uptime():
     return subprocess.run(["uptime"], stdout=subprocess.PIPE, universal_newlines=True).stdout.strip()
 
 
+#: the settings a run's images/s depends on beside its build: only runs equal in all of them are pooled or
+#: divided (a folder kept with --keep may hold sweeps at other batch sizes or iterations)
+SAME = ("threads", "batch_size", "iterations", "warmup")
+
+
 def figures(folder):
-    """{(framework, model, threads, build): ([images/s of each done run], {BLAS each said it loaded})}."""
+    """{(framework, model, (SAME's values), build): ([images/s of each done run], {BLAS each said it loaded})}."""
     con = sqlite3.connect(str(folder / "results.db"))
     found = {}
-    for framework, model, threads, build, value, provenance in con.execute(
-            "select re.framework, re.model, re.threads, re.build, re.images_per_sec, ru.provenance from results re "
-            "join runs ru on ru.uid = re.run where re.state = 'done'"):
-        values, loaded = found.setdefault((framework, model, threads, build or "default"), ([], set()))
+    for framework, model, *same, build, value, provenance in con.execute(
+            "select re.framework, re.model, " + ", ".join("re." + s for s in SAME) + ", re.build, re.images_per_sec, "
+            "ru.provenance from results re join runs ru on ru.uid = re.run where re.state = 'done'"):
+        values, loaded = found.setdefault((framework, model, tuple(same), build or "default"), ([], set()))
         values.append(value)
         for lib in (json.loads(provenance or "{}").get("framework") or {}).get("blas") or []:
             release = re.search(r"\d+(?:\.\d+)+", lib["version"] or "")  # OpenBLAS's is its config line
@@ -79,19 +84,20 @@ def figures(folder):
 
 
 def show(found):
-    """A row per framework, model, threads and build: the median and range of its runs' images/s and the
-    median's ratio to each of BASES' at the same threads."""
-    print(f"{'framework/model':18} {'thr':>3} {'build':10} {'n':>2} {'images/s':>9} {'min-max':>17} "
-          + " ".join(f"{'x ' + base:>11}" for base in BASES) + "  BLAS loaded")
-    for (framework, model, threads, build), (values, loaded) in sorted(found.items(), key=str):
+    """A row per framework, model, settings (SAME: threads, batch, iterations+warmup) and build: the median
+    and range of its runs' images/s and the median's ratio to each of BASES' at the same settings."""
+    print(f"{'framework/model':18} {'thr':>3} {'batch':>5} {'steps':>6} {'build':10} {'n':>2} {'images/s':>9} "
+          f"{'min-max':>17} " + " ".join(f"{'x ' + base:>11}" for base in BASES) + "  BLAS loaded")
+    for (framework, model, same, build), (values, loaded) in sorted(found.items(), key=str):
         ratios = []
         for base in BASES:
-            other = found.get((framework, model, threads, base))
+            other = found.get((framework, model, same, base))
             ratios.append(statistics.median(values) / statistics.median(other[0]) if other else float("nan"))
+        threads, batch, iterations, warmup = same
         span = f"{min(values):.1f}-{max(values):.1f}"
-        print(f"{framework + '/' + model:18} {threads or '-':>3} {build:10} {len(values):>2} "
-              f"{statistics.median(values):>9.1f} {span:>17} " + " ".join(f"{r:>11.2f}" for r in ratios)
-              + f"  {', '.join(sorted(loaded))}")
+        print(f"{framework + '/' + model:18} {threads or '-':>3} {batch or '-':>5} {f'{warmup}+{iterations}':>6} "
+              f"{build:10} {len(values):>2} {statistics.median(values):>9.1f} {span:>17} "
+              + " ".join(f"{r:>11.2f}" for r in ratios) + f"  {', '.join(sorted(loaded))}")
 
 
 def main():

@@ -71,6 +71,7 @@ def test_a_build_is_its_own_environment_keyed_by_its_variant(tmp_path):
     ("evil: {post_install_cmd: 'rm -rf /'}\n", "a build sets only"),
     ("odd: {blas: mkl-from-nowhere}\n", "which containers/blas.yaml does not declare"),
     ("- a list\n", "not a mapping"),
+    ("evil: {env: [\n", "not YAML"),
     ("odd: [[1]]\n", "a build sets only"),
     # a pin is a requirements line and post_install a script run by bash: neither may leave the recipe
     ("evil: {pins: {'-e /tmp/pkg': ''}}\n", "is not a package and a version specifier"),
@@ -83,6 +84,11 @@ def test_a_build_is_its_own_environment_keyed_by_its_variant(tmp_path):
     ('"evil\\n": {blas: blis}\n', "is not a plain name"),
     ('evil: {pins: {torch: "==2.5\\n"}}\n', "is not a package and a version specifier"),
     ('evil: {pins: {"torch\\n": "==2.5"}}\n', "is not a package and a version specifier"),
+    # an env key is the NAME of an image's `export NAME=value` line, which a shell runs
+    ("evil: {env: {'X=1; touch /tmp/pwned; Y': v}}\n", "is not a mapping of variable names"),
+    ('evil: {env: {"X\\n": v}}\n', "is not a mapping of variable names"),
+    ("evil: {env: [X=1]}\n", "is not a mapping of variable names"),
+    ("evil: {env: {X: {a: 1}}}\n", "is not a mapping of variable names"),
     # a build named as a GPU base that it is not: runtime=apptainer would run it from that base's SIF
     ("cuda12: {pins: {torch: '==2.13.0'}}\n", "is named as the cuda12 base"),
 ])
@@ -303,3 +309,38 @@ def test_mkls_version_is_read_from_the_buffer_its_getter_fills_and_the_report_na
     assert _blas({"library": "OpenBLAS", "version": "OpenBLAS 0.3.21 NO_LAPACKE DYNAMIC_ARCH Prescott",
                   "threads": 2}) == "OpenBLAS 0.3.21 (2 threads)"
     assert _blas({"library": "reference", "version": None, "threads": None}) == "reference"
+    # a result file's version text is read for its first VERSION_CHARS only (the release search is quadratic)
+    assert len(_blas({"library": "MKL", "version": "1" * 5000, "threads": 1})) < 300
+
+
+def test_blas_builds_pools_and_divides_only_runs_at_the_same_settings(tmp_path):
+    """benchmarks/blas_builds.py --keep may run sweeps at other batch sizes or iterations into one folder:
+    a build's median and its ratio to `reference` take only runs at the same threads, batch, iterations
+    and warm-up (here `reference` at batch 8 would halve its batch-64 median and double the ratio)."""
+    import sqlite3
+    from benchmarks import blas_builds
+
+    con = sqlite3.connect(str(tmp_path / "results.db"))
+    con.execute("create table runs (uid text, provenance text)")
+    con.execute("create table results (run text, state text, framework text, model text, threads int, "
+                "batch_size int, iterations int, warmup int, build text, images_per_sec real)")
+    rows = [("reference", 64, 100.0), ("reference", 64, 100.0), ("reference", 8, 10.0), ("openblas", 64, 300.0)]
+    for i, (build, batch, value) in enumerate(rows):
+        con.execute("insert into runs values (?, '{}')", (str(i),))
+        con.execute("insert into results values (?, 'done', 'caffe', 'lenet', 1, ?, 20, 2, ?, ?)",
+                    (str(i), batch, build, value))
+    con.commit()
+    found = blas_builds.figures(tmp_path)
+    assert found[("caffe", "lenet", (1, 64, 20, 2), "reference")][0] == [100.0, 100.0]
+    assert found[("caffe", "lenet", (1, 8, 20, 2), "reference")][0] == [10.0]
+    assert len(found) == 3
+
+
+def test_every_mkl_build_pins_the_lp64_interface_its_framework_calls(tmp_path):
+    """numpy's (Debian's) and Caffe's BLAS calls pass 32-bit ints: a site's MKL_INTERFACE_LAYER=ILP64 made
+    numpy's mkl build segfault in np.linalg.solve, so each build on MKL sets LP64 for its trainer."""
+    on_mkl = [(fw, name) for fw in ("numpy", "caffe") for name, variant in builds.declared(fw).items()
+              if (variant or {}).get("blas") == "mkl"]
+    assert on_mkl == [("numpy", "mkl"), ("caffe", "mkl")]
+    for fw, name in on_mkl:
+        assert VenvRuntime(fw, tmp_path, build=name).trainer_env()["MKL_INTERFACE_LAYER"] == "LP64", fw

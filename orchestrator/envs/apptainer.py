@@ -38,7 +38,6 @@ from trainers.common.support import GPU_BUILD_ENV
 RECIPE_IN_IMAGE = "/opt/recipe"
 #: The trainers' mount point (ApptainerRuntime binds the repository's trainers/ below it).
 TRAINERS_MOUNT = "/opt/orchestrator"
-_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 #: A `beside` pattern as the definition's shell loop takes it unquoted: a path and a `*`, nothing a shell reads.
 _GLOB = re.compile(r"/[A-Za-z0-9._+/*-]+")
 
@@ -143,7 +142,7 @@ class Definition:
                **self.recipe.trainer_env(), **(self.gpu.env if self.gpu else {})}
         if self.gpu:  # the trainer checks its GPUs against this build's range, not its framework's default
             env[GPU_BUILD_ENV] = builds.gpu_build_value(self.gpu.capability)
-        bad = [k for k in env if not _ENV_NAME.fullmatch(k)]
+        bad = [k for k in env if not builds.ENV_NAME.fullmatch(k)]
         if bad:
             raise DefinitionError(f"{self.fw}: {bad} are not variable names; fix the recipe's `env:`")
         return env

@@ -59,13 +59,22 @@ class BuildError(ValueError):
     """A build that is not declared, or a declaration that is wrong: one line saying which and the way out."""
 
 
+def _load(path: Path) -> Any:
+    """A builds.yaml's or blas.yaml's data; a file that is not YAML is one BuildError line, as every other
+    fault of these files (`images list`, a cell's refusal), not a parser's traceback."""
+    try:
+        return yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise BuildError(f"{path}: not YAML ({' '.join(str(exc).split())}); fix the file") from None
+
+
 @functools.lru_cache(maxsize=None)
 def declared(recipe: str, containers: Path = _CONTAINERS) -> Mapping[str, Mapping[str, Any]]:
     """The builds containers/<recipe>/builds.yaml declares, checked ({} where it has none)."""
     path = containers / recipe / "builds.yaml"
     if not path.is_file():
         return {}
-    found = yaml.safe_load(path.read_text()) or {}
+    found = _load(path)
     if not isinstance(found, dict):
         raise BuildError(f"{path}: not a mapping of build names to variants; fix the file")
     for name, variant in found.items():
@@ -99,9 +108,15 @@ _PACKAGE = re.compile(r"[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?")
 _SPECIFIER = re.compile(r"(===?|!=|<=?|>=?|~=)[A-Za-z0-9.*+!_-]+(,(===?|!=|<=?|>=?|~=)[A-Za-z0-9.*+!_-]+)*")
 
 
+#: An environment variable's name: a build's `env` keys become `export NAME=...` lines of a shell script in
+#: its image (images.py) and definition (apptainer.py), which take the name unquoted.
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
 def _value_problem(variant: Mapping[str, Any]) -> Optional[str]:
     """What is wrong with a variant's values (one line with the way out), or None: pins that are not a
-    package and a version specifier, post_install scripts that are not file names in the recipe's folder."""
+    package and a version specifier, post_install scripts that are not file names in the recipe's folder, env
+    keys that are not variable names (a shell would run the rest)."""
     pins = variant.get("pins") or {}
     if not isinstance(pins, dict):
         return f"pins is {pins!r}, not a mapping of packages to version specifiers; write pins: {{torch: \"==2.14.1\"}}"
@@ -110,6 +125,11 @@ def _value_problem(variant: Mapping[str, Any]) -> Optional[str]:
                 (spec is not None and (not isinstance(spec, str) or not _SPECIFIER.fullmatch(spec))):
             return (f"pin {package!r}: {spec!r} is not a package and a version specifier (e.g. torch: \"==2.14.1\", "
                     f"or null to leave the package out); fix the pin")
+    env = variant.get("env") or {}
+    if not isinstance(env, dict) or not all(isinstance(k, str) and ENV_NAME.fullmatch(k) for k in env) or \
+            not all(isinstance(v, (str, int, float)) and "\0" not in str(v) for v in env.values()):
+        return (f"env {env!r} is not a mapping of variable names (letters, digits, _) to values; an image's "
+                f"`export NAME=value` line takes the name as it is: fix the name")
     scripts = variant.get("post_install") or []
     if not isinstance(scripts, list) or \
             not all(isinstance(s, str) and recipe_files.PLAIN_NAME.fullmatch(s) for s in scripts):
@@ -164,7 +184,7 @@ def blas_libraries(containers: Path = _CONTAINERS) -> Mapping[str, Mapping[str, 
     checked: each `package` a Debian package name (it reaches apt-get), each file an absolute path in
     the system's library folders or the build's venv (LIBRARY_ROOTS), without `..` (it becomes a link)."""
     path = containers / "blas.yaml"
-    found = yaml.safe_load(path.read_text()) or {}
+    found = _load(path)
     if not isinstance(found, dict):
         raise BuildError(f"{path}: not a mapping of BLAS names to their package and files; fix the file")
     for name, files in found.items():

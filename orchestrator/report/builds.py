@@ -152,12 +152,15 @@ def _at(record: Any, keys: Sequence[str]) -> Any:
 #: a release in a BLAS's version text: OpenBLAS's is its whole config line ("OpenBLAS 0.3.21 NO_LAPACKE
 #: ..."), MKL's a sentence ("Intel(R) oneAPI Math Kernel Library Version 2026.2-Product Build ...")
 _RELEASE = re.compile(r"\d+(?:\.\d+)+")
+#: the characters of a version text read for its name: a run's provenance comes from its result file, and
+#: _RELEASE scans a long run of digits in quadratic time (40,000 digits: 23 s); MKL's whole text is 120
+VERSION_CHARS = 256
 
 
 def _blas(entry: Mapping[str, Any]) -> str:
     """`OpenBLAS 0.3.21 (2 threads)`, `MKL 2026.2 (1 thread)`: the library and the first dotted
     release in its version text (or the text's first word after the library's name)."""
-    library, version = str(entry.get("library") or "?"), str(entry.get("version") or "").split()
+    library, version = str(entry.get("library") or "?"), str(entry.get("version") or "")[:VERSION_CHARS].split()
     if version and version[0] == library:
         version = version[1:]
     release = _RELEASE.search(" ".join(version))
