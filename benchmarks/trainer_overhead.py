@@ -64,9 +64,6 @@ SHAPES = {"lstm": {"seq_len": 32}, "gpt": {"seq_len": 128, "layers": 2, "width":
 SEQUENCE_LOOPS = ("torch",)
 #: the wrapper that runs either side with its step clock on the process's CPU time (--clock process)
 PROCESS_CLOCK = "benchmarks.minimal.process_clock"
-#: the trainers that time their steps in a child process (their Trainer.isolate), which the wrapper's
-#: clock does not reach: under --clock process their wall time would meet the loop's CPU time
-CHILD_PROCESS_TRAINERS = ("caffe",)
 
 
 def settings_for(model: str, args: argparse.Namespace) -> dict:
@@ -213,7 +210,9 @@ def main() -> int:
         if framework in FORWARD_ONLY_LOOPS and args.phase != "inference":
             print(f"  {framework}: its minimal loop is forward-only; compared with --phase inference")
             continue
-        if args.clock == "process" and framework in CHILD_PROCESS_TRAINERS:
+        # a trainer that times its steps in a child process (Support.isolate) is out of the wrapper's clock's
+        # reach: under --clock process its wall time would meet the loop's CPU time
+        if args.clock == "process" and declared(f"trainers.{framework}").isolate:
             print(f"  {framework}: its trainer runs in a child process, which --clock process does not reach; skipped")
             continue
         if not runtime.is_ready():

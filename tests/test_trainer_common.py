@@ -447,3 +447,20 @@ def test_a_process_that_dies_without_reporting_is_named_with_its_log():
     assert event["message"] == ("rank 0 ended (killed by signal 6) without reporting an "
                                 "error: it said so")
     assert event["traceback"] == "F1123 x.cpp:1] Check failed: oops"
+
+
+def test_a_trainer_runs_isolated_exactly_where_its_support_declares_it():
+    """`isolate` is declared once, in the framework's light Support (which the orchestrator and the
+    benchmarks read without importing the framework), and the trainer reads it from there."""
+    from trainers.common.support import Support, declared
+    from trainers.common.trainer import Trainer
+
+    class Isolated(Trainer):
+        support = Support("isolated", cpu=["fp32"], isolate=True)
+
+    class Plain(Trainer):
+        support = Support("plain", cpu=["fp32"])
+
+    assert Isolated().isolate is True and Plain().isolate is False and Trainer().isolate is False
+    assert declared("trainers.caffe").isolate is True  # a failed CHECK aborts Caffe's whole process
+    assert not any(declared(f"trainers.{fw}").isolate for fw in ("torch", "tensorflow", "mxnet", "cntk", "jax", "numpy"))

@@ -13,7 +13,7 @@ threads spent in it: what the code did, not how long the machine made it wait.
 beside the wall-clock ratio, never a replacement: time spent blocked (I/O, a lock, a device)
 does not show on it, a spinning thread counts as work, and a rule stated in seconds (the inference
 trainer's --min-seconds) counts CPU seconds too. One process only: a trainer that runs in a child
-process (Caffe's, Trainer.isolate) or in ranks starts them with the ordinary clock. Parses as
+process (Caffe's, Support.isolate) or in ranks starts them with the ordinary clock. Parses as
 Python 3.6 (it runs in every framework's environment).
 """
 import runpy

@@ -14,6 +14,7 @@ from trainers.common.support import EXTERNAL_TOOL, Support
 SUPPORT = Support(
     "caffe",
     inference=True,
+    isolate=True,  # a failed CHECK aborts the process below anything Python catches (trainer.py)
     cpu=["fp32"],
     gpu=["fp32"],
     multi_gpu=EXTERNAL_TOOL,  # `caffe train --gpu=0,1,...` (NCCL), timed from its log

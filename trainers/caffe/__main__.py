@@ -1,6 +1,6 @@
 """Entry point: `python -m trainers.caffe` (arguments in docs/protocol.md).
 
-The trainer declares `isolate` (trainers/caffe/trainer.py): `trainers.common.protocol.run`
+Its Support declares `isolate` (trainers/caffe/__init__.py): `trainers.common.protocol.run`
 trains in a child process and reports a Caffe abort from its log.
 """
 import sys

@@ -19,7 +19,7 @@ Precision: Caffe trains in fp32 only (declared in __init__.py).
 
 Aborts: Caffe reports a failed check (out of memory included: "host allocation of size ...
 failed", CUDA's "out of memory") by logging a FATAL line through glog and aborting the
-process, below anything Python can catch. So the trainer declares `isolate`: the common
+process, below anything Python can catch. So its Support declares `isolate`: the common
 protocol trains in a child process and, when it ends without reporting an error, reports it
 with the class `classify_exit` reads from the end of Caffe's log.
 
@@ -49,7 +49,6 @@ TEST_ABORT_ENV = "CAFFE_TRAINER_TEST_ABORT"
 
 class CaffeTrainer(Trainer):
     support = SUPPORT
-    isolate = True
 
     def __init__(self):
         self.caffe = None

@@ -99,6 +99,9 @@ class Support(object):
     the networks it does not build, where it builds every other.
     `inference`: whether its trainer runs --phase inference (Trainer.infer) for those networks.
     `compiles`: the --compile forms it runs besides `native`, its usual one (settings.COMPILES).
+    `isolate`: whether its trainer runs in a child process that reports how it ended (a framework
+    that aborts the whole process on errors: launch.py); Trainer.isolate reads it, and so can a tool
+    that must not import the framework (benchmarks/trainer_overhead.py's --clock process).
     `notes`: {a precision, "models", "gpus", "multi_gpu", "multi_node", "cpu_replicas",
     "inference", "compile", "gpu_build" (a GPU older than its GPU build) or "gpu_build_newer"
     (one newer): why}, appended to that refusal (RANGE_NOTES).
@@ -106,8 +109,9 @@ class Support(object):
 
     def __init__(self, framework, cpu, gpu=(), multi_gpu=None, cpu_replicas=False,
                  gpu_build=(None, None), gpu_precision_capability=None, models=None,
-                 notes=None, multi_node=False, without=(), inference=False, compiles=()):
+                 notes=None, multi_node=False, without=(), inference=False, compiles=(), isolate=False):
         self.framework = framework
+        self.isolate = bool(isolate)
         self.precisions = {CPU: tuple(cpu), GPU: tuple(gpu)}
         for kind, listed in self.precisions.items():
             unknown = [p for p in listed if p not in PRECISIONS]

@@ -37,9 +37,12 @@ import numpy as np
 
 class Trainer(object):
     support = None  # the framework's trainers.common.support.Support
-    # True: run() trains in a child process and reports how it ended, for a framework that
-    # aborts the whole process on errors (launch.py)
-    isolate = False
+
+    @property
+    def isolate(self):
+        """Whether run() trains in a child process and reports how it ended, for a framework that
+        aborts the whole process on errors (launch.py): its Support declares it."""
+        return bool(self.support is not None and self.support.isolate)
 
     @property
     def framework(self):
