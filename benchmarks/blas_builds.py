@@ -21,7 +21,6 @@ per-cell verdict of `orchestrator compare --base build=default --new build=torch
 import argparse
 import json
 import os
-import re
 import sqlite3
 import statistics
 import subprocess
@@ -31,6 +30,10 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from orchestrator.report.builds import blas_release  # noqa: E402
+
 BUILDS = ("reference", "openblas", "blis", "atlas", "mkl")
 #: the builds each one's figures are divided by
 BASES = ("reference", "openblas")
@@ -78,8 +81,7 @@ def figures(folder):
         values, loaded = found.setdefault((framework, model, tuple(same), build or "default"), ([], set()))
         values.append(value)
         for lib in (json.loads(provenance or "{}").get("framework") or {}).get("blas") or []:
-            release = re.search(r"\d+(?:\.\d+)+", lib["version"] or "")  # OpenBLAS's is its config line
-            loaded.add(f"{lib['library']} {release.group(0) if release else ''}".strip())
+            loaded.add(blas_release(lib))  # named as the builds page names it
     return found
 
 

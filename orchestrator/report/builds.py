@@ -157,17 +157,23 @@ _RELEASE = re.compile(r"\d+(?:\.\d+)+")
 VERSION_CHARS = 256
 
 
-def _blas(entry: Mapping[str, Any]) -> str:
-    """`OpenBLAS 0.3.21 (2 threads)`, `MKL 2026.2 (1 thread)`: the library and the first dotted
-    release in its version text (or the text's first word after the library's name)."""
+def blas_release(entry: Mapping[str, Any]) -> str:
+    """`OpenBLAS 0.3.21`, `MKL 2026.2`: the library of a run's `blas` entry and the first dotted release
+    in its version text (or the text's first word after the library's name). The builds page and
+    benchmarks/blas_builds.py name a loaded BLAS by it."""
     library, version = str(entry.get("library") or "?"), str(entry.get("version") or "")[:VERSION_CHARS].split()
     if version and version[0] == library:
         version = version[1:]
     release = _RELEASE.search(" ".join(version))
     version = [release.group(0)] if release else version
+    return " ".join([library, *version[:1]])
+
+
+def _blas(entry: Mapping[str, Any]) -> str:
+    """`OpenBLAS 0.3.21 (2 threads)`, `MKL 2026.2 (1 thread)`: blas_release and its pool's size."""
     threads = entry.get("threads")
-    return " ".join([library, *version[:1]] + ([f"({threads} thread{'s' if threads != 1 else ''})"]
-                                               if isinstance(threads, int) else []))
+    return " ".join([blas_release(entry)] + ([f"({threads} thread{'s' if threads != 1 else ''})"]
+                                             if isinstance(threads, int) else []))
 
 
 def _label(i: int, framework: str) -> str:
