@@ -185,7 +185,67 @@ def test_the_file_list_is_never_written_through_a_link_nor_by_a_name_two_reports
     (out / "tables" / "a.csv").write_text("x\n")
     theirs.write_text("a user's own file\n")
     (out / f"{MANIFEST}.new").symlink_to(theirs)
-    _tidy(Report(out, tables=[out / "tables" / "a.csv"]))
+    _tidy(Report(out, tables=[out / "tables" / "a.csv"]), set())
     assert theirs.read_text() == "a user's own file\n"
     assert (out / MANIFEST).read_text() == "tables/a.csv\n" and not (out / MANIFEST).is_symlink()
     assert sorted(p.name for p in out.iterdir()) == sorted([MANIFEST, f"{MANIFEST}.new", "tables"])
+
+
+def files_of(out):
+    """Every file under `out`, by its path there, with its bytes."""
+    return {p.relative_to(out).as_posix(): p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()}
+
+
+def test_a_report_stopped_while_it_draws_leaves_the_earlier_one_whole(tmp_path, monkeypatch):
+    """A report of two builds that fails after its builds table and figure are drawn (here: its page)
+    changes nothing in the directory: every file of the earlier report, and its list, as they were, and
+    no folder of its own left behind. Written in place, builds.csv and its figure stayed, unlisted."""
+    from orchestrator.report import build, page
+    lenet = {"framework": "caffe", "model": "lenet"}
+    out = tmp_path / "report"
+    one = landed(tmp_path / "a", f"sqlite:///{tmp_path / 'one.db'}", [(lenet, None, [100.0, 101.0, 99.0], {})])
+    report_of(one, out)
+    before = files_of(out)
+    two = landed(tmp_path / "b", f"sqlite:///{tmp_path / 'two.db'}",
+                 [(lenet, None, [100.0, 101.0, 99.0], {}), (lenet, "blis", [150.0, 151.0, 149.0], {})])
+
+    def stopped(*args, **kwargs):
+        raise KeyboardInterrupt  # what a user's Ctrl-C raises mid-report
+    monkeypatch.setattr(page, "render", stopped)
+    try:
+        report_of(two, out)
+    except KeyboardInterrupt:
+        pass
+    else:
+        raise AssertionError("the stopped report went on")
+    assert files_of(out) == before and "tables/builds.csv" not in before
+    assert not [p for p in out.iterdir() if p.name.startswith(build.STAGING)]
+
+
+def test_a_report_stopped_while_it_publishes_leaves_no_file_unlisted(tmp_path, monkeypatch):
+    """A report of two builds stopped once its files are in place but before the earlier ones are
+    removed: the list already names its builds table and figure, so the next report (one build)
+    removes them. Listed only at the end, they were left for good."""
+    from orchestrator.report import build
+    lenet = {"framework": "caffe", "model": "lenet"}
+    out = tmp_path / "report"
+    one = landed(tmp_path / "a", f"sqlite:///{tmp_path / 'one.db'}", [(lenet, None, [100.0, 101.0, 99.0], {})])
+    report_of(one, out)
+    two = landed(tmp_path / "b", f"sqlite:///{tmp_path / 'two.db'}",
+                 [(lenet, None, [100.0, 101.0, 99.0], {}), (lenet, "blis", [150.0, 151.0, 149.0], {})])
+    tidy = build._tidy
+
+    def stopped(*args, **kwargs):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(build, "_tidy", stopped)
+    try:
+        report_of(two, out)
+    except KeyboardInterrupt:
+        pass
+    drawn = {out / "tables" / "builds.csv", out / "figures" / "builds.svg", out / "figures" / "builds.png"}
+    assert all(p.is_file() for p in drawn)
+    monkeypatch.setattr(build, "_tidy", tidy)
+    third = report_of(one, out)
+    assert not any(p.exists() for p in drawn)
+    assert (out / build.MANIFEST).read_text().splitlines() == sorted(
+        p.relative_to(out).as_posix() for p in third.tables + third.figures)

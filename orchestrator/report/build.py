@@ -8,14 +8,21 @@
     <out>/figures/<name>.svg, .png   each figure (figures.py)
     <out>/.report-files              the files above that this report wrote, one a line (MANIFEST)
 
-A report written over an earlier one removes the tables and figures the earlier one listed in its
-MANIFEST and this one did not write (a section now empty, a figure no longer drawn), so the
-directory never ships files that no longer describe the data; a file the report did not write (a
-user's own, or one of a report from before the list existed) is never touched.
+A report is drawn into a folder of its own inside <out> (`.report-new.*`: STAGING) and then
+published: the list first names the earlier report's files and this one's, then each file is renamed
+into place, then the files the earlier one listed in its MANIFEST and this one did not write (a
+section now empty, a figure no longer drawn) are removed and the list names this one's alone. So
+the directory never ships files that no longer describe the data, a report stopped while it draws
+(killed, out of time) leaves the earlier one whole, and one stopped while it publishes leaves no file
+unlisted for the next to remove. A file the report did not write (a user's own, or one of a report
+from before the list existed) is never touched. A report killed before it publishes leaves its
+STAGING folder behind (removing another's could pull files from under a report running beside it):
+it holds nothing the page names, and may be removed by hand.
 """
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,7 +51,17 @@ class Report:
 
 def write_report(session: Any, sweep_ids: Sequence[str], out: Path, noisy_cv: float) -> Report:
     """Reads the sweeps from the database and writes the report into `out` (made if needed;
-    files of an earlier report there are replaced). Everything is read first, then the session
+    files of an earlier report there are replaced): drawn in a STAGING folder, then published."""
+    out.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=STAGING, dir=out))
+    try:
+        return _publish(_draft(session, sweep_ids, staging, noisy_cv), out)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)  # its own folder: empty once published
+
+
+def _draft(session: Any, sweep_ids: Sequence[str], out: Path, noisy_cv: float) -> Report:
+    """The report written into `out` (a STAGING folder). Everything is read first, then the session
     lets the database go (a commit: on a network file system that ends this host's turn of the
     lease) before anything is drawn or written: rendering keeps no other command waiting."""
     report = Report(out)
@@ -86,7 +103,6 @@ def write_report(session: Any, sweep_ids: Sequence[str], out: Path, noisy_cv: fl
     html = page.render(*about, all_tables, drawn, report.skipped, provenance, noisy_cv, nodes, times,
                        inference.table_html(points), builds_html)
     report.index.write_text(html, encoding="utf-8")
-    _tidy(report)
     return report
 
 
@@ -96,29 +112,59 @@ MANIFEST = ".report-files"
 WRITTEN = {"tables": (".csv", ".md"), "figures": (".svg", ".png")}
 
 
-def _tidy(report: Report) -> None:
-    """Removes the files the earlier report in `report.out` listed (MANIFEST) and this one did not
-    write, then lists this one's. An entry that is not `<folder of WRITTEN>/<file of its suffixes>`
-    (no `..`, no deeper path: a list edited by hand) is not removed."""
-    manifest = report.out / MANIFEST
-    written = {p.relative_to(report.out).as_posix() for p in [*report.tables, *report.figures]}
+#: The prefix of the folder a report is drawn in, inside its directory, before it is published.
+STAGING = ".report-new."
+
+
+def _publish(drafted: Report, out: Path) -> Report:
+    """Moves the drafted report's files into `out` (renames: a reader sees each file old or new, never
+    half written, and never writes through a link someone left at a file's name). The list names the
+    earlier report's files and this one's before any moves, so none is ever unlisted; it names this
+    one's alone once the earlier ones this report did not write are removed."""
+    names = [p.relative_to(drafted.out).as_posix() for p in [*drafted.tables, *drafted.figures]]
+    earlier = _listed(out)
+    _write_list(out, earlier | set(names))
+    for folder in WRITTEN:
+        (out / folder).mkdir(exist_ok=True)
+    for name in [*names, drafted.index.name]:
+        os.replace(drafted.out / name, out / name)
+    moved = [out / name for name in names]
+    published = Report(out, moved[:len(drafted.tables)], moved[len(drafted.tables):], drafted.skipped, drafted.cells)
+    _tidy(published, earlier)
+    return published
+
+
+def _listed(out: Path) -> set[str]:
+    """The files the earlier report in `out` listed (MANIFEST): none where there is no list yet (a new
+    directory, or an older report's)."""
     try:
-        earlier = set(manifest.read_text(encoding="utf-8").splitlines())
-    except (OSError, UnicodeDecodeError):  # none yet (a new directory, or an older report's)
-        earlier = set()
+        return set((out / MANIFEST).read_text(encoding="utf-8").splitlines())
+    except (OSError, UnicodeDecodeError):
+        return set()
+
+
+def _tidy(report: Report, earlier: set[str]) -> None:
+    """Removes the files `earlier` lists and `report` did not write, then lists `report`'s. An entry
+    that is not `<folder of WRITTEN>/<file of its suffixes>` (no `..`, no deeper path: a list edited by
+    hand) is not removed."""
+    written = {p.relative_to(report.out).as_posix() for p in [*report.tables, *report.figures]}
     for entry in sorted(earlier - written):
         folder, _, name = entry.partition("/")
         stale = report.out / folder / name
         if name.endswith(WRITTEN.get(folder, ())) and "/" not in name and "\0" not in name and stale.is_file():
             stale.unlink()
-    # a file of its own (O_EXCL: never a link someone left, never another report's at the same moment),
-    # renamed over the list: never half a list
-    fd, listing = tempfile.mkstemp(prefix=MANIFEST + ".", suffix=".new", dir=report.out)
+    _write_list(report.out, written)
+
+
+def _write_list(out: Path, entries: set[str]) -> None:
+    """MANIFEST in `out` naming `entries`: a file of its own (O_EXCL: never a link someone left, never
+    another report's at the same moment), renamed over the list: never half a list."""
+    fd, listing = tempfile.mkstemp(prefix=MANIFEST + ".", suffix=".new", dir=out)
     try:
         os.fchmod(fd, 0o644)  # as the report's other files (mkstemp's is 0600)
         with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write("".join(f"{entry}\n" for entry in sorted(written)))
-        os.replace(listing, manifest)
+            f.write("".join(f"{entry}\n" for entry in sorted(entries)))
+        os.replace(listing, out / MANIFEST)
     except BaseException:
         Path(listing).unlink(missing_ok=True)
         raise
