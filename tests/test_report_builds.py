@@ -249,3 +249,53 @@ def test_a_report_stopped_while_it_publishes_leaves_no_file_unlisted(tmp_path, m
     assert not any(p.exists() for p in drawn)
     assert (out / build.MANIFEST).read_text().splitlines() == sorted(
         p.relative_to(out).as_posix() for p in third.tables + third.figures)
+
+
+def test_a_folder_linked_to_another_file_system_is_published_into(tmp_path, monkeypatch):
+    """`DIR/tables` a link to a folder on another file system (a rename from the STAGING folder fails
+    there with EXDEV): each file is copied beside its name there and renamed over it, as the report
+    written in place did; nothing is left beside the files. (os.replace raises EXDEV here for a move
+    out of STAGING into the linked folder, as the kernel does across devices.)"""
+    import errno
+    import os
+    from orchestrator.report import build
+    lenet = {"framework": "caffe", "model": "lenet"}
+    out, elsewhere = tmp_path / "report", tmp_path / "other-fs"
+    elsewhere.mkdir()
+    out.mkdir()
+    (out / "tables").symlink_to(elsewhere)
+    replace = os.replace
+
+    def across(src, dst):
+        if build.STAGING in str(src) and os.path.realpath(os.path.dirname(dst)) == os.path.realpath(elsewhere):
+            raise OSError(errno.EXDEV, os.strerror(errno.EXDEV), str(src), None, str(dst))
+        return replace(src, dst)
+    monkeypatch.setattr(os, "replace", across)
+    factory = landed(tmp_path / "a", f"sqlite:///{tmp_path / 'one.db'}", [(lenet, None, [100.0, 101.0, 99.0], {})])
+    report = report_of(factory, out)
+    assert (out / "index.html").is_file() and (out / "tables").is_symlink()
+    assert sorted(p.name for p in elsewhere.iterdir()) == sorted(p.name for p in report.tables)
+    assert (elsewhere / "images_per_sec.csv").stat().st_mode & 0o777 == (out / "index.html").stat().st_mode & 0o777
+
+
+def test_a_stale_file_another_report_removed_first_fails_neither(tmp_path, monkeypatch):
+    """Two reports into one directory remove the same stale file of the earlier report: the one that
+    finds it gone (removed between its look and its unlink) goes on instead of failing."""
+    import os
+    import pathlib
+    lenet = {"framework": "caffe", "model": "lenet"}
+    out = tmp_path / "report"
+    one = landed(tmp_path / "a", f"sqlite:///{tmp_path / 'one.db'}", [(lenet, None, [100.0, 101.0, 99.0], {})])
+    two = landed(tmp_path / "b", f"sqlite:///{tmp_path / 'two.db'}",
+                 [(lenet, None, [100.0, 101.0, 99.0], {}), (lenet, "blis", [150.0, 151.0, 149.0], {})])
+    report_of(two, out)
+    is_file = pathlib.Path.is_file
+
+    def looked(self, *args, **kwargs):
+        found = is_file(self, *args, **kwargs)
+        if found and self == out / "tables" / "builds.csv":
+            os.unlink(self)  # the other report's _tidy, at this moment
+        return found
+    monkeypatch.setattr(pathlib.Path, "is_file", looked)
+    report_of(one, out)
+    assert not (out / "tables" / "builds.csv").exists() and "tables/builds.csv" not in (out / MANIFEST).read_text()

@@ -21,6 +21,7 @@ it holds nothing the page names, and may be removed by hand.
 """
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 import tempfile
@@ -127,11 +128,31 @@ def _publish(drafted: Report, out: Path) -> Report:
     for folder in WRITTEN:
         (out / folder).mkdir(exist_ok=True)
     for name in [*names, drafted.index.name]:
-        os.replace(drafted.out / name, out / name)
+        _move(drafted.out / name, out / name)
     moved = [out / name for name in names]
     published = Report(out, moved[:len(drafted.tables)], moved[len(drafted.tables):], drafted.skipped, drafted.cells)
     _tidy(published, earlier)
     return published
+
+
+def _move(src: Path, dst: Path) -> None:
+    """`src` renamed over `dst`; where `dst`'s folder is on another file system (a `tables` or `figures`
+    linked elsewhere: EXDEV), copied to a file of its own beside `dst` and that renamed over it."""
+    try:
+        os.replace(src, dst)
+        return
+    except OSError as exc:
+        if exc.errno != errno.EXDEV:
+            raise
+    fd, copy = tempfile.mkstemp(prefix=f".{dst.name}.", suffix=".new", dir=dst.parent)
+    try:
+        os.fchmod(fd, os.stat(src).st_mode & 0o777)  # the mode the report's umask gave it (mkstemp's is 0600)
+        with os.fdopen(fd, "wb") as f, open(src, "rb") as drafted:
+            shutil.copyfileobj(drafted, f)
+        os.replace(copy, dst)
+    except BaseException:
+        Path(copy).unlink(missing_ok=True)
+        raise
 
 
 def _listed(out: Path) -> set[str]:
@@ -152,7 +173,7 @@ def _tidy(report: Report, earlier: set[str]) -> None:
         folder, _, name = entry.partition("/")
         stale = report.out / folder / name
         if name.endswith(WRITTEN.get(folder, ())) and "/" not in name and "\0" not in name and stale.is_file():
-            stale.unlink()
+            stale.unlink(missing_ok=True)  # another report beside this one may have removed it first
     _write_list(report.out, written)
 
 
