@@ -5,6 +5,7 @@ correction named, and the provenance difference read from what the runs recorded
 sweep over two BLAS builds, its report opened in Chromium: tests/test_builds.py.)"""
 import csv
 import html
+import os
 import re
 
 from result_factory import make_result, write_result
@@ -299,3 +300,37 @@ def test_a_stale_file_another_report_removed_first_fails_neither(tmp_path, monke
     monkeypatch.setattr(pathlib.Path, "is_file", looked)
     report_of(one, out)
     assert not (out / "tables" / "builds.csv").exists() and "tables/builds.csv" not in (out / MANIFEST).read_text()
+
+
+def test_a_report_publishes_holding_the_directorys_lock_and_draws_without_it(tmp_path, monkeypatch):
+    """Two reports into one directory publish one after the other (the interleaving a review reproduced
+    left the list naming builds files another report had removed, and the page disagreeing with the
+    files): while files move, another open of LOCK cannot take it; while the page is drawn, it can."""
+    import fcntl
+
+    from orchestrator.report import build, page
+    out = tmp_path / "report"
+    factory = landed(tmp_path / "a", f"sqlite:///{tmp_path / 'one.db'}",
+                     [({"framework": "caffe", "model": "lenet"}, None, [100.0, 101.0, 99.0], {})])
+    taken = {}
+
+    def free():
+        fd = os.open(out / build.LOCK, os.O_RDONLY | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            return False
+        finally:
+            os.close(fd)
+
+    def seen(step, real):
+        def wrapped(*args, **kwargs):
+            taken.setdefault(step, free())
+            return real(*args, **kwargs)
+        return wrapped
+    monkeypatch.setattr(build, "_move", seen("moving", build._move))
+    monkeypatch.setattr(page, "render", seen("drawing", page.render))
+    report_of(factory, out)
+    assert taken == {"drawing": True, "moving": False}
+    assert free()  # let go once published

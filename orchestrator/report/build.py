@@ -7,10 +7,11 @@
     <out>/tables/builds.csv          each build of the cells that ran in several (builds.py), against the base build
     <out>/figures/<name>.svg, .png   each figure (figures.py)
     <out>/.report-files              the files above that this report wrote, one a line (MANIFEST)
+    <out>/.report-lock               held while a report publishes (LOCK)
 
 A report is drawn into a folder of its own inside <out> (`.report-new.*`: STAGING) and then
-published: the list first names the earlier report's files and this one's, then each file is renamed
-into place, then the files the earlier one listed in its MANIFEST and this one did not write (a
+published, one report at a time (LOCK): the list first names the earlier report's files and this
+one's, then each file is renamed into place, then the files the earlier one listed in its MANIFEST and this one did not write (a
 section now empty, a figure no longer drawn) are removed and the list names this one's alone. So
 the directory never ships files that no longer describe the data, a report stopped while it draws
 (killed, out of time) leaves the earlier one whole, and one stopped while it publishes leaves no file
@@ -22,12 +23,14 @@ it holds nothing the page names, and may be removed by hand.
 from __future__ import annotations
 
 import errno
+import fcntl
 import os
 import shutil
 import tempfile
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 from orchestrator.metric_registry import MIN_EFFECT_PCT
 from orchestrator.store import run_history
@@ -56,7 +59,9 @@ def write_report(session: Any, sweep_ids: Sequence[str], out: Path, noisy_cv: fl
     out.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=STAGING, dir=out))
     try:
-        return _publish(_draft(session, sweep_ids, staging, noisy_cv), out)
+        drafted = _draft(session, sweep_ids, staging, noisy_cv)
+        with _publishing(out):
+            return _publish(drafted, out)
     finally:
         shutil.rmtree(staging, ignore_errors=True)  # its own folder: empty once published
 
@@ -115,6 +120,34 @@ WRITTEN = {"tables": (".csv", ".md"), "figures": (".svg", ".png")}
 
 #: The prefix of the folder a report is drawn in, inside its directory, before it is published.
 STAGING = ".report-new."
+
+
+#: The lock a report holds in its directory while it publishes (flock): two reports into one directory
+#: publish one after the other, so the page, the files and the list are all one report's.
+LOCK = ".report-lock"
+
+
+@contextmanager
+def _publishing(out: Path) -> Iterator[None]:
+    """Holds LOCK (flock, exclusive) in `out` for the block. Publishing is renames, so a report beside
+    this one waits that long, never for a drawing. Opened O_NOFOLLOW (a link left at its name is not
+    followed) and read-only (nothing is written to it); where it cannot be opened or the file system has
+    no flock, the block runs without it, as a report written in place did."""
+    try:
+        fd = os.open(out / LOCK, os.O_RDONLY | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+    except OSError:
+        fd = -1
+    try:
+        if fd >= 0:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX)
+            except OSError as exc:  # ENOLCK, EOPNOTSUPP, ENOSYS: no flock on this file system
+                if exc.errno not in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS):
+                    raise
+        yield
+    finally:
+        if fd >= 0:
+            os.close(fd)  # releases the flock
 
 
 def _publish(drafted: Report, out: Path) -> Report:
