@@ -221,13 +221,32 @@ def test_a_blas_build_keeps_the_recipes_own_library_path_after_its_folder(tmp_pa
     assert runtime.trainer_env()["LD_LIBRARY_PATH"] == f"{runtime.env_dir}/blas:{runtime.env_dir}/own-libs"
 
 
+def test_each_blas_file_comes_from_a_package_its_entry_installs():
+    """Every system file a containers/blas.yaml entry links is owned (dpkg -S) by one of the entry's
+    `packages`: reference and blis named only their BLAS package, and on a host where another LAPACK
+    (OpenBLAS's, ATLAS's) already satisfied python3-numpy nothing installed liblapack3, so the numpy
+    reference build found /usr/lib/x86_64-linux-gnu/lapack/liblapack.so.3 missing and CI stopped."""
+    import subprocess  # lazy: one test asks dpkg
+    if shutil.which("dpkg") is None:
+        pytest.skip("needs Debian's dpkg (the BLAS files are Debian's packages)")
+    for name, files in builds.blas_libraries().items():
+        for part in ("blas", "lapack"):
+            if not files[part].startswith("/usr/"):
+                continue  # a file in the build's venv (MKL's wheel), not a Debian package's
+            owner = subprocess.run(["dpkg", "-S", files[part]], capture_output=True, text=True)
+            assert owner.returncode == 0, f"{name}: {files[part]} is not installed: {owner.stderr.strip()}"
+            package = owner.stdout.split(":", 1)[0]
+            assert package in files["packages"], f"{name}: {files[part]} comes from {package}, not {files['packages']}"
+
+
 @pytest.mark.parametrize("entry, problem", [
-    ("evil: {package: '--allow-unauthenticated x', blas: /usr/lib/a.so, lapack: /usr/lib/a.so}", "is not a Debian package"),
-    ("evil: {package: null, blas: /tmp/evil/libblas.so.3, lapack: /usr/lib/a.so}", "blas '/tmp/evil/libblas.so.3' is not a library"),
-    ("evil: {package: null, blas: /usr/lib/a.so, lapack: '{env_dir}/../../tmp/x.so'}", "lapack '{env_dir}/../../tmp/x.so' is not"),
-    ("evil: {package: null, blas: /usr/lib/a.so, lapack: /usr/lib/a.so, beside: '/etc/*'}", "beside '/etc/\\*' is not"),
-    ("evil: {package: null, blas: /usr/lib/../../etc/passwd, lapack: /usr/lib/a.so}", "blas '/usr/lib/../../etc/passwd' is not"),
-    ('evil: {package: "libblas3\\n", blas: /usr/lib/a.so, lapack: /usr/lib/a.so}', "is not a Debian package"),
+    ("evil: {packages: ['--allow-unauthenticated x'], blas: /usr/lib/a.so, lapack: /usr/lib/a.so}", "is not a list of Debian package names"),
+    ("evil: {packages: [], blas: /tmp/evil/libblas.so.3, lapack: /usr/lib/a.so}", "blas '/tmp/evil/libblas.so.3' is not a library"),
+    ("evil: {packages: [], blas: /usr/lib/a.so, lapack: '{env_dir}/../../tmp/x.so'}", "lapack '{env_dir}/../../tmp/x.so' is not"),
+    ("evil: {packages: [], blas: /usr/lib/a.so, lapack: /usr/lib/a.so, beside: '/etc/*'}", "beside '/etc/\\*' is not"),
+    ("evil: {packages: [], blas: /usr/lib/../../etc/passwd, lapack: /usr/lib/a.so}", "blas '/usr/lib/../../etc/passwd' is not"),
+    ('evil: {packages: ["libblas3\\n"], blas: /usr/lib/a.so, lapack: /usr/lib/a.so}', "is not a list of Debian package names"),
+    ("evil: {packages: libblas3, blas: /usr/lib/a.so, lapack: /usr/lib/a.so}", "is not a list of Debian package names"),
 ])
 def test_a_blas_entry_that_is_not_a_package_and_library_files_is_refused(tmp_path, entry, problem):
     """containers/blas.yaml's package reaches apt-get (scripts/frameworks.sh) and its files become a

@@ -29,7 +29,7 @@ def test_a_builds_image_recipe_is_its_variant_and_the_defaults_key_is_unchanged(
     expected = hashlib.sha256(f"{files.hexdigest()}\0{base_hash()}\0{BUILDER_VERSION}".encode()).hexdigest()[:12]
     assert store.key(default) == f"numpy-{expected}" and "python3" in BASE_PACKAGES
     assert store.key(reference).startswith("numpy-reference-") and store.key(reference) != store.key(default)
-    assert reference.debian_packages() == ["python3-numpy", "libblas3"] and default.debian_packages() == ["python3-numpy"]
+    assert reference.debian_packages() == ["python3-numpy", "libblas3", "liblapack3"] and default.debian_packages() == ["python3-numpy"]
     assert reference.interpreters() == ["/usr/bin/python3.11"] and reference.variant["system_site_packages"] is True
     assert "numpy" not in reference.requirements_text and "pillow==" in reference.requirements_text
     assert reference.trainer_env() == {"LD_LIBRARY_PATH": "/opt/env/blas"} and default.trainer_env() == {}
@@ -88,7 +88,7 @@ def test_a_builds_apptainer_definition_is_its_image_recipe_and_names_the_sif_the
     pins and env, and the same blas/ links as its image (read from the image scripts/images.sh built); the SIF
     its comment builds is the one runtime=apptainer runs the build from, refused naming that command when absent."""
     text = generate("numpy", build="reference")
-    assert "apt-get install -y --no-install-recommends python3 python3-venv python3-numpy libblas3\n" in text
+    assert "apt-get install -y --no-install-recommends python3 python3-venv python3-numpy libblas3 liblapack3\n" in text
     assert "/usr/bin/python3.11 -m venv --system-site-packages /opt/env\n" in text
     pinned = text.split("<<'REQUIREMENTS'\n")[1].split("REQUIREMENTS")[0]
     assert "pillow==" in pinned and "numpy" not in pinned

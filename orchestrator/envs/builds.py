@@ -181,7 +181,7 @@ def in_range(bounds: tuple[Optional[float], Optional[float]], capability: float)
 @functools.lru_cache(maxsize=None)
 def blas_libraries(containers: Path = _CONTAINERS) -> Mapping[str, Mapping[str, str]]:
     """The BLAS libraries a build may name: containers/blas.yaml (Debian's packages and their files),
-    checked: each `package` a Debian package name (it reaches apt-get), each file an absolute path in
+    checked: `packages` a list of Debian package names (they reach apt-get), each file an absolute path in
     the system's library folders or the build's venv (LIBRARY_ROOTS), without `..` (it becomes a link)."""
     path = containers / "blas.yaml"
     found = _load(path)
@@ -190,9 +190,11 @@ def blas_libraries(containers: Path = _CONTAINERS) -> Mapping[str, Mapping[str, 
     for name, files in found.items():
         if not isinstance(name, str) or not recipe_files.PLAIN_NAME.fullmatch(name) or not isinstance(files, dict):
             raise BuildError(f"{path}: {name!r} is not a plain name with its package and files; fix the file")
-        package = files.get("package")
-        if package is not None and (not isinstance(package, str) or not recipe_files.DEBIAN_PACKAGE.fullmatch(package)):
-            raise BuildError(f"{path}: {name}: package {package!r} is not a Debian package name; name the package")
+        packages = files.get("packages", [])
+        if not isinstance(packages, list) or not all(
+                isinstance(p, str) and recipe_files.DEBIAN_PACKAGE.fullmatch(p) for p in packages):
+            raise BuildError(f"{path}: {name}: packages {packages!r} is not a list of Debian package names; "
+                             f"name the packages its files come from")
         for part in ("blas", "lapack", "beside"):
             target = files.get(part)
             if part == "beside" and target is None:
@@ -338,10 +340,10 @@ def blas_links(chosen: Mapping[str, Any], env_dir: str = "{env_dir}", containers
     return links
 
 
-def blas_package(chosen: Mapping[str, Any], containers: Path = _CONTAINERS) -> Optional[str]:
-    """The Debian package of a build's BLAS (containers/blas.yaml's `package`), or None: what the host
-    (scripts/frameworks.sh) and the build's image (images.py) install for it."""
-    return blas_libraries(containers)[chosen["blas"]].get("package") if (chosen or {}).get("blas") else None
+def blas_packages(chosen: Mapping[str, Any], containers: Path = _CONTAINERS) -> list[str]:
+    """The Debian packages of a build's BLAS (containers/blas.yaml's `packages`; none for a build that
+    names no BLAS): what the host (scripts/frameworks.sh) and the build's image (images.py) install for it."""
+    return list(blas_libraries(containers)[chosen["blas"]].get("packages", [])) if (chosen or {}).get("blas") else []
 
 
 def library_path(chosen: Mapping[str, Any], env_dir: str, rest: Optional[str]) -> Optional[str]:
@@ -361,8 +363,8 @@ CI_BUILDS = {"numpy": ("reference",)}
 
 
 def debian_packages(recipe: str, containers: Path = _CONTAINERS) -> list[str]:
-    """The Debian packages of the BLAS libraries a recipe's builds name (containers/blas.yaml's `package`)."""
-    return sorted({blas_package(v, containers) for v in declared(recipe, containers).values()} - {None})
+    """The Debian packages of the BLAS libraries a recipe's builds name (containers/blas.yaml's `packages`)."""
+    return sorted({p for v in declared(recipe, containers).values() for p in blas_packages(v, containers)})
 
 
 def way_out(recipe: str, build: str, capability: Any, default_range: tuple[Any, Any]) -> str:

@@ -66,10 +66,9 @@ class Recipe:
         return _entries(self.requirements_text)
 
     def debian_packages(self) -> list[str]:
-        """debian-packages.txt's, and the build's BLAS package (containers/blas.yaml) where it names one."""
+        """debian-packages.txt's, and the build's BLAS packages (containers/blas.yaml) where it names a BLAS."""
         listed = _listed(self.debian) if self.debian.is_file() else []
-        blas = builds.blas_package(self.variant, self.dir.parent)
-        return listed + [blas] if blas and blas not in listed else listed
+        return listed + [p for p in builds.blas_packages(self.variant, self.dir.parent) if p not in listed]
 
     def interpreters(self) -> list[str]:
         candidates = self.spec.get("python") or ["python3"]

@@ -227,7 +227,7 @@ def link_blas(framework: str, build: str, variant: Mapping[str, Any], env_dir: s
         for name, target in links.items():
             if not (Path(root) / target.lstrip("/")).is_file():
                 raise EnvironmentNotReady(
-                    f"{framework} build {build}: {target} is missing; install the Debian package containers/blas.yaml "
+                    f"{framework} build {build}: {target} is missing; install the Debian packages containers/blas.yaml "
                     f"names for blas={variant['blas']} (scripts/frameworks.sh {framework}; an image installs it itself)")
             (folder / name).symlink_to(target)
 
