@@ -334,3 +334,48 @@ def test_a_report_publishes_holding_the_directorys_lock_and_draws_without_it(tmp
     report_of(factory, out)
     assert taken == {"drawing": True, "moving": False}
     assert free()  # let go once published
+
+
+def test_a_report_publishes_where_flock_needs_a_file_open_for_writing(tmp_path, monkeypatch):
+    """On NFSv4 (flock emulated by the server's byte-range locks) an exclusive flock of a file opened
+    read-only fails with EBADF (fs/nfs/nfs4proc.c, nfs4_proc_lock): the report publishes, holding the
+    lock, instead of stopping with that error. Modelled here: LOCK_EX refused on a read-only descriptor."""
+    import errno
+    import fcntl
+
+    from orchestrator.report import build
+    flock = fcntl.flock
+    held = []
+
+    def nfs(fd, operation):
+        if operation & fcntl.LOCK_EX and fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_ACCMODE == os.O_RDONLY:
+            raise OSError(errno.EBADF, os.strerror(errno.EBADF))
+        held.append(operation)
+        return flock(fd, operation)
+    monkeypatch.setattr(fcntl, "flock", nfs)
+    out = tmp_path / "report"
+    factory = landed(tmp_path / "a", f"sqlite:///{tmp_path / 'one.db'}",
+                     [({"framework": "caffe", "model": "lenet"}, None, [100.0, 101.0, 99.0], {})])
+    report = report_of(factory, out)
+    assert report.index.is_file() and held == [fcntl.LOCK_EX]
+
+
+def test_a_fifo_left_at_the_locks_name_neither_blocks_nor_is_locked(tmp_path):
+    """Something not a regular file at LOCK's name (a FIFO, whose read-only open waits for a writer
+    for ever): publishing goes on without the lock instead of waiting."""
+    import signal
+
+    from orchestrator.report import build
+
+    def late(*args):  # not an OSError, which the open's own handling would take for a lock it cannot open
+        raise AssertionError("publishing waited on the FIFO at its lock's name")
+    os.mkfifo(tmp_path / build.LOCK)
+    previous = signal.signal(signal.SIGALRM, late)
+    signal.setitimer(signal.ITIMER_REAL, 10)
+    try:
+        with build._publishing(tmp_path):
+            pass
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    assert (tmp_path / build.LOCK).exists() and not (tmp_path / build.LOCK).is_file()

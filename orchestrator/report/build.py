@@ -26,6 +26,7 @@ import errno
 import fcntl
 import os
 import shutil
+import stat
 import tempfile
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -131,23 +132,38 @@ LOCK = ".report-lock"
 def _publishing(out: Path) -> Iterator[None]:
     """Holds LOCK (flock, exclusive) in `out` for the block. Publishing is renames, so a report beside
     this one waits that long, never for a drawing. Opened O_NOFOLLOW (a link left at its name is not
-    followed) and read-only (nothing is written to it); where it cannot be opened or the file system has
-    no flock, the block runs without it, as a report written in place did."""
-    try:
-        fd = os.open(out / LOCK, os.O_RDONLY | os.O_CREAT | os.O_NOFOLLOW, 0o644)
-    except OSError:
-        fd = -1
+    followed), O_NONBLOCK (a FIFO there never waits for a writer) and for writing where it may be (NFS
+    emulates flock by byte-range locks, and refuses an exclusive one on a read-only file: EBADF); nothing
+    is written to it. Where it cannot be opened, is not a regular file or the file system has no flock,
+    the block runs without it, as a report written in place did."""
+    fd = _lock_file(out / LOCK)
     try:
         if fd >= 0:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX)
-            except OSError as exc:  # ENOLCK, EOPNOTSUPP, ENOSYS: no flock on this file system
-                if exc.errno not in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS):
+            except OSError as exc:  # ENOLCK, EOPNOTSUPP, ENOSYS: no flock here; EBADF: a read-only one on NFS
+                if exc.errno not in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.EBADF):
                     raise
         yield
     finally:
         if fd >= 0:
             os.close(fd)  # releases the flock
+
+
+def _lock_file(path: Path) -> int:
+    """A descriptor of the regular file at `path` (made if missing; read-write where allowed, else
+    read-only), or -1 where there is none to lock."""
+    flags = os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK
+    for mode in (os.O_RDWR, os.O_RDONLY):
+        try:
+            fd = os.open(path, mode | flags, 0o644)
+        except OSError:
+            continue
+        if stat.S_ISREG(os.fstat(fd).st_mode):
+            return fd
+        os.close(fd)
+        return -1
+    return -1
 
 
 def _publish(drafted: Report, out: Path) -> Report:
