@@ -247,10 +247,12 @@ def test_each_blas_file_comes_from_a_package_its_entry_installs():
     ("evil: {packages: [], blas: /usr/lib/../../etc/passwd, lapack: /usr/lib/a.so}", "blas '/usr/lib/../../etc/passwd' is not"),
     ('evil: {packages: ["libblas3\\n"], blas: /usr/lib/a.so, lapack: /usr/lib/a.so}', "is not a list of Debian package names"),
     ("evil: {packages: libblas3, blas: /usr/lib/a.so, lapack: /usr/lib/a.so}", "is not a list of Debian package names"),
+    ("evil: {package: libblas3, blas: /usr/lib/a.so, lapack: /usr/lib/a.so}", "'package' is not a key of a BLAS entry"),
 ])
 def test_a_blas_entry_that_is_not_a_package_and_library_files_is_refused(tmp_path, entry, problem):
-    """containers/blas.yaml's package reaches apt-get (scripts/frameworks.sh) and its files become a
-    build's links: neither may be an option or a file outside the system's libraries or the build's venv."""
+    """containers/blas.yaml's packages reach apt-get (scripts/frameworks.sh) and its files become a
+    build's links: neither may be an option or a file outside the system's libraries or the build's venv;
+    a key it does not read (the `package` of before `packages`) is refused, not left to install nothing."""
     (tmp_path / "fw").mkdir()
     (tmp_path / "blas.yaml").write_text(entry + "\n")
     (tmp_path / "fw" / "builds.yaml").write_text("e: {blas: evil}\n")

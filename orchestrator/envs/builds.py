@@ -178,6 +178,10 @@ def in_range(bounds: tuple[Optional[float], Optional[float]], capability: float)
     return (low is None or capability >= low) and (high is None or capability <= high)
 
 
+#: The keys of a containers/blas.yaml entry: a key not read (a misspelling, `package` of before) is refused.
+BLAS_KEYS = frozenset({"packages", "blas", "lapack", "beside"})
+
+
 @functools.lru_cache(maxsize=None)
 def blas_libraries(containers: Path = _CONTAINERS) -> Mapping[str, Mapping[str, str]]:
     """The BLAS libraries a build may name: containers/blas.yaml (Debian's packages and their files),
@@ -190,6 +194,10 @@ def blas_libraries(containers: Path = _CONTAINERS) -> Mapping[str, Mapping[str, 
     for name, files in found.items():
         if not isinstance(name, str) or not recipe_files.PLAIN_NAME.fullmatch(name) or not isinstance(files, dict):
             raise BuildError(f"{path}: {name!r} is not a plain name with its package and files; fix the file")
+        unknown = sorted(map(repr, set(files) - BLAS_KEYS))
+        if unknown:
+            raise BuildError(f"{path}: {name}: {', '.join(unknown)} is not a key of a BLAS entry "
+                             f"({', '.join(sorted(BLAS_KEYS))}); fix the file")
         packages = files.get("packages", [])
         if not isinstance(packages, list) or not all(
                 isinstance(p, str) and recipe_files.DEBIAN_PACKAGE.fullmatch(p) for p in packages):

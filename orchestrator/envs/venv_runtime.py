@@ -228,7 +228,7 @@ def link_blas(framework: str, build: str, variant: Mapping[str, Any], env_dir: s
             if not (Path(root) / target.lstrip("/")).is_file():
                 raise EnvironmentNotReady(
                     f"{framework} build {build}: {target} is missing; install the Debian packages containers/blas.yaml "
-                    f"names for blas={variant['blas']} (scripts/frameworks.sh {framework}; an image installs it itself)")
+                    f"names for blas={variant['blas']} (scripts/frameworks.sh {framework}; an image installs them itself)")
             (folder / name).symlink_to(target)
 
 
