@@ -240,7 +240,8 @@ def test_expansion_refuses_what_inference_cannot_be_and_resolves_what_it_can(mon
 def test_the_mlperf_like_preset_sets_loadgens_minimums_and_they_reach_the_trainer(framework_run):
     """+preset=mlperf_like is inference at 600 s and 1,000 batches (conf/preset/mlperf_like.yaml cites
     LoadGen's files), passed to the trainer as its rule; with both lowered by override (a test cannot
-    run 600 s) the torch trainer times until the lowered rule, and LoadGen's p95 and p97 are stated."""
+    run 600 s) the flags carry the lowered rule, the torch trainer times the lowered batch count (at 0 s,
+    so the count is exact on any node), and LoadGen's p95 and p97 are stated."""
     from helpers import composed
     from orchestrator import setting_registry
     from orchestrator.sweep.cell import Cell

@@ -357,7 +357,7 @@ def test_a_report_publishes_where_flock_needs_a_file_open_for_writing(tmp_path, 
     factory = landed(tmp_path / "a", f"sqlite:///{tmp_path / 'one.db'}",
                      [({"framework": "caffe", "model": "lenet"}, None, [100.0, 101.0, 99.0], {})])
     report = report_of(factory, out)
-    assert report.index.is_file() and held == [fcntl.LOCK_EX]
+    assert report.index.is_file() and held == [fcntl.LOCK_EX | fcntl.LOCK_NB]
 
 
 def test_a_fifo_left_at_the_locks_name_neither_blocks_nor_is_locked(tmp_path):
@@ -379,3 +379,38 @@ def test_a_fifo_left_at_the_locks_name_neither_blocks_nor_is_locked(tmp_path):
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
     assert (tmp_path / build.LOCK).exists() and not (tmp_path / build.LOCK).is_file()
+
+
+def test_a_report_waiting_for_another_ones_publishing_says_so_and_then_publishes(tmp_path, monkeypatch):
+    """Where another report holds the directory's lock (one paused with Ctrl-Z while it publishes), a
+    report says on stderr whom it waits for, instead of hanging in silence, and publishes once let go."""
+    import fcntl
+    import io
+    import sys
+    import threading
+
+    from orchestrator.report import build
+    out = tmp_path / "report"
+    out.mkdir()
+    factory = landed(tmp_path / "a", f"sqlite:///{tmp_path / 'one.db'}",
+                     [({"framework": "caffe", "model": "lenet"}, None, [100.0, 101.0, 99.0], {})])
+    told = threading.Event()
+
+    class Stderr(io.StringIO):
+        def write(self, text):
+            if "waiting for another report publishing into" in text:
+                told.set()
+            return super().write(text)
+    monkeypatch.setattr(sys, "stderr", Stderr())
+    held = os.open(out / build.LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+    fcntl.flock(held, fcntl.LOCK_EX)
+    done = []
+    writer = threading.Thread(target=lambda: done.append(report_of(factory, out)))
+    try:
+        writer.start()
+        assert told.wait(120), "no line while the lock was held"
+        assert not done and not (out / "index.html").exists()
+    finally:
+        os.close(held)
+        writer.join(120)
+    assert done and done[0].index.is_file() and f"{out / build.LOCK}" in sys.stderr.getvalue()

@@ -27,6 +27,7 @@ import fcntl
 import os
 import shutil
 import stat
+import sys
 import tempfile
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -140,7 +141,7 @@ def _publishing(out: Path) -> Iterator[None]:
     try:
         if fd >= 0:
             try:
-                fcntl.flock(fd, fcntl.LOCK_EX)
+                _take(fd, out)
             except OSError as exc:  # ENOLCK, EOPNOTSUPP, ENOSYS: no flock here; EBADF: a read-only one on NFS
                 if exc.errno not in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.EBADF):
                     raise
@@ -148,6 +149,18 @@ def _publishing(out: Path) -> Iterator[None]:
     finally:
         if fd >= 0:
             os.close(fd)  # releases the flock
+
+
+def _take(fd: int, out: Path) -> None:
+    """The lock on `fd`, waited for with one line on stderr where another report holds it (one paused
+    with Ctrl-Z while it publishes holds it until it goes on: the line says who to look for)."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return
+    except BlockingIOError:
+        print(f"waiting for another report publishing into {out} (it holds {out / LOCK})", file=sys.stderr,
+              flush=True)
+    fcntl.flock(fd, fcntl.LOCK_EX)
 
 
 def _lock_file(path: Path) -> int:
