@@ -192,6 +192,23 @@ def test_the_file_list_is_never_written_through_a_link_nor_by_a_name_two_reports
     assert sorted(p.name for p in out.iterdir()) == sorted([MANIFEST, f"{MANIFEST}.new", "tables"])
 
 
+def one_build(tmp_path):
+    """A database (under tmp_path/a) of one caffe LeNet cell at its default build."""
+    return landed(tmp_path / "a", f"sqlite:///{tmp_path / 'one.db'}",
+                  [({"framework": "caffe", "model": "lenet"}, None, [100.0, 101.0, 99.0], {})])
+
+
+def two_builds(tmp_path):
+    """A database (under tmp_path/b) of that cell at its default build and at blis: a builds section."""
+    lenet = {"framework": "caffe", "model": "lenet"}
+    return landed(tmp_path / "b", f"sqlite:///{tmp_path / 'two.db'}",
+                  [(lenet, None, [100.0, 101.0, 99.0], {}), (lenet, "blis", [150.0, 151.0, 149.0], {})])
+
+
+def interrupted(*args, **kwargs):
+    raise KeyboardInterrupt  # what a user's Ctrl-C raises mid-report
+
+
 def files_of(out):
     """Every file under `out`, by its path there, with its bytes."""
     return {p.relative_to(out).as_posix(): p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()}
@@ -202,17 +219,12 @@ def test_a_report_stopped_while_it_draws_leaves_the_earlier_one_whole(tmp_path, 
     changes nothing in the directory: every file of the earlier report, and its list, as they were, and
     no folder of its own left behind. Written in place, builds.csv and its figure stayed, unlisted."""
     from orchestrator.report import build, page
-    lenet = {"framework": "caffe", "model": "lenet"}
     out = tmp_path / "report"
-    one = landed(tmp_path / "a", f"sqlite:///{tmp_path / 'one.db'}", [(lenet, None, [100.0, 101.0, 99.0], {})])
+    one = one_build(tmp_path)
     report_of(one, out)
     before = files_of(out)
-    two = landed(tmp_path / "b", f"sqlite:///{tmp_path / 'two.db'}",
-                 [(lenet, None, [100.0, 101.0, 99.0], {}), (lenet, "blis", [150.0, 151.0, 149.0], {})])
-
-    def stopped(*args, **kwargs):
-        raise KeyboardInterrupt  # what a user's Ctrl-C raises mid-report
-    monkeypatch.setattr(page, "render", stopped)
+    two = two_builds(tmp_path)
+    monkeypatch.setattr(page, "render", interrupted)
     try:
         report_of(two, out)
     except KeyboardInterrupt:
@@ -228,17 +240,12 @@ def test_a_report_stopped_while_it_publishes_leaves_no_file_unlisted(tmp_path, m
     removed: the list already names its builds table and figure, so the next report (one build)
     removes them. Listed only at the end, they were left for good."""
     from orchestrator.report import build
-    lenet = {"framework": "caffe", "model": "lenet"}
     out = tmp_path / "report"
-    one = landed(tmp_path / "a", f"sqlite:///{tmp_path / 'one.db'}", [(lenet, None, [100.0, 101.0, 99.0], {})])
+    one = one_build(tmp_path)
     report_of(one, out)
-    two = landed(tmp_path / "b", f"sqlite:///{tmp_path / 'two.db'}",
-                 [(lenet, None, [100.0, 101.0, 99.0], {}), (lenet, "blis", [150.0, 151.0, 149.0], {})])
+    two = two_builds(tmp_path)
     tidy = build._tidy
-
-    def stopped(*args, **kwargs):
-        raise KeyboardInterrupt
-    monkeypatch.setattr(build, "_tidy", stopped)
+    monkeypatch.setattr(build, "_tidy", interrupted)
     try:
         report_of(two, out)
     except KeyboardInterrupt:
@@ -258,9 +265,8 @@ def test_a_folder_linked_to_another_file_system_is_published_into(tmp_path, monk
     written in place did; nothing is left beside the files. (os.replace raises EXDEV here for a move
     out of STAGING into the linked folder, as the kernel does across devices.)"""
     import errno
-    import os
+
     from orchestrator.report import build
-    lenet = {"framework": "caffe", "model": "lenet"}
     out, elsewhere = tmp_path / "report", tmp_path / "other-fs"
     elsewhere.mkdir()
     out.mkdir()
@@ -272,7 +278,7 @@ def test_a_folder_linked_to_another_file_system_is_published_into(tmp_path, monk
             raise OSError(errno.EXDEV, os.strerror(errno.EXDEV), str(src), None, str(dst))
         return replace(src, dst)
     monkeypatch.setattr(os, "replace", across)
-    factory = landed(tmp_path / "a", f"sqlite:///{tmp_path / 'one.db'}", [(lenet, None, [100.0, 101.0, 99.0], {})])
+    factory = one_build(tmp_path)
     report = report_of(factory, out)
     assert (out / "index.html").is_file() and (out / "tables").is_symlink()
     assert sorted(p.name for p in elsewhere.iterdir()) == sorted(p.name for p in report.tables)
@@ -282,13 +288,11 @@ def test_a_folder_linked_to_another_file_system_is_published_into(tmp_path, monk
 def test_a_stale_file_another_report_removed_first_fails_neither(tmp_path, monkeypatch):
     """Two reports into one directory remove the same stale file of the earlier report: the one that
     finds it gone (removed between its look and its unlink) goes on instead of failing."""
-    import os
     import pathlib
-    lenet = {"framework": "caffe", "model": "lenet"}
+
     out = tmp_path / "report"
-    one = landed(tmp_path / "a", f"sqlite:///{tmp_path / 'one.db'}", [(lenet, None, [100.0, 101.0, 99.0], {})])
-    two = landed(tmp_path / "b", f"sqlite:///{tmp_path / 'two.db'}",
-                 [(lenet, None, [100.0, 101.0, 99.0], {}), (lenet, "blis", [150.0, 151.0, 149.0], {})])
+    one = one_build(tmp_path)
+    two = two_builds(tmp_path)
     report_of(two, out)
     is_file = pathlib.Path.is_file
 
@@ -310,8 +314,7 @@ def test_a_report_publishes_holding_the_directorys_lock_and_draws_without_it(tmp
 
     from orchestrator.report import build, page
     out = tmp_path / "report"
-    factory = landed(tmp_path / "a", f"sqlite:///{tmp_path / 'one.db'}",
-                     [({"framework": "caffe", "model": "lenet"}, None, [100.0, 101.0, 99.0], {})])
+    factory = one_build(tmp_path)
     taken = {}
 
     def free():
@@ -354,8 +357,7 @@ def test_a_report_publishes_where_flock_needs_a_file_open_for_writing(tmp_path, 
         return flock(fd, operation)
     monkeypatch.setattr(fcntl, "flock", nfs)
     out = tmp_path / "report"
-    factory = landed(tmp_path / "a", f"sqlite:///{tmp_path / 'one.db'}",
-                     [({"framework": "caffe", "model": "lenet"}, None, [100.0, 101.0, 99.0], {})])
+    factory = one_build(tmp_path)
     report = report_of(factory, out)
     assert report.index.is_file() and held == [fcntl.LOCK_EX | fcntl.LOCK_NB]
 
@@ -392,8 +394,7 @@ def test_a_report_waiting_for_another_ones_publishing_says_so_and_then_publishes
     from orchestrator.report import build
     out = tmp_path / "report"
     out.mkdir()
-    factory = landed(tmp_path / "a", f"sqlite:///{tmp_path / 'one.db'}",
-                     [({"framework": "caffe", "model": "lenet"}, None, [100.0, 101.0, 99.0], {})])
+    factory = one_build(tmp_path)
     told = threading.Event()
 
     class Stderr(io.StringIO):

@@ -11,8 +11,9 @@
 
 A report is drawn into a folder of its own inside <out> (`.report-new.*`: STAGING) and then
 published, one report at a time (LOCK): the list first names the earlier report's files and this
-one's, then each file is renamed into place, then the files the earlier one listed in its MANIFEST and this one did not write (a
-section now empty, a figure no longer drawn) are removed and the list names this one's alone. So
+one's, then each file is renamed into place, then the files the earlier one listed in its MANIFEST
+and this one did not write (a section now empty, a figure no longer drawn) are removed and the list
+names this one's alone. So
 the directory never ships files that no longer describe the data, a report stopped while it draws
 (killed, out of time) leaves the earlier one whole, and one stopped while it publishes leaves no file
 unlisted for the next to remove. A file the report did not write (a user's own, or one of a report
@@ -32,7 +33,7 @@ import tempfile
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any, BinaryIO, Callable, Iterator, Sequence
 
 from orchestrator.metric_registry import MIN_EFFECT_PCT
 from orchestrator.store import run_history
@@ -206,15 +207,8 @@ def _move(src: Path, dst: Path) -> None:
     except OSError as exc:
         if exc.errno != errno.EXDEV:
             raise
-    fd, copy = tempfile.mkstemp(prefix=f".{dst.name}.", suffix=".new", dir=dst.parent)
-    try:
-        os.fchmod(fd, os.stat(src).st_mode & 0o777)  # the mode the report's umask gave it (mkstemp's is 0600)
-        with os.fdopen(fd, "wb") as f, open(src, "rb") as drafted:
-            shutil.copyfileobj(drafted, f)
-        os.replace(copy, dst)
-    except BaseException:
-        Path(copy).unlink(missing_ok=True)
-        raise
+    with open(src, "rb") as drafted:  # in the mode the report's umask gave it
+        _write_over(dst, os.fstat(drafted.fileno()).st_mode & 0o777, lambda f: shutil.copyfileobj(drafted, f))
 
 
 def _listed(out: Path) -> set[str]:
@@ -240,16 +234,23 @@ def _tidy(report: Report, earlier: set[str]) -> None:
 
 
 def _write_list(out: Path, entries: set[str]) -> None:
-    """MANIFEST in `out` naming `entries`: a file of its own (O_EXCL: never a link someone left, never
-    another report's at the same moment), renamed over the list: never half a list."""
-    fd, listing = tempfile.mkstemp(prefix=MANIFEST + ".", suffix=".new", dir=out)
+    """MANIFEST in `out` naming `entries`, 0644 as the report's other files: never half a list."""
+    text = "".join(f"{entry}\n" for entry in sorted(entries))
+    _write_over(out / MANIFEST, 0o644, lambda f: f.write(text.encode("utf-8")))
+
+
+def _write_over(dst: Path, mode: int, fill: Callable[[BinaryIO], Any]) -> None:
+    """`dst` replaced whole by what `fill` writes: into a hidden file of its own beside it (mkstemp:
+    O_EXCL, never a link someone left, never another report's at the same moment), given `mode`
+    (mkstemp's is 0600), then renamed over `dst`; removed again where anything fails."""
+    fd, new = tempfile.mkstemp(prefix=f".{dst.name.lstrip('.')}.", suffix=".new", dir=dst.parent)
     try:
-        os.fchmod(fd, 0o644)  # as the report's other files (mkstemp's is 0600)
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write("".join(f"{entry}\n" for entry in sorted(entries)))
-        os.replace(listing, out / MANIFEST)
+        os.fchmod(fd, mode)
+        with os.fdopen(fd, "wb") as f:
+            fill(f)
+        os.replace(new, dst)
     except BaseException:
-        Path(listing).unlink(missing_ok=True)
+        Path(new).unlink(missing_ok=True)
         raise
 
 
